@@ -1,0 +1,1 @@
+//! ADF identity cryptography (placeholder; see issue 3).
