@@ -1,1 +1,176 @@
-fn main() {}
+//! `adf`: the command line of the ADF runtime.
+//!
+//! Principal pieces: [`Cli`] (the clap command tree), `file_cmds` (commands that act on a file
+//! directly, as its owner) and `output` (tables and `--json`).
+
+mod file_cmds;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::output::Output;
+
+/// ADF runtime: create, inspect, migrate and run agent files (.adf).
+#[derive(Debug, Parser)]
+#[command(name = "adf", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create a new agent file with the default config, reserved files and registry keys.
+    New {
+        /// Path of the .adf file to create.
+        file: PathBuf,
+        /// Display name (defaults to the file name).
+        #[arg(long)]
+        name: Option<String>,
+        /// What the agent does.
+        #[arg(long)]
+        description: Option<String>,
+        /// Mesh handle (defaults to the name as a slug).
+        #[arg(long)]
+        handle: Option<String>,
+    },
+    /// Show a file's identity, schema, state and contents at a glance (never modifies it).
+    Info { file: PathBuf },
+    /// Validate a file against the spec; exits 1 when it finds an error.
+    Check { file: PathBuf },
+    /// Migrate a file to the current storage schema (32), keeping a backup until it succeeds.
+    Migrate { file: PathBuf },
+    /// List the files inside an agent file.
+    Files {
+        file: PathBuf,
+        /// Only paths starting with this prefix.
+        prefix: Option<String>,
+    },
+    /// Print a file stored in the agent to stdout (raw bytes).
+    Cat { file: PathBuf, path: String },
+    /// Store a file in the agent, from SOURCE or from stdin.
+    Put {
+        file: PathBuf,
+        /// Path inside the agent, e.g. `lib/report.ts`.
+        path: String,
+        /// File to read; stdin when omitted or `-`.
+        source: Option<PathBuf>,
+        /// Protection for a new file: none, no_delete or read_only.
+        #[arg(long)]
+        protection: Option<String>,
+        /// MIME type (guessed from the extension when omitted).
+        #[arg(long)]
+        mime: Option<String>,
+    },
+    /// Delete a file stored in the agent.
+    Rm { file: PathBuf, path: String },
+    /// Trust a stored file as code (spec §4.3): its lambdas may call restricted tools.
+    Authorize { file: PathBuf, path: String },
+    /// Withdraw the trust `authorize` granted.
+    Unauthorize { file: PathBuf, path: String },
+    /// Read and write adf_meta.
+    #[command(subcommand)]
+    Meta(MetaCommand),
+    /// Read and write the agent config with dot paths (`model.temperature`, `tools.fs_delete.enabled`).
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Print a loop's transcript.
+    Loop {
+        file: PathBuf,
+        /// Loop name.
+        #[arg(long = "loop", default_value = "main")]
+        loop_name: String,
+        /// Show runtime context rows in full instead of folding them.
+        #[arg(long)]
+        context: bool,
+    },
+    /// List received messages.
+    Inbox {
+        file: PathBuf,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// List sent messages.
+    Outbox {
+        file: PathBuf,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// List timers.
+    Timers { file: PathBuf },
+    /// List tasks (asynchronous tool calls and approvals).
+    Tasks {
+        file: PathBuf,
+        /// Only tasks with this status, e.g. pending_approval.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Show recent runtime log rows.
+    Logs {
+        file: PathBuf,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum MetaCommand {
+    /// Print one key's value, or every key when KEY is omitted.
+    Get { file: PathBuf, key: Option<String> },
+    /// Set a key (created with --protection, default none).
+    Set {
+        file: PathBuf,
+        key: String,
+        value: String,
+        #[arg(long)]
+        protection: Option<String>,
+    },
+    /// Delete a key.
+    Rm { file: PathBuf, key: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print the config, or the value at PATH.
+    Get { file: PathBuf, path: Option<String> },
+    /// Set PATH to a JSON value (a bare word is taken as a string).
+    Set {
+        file: PathBuf,
+        path: String,
+        /// JSON value, e.g. `0.5`, `true`, `"text"`, `{"a":1}`.
+        value: String,
+        /// Append VALUE to the array at PATH instead of replacing it.
+        #[arg(long, conflicts_with = "remove")]
+        append: bool,
+        /// Remove element N of the array at PATH (VALUE is ignored).
+        #[arg(long, value_name = "N")]
+        remove: Option<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("ADF_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let out = Output { json: cli.json };
+    match file_cmds::run(cli.command, out) {
+        Ok(code) => code,
+        Err(error) => {
+            if out.json {
+                let body = serde_json::json!({ "error": format!("{error:#}") });
+                println!("{body}");
+            }
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

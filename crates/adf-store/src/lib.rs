@@ -11,9 +11,28 @@
 //!
 //! Only this crate writes SQL against `adf_` tables.
 
+mod access;
+pub mod audit;
+pub mod check;
+pub mod config;
 pub mod defaults;
 pub mod error;
-mod migrate;
+mod file;
+mod files;
+mod handle;
+pub mod meta;
+pub mod migrate;
 pub mod schema;
+pub mod skills;
+pub mod tables;
+pub mod time;
+mod vec_ext;
 
+pub use access::{Caller, WriteOutcome};
+pub use config::{ConfigAction, Violation};
 pub use error::{ProtectedKind, Result, StoreError};
+pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport};
+pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
+pub use handle::StoreHandle;
+pub use meta::{MetaEntry, MetaProtection};
+pub use tables::{AttestationRow, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow};

@@ -1,0 +1,123 @@
+//! `adf_audit`: brotli-compressed JSON snapshots of data the runtime removes (§13.3).
+
+use std::io::{Read as _, Write as _};
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
+use crate::file::AdfFile;
+use crate::time;
+
+/// One audit row without its blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditInfo {
+    pub id: i64,
+    pub source: String,
+    pub start_seq: Option<i64>,
+    pub end_seq: Option<i64>,
+    pub r#ref: Option<String>,
+    pub entry_count: i64,
+    pub size_bytes: i64,
+    pub created_at: i64,
+}
+
+/// Compresses JSON with brotli at a quality that favours speed; snapshots are written on hot
+/// paths (file deletes, compaction) and read rarely.
+pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
+    let text = value.to_string();
+    let mut out = Vec::new();
+    {
+        let mut writer = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
+        writer.write_all(text.as_bytes())?;
+    }
+    Ok((out, text.len()))
+}
+
+/// Decompresses an audit blob back into JSON.
+pub fn decompress_json(data: &[u8]) -> Result<Value> {
+    let mut text = Vec::new();
+    brotli::Decompressor::new(data, 4096).read_to_end(&mut text)?;
+    serde_json::from_slice(&text)
+        .map_err(|e| StoreError::Malformed(format!("audit blob is not JSON: {e}")))
+}
+
+/// Inserts a snapshot row. `size_bytes` is the UTF-8 length of the JSON (Appendix B #15).
+pub(crate) fn insert_snapshot(
+    conn: &Connection,
+    source: &str,
+    seq_range: Option<(i64, i64)>,
+    reference: Option<&str>,
+    entry_count: i64,
+    snapshot: &Value,
+) -> Result<i64> {
+    let (data, size) = compress_json(snapshot)?;
+    conn.execute(
+        "INSERT INTO adf_audit (source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            source,
+            seq_range.map(|r| r.0),
+            seq_range.map(|r| r.1),
+            reference,
+            entry_count,
+            size as i64,
+            data,
+            time::now_ms()
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+impl AdfFile {
+    /// Whether auditing of `kind` (`loop`, `inbox`, `outbox`, `files`) is on. `context.audit`
+    /// wins when present, else top-level `audit`, else nothing is audited (§5.19; not merged).
+    pub fn audit_enabled(&self, kind: &str) -> Result<bool> {
+        let config = self.config()?;
+        let section = config
+            .pointer("/context/audit")
+            .or_else(|| config.get("audit"));
+        Ok(section
+            .and_then(|s| s.get(kind))
+            .and_then(Value::as_bool)
+            .unwrap_or(false))
+    }
+
+    /// Audit rows, newest first.
+    pub fn audit_list(&self) -> Result<Vec<AuditInfo>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, source, start_seq, end_seq, ref, entry_count, size_bytes, created_at
+             FROM adf_audit ORDER BY id DESC",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok(AuditInfo {
+                id: row.get(0)?,
+                source: row.get(1)?,
+                start_seq: row.get(2)?,
+                end_seq: row.get(3)?,
+                r#ref: row.get(4)?,
+                entry_count: row.get(5)?,
+                size_bytes: row.get(6)?,
+                created_at: row.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The decompressed JSON of one audit row.
+    pub fn audit_data(&self, id: i64) -> Result<Value> {
+        let data: Vec<u8> = self
+            .conn
+            .query_row("SELECT data FROM adf_audit WHERE id = ?1", [id], |row| {
+                row.get(0)
+            })
+            .map_err(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => {
+                    StoreError::not_found("audit row", id.to_string())
+                }
+                other => other.into(),
+            })?;
+        decompress_json(&data)
+    }
+}

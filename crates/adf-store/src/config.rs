@@ -1,0 +1,783 @@
+//! `adf_config`: the agent config as a JSON value that keeps every field it does not know
+//! (§0.2, §5), dot-path access (§5.17 steps 2 and 8), and validation that warns on load and
+//! rejects only new violations on write (§5).
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::access::Caller;
+use crate::error::{Result, StoreError};
+use crate::file::AdfFile;
+use crate::{meta, time};
+
+/// One schema violation. `path` has array indices collapsed (`tools[].name`) so that
+/// violations can be compared across edits (§5.17 step 12).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Violation {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// What `config_set_path` does at the target (§5.17 `action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigAction {
+    Set,
+    Append,
+    Remove { index: usize },
+}
+
+/// Arrays whose elements are addressed by `id` rather than `name` in dot paths.
+const ID_KEYED: [&str; 3] = ["providers", "ws_connections", "stream_bindings"];
+
+/// A parsed dot path segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+/// Splits a dot path; non-negative integer segments are array indices (§5.17 step 2).
+pub fn parse_path(path: &str) -> Result<Vec<Segment>> {
+    if path.is_empty() {
+        return Err(StoreError::invalid("empty config path"));
+    }
+    path.split('.')
+        .map(|segment| {
+            if segment.is_empty() {
+                Err(StoreError::invalid(format!(
+                    "config path '{path}' has an empty segment"
+                )))
+            } else if let Ok(index) = segment.parse::<usize>() {
+                Ok(Segment::Index(index))
+            } else {
+                Ok(Segment::Key(segment.to_owned()))
+            }
+        })
+        .collect()
+}
+
+/// Resolves name segments against arrays: `tools.fs_read` selects the element whose `name` is
+/// `fs_read` (or `id` for id-keyed arrays). Returns index-only segments.
+pub fn resolve_segments(config: &Value, segments: &[Segment]) -> Result<Vec<Segment>> {
+    let mut resolved = Vec::with_capacity(segments.len());
+    let mut node = Some(config);
+    let mut parent_key = String::new();
+    for segment in segments {
+        let current = node;
+        let next_segment = match (current, segment) {
+            (Some(Value::Array(items)), Segment::Key(name)) => {
+                let field = if ID_KEYED.contains(&parent_key.as_str()) {
+                    "id"
+                } else {
+                    "name"
+                };
+                let index = items
+                    .iter()
+                    .position(|item| item.get(field).and_then(Value::as_str) == Some(name.as_str()))
+                    .ok_or_else(|| {
+                        StoreError::not_found(
+                            "config array element",
+                            format!("{parent_key}.{name}"),
+                        )
+                    })?;
+                Segment::Index(index)
+            }
+            _ => segment.clone(),
+        };
+        node = match (current, &next_segment) {
+            (Some(Value::Object(map)), Segment::Key(key)) => map.get(key),
+            (Some(Value::Array(items)), Segment::Index(i)) => items.get(*i),
+            _ => None,
+        };
+        if let Segment::Key(key) = &next_segment {
+            parent_key.clone_from(key);
+        }
+        resolved.push(next_segment);
+    }
+    Ok(resolved)
+}
+
+/// The value at a dot path, if present.
+pub fn get_path<'a>(config: &'a Value, path: &str) -> Result<Option<&'a Value>> {
+    let segments = resolve_segments(config, &parse_path(path)?)?;
+    let mut node = config;
+    for segment in &segments {
+        let next = match (node, segment) {
+            (Value::Object(map), Segment::Key(key)) => map.get(key),
+            (Value::Array(items), Segment::Index(i)) => items.get(*i),
+            _ => None,
+        };
+        match next {
+            Some(value) => node = value,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(node))
+}
+
+/// Applies `action` at `path`, creating intermediate objects for `set`.
+pub fn apply_path(
+    config: &mut Value,
+    path: &str,
+    action: ConfigAction,
+    value: Value,
+) -> Result<()> {
+    let segments = resolve_segments(config, &parse_path(path)?)?;
+    let Some((last, parents)) = segments.split_last() else {
+        return Err(StoreError::invalid("empty config path"));
+    };
+    let mut node = config;
+    for segment in parents {
+        node = match (node, segment) {
+            (Value::Object(map), Segment::Key(key)) => map
+                .entry(key.clone())
+                .or_insert_with(|| Value::Object(Map::new())),
+            (Value::Array(items), Segment::Index(i)) => {
+                let len = items.len();
+                items.get_mut(*i).ok_or_else(|| {
+                    StoreError::invalid(format!(
+                        "index {i} is out of range (array has {len} elements) in '{path}'"
+                    ))
+                })?
+            }
+            _ => {
+                return Err(StoreError::invalid(format!(
+                    "'{path}' goes through a value that is not an object or array"
+                )));
+            }
+        };
+    }
+    let target: &mut Value = match (node, last) {
+        (Value::Object(map), Segment::Key(key)) => {
+            if action == ConfigAction::Set {
+                map.insert(key.clone(), value);
+                return Ok(());
+            }
+            map.get_mut(key)
+                .ok_or_else(|| StoreError::not_found("config path", path))?
+        }
+        (Value::Array(items), Segment::Index(i)) => {
+            let len = items.len();
+            let slot = items.get_mut(*i).ok_or_else(|| {
+                StoreError::invalid(format!(
+                    "index {i} is out of range (array has {len} elements) in '{path}'"
+                ))
+            })?;
+            if action == ConfigAction::Set {
+                *slot = value;
+                return Ok(());
+            }
+            slot
+        }
+        _ => {
+            return Err(StoreError::invalid(format!(
+                "'{path}' goes through a value that is not an object or array"
+            )));
+        }
+    };
+    let Value::Array(items) = target else {
+        return Err(StoreError::invalid(format!(
+            "'{path}' is not an array; append and remove need one"
+        )));
+    };
+    match action {
+        ConfigAction::Append => items.push(value),
+        ConfigAction::Remove { index } => {
+            if index >= items.len() {
+                return Err(StoreError::invalid(format!(
+                    "index {index} is out of range (array has {} elements) in '{path}'",
+                    items.len()
+                )));
+            }
+            items.remove(index);
+        }
+        ConfigAction::Set => {}
+    }
+    Ok(())
+}
+
+/// Every top-level key the config schema knows (§5.1 field map plus tolerated legacy keys).
+pub const KNOWN_TOP_LEVEL: [&str; 38] = [
+    "adf_version",
+    "id",
+    "name",
+    "description",
+    "icon",
+    "handle",
+    "card",
+    "state",
+    "start_in_state",
+    "autonomous",
+    "autostart",
+    "model",
+    "instructions",
+    "include_base_prompt",
+    "bare_prompt",
+    "context",
+    "tools",
+    "triggers",
+    "loops",
+    "security",
+    "limits",
+    "recovery",
+    "pre_llm_hook",
+    "messaging",
+    "audit",
+    "code_execution",
+    "logging",
+    "mcp",
+    "compute",
+    "adapters",
+    "serving",
+    "ws_connections",
+    "stream_bind",
+    "stream_bindings",
+    "umbilical",
+    "umbilical_taps",
+    "providers",
+    "locked_fields",
+];
+
+struct Checker {
+    found: Vec<Violation>,
+}
+
+impl Checker {
+    fn push(&mut self, path: &str, message: impl Into<String>) {
+        self.found.push(Violation {
+            path: path.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    fn kind(&mut self, config: &Value, path: &str, expected: &str) -> bool {
+        let Some(value) = config.pointer(&pointer(path)) else {
+            return false;
+        };
+        let ok = match expected {
+            "string" => value.is_string(),
+            "boolean" => value.is_boolean(),
+            "number" => value.is_number(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "integer|null" => value.is_null() || value.is_i64() || value.is_u64(),
+            _ => true,
+        };
+        if !ok {
+            self.push(path, format!("must be {expected}"));
+        }
+        ok
+    }
+
+    fn one_of(&mut self, config: &Value, path: &str, allowed: &[&str]) {
+        if let Some(value) = config.pointer(&pointer(path)) {
+            match value.as_str() {
+                Some(text) if allowed.contains(&text) => {}
+                _ => self.push(path, format!("must be one of {}", allowed.join(", "))),
+            }
+        }
+    }
+
+    fn range(&mut self, config: &Value, path: &str, min: f64, max: f64) {
+        if let Some(value) = config.pointer(&pointer(path)) {
+            match value.as_f64() {
+                Some(n) if (min..=max).contains(&n) => {}
+                Some(_) if value.is_null() => {}
+                _ if value.is_null() => {}
+                _ => self.push(path, format!("must be a number from {min} to {max}")),
+            }
+        }
+    }
+}
+
+fn pointer(path: &str) -> String {
+    format!("/{}", path.replace('.', "/"))
+}
+
+/// Validates a config against the schema of §5; returns every violation, sorted.
+pub fn validate(config: &Value) -> Vec<Violation> {
+    let mut c = Checker { found: Vec::new() };
+    let Some(object) = config.as_object() else {
+        return vec![Violation {
+            path: "".into(),
+            message: "the config must be a JSON object".into(),
+        }];
+    };
+    for field in [
+        "id",
+        "name",
+        "description",
+        "icon",
+        "handle",
+        "instructions",
+        "adf_version",
+    ] {
+        c.kind(config, field, "string");
+    }
+    if let Some(name) = object.get("name").and_then(Value::as_str) {
+        let length = name.chars().count();
+        if !(1..=100).contains(&length) {
+            c.push("name", "must be 1-100 characters");
+        }
+    }
+    if let Some(description) = object.get("description").and_then(Value::as_str) {
+        if description.chars().count() > 2000 {
+            c.push("description", "must be at most 2000 characters");
+        }
+    }
+    if let Some(handle) = object.get("handle").and_then(Value::as_str) {
+        let valid = !handle.is_empty()
+            && handle.len() <= 64
+            && handle
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && handle
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !valid {
+            c.push(
+                "handle",
+                "must match ^[a-z0-9][a-z0-9-]*$ and be at most 64 characters",
+            );
+        }
+    }
+    c.one_of(
+        config,
+        "state",
+        &["active", "idle", "hibernate", "suspended", "off"],
+    );
+    c.one_of(config, "start_in_state", &["active", "idle", "hibernate"]);
+    for field in [
+        "autonomous",
+        "autostart",
+        "include_base_prompt",
+        "bare_prompt",
+    ] {
+        c.kind(config, field, "boolean");
+    }
+    if c.kind(config, "model", "object") {
+        c.kind(config, "model.provider", "string");
+        c.kind(config, "model.model_id", "string");
+        c.range(config, "model.temperature", 0.0, 2.0);
+        c.range(config, "model.top_p", 0.0, 1.0);
+        if c.kind(config, "model.max_tokens", "integer") {
+            c.range(config, "model.max_tokens", 1.0, f64::from(u32::MAX));
+        }
+        c.one_of(
+            config,
+            "model.reasoning.effort",
+            &["minimal", "low", "medium", "high", "xhigh"],
+        );
+        c.one_of(
+            config,
+            "model.reasoning.summary",
+            &["auto", "concise", "detailed"],
+        );
+    }
+    if let Some(tools) = object.get("tools") {
+        match tools.as_array() {
+            None => c.push("tools", "must be array"),
+            Some(items) => {
+                for tool in items {
+                    match tool.get("name").and_then(Value::as_str) {
+                        Some(name) if !name.is_empty() => {}
+                        _ => c.push("tools[].name", "every tool declaration needs a name"),
+                    }
+                    for flag in ["enabled", "visible", "restricted", "locked"] {
+                        if tool.get(flag).is_some_and(|v| !v.is_boolean()) {
+                            c.push(&format!("tools[].{flag}"), "must be boolean");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(triggers) = object.get("triggers") {
+        match triggers.as_object() {
+            None => c.push("triggers", "must be object"),
+            Some(map) => {
+                for (kind, trigger) in map {
+                    if !crate::defaults::TRIGGER_TYPES.contains(&kind.as_str()) {
+                        c.push(&format!("triggers.{kind}"), "is not a trigger type");
+                        continue;
+                    }
+                    if trigger.get("enabled").is_some_and(|v| !v.is_boolean()) {
+                        c.push(&format!("triggers.{kind}.enabled"), "must be boolean");
+                    }
+                    let targets = trigger.get("targets").and_then(Value::as_array);
+                    for target in targets.into_iter().flatten() {
+                        match target.get("scope").and_then(Value::as_str) {
+                            Some("system" | "agent") => {}
+                            _ => c.push(
+                                &format!("triggers.{kind}.targets[].scope"),
+                                "must be system or agent",
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    c.kind(config, "loops", "array");
+    if let Some(fields) = object.get("locked_fields") {
+        if !fields
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string))
+        {
+            c.push("locked_fields", "must be an array of strings");
+        }
+    }
+    if c.kind(config, "security", "object") {
+        for flag in [
+            "allow_unsigned",
+            "require_signature",
+            "require_payload_signature",
+            "allow_local_fetch",
+        ] {
+            c.kind(config, &format!("security.{flag}"), "boolean");
+        }
+        if c.kind(config, "security.level", "integer") {
+            c.range(config, "security.level", 0.0, 3.0);
+        }
+    }
+    if c.kind(config, "limits", "object") {
+        if let Some(limits) = object.get("limits").and_then(Value::as_object) {
+            for (key, value) in limits {
+                let numeric = key.ends_with("_ms")
+                    || key.ends_with("_bytes")
+                    || key.ends_with("_tokens")
+                    || key.ends_with("_chars")
+                    || key.ends_with("_turns");
+                if numeric && !(value.is_null() || value.as_u64().is_some()) {
+                    c.push(
+                        &format!("limits.{key}"),
+                        "must be a non-negative integer or null",
+                    );
+                }
+            }
+        }
+    }
+    if c.kind(config, "messaging", "object") {
+        c.kind(config, "messaging.receive", "boolean");
+        c.kind(config, "messaging.inbox_mode", "boolean");
+        c.one_of(
+            config,
+            "messaging.mode",
+            &["proactive", "respond_only", "listen_only"],
+        );
+        c.one_of(
+            config,
+            "messaging.visibility",
+            &["directory", "localhost", "lan", "public", "off"],
+        );
+    }
+    if c.kind(config, "logging", "object") {
+        c.one_of(
+            config,
+            "logging.default_level",
+            &["debug", "info", "warn", "error"],
+        );
+        c.kind(config, "logging.max_rows", "integer|null");
+    }
+    if c.kind(config, "recovery", "object") {
+        c.kind(config, "recovery.auto_retry", "boolean");
+        c.range(config, "recovery.max_attempts", 0.0, 100.0);
+        c.range(config, "recovery.base_delay_ms", 0.0, 3_600_000.0);
+        c.range(config, "recovery.max_delay_ms", 0.0, 86_400_000.0);
+    }
+    if c.kind(config, "code_execution", "object") {
+        if let Some(methods) = config.pointer("/code_execution/restricted_methods") {
+            if !methods
+                .as_array()
+                .is_some_and(|items| items.iter().all(Value::is_string))
+            {
+                c.push(
+                    "code_execution.restricted_methods",
+                    "must be an array of strings",
+                );
+            }
+        }
+    }
+    if let Some(providers) = object.get("providers") {
+        match providers.as_array() {
+            None => c.push("providers", "must be array"),
+            Some(items) => {
+                for provider in items {
+                    if provider
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        c.push("providers[].id", "every provider needs an id");
+                    }
+                    if let Some(kind) = provider.get("type") {
+                        if !matches!(
+                            kind.as_str(),
+                            Some("anthropic" | "openai" | "openai-compatible" | "openrouter")
+                        ) {
+                            c.push(
+                                "providers[].type",
+                                "must be anthropic, openai, openai-compatible or openrouter",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for array in ["ws_connections", "stream_bindings", "umbilical_taps"] {
+        c.kind(config, array, "array");
+    }
+    for object_field in [
+        "card",
+        "context",
+        "mcp",
+        "compute",
+        "adapters",
+        "serving",
+        "stream_bind",
+        "metadata",
+    ] {
+        c.kind(config, object_field, "object");
+    }
+    c.found.sort();
+    c.found.dedup();
+    c.found
+}
+
+/// Normalizes a config as the reference does on read (§5.4, DEF-23): default tools missing
+/// from `tools` are appended with their defaults, and a missing `handle` is filled from the
+/// durable `adf_handle`. Returns what changed.
+pub fn normalize_on_load(config: &mut Value, meta_handle: Option<&str>) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(object) = config.as_object_mut() else {
+        return notes;
+    };
+    if let Some(Value::Array(tools)) = object.get_mut("tools") {
+        let missing: Vec<&crate::defaults::ToolDefault> = crate::defaults::DEFAULT_TOOLS
+            .iter()
+            .filter(|default| {
+                !tools
+                    .iter()
+                    .any(|t| t.get("name").and_then(Value::as_str) == Some(default.0))
+            })
+            .collect();
+        for default in missing {
+            tools.push(crate::defaults::tool_declaration(default));
+            notes.push(format!("tool {} declared with its defaults", default.0));
+        }
+    }
+    if !object.contains_key("handle") {
+        if let Some(handle) = meta_handle.filter(|h| !h.is_empty()) {
+            object.insert("handle".into(), Value::String(handle.to_owned()));
+            notes.push(format!("config.handle filled from adf_handle ({handle})"));
+        }
+    }
+    notes
+}
+
+/// The violations `after` has that `before` did not (§5.17 step 12).
+pub fn new_violations(before: &Value, after: &Value) -> Vec<Violation> {
+    let old: BTreeSet<Violation> = validate(before).into_iter().collect();
+    validate(after)
+        .into_iter()
+        .filter(|v| !old.contains(v))
+        .collect()
+}
+
+impl AdfFile {
+    /// The config as stored, every unknown field included.
+    pub fn config(&self) -> Result<Value> {
+        let text: String = self.conn.query_row(
+            "SELECT config_json FROM adf_config WHERE id = 1",
+            [],
+            |row| row.get(0),
+        )?;
+        serde_json::from_str(&text)
+            .map_err(|e| StoreError::Malformed(format!("config_json is not valid JSON: {e}")))
+    }
+
+    /// Replaces the whole config as `caller`. Rejected when it adds a schema violation; keeps
+    /// `adf_name`, `adf_handle`, `adf_updated_at` and `metadata.updated_at` in step.
+    pub fn config_replace(&mut self, caller: Caller, mut config: Value) -> Result<()> {
+        self.ensure_writable()?;
+        if caller != Caller::Owner {
+            return Err(StoreError::RequiresAuthorizedCode {
+                action: "replace the whole config".into(),
+            });
+        }
+        let before = self.config()?;
+        let added = new_violations(&before, &config);
+        if !added.is_empty() {
+            return Err(StoreError::ConfigRejected {
+                violations: added.iter().map(ToString::to_string).collect(),
+            });
+        }
+        for fixed in ["id", "adf_version"] {
+            if before.get(fixed) != config.get(fixed) {
+                return Err(StoreError::invalid(format!("config.{fixed} never changes")));
+            }
+        }
+        self.persist_config(&mut config)
+    }
+
+    /// Applies one owner edit at a dot path: the owner is not bound by locks, but the edit is
+    /// still rejected if it adds a schema violation, and `id`/`adf_version` never change.
+    pub fn config_set_path(
+        &mut self,
+        caller: Caller,
+        path: &str,
+        action: ConfigAction,
+        value: Value,
+    ) -> Result<()> {
+        self.ensure_writable()?;
+        if caller != Caller::Owner {
+            return Err(StoreError::RequiresAuthorizedCode {
+                action: "edit the config directly (agents use sys_update_config)".into(),
+            });
+        }
+        let first = path.split('.').next().unwrap_or_default();
+        if matches!(first, "id" | "adf_version") {
+            return Err(StoreError::invalid(format!("config.{first} never changes")));
+        }
+        let before = self.config()?;
+        let mut after = before.clone();
+        apply_path(&mut after, path, action, value)?;
+        let added = new_violations(&before, &after);
+        if !added.is_empty() {
+            return Err(StoreError::ConfigRejected {
+                violations: added.iter().map(ToString::to_string).collect(),
+            });
+        }
+        self.persist_config(&mut after)
+    }
+
+    /// Applies [`normalize_on_load`] and stores the result when it changed anything.
+    pub(crate) fn normalize_config_on_open(&mut self) -> Result<Vec<String>> {
+        let mut config = match self.config() {
+            Ok(config) => config,
+            // A config that is not JSON is reported by `check`; opening still works (§5).
+            Err(StoreError::Malformed(_)) => return Ok(Vec::new()),
+            Err(other) => return Err(other),
+        };
+        let handle = self.meta_get("adf_handle")?.map(|e| e.value);
+        let notes = normalize_on_load(&mut config, handle.as_deref());
+        if !notes.is_empty() {
+            self.conn.execute(
+                "UPDATE adf_config SET config_json = ?1 WHERE id = 1",
+                [config.to_string()],
+            )?;
+        }
+        Ok(notes)
+    }
+
+    fn persist_config(&mut self, config: &mut Value) -> Result<()> {
+        let now = time::now_iso();
+        if let Some(object) = config.as_object_mut() {
+            let metadata = object
+                .entry("metadata")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(metadata) = metadata.as_object_mut() {
+                metadata.insert("updated_at".into(), Value::String(now.clone()));
+            }
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE adf_config SET config_json = ?1, updated_at = ?2 WHERE id = 1",
+            rusqlite::params![config.to_string(), now],
+        )?;
+        if let Some(name) = config.get("name").and_then(Value::as_str) {
+            meta::set_runtime_key(&tx, "adf_name", name)?;
+        }
+        if let Some(handle) = config.get("handle").and_then(Value::as_str) {
+            meta::set_runtime_key(&tx, "adf_handle", handle)?;
+        }
+        meta::set_runtime_key(&tx, "adf_updated_at", &now)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn name_segments_select_array_elements() {
+        let config = json!({ "tools": [{ "name": "a", "enabled": false }, { "name": "b", "enabled": true }] });
+        assert_eq!(
+            get_path(&config, "tools.b.enabled").ok().flatten(),
+            Some(&json!(true))
+        );
+        assert_eq!(
+            get_path(&config, "tools.0.name").ok().flatten(),
+            Some(&json!("a"))
+        );
+        assert!(get_path(&config, "tools.zzz").is_err());
+    }
+
+    #[test]
+    fn apply_set_append_remove() {
+        let mut config = json!({ "locked_fields": ["a"] });
+        assert!(
+            apply_path(
+                &mut config,
+                "locked_fields",
+                ConfigAction::Append,
+                json!("b")
+            )
+            .is_ok()
+        );
+        assert!(
+            apply_path(
+                &mut config,
+                "locked_fields",
+                ConfigAction::Remove { index: 0 },
+                Value::Null
+            )
+            .is_ok()
+        );
+        assert!(
+            apply_path(
+                &mut config,
+                "model.temperature",
+                ConfigAction::Set,
+                json!(1.0)
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            config,
+            json!({ "locked_fields": ["b"], "model": { "temperature": 1.0 } })
+        );
+        assert!(
+            apply_path(
+                &mut config,
+                "locked_fields",
+                ConfigAction::Remove { index: 5 },
+                Value::Null
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn only_new_violations_count() {
+        let before = json!({ "state": "bogus", "model": { "temperature": 0.5 } });
+        let same_problem = json!({ "state": "bogus", "model": { "temperature": 0.9 } });
+        let new_problem = json!({ "state": "bogus", "model": { "temperature": 9 } });
+        assert!(new_violations(&before, &same_problem).is_empty());
+        assert_eq!(new_violations(&before, &new_problem).len(), 1);
+    }
+}

@@ -1,0 +1,545 @@
+//! [`AdfFile`]: creating, opening, inspecting and cleanly closing an `.adf` file.
+//!
+//! Opening never modifies a file it then refuses: the header is checked in Rust, the schema
+//! version is read before any pragma that writes, and a migration runs only after a backup.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::defaults::{self, NewAgent};
+use crate::error::{Result, StoreError};
+use crate::schema::{FORMAT_VERSION, OLDEST_MIGRATABLE_SCHEMA, SCHEMA_DDL, SCHEMA_VERSION};
+use crate::{meta, migrate, skills, time, vec_ext};
+
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+const SQLITE_HEADER_LEN: usize = 100;
+
+/// How a file was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenMode {
+    /// The runtime's writer connection: migrated to schema 32, marker consumed on open.
+    ReadWrite,
+    /// Read-only look at the file as it is: no migration, no marker change, no writes.
+    Inspect,
+}
+
+/// What opening a file found and did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OpenReport {
+    /// Schema version before any migration.
+    pub schema_found: u32,
+    /// Numbered migration steps applied, in order.
+    pub migrated_steps: Vec<u32>,
+    /// Changes the normalize pass made (back-filled files, removed legacy fields, ...).
+    pub notes: Vec<String>,
+    /// Whether the previous session left the clean-close marker.
+    pub clean_close: bool,
+    /// Which integrity check ran because the marker was missing or sidecars were present.
+    pub integrity_check: Option<&'static str>,
+}
+
+/// Options for [`AdfFile::create`].
+#[derive(Debug, Clone, Default)]
+pub struct CreateOptions {
+    /// Display name; defaults to the file stem.
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// Handle; defaults to the slug of the name.
+    pub handle: Option<String>,
+    /// Fixed agent id (tests and templates); defaults to a fresh nanoid.
+    pub id: Option<String>,
+}
+
+/// One open `.adf` file and its single connection.
+#[derive(Debug)]
+pub struct AdfFile {
+    pub(crate) conn: Connection,
+    path: PathBuf,
+    mode: OpenMode,
+    report: OpenReport,
+    closed: bool,
+}
+
+impl AdfFile {
+    /// Creates a new file at `path` with the schema, registry keys, reserved files and default
+    /// config of a new agent (spec §3, §4.1, §14). Refuses to overwrite anything.
+    pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        if path.exists() {
+            return Err(StoreError::FileExists { path });
+        }
+        vec_ext::ensure_registered();
+        let result = Self::create_at(&path, options);
+        if result.is_err() {
+            // A half-made file must not be mistaken for an agent later.
+            for leftover in [path.clone(), sidecar(&path, "-wal"), sidecar(&path, "-shm")] {
+                let _ignored = fs::remove_file(leftover);
+            }
+        }
+        result
+    }
+
+    fn create_at(path: &Path, options: &CreateOptions) -> Result<Self> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags)?;
+        apply_pragmas(&conn)?;
+
+        let name = options
+            .name
+            .clone()
+            .unwrap_or_else(|| defaults::name_from_path(path));
+        let handle = options
+            .handle
+            .clone()
+            .unwrap_or_else(|| defaults::handle_from_name(&name));
+        let id = options.id.clone().unwrap_or_else(defaults::new_agent_id);
+        let description = options.description.clone().unwrap_or_default();
+        let now = time::now_iso();
+        let config = defaults::default_config(&NewAgent {
+            id: &id,
+            name: &name,
+            handle: &handle,
+            description: &description,
+            now_iso: &now,
+        });
+
+        let tx = conn.transaction()?;
+        tx.execute_batch(SCHEMA_DDL)?;
+        let readonly_meta: [(&str, &str); 7] = [
+            ("adf_version", FORMAT_VERSION),
+            ("adf_schema_version", &SCHEMA_VERSION.to_string()),
+            ("adf_name", &name),
+            ("adf_handle", &handle),
+            ("adf_parent_did", ""),
+            ("adf_created_at", &now),
+            ("adf_updated_at", &now),
+        ];
+        for (key, value) in readonly_meta {
+            tx.execute(
+                "INSERT INTO adf_meta (key, value, protection) VALUES (?1, ?2, 'readonly')",
+                params![key, value],
+            )?;
+        }
+        tx.execute(
+            "INSERT INTO adf_meta (key, value, protection) VALUES ('status', '', 'none')",
+            [],
+        )?;
+        tx.execute(
+            "INSERT INTO adf_config (id, config_json, updated_at) VALUES (1, ?1, ?2)",
+            params![config.to_string(), now],
+        )?;
+        let date = &now[..10];
+        for core in defaults::CORE_FILES {
+            let content = defaults::core_file_content(core, &name, date).unwrap_or_default();
+            tx.execute(
+                "INSERT INTO adf_files (path, content, mime_type, size, protection, authorized, created_at, updated_at)
+                 VALUES (?1, ?2, 'text/markdown', ?3, 'no_delete', 0, ?4, ?4)",
+                params![core, content.as_bytes(), content.len() as i64, now],
+            )?;
+        }
+        skills::reindex(&tx)?;
+        tx.commit()?;
+
+        Ok(Self {
+            conn,
+            path: path.to_path_buf(),
+            mode: OpenMode::ReadWrite,
+            report: OpenReport {
+                schema_found: SCHEMA_VERSION,
+                clean_close: true,
+                ..OpenReport::default()
+            },
+            closed: false,
+        })
+    }
+
+    /// Opens a file for the runtime: validates it, migrates it to schema 32 (with a backup that
+    /// is removed only after success), consumes the clean-close marker and normalizes it.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        check_header(&path)?;
+        vec_ext::ensure_registered();
+        let had_sidecar = sidecar(&path, "-wal").exists();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| classify(&path, e))?;
+        conn.busy_timeout(std::time::Duration::from_millis(5000))?;
+
+        // Nothing below writes until the version is known to be one we can handle.
+        let found = probe_version(&conn, &path)?;
+        let mut report = OpenReport {
+            schema_found: found,
+            ..OpenReport::default()
+        };
+        report.clean_close = has_clean_close_marker(&conn, &path)?;
+        report.integrity_check = integrity_check(&conn, &path, report.clean_close, had_sidecar)?;
+        apply_pragmas(&conn)?;
+
+        if found < SCHEMA_VERSION {
+            report.migrated_steps = migrate_with_backup(&mut conn, &path, found)?;
+        }
+
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])?;
+        report.notes = migrate::legacy_cleanup(&tx)?;
+        report
+            .notes
+            .extend(meta::enforce_registry_protections(&tx)?);
+        if skills::reindex(&tx)? {
+            report
+                .notes
+                .push("skills-registry.json regenerated".to_owned());
+        }
+        tx.commit()?;
+        let mut file = Self {
+            conn,
+            path,
+            mode: OpenMode::ReadWrite,
+            report,
+            closed: false,
+        };
+        let config_notes = file.normalize_config_on_open()?;
+        file.report.notes.extend(config_notes);
+        // A passive checkpoint folds the open's writes back without waiting on readers.
+        file.conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        Ok(file)
+    }
+
+    /// Opens a file read-only exactly as it is, for `info` and `check`: no migration, no marker
+    /// change, no sidecar left behind. Newer schemas are refused like [`AdfFile::open`] does.
+    pub fn inspect(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        check_header(&path)?;
+        vec_ext::ensure_registered();
+        let has_wal = sidecar(&path, "-wal").exists();
+        // `immutable` reads without creating -wal/-shm; with a WAL sidecar present its frames
+        // hold committed data, so a normal read-only connection is needed to see them.
+        let uri = format!(
+            "file:{}{}",
+            uri_escape(&path),
+            if has_wal { "?mode=ro" } else { "?immutable=1" }
+        );
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&uri, flags).map_err(|e| classify(&path, e))?;
+        let found = probe_version(&conn, &path)?;
+        let clean_close = has_clean_close_marker(&conn, &path)?;
+        let report = OpenReport {
+            schema_found: found,
+            clean_close,
+            ..OpenReport::default()
+        };
+        Ok(Self {
+            conn,
+            path,
+            mode: OpenMode::Inspect,
+            report,
+            closed: false,
+        })
+    }
+
+    /// Closes the file cleanly: writes the clean-close marker, checkpoints the WAL and closes
+    /// the connection so no `-wal`/`-shm` sidecar remains (spec §3.3 `adf_clean_close`).
+    pub fn close(mut self) -> Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        if self.mode == OpenMode::ReadWrite {
+            self.conn.execute(
+                "INSERT INTO adf_meta (key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value, protection = 'readonly'",
+                [time::now_iso()],
+            )?;
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        }
+        // Swap in a throwaway connection so the real one can be closed by value.
+        let conn = std::mem::replace(&mut self.conn, Connection::open_in_memory()?);
+        conn.close().map_err(|(_, e)| StoreError::Sqlite(e))
+    }
+
+    /// The path this file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How the file was opened.
+    pub fn mode(&self) -> OpenMode {
+        self.mode
+    }
+
+    /// What opening found and did.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// The schema version stored in the file now.
+    pub fn schema_version(&self) -> Result<u32> {
+        Ok(migrate::read_schema_version(&self.conn)?.unwrap_or(0))
+    }
+
+    /// The raw connection, for read-only queries by code in this crate's tests and tools.
+    /// Writes must go through the typed API so protection rules apply.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub(crate) fn ensure_writable(&self) -> Result<()> {
+        match self.mode {
+            OpenMode::ReadWrite => Ok(()),
+            OpenMode::Inspect => Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            }),
+        }
+    }
+}
+
+impl Drop for AdfFile {
+    fn drop(&mut self) {
+        // Dropping without `close` is still an orderly shutdown, not a crash: leave the marker.
+        if let Err(error) = self.close_inner() {
+            tracing::warn!(path = %self.path.display(), %error, "closing the file on drop failed");
+        }
+    }
+}
+
+/// The four pragmas of spec §3.1, applied on every writer connection before anything else.
+fn apply_pragmas(conn: &Connection) -> Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "busy_timeout", 5000)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn uri_escape(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' | '?' | '#' => out.push_str(&format!("%{:02X}", c as u32)),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Rejects what is plainly not an intact SQLite file before SQLite sees it, so the error says
+/// what is wrong instead of "file is not a database", and so a zero-byte file is never turned
+/// into an empty database.
+fn check_header(path: &Path) -> Result<()> {
+    use std::io::Read as _;
+    let meta = match fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::FileNotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if meta.is_dir() {
+        return Err(StoreError::NotSqlite {
+            path: path.to_path_buf(),
+            detail: "it is a directory".into(),
+        });
+    }
+    let len = meta.len();
+    if len == 0 {
+        return Err(StoreError::EmptyFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut header = [0u8; SQLITE_HEADER_LEN];
+    let mut file = fs::File::open(path)?;
+    let read = file.read(&mut header)?;
+    let prefix = read.min(SQLITE_MAGIC.len());
+    if header[..prefix] != SQLITE_MAGIC[..prefix] {
+        return Err(StoreError::NotSqlite {
+            path: path.to_path_buf(),
+            detail: "the SQLite header is missing".into(),
+        });
+    }
+    if (len as usize) < SQLITE_HEADER_LEN {
+        return Err(StoreError::Truncated {
+            path: path.to_path_buf(),
+            expected: SQLITE_HEADER_LEN as u64,
+            actual: len,
+        });
+    }
+    let raw_page_size = u32::from(u16::from_be_bytes([header[16], header[17]]));
+    let page_size = if raw_page_size == 1 {
+        65536
+    } else {
+        raw_page_size
+    };
+    if !(512..=65536).contains(&page_size) || !page_size.is_power_of_two() {
+        return Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("invalid page size {raw_page_size} in the header"),
+        });
+    }
+    let page_size = u64::from(page_size);
+    let change_counter = &header[24..28];
+    let valid_for = &header[92..96];
+    let pages = u64::from(u32::from_be_bytes([
+        header[28], header[29], header[30], header[31],
+    ]));
+    let expected = if change_counter == valid_for && pages > 0 {
+        pages * page_size
+    } else {
+        0
+    };
+    if len < expected || len % page_size != 0 {
+        return Err(StoreError::Truncated {
+            path: path.to_path_buf(),
+            expected: expected.max(len.div_ceil(page_size) * page_size),
+            actual: len,
+        });
+    }
+    Ok(())
+}
+
+fn classify(path: &Path, error: rusqlite::Error) -> StoreError {
+    use rusqlite::ffi::ErrorCode;
+    match error.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => StoreError::NotSqlite {
+            path: path.to_path_buf(),
+            detail: error.to_string(),
+        },
+        Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: error.to_string(),
+        },
+        Some(ErrorCode::CannotOpen) if !path.exists() => StoreError::FileNotFound {
+            path: path.to_path_buf(),
+        },
+        _ => StoreError::Sqlite(error),
+    }
+}
+
+/// Reads the schema version without writing, and refuses versions this runtime cannot open.
+fn probe_version(conn: &Connection, path: &Path) -> Result<u32> {
+    let found = migrate::read_schema_version(conn)
+        .map_err(|e| match e {
+            StoreError::Sqlite(inner) => classify(path, inner),
+            other => other,
+        })?
+        .ok_or_else(|| StoreError::NotAdf {
+            path: path.to_path_buf(),
+        })?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found < OLDEST_MIGRATABLE_SCHEMA {
+        return Err(StoreError::SchemaTooOld {
+            path: path.to_path_buf(),
+            found,
+            oldest: OLDEST_MIGRATABLE_SCHEMA,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(found)
+}
+
+fn has_clean_close_marker(conn: &Connection, path: &Path) -> Result<bool> {
+    conn.query_row(
+        "SELECT 1 FROM adf_meta WHERE key = 'adf_clean_close'",
+        [],
+        |_| Ok(()),
+    )
+    .optional()
+    .map(|row| row.is_some())
+    .map_err(|e| classify(path, e))
+}
+
+/// §3.3 `adf_clean_close`: marker and no sidecar ⇒ trust the file; marker with a sidecar ⇒
+/// `quick_check`; no marker ⇒ full `integrity_check`.
+fn integrity_check(
+    conn: &Connection,
+    path: &Path,
+    clean: bool,
+    sidecar: bool,
+) -> Result<Option<&'static str>> {
+    let pragma = match (clean, sidecar) {
+        (true, false) => return Ok(None),
+        (true, true) => "quick_check",
+        (false, _) => "integrity_check",
+    };
+    let mut stmt = conn
+        .prepare(&format!("PRAGMA {pragma}"))
+        .map_err(|e| classify(path, e))?;
+    let problems: Vec<String> = stmt
+        .query_map([], |row| row.get::<_, String>(0))
+        .map_err(|e| classify(path, e))?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(|e| classify(path, e))?;
+    if problems.len() == 1 && problems[0] == "ok" {
+        Ok(Some(pragma))
+    } else {
+        Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: problems.join("; "),
+        })
+    }
+}
+
+/// Runs the ladder from `found` with `<file>.bak` beside the file. On failure the original is
+/// put back byte for byte and the backup is kept; on success the backup is removed.
+fn migrate_with_backup(conn: &mut Connection, path: &Path, found: u32) -> Result<Vec<u32>> {
+    // Fold any WAL frames into the main file so the copy below is the whole database.
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    let backup = sidecar(path, ".bak");
+    fs::copy(path, &backup)?;
+    let mut steps = Vec::new();
+    match migrate::run_ladder(conn, found, &mut |step| steps.push(step)) {
+        Ok(()) => {
+            fs::remove_file(&backup)?;
+            Ok(steps)
+        }
+        Err((step, error)) => {
+            let detail = error.to_string();
+            restore_backup(conn, path, &backup)?;
+            Err(StoreError::Migration {
+                path: path.to_path_buf(),
+                from: found,
+                to: SCHEMA_VERSION,
+                step,
+                detail,
+            })
+        }
+    }
+}
+
+fn restore_backup(conn: &mut Connection, path: &Path, backup: &Path) -> Result<()> {
+    // The connection must let go of the file before it is replaced underneath it.
+    let old = std::mem::replace(conn, Connection::open_in_memory()?);
+    old.close().map_err(|(_, e)| StoreError::Sqlite(e))?;
+    for leftover in [sidecar(path, "-wal"), sidecar(path, "-shm")] {
+        let _ignored = fs::remove_file(leftover);
+    }
+    fs::copy(backup, path)?;
+    Ok(())
+}

@@ -1,0 +1,431 @@
+//! Typed access to the record tables: `adf_loop`, `adf_inbox`, `adf_outbox`, `adf_timers`,
+//! `adf_tasks`, `adf_logs`, `adf_attestations`, `adf_identity`.
+//!
+//! Updates name the columns they change and never rewrite a whole row, so columns this
+//! runtime does not know survive (§0.2, STO-10).
+
+use rusqlite::types::ValueRef;
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{Result, StoreError};
+use crate::file::AdfFile;
+use crate::time;
+
+/// One transcript row (§3.3 `adf_loop`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoopRow {
+    pub seq: i64,
+    pub role: String,
+    /// The content blocks, parsed; a malformed row keeps its text as a JSON string.
+    pub content: Value,
+    pub model: Option<String>,
+    pub tokens: Option<Value>,
+    pub created_at: i64,
+    pub ord: Option<i64>,
+    pub r#loop: String,
+}
+
+/// A transcript row to append.
+#[derive(Debug, Clone)]
+pub struct NewLoopRow<'a> {
+    pub r#loop: &'a str,
+    pub role: &'a str,
+    pub content: &'a Value,
+    pub model: Option<&'a str>,
+    pub tokens: Option<&'a Value>,
+}
+
+/// One task row (§3.3 `adf_tasks`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskRow {
+    pub id: String,
+    pub tool: String,
+    pub args: Value,
+    pub status: String,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub completed_at: Option<i64>,
+    pub origin: Option<String>,
+    pub requires_authorization: bool,
+    pub executor_managed: bool,
+    pub approval_meta: Option<Value>,
+    pub r#loop: Option<String>,
+}
+
+/// One timer row (§3.3 `adf_timers`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimerRow {
+    pub id: i64,
+    pub schedule: Value,
+    pub next_wake_at: i64,
+    pub payload: Option<String>,
+    pub scope: Value,
+    pub lambda: Option<String>,
+    pub warm: bool,
+    pub run_count: i64,
+    pub created_at: i64,
+    pub last_fired_at: Option<i64>,
+    pub locked: bool,
+    pub expired: bool,
+    pub r#loop: Option<String>,
+}
+
+/// A log row to append (§3.3 `adf_logs`).
+#[derive(Debug, Clone, Default)]
+pub struct NewLog<'a> {
+    pub level: &'a str,
+    pub origin: Option<&'a str>,
+    pub event: Option<&'a str>,
+    pub target: Option<&'a str>,
+    pub message: &'a str,
+    pub data: Option<&'a Value>,
+    pub r#loop: Option<&'a str>,
+}
+
+/// One `adf_identity` row. `value` is never exposed through `Debug` or serialization.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IdentityRow {
+    pub purpose: String,
+    pub value: Vec<u8>,
+    pub encryption_algo: String,
+    pub salt: Option<Vec<u8>>,
+    pub kdf_params: Option<String>,
+    pub code_access: bool,
+}
+
+impl std::fmt::Debug for IdentityRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityRow")
+            .field("purpose", &self.purpose)
+            .field("value", &format_args!("<{} bytes>", self.value.len()))
+            .field("encryption_algo", &self.encryption_algo)
+            .field("code_access", &self.code_access)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One `adf_attestations` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttestationRow {
+    pub id: i64,
+    pub issuer: String,
+    pub subject: String,
+    pub role: String,
+    pub issued_at: String,
+    pub expires_at: Option<String>,
+    pub scope: Option<String>,
+    pub signature: String,
+    pub raw_json: String,
+}
+
+fn parse_json_text(text: Option<String>) -> Option<Value> {
+    text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
+}
+
+/// Record tables that can be listed generically as JSON objects, every column included.
+pub const LISTABLE: [&str; 8] = [
+    "adf_inbox",
+    "adf_outbox",
+    "adf_timers",
+    "adf_tasks",
+    "adf_logs",
+    "adf_audit",
+    "adf_attestations",
+    "adf_loop",
+];
+
+impl AdfFile {
+    /// Appends a transcript row and returns its `seq`.
+    pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
+        self.ensure_writable()?;
+        if !matches!(row.role, "user" | "assistant") {
+            return Err(StoreError::invalid(format!(
+                "loop role must be user or assistant, not '{}'",
+                row.role
+            )));
+        }
+        if !row.content.is_array() {
+            return Err(StoreError::invalid(
+                "loop content must be an array of content blocks",
+            ));
+        }
+        self.conn.execute(
+            "INSERT INTO adf_loop (role, content_json, model, tokens, created_at, loop) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                row.role,
+                row.content.to_string(),
+                row.model,
+                row.tokens.map(Value::to_string),
+                time::now_ms(),
+                row.r#loop
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// A loop's transcript in stream order (`COALESCE(ord, seq), seq`).
+    pub fn loop_rows(&self, loop_name: &str) -> Result<Vec<LoopRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
+             WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq",
+        )?;
+        let rows = stmt.query_map([loop_name], |row| {
+            Ok(LoopRow {
+                seq: row.get(0)?,
+                role: row.get(1)?,
+                content: parse_json_text(row.get(2)?).unwrap_or(Value::Null),
+                model: row.get(3)?,
+                tokens: parse_json_text(row.get(4)?),
+                created_at: row.get(5)?,
+                ord: row.get(6)?,
+                r#loop: row.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The names of loops that have transcript rows, `main` first.
+    pub fn loop_names(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT loop FROM adf_loop ORDER BY loop = 'main' DESC, loop")?;
+        let rows = stmt.query_map([], |row| row.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every row of a record table as JSON objects with all columns, unknown ones included,
+    /// newest first, at most `limit` rows. Blobs appear as their byte length.
+    pub fn table_rows(&self, table: &str, limit: usize) -> Result<Vec<Map<String, Value>>> {
+        if !LISTABLE.contains(&table) {
+            return Err(StoreError::invalid(format!(
+                "'{table}' is not a record table"
+            )));
+        }
+        let order = match table {
+            "adf_loop" => "seq",
+            "adf_inbox" => "received_at",
+            "adf_outbox" | "adf_tasks" | "adf_logs" | "adf_audit" => "created_at",
+            _ => "rowid",
+        };
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT * FROM {table} ORDER BY {order} DESC, rowid DESC LIMIT ?1"
+        ))?;
+        let names: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
+        let mut rows = stmt.query([limit as i64])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let mut object = Map::new();
+            for (index, name) in names.iter().enumerate() {
+                let value = match row.get_ref(index)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(i) => Value::from(i),
+                    ValueRef::Real(f) => Value::from(f),
+                    ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => Value::String(format!("<{} bytes>", b.len())),
+                };
+                object.insert(name.clone(), value);
+            }
+            out.push(object);
+        }
+        Ok(out)
+    }
+
+    /// Tasks, newest first; only those with `status` when given.
+    pub fn tasks(&self, status: Option<&str>) -> Result<Vec<TaskRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, tool, args, status, result, error, created_at, completed_at, origin,
+                    requires_authorization, executor_managed, approval_meta, loop
+             FROM adf_tasks WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at DESC, id",
+        )?;
+        let rows = stmt.query_map([status], task_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One task.
+    pub fn task(&self, id: &str) -> Result<Option<TaskRow>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, tool, args, status, result, error, created_at, completed_at, origin,
+                        requires_authorization, executor_managed, approval_meta, loop
+                 FROM adf_tasks WHERE id = ?1",
+                [id],
+                task_from_row,
+            )
+            .optional()?)
+    }
+
+    /// Timers ordered by next wake time.
+    pub fn timers(&self) -> Result<Vec<TimerRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, schedule_json, next_wake_at, payload, scope, lambda, warm, run_count, created_at,
+                    last_fired_at, locked, expired, loop
+             FROM adf_timers ORDER BY expired, next_wake_at, id",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok(TimerRow {
+                id: row.get(0)?,
+                schedule: parse_json_text(row.get(1)?).unwrap_or(Value::Null),
+                next_wake_at: row.get(2)?,
+                payload: row.get(3)?,
+                scope: parse_json_text(row.get(4)?).unwrap_or(Value::Null),
+                lambda: row.get(5)?,
+                warm: row.get::<_, i64>(6)? != 0,
+                run_count: row.get(7)?,
+                created_at: row.get(8)?,
+                last_fired_at: row.get(9)?,
+                locked: row.get::<_, i64>(10)? != 0,
+                expired: row.get::<_, i64>(11)? != 0,
+                r#loop: row.get(12)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Appends a log row.
+    pub fn log(&mut self, entry: &NewLog<'_>) -> Result<i64> {
+        self.ensure_writable()?;
+        if !matches!(entry.level, "debug" | "info" | "warn" | "error") {
+            return Err(StoreError::invalid(format!(
+                "log level must be debug, info, warn or error, not '{}'",
+                entry.level
+            )));
+        }
+        self.conn.execute(
+            "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                entry.level,
+                entry.origin,
+                entry.event,
+                entry.target,
+                entry.message,
+                entry.data.map(Value::to_string),
+                time::now_ms(),
+                entry.r#loop
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Every identity row. Values stay sealed; callers decide what may be shown.
+    pub fn identity_rows(&self) -> Result<Vec<IdentityRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT purpose, value, COALESCE(encryption_algo, 'plain'), salt, kdf_params, code_access
+             FROM adf_identity ORDER BY purpose",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok(IdentityRow {
+                purpose: row.get(0)?,
+                value: row.get(1)?,
+                encryption_algo: row.get(2)?,
+                salt: row.get(3)?,
+                kdf_params: row.get(4)?,
+                code_access: row.get::<_, i64>(5)? != 0,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Writes identity rows as the runtime, in one transaction; an existing row keeps its
+    /// `code_access` flag (§3.3: overwriting never changes it).
+    pub fn identity_put(&mut self, rows: &[IdentityRow]) -> Result<()> {
+        self.ensure_writable()?;
+        let tx = self.conn.transaction()?;
+        for row in rows {
+            tx.execute(
+                "INSERT INTO adf_identity (purpose, value, encryption_algo, salt, kdf_params, code_access)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(purpose) DO UPDATE SET value = excluded.value,
+                   encryption_algo = excluded.encryption_algo, salt = excluded.salt, kdf_params = excluded.kdf_params",
+                params![row.purpose, row.value, row.encryption_algo, row.salt, row.kdf_params, row.code_access],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Removes identity rows by purpose; returns how many existed.
+    pub fn identity_delete(&mut self, purposes: &[&str]) -> Result<usize> {
+        self.ensure_writable()?;
+        let tx = self.conn.transaction()?;
+        let mut removed = 0;
+        for purpose in purposes {
+            removed += tx.execute("DELETE FROM adf_identity WHERE purpose = ?1", [purpose])?;
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Every attestation in insertion order.
+    pub fn attestations(&self) -> Result<Vec<AttestationRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, issuer, subject, role, issued_at, expires_at, scope, signature, raw_json
+             FROM adf_attestations ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok(AttestationRow {
+                id: row.get(0)?,
+                issuer: row.get(1)?,
+                subject: row.get(2)?,
+                role: row.get(3)?,
+                issued_at: row.get(4)?,
+                expires_at: row.get(5)?,
+                scope: row.get(6)?,
+                signature: row.get(7)?,
+                raw_json: row.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Inserts an attestation unless an identical one (issuer, subject, role, signature)
+    /// exists; `owner`/`operator` rows replace earlier rows of that role (§3.3 lifecycle).
+    /// Returns whether a row was inserted.
+    pub fn attestation_insert(&mut self, row: &AttestationRow) -> Result<bool> {
+        self.ensure_writable()?;
+        let tx = self.conn.transaction()?;
+        let duplicate = tx
+            .query_row(
+                "SELECT 1 FROM adf_attestations WHERE issuer = ?1 AND subject = ?2 AND role = ?3 AND signature = ?4",
+                params![row.issuer, row.subject, row.role, row.signature],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if duplicate {
+            return Ok(false);
+        }
+        if matches!(row.role.as_str(), "owner" | "operator") {
+            tx.execute("DELETE FROM adf_attestations WHERE role = ?1", [&row.role])?;
+        }
+        tx.execute(
+            "INSERT INTO adf_attestations (issuer, subject, role, issued_at, expires_at, scope, signature, raw_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![row.issuer, row.subject, row.role, row.issued_at, row.expires_at, row.scope, row.signature, row.raw_json],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+}
+
+fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok(TaskRow {
+        id: row.get(0)?,
+        tool: row.get(1)?,
+        args: parse_json_text(row.get(2)?).unwrap_or(Value::Null),
+        status: row.get(3)?,
+        result: row.get(4)?,
+        error: row.get(5)?,
+        created_at: row.get(6)?,
+        completed_at: row.get(7)?,
+        origin: row.get(8)?,
+        requires_authorization: row.get::<_, i64>(9)? != 0,
+        executor_managed: row.get::<_, i64>(10)? != 0,
+        approval_meta: parse_json_text(row.get(11)?),
+        r#loop: row.get(12)?,
+    })
+}
