@@ -90,9 +90,8 @@ fn parse_version(key: &str, value: &SqlValue) -> Result<u32> {
         SqlValue::Integer(i) => u32::try_from(*i).ok(),
         SqlValue::Text(s) => s.trim().parse::<u32>().ok(),
         // A JSON-minded writer may have stored 28.0; accept whole numbers only.
-        SqlValue::Real(f) if f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX) =>
-        {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        SqlValue::Real(f) if f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX) => {
+            // In range and whole, so the cast is exact.
             Some(*f as u32)
         }
         _ => None,
@@ -1062,11 +1061,8 @@ fn json_integer(value: &Value) -> Option<i64> {
         value
             .as_f64()
             .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
-            .map(|f| {
-                #[allow(clippy::cast_possible_truncation)]
-                let n = f as i64;
-                n
-            })
+            // Whole and well inside i64, so the cast is exact.
+            .map(|f| f as i64)
     })
 }
 
