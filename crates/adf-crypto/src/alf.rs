@@ -74,8 +74,10 @@ fn verify_sig(bytes: &[u8], sig: &Value, from: &str, what: &str) -> Result<()> {
     let sig = sig
         .as_str()
         .ok_or_else(|| Error::alf(400, format!("{what} signature is not a string")))?;
-    let sig = parse_signature(sig).map_err(|e| Error::alf(400, format!("{what} signature: {e}")))?;
-    let key = verifying_key_from_did(from).map_err(|e| Error::alf(400, format!("sender DID: {e}")))?;
+    let sig =
+        parse_signature(sig).map_err(|e| Error::alf(400, format!("{what} signature: {e}")))?;
+    let key =
+        verifying_key_from_did(from).map_err(|e| Error::alf(400, format!("sender DID: {e}")))?;
     ed25519_dalek::Verifier::verify(&key, bytes, &sig)
         .map_err(|_| Error::alf(403, format!("Invalid {what} signature")))
 }
@@ -209,13 +211,20 @@ pub fn egress<R: CryptoRng + ?Sized>(
         (0, _) => None,
         (_, Some(k)) => Some(k),
         (_, None) => {
-            return Err(Error::alf(500, "security level ≥ 1 needs the agent's signing key"));
+            return Err(Error::alf(
+                500,
+                "security level ≥ 1 needs the agent's signing key",
+            ));
         }
     };
     if let Some(k) = key {
         sign_payload(&mut payload, k);
     }
-    let to = msg.get("to").and_then(Value::as_str).unwrap_or_default().to_string();
+    let to = msg
+        .get("to")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     if level >= 2 && encrypt_allowed && to.starts_with("did:") {
         payload = encrypt_payload(&payload, &to, rng)?;
     }
@@ -279,7 +288,11 @@ impl Verified {
 }
 
 /// Parse and verify raw wire bytes. Never panics on any input.
-pub fn ingress_bytes(wire: &[u8], receiver: &Receiver<'_>, policy: &IngressPolicy) -> Result<Verified> {
+pub fn ingress_bytes(
+    wire: &[u8],
+    receiver: &Receiver<'_>,
+    policy: &IngressPolicy,
+) -> Result<Verified> {
     if wire.len() > MAX_MESSAGE_BYTES {
         return Err(Error::alf(413, "message exceeds 25 MB"));
     }
@@ -289,7 +302,11 @@ pub fn ingress_bytes(wire: &[u8], receiver: &Receiver<'_>, policy: &IngressPolic
 }
 
 /// Verify a parsed wire message (see module docs for the order of checks).
-pub fn ingress(message: Value, receiver: &Receiver<'_>, policy: &IngressPolicy) -> Result<Verified> {
+pub fn ingress(
+    message: Value,
+    receiver: &Receiver<'_>,
+    policy: &IngressPolicy,
+) -> Result<Verified> {
     let Value::Object(mut msg) = message else {
         return Err(Error::alf(400, "message is not a JSON object"));
     };

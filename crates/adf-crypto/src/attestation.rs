@@ -100,7 +100,10 @@ impl Attestation {
         m.insert("role".into(), self.role.clone().into());
         m.insert("issued_at".into(), self.issued_at.clone().into());
         if let Some(e) = &self.expires_at {
-            m.insert("expires_at".into(), e.clone().map_or(Value::Null, Value::from));
+            m.insert(
+                "expires_at".into(),
+                e.clone().map_or(Value::Null, Value::from),
+            );
         }
         if let Some(s) = &self.scope {
             m.insert("scope".into(), s.clone().map_or(Value::Null, Value::from));
@@ -179,7 +182,9 @@ impl Attestation {
             return Err(Error::Attestation("an agent cannot attest itself".into()));
         }
         if role.is_empty() || RESERVED_ROLES.contains(&role) {
-            return Err(Error::Attestation(format!("role `{role}` is reserved or empty")));
+            return Err(Error::Attestation(format!(
+                "role `{role}` is reserved or empty"
+            )));
         }
         if let Some(e) = expires_at
             && parse_iso8601(e).is_none()

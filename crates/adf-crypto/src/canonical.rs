@@ -83,7 +83,7 @@ pub fn js_number_to_string(x: f64) -> String {
             s.push_str(&digits[1..]);
         }
         s.push('e');
-        s.push(if n - 1 >= 0 { '+' } else { '-' });
+        s.push(if n > 0 { '+' } else { '-' });
         s.push_str(&(n - 1).abs().to_string());
     }
     s
@@ -135,17 +135,21 @@ fn array_index(key: &[u16]) -> Option<u32> {
         n = n * 10 + u64::from(c - u16::from(b'0'));
     }
     // 2^32 - 1 is not an array index.
-    if n < 4_294_967_295 { Some(n as u32) } else { None }
+    if n < 4_294_967_295 {
+        Some(n as u32)
+    } else {
+        None
+    }
 }
 
 const PROTO: [u16; 9] = [95, 95, 112, 114, 111, 116, 111, 95, 95]; // "__proto__"
 
 /// JS own-property order of an object: array indices ascending, then the rest in `rest` order.
-fn js_key_order<'a>(
-    members: &'a [(Vec<u16>, JsVal)],
+fn js_key_order(
+    members: &[(Vec<u16>, JsVal)],
     sort_rest: bool,
     drop_proto: bool,
-) -> Vec<&'a (Vec<u16>, JsVal)> {
+) -> Vec<&(Vec<u16>, JsVal)> {
     // Duplicate keys (possible only from our own parser) keep the last value, JS-style.
     let mut uniq: Vec<&(Vec<u16>, JsVal)> = Vec::with_capacity(members.len());
     for m in members {
@@ -408,7 +412,10 @@ impl<'a> Parser<'a> {
         self.pos += 1; // opening quote
         let mut out = Vec::new();
         loop {
-            let b = *self.s.get(self.pos).ok_or_else(|| self.err("unterminated string"))?;
+            let b = *self
+                .s
+                .get(self.pos)
+                .ok_or_else(|| self.err("unterminated string"))?;
             match b {
                 b'"' => {
                     self.pos += 1;
@@ -473,9 +480,15 @@ mod tests {
 
     #[test]
     fn idn_39_array_index_keys() {
-        assert_eq!(array_index(&"0".encode_utf16().collect::<Vec<_>>()), Some(0));
+        assert_eq!(
+            array_index(&"0".encode_utf16().collect::<Vec<_>>()),
+            Some(0)
+        );
         assert_eq!(array_index(&"01".encode_utf16().collect::<Vec<_>>()), None);
-        assert_eq!(array_index(&"4294967295".encode_utf16().collect::<Vec<_>>()), None);
+        assert_eq!(
+            array_index(&"4294967295".encode_utf16().collect::<Vec<_>>()),
+            None
+        );
         assert_eq!(
             array_index(&"4294967294".encode_utf16().collect::<Vec<_>>()),
             Some(4_294_967_294)

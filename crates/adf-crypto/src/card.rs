@@ -55,7 +55,11 @@ pub fn card_signed_bytes(card: &Value) -> Result<Vec<u8>> {
 }
 
 /// Stamp `did`, `public_key` and `signed_at` (appended in the reference's order), then sign.
-pub fn sign_card(card: &mut Map<String, Value>, signer: &SigningKey, signed_at: &str) -> Result<()> {
+pub fn sign_card(
+    card: &mut Map<String, Value>,
+    signer: &SigningKey,
+    signed_at: &str,
+) -> Result<()> {
     let did = did_from_public(&signer.verifying_key());
     // shift_remove keeps the other members in place; the reference appends these four last.
     for k in ["did", "public_key", "signed_at", "signature"] {
@@ -81,7 +85,8 @@ pub fn verify_card(card: &Value) -> Result<()> {
         .and_then(Value::as_str)
         .ok_or_else(|| Error::Card("card has no `signature`".into()))?;
     let key = verifying_key_from_did(did).map_err(|e| Error::Card(e.to_string()))?;
-    verify(&key, &card_signed_bytes(card)?, sig, "agent card").map_err(|e| Error::Card(e.to_string()))
+    verify(&key, &card_signed_bytes(card)?, sig, "agent card")
+        .map_err(|e| Error::Card(e.to_string()))
 }
 
 /// Card `policies` as the reference derives them.
@@ -137,7 +142,11 @@ pub struct CardInputs {
 
 /// Build the card in the reference's member order and sign it when a key is available
 /// (without identity the reference serves it unsigned, without `did`).
-pub fn build_card(inputs: &CardInputs, signer: Option<&SigningKey>, signed_at: &str) -> Result<Value> {
+pub fn build_card(
+    inputs: &CardInputs,
+    signer: Option<&SigningKey>,
+    signed_at: &str,
+) -> Result<Value> {
     let mut card = Map::new();
     card.insert("handle".into(), inputs.handle.clone().into());
     card.insert("description".into(), inputs.description.clone().into());

@@ -78,7 +78,14 @@ mod tests {
 
     #[test]
     fn idn_03_rejects_garbage() {
-        for bad in ["", "did:key:", "did:key:z", "did:key:z0", "did:web:x", "did:key:zzzz"] {
+        for bad in [
+            "",
+            "did:key:",
+            "did:key:z",
+            "did:key:z0",
+            "did:web:x",
+            "did:key:zzzz",
+        ] {
             assert!(public_bytes_from_did(bad).is_err(), "{bad}");
         }
     }

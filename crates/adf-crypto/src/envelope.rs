@@ -179,10 +179,15 @@ const MAX_SCRYPT_MEMORY: u128 = 1 << 30;
 impl ScryptParams {
     fn derive(&self, password: &str, salt: &[u8]) -> Result<Zeroizing<[u8; 32]>> {
         if self.n < 2 || !self.n.is_power_of_two() {
-            return Err(Error::Kdf(format!("scrypt N={} is not a power of two", self.n)));
+            return Err(Error::Kdf(format!(
+                "scrypt N={} is not a power of two",
+                self.n
+            )));
         }
         if 128u128 * u128::from(self.r) * u128::from(self.n) > MAX_SCRYPT_MEMORY || self.p > 16 {
-            return Err(Error::Kdf("scrypt parameters exceed the allowed cost".into()));
+            return Err(Error::Kdf(
+                "scrypt parameters exceed the allowed cost".into(),
+            ));
         }
         let log_n = self.n.trailing_zeros() as u8;
         let params = scrypt::Params::new(log_n, self.r, self.p)
@@ -340,7 +345,11 @@ pub fn open_key_slot(envelope: EnvelopeName, slot: &KeySlot, secret: &StaticSecr
         &slot.ephemeral_pub,
         &envelope.info(),
     );
-    let what = format!("{} key slot of the {} envelope", slot.kind.as_str(), envelope.as_str());
+    let what = format!(
+        "{} key slot of the {} envelope",
+        slot.kind.as_str(),
+        envelope.as_str()
+    );
     dek_from_plain(aes_gcm_decrypt(&wrap, &slot.iv, &slot.wrapped_dek, &what)?)
 }
 
@@ -388,7 +397,10 @@ pub fn create_password_slot_with(
 /// Open a password slot. A wrong password is [`Error::WrongPassword`].
 pub fn open_password_slot(slot: &PasswordSlot, password: &str) -> Result<Dek> {
     if slot.kdf != "scrypt" {
-        return Err(Error::Kdf(format!("password slot KDF `{}` is not scrypt", slot.kdf)));
+        return Err(Error::Kdf(format!(
+            "password slot KDF `{}` is not scrypt",
+            slot.kdf
+        )));
     }
     let key = slot.params.derive(password, &slot.salt)?;
     let pt = aes_gcm_decrypt(&key, &slot.iv, &slot.wrapped_dek, "password slot")
@@ -437,10 +449,22 @@ impl EnvelopeDescriptor {
     ) -> Result<Self> {
         let mut slots = Vec::new();
         if let Some(o) = owner {
-            slots.push(Slot::Key(create_key_slot(envelope, dek, SlotKind::Owner, o, rng)?));
+            slots.push(Slot::Key(create_key_slot(
+                envelope,
+                dek,
+                SlotKind::Owner,
+                o,
+                rng,
+            )?));
         }
         if let Some(r) = runtime {
-            slots.push(Slot::Key(create_key_slot(envelope, dek, SlotKind::Runtime, r, rng)?));
+            slots.push(Slot::Key(create_key_slot(
+                envelope,
+                dek,
+                SlotKind::Runtime,
+                r,
+                rng,
+            )?));
         }
         Ok(EnvelopeDescriptor { v: 1, slots })
     }
@@ -488,7 +512,11 @@ impl EnvelopeDescriptor {
 
     /// The unlock cascade: runtime slots with the runtime key, then owner slots with the owner
     /// key. Password slots are only tried on demand ([`Self::unlock_with_password`]).
-    pub fn unlock(&self, envelope: EnvelopeName, keys: &UnlockKeys<'_>) -> Result<(Dek, UnlockedVia)> {
+    pub fn unlock(
+        &self,
+        envelope: EnvelopeName,
+        keys: &UnlockKeys<'_>,
+    ) -> Result<(Dek, UnlockedVia)> {
         if let Some(rt) = keys.runtime {
             for slot in self.key_slots(SlotKind::Runtime) {
                 if let Ok(dek) = open_key_slot(envelope, slot, rt) {
@@ -624,7 +652,9 @@ fn parse_slot(v: &Value) -> Result<Slot> {
             let params = m
                 .get("kdf_params")
                 .and_then(Value::as_object)
-                .ok_or_else(|| Error::InvalidDescriptor("password slot without kdf_params".into()))?;
+                .ok_or_else(|| {
+                    Error::InvalidDescriptor("password slot without kdf_params".into())
+                })?;
             let num = |k: &str| {
                 params
                     .get(k)

@@ -4,8 +4,8 @@
 //! fixed byte strings for these two curves, so we compare and prepend them instead of pulling in a
 //! general ASN.1 parser.
 
-use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::Aes256Gcm;
+use aes_gcm::aead::{Aead, KeyInit};
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
 use hkdf::Hkdf;
@@ -65,7 +65,7 @@ pub(crate) fn b64_array<const N: usize>(s: &str, what: &str) -> Result<[u8; N]> 
 // ---------------------------------------------------------------------------------------------
 // DER encodings
 
-fn strip_prefix<'a>(der: &'a [u8], prefix: &[u8], what: &str) -> Result<[u8; 32]> {
+fn strip_prefix(der: &[u8], prefix: &[u8], what: &str) -> Result<[u8; 32]> {
     let rest = der
         .strip_prefix(prefix)
         .ok_or_else(|| Error::InvalidKey(format!("{what}: unexpected DER prefix")))?;
@@ -122,7 +122,11 @@ pub fn x25519_to_spki(key: &XPublic) -> Vec<u8> {
 
 /// Parse a 44-byte X25519 SPKI DER.
 pub fn x25519_from_spki(der: &[u8]) -> Result<XPublic> {
-    Ok(XPublic::from(strip_prefix(der, &X25519_SPKI_PREFIX, "X25519 SPKI")?))
+    Ok(XPublic::from(strip_prefix(
+        der,
+        &X25519_SPKI_PREFIX,
+        "X25519 SPKI",
+    )?))
 }
 
 // ---------------------------------------------------------------------------------------------

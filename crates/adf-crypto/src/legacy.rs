@@ -77,12 +77,19 @@ pub fn derive_legacy_key(
     }
     // Bound the work an attacker-supplied file can make us do.
     if params.iterations == 0 || params.iterations > 10_000_000 {
-        return Err(Error::Kdf("legacy PBKDF2 iteration count out of range".into()));
+        return Err(Error::Kdf(
+            "legacy PBKDF2 iteration count out of range".into(),
+        ));
     }
     let salt = hex_decode(salt_hex.trim())
         .ok_or_else(|| Error::Kdf("crypto:kdf:salt is not hex".into()))?;
     let mut key = Zeroizing::new([0u8; 32]);
-    pbkdf2::pbkdf2_hmac::<Sha512>(password.as_bytes(), &salt, params.iterations, key.as_mut_slice());
+    pbkdf2::pbkdf2_hmac::<Sha512>(
+        password.as_bytes(),
+        &salt,
+        params.iterations,
+        key.as_mut_slice(),
+    );
     Ok(LegacyKey(key))
 }
 
@@ -100,7 +107,12 @@ pub fn open_legacy_row(key: &LegacyKey, row: &IdentityRow) -> Result<Zeroizing<V
         .as_deref()
         .and_then(|s| <[u8; 12]>::try_from(s).ok())
         .ok_or_else(|| bad("salt column does not hold a 12-byte IV"))?;
-    aes_gcm_decrypt(&key.0, &iv, &row.value, &format!("legacy row `{}`", row.purpose))
+    aes_gcm_decrypt(
+        &key.0,
+        &iv,
+        &row.value,
+        &format!("legacy row `{}`", row.purpose),
+    )
 }
 
 /// Derive the key from the file's salt/params rows and check it by test-decrypting a protected
@@ -135,7 +147,7 @@ pub fn unlock_legacy(rows: &[IdentityRow], password: &str) -> Result<LegacyKey> 
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -148,7 +148,9 @@ impl IdentityKeys {
         if let Ok(did) = field("did")
             && did != keys.did()
         {
-            return Err(Error::Keystore("`did` does not match the signing key".into()));
+            return Err(Error::Keystore(
+                "`did` does not match the signing key".into(),
+            ));
         }
         if let Ok(p) = field("encryption_public_key")
             && b64_array::<32>(p, "encryption_public_key")? != keys.encryption_public().to_bytes()

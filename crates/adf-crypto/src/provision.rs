@@ -16,7 +16,9 @@ use crate::envelope::{
     open_sealed, seal,
 };
 use crate::error::{Error, Result};
-use crate::keys::{ed25519_from_pkcs8, ed25519_from_spki, ed25519_to_pkcs8, ed25519_to_spki, random_bytes};
+use crate::keys::{
+    ed25519_from_pkcs8, ed25519_from_spki, ed25519_to_pkcs8, ed25519_to_spki, random_bytes,
+};
 use crate::legacy::{LEGACY_ALGO, LegacyKey, is_password_protected, open_legacy_row};
 use crate::owner::PublicIdentity;
 use crate::rows::{IdentityRow, append_did_history, meta_keys};
@@ -83,7 +85,10 @@ pub fn descriptor_from_rows(
 /// Envelope states as a pure function of the rows and the DEKs currently held.
 pub fn identity_status(rows: &[IdentityRow], deks: &Deks) -> Result<IdentityStatus> {
     let state = |e| -> Result<EnvelopeState> {
-        Ok(envelope_state(descriptor_from_rows(rows, e)?.as_ref(), deks.get(e).is_some()))
+        Ok(envelope_state(
+            descriptor_from_rows(rows, e)?.as_ref(),
+            deks.get(e).is_some(),
+        ))
     };
     Ok(IdentityStatus {
         identity: state(EnvelopeName::Identity)?,
@@ -119,13 +124,20 @@ pub fn unlock_file<R: CryptoRng + ?Sized>(
     let mut via = [None, None];
     let mut rewritten = Vec::new();
     for (i, e) in EnvelopeName::ALL.into_iter().enumerate() {
-        let Some(desc) = descriptor_from_rows(rows, e)? else { continue };
-        let Ok((dek, how)) = desc.unlock(e, keys) else { continue };
+        let Some(desc) = descriptor_from_rows(rows, e)? else {
+            continue;
+        };
+        let Ok((dek, how)) = desc.unlock(e, keys) else {
+            continue;
+        };
         if how == UnlockedVia::Owner
             && let Some(rt) = runtime
         {
             let new = desc.with_runtime_slot(e, &dek, rt, rng)?;
-            rewritten.push(IdentityRow::plain(e.descriptor_purpose(), new.to_json_bytes()));
+            rewritten.push(IdentityRow::plain(
+                e.descriptor_purpose(),
+                new.to_json_bytes(),
+            ));
         }
         deks.set(e, dek);
         via[i] = Some(how);
@@ -199,7 +211,10 @@ pub fn open_row(
         let key = legacy.ok_or_else(|| err("locked by the legacy file password".into()))?;
         return open_legacy_row(key, row);
     }
-    Err(err(format!("unknown encryption_algo `{}`", row.encryption_algo)))
+    Err(err(format!(
+        "unknown encryption_algo `{}`",
+        row.encryption_algo
+    )))
 }
 
 /// The agent's signing key from its rows, checked against the public-key row when present.
@@ -286,7 +301,8 @@ fn identity_rows<R: CryptoRng + ?Sized>(
 ) -> Result<(Dek, Vec<IdentityRow>)> {
     let e = EnvelopeName::Identity;
     let dek = Dek::generate_with(rng);
-    let desc = EnvelopeDescriptor::for_recipients(e, &dek, Some(req.owner), Some(req.runtime), rng)?;
+    let desc =
+        EnvelopeDescriptor::for_recipients(e, &dek, Some(req.owner), Some(req.runtime), rng)?;
     let sealed = seal(&dek, &ed25519_to_pkcs8(key), rng)?;
     let rows = vec![
         IdentityRow::plain(e.descriptor_purpose(), desc.to_json_bytes()),
@@ -309,17 +325,35 @@ fn credentials_row<R: CryptoRng + ?Sized>(
 ) -> Result<(Dek, IdentityRow)> {
     let e = EnvelopeName::Credentials;
     let dek = Dek::generate_with(rng);
-    let desc = EnvelopeDescriptor::for_recipients(e, &dek, Some(req.owner), Some(req.runtime), rng)?;
-    Ok((dek, IdentityRow::plain(e.descriptor_purpose(), desc.to_json_bytes())))
+    let desc =
+        EnvelopeDescriptor::for_recipients(e, &dek, Some(req.owner), Some(req.runtime), rng)?;
+    Ok((
+        dek,
+        IdentityRow::plain(e.descriptor_purpose(), desc.to_json_bytes()),
+    ))
 }
 
 fn role_attestations(req: &ProvisionRequest<'_>, did: &str) -> Vec<Attestation> {
     let mut out = Vec::new();
     if let Some(o) = req.owner_signer {
-        out.push(Attestation::issue(o, did, "owner", req.issued_at, None, None));
+        out.push(Attestation::issue(
+            o,
+            did,
+            "owner",
+            req.issued_at,
+            None,
+            None,
+        ));
     }
     if let Some(r) = req.runtime_signer {
-        out.push(Attestation::issue(r, did, "operator", req.issued_at, None, None));
+        out.push(Attestation::issue(
+            r,
+            did,
+            "operator",
+            req.issued_at,
+            None,
+            None,
+        ));
     }
     out
 }
@@ -381,7 +415,10 @@ pub fn rotate<R: CryptoRng + ?Sized>(
     let did = did_from_public(&key.verifying_key());
     let (idek, rows) = identity_rows(req, &key, rng)?;
     let mut meta = party_meta(req, &did);
-    meta.push((meta_keys::DID_HISTORY, append_did_history(did_history, old_did)));
+    meta.push((
+        meta_keys::DID_HISTORY,
+        append_did_history(did_history, old_did),
+    ));
     Ok(IdentityChange {
         attestations: role_attestations(req, &did),
         replace_roles: vec!["owner", "operator"],
@@ -410,13 +447,22 @@ pub fn claim<R: CryptoRng + ?Sized>(
     rng: &mut R,
 ) -> Result<IdentityChange> {
     let owner_signer = req.owner_signer.ok_or_else(|| {
-        Error::Attestation("claiming needs the owner's signing key for the clone attestation".into())
+        Error::Attestation(
+            "claiming needs the owner's signing key for the clone attestation".into(),
+        )
     })?;
     let mut change = rotate(req, old_did, did_history, rng)?;
     if !old_did.is_empty() {
         change.attestations.insert(
             0,
-            Attestation::issue(owner_signer, &change.did, "clone", req.issued_at, None, Some(old_did)),
+            Attestation::issue(
+                owner_signer,
+                &change.did,
+                "clone",
+                req.issued_at,
+                None,
+                Some(old_did),
+            ),
         );
     }
     let creds = descriptor_from_rows(rows, EnvelopeName::Credentials)?;
@@ -452,7 +498,10 @@ pub fn reset(old_did: &str, did_history: Option<&str>) -> IdentityChange {
         attestations: Vec::new(),
         replace_roles: Vec::new(),
         meta: vec![
-            (meta_keys::DID_HISTORY, append_did_history(did_history, old_did)),
+            (
+                meta_keys::DID_HISTORY,
+                append_did_history(did_history, old_did),
+            ),
             (meta_keys::DID, String::new()),
         ],
     }
@@ -468,5 +517,8 @@ pub fn adopt_credentials<R: CryptoRng + ?Sized>(
 ) -> Result<IdentityRow> {
     let e = EnvelopeName::Credentials;
     let d = EnvelopeDescriptor::adopt(e, dek, owner, runtime, rng)?;
-    Ok(IdentityRow::plain(e.descriptor_purpose(), d.to_json_bytes()))
+    Ok(IdentityRow::plain(
+        e.descriptor_purpose(),
+        d.to_json_bytes(),
+    ))
 }

@@ -3,10 +3,10 @@
 
 mod common;
 
+use adf_crypto::RuntimeIdentity;
 use adf_crypto::alf::{self, IngressPolicy, Receiver};
 use adf_crypto::canonical::{canonicalize, canonicalize_json_text};
 use adf_crypto::did::{did_from_public_bytes, public_bytes_from_did};
-use adf_crypto::RuntimeIdentity;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -16,7 +16,9 @@ fn arb_json() -> impl Strategy<Value = Value> {
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
         // Finite doubles only: JSON has no NaN/Infinity.
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
         any::<String>().prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
@@ -45,7 +47,9 @@ fn strip_proto(v: &Value) -> Value {
 fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
+        }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
         }
@@ -54,7 +58,8 @@ fn same(a: &Value, b: &Value) -> bool {
 }
 
 fn is_array_index(k: &str) -> bool {
-    k.parse::<u64>().is_ok_and(|n| n < 4_294_967_295 && n.to_string() == k)
+    k.parse::<u64>()
+        .is_ok_and(|n| n < 4_294_967_295 && n.to_string() == k)
 }
 
 proptest! {

@@ -66,7 +66,12 @@ fn load() -> Fixture {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    Fixture { _dir: dir, identity, meta, attestations }
+    Fixture {
+        _dir: dir,
+        identity,
+        meta,
+        attestations,
+    }
 }
 
 fn secrets() -> serde_json::Value {
@@ -81,22 +86,46 @@ fn idn_01_studio_fixture_unlocks_via_owner_and_runtime_slots() {
     let owner = OwnerIdentity::from_mnemonic(s(ts, "owner_mnemonic")).unwrap();
     assert_eq!(owner.did(), s(&m, "owner_did"));
     assert_eq!(owner.did(), f.meta["adf_owner_did"]);
-    assert_eq!(b64(owner.keys().encryption_public().as_bytes()), s(ts, "owner_enc_public_key_raw_b64"));
+    assert_eq!(
+        b64(owner.keys().encryption_public().as_bytes()),
+        s(ts, "owner_enc_public_key_raw_b64")
+    );
 
     let runtime_x = x25519_from_pkcs8(&b(ts, "runtime_enc_private_key_pkcs8_b64")).unwrap();
     let runtime_sk = ed25519_from_pkcs8(&b(ts, "runtime_signing_private_key_pkcs8_b64")).unwrap();
     let runtime = RuntimeIdentity::from_keys(runtime_sk, runtime_x.clone());
     assert_eq!(runtime.did(), s(&m, "runtime_did"));
     assert_eq!(runtime.did(), f.meta["adf_runtime_did"]);
-    assert_eq!(b64(runtime.keys().encryption_public().as_bytes()), s(ts, "runtime_enc_public_key_raw_b64"));
+    assert_eq!(
+        b64(runtime.keys().encryption_public().as_bytes()),
+        s(ts, "runtime_enc_public_key_raw_b64")
+    );
 
     let plaintext = s(ts, "provider_api_key_plaintext");
-    let provider_row = f.identity.iter().find(|r| r.purpose == "provider:openai-main:apiKey").unwrap();
+    let provider_row = f
+        .identity
+        .iter()
+        .find(|r| r.purpose == "provider:openai-main:apiKey")
+        .unwrap();
     assert_eq!(provider_row.encryption_algo, "env:credentials");
 
     for (name, keys, expect) in [
-        ("runtime", UnlockKeys { runtime: Some(&runtime_x), owner: None }, UnlockedVia::Runtime),
-        ("owner", UnlockKeys { runtime: None, owner: Some(owner.keys().encryption_secret()) }, UnlockedVia::Owner),
+        (
+            "runtime",
+            UnlockKeys {
+                runtime: Some(&runtime_x),
+                owner: None,
+            },
+            UnlockedVia::Runtime,
+        ),
+        (
+            "owner",
+            UnlockKeys {
+                runtime: None,
+                owner: Some(owner.keys().encryption_secret()),
+            },
+            UnlockedVia::Owner,
+        ),
     ] {
         let u = unlock_file(&f.identity, &keys, None, &mut seeded_rng(9)).unwrap();
         assert_eq!(u.via, [Some(expect), Some(expect)], "{name}");
@@ -105,14 +134,28 @@ fn idn_01_studio_fixture_unlocks_via_owner_and_runtime_slots() {
         let pt = open_row(provider_row, &u.deks, None).unwrap();
         assert_eq!(std::str::from_utf8(&pt).unwrap(), plaintext, "{name}");
         let sk = agent_signing_key(&f.identity, &u.deks, None).unwrap();
-        assert_eq!(did_from_public(&sk.verifying_key()), f.meta["adf_did"], "{name}");
+        assert_eq!(
+            did_from_public(&sk.verifying_key()),
+            f.meta["adf_did"],
+            "{name}"
+        );
         assert_eq!(f.meta["adf_did"], s(&m, "did"));
     }
 
     // Without keys: foreign (no password slots in this file), no legacy password prompt.
     let st = identity_status(&f.identity, &Default::default()).unwrap();
-    assert_eq!((st.identity.as_str(), st.credentials.as_str(), st.password_protected), ("foreign", "foreign", false));
-    assert_eq!(EnvelopeName::for_purpose("provider:openai-main:apiKey"), Some(EnvelopeName::Credentials));
+    assert_eq!(
+        (
+            st.identity.as_str(),
+            st.credentials.as_str(),
+            st.password_protected
+        ),
+        ("foreign", "foreign", false)
+    );
+    assert_eq!(
+        EnvelopeName::for_purpose("provider:openai-main:apiKey"),
+        Some(EnvelopeName::Credentials)
+    );
 }
 
 #[test]

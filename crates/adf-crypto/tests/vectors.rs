@@ -38,7 +38,12 @@ fn idn_39_canonical_json_reference_vectors() {
         assert_eq!(b64(got.as_bytes()), s(c, "canonical_utf8_b64"));
         // Through serde_json too, wherever serde_json can represent the input.
         if let Ok(val) = serde_json::from_str::<Value>(s(c, "input_json")) {
-            assert_eq!(canonicalize(&val), s(c, "canonical"), "serde: {}", s(c, "what"));
+            assert_eq!(
+                canonicalize(&val),
+                s(c, "canonical"),
+                "serde: {}",
+                s(c, "what")
+            );
         }
     }
 }
@@ -51,10 +56,16 @@ fn idn_03_did_key_vectors() {
         let sk = signer(key);
         assert_eq!(did_from_public(&sk.verifying_key()), s(c, "did"));
         assert_eq!(b64(sk.verifying_key().as_bytes()), s(key, "public_raw_b64"));
-        assert_eq!(b64(&ed25519_to_spki(&sk.verifying_key())), s(key, "public_spki_der_b64"));
+        assert_eq!(
+            b64(&ed25519_to_spki(&sk.verifying_key())),
+            s(key, "public_spki_der_b64")
+        );
         assert_eq!(b64(&ed25519_to_pkcs8(&sk)), s(key, "private_pkcs8_der_b64"));
         assert_eq!(b64(&sk.to_bytes()), s(key, "seed_raw_b64"));
-        assert_eq!(ed25519_from_spki(&b(key, "public_spki_der_b64")).unwrap(), sk.verifying_key());
+        assert_eq!(
+            ed25519_from_spki(&b(key, "public_spki_der_b64")).unwrap(),
+            sk.verifying_key()
+        );
         let raw = public_bytes_from_did(s(c, "did")).unwrap();
         assert_eq!(b64(&raw), s(c, "did_to_public_raw_b64"));
         let mut mc = vec![0xed, 0x01];
@@ -63,8 +74,14 @@ fn idn_03_did_key_vectors() {
         assert_eq!(hex, s(c, "multicodec_prefixed_hex"));
     }
     for c in v["did_key"]["encoding_edge_cases"].as_array().unwrap() {
-        assert_eq!(did_from_public_bytes(&arr32(c, "public_raw_b64")), s(c, "did"));
-        assert_eq!(b64(&public_bytes_from_did(s(c, "did")).unwrap()), s(c, "did_to_public_raw_b64"));
+        assert_eq!(
+            did_from_public_bytes(&arr32(c, "public_raw_b64")),
+            s(c, "did")
+        );
+        assert_eq!(
+            b64(&public_bytes_from_did(s(c, "did")).unwrap()),
+            s(c, "did_to_public_raw_b64")
+        );
     }
     for c in v["did_key"]["negative_cases"].as_array().unwrap() {
         let e = public_bytes_from_did(s(c, "did")).unwrap_err();
@@ -79,10 +96,16 @@ fn msg_07_ed25519_to_x25519_vectors() {
         let sk = signer(&c["ed25519"]);
         let xs = ed25519_secret_to_x25519(&sk);
         assert_eq!(b64(&xs.to_bytes()), s(c, "x25519_private_raw_b64"));
-        assert_eq!(b64(&x25519_to_pkcs8(&xs)), s(c, "x25519_private_pkcs8_der_b64"));
+        assert_eq!(
+            b64(&x25519_to_pkcs8(&xs)),
+            s(c, "x25519_private_pkcs8_der_b64")
+        );
         let xp = ed25519_public_to_x25519(&sk.verifying_key()).unwrap();
         assert_eq!(b64(xp.as_bytes()), s(c, "x25519_public_raw_b64"));
-        assert_eq!(b64(X25519PublicKey::from(&xs).as_bytes()), s(c, "x25519_public_from_private_raw_b64"));
+        assert_eq!(
+            b64(X25519PublicKey::from(&xs).as_bytes()),
+            s(c, "x25519_public_from_private_raw_b64")
+        );
     }
 }
 
@@ -103,12 +126,27 @@ fn idn_40_owner_identity_from_mnemonic_vectors() {
         let owner = OwnerIdentity::from_mnemonic(s(c, "mnemonic")).unwrap();
         let sig = &c["signing"];
         assert_eq!(owner.did(), s(sig, "did"));
-        assert_eq!(b64(&ed25519_to_pkcs8(owner.keys().signing_key())), s(sig, "private_pkcs8_der_b64"));
-        assert_eq!(b64(&ed25519_to_spki(&owner.keys().verifying_key())), s(sig, "public_spki_der_b64"));
+        assert_eq!(
+            b64(&ed25519_to_pkcs8(owner.keys().signing_key())),
+            s(sig, "private_pkcs8_der_b64")
+        );
+        assert_eq!(
+            b64(&ed25519_to_spki(&owner.keys().verifying_key())),
+            s(sig, "public_spki_der_b64")
+        );
         let enc = &c["encryption"];
-        assert_eq!(b64(&owner.keys().encryption_secret().to_bytes()), s(enc, "x25519_private_raw_b64"));
-        assert_eq!(b64(&x25519_to_pkcs8(owner.keys().encryption_secret())), s(enc, "x25519_private_pkcs8_der_b64"));
-        assert_eq!(b64(owner.keys().encryption_public().as_bytes()), s(enc, "x25519_public_raw_b64"));
+        assert_eq!(
+            b64(&owner.keys().encryption_secret().to_bytes()),
+            s(enc, "x25519_private_raw_b64")
+        );
+        assert_eq!(
+            b64(&x25519_to_pkcs8(owner.keys().encryption_secret())),
+            s(enc, "x25519_private_pkcs8_der_b64")
+        );
+        assert_eq!(
+            b64(owner.keys().encryption_public().as_bytes()),
+            s(enc, "x25519_public_raw_b64")
+        );
     }
     assert!(OwnerIdentity::from_mnemonic("abandon abandon abandon").is_err());
     assert!(
@@ -137,8 +175,12 @@ fn idn_35_attestation_vectors() {
         if let Some(sv) = c.get("expected_signature_valid").and_then(Value::as_bool) {
             assert_eq!(att.verify_signature().is_ok(), sv, "{what}");
         }
-        if c.get("expected_valid_with_expected_subject").and_then(Value::as_bool) == Some(true) {
-            att.verify(Some(s(&v["attestations"]["subject_agent"], "did")), now()).unwrap();
+        if c.get("expected_valid_with_expected_subject")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            att.verify(Some(s(&v["attestations"]["subject_agent"], "did")), now())
+                .unwrap();
             assert!(att.verify(Some(agent_b), now()).is_err());
             // Ed25519 is deterministic: re-issuing reproduces the reference signature.
             let again = Attestation::issue(
@@ -185,12 +227,28 @@ fn srv_09_agent_card_vectors() {
     let cards = &v["agent_cards"];
     for c in cards["cards"].as_array().unwrap() {
         let card = &c["card"];
-        assert_eq!(String::from_utf8(card_signed_bytes(card).unwrap()).unwrap(), s(c, "signed_canonical"));
-        assert_eq!(b64(&card_signed_bytes(card).unwrap()), s(c, "signed_canonical_utf8_b64"));
+        assert_eq!(
+            String::from_utf8(card_signed_bytes(card).unwrap()).unwrap(),
+            s(c, "signed_canonical")
+        );
+        assert_eq!(
+            b64(&card_signed_bytes(card).unwrap()),
+            s(c, "signed_canonical_utf8_b64")
+        );
         verify_card(card).unwrap();
         // Building from the same inputs reproduces the exact wire bytes (deterministic Ed25519).
-        let built = build_card(&card_inputs_from_wire(card), Some(&signer(&c["signer"])), s(card, "signed_at")).unwrap();
-        assert_eq!(serde_json::to_string(&built).unwrap(), s(c, "card_wire_json"), "{}", s(c, "what"));
+        let built = build_card(
+            &card_inputs_from_wire(card),
+            Some(&signer(&c["signer"])),
+            s(card, "signed_at"),
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&built).unwrap(),
+            s(c, "card_wire_json"),
+            "{}",
+            s(c, "what")
+        );
     }
     // Card 1: the publishable-attestation filter drops the expired and other-subject ones.
     let c1 = &cards["cards"][0];
@@ -200,16 +258,28 @@ fn srv_09_agent_card_vectors() {
         .iter()
         .map(|a| Attestation::from_json_value(a).unwrap())
         .collect();
-    let published = adf_crypto::card::publishable_attestations(&stored, s(&c1["card"], "did"), now());
-    assert_eq!(serde_json::to_value(&published).unwrap(), c1["card"]["attestations"]);
+    let published =
+        adf_crypto::card::publishable_attestations(&stored, s(&c1["card"], "did"), now());
+    assert_eq!(
+        serde_json::to_value(&published).unwrap(),
+        c1["card"]["attestations"]
+    );
     assert_eq!(
         Value::from(adf_crypto::card::card_policies(1, true)),
         c1["card"]["policies"]
     );
     for var in cards["verification_variants"].as_array().unwrap() {
         let ok = verify_card(&var["card"]).is_ok();
-        assert_eq!(ok, var["expected_valid"].as_bool().unwrap(), "{}", s(var, "what"));
-        assert_eq!(String::from_utf8(card_signed_bytes(&var["card"]).unwrap()).unwrap(), s(var, "signed_canonical"));
+        assert_eq!(
+            ok,
+            var["expected_valid"].as_bool().unwrap(),
+            "{}",
+            s(var, "what")
+        );
+        assert_eq!(
+            String::from_utf8(card_signed_bytes(&var["card"]).unwrap()).unwrap(),
+            s(var, "signed_canonical")
+        );
     }
 }
 
@@ -222,7 +292,10 @@ fn policy() -> IngressPolicy {
 
 fn expect_rejected(r: adf_crypto::Result<alf::Verified>, status: u16, reason: &str) {
     match r {
-        Err(Error::Alf { status: s, reason: why }) => {
+        Err(Error::Alf {
+            status: s,
+            reason: why,
+        }) => {
             assert_eq!(s, status, "{why}");
             assert!(why.contains(reason), "reason `{why}` lacks `{reason}`");
         }
@@ -240,8 +313,16 @@ fn msg_04_05_06_07_13_14_alf_vectors() {
     let ck = signer(&keys["agent_c_other"]);
     let b_did = s(&keys["agent_b_recipient"], "did");
     let c_did = s(&keys["agent_c_other"], "did");
-    let at_b = Receiver { did: b_did, aliases: &[], signing_key: Some(&bk) };
-    let at_c = Receiver { did: c_did, aliases: &[], signing_key: Some(&ck) };
+    let at_b = Receiver {
+        did: b_did,
+        aliases: &[],
+        signing_key: Some(&bk),
+    };
+    let at_c = Receiver {
+        did: c_did,
+        aliases: &[],
+        signing_key: Some(&ck),
+    };
     let cases: Vec<&Value> = alf_v["cases"].as_array().unwrap().iter().collect();
     let case = |id: &str| *cases.iter().find(|c| c["id"] == id).unwrap();
 
@@ -261,48 +342,121 @@ fn msg_04_05_06_07_13_14_alf_vectors() {
     let l1 = case("level1");
     let out = alf::ingress_bytes(s(l1, "wire_json").as_bytes(), &at_b, &policy()).unwrap();
     assert!(out.message_verified && out.payload_verified && !out.payload_encrypted);
-    assert_eq!(Value::Object(out.stamps()), l1["expected_ingress_at_b"]["stamped_meta"]);
-    assert_eq!(Value::Object(out.payload().unwrap().clone()), l1["expected_ingress_at_b"]["payload_after_ingress"]);
+    assert_eq!(
+        Value::Object(out.stamps()),
+        l1["expected_ingress_at_b"]["stamped_meta"]
+    );
+    assert_eq!(
+        Value::Object(out.payload().unwrap().clone()),
+        l1["expected_ingress_at_b"]["payload_after_ingress"]
+    );
     let mut unsigned: Value = serde_json::from_str(s(l1, "wire_json")).unwrap();
     unsigned.as_object_mut().unwrap().shift_remove("signature");
-    unsigned["payload"].as_object_mut().unwrap().shift_remove("signature");
+    unsigned["payload"]
+        .as_object_mut()
+        .unwrap()
+        .shift_remove("signature");
     let re = alf::egress(unsigned, Some(&a), 1, true, &mut seeded_rng(1)).unwrap();
     assert_eq!(serde_json::to_string(&re).unwrap(), s(l1, "wire_json"));
 
     // (b) level 2 decrypts at B, key schedule matches.
     let l2 = case("level2");
     let wire: Value = serde_json::from_str(s(l2, "wire_json")).unwrap();
-    let epk = adf_crypto::keys::b64_decode(wire["payload"]["meta"]["enc"]["epk"].as_str().unwrap(), "epk").unwrap();
+    let epk = adf_crypto::keys::b64_decode(
+        wire["payload"]["meta"]["enc"]["epk"].as_str().unwrap(),
+        "epk",
+    )
+    .unwrap();
     let key = alf::derive_message_key(&bk, &epk.try_into().unwrap());
     assert_eq!(b64(&*key), s(l2, "derived_message_key_b64"));
-    assert_eq!(b64(&ed25519_secret_to_x25519(&bk).to_bytes()), s(l2, "recipient_x25519_private_raw_b64"));
+    assert_eq!(
+        b64(&ed25519_secret_to_x25519(&bk).to_bytes()),
+        s(l2, "recipient_x25519_private_raw_b64")
+    );
     let dec = alf::decrypt_payload(wire["payload"].as_object().unwrap(), &bk).unwrap();
-    assert_eq!(serde_json::to_string(&dec).unwrap(), s(l2, "decrypted_plaintext_utf8"));
+    assert_eq!(
+        serde_json::to_string(&dec).unwrap(),
+        s(l2, "decrypted_plaintext_utf8")
+    );
     assert_eq!(
         String::from_utf8(alf::payload_signed_bytes(&dec)).unwrap(),
         s(l2, "inner_payload_signed_canonical")
     );
     let out = alf::ingress_bytes(s(l2, "wire_json").as_bytes(), &at_b, &policy()).unwrap();
-    assert_eq!(Value::Object(out.stamps()), l2["expected_ingress_at_b"]["stamped_meta"]);
-    assert_eq!(Value::Object(out.payload().unwrap().clone()), l2["expected_ingress_at_b"]["payload_after_ingress"]);
+    assert_eq!(
+        Value::Object(out.stamps()),
+        l2["expected_ingress_at_b"]["stamped_meta"]
+    );
+    assert_eq!(
+        Value::Object(out.payload().unwrap().clone()),
+        l2["expected_ingress_at_b"]["payload_after_ingress"]
+    );
 
     // (c) tampered variants.
-    expect_rejected(alf::ingress_bytes(s(case("tampered_payload"), "wire_json").as_bytes(), &at_b, &policy()), 403, "Invalid message signature");
     expect_rejected(
-        alf::ingress_bytes(s(case("tampered_payload_resigned_outer"), "wire_json").as_bytes(), &at_b, &policy()),
+        alf::ingress_bytes(
+            s(case("tampered_payload"), "wire_json").as_bytes(),
+            &at_b,
+            &policy(),
+        ),
+        403,
+        "Invalid message signature",
+    );
+    expect_rejected(
+        alf::ingress_bytes(
+            s(case("tampered_payload_resigned_outer"), "wire_json").as_bytes(),
+            &at_b,
+            &policy(),
+        ),
         403,
         "Invalid payload signature",
     );
-    expect_rejected(alf::ingress_bytes(s(case("to_rewritten"), "wire_json").as_bytes(), &at_c, &policy()), 403, "Invalid message signature");
-    expect_rejected(alf::ingress_bytes(s(case("unsigned_level0"), "wire_json").as_bytes(), &at_b, &policy()), 403, "Message signature required but missing");
-    let t = alf::ingress_bytes(s(case("transit_added"), "wire_json").as_bytes(), &at_b, &policy()).unwrap();
-    assert_eq!(Value::Object(t.stamps()), case("transit_added")["expected_ingress_at_b"]["stamped_meta"]);
+    expect_rejected(
+        alf::ingress_bytes(
+            s(case("to_rewritten"), "wire_json").as_bytes(),
+            &at_c,
+            &policy(),
+        ),
+        403,
+        "Invalid message signature",
+    );
+    expect_rejected(
+        alf::ingress_bytes(
+            s(case("unsigned_level0"), "wire_json").as_bytes(),
+            &at_b,
+            &policy(),
+        ),
+        403,
+        "Message signature required but missing",
+    );
+    let t = alf::ingress_bytes(
+        s(case("transit_added"), "wire_json").as_bytes(),
+        &at_b,
+        &policy(),
+    )
+    .unwrap();
+    assert_eq!(
+        Value::Object(t.stamps()),
+        case("transit_added")["expected_ingress_at_b"]["stamped_meta"]
+    );
 
     // Deliberate deviation: a message for B delivered to C is refused (the reference accepts
     // level 1 and fails level 2 only at decryption). Both are 403 here, before decryption.
-    expect_rejected(alf::ingress_bytes(s(case("wrong_recipient"), "wire_json").as_bytes(), &at_c, &policy()), 403, "addressed to a different agent");
     expect_rejected(
-        alf::ingress_bytes(s(case("level1_delivered_to_c"), "wire_json").as_bytes(), &at_c, &policy()),
+        alf::ingress_bytes(
+            s(case("wrong_recipient"), "wire_json").as_bytes(),
+            &at_c,
+            &policy(),
+        ),
+        403,
+        "addressed to a different agent",
+    );
+    expect_rejected(
+        alf::ingress_bytes(
+            s(case("level1_delivered_to_c"), "wire_json").as_bytes(),
+            &at_c,
+            &policy(),
+        ),
         403,
         "addressed to a different agent",
     );
@@ -318,7 +472,9 @@ fn rows_from_vector(list: &Value) -> Vec<IdentityRow> {
             purpose: s(r, "purpose").into(),
             value: b(r, "value_b64"),
             encryption_algo: s(r, "encryption_algo").into(),
-            salt: r["salt_b64"].as_str().map(|x| adf_crypto::keys::b64_decode(x, "salt").unwrap()),
+            salt: r["salt_b64"]
+                .as_str()
+                .map(|x| adf_crypto::keys::b64_decode(x, "salt").unwrap()),
             kdf_params: r["kdf_params"].as_str().map(String::from),
             code_access: false,
         })
@@ -330,27 +486,53 @@ fn idn_13_15_12_injected_dek_envelope_vectors() {
     let v = vectors();
     let env = &v["envelopes"];
     let inj = &env["injected_dek_envelope"];
-    let owner_x = x25519_from_pkcs8(&b(&env["recipient_keys"]["owner"], "x25519_private_pkcs8_der_b64")).unwrap();
-    let runtime_x = x25519_from_pkcs8(&b(&env["recipient_keys"]["runtime"], "x25519_private_pkcs8_der_b64")).unwrap();
+    let owner_x = x25519_from_pkcs8(&b(
+        &env["recipient_keys"]["owner"],
+        "x25519_private_pkcs8_der_b64",
+    ))
+    .unwrap();
+    let runtime_x = x25519_from_pkcs8(&b(
+        &env["recipient_keys"]["runtime"],
+        "x25519_private_pkcs8_der_b64",
+    ))
+    .unwrap();
     let dek = Dek::from_bytes(arr32(inj, "dek_b64"));
     let desc = EnvelopeDescriptor::from_json_bytes(s(inj, "descriptor_json").as_bytes()).unwrap();
     // Byte-identical re-serialization of the stored descriptor.
-    assert_eq!(String::from_utf8(desc.to_json_bytes()).unwrap(), s(inj, "descriptor_json"));
+    assert_eq!(
+        String::from_utf8(desc.to_json_bytes()).unwrap(),
+        s(inj, "descriptor_json")
+    );
     let e = EnvelopeName::Credentials;
     let owner_slot = desc.key_slots(SlotKind::Owner).next().unwrap();
     let runtime_slot = desc.key_slots(SlotKind::Runtime).next().unwrap();
     assert_eq!(open_key_slot(e, owner_slot, &owner_x).unwrap(), dek);
     assert_eq!(open_key_slot(e, runtime_slot, &runtime_x).unwrap(), dek);
-    assert!(open_key_slot(EnvelopeName::Identity, runtime_slot, &runtime_x).is_err(), "wrong envelope name");
-    assert!(open_key_slot(e, runtime_slot, &owner_x).is_err(), "wrong recipient");
-    let Some(Slot::Password(pw)) = desc.slots.iter().find(|s| matches!(s, Slot::Password(_))) else { panic!() };
+    assert!(
+        open_key_slot(EnvelopeName::Identity, runtime_slot, &runtime_x).is_err(),
+        "wrong envelope name"
+    );
+    assert!(
+        open_key_slot(e, runtime_slot, &owner_x).is_err(),
+        "wrong recipient"
+    );
+    let Some(Slot::Password(pw)) = desc.slots.iter().find(|s| matches!(s, Slot::Password(_)))
+    else {
+        panic!()
+    };
     assert_eq!((pw.params.n, pw.params.r, pw.params.p), (131_072, 8, 1));
     assert_eq!(open_password_slot(pw, s(inj, "password")).unwrap(), dek);
-    assert!(matches!(open_password_slot(pw, "wrong"), Err(Error::WrongPassword)));
+    assert!(matches!(
+        open_password_slot(pw, "wrong"),
+        Err(Error::WrongPassword)
+    ));
     for r in inj["sealed_rows"].as_array().unwrap() {
         assert_eq!(s(r, "encryption_algo"), e.encryption_algo());
         let pt = open_sealed(&dek, &b(r, "sealed_b64")).unwrap();
-        assert_eq!(std::str::from_utf8(&pt).unwrap(), s(r, "expected_plaintext"));
+        assert_eq!(
+            std::str::from_utf8(&pt).unwrap(),
+            s(r, "expected_plaintext")
+        );
         assert!(open_sealed(&dek, &flip(b(r, "sealed_b64"), 20)).is_err());
     }
 }
@@ -365,42 +547,85 @@ fn idn_17_18_workspace_envelope_vectors() {
         "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about",
     )
     .unwrap();
-    let runtime_x = x25519_from_pkcs8(&b(&env["recipient_keys"]["runtime"], "x25519_private_pkcs8_der_b64")).unwrap();
+    let runtime_x = x25519_from_pkcs8(&b(
+        &env["recipient_keys"]["runtime"],
+        "x25519_private_pkcs8_der_b64",
+    ))
+    .unwrap();
     let deks_expected = &ws["deks_for_checking"];
 
     // Runtime path.
-    let keys = UnlockKeys { runtime: Some(&runtime_x), owner: None };
+    let keys = UnlockKeys {
+        runtime: Some(&runtime_x),
+        owner: None,
+    };
     let u = unlock_file(&rows, &keys, None, &mut seeded_rng(2)).unwrap();
-    assert_eq!(u.via, [Some(UnlockedVia::Runtime), Some(UnlockedVia::Runtime)]);
-    assert_eq!(u.deks.identity.as_ref().unwrap(), &Dek::from_bytes(arr32(deks_expected, "identity_b64")));
-    assert_eq!(u.deks.credentials.as_ref().unwrap(), &Dek::from_bytes(arr32(deks_expected, "credentials_b64")));
+    assert_eq!(
+        u.via,
+        [Some(UnlockedVia::Runtime), Some(UnlockedVia::Runtime)]
+    );
+    assert_eq!(
+        u.deks.identity.as_ref().unwrap(),
+        &Dek::from_bytes(arr32(deks_expected, "identity_b64"))
+    );
+    assert_eq!(
+        u.deks.credentials.as_ref().unwrap(),
+        &Dek::from_bytes(arr32(deks_expected, "credentials_b64"))
+    );
     assert_eq!(u.status.identity.as_str(), "unlocked");
     for (purpose, plain) in ws["expected_plaintexts"].as_object().unwrap() {
         let row = rows.iter().find(|r| &r.purpose == purpose).unwrap();
-        assert_eq!(std::str::from_utf8(&open_row(row, &u.deks, None).unwrap()).unwrap(), plain.as_str().unwrap());
+        assert_eq!(
+            std::str::from_utf8(&open_row(row, &u.deks, None).unwrap()).unwrap(),
+            plain.as_str().unwrap()
+        );
     }
     let sk = agent_signing_key(&rows, &u.deks, None).unwrap();
     assert_eq!(did_from_public(&sk.verifying_key()), s(ws, "agent_did"));
 
     // Owner path: adds a runtime slot for this installation.
     let rt = adf_crypto::RuntimeIdentity::generate_with(&mut seeded_rng(3));
-    let keys = UnlockKeys { runtime: Some(rt.keys().encryption_secret()), owner: Some(owner.keys().encryption_secret()) };
+    let keys = UnlockKeys {
+        runtime: Some(rt.keys().encryption_secret()),
+        owner: Some(owner.keys().encryption_secret()),
+    };
     let u = unlock_file(&rows, &keys, Some(&rt.public()), &mut seeded_rng(4)).unwrap();
     assert_eq!(u.via, [Some(UnlockedVia::Owner), Some(UnlockedVia::Owner)]);
     assert_eq!(u.rewritten_descriptors.len(), 2);
     for row in &u.rewritten_descriptors {
         let d = EnvelopeDescriptor::from_json_bytes(&row.value).unwrap();
-        assert!(d.key_slots(SlotKind::Runtime).any(|k| k.recipient_did == rt.did()));
+        assert!(
+            d.key_slots(SlotKind::Runtime)
+                .any(|k| k.recipient_did == rt.did())
+        );
         // Now the new runtime opens it alone.
-        let e = if row.purpose.ends_with("identity") { EnvelopeName::Identity } else { EnvelopeName::Credentials };
-        let (_, via) = d.unlock(e, &UnlockKeys { runtime: Some(rt.keys().encryption_secret()), owner: None }).unwrap();
+        let e = if row.purpose.ends_with("identity") {
+            EnvelopeName::Identity
+        } else {
+            EnvelopeName::Credentials
+        };
+        let (_, via) = d
+            .unlock(
+                e,
+                &UnlockKeys {
+                    runtime: Some(rt.keys().encryption_secret()),
+                    owner: None,
+                },
+            )
+            .unwrap();
         assert_eq!(via, UnlockedVia::Runtime);
     }
 
     // Password path: credentials only.
-    let dek = adf_crypto::provision::unlock_credentials_with_password(&rows, s(ws, "password")).unwrap();
-    assert_eq!(dek, Dek::from_bytes(arr32(deks_expected, "credentials_b64")));
-    let id_desc = adf_crypto::provision::descriptor_from_rows(&rows, EnvelopeName::Identity).unwrap().unwrap();
+    let dek =
+        adf_crypto::provision::unlock_credentials_with_password(&rows, s(ws, "password")).unwrap();
+    assert_eq!(
+        dek,
+        Dek::from_bytes(arr32(deks_expected, "credentials_b64"))
+    );
+    let id_desc = adf_crypto::provision::descriptor_from_rows(&rows, EnvelopeName::Identity)
+        .unwrap()
+        .unwrap();
     assert!(!id_desc.has_password_slot());
 
     // Neither key: foreign / locked.
@@ -418,9 +643,18 @@ fn idn_21_legacy_pbkdf2_vectors() {
     assert!(is_password_protected(&rows));
     let key = unlock_legacy(&rows, s(l, "password")).unwrap();
     assert_eq!(b64(key.expose_secret()), s(l, "derived_key_b64"));
-    let api = rows.iter().find(|r| r.purpose == "provider:legacy:apiKey").unwrap();
-    assert_eq!(std::str::from_utf8(&open_legacy_row(&key, api).unwrap()).unwrap(), "sk-legacy-test-vector-not-real");
+    let api = rows
+        .iter()
+        .find(|r| r.purpose == "provider:legacy:apiKey")
+        .unwrap();
+    assert_eq!(
+        std::str::from_utf8(&open_legacy_row(&key, api).unwrap()).unwrap(),
+        "sk-legacy-test-vector-not-real"
+    );
     let sk = agent_signing_key(&rows, &Deks::default(), Some(&key)).unwrap();
     assert_eq!(did_from_public(&sk.verifying_key()), s(l, "agent_did"));
-    assert!(matches!(unlock_legacy(&rows, "not it"), Err(Error::WrongPassword)));
+    assert!(matches!(
+        unlock_legacy(&rows, "not it"),
+        Err(Error::WrongPassword)
+    ));
 }

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use adf_crypto::keys::{b64_decode, ed25519_from_pkcs8};
 use adf_crypto::SigningKey;
+use adf_crypto::keys::{b64_decode, ed25519_from_pkcs8};
 use serde_json::Value;
 
 pub fn fixtures_dir() -> PathBuf {
@@ -22,7 +22,8 @@ pub fn manifest() -> Value {
 }
 
 pub fn s<'a>(v: &'a Value, k: &str) -> &'a str {
-    v[k].as_str().unwrap_or_else(|| panic!("missing string {k}"))
+    v[k].as_str()
+        .unwrap_or_else(|| panic!("missing string {k}"))
 }
 
 pub fn b(v: &Value, k: &str) -> Vec<u8> {
