@@ -16,6 +16,7 @@ use crate::{Command, ConfigCommand, MetaCommand};
 /// Runs one file command and returns the process exit code.
 pub fn run(command: Command, out: Output) -> Result<ExitCode> {
     match command {
+        Command::Demo { dir } => crate::demo::run(dir, out),
         Command::New {
             file,
             name,

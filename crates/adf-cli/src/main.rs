@@ -3,6 +3,7 @@
 //! Principal pieces: [`Cli`] (the clap command tree), `file_cmds` (commands that act on a file
 //! directly, as its owner) and `output` (tables and `--json`).
 
+mod demo;
 mod file_cmds;
 mod output;
 
@@ -27,6 +28,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// A guided tour with no API key and no network: creates an agent, uses it, validates it.
+    Demo {
+        /// Folder to create the demo agent in (a fresh temporary folder by default).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Create a new agent file with the default config, reserved files and registry keys.
     New {
         /// Path of the .adf file to create.

@@ -48,7 +48,7 @@ fn rows(path: &Path) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
         let mut stmt = conn
             .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
             .unwrap();
-        let names: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
         let mut result = Vec::new();
         let mut query = stmt.query([]).unwrap();
         while let Some(row) = query.next().unwrap() {

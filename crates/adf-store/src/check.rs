@@ -350,16 +350,16 @@ fn check_config(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
         None => report.error("§5.2", "config.id is missing"),
     }
     let name = config.get("name").and_then(Value::as_str);
-    if let (Some(name), Ok(Some(entry))) = (name, file.meta_get("adf_name")) {
-        if entry.value != name {
-            report.warn(
-                "§3.3",
-                format!(
-                    "adf_name '{}' does not match config.name '{name}'",
-                    entry.value
-                ),
-            );
-        }
+    if let (Some(name), Ok(Some(entry))) = (name, file.meta_get("adf_name"))
+        && entry.value != name
+    {
+        report.warn(
+            "§3.3",
+            format!(
+                "adf_name '{}' does not match config.name '{name}'",
+                entry.value
+            ),
+        );
     }
     let mut seen = BTreeSet::new();
     for tool in config
@@ -368,13 +368,13 @@ fn check_config(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
         .into_iter()
         .flatten()
     {
-        if let Some(name) = tool.get("name").and_then(Value::as_str) {
-            if !seen.insert(name) {
-                report.warn(
-                    "§5.4",
-                    format!("tool {name} is declared more than once; the first declaration wins"),
-                );
-            }
+        if let Some(name) = tool.get("name").and_then(Value::as_str)
+            && !seen.insert(name)
+        {
+            report.warn(
+                "§5.4",
+                format!("tool {name} is declared more than once; the first declaration wins"),
+            );
         }
     }
     for removed in ["loop_mode"] {
@@ -545,16 +545,17 @@ fn check_identity(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
         } else {
             Some("env:credentials")
         };
-        if let Some(envelope) = covered {
-            if algo.starts_with("env:") && algo != envelope {
-                report.error(
-                    "§8.2",
-                    format!(
-                        "identity row {} is sealed in {algo}, expected {envelope}",
-                        row.purpose
-                    ),
-                );
-            }
+        if let Some(envelope) = covered
+            && algo.starts_with("env:")
+            && algo != envelope
+        {
+            report.error(
+                "§8.2",
+                format!(
+                    "identity row {} is sealed in {algo}, expected {envelope}",
+                    row.purpose
+                ),
+            );
         }
     }
     Ok(())

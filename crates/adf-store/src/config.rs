@@ -329,10 +329,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             c.push("name", "must be 1-100 characters");
         }
     }
-    if let Some(description) = object.get("description").and_then(Value::as_str) {
-        if description.chars().count() > 2000 {
-            c.push("description", "must be at most 2000 characters");
-        }
+    if let Some(description) = object.get("description").and_then(Value::as_str)
+        && description.chars().count() > 2000
+    {
+        c.push("description", "must be at most 2000 characters");
     }
     if let Some(handle) = object.get("handle").and_then(Value::as_str) {
         let valid = !handle.is_empty()
@@ -429,13 +429,12 @@ pub fn validate(config: &Value) -> Vec<Violation> {
         }
     }
     c.kind(config, "loops", "array");
-    if let Some(fields) = object.get("locked_fields") {
-        if !fields
+    if let Some(fields) = object.get("locked_fields")
+        && !fields
             .as_array()
             .is_some_and(|items| items.iter().all(Value::is_string))
-        {
-            c.push("locked_fields", "must be an array of strings");
-        }
+    {
+        c.push("locked_fields", "must be an array of strings");
     }
     if c.kind(config, "security", "object") {
         for flag in [
@@ -450,20 +449,20 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             c.range(config, "security.level", 0.0, 3.0);
         }
     }
-    if c.kind(config, "limits", "object") {
-        if let Some(limits) = object.get("limits").and_then(Value::as_object) {
-            for (key, value) in limits {
-                let numeric = key.ends_with("_ms")
-                    || key.ends_with("_bytes")
-                    || key.ends_with("_tokens")
-                    || key.ends_with("_chars")
-                    || key.ends_with("_turns");
-                if numeric && !(value.is_null() || value.as_u64().is_some()) {
-                    c.push(
-                        &format!("limits.{key}"),
-                        "must be a non-negative integer or null",
-                    );
-                }
+    if c.kind(config, "limits", "object")
+        && let Some(limits) = object.get("limits").and_then(Value::as_object)
+    {
+        for (key, value) in limits {
+            let numeric = key.ends_with("_ms")
+                || key.ends_with("_bytes")
+                || key.ends_with("_tokens")
+                || key.ends_with("_chars")
+                || key.ends_with("_turns");
+            if numeric && !(value.is_null() || value.as_u64().is_some()) {
+                c.push(
+                    &format!("limits.{key}"),
+                    "must be a non-negative integer or null",
+                );
             }
         }
     }
@@ -495,18 +494,16 @@ pub fn validate(config: &Value) -> Vec<Violation> {
         c.range(config, "recovery.base_delay_ms", 0.0, 3_600_000.0);
         c.range(config, "recovery.max_delay_ms", 0.0, 86_400_000.0);
     }
-    if c.kind(config, "code_execution", "object") {
-        if let Some(methods) = config.pointer("/code_execution/restricted_methods") {
-            if !methods
-                .as_array()
-                .is_some_and(|items| items.iter().all(Value::is_string))
-            {
-                c.push(
-                    "code_execution.restricted_methods",
-                    "must be an array of strings",
-                );
-            }
-        }
+    if c.kind(config, "code_execution", "object")
+        && let Some(methods) = config.pointer("/code_execution/restricted_methods")
+        && !methods
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string))
+    {
+        c.push(
+            "code_execution.restricted_methods",
+            "must be an array of strings",
+        );
     }
     if let Some(providers) = object.get("providers") {
         match providers.as_array() {
@@ -520,16 +517,16 @@ pub fn validate(config: &Value) -> Vec<Violation> {
                     {
                         c.push("providers[].id", "every provider needs an id");
                     }
-                    if let Some(kind) = provider.get("type") {
-                        if !matches!(
+                    if let Some(kind) = provider.get("type")
+                        && !matches!(
                             kind.as_str(),
                             Some("anthropic" | "openai" | "openai-compatible" | "openrouter")
-                        ) {
-                            c.push(
-                                "providers[].type",
-                                "must be anthropic, openai, openai-compatible or openrouter",
-                            );
-                        }
+                        )
+                    {
+                        c.push(
+                            "providers[].type",
+                            "must be anthropic, openai, openai-compatible or openrouter",
+                        );
                     }
                 }
             }
@@ -577,11 +574,11 @@ pub fn normalize_on_load(config: &mut Value, meta_handle: Option<&str>) -> Vec<S
             notes.push(format!("tool {} declared with its defaults", default.0));
         }
     }
-    if !object.contains_key("handle") {
-        if let Some(handle) = meta_handle.filter(|h| !h.is_empty()) {
-            object.insert("handle".into(), Value::String(handle.to_owned()));
-            notes.push(format!("config.handle filled from adf_handle ({handle})"));
-        }
+    if !object.contains_key("handle")
+        && let Some(handle) = meta_handle.filter(|h| !h.is_empty())
+    {
+        object.insert("handle".into(), Value::String(handle.to_owned()));
+        notes.push(format!("config.handle filled from adf_handle ({handle})"));
     }
     notes
 }

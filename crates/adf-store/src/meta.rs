@@ -345,17 +345,17 @@ pub(crate) fn enforce_registry_protections(conn: &rusqlite::Connection) -> Resul
         .collect::<rusqlite::Result<_>>()?;
     let mut notes = Vec::new();
     for (key, current) in keys {
-        if let Some(level) = registry_protection(&key) {
-            if level.as_str() != current {
-                conn.execute(
-                    "UPDATE adf_meta SET protection = ?2 WHERE key = ?1",
-                    params![key, level.as_str()],
-                )?;
-                notes.push(format!(
-                    "meta {key}: protection {current} -> {}",
-                    level.as_str()
-                ));
-            }
+        if let Some(level) = registry_protection(&key)
+            && level.as_str() != current
+        {
+            conn.execute(
+                "UPDATE adf_meta SET protection = ?2 WHERE key = ?1",
+                params![key, level.as_str()],
+            )?;
+            notes.push(format!(
+                "meta {key}: protection {current} -> {}",
+                level.as_str()
+            ));
         }
     }
     Ok(notes)

@@ -40,10 +40,11 @@ pub fn reindex(conn: &Connection) -> Result<bool> {
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .optional()?;
-    if let Some((content, protection)) = &current {
-        if content.as_slice() == text.as_bytes() && protection == "read_only" {
-            return Ok(false);
-        }
+    if let Some((content, protection)) = &current
+        && content.as_slice() == text.as_bytes()
+        && protection == "read_only"
+    {
+        return Ok(false);
     }
     let now = time::now_iso();
     conn.execute(

@@ -213,7 +213,7 @@ impl AdfFile {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT * FROM {table} ORDER BY {order} DESC, rowid DESC LIMIT ?1"
         ))?;
-        let names: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
         let mut rows = stmt.query([limit as i64])?;
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {

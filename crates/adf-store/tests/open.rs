@@ -105,7 +105,8 @@ fn bad_files_get_clear_errors_and_stay_unchanged() {
     }
     std::fs::write(&garbage_pages, &corrupt).unwrap();
 
-    let cases: [(&std::path::Path, fn(&StoreError) -> bool); 4] = [
+    type Case<'a> = (&'a std::path::Path, fn(&StoreError) -> bool);
+    let cases: [Case<'_>; 4] = [
         (&empty, |e| matches!(e, StoreError::EmptyFile { .. })),
         (&text, |e| matches!(e, StoreError::NotSqlite { .. })),
         (&truncated, |e| matches!(e, StoreError::Truncated { .. })),
