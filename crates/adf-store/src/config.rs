@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use rusqlite::OptionalExtension as _;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -583,6 +584,51 @@ pub fn normalize_on_load(config: &mut Value, meta_handle: Option<&str>) -> Vec<S
     notes
 }
 
+/// Applies [`normalize_on_load`] to the stored config and writes it back when it changed.
+/// SQLite's JSON functions decide first whether anything is missing, so the common case costs
+/// one query and no Rust-side parse.
+pub(crate) fn normalize_on_open(conn: &rusqlite::Connection) -> Result<Vec<String>> {
+    let probe: Option<(bool, bool, String, String)> = conn
+        .query_row(
+            "SELECT json_type(config_json, '$.tools') = 'array',
+                    json_type(config_json, '$.handle') IS NULL,
+                    COALESCE((SELECT json_group_array(value ->> '$.name') FROM json_each(adf_config.config_json, '$.tools')), '[]'),
+                    COALESCE((SELECT value FROM adf_meta WHERE key = 'adf_handle'), '')
+             FROM adf_config WHERE id = 1 AND json_valid(config_json)",
+            [],
+            |row| Ok((row.get::<_, Option<bool>>(0)?.unwrap_or(false), row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .optional()?;
+    // A config that is not JSON is reported by `check`; opening still works (§5).
+    let Some((has_tools, no_handle, names, meta_handle)) = probe else {
+        return Ok(Vec::new());
+    };
+    let names: Vec<Option<String>> = serde_json::from_str(&names).unwrap_or_default();
+    let tools_missing = has_tools
+        && crate::defaults::DEFAULT_TOOLS
+            .iter()
+            .any(|d| !names.iter().any(|n| n.as_deref() == Some(d.0)));
+    let handle_missing = no_handle && !meta_handle.is_empty();
+    if !tools_missing && !handle_missing {
+        return Ok(Vec::new());
+    }
+    let text: String = conn.query_row(
+        "SELECT config_json FROM adf_config WHERE id = 1",
+        [],
+        |row| row.get(0),
+    )?;
+    let mut config: Value = serde_json::from_str(&text)
+        .map_err(|e| StoreError::Malformed(format!("config_json is not valid JSON: {e}")))?;
+    let notes = normalize_on_load(&mut config, Some(&meta_handle));
+    if !notes.is_empty() {
+        conn.execute(
+            "UPDATE adf_config SET config_json = ?1 WHERE id = 1",
+            [config.to_string()],
+        )?;
+    }
+    Ok(notes)
+}
+
 /// The violations `after` has that `before` did not (§5.17 step 12).
 pub fn new_violations(before: &Value, after: &Value) -> Vec<Violation> {
     let old: BTreeSet<Violation> = validate(before).into_iter().collect();
@@ -657,25 +703,6 @@ impl AdfFile {
             });
         }
         self.persist_config(&mut after)
-    }
-
-    /// Applies [`normalize_on_load`] and stores the result when it changed anything.
-    pub(crate) fn normalize_config_on_open(&mut self) -> Result<Vec<String>> {
-        let mut config = match self.config() {
-            Ok(config) => config,
-            // A config that is not JSON is reported by `check`; opening still works (§5).
-            Err(StoreError::Malformed(_)) => return Ok(Vec::new()),
-            Err(other) => return Err(other),
-        };
-        let handle = self.meta_get("adf_handle")?.map(|e| e.value);
-        let notes = normalize_on_load(&mut config, handle.as_deref());
-        if !notes.is_empty() {
-            self.conn.execute(
-                "UPDATE adf_config SET config_json = ?1 WHERE id = 1",
-                [config.to_string()],
-            )?;
-        }
-        Ok(notes)
     }
 
     fn persist_config(&mut self, config: &mut Value) -> Result<()> {

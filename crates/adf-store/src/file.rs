@@ -3,6 +3,7 @@
 //! Opening never modifies a file it then refuses: the header is checked in Rust, the schema
 //! version is read before any pragma that writes, and a migration runs only after a backup.
 
+use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -12,10 +13,11 @@ use serde::Serialize;
 use crate::defaults::{self, NewAgent};
 use crate::error::{Result, StoreError};
 use crate::schema::{FORMAT_VERSION, OLDEST_MIGRATABLE_SCHEMA, SCHEMA_DDL, SCHEMA_VERSION};
-use crate::{meta, migrate, skills, time, vec_ext};
+use crate::{config, meta, migrate, skills, time, vec_ext};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const SQLITE_HEADER_LEN: usize = 100;
+const DELETE_MARKER: &str = "DELETE FROM adf_meta WHERE key = 'adf_clean_close'";
 
 /// How a file was opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,6 +64,10 @@ pub struct AdfFile {
     mode: OpenMode,
     report: OpenReport,
     closed: bool,
+    /// The clean-close marker is still in the file and nothing has been written since open.
+    /// The marker stays truthful until the first write, which removes it first (§3.3): a
+    /// session that only reads leaves the file exactly as it found it.
+    marker_pending: Cell<bool>,
 }
 
 impl AdfFile {
@@ -156,11 +162,13 @@ impl AdfFile {
                 ..OpenReport::default()
             },
             closed: false,
+            marker_pending: Cell::new(false),
         })
     }
 
     /// Opens a file for the runtime: validates it, migrates it to schema 32 (with a backup that
-    /// is removed only after success), consumes the clean-close marker and normalizes it.
+    /// is removed only after success) and normalizes it. The clean-close marker is removed
+    /// before the session's first write.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         check_header(&path)?;
@@ -184,31 +192,29 @@ impl AdfFile {
             report.migrated_steps = migrate_with_backup(&mut conn, &path, found)?;
         }
 
+        // Normalizing writes only when something needs it; a clean, current file is opened
+        // without a single write, and its marker is removed lazily before the first write.
         let tx = conn.transaction()?;
-        tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])?;
-        report.notes = migrate::legacy_cleanup(&tx)?;
-        report
-            .notes
-            .extend(meta::enforce_registry_protections(&tx)?);
+        let mut notes = meta::enforce_registry_protections(&tx)?;
         if skills::reindex(&tx)? {
-            report
-                .notes
-                .push("skills-registry.json regenerated".to_owned());
+            notes.push("skills-registry.json regenerated".to_owned());
+        }
+        notes.extend(config::normalize_on_open(&tx)?);
+        let wrote = !notes.is_empty() || !report.migrated_steps.is_empty();
+        if wrote {
+            tx.execute(DELETE_MARKER, [])?;
         }
         tx.commit()?;
-        let mut file = Self {
+        report.notes.extend(notes);
+        let marker_pending = Cell::new(report.clean_close && !wrote);
+        Ok(Self {
             conn,
             path,
             mode: OpenMode::ReadWrite,
             report,
             closed: false,
-        };
-        let config_notes = file.normalize_config_on_open()?;
-        file.report.notes.extend(config_notes);
-        // A passive checkpoint folds the open's writes back without waiting on readers.
-        file.conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-        Ok(file)
+            marker_pending,
+        })
     }
 
     /// Opens a file read-only exactly as it is, for `info` and `check`: no migration, no marker
@@ -242,6 +248,7 @@ impl AdfFile {
             mode: OpenMode::Inspect,
             report,
             closed: false,
+            marker_pending: Cell::new(false),
         })
     }
 
@@ -256,7 +263,9 @@ impl AdfFile {
             return Ok(());
         }
         self.closed = true;
-        if self.mode == OpenMode::ReadWrite {
+        // With the marker still in place nothing was written: the WAL is empty and the file
+        // is already as a clean close leaves it.
+        if self.mode == OpenMode::ReadWrite && !self.marker_pending.get() {
             self.conn.execute(
                 "INSERT INTO adf_meta (key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value, protection = 'readonly'",
@@ -296,9 +305,17 @@ impl AdfFile {
         &self.conn
     }
 
+    /// Every write path calls this first: it refuses writes in inspect mode and removes the
+    /// clean-close marker before the session's first write.
     pub(crate) fn ensure_writable(&self) -> Result<()> {
         match self.mode {
-            OpenMode::ReadWrite => Ok(()),
+            OpenMode::ReadWrite => {
+                if self.marker_pending.get() {
+                    self.conn.execute(DELETE_MARKER, [])?;
+                    self.marker_pending.set(false);
+                }
+                Ok(())
+            }
             OpenMode::Inspect => Err(StoreError::ReadOnly {
                 path: self.path.clone(),
             }),
@@ -513,6 +530,8 @@ fn migrate_with_backup(conn: &mut Connection, path: &Path, found: u32) -> Result
     conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
     let backup = sidecar(path, ".bak");
     fs::copy(path, &backup)?;
+    // The file is about to change: it must not claim a clean close until it is closed again.
+    conn.execute(DELETE_MARKER, [])?;
     let mut steps = Vec::new();
     match migrate::run_ladder(conn, found, &mut |step| steps.push(step)) {
         Ok(()) => {

@@ -20,6 +20,7 @@ fn sto_46_clean_close_marker_and_no_sidecars() {
         "no -wal/-shm after close"
     );
 
+    let before = bytes(&path);
     let file = AdfFile::open(&path).unwrap();
     assert!(file.open_report().clean_close);
     assert_eq!(
@@ -27,22 +28,33 @@ fn sto_46_clean_close_marker_and_no_sidecars() {
         None,
         "a clean file skips the integrity check"
     );
-    assert!(
-        file.meta_get("adf_clean_close").unwrap().is_none(),
-        "the marker is consumed on open"
-    );
+    // Until the first write the file is exactly as the clean close left it.
+    assert!(file.meta_get("adf_clean_close").unwrap().is_some());
     file.close().unwrap();
+    assert_eq!(
+        bytes(&path),
+        before,
+        "a session that only reads leaves the file byte-identical"
+    );
 
-    let file = AdfFile::open(&path).unwrap();
+    let mut file = AdfFile::open(&path).unwrap();
+    file.meta_set(adf_store::Caller::Agent, "note", "x", None)
+        .unwrap();
     let marker_gone = file.meta_get("adf_clean_close").unwrap().is_none();
-    // Simulate a crash: the connection is never closed, so no marker is written.
+    // Simulate a crash after a write: the connection is never closed, so no marker is written.
     std::mem::forget(file);
-    assert!(marker_gone);
+    assert!(marker_gone, "the first write removes the marker");
     let reopened = AdfFile::open(&path).unwrap();
     assert!(!reopened.open_report().clean_close);
     assert_eq!(
         reopened.open_report().integrity_check,
         Some("integrity_check")
+    );
+    assert_eq!(reopened.meta_get("note").unwrap().unwrap().value, "x");
+    reopened.close().unwrap();
+    assert!(
+        AdfFile::open(&path).unwrap().open_report().clean_close,
+        "closing restores the marker"
     );
 }
 
