@@ -1,0 +1,1 @@
+//! The runtime home directory. Being written; see issue 3.

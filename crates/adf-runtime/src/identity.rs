@@ -1,0 +1,1 @@
+//! Agent identity lifecycle. Being written; see issue 3.

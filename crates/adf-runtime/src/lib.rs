@@ -1,0 +1,13 @@
+//! `adf-runtime`: an agent in motion.
+//!
+//! Principal pieces so far:
+//! - [`home`]: the runtime's home directory (`$ADF_HOME`, default `~/.adf`) with the owner and
+//!   runtime identities, kept outside every agent file.
+//! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
+//!   `adf-crypto` and `adf-store`.
+//! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
+//!   locked, authorized code, approvals).
+
+pub mod home;
+pub mod identity;
+pub mod tools;

@@ -1,0 +1,1 @@
+//! The tool registry and access model. Being written; see issue 4.
