@@ -14,6 +14,10 @@ pub enum Caller {
     AuthorizedCode,
     /// The owner or the runtime acting for it: not subject to agent protections.
     Owner,
+    /// An agent call the owner approved once despite a protection (§4.2 "owner-approved
+    /// one-time override"): not stopped by the protection, but still an agent write, so it
+    /// clears `authorized` and grants no trust.
+    OwnerApproved,
 }
 
 impl Caller {
@@ -24,7 +28,13 @@ impl Caller {
 
     /// Whether this caller may grant trust (authorize files, change protection levels).
     pub fn may_grant_trust(self) -> bool {
-        self != Self::Agent
+        matches!(self, Self::AuthorizedCode | Self::Owner)
+    }
+
+    /// Whether a write by this caller is the agent changing content, which withdraws the
+    /// owner's trust in it as code (§4.3).
+    pub fn clears_authorization(self) -> bool {
+        self != Self::Owner
     }
 
     /// Whether a bypass by this caller must be recorded (`protection/bypass` log, ⚠ marker).

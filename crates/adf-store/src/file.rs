@@ -305,6 +305,33 @@ impl AdfFile {
         &self.conn
     }
 
+    /// Runs `work` as one transaction: every store write it makes lands, or none does (a tool
+    /// call is one transaction). Store methods nest inside it as savepoints.
+    pub fn atomically<T, E: From<StoreError>>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, E>,
+    ) -> Result<T, E> {
+        // Consume the marker outside the savepoint, so a rolled-back call cannot resurrect it.
+        self.ensure_writable()?;
+        self.conn
+            .execute_batch("SAVEPOINT adf_atomic")
+            .map_err(StoreError::from)?;
+        match work(self) {
+            Ok(value) => {
+                self.conn
+                    .execute_batch("RELEASE adf_atomic")
+                    .map_err(StoreError::from)?;
+                Ok(value)
+            }
+            Err(error) => {
+                self.conn
+                    .execute_batch("ROLLBACK TO adf_atomic; RELEASE adf_atomic")
+                    .map_err(StoreError::from)?;
+                Err(error)
+            }
+        }
+    }
+
     /// Every write path calls this first: it refuses writes in inspect mode and removes the
     /// clean-close marker before the session's first write.
     pub(crate) fn ensure_writable(&self) -> Result<()> {

@@ -1,1 +1,429 @@
-//! The tool registry and access model. Being written; see issue 4.
+//! The tool registry and the one place tool calls are decided and run.
+//!
+//! Principal types: [`Tool`] (one built-in tool: name, JSON Schema, `run`), [`ToolRegistry`]
+//! (every tool by name; [`ToolRegistry::call`] is the whole call pipeline), [`Caller`] and the
+//! access predicates in [`access`], [`ToolError`] with its stable [`ErrorCode`]s, and the
+//! human-in-the-loop pieces in [`approval`].
+//!
+//! The pipeline of one call: look the tool up → read the effective declaration → strip the
+//! cross-cutting parameters (`_reason`, `_async`, `_full`) → validate the arguments → decide
+//! access (allowed / needs approval / refused) → run inside one store transaction. A model call
+//! refused by a protection the owner may lift becomes a one-time approval request.
+
+pub mod access;
+pub mod approval;
+pub mod builtin;
+mod error;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use adf_store::AdfFile;
+use adf_store::tasks::NewTask;
+use serde_json::{Map, Value, json};
+
+pub use access::{Access, Caller, Declaration};
+pub use approval::{ApprovalRequest, Approver, Decision};
+pub use error::{ErrorCode, ProtectionHit, ToolError};
+
+/// One built-in tool.
+pub trait Tool: Send + Sync + 'static {
+    /// The name models and code call it by.
+    fn name(&self) -> &'static str;
+    /// One or two sentences for the model.
+    fn description(&self) -> &'static str;
+    /// The JSON Schema of the arguments (an object schema).
+    fn parameters(&self) -> Value;
+    /// Runs the call. The pipeline has validated `args` against [`Tool::parameters`] and
+    /// opened a transaction: return an error and every write rolls back.
+    fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError>;
+}
+
+/// What a running tool may see and use.
+#[derive(Debug)]
+pub struct ToolContext<'a> {
+    pub file: &'a mut AdfFile,
+    pub caller: &'a Caller,
+    /// The config as it was when the call started.
+    pub config: &'a Value,
+    /// The owner approved lifting a protection for this one call.
+    pub protection_override: bool,
+    /// Code asked for results without output caps (`_full`; never honoured for the model).
+    pub full: bool,
+}
+
+impl ToolContext<'_> {
+    /// The store-level caller whose protections apply to this call.
+    pub fn store_caller(&self) -> adf_store::Caller {
+        if self.protection_override && self.caller.store_caller() == adf_store::Caller::Agent {
+            adf_store::Caller::OwnerApproved
+        } else {
+            self.caller.store_caller()
+        }
+    }
+
+    /// A limit from `config.limits`, or `default` when absent or null.
+    pub fn limit(&self, name: &str, default: u64) -> u64 {
+        self.config
+            .pointer(&format!("/limits/{name}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(default)
+    }
+}
+
+/// The result of a call that did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    /// The tool ran; its result.
+    Done(Value),
+    /// `_async`: the call became a task that runs in the background (status `running`) or
+    /// waits for approval (`pending_approval`).
+    Queued { task_id: String, status: String },
+}
+
+impl CallOutcome {
+    /// The value a caller sees: the result, or the task reference of a queued call.
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Done(value) => value,
+            Self::Queued { task_id, status } => json!({ "task_id": task_id, "status": status }),
+        }
+    }
+}
+
+/// Tools code may not call: the turn tools talk to the owner, and compaction rewrites the
+/// transcript the model is reading (adf-object guide "Loop Management").
+const EXCLUDED_FROM_CODE: [&str; 4] = ["say", "ask", "loop_compact", "loop_clear"];
+
+/// The description injected into every schema shown to the model (tools guide `_reason`).
+const REASON_PARAMETER: &str = "Why you are calling this tool, in about ten words. Shown to the owner when approval is needed.";
+
+/// Every tool by name.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ToolRegistry {
+    /// A registry holding every built-in tool this runtime implements.
+    pub fn with_builtins() -> Self {
+        let mut registry = Self::default();
+        for tool in builtin::all() {
+            registry.register(tool);
+        }
+        registry
+    }
+
+    /// Adds or replaces a tool.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name(), tool);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.tools.keys().copied()
+    }
+
+    /// Every declared tool with its effective flags and schema, as `sys_get_config
+    /// {section: "tools"}` reports them. Tools this runtime does not implement yet are listed
+    /// with `implemented: false`.
+    pub fn describe(&self, config: &Value) -> Vec<Value> {
+        let (declarations, _) = access::declarations(config);
+        declarations
+            .iter()
+            .map(|d| {
+                let tool = self.get(&d.name);
+                json!({
+                    "name": d.name,
+                    "enabled": d.enabled,
+                    "visible": d.visible,
+                    "restricted": d.restricted,
+                    "locked": d.locked,
+                    "implemented": tool.is_some(),
+                    "description": tool.map(|t| t.description()),
+                    "parameters": tool.map(|t| t.parameters()),
+                })
+            })
+            .collect()
+    }
+
+    /// The tool definitions advertised to the model: enabled and visible declarations of
+    /// implemented tools, each schema extended with the `_reason` parameter.
+    pub fn model_definitions(&self, config: &Value) -> Vec<Value> {
+        let (declarations, _) = access::declarations(config);
+        declarations
+            .iter()
+            .filter(|d| access::advertised(d))
+            .filter_map(|d| self.get(&d.name))
+            .map(|tool| {
+                let mut parameters = tool.parameters();
+                if let Some(properties) = parameters.get_mut("properties").and_then(Value::as_object_mut) {
+                    properties.insert("_reason".into(), json!({ "type": "string", "description": REASON_PARAMETER }));
+                }
+                json!({ "name": tool.name(), "description": tool.description(), "parameters": parameters })
+            })
+            .collect()
+    }
+
+    /// Calls `name` with `args` for `caller`: the whole pipeline (see the module docs).
+    /// Approvals are asked of `approver` and waited for.
+    pub fn call(
+        &self,
+        file: &mut AdfFile,
+        caller: &Caller,
+        name: &str,
+        args: Value,
+        approver: &dyn Approver,
+    ) -> Result<CallOutcome, ToolError> {
+        let tool = self
+            .get(name)
+            .ok_or_else(|| ToolError::not_found(format!("unknown tool '{name}'")))?
+            .clone();
+        if matches!(caller, Caller::Code { .. }) && EXCLUDED_FROM_CODE.contains(&name) {
+            return Err(ToolError::new(
+                ErrorCode::ExcludedTool,
+                format!("'{name}' is only for the model's own turns; code cannot call it"),
+            ));
+        }
+        let config = file.config()?;
+        let (declarations, duplicates) = access::declarations(&config);
+        if !duplicates.is_empty() {
+            tracing::warn!(tools = ?duplicates, "duplicate_tool_declaration: the first declaration wins");
+        }
+        let declaration = declarations.iter().find(|d| d.name == name);
+
+        let Value::Object(mut args) = args else {
+            return Err(ToolError::invalid("tool arguments must be a JSON object"));
+        };
+        let cross = CrossCutting::strip(&mut args, caller);
+        let args = Value::Object(args);
+        validate::validate(&tool.parameters(), &args).map_err(ToolError::invalid)?;
+
+        let decision = access::access(caller, name, declaration);
+        if let Access::Refused(code, message) = decision {
+            return Err(ToolError::new(code, message));
+        }
+        let needs_approval = decision == Access::NeedsApproval;
+
+        if cross.run_async {
+            let status = if needs_approval {
+                "pending_approval"
+            } else {
+                "running"
+            };
+            let stored = cross.with_reason(&args);
+            let origin = format!("agent:{}", caller.label());
+            let task_id = file.task_create(&NewTask {
+                tool: name,
+                args: &stored,
+                status,
+                origin: Some(&origin),
+                requires_authorization: needs_approval,
+                executor_managed: false,
+                approval_meta: needs_approval
+                    .then(|| json!({ "reason": "restricted" }))
+                    .as_ref(),
+                r#loop: caller.loop_name(),
+            })?;
+            return Ok(CallOutcome::Queued {
+                task_id,
+                status: status.to_owned(),
+            });
+        }
+
+        let mut approved_task = None;
+        if needs_approval {
+            let meta = json!({ "reason": "restricted" });
+            let (decision, task_id) = approval::request(
+                file,
+                approver,
+                caller,
+                name,
+                &cross.with_reason(&args),
+                &meta,
+            )?;
+            if let Decision::Denied(reason) = decision {
+                return Err(denied(name, &reason));
+            }
+            approved_task = Some(task_id);
+        }
+        let mut result = self.execute(file, &tool, caller, &config, &args, false, cross.full);
+        if let Err(ToolError {
+            protection: Some(hit),
+            ..
+        }) = &result
+        {
+            if caller.is_model() {
+                let meta = json!({
+                    "reason": "protection",
+                    "protection": {
+                        "kind": hit.kind,
+                        "target": hit.target,
+                        "level": hit.level,
+                        "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
+                    }
+                });
+                if let Some(task_id) = approved_task.take() {
+                    file.task_update(
+                        &task_id,
+                        "failed",
+                        None,
+                        Some(&format!("blocked by protection of {}", hit.target)),
+                    )?;
+                }
+                let (decision, task_id) = approval::request(
+                    file,
+                    approver,
+                    caller,
+                    name,
+                    &cross.with_reason(&args),
+                    &meta,
+                )?;
+                if let Decision::Denied(reason) = decision {
+                    return Err(denied(name, &reason));
+                }
+                approved_task = Some(task_id);
+                result = self.execute(file, &tool, caller, &config, &args, true, cross.full);
+            }
+        }
+        if let Some(task_id) = approved_task {
+            match &result {
+                Ok(value) => file.task_update(&task_id, "completed", Some(&render(value)), None)?,
+                Err(error) => {
+                    file.task_update(&task_id, "failed", None, Some(&error.to_string()))?
+                }
+            }
+        }
+        result.map(CallOutcome::Done)
+    }
+
+    /// Runs an approved or queued task whose status is `running`, and records its outcome.
+    pub fn run_task(
+        &self,
+        file: &mut AdfFile,
+        task_id: &str,
+        caller: &Caller,
+    ) -> Result<Value, ToolError> {
+        let task = file
+            .task(task_id)?
+            .ok_or_else(|| ToolError::not_found(format!("no task {task_id}")))?;
+        let tool = self
+            .get(&task.tool)
+            .ok_or_else(|| ToolError::not_found(format!("unknown tool '{}'", task.tool)))?
+            .clone();
+        let mut args = task.args.as_object().cloned().unwrap_or_default();
+        let cross = CrossCutting::strip(&mut args, caller);
+        let config = file.config()?;
+        let override_protection = task
+            .approval_meta
+            .as_ref()
+            .and_then(|m| m.get("reason"))
+            .and_then(Value::as_str)
+            == Some("protection");
+        let result = self.execute(
+            file,
+            &tool,
+            caller,
+            &config,
+            &Value::Object(args),
+            override_protection,
+            cross.full,
+        );
+        match &result {
+            Ok(value) => file.task_update(task_id, "completed", Some(&render(value)), None)?,
+            Err(error) => file.task_update(task_id, "failed", None, Some(&error.to_string()))?,
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &self,
+        file: &mut AdfFile,
+        tool: &Arc<dyn Tool>,
+        caller: &Caller,
+        config: &Value,
+        args: &Value,
+        protection_override: bool,
+        full: bool,
+    ) -> Result<Value, ToolError> {
+        file.atomically(|file| {
+            let mut cx = ToolContext {
+                file,
+                caller,
+                config,
+                protection_override,
+                full,
+            };
+            tool.run(&mut cx, args.clone())
+        })
+    }
+}
+
+fn denied(name: &str, reason: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Denied,
+        format!("the owner denied the call to {name}: {reason}"),
+    )
+}
+
+/// A result as text: strings as they are, anything else as JSON.
+pub fn render(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The cross-cutting parameters of the tools guide, taken off the arguments before the tool
+/// sees them.
+#[derive(Debug, Default)]
+struct CrossCutting {
+    reason: Option<String>,
+    run_async: bool,
+    full: bool,
+}
+
+impl CrossCutting {
+    fn strip(args: &mut Map<String, Value>, caller: &Caller) -> Self {
+        let reason = args
+            .remove("_reason")
+            .and_then(|v| v.as_str().map(str::to_owned));
+        let run_async = args
+            .remove("_async")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        // `_full` is for code only: model results stay capped to protect the context window.
+        let full = args
+            .remove("_full")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+            && !caller.is_model();
+        Self {
+            reason,
+            run_async,
+            full,
+        }
+    }
+
+    /// The arguments as stored on a task: the model's `_reason` rides along for the approver.
+    fn with_reason(&self, args: &Value) -> Value {
+        let mut stored = args.clone();
+        if let (Some(reason), Some(object)) = (&self.reason, stored.as_object_mut()) {
+            object.insert("_reason".into(), Value::String(reason.clone()));
+        }
+        stored
+    }
+}

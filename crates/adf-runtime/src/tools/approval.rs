@@ -1,0 +1,228 @@
+//! Human in the loop: approval requests for restricted calls and protection overrides, and
+//! how the owner or authorized code resolves tasks (`task_resolve`, missing-tables §13.4).
+
+use std::time::Duration;
+
+use adf_store::AdfFile;
+use adf_store::tasks::NewTask;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::{Caller, ErrorCode, ToolError, ToolRegistry};
+
+/// An approval the owner is asked for; the task row holds the same facts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRequest {
+    pub task_id: String,
+    pub tool: String,
+    /// The arguments, with the model's `_reason` when it gave one.
+    pub args: Value,
+    /// `{reason: "restricted" | "protection", protection?: {kind, target, level, description}}`.
+    pub approval_meta: Value,
+}
+
+/// The owner's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Approved,
+    Denied(String),
+}
+
+/// Something that obtains the owner's decision on a pending approval and blocks until it has
+/// one: a terminal prompt, a UI, or a wait for another process to resolve the task.
+pub trait Approver {
+    fn decide(&self, file: &mut AdfFile, request: &ApprovalRequest) -> Result<Decision, ToolError>;
+}
+
+/// Approves everything (`--approve-all`, scripted tests).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn decide(&self, _: &mut AdfFile, _: &ApprovalRequest) -> Result<Decision, ToolError> {
+        Ok(Decision::Approved)
+    }
+}
+
+/// Denies everything (`--deny-all`, and callers that cannot ask anyone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DenyAll;
+
+impl Approver for DenyAll {
+    fn decide(&self, _: &mut AdfFile, _: &ApprovalRequest) -> Result<Decision, ToolError> {
+        Ok(Decision::Denied("no one is available to approve".into()))
+    }
+}
+
+/// Waits for the task to be resolved by someone else (`adf approve` / `adf deny` from another
+/// shell, the daemon API, authorized code), re-reading the task row between waits. SQLite in
+/// WAL mode lets the other process write while this one reads.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitForResolution {
+    pub poll: Duration,
+}
+
+impl Approver for WaitForResolution {
+    fn decide(&self, file: &mut AdfFile, request: &ApprovalRequest) -> Result<Decision, ToolError> {
+        loop {
+            let task = file.task(&request.task_id)?.ok_or_else(|| {
+                ToolError::not_found(format!("task {} disappeared", request.task_id))
+            })?;
+            match task.status.as_str() {
+                "pending" | "pending_approval" => std::thread::sleep(self.poll),
+                "running" | "completed" => return Ok(Decision::Approved),
+                _ => {
+                    return Ok(Decision::Denied(
+                        task.error.unwrap_or_else(|| "Denied".into()),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Creates the `pending_approval` task for a blocking call, asks `approver`, and leaves the
+/// task `running` (approved) or `denied`. Returns the decision and the task id, so the caller
+/// can record the call's outcome on the task.
+pub(crate) fn request(
+    file: &mut AdfFile,
+    approver: &dyn Approver,
+    caller: &Caller,
+    tool: &str,
+    args: &Value,
+    approval_meta: &Value,
+) -> Result<(Decision, String), ToolError> {
+    let config = file.config()?;
+    let origin = format!(
+        "hil:{}:{}",
+        config
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        config.get("id").and_then(Value::as_str).unwrap_or_default()
+    );
+    let task_id = file.task_create(&NewTask {
+        tool,
+        args,
+        status: "pending_approval",
+        origin: Some(&origin),
+        requires_authorization: true,
+        executor_managed: true,
+        approval_meta: Some(approval_meta),
+        r#loop: caller.loop_name(),
+    })?;
+    let request = ApprovalRequest {
+        task_id: task_id.clone(),
+        tool: tool.to_owned(),
+        args: args.clone(),
+        approval_meta: approval_meta.clone(),
+    };
+    let decision = approver.decide(file, &request)?;
+    let current = file.task(&task_id)?.map(|t| t.status).unwrap_or_default();
+    if current == "pending_approval" || current == "pending" {
+        match &decision {
+            Decision::Approved => file.task_update(&task_id, "running", None, None)?,
+            Decision::Denied(reason) => file.task_update(&task_id, "denied", None, Some(reason))?,
+        }
+    }
+    Ok((decision, task_id))
+}
+
+/// How a task is resolved (`task_resolve` actions).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    Approve {
+        modified_args: Option<Value>,
+    },
+    Deny {
+        reason: Option<String>,
+    },
+    /// Send the task (back) to the owner: status `pending_approval`.
+    Escalate,
+}
+
+/// Resolves a task as `resolver` exactly as missing-tables §13.4 describes: only pending tasks
+/// (`INVALID_STATE` otherwise); `requires_authorization` is set first when asked; a task that
+/// requires authorization can only be escalated by unauthorized code; approving an
+/// executor-managed task only signals the waiting executor (status `running`), approving a
+/// deferred task runs the tool now.
+pub fn resolve_task(
+    registry: &ToolRegistry,
+    file: &mut AdfFile,
+    task_id: &str,
+    resolution: Resolution,
+    resolver: &Caller,
+    requires_authorization: bool,
+) -> Result<Value, ToolError> {
+    let task = file
+        .task(task_id)?
+        .ok_or_else(|| ToolError::not_found(format!("no task {task_id}")))?;
+    if !matches!(task.status.as_str(), "pending" | "pending_approval") {
+        return Err(ToolError::new(
+            ErrorCode::InvalidState,
+            format!(
+                "task {task_id} is {}, only pending tasks can be resolved",
+                task.status
+            ),
+        ));
+    }
+    if requires_authorization && !task.requires_authorization {
+        file.task_require_authorization(task_id)?;
+    }
+    let needs_trust = task.requires_authorization || requires_authorization;
+    let trusted = matches!(
+        resolver,
+        Caller::Owner
+            | Caller::Code {
+                authorized: true,
+                ..
+            }
+    );
+    if needs_trust && !trusted && resolution != Resolution::Escalate {
+        return Err(ToolError::new(
+            ErrorCode::RequiresAuthorizedCode,
+            format!(
+                "task {task_id} requires authorization: only the owner or authorized code may resolve it"
+            ),
+        ));
+    }
+    match resolution {
+        Resolution::Escalate => {
+            if task.status != "pending_approval" {
+                file.task_update(task_id, "pending_approval", None, None)?;
+            }
+            Ok(json!({ "task_id": task_id, "status": "pending_approval" }))
+        }
+        Resolution::Deny { reason } => {
+            let reason = reason.unwrap_or_else(|| "Denied".into());
+            file.task_update(task_id, "denied", None, Some(&reason))?;
+            Ok(json!({ "task_id": task_id, "status": "denied", "reason": reason }))
+        }
+        Resolution::Approve { modified_args } => {
+            if let Some(args) = &modified_args {
+                file.task_set_args(task_id, args)?;
+            }
+            file.task_update(task_id, "running", None, None)?;
+            if task.executor_managed {
+                return Ok(json!({ "task_id": task_id, "status": "approved" }));
+            }
+            // A deferred (`_async`) call: the approval is the go-ahead to run it as the agent
+            // that asked for it.
+            let agent = Caller::Model {
+                loop_name: task.r#loop.clone().unwrap_or_else(|| "main".into()),
+            };
+            let result = registry.run_task(file, task_id, &agent);
+            let status = if result.is_ok() {
+                "completed"
+            } else {
+                "failed"
+            };
+            Ok(json!({
+                "task_id": task_id,
+                "status": status,
+                "result": result.as_ref().ok(),
+                "error": result.as_ref().err().map(ToString::to_string),
+            }))
+        }
+    }
+}
