@@ -4,7 +4,24 @@ use std::sync::Arc;
 
 use super::Tool;
 
+pub mod config;
+pub mod db;
+pub mod files;
+pub mod messages;
+pub mod meta;
+pub mod state;
+pub mod timers;
+
 /// Every built-in tool this runtime implements.
 pub fn all() -> Vec<Arc<dyn Tool>> {
-    Vec::new()
+    let families = [
+        files::tools(),
+        meta::tools(),
+        state::tools(),
+        db::tools(),
+        config::tools(),
+        timers::tools(),
+        messages::tools(),
+    ];
+    families.into_iter().flatten().collect()
 }

@@ -1,0 +1,103 @@
+//! Helpers shared by the runtime's integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use adf_runtime::tools::approval::{ApproveAll, DenyAll};
+use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolError, ToolRegistry};
+use adf_store::{AdfFile, CreateOptions};
+use serde_json::Value;
+
+/// A fresh agent file in its own temp dir (kept alive by the returned guard).
+pub fn new_agent() -> (tempfile::TempDir, PathBuf, AdfFile) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.adf");
+    let file = AdfFile::create(&path, &CreateOptions::default()).unwrap();
+    (dir, path, file)
+}
+
+pub fn model() -> Caller {
+    Caller::Model { loop_name: "main".into() }
+}
+
+pub fn code() -> Caller {
+    Caller::Code { authorized: false, source: Some("lib/x.ts:main".into()) }
+}
+
+pub fn authorized() -> Caller {
+    Caller::Code { authorized: true, source: Some("lib/trusted.ts:main".into()) }
+}
+
+/// Calls a tool with every approval denied (so a restricted call fails fast).
+pub fn call(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> Result<Value, ToolError> {
+    call_with(file, caller, name, args, &DenyAll)
+}
+
+/// Calls a tool with every approval granted.
+pub fn call_approved(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> Result<Value, ToolError> {
+    call_with(file, caller, name, args, &ApproveAll)
+}
+
+pub fn call_with(
+    file: &mut AdfFile,
+    caller: &Caller,
+    name: &str,
+    args: Value,
+    approver: &dyn Approver,
+) -> Result<Value, ToolError> {
+    ToolRegistry::with_builtins().call(file, caller, name, args, approver).map(CallOutcome::into_value)
+}
+
+/// Enables (and shows) a tool as the owner.
+pub fn enable(file: &mut AdfFile, tool: &str) {
+    for flag in ["enabled", "visible"] {
+        file.config_set_path(
+            adf_store::Caller::Owner,
+            &format!("tools.{tool}.{flag}"),
+            adf_store::ConfigAction::Set,
+            Value::Bool(true),
+        )
+        .unwrap();
+    }
+}
+
+/// A digest of every row of every table (page layout excluded), for "the call left the file
+/// unchanged" assertions.
+pub fn digest(file: &AdfFile) -> String {
+    let conn = file.connection();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table') AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let schema: Vec<String> = conn
+        .prepare("SELECT type || ' ' || name || ' ' || COALESCE(sql, '') FROM sqlite_master ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut out = schema.join("\n");
+    for table in tables {
+        let mut stmt = match conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid")) {
+            Ok(stmt) => stmt,
+            // Virtual tables without rowid order are compared by schema only.
+            Err(_) => continue,
+        };
+        let count = stmt.column_count();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            out.push('\n');
+            for i in 0..count {
+                out.push_str(&format!("{:?}|", row.get_ref(i).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+pub fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+}
