@@ -59,6 +59,9 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
         Command::Timers { file } => timers(&file, out),
         Command::Tasks { file, status } => tasks(&file, status.as_deref(), out),
         Command::Logs { file, limit } => logs(&file, limit, out),
+        command @ (Command::Owner(_) | Command::Identity(_) | Command::Claim { .. }) => {
+            crate::identity_cmds::run(command, out)
+        }
     }
 }
 
@@ -92,7 +95,9 @@ fn new(
     handle: Option<String>,
     out: Output,
 ) -> Result<ExitCode> {
-    let file = AdfFile::create(
+    // Keys first, so a home problem never leaves a half-made file behind.
+    let keys = crate::identity_cmds::keys_for_new()?;
+    let mut file = AdfFile::create(
         path,
         &CreateOptions {
             name,
@@ -101,6 +106,11 @@ fn new(
             id: None,
         },
     )?;
+    if let Err(error) = adf_runtime::identity::provision_new(&mut file, &keys) {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(error).context("cannot provision the new agent's identity");
+    }
     let config = file.config()?;
     let summary = json!({
         "path": path.display().to_string(),
@@ -217,7 +227,10 @@ fn info(path: &Path, out: Output) -> Result<ExitCode> {
 
 fn check(path: &Path, out: Output) -> Result<ExitCode> {
     let file = AdfFile::inspect(path)?;
-    let report = file.check()?;
+    let mut report = file.check()?;
+    report
+        .findings
+        .extend(crate::identity_cmds::check_findings(&file)?);
     let errors = report.errors().count();
     let warnings = report.warnings().count();
     let body = json!({ "path": path.display().to_string(), "ok": report.is_ok(), "errors": errors, "warnings": warnings, "findings": report.findings });

@@ -5,6 +5,7 @@
 
 mod demo;
 mod file_cmds;
+mod identity_cmds;
 mod output;
 
 use std::path::PathBuf;
@@ -125,6 +126,62 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
+    /// The owner identity of this installation (kept in $ADF_HOME, default ~/.adf).
+    #[command(subcommand)]
+    Owner(OwnerCommand),
+    /// An agent's identity: envelope status and sealed credentials.
+    #[command(subcommand)]
+    Identity(IdentityCommand),
+    /// Take ownership of a file whose identity is foreign here: new DID, `clone` attestation,
+    /// old DID kept in adf_did_history. A file with no identity yet is provisioned instead.
+    Claim {
+        file: PathBuf,
+        /// Also adopt credentials shared with `adf identity share`: the share password is read
+        /// from stdin.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OwnerCommand {
+    /// Create the owner identity from a fresh recovery phrase (refuses to replace one).
+    Init {
+        /// Replace an existing owner: files it provisioned become foreign here.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show the owner and runtime DIDs (public information only).
+    Show,
+    /// Print the owner's recovery phrase (the only command that prints a secret).
+    ExportMnemonic,
+    /// Restore the owner from its recovery phrase, read from stdin.
+    Import {
+        /// Replace a different existing owner.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum IdentityCommand {
+    /// Envelope states (unlocked, locked, foreign, absent), DIDs and slots; provisions a file
+    /// that has no identity yet and adds a runtime slot after an owner-slot unlock.
+    Status { file: PathBuf },
+    /// Seal a secret into the credentials envelope; the value is read from stdin.
+    Set {
+        file: PathBuf,
+        /// Name of the secret, e.g. `provider:openai:apiKey` or `adapter:telegram:TELEGRAM_BOT_TOKEN`.
+        purpose: String,
+        /// Let the agent's own code read it (`get_identity`); off by default.
+        #[arg(long)]
+        code_access: bool,
+    },
+    /// List identity purposes and how each is stored (never the values).
+    List { file: PathBuf },
+    /// Add a password slot to the credentials envelope so another owner can adopt them; the
+    /// password is read from stdin. The identity envelope is never shared.
+    Share { file: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]
