@@ -17,6 +17,25 @@ use crate::{Command, ConfigCommand, MetaCommand};
 pub fn run(command: Command, out: Output) -> Result<ExitCode> {
     match command {
         Command::Demo { dir } => crate::demo::run(dir, out),
+        Command::Tool {
+            file,
+            name,
+            args,
+            call_as,
+            approve_all,
+            deny_all,
+        } => {
+            let policy = match (approve_all, deny_all) {
+                (true, _) => crate::tool_cmds::ApprovalPolicy::ApproveAll,
+                (_, true) => crate::tool_cmds::ApprovalPolicy::DenyAll,
+                _ => crate::tool_cmds::ApprovalPolicy::Ask,
+            };
+            crate::tool_cmds::tool(&file, &name, args.as_deref(), call_as, policy, out)
+        }
+        Command::Approve { file, task } => crate::tool_cmds::resolve(&file, &task, true, None, out),
+        Command::Deny { file, task, reason } => {
+            crate::tool_cmds::resolve(&file, &task, false, reason, out)
+        }
         Command::New {
             file,
             name,
@@ -66,7 +85,7 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
 }
 
 /// Opens a file for reading and writing, saying on stderr when it was migrated.
-fn open(path: &Path) -> Result<AdfFile> {
+pub(crate) fn open(path: &Path) -> Result<AdfFile> {
     let file = AdfFile::open(path)?;
     let report = file.open_report();
     if let (Some(first), Some(last)) = (report.migrated_steps.first(), report.migrated_steps.last())

@@ -7,6 +7,7 @@ mod demo;
 mod file_cmds;
 mod identity_cmds;
 mod output;
+mod tool_cmds;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -132,6 +133,34 @@ pub(crate) enum Command {
     /// An agent's identity: envelope status and sealed credentials.
     #[command(subcommand)]
     Identity(IdentityCommand),
+    /// Run a tool against the file as the model, agent code, authorized code or the owner,
+    /// with the same access rules and approvals the runtime applies.
+    Tool {
+        file: PathBuf,
+        /// Tool name, e.g. fs_write or sys_update_config.
+        name: String,
+        /// Arguments as a JSON object, e.g. '{"path":"a.md","mode":"write","content":"hi"}'.
+        #[arg(long)]
+        args: Option<String>,
+        /// Who calls: model (restricted tools need approval), code, authorized or owner.
+        #[arg(long = "as", value_enum, default_value = "model")]
+        call_as: tool_cmds::CallAs,
+        /// Approve every approval request without asking.
+        #[arg(long, conflicts_with = "deny_all")]
+        approve_all: bool,
+        /// Deny every approval request without asking.
+        #[arg(long)]
+        deny_all: bool,
+    },
+    /// Approve a task waiting for the owner (a restricted call or a protection override).
+    Approve { file: PathBuf, task: String },
+    /// Deny a task waiting for the owner.
+    Deny {
+        file: PathBuf,
+        task: String,
+        /// Why; the agent sees it.
+        reason: Option<String>,
+    },
     /// Take ownership of a file whose identity is foreign here: new DID, `clone` attestation,
     /// old DID kept in adf_did_history. A file with no identity yet is provisioned instead.
     Claim {
