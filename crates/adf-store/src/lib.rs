@@ -23,6 +23,7 @@ mod handle;
 pub mod identity;
 pub mod meta;
 pub mod migrate;
+pub mod mime;
 pub mod schema;
 pub mod skills;
 pub mod tables;
