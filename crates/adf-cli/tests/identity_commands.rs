@@ -513,9 +513,11 @@ fn idn_02_the_plain_key_fixture_keeps_its_did_when_provisioned() {
     assert_eq!(check["warnings"], 0, "{check:#}");
 }
 
-/// Every secret this installation and its files hold, in the encodings that could leak.
-fn secret_needles(sb: &Sandbox, files: &[&Path]) -> Vec<String> {
+/// Every secret this installation and its files hold, in the encodings that could leak, and
+/// the raw bytes of the keys that must never be on disk unwrapped (DEKs, agent keys).
+fn secret_needles(sb: &Sandbox, files: &[&Path]) -> (Vec<String>, Vec<Vec<u8>>) {
     let mut raw: Vec<Vec<u8>> = Vec::new();
+    let mut unwrapped: Vec<Vec<u8>> = Vec::new();
     for name in ["owner.json", "runtime.json"] {
         let doc: Value =
             serde_json::from_slice(&std::fs::read(sb.home().join(name)).unwrap()).unwrap();
@@ -552,12 +554,12 @@ fn secret_needles(sb: &Sandbox, files: &[&Path]) -> Vec<String> {
             .into_iter()
             .flatten()
         {
-            raw.push(dek.expose_secret().to_vec());
+            unwrapped.push(dek.expose_secret().to_vec());
         }
         let agent = adf_crypto::provision::agent_signing_key(&rows, &unlock.deks, None).unwrap();
-        raw.push(agent.to_bytes().to_vec());
-        raw.push(adf_crypto::keys::ed25519_to_pkcs8(&agent).to_vec());
+        unwrapped.push(agent.to_bytes().to_vec());
     }
+    raw.extend(unwrapped.iter().cloned());
     let mut needles = vec![
         TEST_MNEMONIC.to_owned(),
         "abandon abandon".to_owned(),
@@ -571,7 +573,19 @@ fn secret_needles(sb: &Sandbox, files: &[&Path]) -> Vec<String> {
         needles.push(bytes.iter().map(|b| format!("{b:02x}")).collect());
         needles.push(bytes.iter().map(|b| format!("{b:02X}")).collect());
     }
-    needles
+    (needles, unwrapped)
+}
+
+/// Every regular file under `dir`.
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
 }
 
 fn rand_rng() -> impl rand::CryptoRng {
@@ -579,7 +593,7 @@ fn rand_rng() -> impl rand::CryptoRng {
 }
 
 #[test]
-fn secrets_never_appear_in_any_output_except_export_mnemonic() {
+fn idn_19_secrets_never_appear_in_any_output_or_on_disk_except_export_mnemonic() {
     let sb = Sandbox::new();
     let studio = sb.copy("studio-identity.adf");
     let minimal = sb.copy("minimal-headless.adf");
@@ -637,8 +651,22 @@ fn secrets_never_appear_in_any_output_except_export_mnemonic() {
     run(v(&["check", &s(&fresh)]), None);
     run(v(&["identity", "list", &s(&fresh)]), None);
 
-    let needles = secret_needles(&sb, &[&studio, &minimal, &fresh]);
+    let (needles, unwrapped) = secret_needles(&sb, &[&studio, &minimal, &fresh]);
     assert!(needles.len() > 40);
+    // IDN-19: no DEK or agent key is on disk unwrapped: agent files, sidecars, backups, home.
+    let mut on_disk = Vec::new();
+    all_files(sb.dir.path(), &mut on_disk);
+    assert!(on_disk.len() >= 6, "{on_disk:?}");
+    for path in &on_disk {
+        let bytes = std::fs::read(path).unwrap();
+        for key in &unwrapped {
+            assert!(
+                !bytes.windows(key.len()).any(|w| w == key.as_slice()),
+                "{} holds an unwrapped key",
+                path.display()
+            );
+        }
+    }
     for (label, stdout, stderr) in &transcripts {
         for stream in [stdout, stderr] {
             let text = String::from_utf8_lossy(stream);

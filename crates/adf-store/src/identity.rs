@@ -61,6 +61,20 @@ impl AdfFile {
             }
         }
         self.ensure_writable()?;
+        // Sealing replaces plaintext (an older file's plain key, plain secrets): have SQLite
+        // zero the freed cells instead of leaving the old bytes in free space.
+        let secure: i64 = self
+            .conn
+            .query_row("PRAGMA secure_delete", [], |r| r.get(0))?;
+        self.conn.execute_batch("PRAGMA secure_delete = ON")?;
+        let result = self.identity_apply_inner(change);
+        if secure == 0 {
+            self.conn.execute_batch("PRAGMA secure_delete = OFF")?;
+        }
+        result
+    }
+
+    fn identity_apply_inner(&mut self, change: &IdentityWrite) -> Result<()> {
         let tx = self.conn.savepoint()?;
         for purpose in &change.delete_purposes {
             tx.execute("DELETE FROM adf_identity WHERE purpose = ?1", [purpose])?;
