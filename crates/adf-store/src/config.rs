@@ -705,7 +705,7 @@ impl AdfFile {
         self.persist_config(&mut after)
     }
 
-    fn persist_config(&mut self, config: &mut Value) -> Result<()> {
+    pub(crate) fn persist_config(&mut self, config: &mut Value) -> Result<()> {
         let now = time::now_iso();
         if let Some(object) = config.as_object_mut() {
             let metadata = object

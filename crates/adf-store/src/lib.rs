@@ -15,6 +15,7 @@ mod access;
 pub mod audit;
 pub mod check;
 pub mod config;
+pub mod config_write;
 pub mod defaults;
 pub mod error;
 mod file;
