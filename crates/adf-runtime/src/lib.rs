@@ -10,4 +10,5 @@
 
 pub mod home;
 pub mod identity;
+pub mod schedule;
 pub mod tools;

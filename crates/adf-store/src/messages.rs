@@ -1,0 +1,298 @@
+//! `adf_inbox` / `adf_outbox` reads and the writes the message tools make: listing with
+//! filters, counting, status changes and deletes (§3.3, tools guide "Messaging Tools" and
+//! "Message Deletion Tools").
+//!
+//! Rows are returned as JSON objects with every column, unknown ones included, and updates name
+//! the one column they change, so columns this runtime does not know survive (STO-10).
+//! Deleting messages writes no audit rows: the per-message `inbox_message`/`outbox_message`
+//! snapshots taken at arrival and send are the only archive (§13.3, MSG-39).
+
+use rusqlite::types::{ToSql, ValueRef};
+use rusqlite::{OptionalExtension, params_from_iter};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{Result, StoreError};
+use crate::file::AdfFile;
+
+/// Which message table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mailbox {
+    Inbox,
+    Outbox,
+}
+
+impl Mailbox {
+    /// `inbox` / `outbox`, as the tools name them.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "inbox" => Some(Self::Inbox),
+            "outbox" => Some(Self::Outbox),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Inbox => "inbox",
+            Self::Outbox => "outbox",
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Self::Inbox => "adf_inbox",
+            Self::Outbox => "adf_outbox",
+        }
+    }
+
+    /// The timestamp `before` compares with and listings sort by.
+    fn time_column(self) -> &'static str {
+        match self {
+            Self::Inbox => "received_at",
+            Self::Outbox => "created_at",
+        }
+    }
+
+    /// The statuses a row of this table may have (§3.3).
+    pub fn statuses(self) -> &'static [&'static str] {
+        match self {
+            Self::Inbox => &["unread", "read", "archived"],
+            Self::Outbox => &["pending", "sent", "delivered", "failed"],
+        }
+    }
+
+    /// The filter fields this table supports: `from` and `source` exist only on the inbox.
+    pub fn filter_fields(self) -> &'static [&'static str] {
+        match self {
+            Self::Inbox => &["status", "from", "source", "before", "thread_id"],
+            Self::Outbox => &["status", "before", "thread_id"],
+        }
+    }
+}
+
+/// A conjunction of message conditions; `None` fields do not constrain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageFilter {
+    pub status: Option<String>,
+    /// Sender (`"from"` column); inbox only.
+    pub from: Option<String>,
+    /// Ingress channel (`mesh`, `telegram`, ...); inbox only.
+    pub source: Option<String>,
+    /// Rows whose timestamp (inbox `received_at`, outbox `created_at`) is before this epoch ms.
+    pub before: Option<i64>,
+    pub thread_id: Option<String>,
+}
+
+impl MessageFilter {
+    /// The names of the fields that constrain.
+    pub fn fields(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.status.is_some() {
+            out.push("status");
+        }
+        if self.from.is_some() {
+            out.push("from");
+        }
+        if self.source.is_some() {
+            out.push("source");
+        }
+        if self.before.is_some() {
+            out.push("before");
+        }
+        if self.thread_id.is_some() {
+            out.push("thread_id");
+        }
+        out
+    }
+
+    /// The WHERE clause (without the keyword; `1` when empty) and its parameters, after
+    /// refusing fields the table does not support — a dropped clause would widen a delete.
+    fn to_sql(&self, mailbox: Mailbox) -> Result<(String, Vec<Box<dyn ToSql>>)> {
+        let unsupported: Vec<&str> = self
+            .fields()
+            .into_iter()
+            .filter(|f| !mailbox.filter_fields().contains(f))
+            .collect();
+        if !unsupported.is_empty() {
+            return Err(StoreError::invalid(format!(
+                "filter field(s) not supported for {}: {}; supported: {}",
+                mailbox.as_str(),
+                unsupported.join(", "),
+                mailbox.filter_fields().join(", ")
+            )));
+        }
+        if let Some(status) = &self.status
+            && !mailbox.statuses().contains(&status.as_str())
+        {
+            return Err(StoreError::invalid(format!(
+                "{} status must be one of {}, not '{status}'",
+                mailbox.as_str(),
+                mailbox.statuses().join(", ")
+            )));
+        }
+        let mut clauses: Vec<String> = Vec::new();
+        let mut values: Vec<Box<dyn ToSql>> = Vec::new();
+        let mut text = |clause: &str, value: &Option<String>| {
+            if let Some(value) = value {
+                clauses.push(clause.to_owned());
+                values.push(Box::new(value.clone()));
+            }
+        };
+        text("status = ?", &self.status);
+        text("\"from\" = ?", &self.from);
+        text("source = ?", &self.source);
+        text("thread_id = ?", &self.thread_id);
+        if let Some(before) = self.before {
+            clauses.push(format!("{} < ?", mailbox.time_column()));
+            values.push(Box::new(before));
+        }
+        let clause = if clauses.is_empty() {
+            "1".to_owned()
+        } else {
+            clauses.join(" AND ")
+        };
+        Ok((clause, values))
+    }
+}
+
+/// Inbox counts by status (`msg_list`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct InboxCounts {
+    pub unread: i64,
+    pub read: i64,
+    pub archived: i64,
+    /// Every inbox row.
+    pub total: i64,
+}
+
+fn row_to_object(
+    row: &rusqlite::Row<'_>,
+    names: &[String],
+) -> rusqlite::Result<Map<String, Value>> {
+    let mut object = Map::new();
+    for (index, name) in names.iter().enumerate() {
+        let value = match row.get_ref(index)? {
+            ValueRef::Null => Value::Null,
+            ValueRef::Integer(i) => Value::from(i),
+            ValueRef::Real(f) => Value::from(f),
+            ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+            ValueRef::Blob(b) => Value::String(format!("<{} bytes>", b.len())),
+        };
+        object.insert(name.clone(), value);
+    }
+    Ok(object)
+}
+
+impl AdfFile {
+    /// Messages matching `filter`, newest first, at most `limit`; every column of each row.
+    pub fn messages(
+        &self,
+        mailbox: Mailbox,
+        filter: &MessageFilter,
+        limit: Option<usize>,
+    ) -> Result<Vec<Map<String, Value>>> {
+        let (clause, mut values) = filter.to_sql(mailbox)?;
+        // SQLite reads a negative LIMIT as "no limit".
+        values.push(Box::new(limit.map_or(-1, |l| l as i64)));
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT * FROM {} WHERE {clause} ORDER BY {} DESC, rowid DESC LIMIT ?",
+            mailbox.table(),
+            mailbox.time_column()
+        ))?;
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        let rows = stmt.query_map(params_from_iter(values.iter()), |row| {
+            row_to_object(row, &names)
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One message by its row id, every column.
+    pub fn message(&self, mailbox: Mailbox, id: &str) -> Result<Option<Map<String, Value>>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT * FROM {} WHERE id = ?1", mailbox.table()))?;
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        Ok(stmt
+            .query_row([id], |row| row_to_object(row, &names))
+            .optional()?)
+    }
+
+    /// Inbox counts by status.
+    pub fn inbox_counts(&self) -> Result<InboxCounts> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(SUM(status = 'unread'), 0), COALESCE(SUM(status = 'read'), 0),
+                    COALESCE(SUM(status = 'archived'), 0), COUNT(*)
+             FROM adf_inbox",
+            [],
+            |row| {
+                Ok(InboxCounts {
+                    unread: row.get(0)?,
+                    read: row.get(1)?,
+                    archived: row.get(2)?,
+                    total: row.get(3)?,
+                })
+            },
+        )?)
+    }
+
+    /// Sets the status of the messages `ids`, changing no other column. Every id must exist,
+    /// or nothing changes.
+    pub fn messages_set_status(
+        &mut self,
+        mailbox: Mailbox,
+        ids: &[String],
+        status: &str,
+    ) -> Result<usize> {
+        self.ensure_writable()?;
+        if !mailbox.statuses().contains(&status) {
+            return Err(StoreError::invalid(format!(
+                "{} status must be one of {}, not '{status}'",
+                mailbox.as_str(),
+                mailbox.statuses().join(", ")
+            )));
+        }
+        let tx = self.conn.savepoint()?;
+        let sql = format!("UPDATE {} SET status = ?2 WHERE id = ?1", mailbox.table());
+        for id in ids {
+            if tx.execute(&sql, [id.as_str(), status])? == 0 {
+                return Err(StoreError::not_found("message", id.clone()));
+            }
+        }
+        tx.commit()?;
+        Ok(ids.len())
+    }
+
+    /// Deletes the messages `ids`. Every id must exist, or nothing is deleted.
+    pub fn messages_delete_ids(&mut self, mailbox: Mailbox, ids: &[String]) -> Result<usize> {
+        self.ensure_writable()?;
+        let tx = self.conn.savepoint()?;
+        let sql = format!("DELETE FROM {} WHERE id = ?1", mailbox.table());
+        for id in ids {
+            if tx.execute(&sql, [id.as_str()])? == 0 {
+                return Err(StoreError::not_found("message", id.clone()));
+            }
+        }
+        tx.commit()?;
+        Ok(ids.len())
+    }
+
+    /// Deletes every message matching `filter` and returns how many. An empty filter is
+    /// refused: it would empty the table.
+    pub fn messages_delete(&mut self, mailbox: Mailbox, filter: &MessageFilter) -> Result<usize> {
+        self.ensure_writable()?;
+        if filter.fields().is_empty() {
+            return Err(StoreError::invalid(format!(
+                "at least one filter field is required ({}) so a delete cannot empty the {}",
+                mailbox.filter_fields().join(", "),
+                mailbox.as_str()
+            )));
+        }
+        let (clause, values) = filter.to_sql(mailbox)?;
+        Ok(self.conn.execute(
+            &format!("DELETE FROM {} WHERE {clause}", mailbox.table()),
+            params_from_iter(values.iter()),
+        )?)
+    }
+}
