@@ -22,6 +22,7 @@ mod file;
 mod files;
 mod handle;
 pub mod identity;
+pub mod messages;
 pub mod meta;
 pub mod migrate;
 pub mod mime;
@@ -30,6 +31,7 @@ pub mod skills;
 pub mod tables;
 pub mod tasks;
 pub mod time;
+pub mod timers;
 mod vec_ext;
 
 pub use access::{Caller, WriteOutcome};
