@@ -1393,3 +1393,31 @@ fn cfg_30_cfg_31_sections() {
         (json!(true), json!(true), json!(true))
     );
 }
+
+#[test]
+fn cfg_50_provider_type_is_checked_on_the_owner_path() {
+    let (_dir, mut file) = agent();
+    let bad = json!({ "path": "providers", "action": "append", "value": { "id": "p1", "type": "bogus" } });
+    let error = refused_unchanged(&mut file, &Caller::Owner, bad);
+    assert!(error.message.contains("providers[].type"), "{error}");
+    assert!(
+        file.config_set_path(
+            adf_store::Caller::Owner,
+            "providers",
+            ConfigAction::Append,
+            json!({ "id": "p1", "type": "bogus" })
+        )
+        .is_err()
+    );
+    let good = json!({ "path": "providers", "action": "append", "value": { "id": "p1", "type": "openai-compatible", "baseUrl": "http://127.0.0.1:9" } });
+    assert_eq!(
+        update(&mut file, &Caller::Owner, good).unwrap(),
+        json!("Appended to providers.")
+    );
+    // An agent never edits providers at all.
+    let args = json!({ "path": "providers.p1.baseUrl", "value": "http://evil.test" });
+    assert_hard(
+        &refused_unchanged(&mut file, &authorized(), args.clone()),
+        &args,
+    );
+}

@@ -264,39 +264,38 @@ impl ToolRegistry {
             protection: Some(hit),
             ..
         }) = &result
+            && caller.is_model()
         {
-            if caller.is_model() {
-                let meta = json!({
-                    "reason": "protection",
-                    "protection": {
-                        "kind": hit.kind,
-                        "target": hit.target,
-                        "level": hit.level,
-                        "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
-                    }
-                });
-                if let Some(task_id) = approved_task.take() {
-                    file.task_update(
-                        &task_id,
-                        "failed",
-                        None,
-                        Some(&format!("blocked by protection of {}", hit.target)),
-                    )?;
+            let meta = json!({
+                "reason": "protection",
+                "protection": {
+                    "kind": hit.kind,
+                    "target": hit.target,
+                    "level": hit.level,
+                    "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
                 }
-                let (decision, task_id) = approval::request(
-                    file,
-                    approver,
-                    caller,
-                    name,
-                    &cross.with_reason(&args),
-                    &meta,
+            });
+            if let Some(task_id) = approved_task.take() {
+                file.task_update(
+                    &task_id,
+                    "failed",
+                    None,
+                    Some(&format!("blocked by protection of {}", hit.target)),
                 )?;
-                if let Decision::Denied(reason) = decision {
-                    return Err(denied(name, &reason));
-                }
-                approved_task = Some(task_id);
-                result = self.execute(file, &tool, caller, &config, &args, true, cross.full);
             }
+            let (decision, task_id) = approval::request(
+                file,
+                approver,
+                caller,
+                name,
+                &cross.with_reason(&args),
+                &meta,
+            )?;
+            if let Decision::Denied(reason) = decision {
+                return Err(denied(name, &reason));
+            }
+            approved_task = Some(task_id);
+            result = self.execute(file, &tool, caller, &config, &args, true, cross.full);
         }
         if let Some(task_id) = approved_task {
             match &result {

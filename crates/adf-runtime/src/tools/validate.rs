@@ -67,8 +67,8 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
         }
         _ => {}
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value) {
             let names: Vec<String> = allowed.iter().map(Value::to_string).collect();
             return Err(format!(
                 "{} must be one of {}",
@@ -76,37 +76,32 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
                 names.join(", ")
             ));
         }
-    }
     if let Some(number) = value.as_f64() {
-        if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
-            if number < min {
+        if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+            && number < min {
                 return Err(format!("{} must be at least {min}", describe(path)));
             }
-        }
-        if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
-            if number > max {
+        if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+            && number > max {
                 return Err(format!("{} must be at most {max}", describe(path)));
             }
-        }
     }
     if let Some(text) = value.as_str() {
         let length = text.chars().count() as u64;
-        if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-            if length < min {
+        if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+            && length < min {
                 return Err(format!(
                     "{} must be at least {min} characters",
                     describe(path)
                 ));
             }
-        }
-        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-            if length > max {
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+            && length > max {
                 return Err(format!(
                     "{} must be at most {max} characters",
                     describe(path)
                 ));
             }
-        }
     }
     if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
         for (index, item) in array.iter().enumerate() {
@@ -121,10 +116,10 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
             .into_iter()
             .flatten()
         {
-            if let Some(name) = required.as_str() {
-                if object.get(name).is_none_or(Value::is_null) {
-                    return Err(format!("missing required parameter '{}'", join(path, name)));
-                }
+            if let Some(name) = required.as_str()
+                && object.get(name).is_none_or(Value::is_null)
+            {
+                return Err(format!("missing required parameter '{}'", join(path, name)));
             }
         }
         for (key, item) in object {
@@ -149,6 +144,7 @@ fn join(path: &str, key: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
