@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite, MetaProtection};
+use adf_runtime::tools::approval::{ApproveAll, DenyAll};
+use adf_runtime::tools::{CallOutcome, Caller, ToolError, ToolRegistry, render};
+use adf_store::{AdfFile, ConfigAction, CreateOptions, FileWrite, MetaProtection};
 use anyhow::{Context as _, Result};
 use serde_json::json;
 
@@ -53,6 +55,11 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
             ..CreateOptions::default()
         },
     )?;
+    // The demo keeps its owner and runtime identities in its own folder, not in ~/.adf.
+    let home = adf_runtime::home::RuntimeHome::at(dir.join("home"));
+    home.ensure_owner()?;
+    let keys = adf_runtime::identity::LocalKeys::from_home(&home)?;
+    adf_runtime::identity::provision_new(&mut file, &keys)?;
     let config = file.config()?;
     say(&format!(
         "   {} {} (id {}, handle {})",
@@ -61,21 +68,27 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
         config["id"].as_str().unwrap_or_default(),
         config["handle"].as_str().unwrap_or_default()
     ));
+    say(&format!(
+        "   identity {} (signing key sealed for the owner and this runtime)",
+        file.meta_get("adf_did")?
+            .map(|e| e.value)
+            .unwrap_or_default()
+    ));
 
     say("2. Giving it a lambda and trusting it as code (the owner authorizes files, §4.3).");
     file.file_write(
-        Caller::Owner,
+        adf_store::Caller::Owner,
         "lib/report.ts",
         LAMBDA.as_bytes(),
         &FileWrite::default(),
     )?;
-    file.file_set_authorized(Caller::Owner, "lib/report.ts", true)?;
+    file.file_set_authorized(adf_store::Caller::Owner, "lib/report.ts", true)?;
 
     say(
         "3. Installing a skill: a plain file write; the runtime indexes it into skills-registry.json.",
     );
     file.file_write(
-        Caller::Agent,
+        adf_store::Caller::Agent,
         "skills/weekly-report/SKILL.md",
         SKILL.as_bytes(),
         &FileWrite::default(),
@@ -90,31 +103,81 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
 
     say("4. Protections hold for the agent and give way to the owner:");
     file.meta_set(
-        Caller::Owner,
+        adf_store::Caller::Owner,
         "visits",
         "0",
         Some(MetaProtection::Increment),
     )?;
-    let refused = file.meta_set(Caller::Agent, "visits", "-5", None).is_err();
-    let counted = file.meta_increment(Caller::Agent, "visits", 1.0)?;
+    let refused = file
+        .meta_set(adf_store::Caller::Agent, "visits", "-5", None)
+        .is_err();
+    let counted = file.meta_increment(adf_store::Caller::Agent, "visits", 1.0)?;
     say(&format!(
         "   agent lowering an increment-only counter refused: {refused}; agent increment -> {counted}"
     ));
-    let readme_kept = file.file_delete(Caller::Agent, "README.md").is_err();
+    let readme_kept = file
+        .file_delete(adf_store::Caller::Agent, "README.md")
+        .is_err();
     say(&format!(
         "   agent deleting README.md (no_delete) refused: {readme_kept}"
     ));
 
-    say("5. Editing config with a dot path; unknown fields survive, invalid values are refused:");
+    say("5. The model's hands: tools run through one pipeline with the access rules of spec §8.7:");
+    let tools = ToolRegistry::with_builtins();
+    let model = Caller::Model {
+        loop_name: "main".into(),
+    };
+    let wrote = tools.call(
+        &mut file,
+        &model,
+        "fs_write",
+        json!({ "path": "data/notes.md", "mode": "write", "content": "# Notes\nfirst entry\n" }),
+        &DenyAll,
+    );
+    say(&format!(
+        "   fs_write data/notes.md -> {}",
+        outcome_text(wrote)
+    ));
+    let hidden = tools.call(
+        &mut file,
+        &model,
+        "fs_delete",
+        json!({ "path": "data/notes.md" }),
+        &DenyAll,
+    );
+    say(&format!(
+        "   fs_delete (disabled by default) -> {}",
+        outcome_text(hidden)
+    ));
+    let restricted = tools.call(
+        &mut file,
+        &model,
+        "sys_update_config",
+        json!({ "path": "description", "value": "Edited by the agent", "_reason": "keep my card accurate" }),
+        &ApproveAll,
+    );
+    say(&format!(
+        "   sys_update_config (restricted: the owner approves) -> {}",
+        outcome_text(restricted)
+    ));
+    let tasks = file.tasks(None)?;
+    if let Some(task) = tasks.first() {
+        say(&format!(
+            "   approval recorded as task {} ({})",
+            task.id, task.status
+        ));
+    }
+
+    say("6. Editing config with a dot path; unknown fields survive, invalid values are refused:");
     file.config_set_path(
-        Caller::Owner,
+        adf_store::Caller::Owner,
         "model.temperature",
         ConfigAction::Set,
         json!(0.3),
     )?;
     let invalid = file
         .config_set_path(
-            Caller::Owner,
+            adf_store::Caller::Owner,
             "model.temperature",
             ConfigAction::Set,
             json!(5),
@@ -124,7 +187,7 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
         "   temperature 0.3 accepted; 5 refused: {invalid}"
     ));
 
-    say("6. Closing cleanly (no -wal/-shm left), reopening and validating against the spec:");
+    say("7. Closing cleanly (no -wal/-shm left), reopening and validating against the spec:");
     file.close()?;
     let sidecars = [sidecar(&path, "-wal"), sidecar(&path, "-shm")]
         .iter()
@@ -171,6 +234,13 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn outcome_text(outcome: Result<CallOutcome, ToolError>) -> String {
+    match outcome {
+        Ok(outcome) => render(&outcome.into_value()),
+        Err(error) => format!("refused: {} ({})", error.message, error.code),
+    }
 }
 
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {

@@ -520,3 +520,39 @@ fn every_command_has_help() {
         );
     }
 }
+
+#[test]
+fn the_demo_runs_to_completion_and_leaves_a_valid_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = adf()
+        .args(["--json", "demo", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = json_of(&out);
+    assert_eq!(summary["check_errors"], serde_json::json!([]));
+    let file = dir.path().join("Demo Agent.adf");
+    let check = adf().args(["--json", "check"]).arg(&file).output().unwrap();
+    assert_eq!(
+        json_of(&check)["errors"],
+        0,
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let notes = adf()
+        .arg("cat")
+        .arg(&file)
+        .arg("data/notes.md")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&notes.stdout),
+        "# Notes\nfirst entry\n",
+        "the model's fs_write landed"
+    );
+}
