@@ -477,7 +477,7 @@ fn msg_39_aud_10_message_deletes_write_no_audit_rows() {
 }
 
 #[test]
-fn tol_01_msg_delete_is_refused_while_disabled() {
+fn tol_07_disabled_msg_delete_is_refused_for_unauthorized_code() {
     let (_dir, _path, mut file) = fixture();
     let before = digest(&file);
     let error = call(
