@@ -28,6 +28,7 @@ pub mod migrate;
 pub mod mime;
 pub mod schema;
 pub mod skills;
+pub mod sql;
 pub mod tables;
 pub mod tasks;
 pub mod time;
