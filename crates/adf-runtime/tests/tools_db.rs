@@ -5,8 +5,10 @@
 mod common;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use adf_runtime::tools::{Caller, ErrorCode, ToolError};
+use adf_store::sql::{SqlError, SqlLimits};
 use adf_store::{AdfFile, ConfigAction};
 use common::{authorized, call, code, digest, enable, model, new_agent};
 use serde_json::{Value, json};
@@ -1369,4 +1371,49 @@ fn met_22_a_local_full_text_index_over_adf_meta_still_cannot_read_it() {
     )
     .unwrap();
     assert_eq!(hits["rows"], json!([{"body": "the quick brown fox"}]));
+}
+
+#[test]
+fn tol_29_a_runaway_write_is_interrupted_and_nothing_is_kept() {
+    let (_dir, _path, mut file) = agent();
+    set_config(&mut file, "limits.execution_timeout_ms", json!(200));
+    let runaway = "INSERT INTO local_t (v) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT 'r' || x FROM c";
+    let before = digest(&file);
+
+    // The store call on its own reports the timeout; SQLite rolled back everything it wrote.
+    let limits = SqlLimits {
+        max_rows: None,
+        timeout: Some(Duration::from_millis(200)),
+    };
+    let error = file
+        .sql_execute(adf_store::Caller::Agent, runaway, &[], &limits)
+        .unwrap_err();
+    assert!(matches!(error, SqlError::Timeout(_)), "{error}");
+    assert_eq!(digest(&file), before);
+
+    // Through the tool the call fails and keeps nothing. (An interrupted write ends every
+    // enclosing transaction, so the pipeline's own savepoint is gone too; the pipeline reports
+    // that as an internal error until `AdfFile::atomically` tolerates it.)
+    let error = exec(&mut file, &code(), runaway, json!([])).unwrap_err();
+    assert!(
+        matches!(error.code, ErrorCode::Timeout | ErrorCode::InternalError),
+        "{error}"
+    );
+    assert_eq!(digest(&file), before);
+    // The next call works normally and its effect is kept.
+    exec(
+        &mut file,
+        &code(),
+        "INSERT INTO local_t (v) VALUES ('after')",
+        json!([]),
+    )
+    .unwrap();
+    let rows = query(
+        &mut file,
+        &code(),
+        "SELECT count(*) AS n FROM local_t",
+        json!([]),
+    )
+    .unwrap();
+    assert_eq!(rows["rows"], json!([{"n": 3}]));
 }

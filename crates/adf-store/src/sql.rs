@@ -631,22 +631,29 @@ impl<'c> Policed<'c> {
         policy: Policy,
         limits: &SqlLimits,
     ) -> Result<Self, SqlError> {
-        let policy = Arc::new(Mutex::new(policy));
         let was_defensive = conn.db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE)?;
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
-        let hook = Arc::clone(&policy);
-        conn.authorizer(Some(move |context: AuthContext<'_>| {
-            lock(&hook).decide(&context)
-        }))?;
+        // Built first, so a failure while installing still uninstalls everything on drop.
+        let policed = Self {
+            conn,
+            policy: Arc::new(Mutex::new(policy)),
+            was_defensive,
+        };
+        policed
+            .conn
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
+        let hook = Arc::clone(&policed.policy);
+        policed
+            .conn
+            .authorizer(Some(move |context: AuthContext<'_>| {
+                lock(&hook).decide(&context)
+            }))?;
         if let Some(timeout) = limits.timeout {
             let deadline = Instant::now() + timeout;
-            conn.progress_handler(1000, Some(move || Instant::now() >= deadline))?;
+            policed
+                .conn
+                .progress_handler(1000, Some(move || Instant::now() >= deadline))?;
         }
-        Ok(Self {
-            conn,
-            policy,
-            was_defensive,
-        })
+        Ok(policed)
     }
 
     fn set_phase(&self, phase: Phase) {
@@ -838,6 +845,11 @@ impl AdfFile {
                 Ok(output)
             },
         );
+        if self.conn.is_autocommit() {
+            // SQLite already rolled the whole transaction back: an interrupted write (the
+            // timeout) or an I/O error ends every enclosing transaction, not just the statement.
+            return result;
+        }
         let end = if result.is_ok() {
             "RELEASE adf_sql"
         } else {
