@@ -68,40 +68,45 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
         _ => {}
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(value) {
-            let names: Vec<String> = allowed.iter().map(Value::to_string).collect();
-            return Err(format!(
-                "{} must be one of {}",
-                describe(path),
-                names.join(", ")
-            ));
-        }
+        && !allowed.contains(value)
+    {
+        let names: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        return Err(format!(
+            "{} must be one of {}",
+            describe(path),
+            names.join(", ")
+        ));
+    }
     if let Some(number) = value.as_f64() {
         if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
-            && number < min {
-                return Err(format!("{} must be at least {min}", describe(path)));
-            }
+            && number < min
+        {
+            return Err(format!("{} must be at least {min}", describe(path)));
+        }
         if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
-            && number > max {
-                return Err(format!("{} must be at most {max}", describe(path)));
-            }
+            && number > max
+        {
+            return Err(format!("{} must be at most {max}", describe(path)));
+        }
     }
     if let Some(text) = value.as_str() {
         let length = text.chars().count() as u64;
         if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-            && length < min {
-                return Err(format!(
-                    "{} must be at least {min} characters",
-                    describe(path)
-                ));
-            }
+            && length < min
+        {
+            return Err(format!(
+                "{} must be at least {min} characters",
+                describe(path)
+            ));
+        }
         if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-            && length > max {
-                return Err(format!(
-                    "{} must be at most {max} characters",
-                    describe(path)
-                ));
-            }
+            && length > max
+        {
+            return Err(format!(
+                "{} must be at most {max} characters",
+                describe(path)
+            ));
+        }
     }
     if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
         for (index, item) in array.iter().enumerate() {

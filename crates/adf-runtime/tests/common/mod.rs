@@ -17,24 +17,42 @@ pub fn new_agent() -> (tempfile::TempDir, PathBuf, AdfFile) {
 }
 
 pub fn model() -> Caller {
-    Caller::Model { loop_name: "main".into() }
+    Caller::Model {
+        loop_name: "main".into(),
+    }
 }
 
 pub fn code() -> Caller {
-    Caller::Code { authorized: false, source: Some("lib/x.ts:main".into()) }
+    Caller::Code {
+        authorized: false,
+        source: Some("lib/x.ts:main".into()),
+    }
 }
 
 pub fn authorized() -> Caller {
-    Caller::Code { authorized: true, source: Some("lib/trusted.ts:main".into()) }
+    Caller::Code {
+        authorized: true,
+        source: Some("lib/trusted.ts:main".into()),
+    }
 }
 
 /// Calls a tool with every approval denied (so a restricted call fails fast).
-pub fn call(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> Result<Value, ToolError> {
+pub fn call(
+    file: &mut AdfFile,
+    caller: &Caller,
+    name: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
     call_with(file, caller, name, args, &DenyAll)
 }
 
 /// Calls a tool with every approval granted.
-pub fn call_approved(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> Result<Value, ToolError> {
+pub fn call_approved(
+    file: &mut AdfFile,
+    caller: &Caller,
+    name: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
     call_with(file, caller, name, args, &ApproveAll)
 }
 
@@ -45,7 +63,9 @@ pub fn call_with(
     args: Value,
     approver: &dyn Approver,
 ) -> Result<Value, ToolError> {
-    ToolRegistry::with_builtins().call(file, caller, name, args, approver).map(CallOutcome::into_value)
+    ToolRegistry::with_builtins()
+        .call(file, caller, name, args, approver)
+        .map(CallOutcome::into_value)
 }
 
 /// Enables (and shows) a tool as the owner.
