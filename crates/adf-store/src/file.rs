@@ -324,9 +324,13 @@ impl AdfFile {
                 Ok(value)
             }
             Err(error) => {
-                self.conn
-                    .execute_batch("ROLLBACK TO adf_atomic; RELEASE adf_atomic")
-                    .map_err(StoreError::from)?;
+                // An interrupted statement can make SQLite roll the whole transaction back
+                // itself; then there is no savepoint left to roll back to.
+                if !self.conn.is_autocommit() {
+                    self.conn
+                        .execute_batch("ROLLBACK TO adf_atomic; RELEASE adf_atomic")
+                        .map_err(StoreError::from)?;
+                }
                 Err(error)
             }
         }
