@@ -5,10 +5,13 @@
 //!   runtime identities, kept outside every agent file.
 //! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
 //!   `adf-crypto` and `adf-store`.
+//! - [`providers`]: model providers (Anthropic, OpenAI, OpenRouter, OpenAI-compatible) behind
+//!   one streaming trait, with resolution from the config and retries per `recovery`.
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
 //!   locked, authorized code, approvals).
 
 pub mod home;
 pub mod identity;
+pub mod providers;
 pub mod schedule;
 pub mod tools;

@@ -1,0 +1,329 @@
+//! HTTP plumbing shared by the wire formats: the client, API keys, status classification and
+//! the SSE-to-event adapter.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use zeroize::Zeroizing;
+
+use super::error::ProviderError;
+use super::types::StreamEvent;
+use super::{EventStream, ProviderKind};
+
+/// An API key. Zeroized on drop; `Debug` never shows it; the only way out is
+/// [`expose`](Self::expose), used to build the request header.
+#[derive(Clone)]
+pub struct ApiKey(Zeroizing<String>);
+
+impl ApiKey {
+    /// Wraps a key. Surrounding whitespace (a trailing newline from a file or stdin) is dropped.
+    pub fn new(key: impl Into<String>) -> Self {
+        let k: String = key.into();
+        ApiKey(Zeroizing::new(k.trim().to_owned()))
+    }
+
+    /// The key itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// `Some(key)` unless empty.
+pub(crate) fn non_empty(k: Option<ApiKey>) -> Option<ApiKey> {
+    k.filter(|k| !k.is_empty())
+}
+
+/// Per-read timeout: long enough for a slow model's first token, short enough that a silent
+/// connection is noticed (and retried as transient).
+const READ_TIMEOUT: Duration = Duration::from_secs(300);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The process-wide client. reqwest is built with `rustls-no-provider`, so the ring provider
+/// must be installed before the first client is built (CRATES.md pitfall 8); installing fails
+/// harmlessly when another part of the process already did it.
+pub(crate) fn client(provider: &str) -> Result<reqwest::Client, ProviderError> {
+    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(READ_TIMEOUT)
+                .user_agent(concat!("adf/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|message| ProviderError::Config {
+            provider: provider.to_owned(),
+            message: format!("cannot build the HTTP client: {message}"),
+        })
+}
+
+/// Removes the key from text that came back from the server (some vendors echo it).
+pub(crate) fn scrub(text: &str, key: Option<&ApiKey>) -> String {
+    match key {
+        Some(k) if k.expose().len() >= 4 => text.replace(k.expose(), "[redacted]"),
+        _ => text.to_owned(),
+    }
+}
+
+/// The vendor's error message from a JSON error body (`{"error":{"message"}}` for OpenAI and
+/// OpenRouter, `{"type":"error","error":{"message"}}` for Anthropic, `{"error":"…"}` for some
+/// local servers), else the body itself, shortened.
+pub(crate) fn error_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let msg = parsed.as_ref().and_then(|v| {
+        let e = v.get("error")?;
+        e.get("message")
+            .and_then(|m| m.as_str())
+            .or_else(|| e.as_str())
+            .map(str::to_owned)
+    });
+    let msg = msg.unwrap_or_else(|| body.trim().to_owned());
+    if msg.is_empty() {
+        return "no details in the response".into();
+    }
+    let mut out: String = msg.chars().take(500).collect();
+    if out.len() < msg.len() {
+        out.push('…');
+    }
+    out
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    if let Ok(secs) = v.trim().parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(v.trim()).ok()?;
+    (when.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .ok()
+}
+
+/// Names the key and where to put it, for error messages.
+pub(crate) fn key_fix(provider: &str, kind: ProviderKind) -> String {
+    let set = format!("`adf identity set FILE provider:{provider}:apiKey`");
+    match kind.env_var() {
+        Some(var) => format!("Set {var} or store the agent's key with {set}"),
+        None => format!("Store the agent's key with {set} (or set it in the runtime settings)"),
+    }
+}
+
+/// Classifies a non-success response.
+pub(crate) fn status_error(
+    provider: &str,
+    kind: ProviderKind,
+    model: &str,
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    body: &str,
+    key: Option<&ApiKey>,
+) -> ProviderError {
+    let message = scrub(&error_message(body), key);
+    let provider_s = provider.to_owned();
+    match status {
+        401 | 403 => ProviderError::Auth {
+            provider: provider_s,
+            status,
+            message,
+            fix: key_fix(provider, kind),
+        },
+        408 | 409 | 425 | 429 | 500..=599 => ProviderError::Transient {
+            provider: provider_s,
+            status: Some(status),
+            message,
+            retry_after: retry_after(headers),
+            attempts: 1,
+        },
+        404 => ProviderError::Request {
+            provider: provider_s,
+            status,
+            message,
+            fix: format!(
+                "Check model.model_id ({model:?}) and the provider's baseUrl"
+            ),
+        },
+        413 => ProviderError::Request {
+            provider: provider_s,
+            status,
+            message,
+            fix: "The request is too large: compact the loop or send smaller attachments".into(),
+        },
+        _ => ProviderError::Request {
+            provider: provider_s,
+            status,
+            message,
+            fix: "Check the model settings (model.model_id, max_tokens, temperature, top_p, reasoning, params, provider_params)".into(),
+        },
+    }
+}
+
+/// Classifies a transport error (connect, timeout, reset) — always transient, except for a
+/// request reqwest could not even build.
+pub(crate) fn transport_error(provider: &str, e: &reqwest::Error) -> ProviderError {
+    // reqwest's Display omits the cause ("error sending request"); the chain says why.
+    let mut message = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        src = s.source();
+    }
+    if e.is_builder() {
+        return ProviderError::Config {
+            provider: provider.to_owned(),
+            message,
+        };
+    }
+    ProviderError::Transient {
+        provider: provider.to_owned(),
+        status: None,
+        message,
+        retry_after: None,
+        attempts: 1,
+    }
+}
+
+/// A wire-format parser: turns SSE events into [`StreamEvent`]s.
+pub(crate) trait SseParser: Send + 'static {
+    /// Handles one SSE event; pushes zero or more events; returns `true` when the response is
+    /// complete (no further events are expected).
+    fn feed(
+        &mut self,
+        event: &str,
+        data: &str,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<bool, ProviderError>;
+
+    /// The byte stream ended. Pushes the final events, or fails when the response was cut short.
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError>;
+}
+
+/// Adapts a streaming HTTP response into an [`EventStream`].
+pub(crate) fn sse_events<P: SseParser>(
+    provider: String,
+    resp: reqwest::Response,
+    parser: P,
+) -> EventStream {
+    struct St<S, P> {
+        sse: S,
+        parser: P,
+        pending: VecDeque<StreamEvent>,
+        done: bool,
+        provider: String,
+    }
+    let st = St {
+        sse: Box::pin(resp.bytes_stream().eventsource()),
+        parser,
+        pending: VecDeque::new(),
+        done: false,
+        provider,
+    };
+    Box::pin(futures::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                return Some((Ok(ev), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.sse.next().await {
+                Some(Ok(ev)) => match st.parser.feed(&ev.event, &ev.data, &mut st.pending) {
+                    Ok(true) => {
+                        if let Err(e) = st.parser.finish(&mut st.pending) {
+                            st.done = true;
+                            return Some((Err(e), st));
+                        }
+                        st.done = true;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        st.done = true;
+                        return Some((Err(e), st));
+                    }
+                },
+                Some(Err(e)) => {
+                    st.done = true;
+                    let err = match e {
+                        eventsource_stream::EventStreamError::Transport(t) => {
+                            transport_error(&st.provider, &t)
+                        }
+                        other => ProviderError::Protocol {
+                            provider: st.provider.clone(),
+                            message: other.to_string(),
+                        },
+                    };
+                    return Some((Err(err), st));
+                }
+                None => {
+                    st.done = true;
+                    if let Err(e) = st.parser.finish(&mut st.pending) {
+                        return Some((Err(e), st));
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// The error for a stream that ended before the format's end marker: a cut connection.
+pub(crate) fn cut_short(provider: &str, what: &str) -> ProviderError {
+    ProviderError::Transient {
+        provider: provider.to_owned(),
+        status: None,
+        message: format!("the response stream ended before {what} (connection closed early)"),
+        retry_after: None,
+        attempts: 1,
+    }
+}
+
+/// Merges `extra` into `base`: objects merge key by key, anything else replaces.
+pub(crate) fn deep_merge(base: &mut serde_json::Value, extra: &serde_json::Value) {
+    match (base, extra) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                match b.get_mut(k) {
+                    Some(slot) if slot.is_object() && v.is_object() => deep_merge(slot, v),
+                    _ => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, e) => *b = e.clone(),
+    }
+}
+
+/// Applies `params` (`{key,value}` strings; JSON-looking values become JSON) and then
+/// `provider_params` to a request body.
+pub(crate) fn apply_extras(body: &mut serde_json::Value, params: &super::types::ModelParams) {
+    if let serde_json::Value::Object(map) = body {
+        for (k, v) in &params.params {
+            let value =
+                serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.clone()));
+            map.insert(k.clone(), value);
+        }
+    }
+    if !params.provider_params.is_empty() {
+        deep_merge(
+            body,
+            &serde_json::Value::Object(params.provider_params.clone()),
+        );
+    }
+}

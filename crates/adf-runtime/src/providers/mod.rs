@@ -1,0 +1,383 @@
+//! Model providers: the only way the runtime talks to a model vendor (DESIGN.md invariant).
+//!
+//! - [`Provider`] is the one trait, streaming first: [`Provider::stream`] yields
+//!   [`StreamEvent`]s (text and thinking deltas, complete tool calls, usage, stop reason);
+//!   [`Provider::complete`] collects them into an [`AssistantMessage`].
+//! - [`HttpProvider`] implements it for the two wire formats: Anthropic Messages
+//!   (`anthropic.rs`) and OpenAI Chat Completions (`openai.rs`, also used by OpenRouter and any
+//!   OpenAI-compatible `baseUrl` such as Ollama, llama.cpp, LM Studio or vLLM).
+//! - [`Resolver`] turns an agent config (`model.provider` against `config.providers`, runtime
+//!   providers and the built-in ids) plus an API key into a ready [`ResolvedModel`].
+//! - [`RetryPolicy`] is §5.20 `recovery`: transient errors (429, 5xx, timeouts, resets) retry
+//!   with doubling, jittered backoff and `Retry-After`; each retry is a `provider_error` warning.
+//!   Auth and request errors never retry and say what to fix ([`ProviderError`]).
+//!
+//! Retries happen before any event reaches the caller: [`Provider::stream`] retries until the
+//! response starts; [`Provider::complete`] retries the whole exchange, since nothing was shown
+//! yet. A stream that breaks after events were delivered ends with a transient error item, and
+//! the executor decides whether to retry the turn.
+
+mod anthropic;
+mod error;
+mod http;
+mod openai;
+mod resolve;
+mod retry;
+mod types;
+
+use std::fmt;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+
+pub use anthropic::API_VERSION as ANTHROPIC_VERSION;
+pub use error::ProviderError;
+pub use http::ApiKey;
+pub use resolve::{ProviderConfig, ResolvedModel, Resolver};
+pub use retry::{RetryNotice, RetryObserver, RetryPolicy};
+pub use types::{
+    AssistantMessage, ChatRequest, ContentBlock, InputAudio, MediaUrl, Message, ModelParams,
+    Reasoning, Role, StopReason, StreamEvent, ToolCall, ToolResultContent, ToolSpec, Usage,
+};
+
+/// A stream of response events; an `Err` item ends it.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
+
+/// The four provider types of §5.16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// Anthropic Messages.
+    Anthropic,
+    /// OpenAI Chat Completions at api.openai.com.
+    OpenAi,
+    /// Any server speaking Chat Completions at a `baseUrl`.
+    OpenAiCompatible,
+    /// OpenRouter (Chat Completions with its own reasoning options).
+    OpenRouter,
+}
+
+impl ProviderKind {
+    /// Parses a §5.16 `type`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "anthropic" => ProviderKind::Anthropic,
+            "openai" => ProviderKind::OpenAi,
+            "openai-compatible" => ProviderKind::OpenAiCompatible,
+            "openrouter" => ProviderKind::OpenRouter,
+            _ => return None,
+        })
+    }
+
+    /// The §5.16 spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::OpenAiCompatible => "openai-compatible",
+            ProviderKind::OpenRouter => "openrouter",
+        }
+    }
+
+    /// The environment variable holding this type's key, if it has one.
+    pub fn env_var(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
+            ProviderKind::OpenAi => Some("OPENAI_API_KEY"),
+            ProviderKind::OpenRouter => Some("OPENROUTER_API_KEY"),
+            ProviderKind::OpenAiCompatible => None,
+        }
+    }
+
+    /// The default API root (the `/v1` level), if the type has one.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => Some("https://api.anthropic.com/v1"),
+            ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
+            ProviderKind::OpenRouter => Some("https://openrouter.ai/api/v1"),
+            ProviderKind::OpenAiCompatible => None,
+        }
+    }
+
+    /// Whether requests fail without a key (local compatible servers usually need none).
+    pub fn requires_key(self) -> bool {
+        self != ProviderKind::OpenAiCompatible
+    }
+}
+
+/// A model provider. Object-safe so the executor can hold `Arc<dyn Provider>` and benchmarks
+/// can substitute an in-process one.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// The provider id (`anthropic`, `custom:local`, …), used in errors and logs.
+    fn id(&self) -> &str;
+
+    /// Sends `req` and streams the response. Transient failures before the response starts
+    /// are retried per the provider's [`RetryPolicy`].
+    fn stream<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<EventStream, ProviderError>>;
+
+    /// Sends `req` and collects the whole reply, retrying transient failures (including a
+    /// stream cut short) per the provider's [`RetryPolicy`].
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<AssistantMessage, ProviderError>>;
+}
+
+/// Folds a stream into the final assistant message. Text deltas are joined into text blocks;
+/// thinking and tool calls come from their complete events, so blocks keep the order the model
+/// produced them in.
+pub async fn collect(mut stream: EventStream) -> Result<AssistantMessage, ProviderError> {
+    let mut msg = AssistantMessage::default();
+    let mut text = String::new();
+    let flush = |text: &mut String, content: &mut Vec<ContentBlock>| {
+        if !text.is_empty() {
+            content.push(ContentBlock::Text {
+                text: std::mem::take(text),
+            });
+        }
+    };
+    while let Some(ev) = stream.next().await {
+        match ev? {
+            StreamEvent::TextDelta(t) => text.push_str(&t),
+            StreamEvent::Thinking { text: t, signature } => {
+                flush(&mut text, &mut msg.content);
+                msg.content.push(ContentBlock::Thinking {
+                    thinking: t,
+                    signature,
+                    reasoning_details: None,
+                });
+            }
+            StreamEvent::RedactedThinking(data) => {
+                flush(&mut text, &mut msg.content);
+                msg.content.push(ContentBlock::RedactedThinking { data });
+            }
+            StreamEvent::ToolCall(c) => {
+                flush(&mut text, &mut msg.content);
+                msg.content.push(ContentBlock::ToolUse {
+                    id: c.id,
+                    name: c.name,
+                    input: c.input,
+                });
+            }
+            StreamEvent::Usage(u) => msg.usage = u,
+            StreamEvent::Stop(r) => msg.stop_reason = r,
+            StreamEvent::ThinkingDelta(_) | StreamEvent::ToolCallStarted { .. } => {}
+        }
+    }
+    flush(&mut text, &mut msg.content);
+    Ok(msg)
+}
+
+/// A provider reached over HTTP in one of the two wire formats.
+pub struct HttpProvider {
+    id: String,
+    kind: ProviderKind,
+    /// The API root, e.g. `https://api.anthropic.com/v1` or `http://127.0.0.1:11434/v1`.
+    base_url: String,
+    key: Option<ApiKey>,
+    retry: RetryPolicy,
+    request_delay: Duration,
+    prompt_cache: bool,
+}
+
+impl fmt::Debug for HttpProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProvider")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("key", &self.key.as_ref().map(|_| "***"))
+            .field("retry", &self.retry)
+            .field("request_delay", &self.request_delay)
+            .finish()
+    }
+}
+
+impl HttpProvider {
+    /// A provider of `kind` at `base_url` (the `/v1` level; a bare host gets `/v1` added).
+    pub fn new(
+        id: impl Into<String>,
+        kind: ProviderKind,
+        base_url: &str,
+        key: Option<ApiKey>,
+    ) -> Self {
+        HttpProvider {
+            id: id.into(),
+            kind,
+            base_url: normalize_base_url(base_url),
+            key: http::non_empty(key),
+            retry: RetryPolicy::default(),
+            request_delay: Duration::ZERO,
+            prompt_cache: true,
+        }
+    }
+
+    /// Sets the retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Waits this long before every request (§5.16 `requestDelayMs`, for rate-limited servers).
+    pub fn with_request_delay(mut self, delay: Duration) -> Self {
+        self.request_delay = delay;
+        self
+    }
+
+    /// Anthropic only: whether to mark the system prompt `cache_control: ephemeral` (default on).
+    pub fn with_prompt_cache(mut self, on: bool) -> Self {
+        self.prompt_cache = on;
+        self
+    }
+
+    /// The provider type.
+    pub fn kind(&self) -> ProviderKind {
+        self.kind
+    }
+
+    /// The normalized API root.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The retry policy in force.
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// The JSON body this provider sends for `req` (exposed for tests and `--dry-run` views).
+    pub fn request_body(&self, req: &ChatRequest) -> serde_json::Value {
+        match self.kind {
+            ProviderKind::Anthropic => anthropic::build_body(req, self.prompt_cache),
+            ProviderKind::OpenAi => openai::build_body(req, openai::Flavor::OpenAi),
+            ProviderKind::OpenRouter => openai::build_body(req, openai::Flavor::OpenRouter),
+            ProviderKind::OpenAiCompatible => openai::build_body(req, openai::Flavor::Compatible),
+        }
+    }
+
+    /// One attempt: send, check the status, hand back the event stream.
+    async fn open(&self, req: &ChatRequest) -> Result<EventStream, ProviderError> {
+        if self.kind.requires_key() && self.key.is_none() {
+            return Err(ProviderError::MissingKey {
+                provider: self.id.clone(),
+                fix: http::key_fix(&self.id, self.kind),
+            });
+        }
+        if !self.request_delay.is_zero() {
+            tokio::time::sleep(self.request_delay).await;
+        }
+        let client = http::client(&self.id)?;
+        let body = self.request_body(req);
+        let (url, rb) = match self.kind {
+            ProviderKind::Anthropic => {
+                let url = format!("{}/messages", self.base_url);
+                let mut rb = client
+                    .post(&url)
+                    .header("anthropic-version", ANTHROPIC_VERSION)
+                    .header("accept", "text/event-stream");
+                if let Some(k) = &self.key {
+                    rb = rb.header("x-api-key", k.expose());
+                }
+                (url, rb)
+            }
+            _ => {
+                let url = format!("{}/chat/completions", self.base_url);
+                let mut rb = client.post(&url).header("accept", "text/event-stream");
+                if let Some(k) = &self.key {
+                    rb = rb.bearer_auth(k.expose());
+                }
+                if self.kind == ProviderKind::OpenRouter {
+                    rb = rb.header("X-Title", "adf");
+                }
+                (url, rb)
+            }
+        };
+        tracing::debug!(target: "adf::provider", provider = %self.id, %url, model = %req.model, "model request");
+        let resp = rb
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| http::transport_error(&self.id, &e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let headers = resp.headers().clone();
+            let text = resp.text().await.unwrap_or_default();
+            return Err(http::status_error(
+                &self.id,
+                self.kind,
+                &req.model,
+                status.as_u16(),
+                &headers,
+                &text,
+                self.key.as_ref(),
+            ));
+        }
+        Ok(match self.kind {
+            ProviderKind::Anthropic => {
+                http::sse_events(self.id.clone(), resp, anthropic::Parser::new(&self.id))
+            }
+            _ => http::sse_events(self.id.clone(), resp, openai::Parser::new(&self.id)),
+        })
+    }
+}
+
+impl Provider for HttpProvider {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn stream<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<EventStream, ProviderError>> {
+        Box::pin(self.retry.run(&self.id, || self.open(req)))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<AssistantMessage, ProviderError>> {
+        Box::pin(self.retry.run(&self.id, || async {
+            let s = self.open(req).await?;
+            collect(s).await
+        }))
+    }
+}
+
+/// Trims trailing slashes and adds `/v1` to a bare origin (`http://localhost:11434` →
+/// `http://localhost:11434/v1`), so both spellings users paste work; a URL with a path is
+/// taken as the API root as given (`https://openrouter.ai/api/v1`).
+fn normalize_base_url(url: &str) -> String {
+    let trimmed = url.trim().trim_end_matches('/');
+    let after_scheme = trimmed.split_once("://").map(|(_, r)| r).unwrap_or(trimmed);
+    if after_scheme.contains('/') {
+        trimmed.to_owned()
+    } else {
+        format!("{trimmed}/v1")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_base_url;
+
+    #[test]
+    fn base_urls_normalize() {
+        assert_eq!(
+            normalize_base_url("http://localhost:11434"),
+            "http://localhost:11434/v1"
+        );
+        assert_eq!(
+            normalize_base_url("http://localhost:11434/v1/"),
+            "http://localhost:11434/v1"
+        );
+        assert_eq!(
+            normalize_base_url("https://openrouter.ai/api/v1"),
+            "https://openrouter.ai/api/v1"
+        );
+    }
+}

@@ -1,0 +1,417 @@
+//! OpenAI Chat Completions: request body and SSE parser, shared by OpenAI itself, OpenRouter
+//! and every OpenAI-compatible server (Ollama, llama.cpp, LM Studio, vLLM).
+//!
+//! The flavours differ only where the servers do: OpenAI takes `max_completion_tokens` and
+//! `reasoning_effort` (and refuses sampling parameters on reasoning models, so those are left
+//! out when reasoning is on); OpenRouter takes `max_tokens` and a unified
+//! `reasoning: {effort | max_tokens, exclude}` object; compatible servers take `max_tokens` and
+//! `reasoning_effort`. Reasoning text is read from `delta.reasoning_content` (vLLM, DeepSeek,
+//! llama.cpp) or `delta.reasoning` (OpenRouter, Ollama).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::{Map, Value, json};
+
+use super::error::ProviderError;
+use super::http::{SseParser, apply_extras, cut_short};
+use super::types::{
+    ChatRequest, ContentBlock, Role, StopReason, StreamEvent, ToolCall, ToolResultContent, Usage,
+};
+
+/// Which server family speaks the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    OpenAi,
+    OpenRouter,
+    Compatible,
+}
+
+fn media_part(b: &ContentBlock) -> Option<Value> {
+    match b {
+        ContentBlock::ImageUrl { image_url } => {
+            Some(json!({"type": "image_url", "image_url": {"url": image_url.url}}))
+        }
+        ContentBlock::InputAudio { input_audio } => Some(json!({
+            "type": "input_audio",
+            "input_audio": {"data": input_audio.data, "format": input_audio.format},
+        })),
+        ContentBlock::VideoUrl { video_url } => {
+            Some(json!({"type": "video_url", "video_url": {"url": video_url.url}}))
+        }
+        _ => None,
+    }
+}
+
+/// Text-only content goes as a plain string, which every compatible server accepts; content
+/// with media goes as an array of parts.
+fn user_content(parts: Vec<Value>) -> Value {
+    let all_text = parts
+        .iter()
+        .all(|p| p.get("type").and_then(Value::as_str) == Some("text"));
+    if all_text {
+        let texts: Vec<&str> = parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        Value::String(texts.join("\n\n"))
+    } else {
+        Value::Array(parts)
+    }
+}
+
+fn push_messages(out: &mut Vec<Value>, m: &super::types::Message, flavor: Flavor) {
+    match m.role {
+        Role::User => {
+            // Tool results become `tool` messages, which must directly follow the assistant
+            // message that made the calls; the rest of the user turn follows them.
+            let mut parts = Vec::new();
+            let mut tool_media = Vec::new();
+            for b in &m.content {
+                match b {
+                    ContentBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } => {
+                        let mut text = content.text();
+                        if *is_error && !text.starts_with("Error") {
+                            text = format!("Error: {text}");
+                        }
+                        out.push(
+                            json!({"role": "tool", "tool_call_id": tool_use_id, "content": text}),
+                        );
+                        // The tool role takes text only; media a tool returned rides along in
+                        // a user message right after the results.
+                        if let ToolResultContent::Blocks(bs) = content {
+                            tool_media.extend(bs.iter().filter_map(media_part));
+                        }
+                    }
+                    ContentBlock::Text { text } if !text.is_empty() => {
+                        parts.push(json!({"type": "text", "text": text}));
+                    }
+                    other => parts.extend(media_part(other)),
+                }
+            }
+            if !tool_media.is_empty() {
+                let mut media = vec![
+                    json!({"type": "text", "text": "Media returned by the tool calls above:"}),
+                ];
+                media.extend(tool_media);
+                out.push(json!({"role": "user", "content": media}));
+            }
+            if !parts.is_empty() {
+                out.push(json!({"role": "user", "content": user_content(parts)}));
+            }
+        }
+        Role::Assistant => {
+            let mut text = String::new();
+            let mut calls = Vec::new();
+            let mut details: Vec<Value> = Vec::new();
+            for b in &m.content {
+                match b {
+                    ContentBlock::Text { text: t } => text.push_str(t),
+                    ContentBlock::ToolUse { id, name, input } => calls.push(json!({
+                        "id": id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": input.to_string()},
+                    })),
+                    ContentBlock::Thinking {
+                        reasoning_details: Some(d),
+                        ..
+                    } if flavor == Flavor::OpenRouter => match d {
+                        Value::Array(a) => details.extend(a.iter().cloned()),
+                        other => details.push(other.clone()),
+                    },
+                    _ => {}
+                }
+            }
+            if text.is_empty() && calls.is_empty() {
+                return;
+            }
+            let mut msg = json!({
+                "role": "assistant",
+                "content": if text.is_empty() { Value::Null } else { Value::String(text) },
+            });
+            if !calls.is_empty() {
+                msg["tool_calls"] = Value::Array(calls);
+            }
+            if !details.is_empty() {
+                msg["reasoning_details"] = Value::Array(details);
+            }
+            out.push(msg);
+        }
+    }
+}
+
+/// The JSON body of a streaming `POST {baseUrl}/chat/completions`.
+pub(crate) fn build_body(req: &ChatRequest, flavor: Flavor) -> Value {
+    let p = &req.params;
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    let mut messages = Vec::new();
+    if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for m in &req.messages {
+        push_messages(&mut messages, m, flavor);
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    let reasoning = p.reasoning.as_ref().filter(|r| r.is_on());
+    if let Some(n) = p.max_tokens {
+        let key = if flavor == Flavor::OpenAi {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body.insert(key.into(), json!(n));
+    }
+    if !(flavor == Flavor::OpenAi && reasoning.is_some()) {
+        if let Some(t) = p.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(t) = p.top_p {
+            body.insert("top_p".into(), json!(t));
+        }
+    }
+    if let Some(r) = reasoning {
+        match flavor {
+            Flavor::OpenRouter => {
+                // OpenRouter takes one of effort or max_tokens; an explicit budget wins.
+                let mut o = Map::new();
+                match (&r.max_tokens, &r.effort) {
+                    (Some(n), _) => {
+                        o.insert("max_tokens".into(), json!(n));
+                    }
+                    (None, Some(e)) => {
+                        o.insert("effort".into(), json!(e));
+                    }
+                    (None, None) => {
+                        o.insert("enabled".into(), json!(true));
+                    }
+                }
+                if let Some(x) = r.exclude {
+                    o.insert("exclude".into(), json!(x));
+                }
+                body.insert("reasoning".into(), Value::Object(o));
+            }
+            Flavor::OpenAi | Flavor::Compatible => {
+                if let Some(e) = &r.effort {
+                    body.insert("reasoning_effort".into(), json!(e));
+                }
+            }
+        }
+    }
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    let mut body = Value::Object(body);
+    apply_extras(&mut body, p);
+    body
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    args: String,
+    announced: bool,
+}
+
+/// Parses Chat Completions chunks.
+pub(crate) struct Parser {
+    provider: String,
+    thinking: String,
+    calls: BTreeMap<u64, PartialCall>,
+    usage: Option<Usage>,
+    finish: Option<String>,
+    done: bool,
+}
+
+impl Parser {
+    pub(crate) fn new(provider: &str) -> Self {
+        Parser {
+            provider: provider.to_owned(),
+            thinking: String::new(),
+            calls: BTreeMap::new(),
+            usage: None,
+            finish: None,
+            done: false,
+        }
+    }
+
+    fn flush_thinking(&mut self, out: &mut VecDeque<StreamEvent>) {
+        if !self.thinking.is_empty() {
+            out.push_back(StreamEvent::Thinking {
+                text: std::mem::take(&mut self.thinking),
+                signature: None,
+            });
+        }
+    }
+
+    fn read_usage(u: &Value) -> Usage {
+        let get = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+        let prompt = get("/prompt_tokens");
+        let cached = get("/prompt_tokens_details/cached_tokens");
+        Usage {
+            input: prompt.saturating_sub(cached),
+            output: get("/completion_tokens"),
+            cache_read: cached,
+            cache_write: 0,
+            reasoning: get("/completion_tokens_details/reasoning_tokens"),
+        }
+    }
+}
+
+impl SseParser for Parser {
+    fn feed(
+        &mut self,
+        _event: &str,
+        data: &str,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<bool, ProviderError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| ProviderError::Protocol {
+            provider: self.provider.clone(),
+            message: format!("bad JSON in a stream chunk: {e}"),
+        })?;
+        if let Some(err) = v.get("error") {
+            // OpenRouter reports upstream failures inside a 200 stream.
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("error chunk in the stream")
+                .to_owned();
+            let code = err.get("code").and_then(Value::as_u64);
+            return Err(ProviderError::Transient {
+                provider: self.provider.clone(),
+                status: code.and_then(|c| u16::try_from(c).ok()),
+                message,
+                retry_after: None,
+                attempts: 1,
+            });
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(Self::read_usage(u));
+        }
+        let Some(choice) = v.pointer("/choices/0") else {
+            return Ok(false);
+        };
+        if let Some(delta) = choice.get("delta") {
+            let reasoning = delta
+                .get("reasoning_content")
+                .or_else(|| delta.get("reasoning"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty());
+            if let Some(r) = reasoning {
+                self.thinking.push_str(r);
+                out.push_back(StreamEvent::ThinkingDelta(r.to_owned()));
+            }
+            if let Some(c) = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
+                self.flush_thinking(out);
+                out.push_back(StreamEvent::TextDelta(c.to_owned()));
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                self.flush_thinking(out);
+                for (pos, c) in calls.iter().enumerate() {
+                    let idx = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+                    let entry = self.calls.entry(idx).or_default();
+                    if let Some(id) = c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                    {
+                        entry.id = id.to_owned();
+                    }
+                    if let Some(f) = c.get("function") {
+                        if let Some(n) = f.get("name").and_then(Value::as_str) {
+                            entry.name.push_str(n);
+                        }
+                        if let Some(a) = f.get("arguments").and_then(Value::as_str) {
+                            entry.args.push_str(a);
+                        }
+                    }
+                    if !entry.announced && !entry.name.is_empty() {
+                        entry.announced = true;
+                        out.push_back(StreamEvent::ToolCallStarted {
+                            id: entry.id.clone(),
+                            name: entry.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(f.to_owned());
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError> {
+        // Some servers close without `[DONE]`; a finish_reason already says the reply is whole.
+        if !self.done && self.finish.is_none() {
+            return Err(cut_short(&self.provider, "a finish_reason or [DONE]"));
+        }
+        self.flush_thinking(out);
+        let has_calls = !self.calls.is_empty();
+        for (i, call) in std::mem::take(&mut self.calls) {
+            let input = if call.args.trim().is_empty() {
+                json!({})
+            } else {
+                serde_json::from_str(&call.args).map_err(|e| ProviderError::Protocol {
+                    provider: self.provider.clone(),
+                    message: format!(
+                        "tool call {:?} has arguments that are not JSON: {e}",
+                        call.name
+                    ),
+                })?
+            };
+            let id = if call.id.is_empty() {
+                // Some local servers omit ids; the transcript needs one to pair results.
+                format!("call_{i}")
+            } else {
+                call.id
+            };
+            out.push_back(StreamEvent::ToolCall(ToolCall {
+                id,
+                name: call.name,
+                input,
+            }));
+        }
+        if let Some(u) = self.usage {
+            out.push_back(StreamEvent::Usage(u));
+        }
+        let stop = match self.finish.as_deref() {
+            // Local servers often say "stop" even when they called tools.
+            _ if has_calls => StopReason::ToolUse,
+            Some("stop") | None => StopReason::EndTurn,
+            Some("length") => StopReason::MaxTokens,
+            Some("content_filter") => StopReason::Refusal,
+            Some("tool_calls") | Some("function_call") => StopReason::ToolUse,
+            Some(other) => StopReason::Other(other.to_owned()),
+        };
+        out.push_back(StreamEvent::Stop(stop));
+        Ok(())
+    }
+}

@@ -1,0 +1,414 @@
+//! The HTTP server behind [`MockProvider`]: one axum app on `127.0.0.1:0` per mock.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::turn::{Outcome, Turn};
+use crate::wire::{self, ReplyCtx};
+
+/// Which vendor format a [`MockProvider`] speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
+    OpenAi,
+    /// Anthropic Messages (`POST /v1/messages`).
+    Anthropic,
+}
+
+impl Wire {
+    fn path(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "/v1/chat/completions",
+            Wire::Anthropic => "/v1/messages",
+        }
+    }
+
+    fn error_body(self, status: u16, message: &str) -> String {
+        match self {
+            Wire::OpenAi => wire::openai_error(status, message),
+            Wire::Anthropic => wire::anthropic_error(status, message),
+        }
+        .to_string()
+    }
+}
+
+/// A request the mock received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// HTTP method, e.g. `POST`.
+    pub method: String,
+    /// Path without the query, e.g. `/v1/messages`.
+    pub path: String,
+    /// Headers with lower-case names, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Value::Null` when empty or not JSON, or in zero-latency mode).
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    wire: Wire,
+    script: Mutex<VecDeque<Turn>>,
+    repeat: Mutex<Option<Turn>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    required_key: Mutex<Option<String>>,
+    zero_latency: AtomicBool,
+}
+
+/// Locks a mutex, recovering the data if a panicking test thread poisoned it: the mock's state
+/// is plain data that stays consistent, and a second panic here would hide the first.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A scripted model-provider server on `127.0.0.1` (see the crate docs). The server stops when
+/// the value is dropped.
+#[derive(Debug)]
+pub struct MockProvider {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for MockProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl MockProvider {
+    /// Starts an OpenAI Chat Completions mock.
+    pub async fn openai() -> Self {
+        Self::start(Wire::OpenAi).await
+    }
+
+    /// Starts an Anthropic Messages mock.
+    pub async fn anthropic() -> Self {
+        Self::start(Wire::Anthropic).await
+    }
+
+    /// Starts a mock of the given format on a fresh loopback port.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound: a test helper cannot do anything useful then.
+    pub async fn start(wire: Wire) -> Self {
+        let inner = Arc::new(Inner {
+            wire,
+            script: Mutex::new(VecDeque::new()),
+            repeat: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
+            required_key: Mutex::new(None),
+            zero_latency: AtomicBool::new(false),
+        });
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        #[allow(clippy::expect_used)]
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("adf-testkit: bind 127.0.0.1:0");
+        #[allow(clippy::expect_used)]
+        let addr = listener.local_addr().expect("adf-testkit: local_addr");
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                eprintln!("adf-testkit: mock server stopped: {e}");
+            }
+        });
+        MockProvider { inner, addr, task }
+    }
+
+    /// The format this mock speaks.
+    pub fn wire(&self) -> Wire {
+        self.inner.wire
+    }
+
+    /// The API root to configure as a provider `baseUrl`: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The bound socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues one scripted response; each request consumes the oldest.
+    pub fn push(&self, turn: Turn) -> &Self {
+        lock(&self.inner.script).push_back(turn);
+        self
+    }
+
+    /// Queues several responses in order.
+    pub fn push_all(&self, turns: impl IntoIterator<Item = Turn>) -> &Self {
+        lock(&self.inner.script).extend(turns);
+        self
+    }
+
+    /// Answers with `turn` whenever the queue is empty (instead of the "script exhausted"
+    /// error), for benchmarks and long runs.
+    pub fn repeat(&self, turn: Turn) -> &Self {
+        *lock(&self.inner.repeat) = Some(turn);
+        self
+    }
+
+    /// Requires this API key (`x-api-key` for Anthropic, `Authorization: Bearer` for OpenAI);
+    /// any other key gets the vendor's 401 without consuming a scripted turn.
+    pub fn require_api_key(&self, key: impl Into<String>) -> &Self {
+        *lock(&self.inner.required_key) = Some(key.into());
+        self
+    }
+
+    /// Benchmark mode: ignores scripted delays, sends text and arguments in one fragment each,
+    /// and records only the method, path and headers of requests (bodies become `Null`).
+    pub fn zero_latency(&self, on: bool) -> &Self {
+        self.inner.zero_latency.store(on, Ordering::Relaxed);
+        self
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.inner.requests).clone()
+    }
+
+    /// How many requests were received.
+    pub fn request_count(&self) -> usize {
+        lock(&self.inner.requests).len()
+    }
+
+    /// The latest request, if any.
+    pub fn last_request(&self) -> Option<RecordedRequest> {
+        lock(&self.inner.requests).last().cloned()
+    }
+
+    /// Scripted turns not yet consumed.
+    pub fn remaining(&self) -> usize {
+        lock(&self.inner.script).len()
+    }
+}
+
+fn json_response(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn handle(
+    State(inner): State<Arc<Inner>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let zero = inner.zero_latency.load(Ordering::Relaxed);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let record = RecordedRequest {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: if zero { Value::Null } else { parsed.clone() },
+    };
+    let n = {
+        let mut reqs = lock(&inner.requests);
+        reqs.push(record);
+        reqs.len() as u64
+    };
+    let wire = inner.wire;
+
+    if method != Method::POST || uri.path() != wire.path() {
+        let msg = format!(
+            "adf-testkit: no route for {method} {} (this mock serves POST {})",
+            uri.path(),
+            wire.path()
+        );
+        return json_response(404, wire.error_body(404, &msg));
+    }
+    if let Some(resp) = check_auth(&inner, &headers) {
+        return resp;
+    }
+    if body.is_empty() || !parsed.is_object() {
+        return json_response(
+            400,
+            wire.error_body(400, "adf-testkit: request body is not a JSON object"),
+        );
+    }
+
+    let next = lock(&inner.script).pop_front();
+    let turn = match next.or_else(|| lock(&inner.repeat).clone()) {
+        Some(t) => t,
+        None => {
+            // 418 is deliberately not a status a provider retries, so the test fails at once
+            // with this text in the provider's error instead of backing off.
+            let msg = format!(
+                "adf-testkit: script exhausted: request #{n} ({} {}) has no scripted Turn; push() more turns",
+                method,
+                uri.path()
+            );
+            eprintln!("{msg}");
+            return json_response(418, wire.error_body(418, &msg));
+        }
+    };
+
+    if let Some(delay) = turn.delay.filter(|_| !zero) {
+        tokio::time::sleep(delay).await;
+    }
+
+    let parts = match &turn.outcome {
+        Outcome::Error {
+            status,
+            message,
+            raw_body,
+        } => {
+            let body = raw_body
+                .clone()
+                .unwrap_or_else(|| wire.error_body(*status, message));
+            let mut resp = json_response(*status, body);
+            if let Some(ra) = turn
+                .retry_after
+                .as_deref()
+                .and_then(|v| HeaderValue::from_str(v).ok())
+            {
+                resp.headers_mut().insert(header::RETRY_AFTER, ra);
+            }
+            return resp;
+        }
+        Outcome::Reply(parts) => parts,
+    };
+
+    let model = parsed
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-model");
+    let ctx = ReplyCtx {
+        model,
+        n,
+        usage: turn.usage,
+        stop_reason: turn.stop_reason.as_deref(),
+        chunk_chars: if zero { usize::MAX } else { turn.chunk_chars },
+    };
+    let stream = parsed.get("stream").and_then(Value::as_bool) == Some(true);
+    if !stream {
+        let body = match wire {
+            Wire::OpenAi => wire::openai_json(parts, &ctx),
+            Wire::Anthropic => wire::anthropic_json(parts, &ctx),
+        };
+        return json_response(200, body.to_string());
+    }
+
+    let frames: Vec<String> = match wire {
+        Wire::OpenAi => {
+            let include_usage = parsed
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                == Some(true);
+            wire::openai_sse(parts, &ctx, include_usage)
+                .into_iter()
+                .map(|d| format!("data: {d}\n\n"))
+                .collect()
+        }
+        Wire::Anthropic => wire::anthropic_sse(parts, &ctx)
+            .into_iter()
+            .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+            .collect(),
+    };
+    sse_response(frames, turn.abort_mid_stream)
+}
+
+fn sse_response(frames: Vec<String>, abort_mid_stream: bool) -> Response {
+    let keep = if abort_mid_stream {
+        frames.len() / 2
+    } else {
+        frames.len()
+    };
+    let head = futures::stream::iter(
+        frames
+            .into_iter()
+            .take(keep)
+            .map(|f| Ok::<Bytes, std::io::Error>(Bytes::from(f))),
+    );
+    let body = if abort_mid_stream {
+        // An error item makes hyper abort the connection mid-body, as a reset would.
+        let tail = futures::stream::iter([Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "adf-testkit: scripted mid-stream abort",
+        ))]);
+        Body::from_stream(head.chain(tail))
+    } else {
+        Body::from_stream(head)
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+/// Rejects a request the real vendor would reject for missing or wrong credentials.
+fn check_auth(inner: &Inner, headers: &HeaderMap) -> Option<Response> {
+    let wire = inner.wire;
+    let required = lock(&inner.required_key).clone();
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    match wire {
+        Wire::Anthropic => {
+            let Some(key) = get("x-api-key") else {
+                return Some(json_response(
+                    401,
+                    wire.error_body(401, "x-api-key header is required"),
+                ));
+            };
+            if required.as_deref().is_some_and(|r| r != key) {
+                return Some(json_response(
+                    401,
+                    wire.error_body(401, "invalid x-api-key"),
+                ));
+            }
+            if get("anthropic-version").is_none() {
+                return Some(json_response(
+                    400,
+                    wire.error_body(400, "anthropic-version: header is required"),
+                ));
+            }
+        }
+        Wire::OpenAi => {
+            if let Some(r) = required {
+                let ok = get("authorization")
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .is_some_and(|k| k == r);
+                if !ok {
+                    return Some(json_response(
+                        401,
+                        wire.error_body(401, "Incorrect API key provided"),
+                    ));
+                }
+            }
+        }
+    }
+    None
+}

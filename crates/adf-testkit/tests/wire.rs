@@ -1,0 +1,104 @@
+//! The mock's non-streamed JSON bodies, raw SSE framing, auth checks and zero-latency mode,
+//! checked with a plain HTTP client.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use adf_testkit::{MockProvider, Turn};
+use serde_json::{Value, json};
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+async fn post(mock: &MockProvider, path: &str, body: Value) -> (u16, String) {
+    let resp = client()
+        .post(format!("http://{}{path}", mock.addr()))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn openai_json_reply_with_tool_call() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("hi").with_tool_call_id("call_9", "fs_read", json!({"path": "a"})));
+    let (status, body) = post(
+        &mock,
+        "/v1/chat/completions",
+        json!({"model": "gpt-x", "messages": []}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["model"], json!("gpt-x"));
+    assert_eq!(v["choices"][0]["message"]["content"], json!("hi"));
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"],
+        json!([{"id": "call_9", "type": "function", "function": {"name": "fs_read", "arguments": "{\"path\":\"a\"}"}}])
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], json!("tool_calls"));
+    assert_eq!(v["usage"]["prompt_tokens"], json!(10));
+}
+
+#[tokio::test]
+async fn anthropic_json_reply_and_header_checks() {
+    let mock = MockProvider::anthropic().await;
+    mock.push(Turn::thinking("hmm", "answer"));
+    let (status, body) = post(&mock, "/v1/messages", json!({"model": "c", "messages": []})).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["content"][0]["type"], json!("thinking"));
+    assert_eq!(v["content"][1], json!({"type": "text", "text": "answer"}));
+    assert_eq!(v["stop_reason"], json!("end_turn"));
+
+    // Without the headers the real API refuses; so does the mock, keeping the script intact.
+    mock.push(Turn::text("kept"));
+    let resp = client()
+        .post(format!("{}/messages", mock.base_url()))
+        .json(&json!({"model": "c", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(mock.remaining(), 1);
+    assert_eq!(mock.request_count(), 2);
+}
+
+#[tokio::test]
+async fn sse_framing_and_done_marker() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("abcdefghij").with_chunk_chars(4));
+    let (_, body) = post(
+        &mock,
+        "/v1/chat/completions",
+        json!({"model": "m", "stream": true, "stream_options": {"include_usage": true}}),
+    )
+    .await;
+    let frames: Vec<&str> = body.split("\n\n").filter(|f| !f.is_empty()).collect();
+    assert!(frames.iter().all(|f| f.starts_with("data: ")));
+    assert_eq!(frames.last(), Some(&"data: [DONE]"));
+    // role chunk, 3 content chunks, finish chunk, usage chunk, [DONE]
+    assert_eq!(frames.len(), 7);
+}
+
+#[tokio::test]
+async fn zero_latency_repeat_mode_serves_forever_without_bodies() {
+    let mock = MockProvider::anthropic().await;
+    mock.zero_latency(true).repeat(Turn::text("same"));
+    for _ in 0..3 {
+        let (status, body) =
+            post(&mock, "/v1/messages", json!({"model": "m", "stream": true})).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            body.matches("text_delta").count(),
+            1,
+            "one fragment in zero-latency mode"
+        );
+    }
+    assert_eq!(mock.request_count(), 3);
+    assert_eq!(mock.requests()[0].body, Value::Null);
+}
