@@ -600,7 +600,29 @@ fn observed(m: &MockProvider, ty: &str) -> (ResolvedModel, Arc<Mutex<Vec<RetryNo
     (r, seen)
 }
 
+/// Collects formatted `tracing` output for one test (the current thread's default subscriber).
+#[derive(Clone, Default)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 async fn transient_503_then_success(wire: Wire, ty: &str) {
+    let logs = LogBuf::default();
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    // #[tokio::test] runs on this thread, so a thread default sees every event of the test.
+    let _guard = tracing::subscriber::set_default(subscriber);
     let mock = MockProvider::start(wire).await;
     mock.push(Turn::error(503, "overloaded"))
         .push(Turn::text("recovered"));
@@ -621,6 +643,20 @@ async fn transient_503_then_success(wire: Wire, ty: &str) {
         seen[0].delay <= Duration::from_millis(5),
         "max_delay_ms caps the backoff"
     );
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("event=\"provider_error\""))
+        .unwrap_or_else(|| panic!("no provider_error log in {logs:?}"));
+    assert!(
+        line.contains("WARN") && line.contains("provider=\"mock\""),
+        "{line}"
+    );
+    assert!(
+        line.contains("attempt=1") && line.contains("status=503"),
+        "{line}"
+    );
+    assert!(!logs.contains(KEY), "keys never reach logs");
 }
 
 #[tokio::test]
@@ -928,7 +964,7 @@ fn model_params_fold_thinking_budget_and_defaults() {
 }
 
 #[test]
-fn prm_34_usage_serializes_in_the_tokens_shape() {
+fn usage_serializes_in_the_adf_loop_tokens_shape() {
     let u = Usage {
         input: 10,
         output: 5,
