@@ -5,6 +5,7 @@
 //!   runtime identities, kept outside every agent file.
 //! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
 //!   `adf-crypto` and `adf-store`.
+//! - [`prompt`]: system prompt assembly and templating, and the per-turn dynamic instructions.
 //! - [`providers`]: model providers (Anthropic, OpenAI, OpenRouter, OpenAI-compatible) behind
 //!   one streaming trait, with resolution from the config and retries per `recovery`.
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
@@ -12,6 +13,7 @@
 
 pub mod home;
 pub mod identity;
+pub mod prompt;
 pub mod providers;
 pub mod schedule;
 pub mod tools;
