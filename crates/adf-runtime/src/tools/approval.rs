@@ -83,8 +83,9 @@ impl Approver for WaitForResolution {
 
 /// Creates the `pending_approval` task for a blocking call, asks `approver`, and leaves the
 /// task `running` (approved) or `denied`. Returns the decision and the task id, so the caller
-/// can record the call's outcome on the task.
-pub(crate) fn request(
+/// can record the call's outcome on the task. The pipeline uses it for restricted calls and
+/// protection overrides; code runners use it for a model's `sys_lambda` on an authorized file.
+pub fn request(
     file: &mut AdfFile,
     approver: &dyn Approver,
     caller: &Caller,

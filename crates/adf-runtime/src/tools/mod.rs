@@ -38,6 +38,14 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the call. The pipeline has validated `args` against [`Tool::parameters`] and
     /// opened a transaction: return an error and every write rolls back.
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError>;
+
+    /// Whether the call is carried out by the caller of the pipeline rather than by `run`:
+    /// turn tools (`say`, `ask`) need the executor, code tools (`sys_code`, `sys_lambda`) need
+    /// the async sandbox. The pipeline still decides access and approvals, then hands the
+    /// validated call back as [`CallOutcome::Deferred`].
+    fn deferred(&self) -> bool {
+        false
+    }
 }
 
 /// What a running tool may see and use.
@@ -80,6 +88,21 @@ pub enum CallOutcome {
     /// `_async`: the call became a task that runs in the background (status `running`) or
     /// waits for approval (`pending_approval`).
     Queued { task_id: String, status: String },
+    /// A [`Tool::deferred`] call that passed access and approval; the caller runs it and
+    /// reports the outcome with [`ToolRegistry::finish_deferred`].
+    Deferred(DeferredCall),
+}
+
+/// A validated call the pipeline's caller must carry out itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeferredCall {
+    pub tool: String,
+    /// The arguments without the cross-cutting parameters.
+    pub args: Value,
+    /// `_full` as the pipeline honoured it.
+    pub full: bool,
+    /// The approval task of a restricted call, completed by `finish_deferred`.
+    pub approval_task: Option<String>,
 }
 
 impl CallOutcome {
@@ -88,6 +111,7 @@ impl CallOutcome {
         match self {
             Self::Done(value) => value,
             Self::Queued { task_id, status } => json!({ "task_id": task_id, "status": status }),
+            Self::Deferred(call) => json!({ "deferred": call.tool, "args": call.args }),
         }
     }
 }
@@ -259,6 +283,14 @@ impl ToolRegistry {
             }
             approved_task = Some(task_id);
         }
+        if tool.deferred() {
+            return Ok(CallOutcome::Deferred(DeferredCall {
+                tool: name.to_owned(),
+                args,
+                full: cross.full,
+                approval_task: approved_task,
+            }));
+        }
         let mut result = self.execute(file, &tool, caller, &config, &args, false, cross.full);
         if let Err(ToolError {
             protection: Some(hit),
@@ -306,6 +338,24 @@ impl ToolRegistry {
             }
         }
         result.map(CallOutcome::Done)
+    }
+
+    /// Records the outcome of a deferred call on its approval task, if it had one.
+    pub fn finish_deferred(
+        &self,
+        file: &mut AdfFile,
+        call: &DeferredCall,
+        result: &Result<Value, ToolError>,
+    ) -> Result<(), ToolError> {
+        if let Some(task_id) = &call.approval_task {
+            match result {
+                Ok(value) => file.task_update(task_id, "completed", Some(&render(value)), None)?,
+                Err(error) => {
+                    file.task_update(task_id, "failed", None, Some(&error.to_string()))?
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs an approved or queued task whose status is `running`, and records its outcome.
