@@ -209,10 +209,7 @@
     };
   }
 
-  // The sandbox awaits entry promises natively, which QuickJS does not count as a handler:
-  // attach one so their rejection is not reported as unhandled.
-  const handled = (p) => { then(p, undefined, () => {}); };
-  const internal = freeze({ encode, decode, handled });
+  const internal = freeze({ encode, decode });
   defineProperty(G, '__adf_internal', { value: internal, writable: false, enumerable: false, configurable: false });
 
   // The persistent context outlives each execution: freeze the intrinsics (as the reference

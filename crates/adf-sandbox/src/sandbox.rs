@@ -735,7 +735,16 @@ impl Sandbox {
         drop(deadline);
         let slot_state = lock(&state).take();
         let (mut logs, logs_truncated) = slot_state.map(|s| s.take_logs()).unwrap_or_default();
-        for r in lock(&self.inner.rejections).drain(..) {
+        let mut rejections = std::mem::take(&mut *lock(&self.inner.rejections));
+        // The entry promise is awaited natively, which QuickJS does not count as a handler:
+        // its rejection is the execution's error, not an unhandled rejection.
+        if let Err(SandboxError::Thrown { name, message, .. }) = &result {
+            let full = format!("{name}: {message}");
+            if let Some(i) = rejections.iter().position(|r| *r == full || r == message) {
+                rejections.remove(i);
+            }
+        }
+        for r in rejections {
             logs.push(LogEntry {
                 level: LogLevel::Warn,
                 message: format!("unhandled promise rejection: {r}"),
@@ -1163,15 +1172,10 @@ fn internal_fns<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<(Function<'js>, Functio
     Ok((internal.get("encode")?, internal.get("decode")?))
 }
 
-/// Await a value if it is a promise (marking it handled first, see the prelude).
-async fn settle<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> rquickjs::Result<Value<'js>> {
+/// Await a value if it is a promise.
+async fn settle<'js>(v: Value<'js>) -> rquickjs::Result<Value<'js>> {
     match v.as_promise() {
-        Some(p) => {
-            let internal: Object<'js> = ctx.globals().get("__adf_internal")?;
-            let handled: Function<'js> = internal.get("handled")?;
-            handled.call::<_, ()>((p.clone(),))?;
-            p.clone().into_future::<Value<'js>>().await
-        }
+        Some(p) => p.clone().into_future::<Value<'js>>().await,
         None => Ok(v),
     }
 }
@@ -1185,7 +1189,7 @@ fn call_lambda<'js>(
     Box::pin(async move {
         let (encode, decode) = js(&ctx, internal_fns(&ctx), Phase::Run)?;
         let promise: Promise<'js> = js(&ctx, Module::import(&ctx, format!("/{path}")), Phase::Run)?;
-        let ns: Value<'js> = js(&ctx, settle(&ctx, promise.into_value()).await, Phase::Run)?;
+        let ns: Value<'js> = js(&ctx, settle(promise.into_value()).await, Phase::Run)?;
         let Some(ns) = ns.into_object() else {
             return Err(BodyError::Sandbox(internal(
                 "module namespace is not an object",
@@ -1200,7 +1204,7 @@ fn call_lambda<'js>(
         };
         let arg: Value<'js> = js(&ctx, decode.call((args,)), Phase::Run)?;
         let ret: Value<'js> = js(&ctx, f.call((arg,)), Phase::Run)?;
-        let ret = js(&ctx, settle(&ctx, ret).await, Phase::Run)?;
+        let ret = js(&ctx, settle(ret).await, Phase::Run)?;
         js(&ctx, encode.call::<_, String>((ret,)), Phase::Run)
     })
 }
@@ -1220,7 +1224,7 @@ fn call_inline<'js>(ctx: Ctx<'js>, js_src: String, args: String) -> BodyFuture<'
         )?;
         let arg: Value<'js> = js(&ctx, decode.call((args,)), Phase::Run)?;
         let ret: Value<'js> = js(&ctx, f.call((arg,)), Phase::Run)?;
-        let ret = js(&ctx, settle(&ctx, ret).await, Phase::Run)?;
+        let ret = js(&ctx, settle(ret).await, Phase::Run)?;
         js(&ctx, encode.call::<_, String>((ret,)), Phase::Run)
     })
 }

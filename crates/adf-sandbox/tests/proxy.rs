@@ -359,3 +359,30 @@ async fn logs_survive_a_failure_and_the_sandbox_is_send() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_executions_do_not_grow_the_heap() {
+    let sb = sandbox().await;
+    let host = TestHost::new(&[(
+        "w.js",
+        "export async function main({ n }) { return (await adf.echo({ n })).n + 1; }\n",
+    )]);
+    let mut marks = Vec::new();
+    for i in 0..1500 {
+        let req = if i % 2 == 0 {
+            inline("return (await adf.echo({ n: 1 })).n;")
+        } else {
+            lambda("w.js", json!({"n": 1})).warm(i % 4 == 1)
+        };
+        sb.run(req, host.clone()).await.unwrap();
+        if i == 500 || i == 1499 {
+            marks.push(sb.memory_used().await);
+        }
+    }
+    assert!(
+        marks[1] <= marks[0] + 64 * 1024,
+        "heap grew from {} to {}",
+        marks[0],
+        marks[1]
+    );
+}
