@@ -40,6 +40,19 @@
 //! Timers (`setTimeout`, `setInterval`) live within one execution.
 //!
 //! Binary data crosses the bridge as `{"__bytes_base64": "<base64>"}` (see [`bytes_value`]).
+//!
+//! Known limits of the engine, documented rather than hidden:
+//! - QuickJS polls the interrupt handler every ~10,000 bytecode operations and native
+//!   builtins are not interruptible, so a loop whose every iteration spends long inside one
+//!   builtin (`JSON.stringify` of a large structure) overshoots its deadline by up to 10,000
+//!   such calls; the memory limit bounds the size of each. A blocked execution occupies its
+//!   tokio worker thread meanwhile: run agents' sandboxes where that is acceptable.
+//! - QuickJS reports allocation failure as a bare `null` exception, and the unwound frames have
+//!   freed the heap by the time the sandbox sees it, so an uncaught `throw null` (or a promise
+//!   rejected with `null`) is reported as [`SandboxError::MemoryLimit`].
+//! - Standard-library npm packages (COD-44: xlsx, pdf-lib, ...) are not available; only the
+//!   agent's own files can be imported. `Buffer` does not exist: bytes are `Uint8Array`.
+//! - An execution ends when its entry promise settles; timers still pending are cancelled.
 
 mod error;
 mod host;
