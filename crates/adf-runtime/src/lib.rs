@@ -1,6 +1,9 @@
 //! `adf-runtime`: an agent in motion.
 //!
 //! Principal pieces so far:
+//! - [`executor`]: the turn loop of each loop (§6, §13.1): prompt snapshots and context rows,
+//!   streaming requests, tool calls with approvals, `say`/`ask`, turn endings, checkpoints and
+//!   crash recovery, compaction, and the in-process loop pool for inner loops.
 //! - [`home`]: the runtime's home directory (`$ADF_HOME`, default `~/.adf`) with the owner and
 //!   runtime identities, kept outside every agent file.
 //! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
@@ -11,6 +14,7 @@
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
 //!   locked, authorized code, approvals).
 
+pub mod executor;
 pub mod home;
 pub mod identity;
 pub mod prompt;

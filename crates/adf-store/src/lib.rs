@@ -33,6 +33,7 @@ pub mod tables;
 pub mod tasks;
 pub mod time;
 pub mod timers;
+pub mod transcript;
 mod vec_ext;
 
 pub use access::{Caller, WriteOutcome};

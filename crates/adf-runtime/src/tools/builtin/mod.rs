@@ -7,10 +7,12 @@ use super::Tool;
 pub mod config;
 pub mod db;
 pub mod files;
+pub mod loops;
 pub mod messages;
 pub mod meta;
 pub mod state;
 pub mod timers;
+pub mod turn;
 
 /// Every built-in tool this runtime implements.
 pub fn all() -> Vec<Arc<dyn Tool>> {
@@ -22,6 +24,8 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         config::tools(),
         timers::tools(),
         messages::tools(),
+        turn::tools(),
+        loops::tools(),
     ];
     families.into_iter().flatten().collect()
 }

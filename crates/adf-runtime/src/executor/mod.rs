@@ -1,0 +1,1057 @@
+//! The executor (spec §6, §13.1, §1.5): runs turns of one loop of an agent against a model.
+//!
+//! Principal types: [`Executor`] (a provider, the model id and parameters, the tool registry),
+//! [`Session`] (one loop's in-memory state: the system prompt snapshot, the messages read so
+//! far, the counters of §6.3), [`Trigger`] (what starts a turn), [`TurnHost`] (the owner's side:
+//! approvals, `ask` answers, progress events), [`TurnOutcome`] and [`ExecutorError`].
+//!
+//! One turn, in order, each write its own transaction so every completed step is on disk
+//! before the next request (§13.1):
+//!
+//! 1. the checkpoint `in_progress` and the trigger row, together;
+//! 2. once per session, the system prompt snapshot as a `[Context: system_prompt]` row; on the
+//!    first step, the dynamic instructions as a `[Context: dynamic_instructions]` row (§1.5);
+//! 3. automatic compaction when the last request reached the loop's threshold (§13.2);
+//! 4. the request (system prompt, the transcript without system prompt rows, the advertised
+//!    tools), streamed to the host; the assistant row with `model` and `tokens`, together with
+//!    the checkpoint's `updated_at`;
+//! 5. each tool call through the registry (access, approvals through the host's approver), and
+//!    its `tool_result` row — capped per `limits.max_tool_result_tokens` — before the next call;
+//! 6. repeat until the turn ends (§6.3): a text-only reply in an interactive loop, the fourth
+//!    text-only reply in a row in an autonomous one (the loop goes idle), `sys_set_state`, or
+//!    `max_active_turns` (the agent is suspended);
+//! 7. the checkpoint `completed` (or `failed` with the reason).
+//!
+//! How turn tools reach the executor: the registry decides access and approval for `say`,
+//! `ask`, `loop_compact` and `loop_clear` like any tool, and their results carry the data
+//! (`{"message"}`, `{"question"}`, `{"instructions"}`); the executor, which knows the name of
+//! every call it makes, then shows the message, asks the owner (the answer becomes the tool
+//! result), compacts after the step, or resets the session after a clear. No marker values
+//! travel through the model's transcript.
+//!
+//! Stored state (§6.1, §6.2): the executor reads `config.state` and refuses to run an agent that
+//! is `off` or `suspended`. It writes it only as the runtime may: `suspended` when
+//! `max_active_turns` is reached and `idle` after four text-only autonomous replies; the model
+//! sets `idle`/`hibernate`/`off` through `sys_set_state`. A turn woken from idle or hibernate
+//! leaves the stored state as it found it unless the turn set another, which is "return to the
+//! recorded state" without the write. Provider failures never touch it: a transient failure
+//! (already retried inside the provider per `recovery`) returns the loop to idle; an auth or
+//! request failure puts the in-memory executor state to `error` and logs `turn_error`.
+
+mod checkpoint;
+mod compact;
+mod pool;
+pub mod request;
+
+use std::sync::{Arc, Mutex};
+
+use adf_store::{AdfFile, NewLog, NewLoopRow, StoreError};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::prompt::{self, LoopView, PromptTexts, SystemPrompt, TurnFacts};
+use crate::providers::{
+    AssistantMessage, ChatRequest, ContentBlock, Message, ModelParams, Provider, ProviderError,
+    ResolvedModel, RetryNotice, RetryObserver, Role, StreamEvent, ToolCall, ToolSpec,
+};
+use crate::tools::builtin::loops::{effective_loop_tools, loop_config};
+use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
+
+pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
+pub use compact::{COMPACTION_PROMPT, CompactOutcome};
+pub use pool::LoopPool;
+
+/// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
+pub const AUTONOMOUS_TEXT_ONLY_LIMIT: u32 = 4;
+/// The compaction threshold when neither the loop nor `context` sets one (§13.2).
+pub const DEFAULT_COMPACT_THRESHOLD: u64 = 100_000;
+
+/// What starts a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// The owner's chat message (`event_type` `chat`). Resets the `max_active_turns` count.
+    Owner(String),
+    /// A trigger whose text becomes the turn's first row (`event_type` names it).
+    Event { event_type: String, text: String },
+    /// A wake for rows already in the loop (`loop_send` with `wake: true`, an autostart kick):
+    /// nothing new is recorded, the loop reads what is waiting.
+    Wake { event_type: String },
+}
+
+impl Trigger {
+    fn event_type(&self) -> &str {
+        match self {
+            Trigger::Owner(_) => "chat",
+            Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type,
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        match self {
+            Trigger::Owner(text) | Trigger::Event { text, .. } => Some(text),
+            Trigger::Wake { .. } => None,
+        }
+    }
+}
+
+/// The in-memory executor state of a loop (§6.1); never stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecState {
+    Idle,
+    Thinking,
+    ToolUse,
+    AwaitingApproval,
+    AwaitingAsk,
+    Suspended,
+    Error,
+    Stopped,
+}
+
+/// Progress of a turn, for display.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TurnEvent<'a> {
+    /// Reply text as it streams.
+    TextDelta(&'a str),
+    /// Reasoning text as it streams.
+    ThinkingDelta(&'a str),
+    /// The model's complete reply of one step.
+    Reply(&'a AssistantMessage),
+    /// A tool call is about to run.
+    ToolCall(&'a ToolCall),
+    /// A tool call finished; `content` is what the model will read.
+    ToolResult {
+        call: &'a ToolCall,
+        content: &'a str,
+        is_error: bool,
+    },
+    /// `say`.
+    Say(&'a str),
+    /// A transient provider failure; the provider retries after the delay.
+    Retry(&'a RetryNotice),
+    /// A stream broke after it started; the step is requested again.
+    StreamRestarted(&'a ProviderError),
+    /// The transcript was compacted.
+    Compacted(&'a CompactOutcome),
+    /// The executor state changed.
+    State(ExecState),
+}
+
+/// The owner's side of a turn.
+pub trait TurnHost: Sync {
+    /// Decides approvals of restricted calls and protection overrides.
+    fn approver(&self) -> &dyn Approver;
+    /// Answers an `ask`; `None` when no one can (the model is told so).
+    fn answer(&self, question: &str) -> Option<String>;
+    /// Observes progress.
+    fn event(&self, _event: &TurnEvent<'_>) {}
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// A text reply ended an interactive turn.
+    Replied,
+    /// `sys_set_state` set this state (for an inner loop: that loop's executor only).
+    StateSet(String),
+    /// An autonomous loop replied with text only four times in a row and went idle.
+    AutonomousIdle,
+    /// `max_active_turns` was reached: the agent is suspended.
+    Suspended,
+}
+
+/// The result of a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    pub end: TurnEnd,
+    /// Model requests made (compaction requests not counted).
+    pub steps: u32,
+    /// The text of the last reply.
+    pub reply: String,
+    /// Loops a `loop_send`/`loop_manage` of this turn asked to wake, each once.
+    pub wakes: Vec<String>,
+}
+
+/// A failed turn.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecutorError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    /// The agent's stored state does not allow a turn.
+    #[error("the agent is {state}; {fix}")]
+    NotRunnable { state: String, fix: String },
+    /// The loop is not declared or is disabled; the dispatch was dropped and logged.
+    #[error("loop '{0}' does not exist or is disabled; the dispatch was dropped")]
+    LoopUnavailable(String),
+}
+
+/// Collects the retries providers schedule, so the executor can log them as `provider_error`
+/// warnings (§6.2) in the file: the observer runs inside the provider, where the file is out of
+/// reach.
+#[derive(Clone, Default)]
+pub struct RetryLog(Arc<Mutex<Vec<RetryNotice>>>);
+
+impl std::fmt::Debug for RetryLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryLog").finish_non_exhaustive()
+    }
+}
+
+impl RetryLog {
+    /// The observer to hand to [`crate::providers::Resolver::with_retry_observer`].
+    pub fn observer(&self) -> RetryObserver {
+        let inner = self.0.clone();
+        Arc::new(move |notice: &RetryNotice| {
+            inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(notice.clone());
+        })
+    }
+
+    fn drain(&self) -> Vec<RetryNotice> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// One loop's in-memory state across turns.
+#[derive(Debug)]
+pub struct Session {
+    loop_name: String,
+    prompt: Option<SystemPrompt>,
+    messages: Vec<Message>,
+    last_seq: i64,
+    loaded: bool,
+    text_only_streak: u32,
+    active_turns: u64,
+    context_tokens: u64,
+    context_warning_given: bool,
+    state: ExecState,
+    /// What recovery did when the session opened.
+    pub recovered: Option<Recovered>,
+}
+
+impl Session {
+    fn new(loop_name: &str, recovered: Option<Recovered>) -> Self {
+        Session {
+            loop_name: loop_name.to_owned(),
+            prompt: None,
+            messages: Vec::new(),
+            last_seq: 0,
+            loaded: false,
+            text_only_streak: 0,
+            active_turns: 0,
+            context_tokens: 0,
+            context_warning_given: false,
+            state: ExecState::Idle,
+            recovered,
+        }
+    }
+
+    /// The loop this session runs.
+    pub fn loop_name(&self) -> &str {
+        &self.loop_name
+    }
+
+    /// The executor state.
+    pub fn state(&self) -> ExecState {
+        self.state
+    }
+
+    /// The prompt size of the last request as the provider reported it.
+    pub fn context_tokens(&self) -> u64 {
+        self.context_tokens
+    }
+
+    /// Forgets the snapshot and the messages read (after compaction or a clear): the next
+    /// request re-reads the transcript and records a new system prompt (§5.1 session reset).
+    pub fn reset(&mut self) {
+        self.prompt = None;
+        self.messages.clear();
+        self.last_seq = 0;
+        self.loaded = false;
+        self.context_warning_given = false;
+    }
+
+    fn set_state(&mut self, state: ExecState, host: &dyn TurnHost) {
+        if self.state != state {
+            self.state = state;
+            host.event(&TurnEvent::State(state));
+        }
+    }
+}
+
+/// Per-turn facts read from the config.
+struct LoopFacts {
+    autonomous: bool,
+    threshold: u64,
+    goal: Option<String>,
+    /// `None` for main (all advertised tools).
+    tools: Option<std::collections::BTreeSet<String>>,
+    max_active_turns: Option<u64>,
+    max_result_tokens: u64,
+    preview_chars: usize,
+}
+
+/// What one tool call asks of the executor after its result is recorded.
+enum Effect {
+    None,
+    EndTurn(String),
+    Compact(Option<String>),
+    Reset,
+    Wake(String),
+}
+
+/// Runs turns against one model.
+pub struct Executor {
+    provider: Arc<dyn Provider>,
+    model_id: String,
+    params: ModelParams,
+    registry: Arc<ToolRegistry>,
+    texts: PromptTexts,
+    retries: RetryLog,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("provider", &self.provider.id())
+            .field("model_id", &self.model_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// An executor for `model_id` at `provider` with every built-in tool.
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        model_id: impl Into<String>,
+        params: ModelParams,
+    ) -> Self {
+        Executor {
+            provider,
+            model_id: model_id.into(),
+            params,
+            registry: Arc::new(ToolRegistry::with_builtins()),
+            texts: PromptTexts::default(),
+            retries: RetryLog::default(),
+        }
+    }
+
+    /// An executor for a resolved model. Pass the [`RetryLog`] whose observer the resolver
+    /// was built with, so retries are logged in the file.
+    pub fn from_resolved(resolved: ResolvedModel, retries: RetryLog) -> Self {
+        let mut executor = Self::new(resolved.provider, resolved.model_id, resolved.params);
+        executor.retries = retries;
+        executor
+    }
+
+    /// Replaces the tool registry.
+    pub fn with_registry(mut self, registry: Arc<ToolRegistry>) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// Replaces the runtime-authored prompt texts.
+    pub fn with_prompt_texts(mut self, texts: PromptTexts) -> Self {
+        self.texts = texts;
+        self
+    }
+
+    /// The model id requests name.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// Opens a session on `loop_name`, recovering an interrupted turn first (never replayed).
+    pub fn open_session(
+        &self,
+        file: &mut AdfFile,
+        loop_name: &str,
+    ) -> Result<Session, ExecutorError> {
+        let recovered = recover(file, loop_name)?;
+        Ok(Session::new(loop_name, recovered))
+    }
+
+    fn loop_facts(&self, config: &Value, loop_name: &str) -> Result<LoopFacts, ExecutorError> {
+        let limit = |name: &str| {
+            config
+                .pointer(&format!("/limits/{name}"))
+                .and_then(Value::as_u64)
+        };
+        let context_threshold = config
+            .pointer("/context/compact_threshold")
+            .and_then(Value::as_u64);
+        let mut facts = LoopFacts {
+            autonomous: config.get("autonomous").and_then(Value::as_bool) == Some(true),
+            threshold: context_threshold.unwrap_or(DEFAULT_COMPACT_THRESHOLD),
+            goal: None,
+            tools: None,
+            max_active_turns: limit("max_active_turns"),
+            max_result_tokens: limit("max_tool_result_tokens").unwrap_or(16_000),
+            preview_chars: limit("max_tool_result_preview_chars").unwrap_or(5_000) as usize,
+        };
+        if loop_name != "main" {
+            let Some(lp) = loop_config(config, loop_name)
+                .filter(|l| l.get("enabled").and_then(Value::as_bool) == Some(true))
+            else {
+                return Err(ExecutorError::LoopUnavailable(loop_name.to_owned()));
+            };
+            // Not inherited from config.autonomous (§6.4 table, STL-46).
+            facts.autonomous = lp.get("autonomous").and_then(Value::as_bool) == Some(true);
+            if let Some(t) = lp.get("compact_threshold").and_then(Value::as_u64) {
+                facts.threshold = t;
+            }
+            facts.goal = lp.get("goal").and_then(Value::as_str).map(str::to_owned);
+            facts.tools = Some(effective_loop_tools(config, lp));
+        }
+        Ok(facts)
+    }
+
+    /// Runs one turn of `session`'s loop. See the module docs for the order of writes.
+    pub async fn run_turn(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        trigger: Trigger,
+        host: &dyn TurnHost,
+    ) -> Result<TurnOutcome, ExecutorError> {
+        let config = file.config()?;
+        let loop_name = session.loop_name.clone();
+        let facts = match self.loop_facts(&config, &loop_name) {
+            Ok(facts) => facts,
+            Err(ExecutorError::LoopUnavailable(name)) => {
+                log_dropped(file, &name, trigger.event_type())?;
+                return Err(ExecutorError::LoopUnavailable(name));
+            }
+            Err(e) => return Err(e),
+        };
+        if loop_name == "main" {
+            let state = config
+                .get("state")
+                .and_then(Value::as_str)
+                .unwrap_or("active");
+            match state {
+                "off" => {
+                    return Err(ExecutorError::NotRunnable {
+                        state: state.into(),
+                        fix: "the owner restarts it with `adf config set FILE state active`".into(),
+                    });
+                }
+                "suspended" => {
+                    return Err(ExecutorError::NotRunnable {
+                        state: state.into(),
+                        fix: "it was stopped for safety (max_active_turns); the owner resumes it with `adf config set FILE state active`".into(),
+                    });
+                }
+                _ => {}
+            }
+        } else if session.state == ExecState::Stopped {
+            return Err(ExecutorError::NotRunnable {
+                state: "off".into(),
+                fix: format!("loop '{loop_name}' set itself off; it runs again after a restart"),
+            });
+        }
+        if matches!(trigger, Trigger::Owner(_)) {
+            session.active_turns = 0;
+        }
+        if let Some(max) = facts.max_active_turns
+            && session.active_turns >= max
+        {
+            self.suspend(file, session, max, host)?;
+            return Ok(TurnOutcome {
+                end: TurnEnd::Suspended,
+                steps: 0,
+                reply: String::new(),
+                wakes: Vec::new(),
+            });
+        }
+        session.active_turns += 1;
+        session.text_only_streak = 0;
+
+        let mut checkpoint = Checkpoint::start(trigger.event_type());
+        file.atomically(|file| -> Result<(), StoreError> {
+            checkpoint.store(file, &loop_name)?;
+            if let Some(text) = trigger.text() {
+                append(
+                    file,
+                    &loop_name,
+                    "user",
+                    &json!([{ "type": "text", "text": text }]),
+                    None,
+                    None,
+                )?;
+            }
+            Ok(())
+        })?;
+        let result = self
+            .turn_body(file, session, &facts, &mut checkpoint, host)
+            .await;
+        match &result {
+            Ok(_) => {
+                checkpoint.finish("completed", None);
+                if session.state != ExecState::Stopped && session.state != ExecState::Suspended {
+                    session.set_state(ExecState::Idle, host);
+                }
+            }
+            Err(error) => {
+                checkpoint.finish("failed", Some(error.to_string()));
+                let transient = matches!(error, ExecutorError::Provider(e) if e.is_transient());
+                let message = error.to_string();
+                // §6.2: transient failures return the loop to idle; anything else is an
+                // executor error (in memory only, never config.state).
+                let (level, event, state) = if transient {
+                    ("warn", "provider_error", ExecState::Idle)
+                } else {
+                    ("error", "turn_error", ExecState::Error)
+                };
+                session.set_state(state, host);
+                file.log(&NewLog {
+                    level,
+                    origin: Some("executor"),
+                    event: Some(event),
+                    target: Some(&loop_name),
+                    message: &message,
+                    data: None,
+                    r#loop: (loop_name != "main").then_some(loop_name.as_str()),
+                })?;
+            }
+        }
+        checkpoint.store(file, &loop_name)?;
+        result
+    }
+
+    fn suspend(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        max: u64,
+        host: &dyn TurnHost,
+    ) -> Result<(), ExecutorError> {
+        let loop_name = session.loop_name.clone();
+        if loop_name == "main" {
+            file.config_set_path(
+                adf_store::Caller::Owner,
+                "state",
+                adf_store::ConfigAction::Set,
+                json!("suspended"),
+            )?;
+        }
+        session.set_state(ExecState::Suspended, host);
+        file.log(&NewLog {
+            level: "warn",
+            origin: Some("executor"),
+            event: Some("max_active_turns"),
+            target: Some(&loop_name),
+            message: &format!(
+                "{max} consecutive turns reached limits.max_active_turns; suspended until the owner resumes"
+            ),
+            data: None,
+            r#loop: (loop_name != "main").then_some(loop_name.as_str()),
+        })?;
+        Ok(())
+    }
+
+    async fn turn_body(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        checkpoint: &mut Checkpoint,
+        host: &dyn TurnHost,
+    ) -> Result<TurnOutcome, ExecutorError> {
+        let loop_name = session.loop_name.clone();
+        let mut steps = 0u32;
+        let mut wakes: Vec<String> = Vec::new();
+        let mut first = true;
+        loop {
+            let config = file.config()?;
+            let system = self.ensure_prompt(file, session, &config, facts)?;
+            if first {
+                first = false;
+                let near = facts
+                    .threshold
+                    .saturating_sub(prompt::CONTEXT_WARNING_MARGIN);
+                let dynamic = prompt::dynamic_instructions(
+                    file,
+                    &config,
+                    LoopView {
+                        name: &loop_name,
+                        instructions: facts.goal.as_deref(),
+                    },
+                    TurnFacts {
+                        context_tokens: session.context_tokens,
+                        context_warning_given: session.context_warning_given,
+                    },
+                )?;
+                if let Some(text) = dynamic {
+                    if session.context_tokens >= near {
+                        session.context_warning_given = true;
+                    }
+                    let row = json!([{ "type": "text", "text": format!("{}{text}", request::DYNAMIC_MARKER) }]);
+                    append(file, &loop_name, "user", &row, None, None)?;
+                }
+            }
+            if session.context_tokens >= facts.threshold {
+                if let Some(outcome) = self.compact(file, session, None, None).await? {
+                    host.event(&TurnEvent::Compacted(&outcome));
+                }
+                continue;
+            }
+            self.sync_messages(file, session)?;
+            let mut messages = request::assemble(&session.messages);
+            if messages.first().map(|m| m.role) != Some(Role::User) {
+                // After a loop_clear that took the whole conversation, the next request still
+                // needs a user message first; it is recorded like any runtime text (§1.5).
+                let note = format!(
+                    "{}The transcript before this point was cleared. Continue from here.",
+                    request::DYNAMIC_MARKER
+                );
+                append(
+                    file,
+                    &loop_name,
+                    "user",
+                    &json!([{ "type": "text", "text": note }]),
+                    None,
+                    None,
+                )?;
+                self.sync_messages(file, session)?;
+                messages = request::assemble(&session.messages);
+            }
+            let req = ChatRequest {
+                model: self.model_id.clone(),
+                system: Some(system).filter(|s| !s.is_empty()),
+                messages,
+                tools: self.tool_specs(&config, facts),
+                params: self.params.clone(),
+            };
+            session.set_state(ExecState::Thinking, host);
+            let reply = self.request_reply(&req, host).await;
+            self.log_retries(file, &loop_name, host)?;
+            let reply = reply?;
+            steps += 1;
+            host.event(&TurnEvent::Reply(&reply));
+            let usage = reply.usage;
+            session.context_tokens = if usage.prompt_tokens() + usage.output > 0 {
+                usage.prompt_tokens() + usage.output
+            } else {
+                request::estimate_tokens(
+                    serde_json::to_string(&req.messages).map_or(0, |s| s.len()),
+                )
+            };
+            let calls = reply.tool_calls();
+            let text = reply.text();
+            let content = serde_json::to_value(&reply.content).unwrap_or(Value::Array(Vec::new()));
+            let tokens = serde_json::to_value(usage).ok();
+            checkpoint.updated_at = adf_store::time::now_ms();
+            let assistant_seq = file.atomically(|file| -> Result<i64, StoreError> {
+                checkpoint.store(file, &loop_name)?;
+                append(
+                    file,
+                    &loop_name,
+                    "assistant",
+                    &content,
+                    Some(&self.model_id),
+                    tokens.as_ref(),
+                )
+            })?;
+
+            if calls.is_empty() {
+                if !facts.autonomous {
+                    return Ok(TurnOutcome {
+                        end: TurnEnd::Replied,
+                        steps,
+                        reply: text,
+                        wakes,
+                    });
+                }
+                session.text_only_streak += 1;
+                if session.text_only_streak >= AUTONOMOUS_TEXT_ONLY_LIMIT {
+                    self.go_idle(file, session, host)?;
+                    return Ok(TurnOutcome {
+                        end: TurnEnd::AutonomousIdle,
+                        steps,
+                        reply: text,
+                        wakes,
+                    });
+                }
+                if let Some(max) = facts.max_active_turns
+                    && session.active_turns >= max
+                {
+                    self.suspend(file, session, max, host)?;
+                    return Ok(TurnOutcome {
+                        end: TurnEnd::Suspended,
+                        steps,
+                        reply: text,
+                        wakes,
+                    });
+                }
+                session.active_turns += 1;
+                let reminder = format!(
+                    "{}You replied without calling a tool. You are running autonomously: continue the work with your tools, or call sys_set_state with \"idle\" when it is done.",
+                    request::DYNAMIC_MARKER
+                );
+                append(
+                    file,
+                    &loop_name,
+                    "user",
+                    &json!([{ "type": "text", "text": reminder }]),
+                    None,
+                    None,
+                )?;
+                continue;
+            }
+            session.text_only_streak = 0;
+
+            let mut end = None;
+            let mut compact = None;
+            let mut reset = false;
+            for call in &calls {
+                let (result, effect) = self.run_tool(file, session, facts, call, host)?;
+                let (content, is_error) = result;
+                let row = json!([{
+                    "type": "tool_result",
+                    "tool_use_id": call.id,
+                    "content": content,
+                    "is_error": is_error,
+                }]);
+                append(file, &loop_name, "user", &row, None, None)?;
+                host.event(&TurnEvent::ToolResult {
+                    call,
+                    content: &content,
+                    is_error,
+                });
+                match effect {
+                    Effect::None => {}
+                    Effect::EndTurn(state) => end = Some(state),
+                    Effect::Compact(instructions) => compact = Some(instructions),
+                    Effect::Reset => reset = true,
+                    Effect::Wake(target) => {
+                        if !wakes.contains(&target) {
+                            wakes.push(target);
+                        }
+                    }
+                }
+            }
+            if reset {
+                session.reset();
+            }
+            if let Some(instructions) = compact
+                && let Some(outcome) = self
+                    .compact(file, session, instructions.as_deref(), Some(assistant_seq))
+                    .await?
+            {
+                host.event(&TurnEvent::Compacted(&outcome));
+            }
+            if let Some(state) = end {
+                if loop_name != "main" && state == "off" {
+                    session.set_state(ExecState::Stopped, host);
+                }
+                return Ok(TurnOutcome {
+                    end: TurnEnd::StateSet(state),
+                    steps,
+                    reply: text,
+                    wakes,
+                });
+            }
+        }
+    }
+
+    /// Sets the loop idle after the autonomous text-only limit (§6.3).
+    fn go_idle(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        host: &dyn TurnHost,
+    ) -> Result<(), ExecutorError> {
+        if session.loop_name == "main" {
+            let config = file.config()?;
+            if config.get("state").and_then(Value::as_str) != Some("idle") {
+                file.config_set_path(
+                    adf_store::Caller::Owner,
+                    "state",
+                    adf_store::ConfigAction::Set,
+                    json!("idle"),
+                )?;
+            }
+        }
+        session.set_state(ExecState::Idle, host);
+        Ok(())
+    }
+
+    /// The session's system prompt, building and recording it once per session (§1.5).
+    fn ensure_prompt(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        config: &Value,
+        facts: &LoopFacts,
+    ) -> Result<String, ExecutorError> {
+        if let Some(p) = &session.prompt {
+            return Ok(p.text.clone());
+        }
+        let built = prompt::build_system_prompt(
+            file,
+            config,
+            &self.texts,
+            LoopView {
+                name: &session.loop_name,
+                instructions: facts.goal.as_deref(),
+            },
+        )?;
+        let row = json!([{ "type": "text", "text": format!("{}{}", request::SYSTEM_PROMPT_MARKER, built.text) }]);
+        append(file, &session.loop_name, "user", &row, None, None)?;
+        let text = built.text.clone();
+        session.prompt = Some(built);
+        Ok(text)
+    }
+
+    /// Reads the rows the session has not seen yet.
+    fn sync_messages(&self, file: &AdfFile, session: &mut Session) -> Result<(), ExecutorError> {
+        let rows = if session.loaded {
+            file.loop_rows_after(&session.loop_name, session.last_seq)?
+        } else {
+            session.loaded = true;
+            session.messages.clear();
+            file.loop_rows(&session.loop_name)?
+        };
+        for row in rows {
+            session.last_seq = session.last_seq.max(row.seq);
+            if let Some(m) = request::row_message(&row) {
+                session.messages.push(m);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tools advertised in this loop.
+    fn tool_specs(&self, config: &Value, facts: &LoopFacts) -> Vec<ToolSpec> {
+        self.registry
+            .model_definitions(config)
+            .into_iter()
+            .filter_map(|d| {
+                let name = d.get("name")?.as_str()?.to_owned();
+                if let Some(set) = &facts.tools
+                    && !set.contains(&name)
+                {
+                    return None;
+                }
+                Some(ToolSpec {
+                    description: d.get("description")?.as_str()?.to_owned(),
+                    input_schema: d.get("parameters")?.clone(),
+                    name,
+                })
+            })
+            .collect()
+    }
+
+    /// Streams one reply, showing deltas as they come. A stream that breaks after it started
+    /// is requested again as a whole (the provider retries per `recovery`).
+    async fn request_reply(
+        &self,
+        req: &ChatRequest,
+        host: &dyn TurnHost,
+    ) -> Result<AssistantMessage, ProviderError> {
+        let mut stream = self.provider.stream(req).await?;
+        let mut msg = AssistantMessage::default();
+        let mut text = String::new();
+        fn flush(text: &mut String, content: &mut Vec<ContentBlock>) {
+            if !text.is_empty() {
+                content.push(ContentBlock::Text {
+                    text: std::mem::take(text),
+                });
+            }
+        }
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) if error.is_transient() => {
+                    host.event(&TurnEvent::StreamRestarted(&error));
+                    return self.provider.complete(req).await;
+                }
+                Err(error) => return Err(error),
+            };
+            match event {
+                StreamEvent::TextDelta(t) => {
+                    host.event(&TurnEvent::TextDelta(&t));
+                    text.push_str(&t);
+                }
+                StreamEvent::ThinkingDelta(t) => host.event(&TurnEvent::ThinkingDelta(&t)),
+                StreamEvent::Thinking { text: t, signature } => {
+                    flush(&mut text, &mut msg.content);
+                    msg.content.push(ContentBlock::Thinking {
+                        thinking: t,
+                        signature,
+                        reasoning_details: None,
+                    });
+                }
+                StreamEvent::RedactedThinking(data) => {
+                    flush(&mut text, &mut msg.content);
+                    msg.content.push(ContentBlock::RedactedThinking { data });
+                }
+                StreamEvent::ToolCall(c) => {
+                    flush(&mut text, &mut msg.content);
+                    msg.content.push(ContentBlock::ToolUse {
+                        id: c.id,
+                        name: c.name,
+                        input: c.input,
+                    });
+                }
+                StreamEvent::Usage(u) => msg.usage = u,
+                StreamEvent::Stop(r) => msg.stop_reason = r,
+                _ => {}
+            }
+        }
+        flush(&mut text, &mut msg.content);
+        Ok(msg)
+    }
+
+    /// Writes the retries the provider scheduled as `provider_error` warnings (§6.2, STL-11).
+    fn log_retries(
+        &self,
+        file: &mut AdfFile,
+        loop_name: &str,
+        host: &dyn TurnHost,
+    ) -> Result<(), ExecutorError> {
+        for notice in self.retries.drain() {
+            host.event(&TurnEvent::Retry(&notice));
+            file.log(&NewLog {
+                level: "warn",
+                origin: Some("executor"),
+                event: Some("provider_error"),
+                target: Some(&notice.provider),
+                message: &format!(
+                    "attempt {}/{} failed, retrying in {} ms: {}",
+                    notice.attempt,
+                    notice.max_attempts,
+                    notice.delay.as_millis(),
+                    notice.error
+                ),
+                data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status() })),
+                r#loop: (loop_name != "main").then_some(loop_name),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs one call and turns its outcome into the result the model reads.
+    fn run_tool(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        call: &ToolCall,
+        host: &dyn TurnHost,
+    ) -> Result<((String, bool), Effect), ExecutorError> {
+        host.event(&TurnEvent::ToolCall(call));
+        session.set_state(ExecState::ToolUse, host);
+        if let Some(set) = &facts.tools
+            && !set.contains(&call.name)
+        {
+            let message = format!(
+                "DISABLED: tool '{}' is not available in loop '{}'",
+                call.name, session.loop_name
+            );
+            return Ok(((message, true), Effect::None));
+        }
+        let caller = Caller::Model {
+            loop_name: session.loop_name.clone(),
+        };
+        let outcome = self.registry.call(
+            file,
+            &caller,
+            &call.name,
+            call.input.clone(),
+            host.approver(),
+        );
+        let value = match outcome {
+            Ok(outcome) => outcome.into_value(),
+            Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+        };
+        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+        let (content, is_error, effect) = match call.name.as_str() {
+            "say" => {
+                let message = text(&value, "message").unwrap_or_default();
+                host.event(&TurnEvent::Say(&message));
+                ("Shown to the owner.".to_owned(), false, Effect::None)
+            }
+            "ask" => {
+                let question = text(&value, "question").unwrap_or_default();
+                session.set_state(ExecState::AwaitingAsk, host);
+                let answer = host.answer(&question);
+                session.set_state(ExecState::ToolUse, host);
+                match answer {
+                    Some(answer) => (answer, false, Effect::None),
+                    None => (
+                        "No one is available to answer right now. Continue without the answer, or ask again later.".to_owned(),
+                        true,
+                        Effect::None,
+                    ),
+                }
+            }
+            "loop_compact" => (
+                "Compaction runs after this step.".to_owned(),
+                false,
+                Effect::Compact(text(&value, "instructions")),
+            ),
+            "loop_clear" => (render(&value), false, Effect::Reset),
+            "sys_set_state" if value.get("ends_turn").and_then(Value::as_bool) == Some(true) => {
+                let state = text(&value, "state").unwrap_or_default();
+                (render(&value), false, Effect::EndTurn(state))
+            }
+            "loop_send" | "loop_manage"
+                if value.get("wake").and_then(Value::as_bool) == Some(true) =>
+            {
+                let target = text(&value, "to_loop")
+                    .or_else(|| text(&value, "created"))
+                    .unwrap_or_default();
+                (render(&value), false, Effect::Wake(target))
+            }
+            _ => (render(&value), false, Effect::None),
+        };
+        let content = request::cap_result(content, facts.max_result_tokens, facts.preview_chars);
+        Ok(((content, is_error), effect))
+    }
+}
+
+fn append(
+    file: &mut AdfFile,
+    loop_name: &str,
+    role: &str,
+    content: &Value,
+    model: Option<&str>,
+    tokens: Option<&Value>,
+) -> Result<i64, StoreError> {
+    file.loop_append(&NewLoopRow {
+        r#loop: loop_name,
+        role,
+        content,
+        model,
+        tokens,
+    })
+}
+
+/// Logs a dispatch to a loop that does not exist or is disabled (§6.4, STL-35).
+pub(crate) fn log_dropped(
+    file: &mut AdfFile,
+    loop_name: &str,
+    event_type: &str,
+) -> Result<(), StoreError> {
+    file.log(&NewLog {
+        level: "warn",
+        origin: Some("executor"),
+        event: Some("loop_dispatch_dropped"),
+        target: Some(loop_name),
+        message: &format!(
+            "a {event_type} dispatch to loop '{loop_name}' was dropped: the loop does not exist or is disabled"
+        ),
+        data: None,
+        r#loop: None,
+    })?;
+    Ok(())
+}

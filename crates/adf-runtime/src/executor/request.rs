@@ -1,0 +1,191 @@
+//! From transcript rows to the messages of a model request.
+//!
+//! - `[Context: system_prompt]` rows are the record of the system prompt (§1.5); the prompt
+//!   itself travels in the request's `system` field, so these rows are never sent as messages
+//!   (the reference's `first_provider_request` shows the same).
+//! - Every other row is sent as it is stored, context rows of other kinds included (dynamic
+//!   instructions, `[from loop:…]` messages, compaction summaries): what the model reads is what
+//!   the file holds.
+//! - Consecutive rows of one role are merged into one message (a step's tool results, a
+//!   trigger followed by dynamic instructions): both wire formats accept that shape, and
+//!   Anthropic needs every result of a step in the one user message after the calls.
+//! - Calls and results are paired: a `tool_use` whose result is missing, or a `tool_result`
+//!   whose call is gone (after `loop_clear` or compaction cut between them), is left out, since
+//!   both APIs reject an unpaired block. Leaving out adds no text, so nothing is sent that the
+//!   file does not hold.
+
+use std::collections::HashSet;
+
+use adf_store::LoopRow;
+use serde_json::Value;
+
+use crate::providers::{ContentBlock, Message, Role};
+
+/// The marker of system prompt snapshot rows.
+pub const SYSTEM_PROMPT_MARKER: &str = "[Context: system_prompt] ";
+/// The marker of dynamic instruction rows.
+pub const DYNAMIC_MARKER: &str = "[Context: dynamic_instructions] ";
+
+/// Whether a row is a system prompt snapshot.
+pub fn is_system_prompt_row(row: &LoopRow) -> bool {
+    row.role == "user"
+        && row
+            .content
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|b| b.get("text"))
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.starts_with(SYSTEM_PROMPT_MARKER))
+}
+
+/// A row as a message, or `None` for rows that are not sent.
+pub fn row_message(row: &LoopRow) -> Option<Message> {
+    if is_system_prompt_row(row) {
+        return None;
+    }
+    let role = match row.role.as_str() {
+        "assistant" => Role::Assistant,
+        _ => Role::User,
+    };
+    let content: Vec<ContentBlock> = match &row.content {
+        Value::Array(_) => serde_json::from_value(row.content.clone()).ok()?,
+        Value::String(text) => vec![ContentBlock::text(text.clone())],
+        _ => return None,
+    };
+    (!content.is_empty()).then_some(Message { role, content })
+}
+
+/// Merges consecutive same-role messages and drops unpaired tool blocks (module docs).
+pub fn assemble(messages: &[Message]) -> Vec<Message> {
+    let mut merged: Vec<Message> = Vec::with_capacity(messages.len());
+    for m in messages {
+        match merged.last_mut() {
+            Some(last) if last.role == m.role => last.content.extend(m.content.iter().cloned()),
+            _ => merged.push(m.clone()),
+        }
+    }
+    // Results must come first in a user message that answers calls (Anthropic).
+    for m in merged.iter_mut().filter(|m| m.role == Role::User) {
+        m.content
+            .sort_by_key(|b| !matches!(b, ContentBlock::ToolResult { .. }));
+    }
+    for i in 0..merged.len() {
+        if merged[i].role != Role::Assistant {
+            continue;
+        }
+        let answered: HashSet<String> = merged
+            .get(i + 1)
+            .filter(|next| next.role == Role::User)
+            .map(|next| {
+                next.content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        merged[i]
+            .content
+            .retain(|b| !matches!(b, ContentBlock::ToolUse { id, .. } if !answered.contains(id)));
+    }
+    for i in 0..merged.len() {
+        if merged[i].role != Role::User {
+            continue;
+        }
+        let called: HashSet<String> = if i == 0 {
+            HashSet::new()
+        } else {
+            merged[i - 1]
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::ToolUse { id, .. } => Some(id.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        merged[i].content.retain(
+            |b| !matches!(b, ContentBlock::ToolResult { tool_use_id, .. } if !called.contains(tool_use_id)),
+        );
+    }
+    merged.retain(|m| !m.content.is_empty());
+    // Dropping a message can leave two of one role side by side again.
+    let mut out: Vec<Message> = Vec::with_capacity(merged.len());
+    for m in merged {
+        match out.last_mut() {
+            Some(last) if last.role == m.role => last.content.extend(m.content),
+            _ => out.push(m),
+        }
+    }
+    out
+}
+
+/// A rough token estimate (4 characters a token) for when the provider reports no usage.
+pub fn estimate_tokens(text_len: usize) -> u64 {
+    text_len.div_ceil(4) as u64
+}
+
+/// Caps a tool result for the model (§5.7 `max_tool_result_tokens`, TOL-61): a result over the
+/// limit is replaced by its first `preview_chars` characters and a note saying so.
+pub fn cap_result(text: String, max_tokens: u64, preview_chars: usize) -> String {
+    let tokens = estimate_tokens(text.len());
+    if tokens <= max_tokens {
+        return text;
+    }
+    let total = text.chars().count();
+    let preview: String = text.chars().take(preview_chars).collect();
+    format!(
+        "{preview}\n\n[Result truncated: {total} characters (about {tokens} tokens) is over limits.max_tool_result_tokens = {max_tokens}; showing the first {preview_chars} characters.]"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool_use(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: "fs_read".into(),
+            input: json!({}),
+        }
+    }
+
+    #[test]
+    fn merges_and_pairs() {
+        let msgs = vec![
+            Message::user_text("hi"),
+            Message::user_text("[Context: dynamic_instructions] x"),
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::text("ok"), tool_use("a"), tool_use("b")],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::tool_result("a", "A", false)],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::tool_result("zz", "orphan", false)],
+            },
+        ];
+        let out = assemble(&msgs);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].content.len(), 2);
+        assert_eq!(out[1].content.len(), 2, "unanswered call b dropped");
+        assert_eq!(out[2].content.len(), 1, "orphan result dropped");
+    }
+
+    #[test]
+    fn caps_big_results() {
+        let big = "x".repeat(100);
+        let capped = cap_result(big.clone(), 10, 20);
+        assert!(capped.starts_with(&"x".repeat(20)));
+        assert!(capped.contains("Result truncated"));
+        assert_eq!(cap_result(big.clone(), 1000, 20), big);
+    }
+}

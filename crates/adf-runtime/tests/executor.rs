@@ -1,0 +1,719 @@
+//! The executor over real HTTP against `adf-testkit`, in both wire formats: whole
+//! conversations (tools, approvals, say/ask, sys_set_state), transcript rows, context rows,
+//! tokens and models, tasks, files and the exact requests the provider received; retries and
+//! auth failures; turn endings; checkpoints and recovery; compaction and clearing; inner loops.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use adf_runtime::executor::{
+    ExecState, Executor, ExecutorError, RetryLog, Session, Trigger, TurnEnd, TurnEvent, TurnHost,
+    TurnOutcome,
+};
+use adf_runtime::providers::{ApiKey, Resolver};
+use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
+use adf_store::{AdfFile, ConfigAction, LoopRow};
+use adf_testkit::{MockProvider, Turn, Wire};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-0123456789";
+const MODEL: &str = "test-model";
+
+// ---------- helpers ----------
+
+fn set(file: &mut AdfFile, path: &str, value: Value) {
+    file.config_set_path(adf_store::Caller::Owner, path, ConfigAction::Set, value)
+        .unwrap();
+}
+
+/// Points the agent at the mock with fast retries.
+fn wire_up(file: &mut AdfFile, mock: &MockProvider) {
+    let ty = match mock.wire() {
+        Wire::OpenAi => "openai-compatible",
+        Wire::Anthropic => "anthropic",
+    };
+    set(
+        file,
+        "providers",
+        json!([{"id": "mock", "type": ty, "name": "Mock", "baseUrl": mock.base_url()}]),
+    );
+    set(file, "model.provider", json!("mock"));
+    set(file, "model.model_id", json!(MODEL));
+    set(
+        file,
+        "recovery",
+        json!({"auto_retry": true, "max_attempts": 3, "base_delay_ms": 1, "max_delay_ms": 5}),
+    );
+}
+
+fn executor(file: &AdfFile) -> Executor {
+    let retries = RetryLog::default();
+    let resolved = Resolver::new()
+        .with_env(|_| None)
+        .with_retry_observer(retries.observer())
+        .resolve(&file.config().unwrap(), Some(ApiKey::new(KEY)))
+        .unwrap();
+    Executor::from_resolved(resolved, retries)
+}
+
+async fn setup(wire: Wire) -> (tempfile::TempDir, AdfFile, MockProvider) {
+    let mock = MockProvider::start(wire).await;
+    mock.require_api_key(KEY);
+    let (dir, _path, mut file) = common::new_agent();
+    wire_up(&mut file, &mock);
+    (dir, file, mock)
+}
+
+/// A host with scripted approvals and answers that records what it was shown.
+#[derive(Default)]
+struct Host {
+    approvals: Mutex<VecDeque<bool>>,
+    answers: Mutex<VecDeque<String>>,
+    log: Mutex<Vec<String>>,
+}
+
+impl Host {
+    fn with(approvals: &[bool], answers: &[&str]) -> Self {
+        Host {
+            approvals: Mutex::new(approvals.iter().copied().collect()),
+            answers: Mutex::new(answers.iter().map(|s| s.to_string()).collect()),
+            log: Mutex::default(),
+        }
+    }
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Approver for Host {
+    fn decide(&self, _: &mut AdfFile, request: &ApprovalRequest) -> Result<Decision, ToolError> {
+        let yes = self.approvals.lock().unwrap().pop_front().unwrap_or(false);
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("approval {} -> {yes}", request.tool));
+        Ok(if yes {
+            Decision::Approved
+        } else {
+            Decision::Denied("owner said no".into())
+        })
+    }
+}
+
+impl TurnHost for Host {
+    fn approver(&self) -> &dyn Approver {
+        self
+    }
+    fn answer(&self, question: &str) -> Option<String> {
+        self.log.lock().unwrap().push(format!("ask {question}"));
+        self.answers.lock().unwrap().pop_front()
+    }
+    fn event(&self, event: &TurnEvent<'_>) {
+        let line = match event {
+            TurnEvent::Say(m) => format!("say {m}"),
+            TurnEvent::ToolCall(c) => format!("call {}", c.name),
+            TurnEvent::Retry(n) => format!("retry {}", n.attempt),
+            TurnEvent::State(s) => format!("state {s:?}"),
+            _ => return,
+        };
+        self.log.lock().unwrap().push(line);
+    }
+}
+
+async fn chat(
+    ex: &Executor,
+    file: &mut AdfFile,
+    session: &mut Session,
+    text: &str,
+    host: &Host,
+) -> Result<TurnOutcome, ExecutorError> {
+    ex.run_turn(file, session, Trigger::Owner(text.into()), host)
+        .await
+}
+
+fn texts(row: &LoopRow) -> Vec<String> {
+    row.content
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b.get("text").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+fn first_text(row: &LoopRow) -> String {
+    texts(row).into_iter().next().unwrap_or_default()
+}
+
+fn block_types(row: &LoopRow) -> Vec<String> {
+    row.content
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The system text and the conversation messages of a recorded request, in either format,
+/// as `(role, [block types or text])` summaries.
+fn request_view(wire: Wire, body: &Value) -> (String, Vec<Value>) {
+    match wire {
+        Wire::OpenAi => {
+            let msgs = body["messages"].as_array().unwrap();
+            assert_eq!(msgs[0]["role"], "system");
+            (
+                msgs[0]["content"].as_str().unwrap().to_owned(),
+                msgs[1..].to_vec(),
+            )
+        }
+        Wire::Anthropic => {
+            let system = match &body["system"] {
+                Value::String(s) => s.clone(),
+                Value::Array(blocks) => blocks
+                    .iter()
+                    .map(|b| b["text"].as_str().unwrap())
+                    .collect::<Vec<_>>()
+                    .join(""),
+                other => panic!("system {other}"),
+            };
+            (system, body["messages"].as_array().unwrap().clone())
+        }
+    }
+}
+
+fn tool_names(wire: Wire, body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| match wire {
+            Wire::OpenAi => t["function"]["name"].as_str().unwrap().to_owned(),
+            Wire::Anthropic => t["name"].as_str().unwrap().to_owned(),
+        })
+        .collect()
+}
+
+fn logs(file: &AdfFile, event: &str) -> Vec<(String, String)> {
+    let mut stmt = file
+        .connection()
+        .prepare("SELECT level, message FROM adf_logs WHERE event = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([event], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn state(file: &AdfFile) -> String {
+    file.config().unwrap()["state"].as_str().unwrap().to_owned()
+}
+
+// ---------- the whole conversation (issue acceptance 1) ----------
+
+async fn conversation(wire: Wire) {
+    let (_dir, mut file, mock) = setup(wire).await;
+    mock.push_all([
+        Turn::reply().with_text("Writing it.").with_tool_call(
+            "fs_write",
+            json!({"path": "notes/a.md", "mode": "write", "content": "hello from the model"}),
+        ),
+        Turn::tool_call("fs_read", json!({"path": "notes/a.md"})),
+        Turn::tool_call(
+            "sys_update_config",
+            json!({"path": "description", "value": "approved edit", "_reason": "describe myself"}),
+        ),
+        Turn::tool_call(
+            "sys_update_config",
+            json!({"path": "description", "value": "denied edit"}),
+        ),
+        Turn::text("All done."),
+        // turn 2
+        Turn::reply()
+            .with_tool_call("say", json!({"message": "Let me check with you."}))
+            .with_tool_call("ask", json!({"question": "Blue or green?"})),
+        Turn::tool_call("sys_set_state", json!({"state": "idle"})),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::with(&[true, false], &["green"]);
+
+    let one = chat(&ex, &mut file, &mut session, "Please write a note.", &host)
+        .await
+        .unwrap();
+    assert_eq!(one.end, TurnEnd::Replied);
+    assert_eq!(one.steps, 5);
+    assert_eq!(one.reply, "All done.");
+    let two = chat(&ex, &mut file, &mut session, "What next?", &host)
+        .await
+        .unwrap();
+    assert_eq!(two.end, TurnEnd::StateSet("idle".into()));
+    assert_eq!(two.steps, 2);
+    // STL-14: sys_set_state ends the turn: no request after it.
+    assert_eq!(mock.request_count(), 7);
+    assert_eq!(mock.remaining(), 0);
+    assert_eq!(state(&file), "idle");
+    assert_eq!(session.state(), ExecState::Idle);
+
+    // Files and config.
+    let note = file.file_read("notes/a.md").unwrap().unwrap();
+    assert_eq!(note.content, b"hello from the model");
+    assert_eq!(file.config().unwrap()["description"], "approved edit");
+
+    // Tasks: one approved and completed, one denied.
+    let tasks = file.tasks(None).unwrap();
+    let mut statuses: Vec<(&str, &str)> = tasks
+        .iter()
+        .map(|t| (t.tool.as_str(), t.status.as_str()))
+        .collect();
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [
+            ("sys_update_config", "completed"),
+            ("sys_update_config", "denied")
+        ]
+    );
+    assert!(tasks.iter().any(|t| t.args["_reason"] == "describe myself"));
+
+    // The host saw approvals, say and ask in order.
+    let log = host.log();
+    let pos = |s: &str| log.iter().position(|l| l == s).unwrap();
+    assert!(pos("approval sys_update_config -> true") < pos("approval sys_update_config -> false"));
+    assert!(pos("say Let me check with you.") < pos("ask Blue or green?"));
+
+    // Transcript rows.
+    let rows = file.loop_rows("main").unwrap();
+    let roles: Vec<&str> = rows.iter().map(|r| r.role.as_str()).collect();
+    // Turn 1: trigger, system prompt, 5 × (assistant + results), turn 2: trigger, 2 steps.
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "user", // trigger, [Context: system_prompt]
+            "assistant",
+            "user", // fs_write
+            "assistant",
+            "user", // fs_read
+            "assistant",
+            "user", // approved
+            "assistant",
+            "user",      // denied
+            "assistant", // All done.
+            "user",      // trigger 2 (same session: no new system prompt row)
+            "assistant",
+            "user",
+            "user", // say + ask, one result row each
+            "assistant",
+            "user", // sys_set_state
+        ]
+    );
+    assert_eq!(first_text(&rows[0]), "Please write a note.");
+    // PRM-02: the trigger is on disk before the system prompt row, as the reference does.
+    assert!(first_text(&rows[1]).starts_with("[Context: system_prompt] "));
+    // PRM-34: model and tokens on every assistant row, never on user rows.
+    for row in &rows {
+        if row.role == "assistant" {
+            assert_eq!(row.model.as_deref(), Some(MODEL));
+            assert_eq!(row.tokens, Some(json!({"input": 10, "output": 5})));
+        } else {
+            assert!(row.model.is_none() && row.tokens.is_none());
+        }
+    }
+    // tool_use / tool_result pairing.
+    let mut open: Vec<String> = Vec::new();
+    for row in &rows {
+        for b in row.content.as_array().unwrap() {
+            match b["type"].as_str().unwrap() {
+                "tool_use" => open.push(b["id"].as_str().unwrap().to_owned()),
+                "tool_result" => {
+                    let id = b["tool_use_id"].as_str().unwrap();
+                    assert_eq!(open.remove(0), id, "results answer calls in order");
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(open.is_empty());
+    let result = |i: usize| rows[i].content[0].clone();
+    assert!(
+        result(5)["content"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the model")
+    );
+    assert_eq!(result(7)["is_error"], false);
+    assert_eq!(result(9)["is_error"], true);
+    assert!(
+        result(9)["content"]
+            .as_str()
+            .unwrap()
+            .contains("owner said no")
+    );
+    assert_eq!(result(13)["content"], "Shown to the owner.");
+    assert_eq!(result(14)["content"], "green");
+    assert_eq!(block_types(&rows[12]), ["tool_use", "tool_use"]);
+
+    // The requests the provider received.
+    let reqs = mock.requests();
+    let system_row = first_text(&rows[1]);
+    for (i, req) in reqs.iter().enumerate() {
+        let (system, msgs) = request_view(wire, &req.body);
+        // PRM-01/PRM-10: the system prompt sent is the one recorded.
+        assert_eq!(
+            format!("[Context: system_prompt] {system}"),
+            system_row,
+            "request {i}"
+        );
+        // Context rows of the system prompt are not sent back as messages.
+        let body = serde_json::to_string(&msgs).unwrap();
+        assert!(!body.contains("[Context: system_prompt]"), "request {i}");
+        assert_eq!(req.body["model"], MODEL);
+        let tools = tool_names(wire, &req.body);
+        for t in [
+            "fs_write",
+            "fs_read",
+            "say",
+            "ask",
+            "sys_set_state",
+            "loop_send",
+        ] {
+            assert!(tools.contains(&t.to_owned()), "{t} advertised");
+        }
+        assert!(
+            !tools.contains(&"fs_delete".to_owned()),
+            "disabled tools are not"
+        );
+    }
+    // The first request: just the trigger.
+    let (_, first) = request_view(wire, &reqs[0].body);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0]["role"], "user");
+    // The second carries the call and its result.
+    let (_, second) = request_view(wire, &reqs[1].body);
+    let s = serde_json::to_string(&second).unwrap();
+    assert!(s.contains("notes/a.md") && s.contains("Writing it."));
+    match wire {
+        Wire::OpenAi => assert_eq!(second.last().unwrap()["role"], "tool"),
+        Wire::Anthropic => {
+            assert_eq!(second.last().unwrap()["content"][0]["type"], "tool_result")
+        }
+    }
+    // The sixth (turn 2, first step) carries the whole history and the new trigger.
+    let (_, sixth) = request_view(wire, &reqs[5].body);
+    assert!(
+        serde_json::to_string(&sixth)
+            .unwrap()
+            .contains("What next?")
+    );
+    // The seventh carries both results of the say + ask step.
+    let (_, seventh) = request_view(wire, &reqs[6].body);
+    let s = serde_json::to_string(&seventh).unwrap();
+    assert!(s.contains("Shown to the owner.") && s.contains("green"));
+
+    // The checkpoint of the last turn is completed.
+    let cp: Value = serde_json::from_str(
+        &file
+            .meta_get("adf_runtime_turn_checkpoint")
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(cp["status"], "completed");
+    assert_eq!(cp["event_type"], "chat");
+    assert_eq!(cp["replay"], "not_attempted");
+}
+
+#[tokio::test]
+async fn stl_14_16_18_19_prm_01_02_10_34_conversation_openai() {
+    conversation(Wire::OpenAi).await;
+}
+
+#[tokio::test]
+async fn stl_14_16_18_19_prm_01_02_10_34_conversation_anthropic() {
+    conversation(Wire::Anthropic).await;
+}
+
+// ---------- provider failures (acceptance 2) ----------
+
+async fn transient_then_success(wire: Wire) {
+    let (_dir, mut file, mock) = setup(wire).await;
+    mock.push_all([Turn::error(503, "overloaded"), Turn::text("made it")]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    let out = chat(&ex, &mut file, &mut session, "hi", &host)
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "made it");
+    assert_eq!(mock.request_count(), 2);
+    assert_eq!(state(&file), "active");
+    let warns = logs(&file, "provider_error");
+    assert_eq!(warns.len(), 1);
+    assert_eq!(warns[0].0, "warn");
+    assert!(host.log().contains(&"retry 1".to_owned()));
+    assert!(logs(&file, "turn_error").is_empty());
+}
+
+#[tokio::test]
+async fn stl_09_11_transient_503_retries_and_completes_openai() {
+    transient_then_success(Wire::OpenAi).await;
+}
+
+#[tokio::test]
+async fn stl_09_11_transient_503_retries_and_completes_anthropic() {
+    transient_then_success(Wire::Anthropic).await;
+}
+
+async fn auth_failure(wire: Wire) {
+    let (_dir, mut file, mock) = setup(wire).await;
+    mock.push(Turn::error(401, "invalid x-api-key"));
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    let err = chat(&ex, &mut file, &mut session, "hi", &host)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(&err, ExecutorError::Provider(e) if e.is_auth()),
+        "{message}"
+    );
+    assert!(message.contains("mock"), "names the provider: {message}");
+    assert!(message.contains("invalid x-api-key"), "{message}");
+    assert_eq!(mock.request_count(), 1, "auth errors are not retried");
+    // §6.2: the stored state stays; the executor state is error (in memory only).
+    assert_eq!(state(&file), "active");
+    assert_eq!(session.state(), ExecState::Error);
+    assert_eq!(logs(&file, "turn_error").len(), 1);
+    // The trigger is on disk; the checkpoint says failed with the reason.
+    let rows = file.loop_rows("main").unwrap();
+    assert_eq!(first_text(&rows[0]), "hi");
+    let cp: Value = serde_json::from_str(
+        &file
+            .meta_get("adf_runtime_turn_checkpoint")
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(cp["status"], "failed");
+    assert!(cp["reason"].as_str().unwrap().contains("401"));
+}
+
+#[tokio::test]
+async fn stl_01_08_auth_401_fails_at_once_openai() {
+    auth_failure(Wire::OpenAi).await;
+}
+
+#[tokio::test]
+async fn stl_01_08_auth_401_fails_at_once_anthropic() {
+    auth_failure(Wire::Anthropic).await;
+}
+
+#[tokio::test]
+async fn stl_10_transient_failure_exhausted_returns_loop_to_idle() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::error(503, "a"),
+        Turn::error(503, "b"),
+        Turn::error(503, "c"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let err = chat(&ex, &mut file, &mut session, "hi", &Host::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, ExecutorError::Provider(e) if e.is_transient()));
+    assert_eq!(session.state(), ExecState::Idle);
+    assert_eq!(state(&file), "active");
+    assert!(logs(&file, "turn_error").is_empty());
+    assert_eq!(
+        logs(&file, "provider_error").len(),
+        3,
+        "two retries + the final failure"
+    );
+}
+
+// ---------- turn endings ----------
+
+#[tokio::test]
+async fn stl_17_prm_03_32_autonomous_four_text_replies_go_idle() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    set(&mut file, "autonomous", json!(true));
+    mock.push_all((0..4).map(|i| Turn::text(format!("thinking {i}"))));
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let out = chat(&ex, &mut file, &mut session, "go", &Host::default())
+        .await
+        .unwrap();
+    assert_eq!(out.end, TurnEnd::AutonomousIdle);
+    assert_eq!(mock.request_count(), 4);
+    assert_eq!(state(&file), "idle");
+    let rows = file.loop_rows("main").unwrap();
+    let dynamic: Vec<String> = rows
+        .iter()
+        .map(first_text)
+        .filter(|t| t.starts_with("[Context: dynamic_instructions] "))
+        .collect();
+    // PRM-32: the idle reminder for an autonomous agent with sys_set_state, then three
+    // continuation reminders.
+    assert_eq!(dynamic.len(), 4, "{dynamic:?}");
+    assert!(dynamic[0].contains("sys_set_state"));
+    // PRM-01: every dynamic row was sent to the model.
+    let last = serde_json::to_string(&mock.requests()[3].body).unwrap();
+    assert_eq!(last.matches("[Context: dynamic_instructions]").count(), 4);
+}
+
+#[tokio::test]
+async fn stl_16_interactive_text_reply_ends_turn_after_one_request() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    mock.push(Turn::text("hello"));
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let out = chat(&ex, &mut file, &mut session, "hi", &Host::default())
+        .await
+        .unwrap();
+    assert_eq!(out.end, TurnEnd::Replied);
+    assert_eq!(mock.request_count(), 1);
+    // PRM-32: a non-autonomous agent gets no idle reminder.
+    assert!(
+        file.loop_rows("main")
+            .unwrap()
+            .iter()
+            .all(|r| !first_text(r).starts_with("[Context: dynamic_instructions]"))
+    );
+}
+
+#[tokio::test]
+async fn stl_20_max_active_turns_suspends() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    set(&mut file, "limits.max_active_turns", json!(2));
+    mock.push_all([Turn::text("one"), Turn::text("two")]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    for i in 0..2 {
+        let trigger = Trigger::Event {
+            event_type: "on_timer".into(),
+            text: format!("tick {i}"),
+        };
+        let out = ex
+            .run_turn(&mut file, &mut session, trigger, &host)
+            .await
+            .unwrap();
+        assert_eq!(out.end, TurnEnd::Replied);
+    }
+    let trigger = Trigger::Event {
+        event_type: "on_timer".into(),
+        text: "tick 2".into(),
+    };
+    let out = ex
+        .run_turn(&mut file, &mut session, trigger, &host)
+        .await
+        .unwrap();
+    assert_eq!(out.end, TurnEnd::Suspended);
+    assert_eq!(state(&file), "suspended");
+    assert_eq!(mock.request_count(), 2);
+    // A suspended agent does not run until the owner resumes it.
+    let err = chat(&ex, &mut file, &mut session, "hello?", &host)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::NotRunnable { .. }));
+}
+
+#[tokio::test]
+async fn tol_61_big_tool_result_is_previewed() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    set(&mut file, "limits.max_tool_result_tokens", json!(100));
+    set(&mut file, "limits.max_tool_result_preview_chars", json!(50));
+    file.file_write(
+        adf_store::Caller::Owner,
+        "big.txt",
+        "y".repeat(2000).as_bytes(),
+        &adf_store::FileWrite::default(),
+    )
+    .unwrap();
+    mock.push_all([
+        Turn::tool_call("fs_read", json!({"path": "big.txt"})),
+        Turn::text("ok"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    chat(&ex, &mut file, &mut session, "read it", &Host::default())
+        .await
+        .unwrap();
+    let rows = file.loop_rows("main").unwrap();
+    let result = rows
+        .iter()
+        .find(|r| block_types(r) == ["tool_result"])
+        .unwrap();
+    let content = result.content[0]["content"].as_str().unwrap();
+    let (preview, note) = content.split_once("\n\n[Result truncated").unwrap();
+    assert_eq!(preview.chars().count(), 50);
+    assert!(!content.contains(&"y".repeat(60)));
+    assert!(note.contains("max_tool_result_tokens = 100"));
+}
+
+// ---------- checkpoints ----------
+
+#[tokio::test]
+async fn stl_checkpoint_in_progress_becomes_interrupted_and_is_not_replayed() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    // What a process killed mid tool step leaves behind.
+    file.meta_set_runtime(
+        "adf_runtime_turn_checkpoint",
+        &json!({"id": "abc", "status": "in_progress", "started_at": 1, "updated_at": 2,
+                "event_type": "chat", "scope": "agent", "replay": "not_attempted"})
+        .to_string(),
+    )
+    .unwrap();
+    for (role, content) in [
+        ("user", json!([{"type": "text", "text": "do it"}])),
+        (
+            "assistant",
+            json!([{"type": "tool_use", "id": "call_1", "name": "fs_list", "input": {}}]),
+        ),
+    ] {
+        file.loop_append(&adf_store::NewLoopRow {
+            r#loop: "main",
+            role,
+            content: &content,
+            model: None,
+            tokens: None,
+        })
+        .unwrap();
+    }
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let recovered = session.recovered.clone().unwrap();
+    assert_eq!(recovered.closed_calls, ["call_1"]);
+    let cp: Value = serde_json::from_str(
+        &file
+            .meta_get("adf_runtime_turn_checkpoint")
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(cp["status"], "interrupted");
+    assert_eq!(cp["replay"], "not_replayed");
+    assert_eq!(logs(&file, "turn_checkpoint_recovered")[0].0, "warn");
+    assert_eq!(mock.request_count(), 0, "nothing replayed");
+    // A second open finds nothing to recover.
+    assert!(
+        ex.open_session(&mut file, "main")
+            .unwrap()
+            .recovered
+            .is_none()
+    );
+    // The next turn's request is a valid conversation (the dangling call got its result).
+    mock.push(Turn::text("resumed"));
+    chat(&ex, &mut file, &mut session, "again", &Host::default())
+        .await
+        .unwrap();
+    let body = serde_json::to_string(&mock.requests()[0].body).unwrap();
+    assert!(body.contains("call_1") && body.contains("Interrupted"));
+}

@@ -1,0 +1,194 @@
+//! Transcript maintenance for the executor (spec §13.1–§13.3): incremental reads, removing rows
+//! with an audit snapshot (`loop_clear`, loop deletion), and compaction (delete the summarized
+//! rows, insert the summary with `ord` before the preserved tail).
+//!
+//! `seq` is never renumbered or reused: removals delete rows, the summary is a new row, and
+//! the stream order `COALESCE(ord, seq), seq` puts the summary where it belongs (§3.3).
+//! Each operation is one transaction, so a crash leaves either the old or the new transcript.
+
+use rusqlite::params;
+use serde_json::{Value, json};
+
+use crate::audit;
+use crate::error::{Result, StoreError};
+use crate::file::AdfFile;
+use crate::tables::{LoopRow, NewLoopRow};
+use crate::time;
+
+/// What a removal did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoveOutcome {
+    /// Rows deleted.
+    pub removed: usize,
+    /// The `adf_audit` row holding them, when a snapshot was written.
+    pub audit_id: Option<i64>,
+}
+
+/// The audit blob of loop rows ([C28] layout: `{seq, role, content_json, model?, tokens?,
+/// created_at, ord?}` per row).
+fn snapshot(rows: &[LoopRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let mut o = json!({
+                    "seq": r.seq,
+                    "role": r.role,
+                    "content_json": r.content,
+                    "created_at": r.created_at,
+                });
+                if let Some(m) = &r.model {
+                    o["model"] = json!(m);
+                }
+                if let Some(t) = &r.tokens {
+                    o["tokens"] = t.clone();
+                }
+                if let Some(ord) = r.ord {
+                    o["ord"] = json!(ord);
+                }
+                o
+            })
+            .collect(),
+    )
+}
+
+impl AdfFile {
+    /// Rows of `loop_name` with `seq > after`, in `seq` order: what a running session has not
+    /// seen yet (rows appended by itself, `loop_send` from other loops, `adf` from a shell).
+    pub fn loop_rows_after(&self, loop_name: &str, after: i64) -> Result<Vec<LoopRow>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
+             WHERE loop = ?1 AND seq > ?2 ORDER BY COALESCE(ord, seq), seq",
+        )?;
+        let parse = |text: Option<String>| {
+            text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
+        };
+        let rows = stmt.query_map(params![loop_name, after], |row| {
+            Ok(LoopRow {
+                seq: row.get(0)?,
+                role: row.get(1)?,
+                content: parse(row.get(2)?).unwrap_or(Value::Null),
+                model: row.get(3)?,
+                tokens: parse(row.get(4)?),
+                created_at: row.get(5)?,
+                ord: row.get(6)?,
+                r#loop: row.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The highest `seq` of a loop, or 0 when it is empty.
+    pub fn loop_max_seq(&self, loop_name: &str) -> Result<i64> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM adf_loop WHERE loop = ?1",
+            [loop_name],
+            |row| row.get(0),
+        )?)
+    }
+
+    /// Appends several rows of one loop in one transaction (a step and its checkpoint land
+    /// together). Returns their `seq`s.
+    pub fn loop_append_all(&mut self, rows: &[NewLoopRow<'_>]) -> Result<Vec<i64>> {
+        self.atomically(|file| rows.iter().map(|r| file.loop_append(r)).collect())
+    }
+
+    /// Deletes the rows of `loop_name` whose `seq` is in `seqs`, snapshotting them first to
+    /// `adf_audit` as `loop:<name>` when `audit` is true. Rows of other loops are never touched.
+    pub fn loop_remove(
+        &mut self,
+        loop_name: &str,
+        seqs: &[i64],
+        audit_rows: bool,
+    ) -> Result<RemoveOutcome> {
+        if seqs.is_empty() {
+            return Ok(RemoveOutcome::default());
+        }
+        self.atomically(|file| {
+            let rows: Vec<LoopRow> = file
+                .loop_rows(loop_name)?
+                .into_iter()
+                .filter(|r| seqs.contains(&r.seq))
+                .collect();
+            let audit_id = if audit_rows && !rows.is_empty() {
+                Some(file.audit_loop_rows(loop_name, &rows)?)
+            } else {
+                None
+            };
+            let mut removed = 0;
+            for row in &rows {
+                removed += file.conn.execute(
+                    "DELETE FROM adf_loop WHERE seq = ?1 AND loop = ?2",
+                    params![row.seq, loop_name],
+                )?;
+            }
+            Ok(RemoveOutcome { removed, audit_id })
+        })
+    }
+
+    /// Compaction (§13.2 steps 2–4) in one transaction: snapshot `removed` when `audit_rows`,
+    /// delete them, and insert `summary` (already prefixed with `[Loop Compacted]` or
+    /// `[Loop Compacted, audited]`) as a user row with `ord` one below the first preserved
+    /// row's sort key, so it sorts before the tail. Returns the summary's `seq`.
+    pub fn loop_compact_apply(
+        &mut self,
+        loop_name: &str,
+        removed: &[i64],
+        summary: &str,
+        audit_rows: bool,
+    ) -> Result<(i64, RemoveOutcome)> {
+        self.atomically(|file| {
+            let outcome = file.loop_remove(loop_name, removed, audit_rows)?;
+            let first_kept: Option<i64> = file.conn.query_row(
+                "SELECT MIN(COALESCE(ord, seq)) FROM adf_loop WHERE loop = ?1",
+                [loop_name],
+                |row| row.get(0),
+            )?;
+            let content = json!([{ "type": "text", "text": summary }]);
+            let seq = file.loop_append(&NewLoopRow {
+                r#loop: loop_name,
+                role: "user",
+                content: &content,
+                model: None,
+                tokens: None,
+            })?;
+            if let Some(key) = first_kept {
+                file.conn.execute(
+                    "UPDATE adf_loop SET ord = ?1 WHERE seq = ?2",
+                    params![key - 1, seq],
+                )?;
+            }
+            Ok((seq, outcome))
+        })
+    }
+
+    /// Writes a `loop:<name>` snapshot of `rows` (loop deletion archives whatever
+    /// `audit.loop` says, §6.4).
+    pub fn audit_loop_rows(&mut self, loop_name: &str, rows: &[LoopRow]) -> Result<i64> {
+        self.ensure_writable()?;
+        let (Some(first), Some(last)) = (
+            rows.iter().map(|r| r.seq).min(),
+            rows.iter().map(|r| r.seq).max(),
+        ) else {
+            return Err(StoreError::invalid("nothing to audit"));
+        };
+        audit::insert_snapshot(
+            &self.conn,
+            &format!("loop:{loop_name}"),
+            Some((first, last)),
+            None,
+            rows.len() as i64,
+            &snapshot(rows),
+        )
+    }
+
+    /// Deletes every row of a loop after archiving them to `adf_audit` (loop deletion, §6.4).
+    pub fn loop_archive_and_delete(&mut self, loop_name: &str) -> Result<RemoveOutcome> {
+        let seqs: Vec<i64> = self.loop_rows(loop_name)?.iter().map(|r| r.seq).collect();
+        self.loop_remove(loop_name, &seqs, true)
+    }
+
+    /// The current time in epoch ms, as the store stamps rows.
+    pub fn now_ms() -> i64 {
+        time::now_ms()
+    }
+}
