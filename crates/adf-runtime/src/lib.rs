@@ -11,6 +11,7 @@
 //! - [`prompt`]: system prompt assembly and templating, and the per-turn dynamic instructions.
 //! - [`providers`]: model providers (Anthropic, OpenAI, OpenRouter, OpenAI-compatible) behind
 //!   one streaming trait, with resolution from the config and retries per `recovery`.
+//! - [`triggers`]: trigger targets, filters, timing windows, state gating and timer firing.
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
 //!   locked, authorized code, approvals).
 
@@ -21,3 +22,4 @@ pub mod prompt;
 pub mod providers;
 pub mod schedule;
 pub mod tools;
+pub mod triggers;

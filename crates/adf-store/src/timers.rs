@@ -139,4 +139,40 @@ impl AdfFile {
             .execute("DELETE FROM adf_timers WHERE id = ?1", [id])?;
         Ok(())
     }
+
+    /// Records a fire decided by the runtime (§7.7): the next wake time, the new run count, the
+    /// fire time and whether the timer expired. Expired rows stay as history.
+    pub fn timer_record_fire(
+        &mut self,
+        id: i64,
+        next_wake_at: i64,
+        run_count: i64,
+        last_fired_at: i64,
+        expired: bool,
+    ) -> Result<()> {
+        self.ensure_writable()?;
+        let changed = self.conn.execute(
+            "UPDATE adf_timers SET next_wake_at = ?2, run_count = ?3, last_fired_at = ?4, expired = ?5
+             WHERE id = ?1",
+            rusqlite::params![id, next_wake_at, run_count, last_fired_at, expired],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::not_found("timer", id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Re-arms a `once` timer whose fire could not be delivered, so it fires later (§7.7,
+    /// TRG-29): `expired` back to 0 and the wake time set to `retry_at`.
+    pub fn timer_rearm(&mut self, id: i64, retry_at: i64) -> Result<()> {
+        self.ensure_writable()?;
+        let changed = self.conn.execute(
+            "UPDATE adf_timers SET expired = 0, next_wake_at = ?2 WHERE id = ?1",
+            rusqlite::params![id, retry_at],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::not_found("timer", id.to_string()));
+        }
+        Ok(())
+    }
 }
