@@ -32,6 +32,27 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
             };
             crate::tool_cmds::tool(&file, &name, args.as_deref(), call_as, policy, out)
         }
+        Command::Chat {
+            file,
+            message,
+            loop_name,
+            approve_all,
+            deny_all,
+            answer,
+        } => {
+            let approvals = match (approve_all, deny_all) {
+                (true, _) => crate::chat_cmds::ChatApprovals::ApproveAll,
+                (_, true) => crate::chat_cmds::ChatApprovals::DenyAll,
+                _ => crate::chat_cmds::ChatApprovals::Ask,
+            };
+            let options = crate::chat_cmds::ChatOptions {
+                message,
+                loop_name,
+                approvals,
+                answer,
+            };
+            crate::chat_cmds::run(&file, options, out)
+        }
         Command::Approve { file, task } => crate::tool_cmds::resolve(&file, &task, true, None, out),
         Command::Deny { file, task, reason } => {
             crate::tool_cmds::resolve(&file, &task, false, reason, out)

@@ -3,6 +3,7 @@
 //! Principal pieces: [`Cli`] (the clap command tree), `file_cmds` (commands that act on a file
 //! directly, as its owner) and `output` (tables and `--json`).
 
+mod chat_cmds;
 mod demo;
 mod file_cmds;
 mod identity_cmds;
@@ -160,6 +161,25 @@ pub(crate) enum Command {
         task: String,
         /// Why; the agent sees it.
         reason: Option<String>,
+    },
+    /// Talk to the agent: runs turns in this process against its model (`model.provider`),
+    /// streaming the reply. Without MESSAGE, each line of stdin is a message until end of input.
+    Chat {
+        file: PathBuf,
+        /// The message; omit it for an interactive session.
+        message: Option<String>,
+        /// Which loop to talk to.
+        #[arg(long = "loop", default_value = "main")]
+        loop_name: String,
+        /// Approve every approval request without asking.
+        #[arg(long, conflicts_with = "deny_all")]
+        approve_all: bool,
+        /// Deny every approval request without asking.
+        #[arg(long)]
+        deny_all: bool,
+        /// Answer every `ask` from the agent with this text instead of reading stdin.
+        #[arg(long)]
+        answer: Option<String>,
     },
     /// Take ownership of a file whose identity is foreign here: new DID, `clone` attestation,
     /// old DID kept in adf_did_history. A file with no identity yet is provisioned instead.
