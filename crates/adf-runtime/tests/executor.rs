@@ -10,8 +10,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use adf_runtime::executor::{
-    ExecState, Executor, ExecutorError, RetryLog, Session, Trigger, TurnEnd, TurnEvent, TurnHost,
-    TurnOutcome,
+    ExecState, Executor, ExecutorError, LoopPool, RetryLog, Session, Trigger, TurnEnd, TurnEvent,
+    TurnHost, TurnOutcome,
 };
 use adf_runtime::providers::{ApiKey, Resolver};
 use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
@@ -716,4 +716,542 @@ async fn stl_checkpoint_in_progress_becomes_interrupted_and_is_not_replayed() {
         .unwrap();
     let body = serde_json::to_string(&mock.requests()[0].body).unwrap();
     assert!(body.contains("call_1") && body.contains("Interrupted"));
+}
+
+// ---------- compaction and clearing (§13.2) ----------
+
+fn audit_rows(file: &AdfFile) -> Vec<adf_store::audit::AuditInfo> {
+    file.audit_list().unwrap()
+}
+
+#[tokio::test]
+async fn aud_02_03_08_prm_07_loop_compact_keeps_tail_audits_and_next_request_carries_summary() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    common::enable(&mut file, "loop_compact");
+    mock.push_all([
+        Turn::text("noted"),
+        Turn::tool_call(
+            "loop_compact",
+            json!({"instructions": "keep the code 7Q verbatim"}),
+        ),
+        Turn::text("The code is 7Q; the owner wants a report."),
+        Turn::text("compacted"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    chat(&ex, &mut file, &mut session, "Remember the code 7Q.", &host)
+        .await
+        .unwrap();
+    let before = file.loop_rows("main").unwrap();
+    let out = chat(&ex, &mut file, &mut session, "Compact now.", &host)
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "compacted");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 4);
+    // AUD-03: the dedicated compaction request carries the instructions and the transcript.
+    let (system, msgs) = request_view(Wire::Anthropic, &reqs[2].body);
+    assert_eq!(system, adf_runtime::executor::COMPACTION_PROMPT);
+    let ask = serde_json::to_string(&msgs).unwrap();
+    assert!(ask.contains("keep the code 7Q verbatim") && ask.contains("Remember the code 7Q."));
+    assert!(
+        reqs[2]
+            .body
+            .get("tools")
+            .is_none_or(|t| t.as_array().unwrap().is_empty())
+    );
+
+    let rows = file.loop_rows("main").unwrap();
+    // Stream order: summary, then the preserved step (call + result), then the new snapshot
+    // and the final reply. seq values of survivors are unchanged.
+    let summary = &rows[0];
+    assert!(first_text(summary).starts_with("[Loop Compacted, audited] The code is 7Q"));
+    assert!(summary.ord.is_some());
+    let call = &rows[1];
+    assert_eq!(call.content[0]["name"], "loop_compact");
+    assert!(
+        summary.seq > call.seq,
+        "a new row, sorted before the tail by ord"
+    );
+    assert!(before.iter().any(|r| r.seq == call.seq) || call.seq > before.last().unwrap().seq);
+    assert_eq!(block_types(&rows[2]), ["tool_result"]);
+    assert!(
+        first_text(&rows[3]).starts_with("[Context: system_prompt]"),
+        "session reset"
+    );
+    assert_eq!(rows.last().unwrap().role, "assistant");
+    // Nothing of the first turn is left.
+    assert!(
+        rows.iter()
+            .all(|r| first_text(r) != "Remember the code 7Q.")
+    );
+    // AUD-08: the removed rows are in a brotli loop:main snapshot with their seq range.
+    let audits = audit_rows(&file);
+    assert_eq!(audits.len(), 1);
+    assert_eq!(audits[0].source, "loop:main");
+    let data = file.audit_data(audits[0].id).unwrap();
+    let seqs: Vec<i64> = data
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(audits[0].start_seq, seqs.iter().min().copied());
+    assert_eq!(audits[0].end_seq, seqs.iter().max().copied());
+    assert!(
+        data.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["content_json"][0]["text"] == "Remember the code 7Q.")
+    );
+    // The next request carries the summary first, then the kept call and its result.
+    let (_, msgs) = request_view(Wire::Anthropic, &reqs[3].body);
+    assert!(
+        msgs[0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[Loop Compacted, audited]")
+    );
+    assert_eq!(msgs[1]["role"], "assistant");
+    assert_eq!(msgs[1]["content"][0]["name"], "loop_compact");
+    assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
+}
+
+#[tokio::test]
+async fn aud_01_02_automatic_compaction_at_the_threshold() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    set(&mut file, "context.compact_threshold", json!(300));
+    set(&mut file, "context.audit.loop", json!(false));
+    let big = adf_testkit::Usage {
+        input: 400,
+        output: 5,
+        ..Default::default()
+    };
+    mock.push_all([
+        Turn::text("r1"),
+        Turn::text("r2").with_usage(big),
+        Turn::text("SUMMARY one two"),
+        Turn::text("r3"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    for m in ["one", "two", "three"] {
+        chat(&ex, &mut file, &mut session, m, &host).await.unwrap();
+    }
+    assert_eq!(mock.request_count(), 4);
+    let reqs = mock.requests();
+    assert_eq!(
+        reqs[2].body["messages"][0]["content"],
+        adf_runtime::executor::COMPACTION_PROMPT
+    );
+    let rows = file.loop_rows("main").unwrap();
+    assert_eq!(first_text(&rows[0]), "[Loop Compacted] SUMMARY one two");
+    assert!(
+        audit_rows(&file).is_empty(),
+        "audit.loop false: no snapshot"
+    );
+    // The preserved tail (last four rows before compaction) follows the summary.
+    let texts_in_order: Vec<String> = rows.iter().map(first_text).collect();
+    assert_eq!(&texts_in_order[1..4], ["r1", "two", "r2"]);
+    // The next request carries the summary.
+    let last = serde_json::to_string(&reqs[3].body).unwrap();
+    assert!(last.contains("[Loop Compacted] SUMMARY one two") && last.contains("three"));
+    assert!(!last.contains("\"one\""));
+}
+
+#[tokio::test]
+async fn aud_05_06_loop_clear_python_slice_audits_and_spares_other_loops() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    common::enable(&mut file, "loop_clear");
+    file.loop_append(&adf_store::NewLoopRow {
+        r#loop: "other",
+        role: "user",
+        content: &json!([{"type": "text", "text": "elsewhere"}]),
+        model: None,
+        tokens: None,
+    })
+    .unwrap();
+    mock.push_all([
+        Turn::text("r1"),
+        Turn::tool_call("loop_clear", json!({"end": -2})),
+        Turn::text("cleared"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    chat(&ex, &mut file, &mut session, "one", &host)
+        .await
+        .unwrap();
+    let before: Vec<i64> = file
+        .loop_rows("main")
+        .unwrap()
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    chat(&ex, &mut file, &mut session, "two", &host)
+        .await
+        .unwrap();
+    // At the call the loop held [one, snapshot, r1, two, call]: end=-2 cleared the first three.
+    let rows = file.loop_rows("main").unwrap();
+    assert_eq!(first_text(&rows[0]), "two");
+    assert_eq!(rows[1].content[0]["name"], "loop_clear");
+    let result = &rows[2].content[0];
+    assert_eq!(result["type"], "tool_result");
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"cleared\":3")
+    );
+    assert!(first_text(&rows[3]).starts_with("[Context: system_prompt]"));
+    assert_eq!(file.loop_rows("other").unwrap().len(), 1);
+    let audits = audit_rows(&file);
+    assert_eq!(audits.len(), 1);
+    assert_eq!(audits[0].source, "loop:main");
+    assert_eq!(audits[0].entry_count, 3);
+    assert_eq!(audits[0].start_seq, Some(before[0]));
+    assert_eq!(audits[0].end_seq, Some(before[2]));
+    // The request after the clear starts with the surviving trigger.
+    let (_, msgs) = request_view(Wire::Anthropic, &mock.requests()[2].body);
+    assert_eq!(msgs[0]["content"][0]["text"], "two");
+}
+
+// ---------- inner loops (§6.4) ----------
+
+fn with_loops(file: &mut AdfFile, loops: Value) {
+    set(file, "loops", loops);
+}
+
+#[tokio::test]
+async fn stl_32_46_48_50_52_loop_send_wakes_an_inner_loop_with_its_own_transcript() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([
+            {"name": "triage", "goal": "Sort incoming work.", "enabled": true, "tools": ["loop_send", "fs_read", "sys_update_config", "fs_delete"]},
+            {"name": "writer", "goal": "Write things.", "enabled": true, "tools": []}
+        ]),
+    );
+    set(&mut file, "autonomous", json!(true));
+    mock.push_all([
+        // main: one wake and one quiet send
+        Turn::reply()
+            .with_tool_call(
+                "loop_send",
+                json!({"to_loop": "triage", "content": "look at X", "wake": true}),
+            )
+            .with_tool_call(
+                "loop_send",
+                json!({"to_loop": "writer", "content": "later"}),
+            ),
+        Turn::tool_call("sys_set_state", json!({"state": "idle"})),
+        // triage, woken
+        Turn::tool_call(
+            "loop_send",
+            json!({"to_loop": "main", "content": "X sorted"}),
+        ),
+        Turn::text("triage done"),
+    ]);
+    let ex = executor(&file);
+    let mut pool = LoopPool::new();
+    let host = Host::default();
+    let results = pool
+        .run(
+            &ex,
+            &mut file,
+            "main",
+            Trigger::Owner("kick off the day".into()),
+            &host,
+        )
+        .await
+        .unwrap();
+    let ends: Vec<(String, TurnEnd)> = results
+        .into_iter()
+        .map(|(l, r)| (l, r.unwrap().end))
+        .collect();
+    // STL-46: triage is not autonomous although the agent is: its text reply ends its turn.
+    assert_eq!(
+        ends,
+        [
+            ("main".to_owned(), TurnEnd::StateSet("idle".into())),
+            ("triage".to_owned(), TurnEnd::Replied)
+        ]
+    );
+    // STL-52: writer got its row but was never run.
+    assert_eq!(mock.request_count(), 4);
+    let writer = file.loop_rows("writer").unwrap();
+    assert_eq!(writer.len(), 1);
+    assert_eq!(first_text(&writer[0]), "[from loop:main] later");
+    // STL-48/32: separate transcripts.
+    let triage = file.loop_rows("triage").unwrap();
+    assert_eq!(first_text(&triage[0]), "[from loop:main] look at X");
+    assert!(first_text(&triage[1]).starts_with("[Context: system_prompt]"));
+    assert!(first_text(&triage[1]).contains("Sort incoming work."));
+    assert!(triage.iter().all(|r| r.r#loop == "triage"));
+    let main = file.loop_rows("main").unwrap();
+    assert!(
+        main.iter()
+            .any(|r| first_text(r) == "[from loop:triage] X sorted")
+    );
+    // STL-25: the triage request advertised only its effective tools.
+    let triage_req = &mock.requests()[2];
+    let mut tools = tool_names(Wire::OpenAi, &triage_req.body);
+    tools.retain(|t| !t.is_empty());
+    tools.sort();
+    assert_eq!(tools, ["fs_read", "loop_send"]);
+    let body = serde_json::to_string(&triage_req.body).unwrap();
+    assert!(body.contains("look at X") && !body.contains("kick off the day"));
+    // The checkpoint of the inner loop has its own key.
+    assert!(
+        file.meta_get("adf_runtime_turn_checkpoint:triage")
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "sleepy", "goal": "Nap.", "enabled": false, "tools": []}]),
+    );
+    let ex = executor(&file);
+    let mut pool = LoopPool::new();
+    let host = Host::default();
+    let served = pool
+        .drain_wakes(&ex, &mut file, vec!["ghost".into(), "sleepy".into()], &host)
+        .await
+        .unwrap();
+    assert!(served.is_empty());
+    let mut session = ex.open_session(&mut file, "sleepy").unwrap();
+    let err = ex
+        .run_turn(
+            &mut file,
+            &mut session,
+            Trigger::Event {
+                event_type: "on_timer".into(),
+                text: "tick".into(),
+            },
+            &host,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::LoopUnavailable(_)));
+    assert_eq!(logs(&file, "loop_dispatch_dropped").len(), 3);
+    assert_eq!(mock.request_count(), 0, "main was not woken instead");
+    assert!(file.loop_rows("main").unwrap().is_empty());
+    assert!(file.loop_rows("sleepy").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn stl_07_inner_loop_sys_set_state_changes_only_its_executor() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": ["sys_set_state"]}]),
+    );
+    mock.push(Turn::tool_call("sys_set_state", json!({"state": "off"})));
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "worker").unwrap();
+    let out = ex
+        .run_turn(
+            &mut file,
+            &mut session,
+            Trigger::Event {
+                event_type: "loop_send".into(),
+                text: "[from loop:main] go".into(),
+            },
+            &Host::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.end, TurnEnd::StateSet("off".into()));
+    assert_eq!(session.state(), ExecState::Stopped);
+    assert_eq!(state(&file), "active");
+}
+
+#[test]
+fn stl_24_36_37_38_39_40_49_53_54_loop_tools_rules() {
+    use adf_runtime::tools::{CallOutcome, Caller, ToolRegistry};
+    let (_dir, _path, mut file) = common::new_agent();
+    let registry = ToolRegistry::with_builtins();
+    let main = common::model();
+    let inner = Caller::Model {
+        loop_name: "l0".into(),
+    };
+    let call = |file: &mut AdfFile, caller: &Caller, name: &str, args: Value| {
+        registry
+            .call(
+                file,
+                caller,
+                name,
+                args,
+                &adf_runtime::tools::approval::DenyAll,
+            )
+            .map(CallOutcome::into_value)
+    };
+    // STL-54: no loops: loop_list is just main, loop_send to anything errors.
+    let list = call(&mut file, &main, "loop_list", json!({})).unwrap();
+    assert_eq!(list["loops"].as_array().unwrap().len(), 1);
+    assert_eq!(list["loops"][0]["you"], true);
+    assert!(
+        call(
+            &mut file,
+            &main,
+            "loop_send",
+            json!({"to_loop": "x", "content": "hi"})
+        )
+        .is_err()
+    );
+    // STL-24: main is refused for every action.
+    for action in ["create", "get", "update", "delete"] {
+        let err = call(
+            &mut file,
+            &main,
+            "loop_manage",
+            json!({"action": action, "name": "main", "config": {"goal": "g"}}),
+        )
+        .unwrap_err();
+        assert!(err.message.contains("main is implicit"), "{action}");
+    }
+    // STL-37: 16 loops, not 17.
+    for i in 0..16 {
+        let out = call(
+            &mut file,
+            &main,
+            "loop_manage",
+            json!({"action": "create", "name": format!("l{i}"), "config": {"goal": "g", "autostart": false}}),
+        )
+        .unwrap();
+        assert_eq!(
+            out["loop"]["tools"],
+            json!(["loop_send", "loop_list", "sys_set_state"])
+        );
+    }
+    let err = call(
+        &mut file,
+        &main,
+        "loop_manage",
+        json!({"action": "create", "name": "l16", "config": {"goal": "g"}}),
+    )
+    .unwrap_err();
+    assert!(err.message.contains("at most 16"));
+    // STL-36: not from an inner loop.
+    assert!(
+        call(
+            &mut file,
+            &inner,
+            "loop_manage",
+            json!({"action": "get", "name": "l1"})
+        )
+        .is_err()
+    );
+    // STL-39: no renaming.
+    let err = call(
+        &mut file,
+        &main,
+        "loop_manage",
+        json!({"action": "update", "name": "l1", "config": {"name": "zz"}}),
+    )
+    .unwrap_err();
+    assert!(err.message.contains("renamed"));
+    // STL-49: 48,000 characters pass, 48,001 do not.
+    let ok = call(
+        &mut file,
+        &main,
+        "loop_send",
+        json!({"to_loop": "l1", "content": "x".repeat(48_000)}),
+    )
+    .unwrap();
+    assert_eq!(ok["delivered"], true);
+    assert!(
+        call(
+            &mut file,
+            &main,
+            "loop_send",
+            json!({"to_loop": "l1", "content": "x".repeat(48_001)})
+        )
+        .is_err()
+    );
+    // STL-53: a disabled target lands the row, says so, never wakes.
+    call(
+        &mut file,
+        &main,
+        "loop_manage",
+        json!({"action": "update", "name": "l2", "config": {"enabled": false}}),
+    )
+    .unwrap();
+    let sent = call(
+        &mut file,
+        &main,
+        "loop_send",
+        json!({"to_loop": "l2", "content": "hi", "wake": true}),
+    )
+    .unwrap();
+    assert_eq!(sent["wake"], false);
+    assert!(sent["note"].as_str().unwrap().contains("disabled"));
+    assert_eq!(file.loop_rows("l2").unwrap().len(), 1);
+    // STL-40/41: delete archives the transcript whatever audit.loop says, keeps locked timers.
+    set(&mut file, "context.audit.loop", json!(false));
+    for locked in [true, false] {
+        file.timer_insert(&adf_store::timers::NewTimer {
+            schedule: &json!({"mode": "once", "at": 4_000_000_000_000i64}),
+            next_wake_at: 4_000_000_000_000,
+            payload: None,
+            scope: &json!(["agent"]),
+            lambda: None,
+            warm: false,
+            locked,
+            r#loop: Some("l1"),
+        })
+        .unwrap();
+    }
+    let deleted = call(
+        &mut file,
+        &main,
+        "loop_manage",
+        json!({"action": "delete", "name": "l1"}),
+    )
+    .unwrap();
+    assert_eq!(deleted["archived_rows"], 1);
+    assert_eq!(
+        (
+            deleted["timers_deleted"].clone(),
+            deleted["timers_kept"].clone()
+        ),
+        (json!(1), json!(1))
+    );
+    assert!(file.loop_rows("l1").unwrap().is_empty());
+    assert!(
+        file.audit_list()
+            .unwrap()
+            .iter()
+            .any(|a| a.source == "loop:l1")
+    );
+    let timers = file.timers().unwrap();
+    assert_eq!(timers.len(), 1);
+    assert!(timers[0].locked);
+    assert_eq!(logs(&file, "loop_timers_dropped").len(), 1);
+    // STL-38: locked loops refuse changes with the exact sentence.
+    set(&mut file, "locked_fields", json!(["loops"]));
+    let err = call(
+        &mut file,
+        &main,
+        "loop_manage",
+        json!({"action": "delete", "name": "l3"}),
+    )
+    .unwrap_err();
+    assert_eq!(err.message, "'loops' is locked.");
+    assert!(
+        call(
+            &mut file,
+            &main,
+            "loop_manage",
+            json!({"action": "get", "name": "l3"})
+        )
+        .is_ok()
+    );
 }

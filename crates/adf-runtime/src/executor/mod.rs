@@ -598,10 +598,14 @@ impl Executor {
                 }
             }
             if session.context_tokens >= facts.threshold {
-                if let Some(outcome) = self.compact(file, session, None, None).await? {
+                let outcome = self.compact(file, session, None, None).await?;
+                // Reset either way: with nothing left to summarize, compacting again before
+                // the next reply reports a new size would only repeat itself.
+                session.context_tokens = 0;
+                if let Some(outcome) = outcome {
                     host.event(&TurnEvent::Compacted(&outcome));
+                    continue;
                 }
-                continue;
             }
             self.sync_messages(file, session)?;
             let mut messages = request::assemble(&session.messages);
