@@ -232,6 +232,10 @@ pub struct Session {
     context_tokens: u64,
     context_warning_given: bool,
     state: ExecState,
+    /// The config as last parsed, with its stored text: re-parsed only when the text changed.
+    config_cache: Option<(String, Arc<Value>)>,
+    /// The advertised tools, with the declarations (and loop entry) they were built from.
+    tool_cache: Option<(Value, Value, Arc<Vec<ToolSpec>>)>,
     /// What recovery did when the session opened.
     pub recovered: Option<Recovered>,
 }
@@ -249,6 +253,8 @@ impl Session {
             context_tokens: 0,
             context_warning_given: false,
             state: ExecState::Idle,
+            config_cache: None,
+            tool_cache: None,
             recovered,
         }
     }
@@ -378,6 +384,30 @@ impl Executor {
         Ok(Session::new(loop_name, recovered))
     }
 
+    /// The agent config, parsed only when its stored text changed since the last read: a
+    /// turn reads it before every step (tools may change it), and parsing dominates the cost.
+    fn config(&self, file: &AdfFile, session: &mut Session) -> Result<Arc<Value>, ExecutorError> {
+        let text: String = file
+            .connection()
+            .query_row(
+                "SELECT config_json FROM adf_config WHERE id = 1",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(StoreError::from)?;
+        if let Some((cached, value)) = &session.config_cache
+            && *cached == text
+        {
+            return Ok(value.clone());
+        }
+        let value =
+            Arc::new(serde_json::from_str::<Value>(&text).map_err(|e| {
+                StoreError::Malformed(format!("config_json is not valid JSON: {e}"))
+            })?);
+        session.config_cache = Some((text, value.clone()));
+        Ok(value)
+    }
+
     fn loop_facts(&self, config: &Value, loop_name: &str) -> Result<LoopFacts, ExecutorError> {
         let limit = |name: &str| {
             config
@@ -421,7 +451,7 @@ impl Executor {
         trigger: Trigger,
         host: &dyn TurnHost,
     ) -> Result<TurnOutcome, ExecutorError> {
-        let config = file.config()?;
+        let config = self.config(file, session)?;
         let loop_name = session.loop_name.clone();
         let facts = match self.loop_facts(&config, &loop_name) {
             Ok(facts) => facts,
@@ -570,7 +600,7 @@ impl Executor {
         let mut wakes: Vec<String> = Vec::new();
         let mut first = true;
         loop {
-            let config = file.config()?;
+            let config = self.config(file, session)?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
             if first {
                 first = false;
@@ -631,7 +661,7 @@ impl Executor {
                 model: self.model_id.clone(),
                 system: Some(system).filter(|s| !s.is_empty()),
                 messages,
-                tools: self.tool_specs(&config, facts),
+                tools: self.tool_specs(session, &config, facts).to_vec(),
                 params: self.params.clone(),
             };
             session.set_state(ExecState::Thinking, host);
@@ -833,9 +863,30 @@ impl Executor {
         Ok(())
     }
 
-    /// The tools advertised in this loop.
-    fn tool_specs(&self, config: &Value, facts: &LoopFacts) -> Vec<ToolSpec> {
-        self.registry
+    /// The tools advertised in this loop, rebuilt only when the declarations (or the loop's
+    /// entry) changed.
+    fn tool_specs(
+        &self,
+        session: &mut Session,
+        config: &Value,
+        facts: &LoopFacts,
+    ) -> Arc<Vec<ToolSpec>> {
+        let declarations = config.get("tools").cloned().unwrap_or(Value::Null);
+        let loop_entry = if facts.tools.is_some() {
+            loop_config(config, &session.loop_name)
+                .cloned()
+                .unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        if let Some((d, l, specs)) = &session.tool_cache
+            && *d == declarations
+            && *l == loop_entry
+        {
+            return specs.clone();
+        }
+        let specs: Vec<ToolSpec> = self
+            .registry
             .model_definitions(config)
             .into_iter()
             .filter_map(|d| {
@@ -851,7 +902,10 @@ impl Executor {
                     name,
                 })
             })
-            .collect()
+            .collect();
+        let specs = Arc::new(specs);
+        session.tool_cache = Some((declarations, loop_entry, specs.clone()));
+        specs
     }
 
     /// Streams one reply, showing deltas as they come. A stream that breaks after it started
