@@ -427,12 +427,12 @@ async fn conversation(wire: Wire) {
 }
 
 #[tokio::test]
-async fn stl_14_16_18_19_prm_01_02_10_34_conversation_openai() {
+async fn stl_14_stl_16_stl_18_stl_19_prm_01_prm_02_prm_10_prm_34_conversation_openai() {
     conversation(Wire::OpenAi).await;
 }
 
 #[tokio::test]
-async fn stl_14_16_18_19_prm_01_02_10_34_conversation_anthropic() {
+async fn stl_14_stl_16_stl_18_stl_19_prm_01_prm_02_prm_10_prm_34_conversation_anthropic() {
     conversation(Wire::Anthropic).await;
 }
 
@@ -458,12 +458,12 @@ async fn transient_then_success(wire: Wire) {
 }
 
 #[tokio::test]
-async fn stl_09_11_transient_503_retries_and_completes_openai() {
+async fn stl_09_stl_11_transient_503_retries_and_completes_openai() {
     transient_then_success(Wire::OpenAi).await;
 }
 
 #[tokio::test]
-async fn stl_09_11_transient_503_retries_and_completes_anthropic() {
+async fn stl_09_stl_11_transient_503_retries_and_completes_anthropic() {
     transient_then_success(Wire::Anthropic).await;
 }
 
@@ -504,12 +504,12 @@ async fn auth_failure(wire: Wire) {
 }
 
 #[tokio::test]
-async fn stl_01_08_auth_401_fails_at_once_openai() {
+async fn stl_01_stl_08_auth_401_fails_at_once_openai() {
     auth_failure(Wire::OpenAi).await;
 }
 
 #[tokio::test]
-async fn stl_01_08_auth_401_fails_at_once_anthropic() {
+async fn stl_01_stl_08_auth_401_fails_at_once_anthropic() {
     auth_failure(Wire::Anthropic).await;
 }
 
@@ -540,7 +540,7 @@ async fn stl_10_transient_failure_exhausted_returns_loop_to_idle() {
 // ---------- turn endings ----------
 
 #[tokio::test]
-async fn stl_17_prm_03_32_autonomous_four_text_replies_go_idle() {
+async fn stl_17_prm_03_prm_32_autonomous_four_text_replies_go_idle() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     set(&mut file, "autonomous", json!(true));
     mock.push_all((0..4).map(|i| Turn::text(format!("thinking {i}"))));
@@ -725,7 +725,8 @@ fn audit_rows(file: &AdfFile) -> Vec<adf_store::audit::AuditInfo> {
 }
 
 #[tokio::test]
-async fn aud_02_03_08_prm_07_loop_compact_keeps_tail_audits_and_next_request_carries_summary() {
+async fn aud_02_aud_03_aud_08_prm_07_loop_compact_keeps_tail_audits_and_next_request_carries_summary()
+ {
     let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
     common::enable(&mut file, "loop_compact");
     mock.push_all([
@@ -819,7 +820,7 @@ async fn aud_02_03_08_prm_07_loop_compact_keeps_tail_audits_and_next_request_car
 }
 
 #[tokio::test]
-async fn aud_01_02_automatic_compaction_at_the_threshold() {
+async fn aud_01_aud_02_automatic_compaction_at_the_threshold() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     set(&mut file, "context.compact_threshold", json!(300));
     set(&mut file, "context.audit.loop", json!(false));
@@ -862,7 +863,7 @@ async fn aud_01_02_automatic_compaction_at_the_threshold() {
 }
 
 #[tokio::test]
-async fn aud_05_06_loop_clear_python_slice_audits_and_spares_other_loops() {
+async fn aud_05_aud_06_loop_clear_python_slice_audits_and_spares_other_loops() {
     let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
     common::enable(&mut file, "loop_clear");
     file.loop_append(&adf_store::NewLoopRow {
@@ -925,7 +926,8 @@ fn with_loops(file: &mut AdfFile, loops: Value) {
 }
 
 #[tokio::test]
-async fn stl_32_46_48_50_52_loop_send_wakes_an_inner_loop_with_its_own_transcript() {
+async fn stl_32_stl_46_stl_48_stl_50_stl_52_loop_send_wakes_an_inner_loop_with_its_own_transcript()
+{
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     with_loops(
         &mut file,
@@ -1074,7 +1076,7 @@ async fn stl_07_inner_loop_sys_set_state_changes_only_its_executor() {
 }
 
 #[test]
-fn stl_24_36_37_38_39_40_49_53_54_loop_tools_rules() {
+fn stl_24_stl_36_stl_37_stl_38_stl_39_stl_40_stl_41_stl_49_stl_53_stl_54_loop_tools_rules() {
     use adf_runtime::tools::{CallOutcome, Caller, ToolRegistry};
     let (_dir, _path, mut file) = common::new_agent();
     let registry = ToolRegistry::with_builtins();

@@ -570,7 +570,7 @@ mod tests {
     use super::effective_loop_tools;
 
     #[test]
-    fn stl_25_26_inner_loop_tools_follow_the_intersection_rule() {
+    fn stl_25_stl_26_inner_loop_tools_follow_the_intersection_rule() {
         let config = json!({
             "tools": [
                 {"name": "fs_read", "enabled": true, "visible": true},
