@@ -715,7 +715,7 @@ impl AdfFile {
                 metadata.insert("updated_at".into(), Value::String(now.clone()));
             }
         }
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         tx.execute(
             "UPDATE adf_config SET config_json = ?1, updated_at = ?2 WHERE id = 1",
             rusqlite::params![config.to_string(), now],

@@ -311,24 +311,32 @@ impl AdfFile {
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {
-        // Consume the marker outside the savepoint, so a rolled-back call cannot resurrect it.
+        // Consume the marker outside the transaction, so a rolled-back call cannot resurrect it.
         self.ensure_writable()?;
-        self.conn
-            .execute_batch("SAVEPOINT adf_atomic")
-            .map_err(StoreError::from)?;
+        // At the top level the write lock is taken up front (see `write_tx`); nested inside a
+        // caller's transaction a savepoint is enough.
+        let top = self.conn.is_autocommit();
+        let (begin, commit, rollback) = if top {
+            ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
+        } else {
+            (
+                "SAVEPOINT adf_atomic",
+                "RELEASE adf_atomic",
+                "ROLLBACK TO adf_atomic; RELEASE adf_atomic",
+            )
+        };
+        self.conn.execute_batch(begin).map_err(StoreError::from)?;
         match work(self) {
             Ok(value) => {
-                self.conn
-                    .execute_batch("RELEASE adf_atomic")
-                    .map_err(StoreError::from)?;
+                self.conn.execute_batch(commit).map_err(StoreError::from)?;
                 Ok(value)
             }
             Err(error) => {
                 // An interrupted statement can make SQLite roll the whole transaction back
-                // itself; then there is no savepoint left to roll back to.
+                // itself; then there is nothing left to roll back.
                 if !self.conn.is_autocommit() {
                     self.conn
-                        .execute_batch("ROLLBACK TO adf_atomic; RELEASE adf_atomic")
+                        .execute_batch(rollback)
                         .map_err(StoreError::from)?;
                 }
                 Err(error)
@@ -592,4 +600,43 @@ fn restore_backup(conn: &mut Connection, path: &Path, backup: &Path) -> Result<(
     }
     fs::copy(backup, path)?;
     Ok(())
+}
+
+/// The transaction of one store write. At the top level it is `BEGIN IMMEDIATE`: the write lock
+/// is taken before the method's first read, so another process that commits in between makes
+/// this one wait (busy_timeout) instead of failing with a stale snapshot. Inside a caller's
+/// transaction (`atomically`) it is a savepoint.
+pub(crate) enum WriteTx<'c> {
+    Top(rusqlite::Transaction<'c>),
+    Nested(rusqlite::Savepoint<'c>),
+}
+
+impl WriteTx<'_> {
+    pub(crate) fn commit(self) -> rusqlite::Result<()> {
+        match self {
+            Self::Top(tx) => tx.commit(),
+            Self::Nested(sp) => sp.commit(),
+        }
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        match self {
+            Self::Top(tx) => tx,
+            Self::Nested(sp) => sp,
+        }
+    }
+}
+
+/// Opens the transaction of one store write (see [`WriteTx`]).
+pub(crate) fn write_tx(conn: &mut Connection) -> rusqlite::Result<WriteTx<'_>> {
+    if conn.is_autocommit() {
+        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map(WriteTx::Top)
+    } else {
+        conn.savepoint().map(WriteTx::Nested)
+    }
 }

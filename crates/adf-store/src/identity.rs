@@ -75,7 +75,7 @@ impl AdfFile {
     }
 
     fn identity_apply_inner(&mut self, change: &IdentityWrite) -> Result<()> {
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         for purpose in &change.delete_purposes {
             tx.execute("DELETE FROM adf_identity WHERE purpose = ?1", [purpose])?;
         }

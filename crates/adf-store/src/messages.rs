@@ -253,7 +253,7 @@ impl AdfFile {
                 mailbox.statuses().join(", ")
             )));
         }
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let sql = format!("UPDATE {} SET status = ?2 WHERE id = ?1", mailbox.table());
         for id in ids {
             if tx.execute(&sql, [id.as_str(), status])? == 0 {
@@ -267,7 +267,7 @@ impl AdfFile {
     /// Deletes the messages `ids`. Every id must exist, or nothing is deleted.
     pub fn messages_delete_ids(&mut self, mailbox: Mailbox, ids: &[String]) -> Result<usize> {
         self.ensure_writable()?;
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let sql = format!("DELETE FROM {} WHERE id = ?1", mailbox.table());
         for id in ids {
             if tx.execute(&sql, [id.as_str()])? == 0 {

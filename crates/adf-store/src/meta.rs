@@ -143,7 +143,7 @@ impl AdfFile {
     ) -> Result<WriteOutcome> {
         self.ensure_writable()?;
         check_key(key)?;
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let existing: Option<(String, String)> = tx
             .query_row(
                 "SELECT value, protection FROM adf_meta WHERE key = ?1",
@@ -216,7 +216,7 @@ impl AdfFile {
                 "'{key}' is reserved for the runtime"
             )));
         }
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let existing: Option<(String, String)> = tx
             .query_row(
                 "SELECT value, protection FROM adf_meta WHERE key = ?1",
@@ -271,7 +271,7 @@ impl AdfFile {
     /// Deletes a meta key for `caller`; readonly and increment keys are the agent's to keep.
     pub fn meta_delete(&mut self, caller: Caller, key: &str) -> Result<WriteOutcome> {
         self.ensure_writable()?;
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let level: String = tx
             .query_row(
                 "SELECT protection FROM adf_meta WHERE key = ?1",

@@ -334,7 +334,7 @@ impl AdfFile {
     /// `code_access` flag (§3.3: overwriting never changes it).
     pub fn identity_put(&mut self, rows: &[IdentityRow]) -> Result<()> {
         self.ensure_writable()?;
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         for row in rows {
             tx.execute(
                 "INSERT INTO adf_identity (purpose, value, encryption_algo, salt, kdf_params, code_access)
@@ -351,7 +351,7 @@ impl AdfFile {
     /// Removes identity rows by purpose; returns how many existed.
     pub fn identity_delete(&mut self, purposes: &[&str]) -> Result<usize> {
         self.ensure_writable()?;
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let mut removed = 0;
         for purpose in purposes {
             removed += tx.execute("DELETE FROM adf_identity WHERE purpose = ?1", [purpose])?;
@@ -387,7 +387,7 @@ impl AdfFile {
     /// Returns whether a row was inserted.
     pub fn attestation_insert(&mut self, row: &AttestationRow) -> Result<bool> {
         self.ensure_writable()?;
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let duplicate = tx
             .query_row(
                 "SELECT 1 FROM adf_attestations WHERE issuer = ?1 AND subject = ?2 AND role = ?3 AND signature = ?4",

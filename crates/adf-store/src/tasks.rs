@@ -82,7 +82,7 @@ impl AdfFile {
                 "unknown task status '{status}'"
             )));
         }
-        let tx = self.conn.savepoint()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
         let current: String = tx
             .query_row("SELECT status FROM adf_tasks WHERE id = ?1", [id], |row| {
                 row.get(0)
