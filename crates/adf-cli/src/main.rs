@@ -1,9 +1,12 @@
 //! `adf`: the command line of the ADF runtime.
 //!
 //! Principal pieces: [`Cli`] (the clap command tree), `file_cmds` (commands that act on a file
-//! directly, as its owner) and `output` (tables and `--json`).
+//! directly, as its owner), `client_cmds` (`adf daemon` and the clients of a running daemon;
+//! shared names such as `files` go to the daemon when their argument is not an existing file)
+//! and `output` (tables and `--json`).
 
 mod chat_cmds;
+mod client_cmds;
 mod demo;
 mod file_cmds;
 mod identity_cmds;
@@ -25,8 +28,21 @@ pub struct Cli {
     #[arg(long, global = true)]
     json: bool,
 
+    /// Daemon URL for the client commands (agents, status, ...).
+    #[arg(long, short = 'u', global = true, env = "ADF_DAEMON_URL")]
+    url: Option<String>,
+
     #[command(subcommand)]
-    command: Command,
+    command: TopCommand,
+}
+
+/// The file commands and the daemon commands, flattened into one `adf` command list.
+#[derive(Debug, Subcommand)]
+enum TopCommand {
+    #[command(flatten)]
+    File(Command),
+    #[command(flatten)]
+    Client(client_cmds::ClientCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -57,7 +73,8 @@ pub(crate) enum Command {
     Check { file: PathBuf },
     /// Migrate a file to the current storage schema (32), keeping a backup until it succeeds.
     Migrate { file: PathBuf },
-    /// List the files inside an agent file.
+    /// List the files inside an agent file (or, if FILE is not a file, of the daemon agent
+    /// with that id, handle or name).
     Files {
         file: PathBuf,
         /// Only paths starting with this prefix.
@@ -89,6 +106,7 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Meta(MetaCommand),
     /// Read and write the agent config with dot paths (`model.temperature`, `tools.fs_delete.enabled`).
+    /// `adf config AGENT` prints a daemon agent's config instead.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Print a loop's transcript.
@@ -101,28 +119,28 @@ pub(crate) enum Command {
         #[arg(long)]
         context: bool,
     },
-    /// List received messages.
+    /// List received messages (FILE, or a daemon agent id/handle/name).
     Inbox {
         file: PathBuf,
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
-    /// List sent messages.
+    /// List sent messages (FILE, or a daemon agent id/handle/name).
     Outbox {
         file: PathBuf,
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
-    /// List timers.
+    /// List timers (FILE, or a daemon agent id/handle/name).
     Timers { file: PathBuf },
-    /// List tasks (asynchronous tool calls and approvals).
+    /// List tasks (asynchronous tool calls and approvals) of FILE, or of a daemon agent.
     Tasks {
         file: PathBuf,
         /// Only tasks with this status, e.g. pending_approval.
         #[arg(long)]
         status: Option<String>,
     },
-    /// Show recent runtime log rows.
+    /// Show recent runtime log rows (FILE, or a daemon agent id/handle/name).
     Logs {
         file: PathBuf,
         #[arg(long, default_value_t = 50)]
@@ -154,8 +172,9 @@ pub(crate) enum Command {
         deny_all: bool,
     },
     /// Approve a task waiting for the owner (a restricted call or a protection override).
+    /// FILE may be a daemon agent id/handle/name instead.
     Approve { file: PathBuf, task: String },
-    /// Deny a task waiting for the owner.
+    /// Deny a task waiting for the owner (FILE, or a daemon agent id/handle/name).
     Deny {
         file: PathBuf,
         task: String,
@@ -269,13 +288,20 @@ pub(crate) enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(client_cmds::rewrite_args(std::env::args_os()));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("ADF_LOG"))
         .with_writer(std::io::stderr)
         .init();
     let out = Output { json: cli.json };
-    match file_cmds::run(cli.command, out) {
+    let command = match cli.command {
+        TopCommand::Client(command) => return client_cmds::run(command, cli.url.as_deref(), out),
+        TopCommand::File(command) => match client_cmds::route(command, cli.url.as_deref(), out) {
+            client_cmds::Routed::Done(code) => return code,
+            client_cmds::Routed::File(command) => command,
+        },
+    };
+    match file_cmds::run(command, out) {
         Ok(code) => code,
         Err(error) => {
             if out.json {

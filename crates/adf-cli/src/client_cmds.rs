@@ -1,0 +1,596 @@
+//! `adf daemon` and the commands that talk to a running daemon (the reference CLI's names and
+//! output): `agents`, `status`, `start`, `stop`, `load`, `file`, `task`, `events`, and — when
+//! their first argument is not an existing file — `files`, `inbox`, `outbox`, `timers`,
+//! `tasks`, `logs`, `approve`, `deny`, `config`.
+//!
+//! Several names are shared with the file commands (`adf files agent.adf` reads the file
+//! directly). The argument decides: a path that exists is a file command; anything else is
+//! an agent id, handle or name on the daemon at `--url` / `ADF_DAEMON_URL`
+//! (default `http://127.0.0.1:7385`). Errors print the daemon's message and exit 1, as the
+//! reference CLI does.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::Subcommand;
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use adf_runtime::home::RuntimeHome;
+use adf_server::client::{Client, encode};
+use adf_server::serve::{self, DEFAULT_HOST, DEFAULT_PORT, RunningServer};
+use adf_server::{Daemon, memory};
+
+use crate::Command;
+use crate::output::Output;
+
+/// `println!` that ignores a closed stdout (`adf config bot | head`) instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// The daemon URL when neither `--url` nor `ADF_DAEMON_URL` is given.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7385";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// Run the daemon: load agents, serve the HTTP API and event stream until SIGINT/SIGTERM.
+    /// Off loopback a bearer token is required: ADF_DAEMON_TOKEN, or one generated and printed.
+    Daemon {
+        #[arg(long, default_value = DEFAULT_HOST)]
+        host: String,
+        #[arg(long, default_value_t = DEFAULT_PORT)]
+        port: u16,
+        /// Agent files to load at start.
+        agents: Vec<PathBuf>,
+    },
+    /// List the agents loaded in the daemon.
+    Agents,
+    /// Show an agent's status (AGENT = id, handle or name).
+    Status { agent: String },
+    /// Start an agent loaded in the daemon (or load again one stopped earlier).
+    Start { agent: String },
+    /// Stop and unload an agent; its file is closed cleanly.
+    #[command(alias = "unload")]
+    Stop { agent: String },
+    /// Load an agent file into the running daemon.
+    Load { path: PathBuf },
+    /// Print one file stored in a daemon agent.
+    File { agent: String, path: String },
+    /// Show one task of a daemon agent as JSON.
+    Task { agent: String, task: String },
+    /// Stream events from the daemon (all agents, or one).
+    Events { agent: Option<String> },
+    /// Print a daemon agent's config (`adf config AGENT`; `adf config get FILE` reads a file).
+    #[command(name = "config-agent", hide = true)]
+    ConfigAgent { agent: String },
+    /// Measurements for BENCHMARKS.md.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCommand {
+    /// Load N idle agents (each with an hourly timer) into one daemon and report resident
+    /// memory per agent.
+    Idle {
+        #[arg(long, default_value_t = 1000)]
+        agents: usize,
+        /// Folder for the agent files (a temporary folder by default).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// `adf config AGENT` is the daemon's config; `adf config get|set FILE ...` the file's. Clap
+/// cannot have both a positional and subcommands here, so the daemon form is rewritten to
+/// the hidden `config-agent` before parsing.
+pub fn rewrite_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    let mut i = 1;
+    while i < args.len() {
+        let arg = args[i].to_string_lossy();
+        if arg == "--url" || arg == "-u" {
+            i += 2;
+            continue;
+        }
+        if arg.starts_with('-') {
+            i += 1;
+            continue;
+        }
+        if arg == "config"
+            && let Some(next) = args.get(i + 1).map(|a| a.to_string_lossy().into_owned())
+            && !matches!(next.as_str(), "get" | "set" | "help")
+            && !next.starts_with('-')
+        {
+            args[i] = OsString::from("config-agent");
+        }
+        break;
+    }
+    args
+}
+
+/// Where a shared-name command goes.
+pub(crate) enum Routed {
+    Done(ExitCode),
+    File(Command),
+}
+
+fn is_file(path: &std::path::Path) -> bool {
+    path.exists()
+}
+
+fn agent_of(path: &std::path::Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// Sends the shared-name file commands whose argument is not an existing file to the daemon.
+pub(crate) fn route(command: Command, url: Option<&str>, out: Output) -> Routed {
+    let call = match &command {
+        Command::Files { file, .. } if !is_file(file) => Call::Files(agent_of(file)),
+        Command::Inbox { file, .. } if !is_file(file) => Call::Mailbox(agent_of(file), "inbox"),
+        Command::Outbox { file, .. } if !is_file(file) => Call::Mailbox(agent_of(file), "outbox"),
+        Command::Timers { file } if !is_file(file) => Call::Timers(agent_of(file)),
+        Command::Tasks { file, status } if !is_file(file) => {
+            Call::Tasks(agent_of(file), status.clone())
+        }
+        Command::Logs { file, limit } if !is_file(file) => Call::Logs(agent_of(file), *limit),
+        Command::Approve { file, task } if !is_file(file) => {
+            Call::Resolve(agent_of(file), task.clone(), None)
+        }
+        Command::Deny { file, task, reason } if !is_file(file) => Call::Resolve(
+            agent_of(file),
+            task.clone(),
+            Some(reason.clone().unwrap_or_default()),
+        ),
+        _ => return Routed::File(command),
+    };
+    Routed::Done(finish(client_call(call, url, out)))
+}
+
+enum Call {
+    Files(String),
+    Mailbox(String, &'static str),
+    Timers(String),
+    Tasks(String, Option<String>),
+    Logs(String, usize),
+    /// Approve (`None`) or deny with a reason.
+    Resolve(String, String, Option<String>),
+}
+
+/// Runs a daemon or client command.
+pub(crate) fn run(command: ClientCommand, url: Option<&str>, out: Output) -> ExitCode {
+    finish(run_inner(command, url, out))
+}
+
+/// Client failures print the daemon's message alone and exit 1, like the reference CLI.
+fn finish(result: Result<ExitCode>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn client(url: Option<&str>) -> Result<Client> {
+    let token = std::env::var("ADF_DAEMON_TOKEN").ok();
+    Ok(Client::new(url.unwrap_or(DEFAULT_URL), token)?)
+}
+
+fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<ExitCode> {
+    match command {
+        ClientCommand::Daemon { host, port, agents } => daemon(&host, port, &agents),
+        ClientCommand::Bench(BenchCommand::Idle { agents, dir }) => bench_idle(agents, dir, out),
+        other => {
+            let client = client(url)?;
+            runtime()?.block_on(client_command(&client, other, out))
+        }
+    }
+}
+
+fn client_call(call: Call, url: Option<&str>, out: Output) -> Result<ExitCode> {
+    let client = client(url)?;
+    runtime()?.block_on(async move {
+        match call {
+            Call::Files(agent) => {
+                let body = client
+                    .get(&format!("/agents/{}/files", encode(&agent)))
+                    .await?;
+                print_json_or(out, &body, || {
+                    table(
+                        &["path", "size", "mime", "protection"],
+                        &rows(&body["files"], &["path", "size", "mime_type", "protection"]),
+                    );
+                });
+            }
+            Call::Mailbox(agent, which) => {
+                let body = client
+                    .get(&format!("/agents/{}/{which}", encode(&agent)))
+                    .await?;
+                let party = if which == "inbox" { "from" } else { "to" };
+                print_json_or(out, &body, || {
+                    table(
+                        &["id", "status", party, "content"],
+                        &rows(&body["messages"], &["id", "status", party, "content"]),
+                    );
+                });
+            }
+            Call::Timers(agent) => {
+                let body = client
+                    .get(&format!("/agents/{}/timers", encode(&agent)))
+                    .await?;
+                print_json_or(out, &body, || {
+                    let mut cells = rows(
+                        &body["timers"],
+                        &["id", "next_wake_at", "run_count", "payload"],
+                    );
+                    for row in &mut cells {
+                        if let Ok(ms) = row[1].parse::<i64>() {
+                            row[1] = iso_ms(ms);
+                        }
+                    }
+                    table(&["id", "next_wake_at", "runs", "payload"], &cells);
+                });
+            }
+            Call::Tasks(agent, status) => {
+                let query = status.map_or(String::new(), |s| format!("?status={}", encode(&s)));
+                let body = client
+                    .get(&format!("/agents/{}/tasks{query}", encode(&agent)))
+                    .await?;
+                print_json_or(out, &body, || {
+                    table(
+                        &["id", "status", "tool", "origin", "auth"],
+                        &rows(
+                            &body["tasks"],
+                            &["id", "status", "tool", "origin", "requires_authorization"],
+                        ),
+                    );
+                });
+            }
+            Call::Logs(agent, limit) => {
+                let body = client
+                    .get(&format!("/agents/{}/logs?limit={limit}", encode(&agent)))
+                    .await?;
+                print_json_or(out, &body, || {
+                    table(
+                        &["id", "level", "origin", "event", "message"],
+                        &rows(
+                            &body["logs"],
+                            &["id", "level", "origin", "event", "message"],
+                        ),
+                    );
+                });
+            }
+            Call::Resolve(agent, task, reason) => {
+                let body = match &reason {
+                    None => json!({ "action": "approve" }),
+                    Some(reason) if reason.is_empty() => json!({ "action": "deny" }),
+                    Some(reason) => json!({ "action": "deny", "reason": reason }),
+                };
+                let answer = client
+                    .post(
+                        &format!("/agents/{}/tasks/{}/resolve", encode(&agent), encode(&task)),
+                        Some(&body),
+                    )
+                    .await?;
+                let verb = if reason.is_none() {
+                    "Approved"
+                } else {
+                    "Denied"
+                };
+                print_json_or(out, &answer, || {
+                    say!("{verb} {task} ({})", text(&answer["task"]["status"]));
+                });
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn client_command(client: &Client, command: ClientCommand, out: Output) -> Result<ExitCode> {
+    match command {
+        ClientCommand::Agents => {
+            let body = client.get("/agents").await?;
+            print_json_or(out, &body, || {
+                table(
+                    &["id", "handle", "name", "autostart"],
+                    &rows(&body, &["id", "handle", "name", "autostart"]),
+                );
+            });
+        }
+        ClientCommand::Status { agent } => {
+            let body = client
+                .get(&format!("/agents/{}/status", encode(&agent)))
+                .await?;
+            print_json_or(out, &body, || {
+                let fields = [
+                    "id",
+                    "handle",
+                    "name",
+                    "runtimeState",
+                    "targetState",
+                    "loopCount",
+                    "filePath",
+                ];
+                let cells: Vec<Vec<String>> = fields
+                    .iter()
+                    .map(|f| vec![(*f).to_owned(), text(&body[*f])])
+                    .collect();
+                table(&["field", "value"], &cells);
+            });
+        }
+        ClientCommand::Start { agent } => {
+            let body = client
+                .post(&format!("/agents/{}/start", encode(&agent)), None)
+                .await?;
+            print_json_or(out, &body, || say!("Started {agent}"));
+        }
+        ClientCommand::Stop { agent } => {
+            let body = client
+                .post(&format!("/agents/{}/stop", encode(&agent)), None)
+                .await?;
+            print_json_or(out, &body, || say!("Stopped {agent}"));
+        }
+        ClientCommand::Load { path } => {
+            // The daemon resolves relative paths against its own folder; send an absolute one.
+            let absolute = std::path::absolute(&path)
+                .with_context(|| format!("cannot resolve {}", path.display()))?;
+            let body = client
+                .post("/agents/load", Some(&json!({ "filePath": absolute })))
+                .await?;
+            print_json_or(out, &body, || {
+                say!("Loaded {} ({})", text(&body["id"]), text(&body["filePath"]));
+            });
+        }
+        ClientCommand::File { agent, path } => {
+            let body = client
+                .get(&format!(
+                    "/agents/{}/files/content?path={}",
+                    encode(&agent),
+                    encode(&path)
+                ))
+                .await?;
+            print_json_or(out, &body, || {
+                match body.get("content").and_then(Value::as_str) {
+                    Some(content) => {
+                        use std::io::Write as _;
+                        let _ = write!(std::io::stdout(), "{content}");
+                    }
+                    None => say!("{}", text(&body["content_base64"])),
+                }
+            });
+        }
+        ClientCommand::Task { agent, task } => {
+            let body = client
+                .get(&format!(
+                    "/agents/{}/tasks/{}",
+                    encode(&agent),
+                    encode(&task)
+                ))
+                .await?;
+            say!("{}", serde_json::to_string_pretty(&body)?);
+        }
+        ClientCommand::ConfigAgent { agent } => {
+            let body = client
+                .get(&format!("/agents/{}/config", encode(&agent)))
+                .await?;
+            say!("{}", serde_json::to_string_pretty(&body)?);
+        }
+        ClientCommand::Events { agent } => {
+            let path = agent.map_or_else(
+                || "/events".to_owned(),
+                |a| format!("/events?agentId={}", encode(&a)),
+            );
+            let mut stream = Box::pin(client.events(&path).await?);
+            while let Some(data) = stream.next().await {
+                let data = data?;
+                if out.json {
+                    say!("{data}");
+                    continue;
+                }
+                let frame: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                let event = &frame["event"];
+                let detail = event["payload"]
+                    .get("message")
+                    .or(event["payload"].get("type"))
+                    .map(text);
+                let mut line = format!(
+                    "[{}] {} {}",
+                    text(&frame["cursor"]),
+                    text(&event["event_type"]),
+                    text(&event["agent_id"])
+                );
+                if let Some(detail) = detail {
+                    line.push(' ');
+                    line.push_str(&detail);
+                }
+                say!("{}", line.trim_end());
+            }
+        }
+        ClientCommand::Daemon { .. } | ClientCommand::Bench(_) => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn daemon(host: &str, port: u16, agents: &[PathBuf]) -> Result<ExitCode> {
+    let home = RuntimeHome::from_env()?;
+    let token = serve::choose_token(host, std::env::var("ADF_DAEMON_TOKEN").ok());
+    runtime()?.block_on(async move {
+        let daemon = Daemon::new(home);
+        for path in agents {
+            let loaded = daemon
+                .load(path)
+                .await
+                .with_context(|| format!("cannot load {}", path.display()))?;
+            eprintln!("loaded {} ({})", loaded.agent.id, loaded.agent.file_path());
+        }
+        let (token, generated) = match token {
+            Some((token, generated)) => (Some(token), generated),
+            None => (None, false),
+        };
+        if generated && let Some(token) = &token {
+            // Shown once so the user can pass it on; it is never written to disk.
+            say!("bearer token (set ADF_DAEMON_TOKEN to choose your own): {token}");
+        }
+        let server = RunningServer::start(daemon, host, port, token).await?;
+        say!("adf daemon listening on {}", server.url());
+        serve::termination_signal().await;
+        eprintln!("shutting down: closing agent files");
+        server.shutdown().await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn bench_idle(count: usize, dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
+    let (dir, cleanup) = match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)?;
+            (dir, false)
+        }
+        None => (tempdir()?, true),
+    };
+    eprintln!("creating {count} agents in {}", dir.display());
+    let paths = memory::create_agents(&dir, count)?;
+    let report = runtime()?.block_on(async {
+        let daemon = Daemon::new(RuntimeHome::at(dir.join("home")));
+        let report = memory::measure_idle(&daemon, &paths).await;
+        daemon.shutdown().await;
+        report
+    })?;
+    print_json_or(out, &serde_json::to_value(&report)?, || {
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0));
+        say!("agents loaded        {}", report.agents);
+        say!("baseline RSS         {}", mib(report.baseline_bytes));
+        say!("RSS with agents      {}", mib(report.loaded_bytes));
+        say!(
+            "per idle agent       {:.1} KiB",
+            report.per_agent_bytes as f64 / 1024.0
+        );
+        say!("threads              {}", report.threads);
+        say!("load time            {:.2} s", report.load_seconds);
+    });
+    if cleanup {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tempdir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("adf-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn print_json_or(out: Output, value: &Value, human: impl FnOnce()) {
+    if out.json {
+        say!(
+            "{}",
+            serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+        );
+    } else {
+        human();
+    }
+}
+
+/// A JSON value as a table cell: strings bare, null empty.
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn rows(list: &Value, keys: &[&str]) -> Vec<Vec<String>> {
+    list.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    keys.iter()
+                        .map(|k| text(&item[*k]).replace(['\n', '\r'], " "))
+                        .collect()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The reference CLI's table: every column padded to its widest cell (the last one too),
+/// two spaces between columns, a dashed rule under the header.
+fn table(header: &[&str], cells: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in cells {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let width = widths.get(i).copied().unwrap_or(0);
+                format!("{c}{}", " ".repeat(width.saturating_sub(c.chars().count())))
+            })
+            .collect();
+        say!("{}", padded.join("  "));
+    };
+    line(header.iter().map(|h| (*h).to_owned()).collect());
+    line(widths.iter().map(|w| "-".repeat(*w)).collect());
+    for row in cells {
+        line(row.clone());
+    }
+}
+
+/// Epoch ms as the reference prints it: `2026-11-30T00:59:03.176Z`.
+fn iso_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        rewrite_args(list.iter().map(OsString::from))
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn config_with_an_agent_goes_to_the_daemon() {
+        assert_eq!(
+            args(&["adf", "config", "bot"]),
+            ["adf", "config-agent", "bot"]
+        );
+        assert_eq!(
+            args(&["adf", "--json", "--url", "http://x", "config", "bot"]),
+            ["adf", "--json", "--url", "http://x", "config-agent", "bot"]
+        );
+        assert_eq!(args(&["adf", "config", "get", "a.adf"])[1], "config");
+        assert_eq!(args(&["adf", "config", "--help"])[1], "config");
+        assert_eq!(args(&["adf", "files", "config"])[1], "files");
+    }
+}

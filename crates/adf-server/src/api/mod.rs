@@ -1,0 +1,213 @@
+//! The HTTP API: the reference daemon's paths, bodies and status codes (see `openapi.rs` for
+//! the list this daemon serves), built on axum.
+//!
+//! Handlers stay thin: find the agent, run one job on its store worker (one transaction per
+//! write), shape the answer, emit the event. No agent logic lives here.
+
+mod agents;
+mod resources;
+mod settings;
+mod sse;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::daemon::{Agent, Daemon};
+use crate::error::{ApiError, ApiResult};
+
+/// Shared state of every handler.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub daemon: Daemon,
+    /// When set, every path but `/health` needs `Authorization: Bearer <token>`.
+    pub token: Option<Arc<str>>,
+}
+
+/// The router with every route and the bearer-token check.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
+        .route("/events", get(sse::events))
+        .route("/settings", get(settings::get_all).patch(settings::patch))
+        .route(
+            "/settings/{key}",
+            get(settings::get_one).put(settings::put_one),
+        )
+        .route("/agents", get(agents::list))
+        .route("/agents/load", post(agents::load))
+        .route("/agents/{id}", get(agents::get_ref))
+        .route("/agents/{id}/status", get(agents::status))
+        .route("/agents/{id}/start", post(agents::start))
+        .route("/agents/{id}/stop", post(agents::stop))
+        .route("/agents/{id}/unload", post(agents::stop))
+        .route("/agents/{id}/state", post(agents::set_state))
+        .route(
+            "/agents/{id}/config",
+            get(resources::config_get).put(resources::config_put),
+        )
+        .route("/agents/{id}/files", get(resources::files_list))
+        .route(
+            "/agents/{id}/files/content",
+            get(resources::file_get)
+                .put(resources::file_put)
+                .delete(resources::file_delete),
+        )
+        .route(
+            "/agents/{id}/files/protection",
+            axum::routing::patch(resources::file_protection),
+        )
+        .route(
+            "/agents/{id}/files/authorized",
+            axum::routing::patch(resources::file_authorized),
+        )
+        .route("/agents/{id}/meta", get(resources::meta_list))
+        .route(
+            "/agents/{id}/meta/{key}",
+            axum::routing::put(resources::meta_put).delete(resources::meta_delete),
+        )
+        .route(
+            "/agents/{id}/meta/{key}/protection",
+            axum::routing::patch(resources::meta_protection),
+        )
+        .route(
+            "/agents/{id}/timers",
+            get(resources::timers_list).post(resources::timer_add),
+        )
+        .route(
+            "/agents/{id}/timers/{timer_id}",
+            axum::routing::delete(resources::timer_delete),
+        )
+        .route("/agents/{id}/inbox", get(resources::inbox))
+        .route("/agents/{id}/outbox", get(resources::outbox))
+        .route("/agents/{id}/tasks", get(resources::tasks_list))
+        .route("/agents/{id}/tasks/{task_id}", get(resources::task_get))
+        .route(
+            "/agents/{id}/tasks/{task_id}/resolve",
+            post(resources::task_resolve),
+        )
+        .route("/agents/{id}/logs", get(resources::logs))
+        .route("/agents/{id}/logs/after", get(resources::logs_after))
+        // Operations that need a model turn: validated like the reference, then an honest 501.
+        .route(
+            "/agents/{id}/chat",
+            get(agents::chat_read)
+                .post(agents::chat_post)
+                .delete(agents::chat_delete),
+        )
+        .route("/agents/{id}/trigger", post(agents::trigger))
+        .route("/agents/{id}/abort", post(agents::abort))
+        .route("/agents/{id}/asks", get(agents::asks))
+        .route(
+            "/agents/{id}/asks/{request_id}/respond",
+            post(agents::ask_respond),
+        )
+        .route(
+            "/agents/{id}/suspend/respond",
+            post(agents::suspend_respond),
+        )
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state)
+}
+
+async fn health() -> Response {
+    axum::Json(json!({ "ok": true })).into_response()
+}
+
+async fn openapi() -> Response {
+    axum::Json(crate::openapi::document()).into_response()
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "Route {} {} not found",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+/// The bearer check, as in the reference: `/health` stays open so probes work.
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(token) = state.token.as_deref() else {
+        return next.run(request).await;
+    };
+    if request.uri().path() == "/health" || bearer_matches(request.headers(), token) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({
+            "error": "unauthorized",
+            "message": "Missing or invalid Authorization: Bearer token.",
+        })),
+    )
+        .into_response()
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Compare every byte whatever the first difference, so timing does not reveal a prefix.
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// Looks up `{id}` (config id, handle or name).
+pub(crate) fn find(state: &AppState, key: &str) -> ApiResult<Arc<Agent>> {
+    Ok(state.daemon.agent(key)?)
+}
+
+/// Parses a JSON body; an empty body is `{}`. Bad JSON is a 400 in the reference's shape
+/// rather than axum's plain-text rejection.
+pub(crate) fn body_json(bytes: &Bytes) -> ApiResult<Value> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// `{agentId, success: true}`, the reference's answer to a write.
+pub(crate) fn success(agent: &Agent) -> Response {
+    axum::Json(json!({ "agentId": agent.id, "success": true })).into_response()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_check_needs_the_exact_token() {
+        let mut headers = HeaderMap::new();
+        assert!(!bearer_matches(&headers, "secret"));
+        headers.insert(header::AUTHORIZATION, "Bearer secret".parse().unwrap());
+        assert!(bearer_matches(&headers, "secret"));
+        assert!(!bearer_matches(&headers, "secreT"));
+        assert!(!bearer_matches(&headers, "secret2"));
+        headers.insert(header::AUTHORIZATION, "Basic secret".parse().unwrap());
+        assert!(!bearer_matches(&headers, "secret"));
+    }
+}

@@ -1,0 +1,76 @@
+//! Daemon settings: one JSON object in `$ADF_HOME/settings.json` (mode 0600, written through
+//! a temporary file and a rename so a crash never leaves half a file).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use super::{AppState, body_json};
+use crate::error::{ApiError, ApiResult};
+use crate::settings::Settings;
+
+fn store(state: &AppState) -> Settings {
+    Settings::in_home(state.daemon.home())
+}
+
+fn answer(settings: &Settings, values: Map<String, Value>) -> Response {
+    Json(json!({
+        "filePath": settings.path().display().to_string(),
+        "settings": values,
+    }))
+    .into_response()
+}
+
+pub(super) async fn get_all(State(state): State<AppState>) -> ApiResult<Response> {
+    let settings = store(&state);
+    let values = settings
+        .read()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(answer(&settings, values))
+}
+
+pub(super) async fn patch(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let Value::Object(changes) = body_json(&body)? else {
+        return Err(ApiError::bad_request("body must be a JSON object"));
+    };
+    let settings = store(&state);
+    let _guard = state.daemon.settings_lock().lock().await;
+    let values = settings
+        .update(|values| values.extend(changes))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(answer(&settings, values))
+}
+
+pub(super) async fn get_one(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> ApiResult<Response> {
+    let values = store(&state)
+        .read()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let value = values.get(&key).cloned().unwrap_or(Value::Null);
+    Ok(Json(json!({ "key": key, "value": value })).into_response())
+}
+
+pub(super) async fn put_one(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let body = body_json(&body)?;
+    let Some(value) = body.get("value").cloned() else {
+        return Err(ApiError::bad_request("value is required"));
+    };
+    let settings = store(&state);
+    let _guard = state.daemon.settings_lock().lock().await;
+    let stored = value.clone();
+    let name = key.clone();
+    settings
+        .update(move |values| {
+            values.insert(name, stored);
+        })
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(json!({ "key": key, "value": value })).into_response())
+}

@@ -1,0 +1,172 @@
+//! A small client of the daemon API, used by the `adf` client commands and by tests.
+//!
+//! Unlike the reference CLI, it sends `Authorization: Bearer <token>` when it has a token
+//! (`ADF_DAEMON_TOKEN`), so it can talk to a daemon bound beyond loopback.
+
+use futures::{Stream, StreamExt};
+use reqwest::Method;
+use serde_json::Value;
+
+use eventsource_stream::Eventsource;
+
+/// What a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The daemon answered with an error status; `message` is its `error` field or
+    /// `HTTP <status> <reason>` as the reference CLI prints.
+    #[error("{message}")]
+    Http { status: u16, message: String },
+    #[error("cannot reach the daemon at {url}: {detail}")]
+    Network { url: String, detail: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One daemon at a base URL.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// `base` like `http://127.0.0.1:7385`; a trailing `/` is dropped.
+    pub fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
+        // reqwest is built without a default TLS provider (CRATES.md pitfall 8); installing
+        // fails harmlessly when another part of the process already did.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("adf/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ClientError::Other(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.filter(|t| !t.is_empty()),
+            http,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn builder(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        request
+    }
+
+    fn network(&self, error: &reqwest::Error) -> ClientError {
+        ClientError::Network {
+            url: self.base.clone(),
+            detail: error.to_string(),
+        }
+    }
+
+    /// Sends a request and returns the status and JSON body (`null` for an empty body),
+    /// whatever the status.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), ClientError> {
+        let mut request = self.builder(method, path);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|e| self.network(&e))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| self.network(&e))?;
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Ok((status.as_u16(), value))
+    }
+
+    /// Sends a request; an error status becomes [`ClientError::Http`].
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let (status, value) = self.raw(method, path, body).await?;
+        if (200..300).contains(&status) {
+            return Ok(value);
+        }
+        let message = value
+            .get("error")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                let reason = reqwest::StatusCode::from_u16(status)
+                    .ok()
+                    .and_then(|s| s.canonical_reason())
+                    .unwrap_or("");
+                format!("HTTP {status} {reason}")
+            });
+        Err(ClientError::Http { status, message })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        self.call(Method::POST, path, body).await
+    }
+
+    /// The `data` of each SSE frame of `GET path` (comments and heartbeats skipped).
+    pub async fn events(
+        &self,
+        path: &str,
+    ) -> Result<impl Stream<Item = Result<String, ClientError>> + use<>, ClientError> {
+        let response = self
+            .builder(Method::GET, path)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| self.network(&e))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            let message = body
+                .get("error")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("HTTP {status}"), str::to_owned);
+            return Err(ClientError::Http { status, message });
+        }
+        let base = self.base.clone();
+        Ok(response.bytes_stream().eventsource().map(move |item| {
+            item.map(|event| event.data)
+                .map_err(|e| ClientError::Network {
+                    url: base.clone(),
+                    detail: e.to_string(),
+                })
+        }))
+    }
+}
+
+/// Percent-encodes one path segment or query value.
+pub fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

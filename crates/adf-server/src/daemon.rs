@@ -1,0 +1,460 @@
+//! [`Daemon`]: the set of loaded agents, each an actor owned by its [`StoreHandle`].
+//!
+//! Loading canonicalizes the path first, so one file is never loaded twice (two paths to the
+//! same file, a symlink, `./a.adf` and `/abs/a.adf`, all resolve to one agent), and a path
+//! that does not exist is refused before anything touches the disk: unlike the reference,
+//! which creates a 0-byte file there and answers 500, nothing is created.
+//!
+//! Per-agent cost: the store worker thread (one OS thread with its SQLite connection, which is
+//! the only thread an idle agent owns), a small [`Agent`] record, and nothing else — no task,
+//! timer or channel per agent while it is idle. `BENCHMARKS.md` has the measured figures.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use adf_runtime::home::RuntimeHome;
+use adf_runtime::tools::ToolRegistry;
+use adf_store::{Caller, MetaProtection, StoreError, StoreHandle};
+
+use crate::error::ServerError;
+use crate::events::{Envelope, EventBus, SeqAllocator};
+
+/// The meta key holding the end of the agent's reserved `seq` block.
+pub const SEQ_META_KEY: &str = "runtime_umbilical_next_seq";
+
+/// Display states `POST /agents/{id}/state` accepts (the config's `state` values).
+pub const DISPLAY_STATES: [&str; 5] = ["active", "idle", "hibernate", "suspended", "off"];
+
+/// What a loaded agent shows in lists, refreshed when its config changes.
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
+    pub name: String,
+    pub handle: Option<String>,
+    pub autostart: bool,
+    /// The live display state: starts at `config.state`, moved by `POST /state`, kept in
+    /// memory only (as in the reference).
+    pub display_state: String,
+}
+
+/// One loaded agent.
+#[derive(Debug)]
+pub struct Agent {
+    /// The config id, the primary key of `{id}` path segments.
+    pub id: String,
+    /// The canonical path.
+    pub path: PathBuf,
+    store: StoreHandle,
+    info: Mutex<AgentInfo>,
+    seq: tokio::sync::Mutex<SeqAllocator>,
+}
+
+impl Agent {
+    /// The store worker that owns the file.
+    pub fn store(&self) -> &StoreHandle {
+        &self.store
+    }
+
+    pub fn info(&self) -> AgentInfo {
+        self.info
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn update_info(&self, change: impl FnOnce(&mut AgentInfo)) {
+        change(&mut self.info.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    pub fn file_path(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// The `/agents` list entry (`AgentSummary`).
+    pub fn summary(&self) -> Value {
+        let info = self.info();
+        json!({
+            "id": self.id,
+            "filePath": self.file_path(),
+            "name": info.name,
+            "handle": info.handle,
+            "autostart": info.autostart,
+        })
+    }
+
+    fn matches(&self, key: &str) -> Matched {
+        if self.id == key {
+            return Matched::Id;
+        }
+        let info = self.info();
+        if info.handle.as_deref() == Some(key) {
+            Matched::Handle
+        } else if info.name == key {
+            Matched::Name
+        } else {
+            Matched::No
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Matched {
+    Id,
+    Handle,
+    Name,
+    No,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    /// Loaded agents in load order (the `/agents` order).
+    loaded: Vec<Arc<Agent>>,
+    /// Agents stopped in this process, by id, so `start` can load them again.
+    stopped: Vec<(String, PathBuf)>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: RwLock<Registry>,
+    /// Serializes loads, so two concurrent loads of one path cannot both open it.
+    load_lock: tokio::sync::Mutex<()>,
+    events: EventBus,
+    home: RuntimeHome,
+    tools: Arc<ToolRegistry>,
+    settings_lock: tokio::sync::Mutex<()>,
+    started: Instant,
+    shutdown: watch::Sender<bool>,
+}
+
+/// The daemon. Cheap to clone; all clones share one set of agents.
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    inner: Arc<Inner>,
+}
+
+/// The outcome of [`Daemon::load`].
+#[derive(Debug)]
+pub struct Loaded {
+    pub agent: Arc<Agent>,
+    /// False when the file was already loaded (loading is idempotent).
+    pub newly_loaded: bool,
+}
+
+impl Daemon {
+    /// A daemon with no agents, keeping its settings in `home`.
+    pub fn new(home: RuntimeHome) -> Self {
+        let (shutdown, _) = watch::channel(false);
+        Self {
+            inner: Arc::new(Inner {
+                registry: RwLock::new(Registry::default()),
+                load_lock: tokio::sync::Mutex::new(()),
+                events: EventBus::new(),
+                home,
+                tools: Arc::new(ToolRegistry::with_builtins()),
+                settings_lock: tokio::sync::Mutex::new(()),
+                started: Instant::now(),
+                shutdown,
+            }),
+        }
+    }
+
+    pub fn events(&self) -> &EventBus {
+        &self.inner.events
+    }
+
+    pub fn home(&self) -> &RuntimeHome {
+        &self.inner.home
+    }
+
+    pub(crate) fn tools(&self) -> Arc<ToolRegistry> {
+        Arc::clone(&self.inner.tools)
+    }
+
+    pub(crate) fn settings_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.settings_lock
+    }
+
+    pub fn uptime_secs(&self) -> f64 {
+        self.inner.started.elapsed().as_secs_f64()
+    }
+
+    /// Flips to `true` when the daemon shuts down; long-lived responses (SSE) end then.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.inner.shutdown.subscribe()
+    }
+
+    fn registry(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        self.inner
+            .registry
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.inner
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Loaded agents in load order.
+    pub fn agents(&self) -> Vec<Arc<Agent>> {
+        self.registry().loaded.clone()
+    }
+
+    /// The agent whose id, handle or name is `key` (in that order of precedence, as in the
+    /// reference: an id always wins over another agent's handle or name).
+    pub fn agent(&self, key: &str) -> Result<Arc<Agent>, ServerError> {
+        self.registry()
+            .loaded
+            .iter()
+            .map(|a| (a.matches(key), a))
+            .filter(|(m, _)| *m != Matched::No)
+            .min_by_key(|(m, _)| *m)
+            .map(|(_, a)| Arc::clone(a))
+            .ok_or_else(|| ServerError::UnknownAgent(key.to_owned()))
+    }
+
+    /// Loads the agent at `path`, or returns the already loaded agent for that file.
+    pub async fn load(&self, path: &Path) -> Result<Loaded, ServerError> {
+        let canonical = match tokio::fs::canonicalize(path).await {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ServerError::NoSuchFile(path.display().to_string()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !tokio::fs::metadata(&canonical).await?.is_file() {
+            return Err(ServerError::NoSuchFile(format!(
+                "{} (not a regular file)",
+                path.display()
+            )));
+        }
+        let _guard = self.inner.load_lock.lock().await;
+        let existing = self
+            .registry()
+            .loaded
+            .iter()
+            .find(|a| a.path == canonical)
+            .cloned();
+        if let Some(agent) = existing {
+            return Ok(Loaded {
+                agent,
+                newly_loaded: false,
+            });
+        }
+        let opener = canonical.clone();
+        let store = tokio::task::spawn_blocking(move || StoreHandle::open(opener))
+            .await
+            .map_err(|e| ServerError::Io(std::io::Error::other(e)))??;
+        let facts = store
+            .run(|file| {
+                let config = file.config()?;
+                let handle_meta = file.meta_get("adf_handle")?.map(|m| m.value);
+                let seq = file
+                    .meta_get(SEQ_META_KEY)?
+                    .and_then(|m| m.value.trim().parse::<u64>().ok());
+                Ok((config, handle_meta, seq))
+            })
+            .await;
+        let (config, handle_meta, persisted_seq) = match facts {
+            Ok(facts) => facts,
+            Err(error) => {
+                close_quietly(store).await;
+                return Err(error.into());
+            }
+        };
+        let Some(id) = config.get("id").and_then(Value::as_str).map(str::to_owned) else {
+            close_quietly(store).await;
+            return Err(ServerError::Store(StoreError::Malformed(
+                "config has no string id".into(),
+            )));
+        };
+        // The guard is dropped before the await below (it must not be held across one).
+        let clash = self
+            .registry()
+            .loaded
+            .iter()
+            .find(|a| a.id == id)
+            .map(|other| other.file_path());
+        if let Some(other) = clash {
+            let message = format!(
+                "an agent with id \"{id}\" is already loaded from {other}; ids must be unique in one daemon"
+            );
+            close_quietly(store).await;
+            return Err(ServerError::Conflict(message));
+        }
+        let info = info_from_config(&config, handle_meta);
+        let agent = Arc::new(Agent {
+            id,
+            path: canonical,
+            store,
+            info: Mutex::new(info.clone()),
+            seq: tokio::sync::Mutex::new(SeqAllocator::starting_at(
+                persisted_seq,
+                adf_store::time::now_ms(),
+            )),
+        });
+        {
+            let mut registry = self.registry_mut();
+            registry.stopped.retain(|(id, _)| *id != agent.id);
+            registry.loaded.push(Arc::clone(&agent));
+        }
+        self.emit(
+            &agent,
+            "agent.loaded",
+            "system:lifecycle",
+            json!({
+                "filePath": agent.file_path(),
+                "name": info.name,
+                "handle": info.handle,
+                "autostart": info.autostart,
+            }),
+        )
+        .await;
+        // Opening (integrity check, migration check, skills index) and the first event's
+        // meta write filled the connection's page cache; an idle agent should not keep it
+        // (it refills on demand).
+        let shrunk = agent
+            .store
+            .run(|file| Ok(file.connection().execute_batch("PRAGMA shrink_memory")?))
+            .await;
+        if let Err(error) = shrunk {
+            tracing::debug!(agent = %agent.id, %error, "shrink_memory failed");
+        }
+        Ok(Loaded {
+            agent,
+            newly_loaded: true,
+        })
+    }
+
+    /// Loads an agent stopped earlier in this process again (`POST /agents/{id}/start`).
+    pub async fn restart_stopped(&self, key: &str) -> Result<Loaded, ServerError> {
+        let path = self
+            .registry()
+            .stopped
+            .iter()
+            .find(|(id, _)| id == key)
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| ServerError::UnknownAgent(key.to_owned()))?;
+        self.load(&path).await
+    }
+
+    /// Unloads an agent: emits `agent.unloaded`, then closes the file cleanly after every job
+    /// already queued on its worker.
+    pub async fn unload(&self, key: &str) -> Result<Arc<Agent>, ServerError> {
+        let agent = self.agent(key)?;
+        {
+            let mut registry = self.registry_mut();
+            registry.loaded.retain(|a| !Arc::ptr_eq(a, &agent));
+            registry
+                .stopped
+                .push((agent.id.clone(), agent.path.clone()));
+        }
+        self.emit(
+            &agent,
+            "agent.unloaded",
+            "system:lifecycle",
+            json!({ "filePath": agent.file_path() }),
+        )
+        .await;
+        close_quietly(agent.store.clone()).await;
+        Ok(agent)
+    }
+
+    /// Ends event streams (SSE responses finish), without closing any file yet.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// Closes every agent's file cleanly (no `-wal`/`-shm` left) and ends event streams.
+    pub async fn shutdown(&self) {
+        self.begin_shutdown();
+        let agents = std::mem::take(&mut self.registry_mut().loaded);
+        let closes = agents
+            .iter()
+            .map(|agent| close_quietly(agent.store.clone()));
+        futures::future::join_all(closes).await;
+    }
+
+    /// Publishes a daemon-scope event (`agent_id: null`, `seq: 0`).
+    pub fn emit_daemon(&self, event_type: &str, payload: Value) {
+        self.inner.events.publish(Envelope {
+            event_type: event_type.to_owned(),
+            timestamp: adf_store::time::now_ms(),
+            source: "system:daemon".to_owned(),
+            agent_id: None,
+            payload,
+            seq: 0,
+        });
+    }
+
+    /// Publishes an agent event with the agent's next `seq`, persisting a new block of
+    /// numbers first when the current one is used up.
+    pub async fn emit(&self, agent: &Agent, event_type: &str, source: &str, payload: Value) {
+        let mut seq = agent.seq.lock().await;
+        let (number, persist) = seq.allocate();
+        if let Some(end) = persist {
+            let written = agent
+                .store
+                .run(move |file| {
+                    file.meta_set(
+                        Caller::Owner,
+                        SEQ_META_KEY,
+                        &end.to_string(),
+                        Some(MetaProtection::None),
+                    )
+                })
+                .await;
+            if let Err(error) = written {
+                // The event still goes out: a read-only or closing file must not silence
+                // the stream. Numbers stay monotonic in this process; only their
+                // durability across a restart is lost, which the warning says.
+                tracing::warn!(agent = %agent.id, %error, "cannot persist {SEQ_META_KEY}");
+            }
+        }
+        // Publishing while holding the allocator keeps seq order equal to cursor order.
+        self.inner.events.publish(Envelope {
+            event_type: event_type.to_owned(),
+            timestamp: adf_store::time::now_ms(),
+            source: source.to_owned(),
+            agent_id: Some(agent.id.clone()),
+            payload,
+            seq: number,
+        });
+    }
+}
+
+/// Name, handle, autostart and display state from a config (handle falls back to meta).
+pub(crate) fn info_from_config(config: &Value, handle_meta: Option<String>) -> AgentInfo {
+    let text = |key: &str| {
+        config
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    AgentInfo {
+        name: text("name").unwrap_or_default(),
+        handle: text("handle").or(handle_meta.filter(|h| !h.is_empty())),
+        autostart: config
+            .get("autostart")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        display_state: text("state").unwrap_or_else(|| "active".to_owned()),
+    }
+}
+
+async fn close_quietly(store: StoreHandle) {
+    let path = store.path().to_path_buf();
+    match tokio::task::spawn_blocking(move || store.close()).await {
+        Ok(Ok(())) => {}
+        // A worker that is already gone closed (or dropped) its file before.
+        Ok(Err(StoreError::WorkerGone)) => {}
+        Ok(Err(error)) => tracing::warn!(path = %path.display(), %error, "closing failed"),
+        Err(error) => tracing::warn!(path = %path.display(), %error, "closing panicked"),
+    }
+}

@@ -1,0 +1,114 @@
+//! Errors: [`ServerError`] for the library API, [`ApiError`] for HTTP answers.
+//!
+//! Every HTTP error body is the reference's `{"error": "..."}` (plus `message` for 401), with
+//! the reference's status codes: 400 bad input, 401 missing token, 404 unknown agent/file/task,
+//! 409 a task that cannot be resolved, 500 runtime errors, 501 operations this daemon does not
+//! run yet.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use adf_store::StoreError;
+
+/// What can go wrong starting or driving the daemon.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("no such file: {0}")]
+    NoSuchFile(String),
+
+    #[error("{0}")]
+    Conflict(String),
+
+    #[error("Unknown agent \"{0}\"")]
+    UnknownAgent(String),
+
+    #[error(transparent)]
+    Store(#[from] StoreError),
+
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+
+    #[error("{0}")]
+    Settings(String),
+
+    #[error("http client: {0}")]
+    Client(String),
+}
+
+/// An HTTP error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
+    /// An operation that needs a model turn or the sandbox, which this daemon does not run
+    /// yet: an honest 501 rather than a 202 for work that would never happen.
+    pub fn executor_missing(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("{what} not supported yet: the executor is not wired into the daemon"),
+        )
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        let status = match &error {
+            StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
+            StoreError::InvalidInput(_) | StoreError::ConfigRejected { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            StoreError::Protected { .. } | StoreError::RequiresAuthorizedCode { .. } => {
+                StatusCode::FORBIDDEN
+            }
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::new(status, error.to_string())
+    }
+}
+
+impl From<ServerError> for ApiError {
+    fn from(error: ServerError) -> Self {
+        match error {
+            ServerError::NoSuchFile(_) | ServerError::UnknownAgent(_) => {
+                Self::not_found(error.to_string())
+            }
+            ServerError::Conflict(message) => Self::new(StatusCode::CONFLICT, message),
+            ServerError::Store(store) => store.into(),
+            other => Self::internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;

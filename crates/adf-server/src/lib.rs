@@ -1,0 +1,32 @@
+//! `adf-server`: the daemon. Many agents in one process, behind the reference daemon's HTTP
+//! API (same paths, bodies and status codes) and its umbilical event stream.
+//!
+//! Principal pieces:
+//! - [`Daemon`] (daemon.rs): loaded agents by canonical path, each an actor owned by its
+//!   `StoreHandle`; load, unload, lookup by id/handle/name, clean shutdown, event emission
+//!   with per-agent `seq` persisted in meta `runtime_umbilical_next_seq`.
+//! - [`events`]: the bounded ring of SSE frames with cursors, `since` replay and the `seq`
+//!   allocator.
+//! - `api`: the axum router and handlers (agents, config, files, meta, timers, inbox, outbox,
+//!   tasks, logs, state, settings, `/events`), plus the bearer-token check.
+//! - [`openapi`]: the document served at `/openapi.json`, listing what this daemon implements.
+//! - [`serve`]: binding, the token rule (required off loopback), graceful shutdown.
+//! - [`client`]: an API client for the `adf` client commands and tests.
+//! - [`memory`]: resident-memory measurement for the idle-agent bench.
+//!
+//! What is not here yet: model turns (chat, trigger, loop, asks) answer 501 until the
+//! executor is wired in; timers and triggers do not fire in the daemon yet.
+
+pub mod api;
+pub mod client;
+pub mod daemon;
+pub mod error;
+pub mod events;
+pub mod memory;
+pub mod openapi;
+pub mod serve;
+pub mod settings;
+
+pub use daemon::{Agent, Daemon, Loaded};
+pub use error::{ApiError, ServerError};
+pub use serve::RunningServer;

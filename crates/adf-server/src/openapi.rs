@@ -1,0 +1,480 @@
+//! The OpenAPI document this daemon serves at `/openapi.json`: the operations it implements,
+//! in the reference's paths, with the status codes it really answers. Operations that need the
+//! executor are listed with their 501 so clients can see they exist but are not wired yet.
+
+use serde_json::{Map, Value, json};
+
+struct Op {
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    tag: &'static str,
+    /// Success status first, then the error statuses.
+    statuses: &'static [u16],
+    query: &'static [&'static str],
+}
+
+const fn op(
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    tag: &'static str,
+    statuses: &'static [u16],
+    query: &'static [&'static str],
+) -> Op {
+    Op {
+        method,
+        path,
+        summary,
+        tag,
+        statuses,
+        query,
+    }
+}
+
+const OPS: &[Op] = &[
+    op(
+        "get",
+        "/openapi.json",
+        "Return this OpenAPI document",
+        "Spec",
+        &[200],
+        &[],
+    ),
+    op(
+        "get",
+        "/health",
+        "Daemon liveness check",
+        "Health",
+        &[200],
+        &[],
+    ),
+    op(
+        "get",
+        "/events",
+        "Stream daemon events with Server-Sent Events (cursor, since replay, heartbeat)",
+        "Events",
+        &[200, 400],
+        &["agentId", "since"],
+    ),
+    op(
+        "get",
+        "/settings",
+        "Read daemon settings ($ADF_HOME/settings.json)",
+        "Settings",
+        &[200, 500],
+        &[],
+    ),
+    op(
+        "patch",
+        "/settings",
+        "Merge settings values",
+        "Settings",
+        &[200, 400, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/settings/{key}",
+        "Read one daemon setting",
+        "Settings",
+        &[200, 500],
+        &[],
+    ),
+    op(
+        "put",
+        "/settings/{key}",
+        "Set one daemon setting",
+        "Settings",
+        &[200, 400, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents",
+        "List loaded agents",
+        "Agents",
+        &[200],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/load",
+        "Load an agent by .adf file path (a missing path is a 404 and creates nothing)",
+        "Agents",
+        &[200, 400, 404, 409, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}",
+        "Get a loaded agent reference",
+        "Agents",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/status",
+        "Get agent status",
+        "Agents",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/start",
+        "Start a loaded agent, or load again one stopped in this process",
+        "Agents",
+        &[200, 404, 500],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/stop",
+        "Stop and unload an agent (file closed cleanly)",
+        "Agents",
+        &[200, 404, 500],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/unload",
+        "Alias for stop",
+        "Agents",
+        &[200, 404, 500],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/state",
+        "Move the agent's live display state (not persisted)",
+        "Control",
+        &[200, 400, 404],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/config",
+        "Read agent config",
+        "Resources",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "put",
+        "/agents/{id}/config",
+        "Replace agent config as the owner",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/files",
+        "List agent files",
+        "Resources",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/files/content",
+        "Read one agent file (utf-8 or base64)",
+        "Resources",
+        &[200, 400, 404],
+        &["path"],
+    ),
+    op(
+        "put",
+        "/agents/{id}/files/content",
+        "Write one agent file as the owner",
+        "Resources",
+        &[200, 400, 404, 500],
+        &["path"],
+    ),
+    op(
+        "delete",
+        "/agents/{id}/files/content",
+        "Delete one agent file as the owner",
+        "Resources",
+        &[200, 400, 404, 500],
+        &["path"],
+    ),
+    op(
+        "patch",
+        "/agents/{id}/files/protection",
+        "Set file protection",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "patch",
+        "/agents/{id}/files/authorized",
+        "Set file authorization (trust as code)",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/meta",
+        "List metadata entries",
+        "Resources",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "put",
+        "/agents/{id}/meta/{key}",
+        "Set metadata value",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "delete",
+        "/agents/{id}/meta/{key}",
+        "Delete metadata value",
+        "Resources",
+        &[200, 404, 500],
+        &[],
+    ),
+    op(
+        "patch",
+        "/agents/{id}/meta/{key}/protection",
+        "Set metadata protection",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/timers",
+        "List timers",
+        "Resources",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/timers",
+        "Add timer (mode once_at|once_delay|interval|cron)",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "delete",
+        "/agents/{id}/timers/{timerId}",
+        "Delete timer",
+        "Resources",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/inbox",
+        "List inbox messages",
+        "Resources",
+        &[200, 400, 404],
+        &["status"],
+    ),
+    op(
+        "get",
+        "/agents/{id}/outbox",
+        "List outbox messages",
+        "Resources",
+        &[200, 400, 404],
+        &["status"],
+    ),
+    op(
+        "get",
+        "/agents/{id}/tasks",
+        "List agent tasks and approvals",
+        "Human In The Loop",
+        &[200, 400, 404],
+        &["status", "limit"],
+    ),
+    op(
+        "get",
+        "/agents/{id}/tasks/{taskId}",
+        "Read one task",
+        "Human In The Loop",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/tasks/{taskId}/resolve",
+        "Approve or deny a pending task as the owner",
+        "Human In The Loop",
+        &[200, 400, 404, 409, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/asks",
+        "List pending ask requests (always empty until the executor is wired in)",
+        "Human In The Loop",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/logs",
+        "Read recent agent logs",
+        "Resources",
+        &[200, 400, 404],
+        &["limit", "origin", "event"],
+    ),
+    op(
+        "get",
+        "/agents/{id}/logs/after",
+        "Read agent logs after an id",
+        "Resources",
+        &[200, 400, 404],
+        &["afterId"],
+    ),
+    op(
+        "get",
+        "/agents/{id}/chat",
+        "Read chat history (needs the executor)",
+        "Chat",
+        &[501, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/chat",
+        "Queue a chat turn (needs the executor)",
+        "Chat",
+        &[501, 400, 404],
+        &[],
+    ),
+    op(
+        "delete",
+        "/agents/{id}/chat",
+        "Clear chat history (needs the executor)",
+        "Chat",
+        &[501, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/trigger",
+        "Dispatch an event (needs the executor)",
+        "Chat",
+        &[501, 400, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/abort",
+        "Abort the current turn (needs the executor)",
+        "Control",
+        &[501, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/asks/{requestId}/respond",
+        "Answer an ask (needs the executor)",
+        "Human In The Loop",
+        &[501, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/suspend/respond",
+        "Answer a suspend request (needs the executor)",
+        "Human In The Loop",
+        &[501, 404],
+        &[],
+    ),
+];
+
+fn description(status: u16) -> &'static str {
+    match status {
+        200 => "Success",
+        400 => "Bad request",
+        401 => "Missing or invalid bearer token",
+        404 => "Unknown agent, file, task or timer",
+        409 => "Conflict (task not pending, or agent id already loaded)",
+        500 => "Runtime error",
+        501 => "Not supported yet: the executor is not wired into the daemon",
+        _ => "Response",
+    }
+}
+
+/// The document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for op in OPS {
+        let mut responses = Map::new();
+        for status in op.statuses {
+            let schema = if *status == 200 {
+                json!({ "type": "object", "additionalProperties": true })
+            } else {
+                json!({ "$ref": "#/components/schemas/ErrorResponse" })
+            };
+            let content_type = if op.path == "/events" && *status == 200 {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            responses.insert(
+                status.to_string(),
+                json!({
+                    "description": description(*status),
+                    "content": { content_type: { "schema": schema } },
+                }),
+            );
+        }
+        let mut parameters: Vec<Value> = op
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+            .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+            .collect();
+        parameters.extend(op.query.iter().map(|name| {
+            json!({ "name": name, "in": "query", "required": matches!(*name, "path" | "afterId"), "schema": { "type": "string" } })
+        }));
+        let entry = paths
+            .entry(op.path)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(methods) = entry {
+            methods.insert(
+                op.method.to_owned(),
+                json!({
+                    "summary": op.summary,
+                    "tags": [op.tag],
+                    "parameters": parameters,
+                    "responses": responses,
+                }),
+            );
+        }
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ADF Daemon API (adf-rs)",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The operations this daemon implements, at the reference daemon's paths with its shapes and status codes. Every path but /health needs `Authorization: Bearer <token>` when the daemon has a token (always when bound to a non-loopback address). `{id}` accepts the agent's config id, handle or name.",
+        },
+        "servers": [{ "url": "http://127.0.0.1:7385" }],
+        "paths": paths,
+        "components": {
+            "schemas": {
+                "ErrorResponse": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": { "error": { "type": "string" } },
+                    "additionalProperties": true,
+                },
+            },
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+        },
+    })
+}
