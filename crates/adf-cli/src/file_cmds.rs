@@ -99,6 +99,34 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
         Command::Timers { file } => timers(&file, out),
         Command::Tasks { file, status } => tasks(&file, status.as_deref(), out),
         Command::Logs { file, limit } => logs(&file, limit, out),
+        Command::Run {
+            file,
+            lambda,
+            args,
+            timeout,
+        } => crate::code_cmds::run(
+            &file,
+            crate::code_cmds::Job::Lambda {
+                source: lambda,
+                args,
+            },
+            timeout,
+            out,
+        ),
+        Command::Code {
+            file,
+            code,
+            ts,
+            timeout,
+        } => crate::code_cmds::run(
+            &file,
+            crate::code_cmds::Job::Inline {
+                code,
+                typescript: ts,
+            },
+            timeout,
+            out,
+        ),
         command @ (Command::Owner(_) | Command::Identity(_) | Command::Claim { .. }) => {
             crate::identity_cmds::run(command, out)
         }

@@ -6,6 +6,7 @@
 //! and `output` (tables and `--json`).
 
 mod chat_cmds;
+mod code_cmds;
 mod client_cmds;
 mod demo;
 mod file_cmds;
@@ -199,6 +200,32 @@ pub(crate) enum Command {
         /// Answer every `ask` from the agent with this text instead of reading stdin.
         #[arg(long)]
         answer: Option<String>,
+    },
+    /// Run a lambda of the agent (`lib/a.ts:fn`, function default `main`) as a trigger would:
+    /// authorized exactly when its file and every module it imports are authorized.
+    Run {
+        file: PathBuf,
+        /// `path/file.ts:functionName`.
+        lambda: String,
+        /// The function's single argument, a JSON object.
+        #[arg(long)]
+        args: Option<String>,
+        /// Time limit in ms (at most limits.execution_timeout_ms).
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+    /// Run inline JavaScript (or TypeScript with --ts) as `sys_code` does: unauthorized, with
+    /// the `adf` object; `-` reads the code from stdin.
+    Code {
+        file: PathBuf,
+        /// The code: the body of an async function (`return` gives the result).
+        code: String,
+        /// Strip TypeScript types first.
+        #[arg(long)]
+        ts: bool,
+        /// Time limit in ms (at most limits.execution_timeout_ms).
+        #[arg(long)]
+        timeout: Option<u64>,
     },
     /// Take ownership of a file whose identity is foreign here: new DID, `clone` attestation,
     /// old DID kept in adf_did_history. A file with no identity yet is provisioned instead.

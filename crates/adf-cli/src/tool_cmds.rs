@@ -167,6 +167,12 @@ pub fn tool(
         Ok(CallOutcome::Queued { task_id, status }) if status == "running" => registry
             .run_task(&mut file, &task_id, &caller)
             .map(|result| json!({ "task_id": task_id, "status": "completed", "result": result })),
+        // Code tools run here, through the runtime's code runner (§8.6 approvals included).
+        Ok(CallOutcome::Deferred(call))
+            if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") =>
+        {
+            crate::code_cmds::run_deferred(&mut file, &caller, &call, approver)
+        }
         Ok(other) => Ok(other.into_value()),
         Err(error) => Err(error),
     };

@@ -191,7 +191,7 @@ fn to_store_row(r: adf_crypto::IdentityRow) -> adf_store::IdentityRow {
     }
 }
 
-fn to_store_attestation(a: &Attestation) -> AttestationRow {
+pub(crate) fn to_store_attestation(a: &Attestation) -> AttestationRow {
     let r = a.to_record();
     AttestationRow {
         id: 0,
@@ -206,7 +206,7 @@ fn to_store_attestation(a: &Attestation) -> AttestationRow {
     }
 }
 
-fn from_store_attestation(r: &AttestationRow) -> Attestation {
+pub(crate) fn from_store_attestation(r: &AttestationRow) -> Attestation {
     Attestation::from_record(&adf_crypto::AttestationRecord {
         issuer: r.issuer.clone(),
         subject: r.subject.clone(),
@@ -609,6 +609,25 @@ pub fn read_credential(
         return Ok(None);
     };
     Ok(Some(provision::open_row(row, &open.deks, None)?))
+}
+
+/// The agent's own signing key, opened from the identity envelope (a plain legacy key is read
+/// as is). For signing on the agent's behalf (`attestation_issue`); never handed to code.
+pub fn agent_signing_key(file: &AdfFile, open: &OpenIdentity) -> Result<adf_crypto::SigningKey> {
+    let rows = to_crypto_rows(file.identity_rows()?);
+    let row = rows
+        .iter()
+        .find(|r| r.purpose == PRIVATE_KEY_PURPOSE)
+        .ok_or_else(|| IdentityError::Invalid("this file has no signing key yet".into()))?;
+    if !row.is_plain() && !open.is_unlocked(EnvelopeName::Identity) {
+        return Err(IdentityError::Envelope {
+            envelope: "identity",
+            state: open.status.identity.as_str(),
+            hint: "open the file where its owner or runtime keys are, or run `adf claim FILE`",
+        });
+    }
+    let der = provision::open_row(row, &open.deks, None)?;
+    Ok(ed25519_from_pkcs8(&der)?)
 }
 
 /// One row as `identity list` shows it: never the value.

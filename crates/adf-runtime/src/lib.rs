@@ -1,6 +1,9 @@
 //! `adf-runtime`: an agent in motion.
 //!
 //! Principal pieces so far:
+//! - [`code`]: agent code against its file: `sys_code`, `sys_lambda` and the lambdas of
+//!   triggers, timers, routes and middleware, with the `adf` proxy's semantics and §8.6
+//!   authorization, serviced on the task that owns the file.
 //! - [`executor`]: the turn loop of each loop (§6, §13.1): prompt snapshots and context rows,
 //!   streaming requests, tool calls with approvals, `say`/`ask`, turn endings, checkpoints and
 //!   crash recovery, compaction, and the in-process loop pool for inner loops.
@@ -15,6 +18,7 @@
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
 //!   locked, authorized code, approvals).
 
+pub mod code;
 pub mod executor;
 pub mod home;
 pub mod identity;

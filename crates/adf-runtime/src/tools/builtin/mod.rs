@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::Tool;
 
+pub mod code;
 pub mod config;
 pub mod db;
 pub mod files;
@@ -18,6 +19,7 @@ pub mod turn;
 pub fn all() -> Vec<Arc<dyn Tool>> {
     let families = [
         files::tools(),
+        code::tools(),
         meta::tools(),
         state::tools(),
         db::tools(),

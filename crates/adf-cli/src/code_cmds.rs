@@ -1,0 +1,183 @@
+//! `adf run FILE LAMBDA` and `adf code FILE 'js'`: agent code from the command line, through
+//! the same runner the runtime uses (`adf_runtime::code`), plus the deferred `sys_code` /
+//! `sys_lambda` calls of `adf tool`.
+//!
+//! `adf run` runs a lambda the way a trigger does: authorized exactly when its file (and every
+//! module it imports) is authorized. `adf code` is inline code: always unauthorized. The return
+//! value goes to stdout (JSON), console output to stderr; `--json` prints one document
+//! `{ok, result | error, logs}`.
+
+use std::io::Read as _;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, LambdaRef, RunOptions};
+use adf_runtime::tools::approval::DenyAll;
+use adf_runtime::tools::{Approver, Caller, DeferredCall, ToolError};
+use adf_store::AdfFile;
+use anyhow::{Context as _, Result};
+use serde_json::{Value, json};
+
+use crate::output::Output;
+
+/// What `adf run` / `adf code` execute.
+#[derive(Debug)]
+pub enum Job {
+    Lambda {
+        source: String,
+        args: Option<String>,
+    },
+    Inline {
+        code: String,
+        typescript: bool,
+    },
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// The environment of a command-line run: a fresh sandbox, the built-in tools, models from the
+/// environment, and this installation's keys when it has any (never created here).
+async fn env() -> Result<CodeEnv, ToolError> {
+    let env = CodeEnv::with_builtins().await?;
+    let keys = adf_runtime::home::RuntimeHome::from_env()
+        .ok()
+        .and_then(|home| adf_runtime::identity::LocalKeys::existing(&home).ok())
+        .filter(|keys| keys.runtime().is_some() || keys.owner().is_some());
+    Ok(match keys {
+        Some(keys) => env.with_keys(Arc::new(keys)),
+        None => env,
+    })
+}
+
+/// `adf run` and `adf code`.
+pub fn run(path: &Path, job: Job, timeout_ms: Option<u64>, out: Output) -> Result<ExitCode> {
+    let mut file = crate::file_cmds::open(path)?;
+    let options = RunOptions {
+        timeout: timeout_ms.map(Duration::from_millis),
+        ..RunOptions::default()
+    };
+    let run = match job {
+        Job::Lambda { source, args } => {
+            let input: Value = match args {
+                Some(text) => serde_json::from_str(&text)
+                    .with_context(|| format!("--args is not valid JSON: {text}"))?,
+                None => json!({}),
+            };
+            let lambda = LambdaRef::parse(&source).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            runtime()?.block_on(async {
+                match env().await {
+                    Ok(env) => {
+                        code::run_lambda(
+                            &mut file,
+                            &env,
+                            &lambda,
+                            input,
+                            Authorization::SourceFile,
+                            &DenyAll,
+                            &options,
+                        )
+                        .await
+                    }
+                    Err(e) => failed(e),
+                }
+            })
+        }
+        Job::Inline { code, typescript } => {
+            let code = if code == "-" {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("cannot read the code from stdin")?;
+                text
+            } else {
+                code
+            };
+            runtime()?.block_on(async {
+                match env().await {
+                    Ok(env) => {
+                        code::run_inline(&mut file, &env, &code, typescript, &DenyAll, &options)
+                            .await
+                    }
+                    Err(e) => failed(e),
+                }
+            })
+        }
+    };
+    file.close()?;
+    report(&run, out)
+}
+
+fn failed(error: ToolError) -> CodeRun {
+    CodeRun {
+        result: Err(error),
+        logs: Vec::new(),
+        logs_truncated: false,
+        injections: Vec::new(),
+    }
+}
+
+fn report(run: &CodeRun, out: Output) -> Result<ExitCode> {
+    let logs: Vec<Value> = run
+        .logs
+        .iter()
+        .map(|l| json!({ "level": l.level.as_str(), "message": l.message }))
+        .collect();
+    if out.json {
+        let body = match &run.result {
+            Ok(value) => json!({ "ok": true, "result": value, "logs": logs }),
+            Err(error) => json!({
+                "ok": false,
+                "error": { "code": error.code, "message": error.message },
+                "logs": logs,
+            }),
+        };
+        println!("{}", serde_json::to_string_pretty(&body)?);
+    } else {
+        for line in run.log_lines() {
+            eprintln!("{line}");
+        }
+        if run.logs_truncated {
+            eprintln!("(console output truncated)");
+        }
+        match &run.result {
+            Ok(Value::Null) => {}
+            Ok(Value::String(text)) => println!("{text}"),
+            Ok(value) => println!("{}", serde_json::to_string_pretty(value)?),
+            Err(error) => eprintln!("error: {} ({})", error.message, error.code),
+        }
+    }
+    Ok(if run.result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Carries out a deferred `sys_code`/`sys_lambda` call of `adf tool` (blocking); the result is
+/// the tool result `{result, logs}`.
+pub fn run_deferred(
+    file: &mut AdfFile,
+    caller: &Caller,
+    call: &DeferredCall,
+    approver: &dyn Approver,
+) -> Result<Value, ToolError> {
+    let runtime = runtime().map_err(|e| {
+        ToolError::new(
+            adf_runtime::tools::ErrorCode::InternalError,
+            format!("{e:#}"),
+        )
+    })?;
+    runtime.block_on(async {
+        let env = env().await?;
+        code::run_deferred(file, &env, caller, call, approver, &RunOptions::default())
+            .await
+            .tool_value()
+    })
+}

@@ -1,0 +1,671 @@
+//! The code-only methods of missing-tables §9 (adf-object guide "Special Methods"). The runner
+//! has already applied `tools::access::method_access` (the `code_execution` flag and
+//! `restricted_methods`; `authorize_file`, `set_meta_protection` and `set_file_protection` are
+//! always authorized-code-only). Each method that writes does so in one transaction.
+//!
+//! Parameter choices the spec leaves open (Appendix B #4), documented here and in
+//! ARCHITECTURE.md: `emit_event({type: "custom.<name>", payload?})`,
+//! `authorize_file({path, authorized?: true})`.
+
+use std::sync::Arc;
+
+use adf_crypto::provision::{self, Deks, is_protected_purpose};
+use adf_crypto::{Attestation, EnvelopeName, EnvelopeState};
+use adf_store::{AdfFile, FileProtection, IdentityRow, MetaProtection, NewLog};
+use serde_json::{Value, json};
+
+use super::runner::{Frame, Reply, Runner};
+use super::{InjectMode, Injection};
+use crate::identity;
+use crate::providers::{ApiKey, ChatRequest, ContentBlock, Message, Resolver, Role};
+use crate::tools::approval::{self, Resolution};
+use crate::tools::{ErrorCode, ToolError};
+
+/// The code-only methods answered here (`sys_lambda` is the runner's own).
+const CODE_METHODS: [&str; 13] = [
+    "model_invoke",
+    "task_resolve",
+    "loop_inject",
+    "identity_status",
+    "get_identity",
+    "set_identity",
+    "emit_event",
+    "attestation_list",
+    "attestation_add",
+    "attestation_issue",
+    "authorize_file",
+    "set_meta_protection",
+    "set_file_protection",
+];
+
+/// Longest `loop_inject` content, in characters (also bounded by the tool-result limit).
+pub const MAX_INJECT_CHARS: usize = 48_000;
+
+pub(crate) fn is_code_method(name: &str) -> bool {
+    CODE_METHODS.contains(&name)
+}
+
+fn str_arg<'v>(args: &'v Value, name: &str) -> Result<&'v str, ToolError> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::invalid(format!("'{name}' is required and must be a string")))
+}
+
+fn opt_str<'v>(args: &'v Value, name: &str) -> Result<Option<&'v str>, ToolError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ToolError::invalid(format!("'{name}' must be a string"))),
+    }
+}
+
+pub(crate) fn call(
+    runner: &mut Runner<'_>,
+    frame: &Arc<Frame>,
+    method: &str,
+    args: Value,
+    config: &Value,
+) -> Result<Reply, ToolError> {
+    let value = match method {
+        "model_invoke" => return model_invoke(runner, &args, config),
+        "task_resolve" => task_resolve(runner, frame, &args)?,
+        "loop_inject" => loop_inject(runner, frame, &args, config)?,
+        "identity_status" => identity_status(runner)?,
+        "get_identity" => get_identity(runner, &args)?,
+        "set_identity" => set_identity(runner, &args)?,
+        "emit_event" => emit_event(runner.file, frame, &args)?,
+        "attestation_list" => attestation_list(runner.file)?,
+        "attestation_add" => attestation_add(runner.file, &args)?,
+        "attestation_issue" => attestation_issue(runner, &args)?,
+        "authorize_file" => {
+            let path = str_arg(&args, "path")?;
+            let authorized = match args.get("authorized") {
+                None | Some(Value::Null) => true,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ToolError::invalid("'authorized' must be a boolean")),
+            };
+            let caller = frame.caller().store_caller();
+            runner
+                .file
+                .atomically(|f| f.file_set_authorized(caller, path, authorized))
+                .map_err(write_error)?;
+            json!({ "path": path, "authorized": authorized })
+        }
+        "set_meta_protection" => {
+            let key = str_arg(&args, "key")?;
+            let protection = MetaProtection::parse(str_arg(&args, "protection")?)?;
+            let caller = frame.caller().store_caller();
+            runner
+                .file
+                .atomically(|f| f.meta_set_protection(caller, key, protection))
+                .map_err(write_error)?;
+            json!({ "key": key, "protection": protection.as_str() })
+        }
+        "set_file_protection" => {
+            let path = str_arg(&args, "path")?;
+            let protection = FileProtection::parse(str_arg(&args, "protection")?)?;
+            let caller = frame.caller().store_caller();
+            runner
+                .file
+                .atomically(|f| f.file_set_protection(caller, path, protection))
+                .map_err(write_error)?;
+            json!({ "path": path, "protection": protection.as_str() })
+        }
+        other => {
+            return Err(ToolError::not_found(format!(
+                "unknown code method '{other}'"
+            )));
+        }
+    };
+    Ok(Reply::Value(value))
+}
+
+/// Protection changes: a missing key/file stays NOT_FOUND, bad input INVALID_INPUT, anything
+/// else the database refused is WRITE_ERROR (the guide's table).
+fn write_error(error: adf_store::StoreError) -> ToolError {
+    let error = ToolError::from(error);
+    match error.code {
+        ErrorCode::NotFound | ErrorCode::InvalidInput | ErrorCode::RequiresAuthorizedCode => error,
+        _ => ToolError::new(ErrorCode::WriteError, error.message),
+    }
+}
+
+// ---------- model_invoke ----------
+
+fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result<Reply, ToolError> {
+    let (system, messages) = invoke_messages(args)?;
+    let num = |k: &str| -> Result<Option<f64>, ToolError> {
+        match args.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| ToolError::invalid(format!("'{k}' must be a number"))),
+        }
+    };
+    let (max_tokens, temperature, top_p) = (num("max_tokens")?, num("temperature")?, num("top_p")?);
+    let model_override = opt_str(args, "model")?.map(str::to_owned);
+
+    let provider_id = Resolver::provider_id(config);
+    let agent_key = agent_api_key(runner, &provider_id);
+    let resolved = runner
+        .env
+        .resolver
+        .resolve(config, agent_key)
+        .map_err(|e| ToolError::new(ErrorCode::ModelError, e.to_string()))?;
+    let mut params = resolved.params.clone();
+    if let Some(m) = max_tokens {
+        params.max_tokens = Some(m.max(1.0) as u64);
+    }
+    if temperature.is_some() {
+        params.temperature = temperature;
+    }
+    if top_p.is_some() {
+        params.top_p = top_p;
+    }
+    let request = ChatRequest {
+        model: model_override.unwrap_or_else(|| resolved.model_id.clone()),
+        system,
+        messages,
+        tools: Vec::new(),
+        params,
+    };
+    let provider = resolved.provider.clone();
+    Ok(Reply::Later(Box::pin(async move {
+        use crate::providers::Provider as _;
+        let reply = provider
+            .complete(&request)
+            .await
+            .map_err(|e| ToolError::new(ErrorCode::ModelError, e.to_string()))?;
+        let text = reply.text();
+        if text.trim().is_empty() {
+            return Err(ToolError::new(
+                ErrorCode::ModelRefused,
+                "the model returned no text",
+            ));
+        }
+        Ok(Value::String(text))
+    })))
+}
+
+/// The agent's own key for the provider, when its identity holds one (`provider:<id>:apiKey`).
+fn agent_api_key(runner: &mut Runner<'_>, provider_id: &str) -> Option<ApiKey> {
+    let purpose = format!("provider:{provider_id}:apiKey");
+    let row = runner
+        .file
+        .identity_rows()
+        .ok()?
+        .into_iter()
+        .find(|r| r.purpose == purpose)?;
+    let text = if row.encryption_algo == "plain" {
+        String::from_utf8(row.value).ok()?
+    } else {
+        ensure_identity(runner);
+        let open = runner.identity.as_ref()?.as_ref()?;
+        let bytes = identity::read_credential(runner.file, open, &purpose).ok()??;
+        String::from_utf8(bytes.to_vec()).ok()?
+    };
+    Some(ApiKey::new(text))
+}
+
+/// `messages` or `prompt` (+ `system`) → the request's system text and messages. System
+/// messages only at the start (COD-23); content is text or text/image_url blocks.
+fn invoke_messages(args: &Value) -> Result<(Option<String>, Vec<Message>), ToolError> {
+    let mut system: Vec<String> = Vec::new();
+    if let Some(s) = opt_str(args, "system")? {
+        system.push(s.to_owned());
+    }
+    let mut messages = Vec::new();
+    match (args.get("messages"), opt_str(args, "prompt")?) {
+        (Some(Value::Array(list)), _) => {
+            let mut seen_other = false;
+            for (i, m) in list.iter().enumerate() {
+                let role = m
+                    .get("role")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ToolError::invalid(format!("messages[{i}].role is required")))?;
+                let blocks = content_blocks(m.get("content"), i)?;
+                match role {
+                    "system" if seen_other => {
+                        return Err(ToolError::invalid(
+                            "system messages must come before any user or assistant message",
+                        ));
+                    }
+                    "system" => system.push(
+                        blocks
+                            .iter()
+                            .filter_map(|b| match b {
+                                ContentBlock::Text { text } => Some(text.as_str()),
+                                _ => None,
+                            })
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    ),
+                    "user" | "assistant" => {
+                        seen_other = true;
+                        messages.push(Message {
+                            role: if role == "user" {
+                                Role::User
+                            } else {
+                                Role::Assistant
+                            },
+                            content: blocks,
+                        });
+                    }
+                    other => {
+                        return Err(ToolError::invalid(format!(
+                            "messages[{i}].role must be system, user or assistant, not '{other}'"
+                        )));
+                    }
+                }
+            }
+        }
+        (Some(Value::Null) | None, Some(prompt)) => messages.push(Message::user_text(prompt)),
+        (Some(_), _) => return Err(ToolError::invalid("'messages' must be an array")),
+        (None, None) => {
+            return Err(ToolError::invalid(
+                "model_invoke needs 'messages' (an array) or 'prompt' (a string)",
+            ));
+        }
+    }
+    if messages.is_empty() {
+        return Err(ToolError::invalid(
+            "model_invoke needs at least one user message",
+        ));
+    }
+    let system = (!system.is_empty()).then(|| system.join("\n\n"));
+    Ok((system, messages))
+}
+
+fn content_blocks(content: Option<&Value>, i: usize) -> Result<Vec<ContentBlock>, ToolError> {
+    match content {
+        Some(Value::String(text)) => Ok(vec![ContentBlock::text(text.clone())]),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .map(|b| match b.get("type").and_then(Value::as_str) {
+                Some("text" | "image_url") => serde_json::from_value::<ContentBlock>(b.clone())
+                    .map_err(|e| ToolError::invalid(format!("messages[{i}].content: {e}"))),
+                _ => Err(ToolError::invalid(format!(
+                    "messages[{i}].content blocks are {{type: \"text\"}} or {{type: \"image_url\"}}"
+                ))),
+            })
+            .collect(),
+        _ => Err(ToolError::invalid(format!(
+            "messages[{i}].content must be a string or an array of blocks"
+        ))),
+    }
+}
+
+// ---------- task_resolve ----------
+
+fn task_resolve(runner: &mut Runner<'_>, frame: &Frame, args: &Value) -> Result<Value, ToolError> {
+    let task_id = str_arg(args, "task_id")?;
+    let requires_authorization = match args.get("requires_authorization") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ToolError::invalid(
+                "'requires_authorization' must be a boolean",
+            ));
+        }
+    };
+    let resolution = match str_arg(args, "action")? {
+        "approve" => Resolution::Approve {
+            modified_args: match args.get("modified_args") {
+                None | Some(Value::Null) => None,
+                Some(v @ Value::Object(_)) => Some(v.clone()),
+                Some(_) => return Err(ToolError::invalid("'modified_args' must be an object")),
+            },
+        },
+        "deny" => Resolution::Deny {
+            reason: opt_str(args, "reason")?.map(str::to_owned),
+        },
+        "pending_approval" => Resolution::Escalate,
+        other => {
+            return Err(ToolError::invalid(format!(
+                "action must be approve, deny or pending_approval, not '{other}'"
+            )));
+        }
+    };
+    let caller = frame.caller();
+    let registry = runner.env.registry.clone();
+    runner.file.atomically(|f| {
+        approval::resolve_task(
+            &registry,
+            f,
+            task_id,
+            resolution,
+            &caller,
+            requires_authorization,
+        )
+    })
+}
+
+// ---------- loop_inject ----------
+
+fn loop_inject(
+    runner: &mut Runner<'_>,
+    frame: &Frame,
+    args: &Value,
+    config: &Value,
+) -> Result<Value, ToolError> {
+    let content = str_arg(args, "content")?;
+    match opt_str(args, "role")? {
+        None | Some("user") => {}
+        Some(other) => {
+            return Err(ToolError::invalid(format!(
+                "loop_inject only adds user context; role '{other}' could forge model history"
+            )));
+        }
+    }
+    for forbidden in ["tool_calls", "tool_use", "tool_result", "messages"] {
+        if args.get(forbidden).is_some() {
+            return Err(ToolError::invalid(format!(
+                "loop_inject takes text content only, not '{forbidden}'"
+            )));
+        }
+    }
+    let limit = config
+        .pointer("/limits/max_tool_result_tokens")
+        .and_then(Value::as_u64)
+        .map_or(MAX_INJECT_CHARS, |t| {
+            MAX_INJECT_CHARS.min(usize::try_from(t.saturating_mul(4)).unwrap_or(usize::MAX))
+        });
+    let chars = content.chars().count();
+    if chars > limit {
+        return Err(ToolError::invalid(format!(
+            "loop_inject content is {chars} characters; the limit is {limit}"
+        )));
+    }
+    let category = opt_str(args, "category")?.unwrap_or("loop_inject");
+    let valid = !category.is_empty()
+        && category.len() <= 64
+        && category.starts_with(|c: char| c.is_ascii_lowercase())
+        && category
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.:".contains(c));
+    if !valid {
+        return Err(ToolError::invalid(format!(
+            "category must be lowercase ([a-z][a-z0-9_.:-]*, at most 64 characters), not '{category}'"
+        )));
+    }
+    let key = opt_str(args, "key")?.map(str::to_owned);
+    let (loop_name, collect) = match &runner.options.inject {
+        InjectMode::Immediate { loop_name } => (loop_name.clone(), false),
+        InjectMode::Collect { loop_name } => (loop_name.clone(), true),
+    };
+    let injection = Injection {
+        loop_name,
+        category: category.to_owned(),
+        key: key.clone(),
+        origin: frame.source.clone(),
+        content: content.to_owned(),
+    };
+    if collect {
+        // A key replaces the earlier pending value; the replaced version is kept in the logs.
+        if let Some(k) = &key
+            && let Some(i) = runner
+                .injections
+                .iter()
+                .position(|p| p.key.as_deref() == Some(k))
+        {
+            let old = runner.injections.remove(i);
+            runner.file.log(&NewLog {
+                level: "debug",
+                origin: Some("loop_inject"),
+                event: Some("superseded"),
+                target: Some(k),
+                message: "a pending keyed injection was replaced before delivery",
+                data: Some(&json!({ "category": old.category, "origin": old.origin, "content": old.content })),
+                r#loop: Some(&old.loop_name),
+            })?;
+        }
+        runner.injections.push(injection);
+        Ok(json!({ "queued": true, "category": category, "key": key }))
+    } else {
+        super::store_injections(runner.file, std::slice::from_ref(&injection))?;
+        Ok(json!({ "queued": true, "stored": true, "category": category, "key": key }))
+    }
+}
+
+// ---------- identity ----------
+
+/// Opens the file's identity once per run with the installation's keys; afterwards
+/// `runner.identity` is `Some(None)` without keys or when it cannot be opened (the methods
+/// then see the envelopes as stored, without unlocking).
+fn ensure_identity(runner: &mut Runner<'_>) {
+    if runner.identity.is_none() {
+        let opened = match runner.env.keys.clone() {
+            Some(keys) => identity::open_identity(runner.file, &keys).ok(),
+            None => None,
+        };
+        runner.identity = Some(opened);
+    }
+}
+
+fn crypto_rows(file: &AdfFile) -> Result<Vec<adf_crypto::IdentityRow>, ToolError> {
+    Ok(file
+        .identity_rows()?
+        .into_iter()
+        .map(|r| adf_crypto::IdentityRow {
+            purpose: r.purpose,
+            value: r.value,
+            encryption_algo: r.encryption_algo,
+            salt: r.salt,
+            kdf_params: r.kdf_params,
+            code_access: r.code_access,
+        })
+        .collect())
+}
+
+fn envelope_status(runner: &mut Runner<'_>) -> Result<provision::IdentityStatus, ToolError> {
+    ensure_identity(runner);
+    if let Some(Some(open)) = &runner.identity {
+        return Ok(open.status);
+    }
+    let rows = crypto_rows(runner.file)?;
+    provision::identity_status(&rows, &Deks::default())
+        .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))
+}
+
+fn identity_status(runner: &mut Runner<'_>) -> Result<Value, ToolError> {
+    let status = envelope_status(runner)?;
+    Ok(json!({
+        "envelopes": {
+            "identity": status.identity.as_str(),
+            "credentials": status.credentials.as_str(),
+        },
+        "password_protected": status.password_protected,
+    }))
+}
+
+fn check_purpose(purpose: &str) -> Result<(), ToolError> {
+    if purpose.is_empty() || purpose.trim() != purpose {
+        return Err(ToolError::invalid(
+            "a purpose is a non-empty name without surrounding spaces",
+        ));
+    }
+    if purpose.starts_with("crypto:") || is_protected_purpose(purpose) {
+        return Err(ToolError::new(
+            ErrorCode::RequiresAuthorizedCode,
+            format!(
+                "'{purpose}' is one of the runtime's own keys; agent code never reads or writes crypto:* rows"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn get_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolError> {
+    let purpose = str_arg(args, "purpose")?;
+    check_purpose(purpose)?;
+    let row = runner
+        .file
+        .identity_rows()?
+        .into_iter()
+        .find(|r| r.purpose == purpose)
+        .ok_or_else(|| ToolError::not_found(format!("no identity value '{purpose}'")))?;
+    if !row.code_access {
+        return Err(ToolError::failed(format!(
+            "'{purpose}' is not readable by code (code_access is off)"
+        )));
+    }
+    let bytes = if row.encryption_algo == "plain" {
+        row.value
+    } else {
+        ensure_identity(runner);
+        let open = runner
+            .identity
+            .as_ref()
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                ToolError::failed(format!(
+                    "'{purpose}' is sealed and this file's credentials are not unlocked here"
+                ))
+            })?;
+        identity::read_credential(runner.file, open, purpose)
+            .map_err(|e| ToolError::failed(e.to_string()))?
+            .map(|v| v.to_vec())
+            .unwrap_or_default()
+    };
+    String::from_utf8(bytes)
+        .map(Value::String)
+        .map_err(|_| ToolError::failed(format!("'{purpose}' is not text")))
+}
+
+fn set_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolError> {
+    let purpose = str_arg(args, "purpose")?;
+    let value = str_arg(args, "value")?;
+    check_purpose(purpose)?;
+    // A new row is readable by code; an existing row keeps the flag its owner chose.
+    let code_access = runner
+        .file
+        .identity_rows()?
+        .into_iter()
+        .find(|r| r.purpose == purpose)
+        .is_none_or(|r| r.code_access);
+    let status = envelope_status(runner)?;
+    match status.credentials {
+        EnvelopeState::Unlocked => {
+            let Some(Some(open)) = &runner.identity else {
+                return Err(ToolError::new(
+                    ErrorCode::InternalError,
+                    "credentials reported unlocked without an open identity",
+                ));
+            };
+            identity::set_credential(runner.file, open, purpose, value.as_bytes(), code_access)
+                .map_err(|e| ToolError::new(ErrorCode::WriteError, e.to_string()))?;
+            Ok(json!({ "purpose": purpose, "sealed": true }))
+        }
+        // No envelope to seal into (a file without an identity): stored as the reference does.
+        EnvelopeState::Absent => {
+            runner.file.identity_put(&[IdentityRow {
+                purpose: purpose.to_owned(),
+                value: value.as_bytes().to_vec(),
+                encryption_algo: "plain".into(),
+                salt: None,
+                kdf_params: None,
+                code_access,
+            }])?;
+            Ok(json!({ "purpose": purpose, "sealed": false }))
+        }
+        // Fail closed: never write a plain secret beside an envelope we cannot open.
+        other => Err(ToolError::new(
+            ErrorCode::WriteError,
+            format!(
+                "the credentials envelope is {} here; a secret cannot be sealed into it",
+                other.as_str()
+            ),
+        )),
+    }
+}
+
+// ---------- events ----------
+
+fn emit_event(file: &mut AdfFile, frame: &Frame, args: &Value) -> Result<Value, ToolError> {
+    let kind = str_arg(args, "type")?;
+    let name = kind.strip_prefix("custom.").unwrap_or("");
+    if name.is_empty() || kind.len() > 128 || kind.chars().any(char::is_control) {
+        return Err(ToolError::invalid(format!(
+            "emit_event type must be 'custom.<name>', not '{kind}'"
+        )));
+    }
+    let payload = args.get("payload").cloned().unwrap_or(Value::Null);
+    // No umbilical event bus yet: the event is recorded, and the caller told it reached no one.
+    file.log(&NewLog {
+        level: "info",
+        origin: Some("emit_event"),
+        event: Some(kind),
+        target: Some(&frame.source),
+        message: "custom event emitted (no event bus in this runtime yet: recorded only)",
+        data: Some(&payload),
+        r#loop: None,
+    })?;
+    Ok(json!({ "type": kind, "delivered": false, "recorded": true }))
+}
+
+// ---------- attestations ----------
+
+fn attestation_list(file: &AdfFile) -> Result<Value, ToolError> {
+    let list: Vec<Value> = file
+        .attestations()?
+        .iter()
+        .map(|row| {
+            serde_json::to_value(identity::from_store_attestation(row)).unwrap_or(Value::Null)
+        })
+        .collect();
+    Ok(Value::Array(list))
+}
+
+fn own_did(file: &AdfFile) -> Result<String, ToolError> {
+    file.meta_get("adf_did")?
+        .map(|e| e.value)
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| ToolError::failed("this agent has no identity (adf_did) yet"))
+}
+
+fn attestation_add(file: &mut AdfFile, args: &Value) -> Result<Value, ToolError> {
+    let raw = args
+        .get("attestation")
+        .filter(|v| v.is_object())
+        .ok_or_else(|| ToolError::invalid("'attestation' (the signed object) is required"))?;
+    let attestation = Attestation::from_json_value(raw)
+        .map_err(|e| ToolError::invalid(format!("not an attestation: {e}")))?;
+    let did = own_did(file)?;
+    attestation
+        .check_addable(&did, chrono::Utc::now())
+        .map_err(|e| ToolError::invalid(e.to_string()))?;
+    let row = identity::to_store_attestation(&attestation);
+    let added = file.atomically(|f| f.attestation_insert(&row))?;
+    Ok(json!({ "added": added, "role": attestation.role, "issuer": attestation.issuer }))
+}
+
+fn attestation_issue(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolError> {
+    let subject = str_arg(args, "subject")?;
+    let role = str_arg(args, "role")?;
+    let scope = opt_str(args, "scope")?;
+    let expires_at = opt_str(args, "expires_at")?;
+    let did = own_did(runner.file)?;
+    Attestation::check_issuable(&did, subject, role, expires_at)
+        .map_err(|e| ToolError::invalid(e.to_string()))?;
+    ensure_identity(runner);
+    let open = runner
+        .identity
+        .as_ref()
+        .and_then(Option::as_ref)
+        .ok_or_else(|| {
+            ToolError::failed("this agent's identity cannot be opened here, so it cannot sign")
+        })?;
+    if !open.is_unlocked(EnvelopeName::Identity) {
+        return Err(ToolError::failed(format!(
+            "the identity envelope is {}; it must be unlocked to sign",
+            open.status.identity.as_str()
+        )));
+    }
+    let key = identity::agent_signing_key(runner.file, open)
+        .map_err(|e| ToolError::failed(e.to_string()))?;
+    let issued_at = adf_crypto::attestation::to_iso8601(chrono::Utc::now());
+    let attestation = Attestation::issue(&key, subject, role, &issued_at, expires_at, scope);
+    serde_json::to_value(&attestation)
+        .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))
+}

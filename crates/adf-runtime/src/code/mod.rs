@@ -1,0 +1,574 @@
+//! Running agent code against its file: `sys_code`, `sys_lambda`, and every lambda the
+//! triggers, timers, routes and middleware will run (spec §8.6, §9, adf-object guide).
+//!
+//! Principal items: [`CodeEnv`] (the agent's sandbox, the tool registry, the model resolver and
+//! the installation's keys), [`run_lambda`] (the one entry point for "run this lambda reference
+//! with this input under this authorization"), [`run_inline`] (`sys_code`, `adf code`),
+//! [`run_deferred`] (carries out a `sys_code`/`sys_lambda` call the tool pipeline returned as
+//! `CallOutcome::Deferred`, including the owner approval a model's `sys_lambda` on an authorized
+//! file needs) and [`CodeRun`] (value, console output, collected `loop_inject` contexts).
+//!
+//! How code reaches the file. The sandbox runs JavaScript on the tokio runtime and calls the
+//! [`adf_sandbox::Host`] for every `adf.*` call and module load. Our host does nothing itself:
+//! it sends the request over an unbounded channel to the runner (runner.rs), the loop that holds
+//! the one `&mut AdfFile` and `select!`s between the executions in flight and that channel. So
+//! every `adf.*` call is serviced on the task that owns the file — no mutex, no second
+//! connection — and each call is its own transaction (the registry's `atomically`, or ours for
+//! the code-only methods). Nested executions (`adf.sys_lambda`, `adf.sys_code`) and slow
+//! calls (`model_invoke`) run as futures the same loop polls, so the outer execution's time
+//! limit and timers keep running meanwhile.
+//!
+//! Authorization (§8.6). Every execution has a frame with its caller identity
+//! (`Caller::Code { authorized, source: "path:function" }`). A lambda starts authorized only
+//! when its authorization allows it ([`Authorization::SourceFile`]: the source file's flag), and
+//! **every module it loads must be authorized too**: loading an unauthorized file (the entry
+//! or any import) demotes the execution before any JavaScript runs, so an authorized file cannot
+//! be made to run agent-written code with its privileges by importing it. `sys_code` is always
+//! unauthorized. Nested `sys_lambda`: unauthorized code calling an authorized file is refused
+//! (`REQUIRES_AUTHORIZED_CALLER`), otherwise the target runs with its own file's flag; a
+//! function already on the call stack is `CIRCULAR_CALL`.
+//!
+//! What code sees (adf-object guide). Results are JSON; failures throw with the
+//! [`crate::tools::ErrorCode`] of the failure; `say`/`ask` are `EXCLUDED_TOOL`,
+//! `loop_compact`/`loop_clear` are refused with the guide's explanation. `db_query` returns its
+//! row objects (the guide's examples iterate the result: `for (const row of rows)`), not the
+//! `{columns, rows, ...}` object the model reads. An `_async: true` call answers
+//! `{task_id, status, tool}` at once and a `running` task then runs before the next call is
+//! serviced. The code-only methods of the §9 table are in methods.rs.
+//!
+//! Known differences, documented: the sandbox parses every string result that is valid JSON
+//! (the guide's rule for tool output), so a `model_invoke` reply or `get_identity` value that
+//! happens to be JSON text (`"42"`) arrives parsed. Native `fetch` (`code_execution.network`) is
+//! not wired to an HTTP client yet and fails with `NETWORK_DISABLED`. `emit_event` has no event
+//! bus yet: the event is recorded as an `adf_logs` row (origin `emit_event`) and reported as not
+//! delivered.
+
+mod methods;
+mod runner;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf_sandbox::{Entry, Request, SandboxError};
+pub use adf_sandbox::{LogEntry, LogLevel, Sandbox, SandboxConfig};
+use adf_store::AdfFile;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::identity::LocalKeys;
+use crate::providers::Resolver;
+use crate::tools::approval::{self, Decision};
+use crate::tools::{Approver, Caller, DeferredCall, ErrorCode, ToolError, ToolRegistry};
+
+use runner::{Frame, Runner};
+
+/// The default of `limits.execution_timeout_ms` (§5.7).
+pub const DEFAULT_EXECUTION_TIMEOUT_MS: u64 = 60_000;
+/// Deepest chain of nested `sys_lambda` calls (a backstop besides `CIRCULAR_CALL`).
+pub const MAX_LAMBDA_DEPTH: usize = 16;
+
+/// What an agent's code runs with: its sandbox (one QuickJS runtime; cheap to clone), the tool
+/// registry, the model resolver for `model_invoke`, and this installation's keys for the
+/// identity methods (opened lazily, only when code asks).
+#[derive(Clone)]
+pub struct CodeEnv {
+    sandbox: Sandbox,
+    registry: Arc<ToolRegistry>,
+    resolver: Resolver,
+    keys: Option<Arc<LocalKeys>>,
+}
+
+impl std::fmt::Debug for CodeEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeEnv")
+            .field("sandbox", &self.sandbox)
+            .field("keys", &self.keys.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CodeEnv {
+    /// An environment over an existing sandbox; models resolve from the process environment.
+    pub fn new(sandbox: Sandbox, registry: Arc<ToolRegistry>) -> Self {
+        CodeEnv {
+            sandbox,
+            registry,
+            resolver: Resolver::new(),
+            keys: None,
+        }
+    }
+
+    /// A new sandbox with the default limits and every built-in tool.
+    pub async fn with_builtins() -> Result<Self, ToolError> {
+        let sandbox = Sandbox::new(SandboxConfig::default())
+            .await
+            .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))?;
+        Ok(Self::new(sandbox, Arc::new(ToolRegistry::with_builtins())))
+    }
+
+    /// Resolve `model_invoke` models with this resolver.
+    pub fn with_resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// The installation's keys, for `identity_status`, `get_identity`, `set_identity` and
+    /// `attestation_issue` on sealed rows.
+    pub fn with_keys(mut self, keys: Arc<LocalKeys>) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+}
+
+/// A lambda reference: `path:function`, the function defaulting to `main`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LambdaRef {
+    pub path: String,
+    pub function: String,
+}
+
+impl LambdaRef {
+    /// Parses `lib/a.ts:run` or `lib/a.ts` (→ `main`); a leading `./` is dropped.
+    pub fn parse(source: &str) -> Result<Self, ToolError> {
+        let source = source.trim();
+        match Entry::lambda(source) {
+            Entry::Lambda { path, function } => {
+                let path = path.trim_start_matches("./").to_owned();
+                if path.is_empty() {
+                    return Err(ToolError::invalid(
+                        "a lambda source is 'path/file.ts:functionName'",
+                    ));
+                }
+                Ok(LambdaRef { path, function })
+            }
+            Entry::Inline { .. } => Err(ToolError::invalid("not a lambda reference")),
+        }
+    }
+
+    /// `path:function`.
+    pub fn source(&self) -> String {
+        format!("{}:{}", self.path, self.function)
+    }
+}
+
+/// The authorization a lambda run asks for (§8.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Authorization {
+    /// The source file's `authorized` flag (triggers, timers, routes, middleware, the owner's
+    /// `adf run`, an owner-approved model `sys_lambda`). Any unauthorized module loaded by the
+    /// run demotes it.
+    SourceFile,
+    /// Unauthorized whatever the file says (a model's `sys_lambda` on an unauthorized file).
+    Unauthorized,
+}
+
+/// Where `loop_inject` contexts go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectMode {
+    /// Append each one to this loop's transcript at once: nothing is in flight (triggers,
+    /// timers, the command line).
+    Immediate { loop_name: String },
+    /// Keep them in [`CodeRun::injections`] (keyed ones coalesced): the run is part of a model
+    /// turn's tool batch, and the executor appends them after the batch's results with
+    /// [`store_injections`], so a context never splits a `tool_use`/`tool_result` pair.
+    Collect { loop_name: String },
+}
+
+/// Options of one top-level run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Lambdas: reuse a warm context for the file (`warm: true` triggers, timers, routes).
+    pub warm: bool,
+    /// A time limit below `limits.execution_timeout_ms` (never above it).
+    pub timeout: Option<Duration>,
+    pub inject: InjectMode,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            warm: false,
+            timeout: None,
+            inject: InjectMode::Immediate {
+                loop_name: "main".into(),
+            },
+        }
+    }
+}
+
+/// A `loop_inject` context (§9 code-only methods).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Injection {
+    pub loop_name: String,
+    /// Lowercase provenance category (`loop_inject` by default).
+    pub category: String,
+    pub key: Option<String>,
+    /// The code that injected it (`lib/a.ts:main`, `sys_code`).
+    pub origin: String,
+    pub content: String,
+}
+
+impl Injection {
+    /// The `adf_loop` content of the row: one text block starting with the
+    /// `[Context: <category>]` marker (§13.1), carrying `{v, category, origin, key}` beside
+    /// the text so readers need not parse the marker.
+    pub fn row_content(&self) -> Value {
+        json!([{
+            "type": "text",
+            "text": format!("[Context: {}] {}", self.category, self.content),
+            "context": { "v": 1, "category": self.category, "origin": self.origin, "key": self.key },
+        }])
+    }
+}
+
+/// Appends collected injections to their loops, in order, each its own transaction.
+pub fn store_injections(file: &mut AdfFile, injections: &[Injection]) -> Result<(), ToolError> {
+    for injection in injections {
+        file.loop_append(&adf_store::NewLoopRow {
+            r#loop: &injection.loop_name,
+            role: "user",
+            content: &injection.row_content(),
+            model: None,
+            tokens: None,
+        })?;
+    }
+    Ok(())
+}
+
+/// The outcome of a top-level run, with its console output kept whatever the result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeRun {
+    /// The value the code returned, or the failure with its proxy code (`TIMEOUT`,
+    /// `FN_ERROR`, a rethrown `adf.*` error's code, ...).
+    pub result: Result<Value, ToolError>,
+    /// Console output; nested lambdas' lines are prefixed with `[path:function]`.
+    pub logs: Vec<LogEntry>,
+    pub logs_truncated: bool,
+    /// `loop_inject` contexts kept for the executor ([`InjectMode::Collect`]).
+    pub injections: Vec<Injection>,
+}
+
+impl CodeRun {
+    /// Console lines as text (`warn: ...` for levels other than log/info).
+    pub fn log_lines(&self) -> Vec<String> {
+        log_lines(&self.logs)
+    }
+
+    /// What a tool call (`sys_code`, `sys_lambda` from the model) returns:
+    /// `{result, logs}`, or the failure with the console output appended to its message.
+    pub fn tool_value(&self) -> Result<Value, ToolError> {
+        match &self.result {
+            Ok(value) => Ok(json!({ "result": value, "logs": self.log_lines() })),
+            Err(error) => {
+                let mut error = error.clone();
+                if !self.logs.is_empty() {
+                    error.message = format!(
+                        "{}\nconsole output:\n{}",
+                        error.message,
+                        self.log_lines().join("\n")
+                    );
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+pub(crate) fn log_lines(logs: &[LogEntry]) -> Vec<String> {
+    logs.iter()
+        .map(|l| match l.level {
+            LogLevel::Log | LogLevel::Info => l.message.clone(),
+            other => format!("{}: {}", other.as_str(), l.message),
+        })
+        .collect()
+}
+
+/// Runs a lambda (`path:function`) with `input` as its single argument: the entry point of
+/// triggers, timers, API routes, middleware and `adf run`. Runs `authorized` only under
+/// [`Authorization::SourceFile`] and when the file and every module it imports are authorized.
+pub async fn run_lambda(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    lambda: &LambdaRef,
+    input: Value,
+    authorization: Authorization,
+    approver: &dyn Approver,
+    options: &RunOptions,
+) -> CodeRun {
+    let config = match file.config() {
+        Ok(config) => config,
+        Err(e) => return CodeRun::failed(e.into()),
+    };
+    if !input.is_object() && !input.is_null() {
+        return CodeRun::failed(ToolError::invalid("lambda input must be a JSON object"));
+    }
+    let input = if input.is_null() { json!({}) } else { input };
+    let frame = Frame::new(
+        authorization == Authorization::SourceFile,
+        lambda.source(),
+        vec![lambda.source()],
+    );
+    let request = Request::new(Entry::Lambda {
+        path: lambda.path.clone(),
+        function: lambda.function.clone(),
+    })
+    .args(input)
+    .timeout(options_timeout(&config, options.timeout))
+    .network(network(&config))
+    .warm(options.warm);
+    Runner::new(file, env, approver, options)
+        .run(request, frame)
+        .await
+}
+
+/// Runs inline code (`sys_code`, `adf code`) in the agent's persistent context, unauthorized.
+pub async fn run_inline(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    code: &str,
+    typescript: bool,
+    approver: &dyn Approver,
+    options: &RunOptions,
+) -> CodeRun {
+    let config = match file.config() {
+        Ok(config) => config,
+        Err(e) => return CodeRun::failed(e.into()),
+    };
+    let frame = Frame::new(false, "sys_code".into(), Vec::new());
+    let request = Request::new(Entry::Inline {
+        code: code.to_owned(),
+        typescript,
+    })
+    .timeout(options_timeout(&config, options.timeout))
+    .network(network(&config));
+    Runner::new(file, env, approver, options)
+        .run(request, frame)
+        .await
+}
+
+/// Carries out a `sys_code` or `sys_lambda` call the pipeline returned as
+/// `CallOutcome::Deferred` for `caller`, then records its outcome on the call's approval task.
+/// A model's `sys_lambda` on an authorized file asks `approver` first (§8.6) and the approved
+/// run is authorized; on an unauthorized file it runs unauthorized without asking.
+/// [`CodeRun::tool_value`] is what the caller reports as the tool result.
+///
+/// The executor calls this for deferred code tools of a model turn with
+/// [`InjectMode::Collect`] and appends [`CodeRun::injections`] after the batch.
+pub async fn run_deferred(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    caller: &Caller,
+    call: &DeferredCall,
+    approver: &dyn Approver,
+    options: &RunOptions,
+) -> CodeRun {
+    let run = match call.tool.as_str() {
+        "sys_code" => {
+            let code = call.args.get("code").and_then(Value::as_str).unwrap_or("");
+            let typescript = matches!(
+                call.args.get("language").and_then(Value::as_str),
+                Some("ts" | "typescript")
+            );
+            // Appendix C #16: min(timeout, limits.execution_timeout_ms).
+            let timeout = call
+                .args
+                .get("timeout")
+                .and_then(Value::as_f64)
+                .filter(|t| *t >= 1.0)
+                .map(|t| Duration::from_millis(t as u64));
+            let options = RunOptions {
+                timeout: min_timeout(timeout, options.timeout),
+                ..options.clone()
+            };
+            run_inline(file, env, code, typescript, approver, &options).await
+        }
+        "sys_lambda" => deferred_lambda(file, env, caller, call, approver, options).await,
+        other => CodeRun::failed(ToolError::new(
+            ErrorCode::InternalError,
+            format!("'{other}' is not a code tool"),
+        )),
+    };
+    let recorded = env.registry.finish_deferred(
+        file,
+        call,
+        &run.result.clone().map(|v| json!({ "result": v })),
+    );
+    match recorded {
+        Ok(()) => run,
+        Err(e) => CodeRun {
+            result: Err(e),
+            ..run
+        },
+    }
+}
+
+async fn deferred_lambda(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    caller: &Caller,
+    call: &DeferredCall,
+    approver: &dyn Approver,
+    options: &RunOptions,
+) -> CodeRun {
+    let source = call
+        .args
+        .get("source")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let lambda = match LambdaRef::parse(source) {
+        Ok(l) => l,
+        Err(e) => return CodeRun::failed(e),
+    };
+    let input = call.args.get("args").cloned().unwrap_or_else(|| json!({}));
+    let target_authorized = match runner::lambda_file(file, &lambda.path) {
+        Ok(Some(info)) => info.authorized,
+        Ok(None) => {
+            return CodeRun::failed(ToolError::not_found(format!(
+                "no file {} in this agent",
+                lambda.path
+            )));
+        }
+        Err(e) => return CodeRun::failed(e),
+    };
+    let mut approval_task = None;
+    let authorization = match caller {
+        Caller::Model { .. } if target_authorized => {
+            let meta = json!({
+                "reason": "authorized_code",
+                "description": format!("sys_lambda would run {} with the authorization of {}", lambda.source(), lambda.path),
+            });
+            match approval::request(file, approver, caller, "sys_lambda", &call.args, &meta) {
+                Ok((Decision::Approved, task)) => {
+                    approval_task = Some(task);
+                    Authorization::SourceFile
+                }
+                Ok((Decision::Denied(reason), _)) => {
+                    return CodeRun::failed(ToolError::new(
+                        ErrorCode::Denied,
+                        format!("the owner denied running {}: {reason}", lambda.source()),
+                    ));
+                }
+                Err(e) => return CodeRun::failed(e),
+            }
+        }
+        Caller::Model { .. } => Authorization::Unauthorized,
+        Caller::Code {
+            authorized: false, ..
+        } if target_authorized => {
+            return CodeRun::failed(requires_authorized_caller(&lambda.path));
+        }
+        Caller::Code {
+            authorized: false, ..
+        } => Authorization::Unauthorized,
+        Caller::Code {
+            authorized: true, ..
+        }
+        | Caller::Owner => Authorization::SourceFile,
+    };
+    let run = run_lambda(file, env, &lambda, input, authorization, approver, options).await;
+    if let Some(task) = approval_task {
+        let outcome = match &run.result {
+            Ok(value) => {
+                file.task_update(&task, "completed", Some(&crate::tools::render(value)), None)
+            }
+            Err(error) => file.task_update(&task, "failed", None, Some(&error.to_string())),
+        };
+        if let Err(e) = outcome {
+            return CodeRun {
+                result: Err(e.into()),
+                ..run
+            };
+        }
+    }
+    run
+}
+
+pub(crate) fn requires_authorized_caller(path: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::RequiresAuthorizedCaller,
+        format!("{path} is an authorized file: only authorized code may call it"),
+    )
+}
+
+impl CodeRun {
+    fn failed(error: ToolError) -> Self {
+        CodeRun {
+            result: Err(error),
+            logs: Vec::new(),
+            logs_truncated: false,
+            injections: Vec::new(),
+        }
+    }
+}
+
+/// `limits.execution_timeout_ms` (default 60 s), lowered by `requested` when smaller.
+fn options_timeout(config: &Value, requested: Option<Duration>) -> Duration {
+    let limit = Duration::from_millis(
+        config
+            .pointer("/limits/execution_timeout_ms")
+            .and_then(Value::as_u64)
+            .filter(|ms| *ms > 0)
+            .unwrap_or(DEFAULT_EXECUTION_TIMEOUT_MS),
+    );
+    requested.map_or(limit, |r| r.min(limit))
+}
+
+fn min_timeout(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn network(config: &Value) -> bool {
+    config
+        .pointer("/code_execution/network")
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+/// The proxy code of a failed execution as a [`ToolError`].
+pub(crate) fn sandbox_error(error: &SandboxError) -> ToolError {
+    let code = code_from_str(error.proxy_code());
+    let message = match error {
+        SandboxError::Thrown {
+            message,
+            code: Some(_),
+            ..
+        } => message.clone(),
+        other => other.to_string(),
+    };
+    ToolError::new(code, message)
+}
+
+/// The [`ErrorCode`] named by a proxy code string; unknown codes become `FN_ERROR` (a lambda
+/// threw an error with a code of its own).
+pub(crate) fn code_from_str(code: &str) -> ErrorCode {
+    match code {
+        "NOT_FOUND" => ErrorCode::NotFound,
+        "DISABLED" => ErrorCode::Disabled,
+        "REQUIRES_AUTHORIZED_CODE" => ErrorCode::RequiresAuthorizedCode,
+        "REQUIRES_AUTHORIZED_CALLER" => ErrorCode::RequiresAuthorizedCaller,
+        "TOOL_ERROR" => ErrorCode::ToolError,
+        "CIRCULAR_CALL" => ErrorCode::CircularCall,
+        "EXCLUDED_TOOL" => ErrorCode::ExcludedTool,
+        "INVALID_INPUT" => ErrorCode::InvalidInput,
+        "INVALID_STATE" => ErrorCode::InvalidState,
+        "MODEL_ERROR" => ErrorCode::ModelError,
+        "MODEL_REFUSED" => ErrorCode::ModelRefused,
+        "INTERNAL_ERROR" => ErrorCode::InternalError,
+        "WRITE_ERROR" => ErrorCode::WriteError,
+        "MESH_NOT_ENABLED" | "MESH_TOOL_UNAVAILABLE" => ErrorCode::MeshNotEnabled,
+        "TIMEOUT" => ErrorCode::Timeout,
+        "DENIED" => ErrorCode::Denied,
+        _ => ErrorCode::FnError,
+    }
+}

@@ -1,0 +1,508 @@
+//! The runner: one loop that owns `&mut AdfFile` for the length of a top-level run and services
+//! every host request of every execution in flight (the top-level one and its nested
+//! `sys_lambda`/`sys_code` executions) on the task that owns the file.
+//!
+//! The sandbox calls [`ChannelHost`], which only forwards `(request, oneshot reply)` over an
+//! unbounded channel. [`Runner::run`] `select!`s between the top-level execution, that channel
+//! and the futures it started (nested executions, `model_invoke` requests). Handling a request
+//! is synchronous against the file (each call one transaction); anything slow becomes a future
+//! in `pending`, so the executions' time limits and timers keep running.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use adf_sandbox::{Entry, Execution, Host, HostError, LogEntry, Request};
+use adf_store::{AdfFile, FileInfo};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    CodeEnv, CodeRun, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions, log_lines, methods,
+    options_timeout, requires_authorized_caller, sandbox_error,
+};
+use crate::identity::OpenIdentity;
+use crate::tools::access::{self, Access};
+use crate::tools::{Approver, CallOutcome, Caller, ErrorCode, ToolError};
+
+/// One execution's identity: who its `adf.*` calls are made as.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    /// Cleared when the execution loads an unauthorized module (see the module docs of
+    /// `code`); never set again.
+    authorized: AtomicBool,
+    /// `path:function`, or `sys_code`.
+    pub(crate) source: String,
+    /// Lambda sources from the top-level run to this execution, for `CIRCULAR_CALL`.
+    stack: Vec<String>,
+}
+
+impl Frame {
+    pub(crate) fn new(authorized: bool, source: String, stack: Vec<String>) -> Arc<Frame> {
+        Arc::new(Frame {
+            authorized: AtomicBool::new(authorized),
+            source,
+            stack,
+        })
+    }
+
+    pub(crate) fn authorized(&self) -> bool {
+        self.authorized.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn caller(&self) -> Caller {
+        Caller::Code {
+            authorized: self.authorized(),
+            source: Some(self.source.clone()),
+        }
+    }
+}
+
+enum HostMsg {
+    Call {
+        frame: Arc<Frame>,
+        method: String,
+        args: Value,
+        reply: oneshot::Sender<Result<Value, HostError>>,
+    },
+    Load {
+        frame: Arc<Frame>,
+        path: String,
+        reply: oneshot::Sender<Option<String>>,
+    },
+}
+
+/// The sandbox's view of the runtime: forwards everything to the runner.
+struct ChannelHost {
+    frame: Arc<Frame>,
+    tx: mpsc::UnboundedSender<HostMsg>,
+}
+
+fn stopped() -> HostError {
+    HostError::new("INTERNAL_ERROR", "the code runner stopped before answering")
+}
+
+impl Host for ChannelHost {
+    fn call(&self, method: &str, args: Value) -> BoxFuture<'static, Result<Value, HostError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(HostMsg::Call {
+            frame: self.frame.clone(),
+            method: method.to_owned(),
+            args,
+            reply,
+        });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(stopped());
+            }
+            answer.await.unwrap_or_else(|_| Err(stopped()))
+        })
+    }
+
+    fn load_module(&self, path: &str) -> BoxFuture<'static, Option<String>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(HostMsg::Load {
+            frame: self.frame.clone(),
+            path: path.to_owned(),
+            reply,
+        });
+        Box::pin(async move {
+            if sent.is_err() {
+                return None;
+            }
+            answer.await.ok().flatten()
+        })
+    }
+}
+
+/// How a call is answered.
+pub(crate) enum Reply {
+    /// Now.
+    Value(Value),
+    /// Now, then run this `_async` task (status `running`) before the next request.
+    ValueThenTask(Value, String),
+    /// When this future resolves (`model_invoke`).
+    Later(BoxFuture<'static, Result<Value, ToolError>>),
+    /// When this nested execution ends.
+    Nested {
+        request: Request,
+        frame: Arc<Frame>,
+        /// `sys_code` answers `{result, logs}`; a lambda answers its value.
+        inline: bool,
+    },
+}
+
+enum Completion {
+    Replied,
+    Nested {
+        reply: oneshot::Sender<Result<Value, HostError>>,
+        source: String,
+        inline: bool,
+        execution: Execution,
+    },
+}
+
+/// The loop of one top-level run.
+pub(crate) struct Runner<'a> {
+    pub(crate) file: &'a mut AdfFile,
+    pub(crate) env: &'a CodeEnv,
+    pub(crate) approver: &'a dyn Approver,
+    pub(crate) options: &'a RunOptions,
+    tx: mpsc::UnboundedSender<HostMsg>,
+    rx: mpsc::UnboundedReceiver<HostMsg>,
+    pending: FuturesUnordered<BoxFuture<'static, Completion>>,
+    /// Console output of nested executions, prefixed with their source.
+    nested_logs: Vec<LogEntry>,
+    pub(crate) injections: Vec<Injection>,
+    /// The file's identity, opened on the first identity method (`None` inside: could not).
+    pub(crate) identity: Option<Option<OpenIdentity>>,
+}
+
+impl<'a> Runner<'a> {
+    pub(crate) fn new(
+        file: &'a mut AdfFile,
+        env: &'a CodeEnv,
+        approver: &'a dyn Approver,
+        options: &'a RunOptions,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Runner {
+            file,
+            env,
+            approver,
+            options,
+            tx,
+            rx,
+            pending: FuturesUnordered::new(),
+            nested_logs: Vec::new(),
+            injections: Vec::new(),
+            identity: None,
+        }
+    }
+
+    /// Runs `request` as `frame` to the end, servicing its host requests.
+    pub(crate) async fn run(mut self, request: Request, frame: Arc<Frame>) -> CodeRun {
+        let host = Arc::new(ChannelHost {
+            frame,
+            tx: self.tx.clone(),
+        });
+        let sandbox = self.env.sandbox.clone();
+        let root = async move { sandbox.execute(request, host).await };
+        tokio::pin!(root);
+        let execution = loop {
+            tokio::select! {
+                biased;
+                execution = &mut root => break execution,
+                Some(done) = self.pending.next(), if !self.pending.is_empty() => self.complete(done),
+                Some(msg) = self.rx.recv() => self.handle(msg),
+            }
+        };
+        let mut logs = execution.logs;
+        logs.append(&mut self.nested_logs);
+        CodeRun {
+            result: execution.result.map_err(|e| sandbox_error(&e)),
+            logs,
+            logs_truncated: execution.logs_truncated,
+            injections: std::mem::take(&mut self.injections),
+        }
+    }
+
+    fn handle(&mut self, msg: HostMsg) {
+        match msg {
+            HostMsg::Load { frame, path, reply } => {
+                let _ = reply.send(self.load(&frame, &path));
+            }
+            HostMsg::Call {
+                frame,
+                method,
+                args,
+                reply,
+            } => match self.call(&frame, &method, args) {
+                Ok(Reply::Value(value)) => {
+                    let _ = reply.send(Ok(value));
+                }
+                Ok(Reply::ValueThenTask(value, task_id)) => {
+                    let _ = reply.send(Ok(value));
+                    // The task's outcome is on its row; the code polls it with db_query.
+                    let _ = self
+                        .env
+                        .registry
+                        .run_task(self.file, &task_id, &frame.caller());
+                }
+                Ok(Reply::Later(future)) => {
+                    self.pending.push(Box::pin(async move {
+                        let _ = reply.send(future.await.map_err(host_error));
+                        Completion::Replied
+                    }));
+                }
+                Ok(Reply::Nested {
+                    request,
+                    frame,
+                    inline,
+                }) => {
+                    let source = frame.source.clone();
+                    let host = Arc::new(ChannelHost {
+                        frame,
+                        tx: self.tx.clone(),
+                    });
+                    let sandbox = self.env.sandbox.clone();
+                    self.pending.push(Box::pin(async move {
+                        let execution = sandbox.execute(request, host).await;
+                        Completion::Nested {
+                            reply,
+                            source,
+                            inline,
+                            execution,
+                        }
+                    }));
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(host_error(error)));
+                }
+            },
+        }
+    }
+
+    fn complete(&mut self, done: Completion) {
+        let Completion::Nested {
+            reply,
+            source,
+            inline,
+            execution,
+        } = done
+        else {
+            return;
+        };
+        let answer = match execution.result {
+            Ok(value) if inline => {
+                Ok(json!({ "result": value, "logs": log_lines(&execution.logs) }))
+            }
+            Ok(value) => Ok(value),
+            // The lambda's own code (a rethrown adf.* error, or one it set) travels as is.
+            Err(e) => Err(HostError::new(e.proxy_code(), e.to_string())),
+        };
+        self.nested_logs
+            .extend(execution.logs.into_iter().map(|l| LogEntry {
+                level: l.level,
+                message: format!("[{source}] {}", l.message),
+            }));
+        let _ = reply.send(answer);
+    }
+
+    /// A module source for the sandbox; an unauthorized file demotes the execution.
+    fn load(&mut self, frame: &Frame, path: &str) -> Option<String> {
+        let entry = self.file.file_read(path).ok()??;
+        if !entry.info.authorized {
+            frame.authorized.store(false, Ordering::SeqCst);
+        }
+        String::from_utf8(entry.content).ok()
+    }
+
+    /// One `adf.<method>(args)` call.
+    fn call(&mut self, frame: &Arc<Frame>, method: &str, args: Value) -> Result<Reply, ToolError> {
+        match method {
+            "loop_compact" | "loop_clear" => Err(ToolError::new(
+                ErrorCode::ExcludedTool,
+                format!(
+                    "{method} only works as a direct tool call of the model: the runtime finishes it after the model's turn ({}), so from code it would fail quietly",
+                    if method == "loop_compact" {
+                        "the summarize/clear/re-seed pass lives in the executor"
+                    } else {
+                        "the live session would keep sending the deleted turns"
+                    }
+                ),
+            )),
+            "sys_lambda" => self.nested_lambda(frame, args),
+            m if methods::is_code_method(m) => {
+                let caller = frame.caller();
+                let config = self.file.config()?;
+                match access::method_access(&caller, &config, m) {
+                    Access::Refused(code, message) => Err(ToolError::new(code, message)),
+                    // Code callers never get NeedsApproval; treat it as a refusal if it appears.
+                    Access::NeedsApproval => Err(ToolError::new(
+                        ErrorCode::RequiresAuthorizedCode,
+                        format!("'{m}' may only be called by authorized code"),
+                    )),
+                    Access::Allowed => methods::call(self, frame, m, args, &config),
+                }
+            }
+            _ => self.tool(frame, method, args),
+        }
+    }
+
+    /// A tool through the registry's pipeline, as this frame's caller.
+    fn tool(&mut self, frame: &Arc<Frame>, name: &str, args: Value) -> Result<Reply, ToolError> {
+        let caller = frame.caller();
+        let args = from_code(name, args);
+        let outcome = self
+            .env
+            .registry
+            .call(self.file, &caller, name, args, self.approver)?;
+        match outcome {
+            CallOutcome::Done(value) => Ok(Reply::Value(for_code(name, value))),
+            CallOutcome::Queued { task_id, status } => {
+                let value = json!({ "task_id": task_id, "status": status, "tool": name });
+                if status == "running" {
+                    Ok(Reply::ValueThenTask(value, task_id))
+                } else {
+                    Ok(Reply::Value(value))
+                }
+            }
+            CallOutcome::Deferred(call) if call.tool == "sys_code" => {
+                let config = self.file.config()?;
+                let code = call.args.get("code").and_then(Value::as_str).unwrap_or("");
+                let typescript = matches!(
+                    call.args.get("language").and_then(Value::as_str),
+                    Some("ts" | "typescript")
+                );
+                let timeout = call
+                    .args
+                    .get("timeout")
+                    .and_then(Value::as_f64)
+                    .filter(|t| *t >= 1.0)
+                    .map(|t| std::time::Duration::from_millis(t as u64));
+                // Inline code is unauthorized whoever runs it (§8.6).
+                let frame = Frame::new(false, "sys_code".into(), frame.stack.clone());
+                let request = Request::new(Entry::Inline {
+                    code: code.to_owned(),
+                    typescript,
+                })
+                .timeout(options_timeout(&config, timeout))
+                .network(super::network(&config));
+                Ok(Reply::Nested {
+                    request,
+                    frame,
+                    inline: true,
+                })
+            }
+            CallOutcome::Deferred(call) => Err(ToolError::new(
+                ErrorCode::InternalError,
+                format!("'{}' cannot run from code", call.tool),
+            )),
+        }
+    }
+
+    /// `adf.sys_lambda({source, args})`: the §8.6 rules between a running frame and its
+    /// target, gated by `code_execution.sys_lambda` (declared as a tool or not).
+    fn nested_lambda(&mut self, frame: &Arc<Frame>, args: Value) -> Result<Reply, ToolError> {
+        let caller = frame.caller();
+        let config = self.file.config()?;
+        if let Access::Refused(code, message) =
+            access::method_access(&caller, &config, "sys_lambda")
+        {
+            return Err(ToolError::new(code, message));
+        }
+        let source = args.get("source").and_then(Value::as_str).ok_or_else(|| {
+            ToolError::invalid("sys_lambda needs 'source': \"path/file.ts:functionName\"")
+        })?;
+        let input = match args.get("args") {
+            None | Some(Value::Null) => json!({}),
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => return Err(ToolError::invalid("sys_lambda 'args' must be an object")),
+        };
+        let target = LambdaRef::parse(source)?;
+        let key = target.source();
+        if frame.stack.contains(&key) {
+            let chain: Vec<&str> = frame
+                .stack
+                .iter()
+                .map(String::as_str)
+                .chain(std::iter::once(key.as_str()))
+                .collect();
+            return Err(ToolError::new(
+                ErrorCode::CircularCall,
+                format!("circular lambda call: {}", chain.join(" → ")),
+            ));
+        }
+        if frame.stack.len() >= MAX_LAMBDA_DEPTH {
+            return Err(ToolError::new(
+                ErrorCode::CircularCall,
+                format!("lambda calls nest deeper than {MAX_LAMBDA_DEPTH}"),
+            ));
+        }
+        let info = lambda_file(self.file, &target.path)?.ok_or_else(|| {
+            ToolError::not_found(format!("no file {} in this agent", target.path))
+        })?;
+        if info.authorized && !frame.authorized() {
+            return Err(requires_authorized_caller(&target.path));
+        }
+        let mut stack = frame.stack.clone();
+        stack.push(key.clone());
+        // Authorized callers propagate authorization by the target file's flag.
+        let nested = Frame::new(info.authorized, key, stack);
+        let request = Request::new(Entry::Lambda {
+            path: target.path,
+            function: target.function,
+        })
+        .args(input)
+        .timeout(options_timeout(&config, None))
+        .network(super::network(&config));
+        Ok(Reply::Nested {
+            request,
+            frame: nested,
+            inline: false,
+        })
+    }
+}
+
+/// The file a lambda path names, probing the extensions the sandbox probes for the entry.
+pub(crate) fn lambda_file(file: &AdfFile, path: &str) -> Result<Option<FileInfo>, ToolError> {
+    let path = path.trim_start_matches("./");
+    let last = path.rsplit('/').next().unwrap_or(path);
+    let mut candidates = vec![path.to_owned()];
+    if let Some(stem) = path.strip_suffix(".js") {
+        candidates.push(format!("{stem}.ts"));
+    } else if let Some(stem) = path.strip_suffix(".mjs") {
+        candidates.push(format!("{stem}.mts"));
+    } else if !last.contains('.') {
+        candidates.clear();
+        for ext in [".ts", ".js", ".mts", ".mjs", "/index.ts", "/index.js"] {
+            candidates.push(format!("{path}{ext}"));
+        }
+    }
+    for candidate in candidates {
+        if let Some(entry) = file.file_read(&candidate)? {
+            return Ok(Some(entry.info));
+        }
+    }
+    Ok(None)
+}
+
+/// Arguments as the tool takes them: a `Uint8Array` given as `fs_write` content (a `Buffer`
+/// in the guide) is written as binary, without the caller naming an encoding.
+fn from_code(name: &str, mut args: Value) -> Value {
+    if name == "fs_write"
+        && let Some(object) = args.as_object_mut()
+        && let Some(content) = object.get("content")
+        && let Some(encoded) = content
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.get(adf_sandbox::BYTES_KEY))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    {
+        object.insert("content".into(), Value::String(encoded));
+        object.insert("encoding".into(), Value::String("base64".into()));
+    }
+    args
+}
+
+/// A tool result as code sees it: `db_query` gives its row objects (the guide iterates them).
+fn for_code(name: &str, value: Value) -> Value {
+    match (name, value) {
+        ("db_query", Value::Object(mut result)) => match result.remove("rows") {
+            Some(rows @ Value::Array(_)) => rows,
+            Some(other) => {
+                result.insert("rows".into(), other);
+                Value::Object(result)
+            }
+            None => Value::Object(result),
+        },
+        (_, value) => value,
+    }
+}
+
+pub(crate) fn host_error(error: ToolError) -> HostError {
+    HostError::new(error.code.as_str(), error.message)
+}
