@@ -300,7 +300,7 @@ async fn cod_05_error_handling_example() {
 }
 
 #[tokio::test]
-async fn cod_05_timeout_code() {
+async fn cod_05_cod_43_timeout_code() {
     let (_d, _p, mut file) = new_agent();
     owner_set(&mut file, "limits.execution_timeout_ms", json!(300));
     let env = env().await;
@@ -694,7 +694,7 @@ fn temperature(file: &AdfFile) -> Value {
 }
 
 #[tokio::test]
-async fn cod_06_authorized_file_may_call_restricted_tools_unauthorized_may_not() {
+async fn cod_06_cod_20_idn_31_authorized_file_may_call_restricted_tools_unauthorized_may_not() {
     let (_d, _p, mut file) = new_agent();
     put(&mut file, "lib/trusted.ts", RESTRICTED_CALL, true);
     put(&mut file, "lib/untrusted.ts", RESTRICTED_CALL, false);
@@ -954,7 +954,7 @@ async fn cod_14_circular_calls_are_refused() {
 }
 
 #[tokio::test]
-async fn cod_15_sys_lambda_method_works_without_the_tool_and_cod_19_flags_gate_methods() {
+async fn cod_15_cod_19_sys_lambda_method_works_without_the_tool_and_flags_gate_methods() {
     let (_d, _p, mut file) = new_agent();
     put(
         &mut file,
@@ -1095,7 +1095,7 @@ fn new_task(
 }
 
 #[tokio::test]
-async fn cod_30_task_resolve_examples() {
+async fn cod_30_cod_31_cod_32_cod_34_task_resolve_examples() {
     let (_d, _p, mut file) = new_agent();
     let abc = new_task(
         &mut file,
@@ -1214,7 +1214,7 @@ async fn cod_27_collected_keyed_injections_coalesce() {
 }
 
 #[tokio::test]
-async fn cod_26_loop_inject_refuses_other_roles_bad_categories_and_oversize() {
+async fn cod_26_cod_28_cod_29_loop_inject_refuses_other_roles_bad_categories_and_oversize() {
     let (_d, _p, mut file) = new_agent();
     let env = env().await;
     let before = digest(&file);
@@ -1258,7 +1258,7 @@ async fn cod_35_identity_methods_without_an_identity_store_plain() {
 }
 
 #[tokio::test]
-async fn cod_35_identity_methods_on_a_provisioned_file() {
+async fn cod_35_idn_08_idn_09_idn_10_idn_28_identity_methods_on_a_provisioned_file() {
     let (dir, _p, mut file) = new_agent();
     let home = RuntimeHome::at(dir.path().join("home"));
     home.init_owner(false).unwrap();
@@ -1320,7 +1320,7 @@ async fn cod_35_identity_methods_on_a_provisioned_file() {
 }
 
 #[tokio::test]
-async fn cod_35_attestation_examples() {
+async fn cod_35_idn_30_idn_32_attestation_examples() {
     let (dir, _p, mut file) = new_agent();
     let home = RuntimeHome::at(dir.path().join("home"));
     home.init_owner(false).unwrap();
@@ -1511,7 +1511,7 @@ async fn cod_22_model_invoke_examples() {
 }
 
 #[tokio::test]
-async fn cod_23_24_model_invoke_errors() {
+async fn cod_23_cod_24_model_invoke_errors() {
     let (_d, _p, mut file) = new_agent();
     let (mock, env) = mock_env(&mut file).await;
     mock.push(Turn::text(""));
@@ -1545,7 +1545,7 @@ async fn cod_23_24_model_invoke_errors() {
 // ---------- hostile snippets through the runtime (COD-01, 02, 05, 13, 16, 18, 43, 45) ----------
 
 #[tokio::test]
-async fn cod_43_hostile_snippets_leave_the_file_unchanged() {
+async fn cod_43_cod_18_cod_41_hostile_snippets_leave_the_file_unchanged() {
     let (_d, _p, mut file) = new_agent();
     put_protected(&mut file, "locked.md", "locked", FileProtection::ReadOnly);
     put(&mut file, "lib/trusted.ts", RESTRICTED_CALL, true);
