@@ -769,8 +769,10 @@ impl Sandbox {
         lock(&self.inner.warm).len()
     }
 
-    /// Heap bytes in use by the runtime (all contexts).
+    /// Heap bytes held by live objects of the runtime (all contexts), measured after a garbage
+    /// collection so that the figure does not depend on when the collector last ran.
     pub async fn memory_used(&self) -> usize {
+        self.inner.rt.run_gc().await;
         let u = self.inner.rt.memory_usage().await;
         usize::try_from(u.malloc_size).unwrap_or(0)
     }
