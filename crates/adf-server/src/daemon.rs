@@ -7,7 +7,8 @@
 //!
 //! Per-agent cost: the store worker thread (one OS thread with its SQLite connection, which is
 //! the only thread an idle agent owns), a small [`Agent`] record, and nothing else — no task,
-//! timer or channel per agent while it is idle. `BENCHMARKS.md` has the measured figures.
+//! timer or channel per agent while it is idle (the one scheduler task holds a single wake time
+//! for each agent with live timers). `BENCHMARKS.md` has the measured figures.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -22,6 +23,7 @@ use adf_store::{Caller, MetaProtection, StoreError, StoreHandle};
 
 use crate::error::ServerError;
 use crate::events::{Envelope, EventBus, SeqAllocator};
+use crate::scheduler::TimerWakes;
 
 /// The meta key holding the end of the agent's reserved `seq` block.
 pub const SEQ_META_KEY: &str = "runtime_umbilical_next_seq";
@@ -127,6 +129,7 @@ struct Inner {
     settings_lock: tokio::sync::Mutex<()>,
     started: Instant,
     shutdown: watch::Sender<bool>,
+    timer_wakes: TimerWakes,
 }
 
 /// The daemon. Cheap to clone; all clones share one set of agents.
@@ -157,6 +160,7 @@ impl Daemon {
                 settings_lock: tokio::sync::Mutex::new(()),
                 started: Instant::now(),
                 shutdown,
+                timer_wakes: TimerWakes::default(),
             }),
         }
     }
@@ -171,6 +175,10 @@ impl Daemon {
 
     pub(crate) fn tools(&self) -> Arc<ToolRegistry> {
         Arc::clone(&self.inner.tools)
+    }
+
+    pub(crate) fn timer_wakes(&self) -> &TimerWakes {
+        &self.inner.timer_wakes
     }
 
     pub(crate) fn settings_lock(&self) -> &tokio::sync::Mutex<()> {
@@ -325,6 +333,9 @@ impl Daemon {
         if let Err(error) = shrunk {
             tracing::debug!(agent = %agent.id, %error, "shrink_memory failed");
         }
+        // Timers: a timer missed while the file was not loaded is due now and fires once.
+        self.ensure_scheduler();
+        self.rearm_timers(&agent).await;
         Ok(Loaded {
             agent,
             newly_loaded: true,
@@ -354,6 +365,7 @@ impl Daemon {
                 .stopped
                 .push((agent.id.clone(), agent.path.clone()));
         }
+        self.forget_timers(&agent.id);
         self.emit(
             &agent,
             "agent.unloaded",

@@ -14,8 +14,12 @@
 //! - [`client`]: an API client for the `adf` client commands and tests.
 //! - [`memory`]: resident-memory measurement for the idle-agent bench.
 //!
-//! What is not here yet: model turns (chat, trigger, loop, asks) answer 501 until the
-//! executor is wired in; timers and triggers do not fire in the daemon yet.
+//! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
+//!   of fires to system lambdas and agent turns.
+//!
+//! What is not here yet: model turns requested over HTTP (chat, trigger, loop, asks) answer
+//! 501 until the executor is wired to those endpoints; event triggers other than timers do not
+//! fire in the daemon yet.
 
 pub mod api;
 pub mod client;
@@ -24,6 +28,7 @@ pub mod error;
 pub mod events;
 pub mod memory;
 pub mod openapi;
+pub mod scheduler;
 pub mod serve;
 pub mod settings;
 

@@ -169,6 +169,24 @@ async fn replay_reference_transcript_status_codes_and_shapes() {
     )
     .unwrap();
     let e2e = harness.copy_fixture("populated-runtime.adf", "e2e.adf");
+    // The transcript was recorded while the fixture's `once` and cron timers were still in the
+    // future; today they are overdue and the scheduler would fire them on load (moving them in
+    // the timer list). Put them back in the future, as they were when the reference ran.
+    {
+        let now = adf_store::time::now_ms();
+        let file = adf_store::AdfFile::open(&e2e).unwrap();
+        file.connection()
+            .execute(
+                "UPDATE adf_timers SET next_wake_at = ?1 + id * 3600000,
+                        schedule_json = CASE WHEN id = 1
+                            THEN json_set(schedule_json, '$.at', ?1 + 3600000)
+                            ELSE schedule_json END
+                 WHERE id IN (1, 3)",
+                [now],
+            )
+            .unwrap();
+        file.close().unwrap();
+    }
     let agents_dir = format!("{}/", harness.dir.path().join("agents").display());
     let (status, _) = harness
         .client

@@ -489,6 +489,7 @@ pub(super) async fn timer_add(
             })
         })
         .await?;
+    state.daemon.rearm_timers(&agent).await;
     Ok(Json(json!({ "agentId": agent.id, "success": true, "id": timer_id })).into_response())
 }
 
@@ -505,7 +506,10 @@ pub(super) async fn timer_delete(
         .run(move |file| file.timer_delete(Caller::Owner, timer_id))
         .await
     {
-        Ok(()) => Ok(success(&agent)),
+        Ok(()) => {
+            state.daemon.rearm_timers(&agent).await;
+            Ok(success(&agent))
+        }
         Err(StoreError::NotFound { .. }) => {
             Err(ApiError::not_found(format!("Unknown timer \"{timer_id}\"")))
         }
