@@ -166,7 +166,7 @@ pub fn run_deferred(
     file: &mut AdfFile,
     caller: &Caller,
     call: &DeferredCall,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
     let runtime = runtime().map_err(|e| {
         ToolError::new(

@@ -155,7 +155,7 @@ pub fn tool(
     let caller = call_as.caller();
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let waiter = WaitWithHint { file: path };
-    let approver: &dyn Approver = match policy {
+    let approver: &(dyn Approver + Sync) = match policy {
         ApprovalPolicy::ApproveAll => &ApproveAll,
         ApprovalPolicy::DenyAll => &DenyAll,
         ApprovalPolicy::Ask if interactive => &TerminalApprover,

@@ -106,7 +106,7 @@ async fn model_tool(
     env: &CodeEnv,
     name: &str,
     args: Value,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
 ) -> Result<Value, adf_runtime::tools::ToolError> {
     let caller = model();
     match env.registry().call(file, &caller, name, args, approver)? {

@@ -657,6 +657,52 @@ async fn tol_61_big_tool_result_is_previewed() {
     assert!(note.contains("max_tool_result_tokens = 100"));
 }
 
+#[tokio::test]
+async fn cod_07_model_sys_code_runs_in_the_sandbox_during_a_turn() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    let code = "await adf.fs_write({ path: 'notes/from-code.md', mode: 'write', content: 'written by sys_code' });\n\
+                await adf.loop_inject({ content: 'remember: the note exists' });\n\
+                console.log('wrote it');\n\
+                return 6 * 7;";
+    mock.push_all([
+        Turn::tool_call("sys_code", json!({ "code": code })),
+        Turn::text("done"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    chat(
+        &ex,
+        &mut file,
+        &mut session,
+        "run the code",
+        &Host::default(),
+    )
+    .await
+    .unwrap();
+    let note = file.file_read("notes/from-code.md").unwrap().unwrap();
+    assert_eq!(note.content, b"written by sys_code");
+    let rows = file.loop_rows("main").unwrap();
+    let result_at = rows
+        .iter()
+        .position(|r| block_types(r) == ["tool_result"])
+        .unwrap();
+    let content = rows[result_at].content[0]["content"].as_str().unwrap();
+    let value: Value = serde_json::from_str(content).unwrap();
+    assert_eq!(value["result"], 42, "{content}");
+    assert!(
+        content.contains("wrote it"),
+        "console output comes back: {content}"
+    );
+    // The injected context lands after the tool result, never between a call and its result.
+    let injected = rows
+        .iter()
+        .position(|r| first_text(r).contains("remember: the note exists"))
+        .unwrap();
+    assert!(injected > result_at);
+    // The second request carried the tool result to the model.
+    assert_eq!(mock.request_count(), 2);
+}
+
 // ---------- checkpoints ----------
 
 #[tokio::test]

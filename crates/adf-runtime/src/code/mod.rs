@@ -300,7 +300,7 @@ pub async fn run_lambda(
     lambda: &LambdaRef,
     input: Value,
     authorization: Authorization,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
     let config = match file.config() {
@@ -335,7 +335,7 @@ pub async fn run_inline(
     env: &CodeEnv,
     code: &str,
     typescript: bool,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
     let config = match file.config() {
@@ -367,7 +367,7 @@ pub async fn run_deferred(
     env: &CodeEnv,
     caller: &Caller,
     call: &DeferredCall,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
     let run = match call.tool.as_str() {
@@ -415,7 +415,7 @@ async fn deferred_lambda(
     env: &CodeEnv,
     caller: &Caller,
     call: &DeferredCall,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
     let source = call

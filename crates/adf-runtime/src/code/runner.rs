@@ -147,7 +147,7 @@ enum Completion {
 pub(crate) struct Runner<'a> {
     pub(crate) file: &'a mut AdfFile,
     pub(crate) env: &'a CodeEnv,
-    pub(crate) approver: &'a dyn Approver,
+    pub(crate) approver: &'a (dyn Approver + Sync),
     pub(crate) options: &'a RunOptions,
     tx: mpsc::UnboundedSender<HostMsg>,
     rx: mpsc::UnboundedReceiver<HostMsg>,
@@ -163,7 +163,7 @@ impl<'a> Runner<'a> {
     pub(crate) fn new(
         file: &'a mut AdfFile,
         env: &'a CodeEnv,
-        approver: &'a dyn Approver,
+        approver: &'a (dyn Approver + Sync),
         options: &'a RunOptions,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();

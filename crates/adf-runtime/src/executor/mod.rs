@@ -321,6 +321,9 @@ pub struct Executor {
     registry: Arc<ToolRegistry>,
     texts: PromptTexts,
     retries: RetryLog,
+    /// The code runner for deferred `sys_code` / `sys_lambda` calls; made on first use
+    /// unless [`Executor::with_code`] supplied one (one sandbox per agent, §9).
+    code: tokio::sync::OnceCell<Arc<crate::code::CodeEnv>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -346,7 +349,15 @@ impl Executor {
             registry: Arc::new(ToolRegistry::with_builtins()),
             texts: PromptTexts::default(),
             retries: RetryLog::default(),
+            code: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Runs the model's `sys_code` / `sys_lambda` calls with this code environment (its
+    /// sandbox, registry and keys) instead of a default one.
+    pub fn with_code(self, env: Arc<crate::code::CodeEnv>) -> Self {
+        let _ = self.code.set(env);
+        self
     }
 
     /// An executor for a resolved model. Pass the [`RetryLog`] whose observer the resolver
@@ -745,8 +756,11 @@ impl Executor {
             let mut end = None;
             let mut compact = None;
             let mut reset = false;
+            let mut injections = Vec::new();
             for call in &calls {
-                let (result, effect) = self.run_tool(file, session, facts, call, host)?;
+                let (result, effect) = self
+                    .run_tool(file, session, facts, call, host, &mut injections)
+                    .await?;
                 let (content, is_error) = result;
                 let row = json!([{
                     "type": "tool_result",
@@ -772,6 +786,11 @@ impl Executor {
                     }
                 }
             }
+            // `loop_inject` contexts from code run in this batch land after its results, so a
+            // context never splits a tool_use / tool_result pair.
+            if !injections.is_empty() {
+                crate::code::store_injections(file, &injections)?;
+            }
             if reset {
                 session.reset();
             }
@@ -794,6 +813,14 @@ impl Executor {
                 });
             }
         }
+    }
+
+    /// The code environment, made with every built-in tool on first use.
+    async fn code_env(&self) -> Result<Arc<crate::code::CodeEnv>, crate::tools::ToolError> {
+        self.code
+            .get_or_try_init(|| async { crate::code::CodeEnv::with_builtins().await.map(Arc::new) })
+            .await
+            .cloned()
     }
 
     /// Sets the loop idle after the autonomous text-only limit (§6.3).
@@ -997,14 +1024,16 @@ impl Executor {
         Ok(())
     }
 
-    /// Runs one call and turns its outcome into the result the model reads.
-    fn run_tool(
+    /// Runs one call and turns its outcome into the result the model reads. Deferred code
+    /// calls run in the agent's sandbox; their `loop_inject` contexts go to `injections`.
+    async fn run_tool(
         &self,
         file: &mut AdfFile,
         session: &mut Session,
         facts: &LoopFacts,
         call: &ToolCall,
         host: &dyn TurnHost,
+        injections: &mut Vec<crate::code::Injection>,
     ) -> Result<((String, bool), Effect), ExecutorError> {
         host.event(&TurnEvent::ToolCall(call));
         session.set_state(ExecState::ToolUse, host);
@@ -1028,6 +1057,29 @@ impl Executor {
             host.approver(),
         );
         let value = match outcome {
+            Ok(crate::tools::CallOutcome::Deferred(deferred))
+                if matches!(deferred.tool.as_str(), "sys_code" | "sys_lambda") =>
+            {
+                let env = match self.code_env().await {
+                    Ok(env) => env,
+                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                };
+                let options = crate::code::RunOptions {
+                    inject: crate::code::InjectMode::Collect {
+                        loop_name: session.loop_name.clone(),
+                    },
+                    ..crate::code::RunOptions::default()
+                };
+                let approver = HostApprover(host);
+                let run =
+                    crate::code::run_deferred(file, &env, &caller, &deferred, &approver, &options)
+                        .await;
+                injections.extend(run.injections.iter().cloned());
+                match run.tool_value() {
+                    Ok(value) => value,
+                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                }
+            }
             Ok(outcome) => outcome.into_value(),
             Err(error) => return Ok(((error.to_string(), true), Effect::None)),
         };
@@ -1074,6 +1126,20 @@ impl Executor {
         };
         let content = request::cap_result(content, facts.max_result_tokens, facts.preview_chars);
         Ok(((content, is_error), effect))
+    }
+}
+
+/// The host's approver as a `Sync` approver: code runs span awaits, so what they hold must be
+/// shareable, and a `TurnHost` is.
+struct HostApprover<'h>(&'h dyn TurnHost);
+
+impl Approver for HostApprover<'_> {
+    fn decide(
+        &self,
+        file: &mut AdfFile,
+        request: &crate::tools::ApprovalRequest,
+    ) -> Result<crate::tools::Decision, crate::tools::ToolError> {
+        self.0.approver().decide(file, request)
     }
 }
 
