@@ -21,6 +21,7 @@ use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::ToolRegistry;
 use adf_store::{Caller, MetaProtection, StoreError, StoreHandle};
 
+use crate::dispatch::TriggerQueue;
 use crate::error::ServerError;
 use crate::events::{Envelope, EventBus, SeqAllocator};
 use crate::scheduler::TimerWakes;
@@ -52,9 +53,15 @@ pub struct Agent {
     store: StoreHandle,
     info: Mutex<AgentInfo>,
     seq: tokio::sync::Mutex<SeqAllocator>,
+    triggers: TriggerQueue,
 }
 
 impl Agent {
+    /// The agent's trigger queue (bounded; see `dispatch`).
+    pub fn triggers(&self) -> &TriggerQueue {
+        &self.triggers
+    }
+
     /// The store worker that owns the file.
     pub fn store(&self) -> &StoreHandle {
         &self.store
@@ -305,6 +312,7 @@ impl Daemon {
                 persisted_seq,
                 adf_store::time::now_ms(),
             )),
+            triggers: TriggerQueue::default(),
         });
         {
             let mut registry = self.registry_mut();
@@ -336,6 +344,12 @@ impl Daemon {
         // Timers: a timer missed while the file was not loaded is due now and fires once.
         self.ensure_scheduler();
         self.rearm_timers(&agent).await;
+        let startup = adf_runtime::triggers::TriggerEvent::new(
+            adf_runtime::triggers::TriggerKind::OnStartup,
+            adf_store::time::now_ms(),
+            json!({}),
+        );
+        self.dispatch(&agent, startup).await;
         Ok(Loaded {
             agent,
             newly_loaded: true,

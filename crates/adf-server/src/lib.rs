@@ -14,16 +14,20 @@
 //! - [`client`]: an API client for the `adf` client commands and tests.
 //! - [`memory`]: resident-memory measurement for the idle-agent bench.
 //!
+//! - [`dispatch`]: trigger dispatch (targets, gating, filters, timing windows) through a
+//!   bounded queue per agent to system lambdas and agent turns.
 //! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
 //!   of fires to system lambdas and agent turns.
 //!
 //! What is not here yet: model turns requested over HTTP (chat, trigger, loop, asks) answer
-//! 501 until the executor is wired to those endpoints; event triggers other than timers do not
-//! fire in the daemon yet.
+//! 501 until the executor is wired to those endpoints; `on_tool_call`, `on_logs`, `on_inbox` from
+//! the mesh, `on_outbox`, `on_chat` and `on_llm_call` have no event source in the daemon yet
+//! (`Daemon::dispatch` accepts them).
 
 pub mod api;
 pub mod client;
 pub mod daemon;
+pub mod dispatch;
 pub mod error;
 pub mod events;
 pub mod memory;

@@ -47,7 +47,7 @@ use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnHost};
 use adf_runtime::providers::Resolver;
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{Approver, ToolRegistry};
-use adf_runtime::triggers::{self, Scope, TriggerKind, fire, gating};
+use adf_runtime::triggers::{self, Producer, Scope, TriggerKind, fire, gating};
 use adf_store::{AdfFile, NewLog, TimerRow};
 
 use crate::daemon::{Agent, Daemon};
@@ -120,10 +120,12 @@ struct FireReport {
 
 #[derive(Debug, Clone)]
 pub(crate) struct LambdaReport {
-    lambda: LambdaRef,
-    started_at: i64,
-    duration_ms: f64,
-    error: Option<String>,
+    pub(crate) lambda: LambdaRef,
+    pub(crate) started_at: i64,
+    pub(crate) duration_ms: f64,
+    pub(crate) error: Option<String>,
+    /// Files the run created or changed (path, size), for `on_file_change`.
+    pub(crate) written: Vec<(String, i64)>,
 }
 
 impl Daemon {
@@ -196,6 +198,8 @@ impl Daemon {
     }
 
     async fn fire_agent(&self, agent: Arc<Agent>) {
+        // A lambda or turn may change the config; trigger targets are read again after.
+        agent.triggers().invalidate();
         let registry = self.tools();
         let reports = agent
             .store()
@@ -212,7 +216,7 @@ impl Daemon {
         self.rearm_timers(&agent).await;
     }
 
-    async fn publish_fire(&self, agent: &Agent, report: FireReport) {
+    async fn publish_fire(&self, agent: &Arc<Agent>, report: FireReport) {
         self.emit(
             agent,
             "timer.fired",
@@ -226,22 +230,11 @@ impl Daemon {
         )
         .await;
         if let Some(lambda) = report.lambda {
-            let source = format!("lambda:{}", lambda.lambda.source());
-            let base = json!({
-                "lambda_path": lambda.lambda.path,
-                "function_name": lambda.lambda.function,
-                "kind": "system_scope",
-                "trigger": "on_timer",
-                "started_at": lambda.started_at,
-            });
-            self.emit(agent, "lambda.started", &source, base.clone())
-                .await;
-            let mut done = base;
-            done["duration_ms"] = json!(lambda.duration_ms);
-            if let Some(error) = lambda.error {
-                done["error"] = json!(error);
-            }
-            self.emit(agent, "lambda.completed", &source, done).await;
+            self.publish_lambda(agent, &lambda, "on_timer").await;
+            let producer = Producer::Lambda {
+                source: lambda.lambda.source(),
+            };
+            self.dispatch_writes(agent, lambda.written, producer).await;
         }
     }
 }
@@ -435,36 +428,37 @@ pub(crate) fn run_system_lambda(
 ) -> LambdaReport {
     let started_at = adf_store::time::now_ms();
     let clock = Instant::now();
-    let error = match current_thread() {
-        None => Some("cannot start a runtime for agent code".to_owned()),
-        Some(runtime) => runtime.block_on(async {
-            let sandbox = match Sandbox::new(SandboxConfig::default()).await {
-                Ok(sandbox) => sandbox,
-                Err(error) => return Some(error.to_string()),
-            };
-            let env = CodeEnv::new(sandbox, registry);
-            let options = RunOptions {
-                warm,
-                timeout: None,
-                inject: InjectMode::Immediate {
-                    loop_name: "main".into(),
-                },
-            };
-            let run = code::run_lambda(
-                file,
-                &env,
-                &lambda,
-                input,
-                Authorization::SourceFile,
-                &DenyAll,
-                &options,
-            )
-            .await;
-            run.result
-                .err()
-                .map(|e| format!("{}: {}", e.code, e.message))
-        }),
-    };
+    let (error, written) =
+        crate::dispatch::with_written_files(file, |file| match current_thread() {
+            None => Some("cannot start a runtime for agent code".to_owned()),
+            Some(runtime) => runtime.block_on(async {
+                let sandbox = match Sandbox::new(SandboxConfig::default()).await {
+                    Ok(sandbox) => sandbox,
+                    Err(error) => return Some(error.to_string()),
+                };
+                let env = CodeEnv::new(sandbox, registry);
+                let options = RunOptions {
+                    warm,
+                    timeout: None,
+                    inject: InjectMode::Immediate {
+                        loop_name: "main".into(),
+                    },
+                };
+                let run = code::run_lambda(
+                    file,
+                    &env,
+                    &lambda,
+                    input,
+                    Authorization::SourceFile,
+                    &DenyAll,
+                    &options,
+                )
+                .await;
+                run.result
+                    .err()
+                    .map(|e| format!("{}: {}", e.code, e.message))
+            }),
+        });
     if let Some(message) = &error {
         let data = json!({ "lambda": lambda.source() });
         log(file, "warn", "lambda_error", message, Some(&data));
@@ -474,6 +468,7 @@ pub(crate) fn run_system_lambda(
         started_at,
         duration_ms: clock.elapsed().as_secs_f64() * 1000.0,
         error,
+        written,
     }
 }
 

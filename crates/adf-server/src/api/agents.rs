@@ -84,7 +84,8 @@ pub(super) async fn start(
         }
         Err(other) => return Err(other.into()),
     };
-    // No startup trigger fires: triggers run with the executor, which is not wired in yet.
+    // `on_startup` fires when a file is newly loaded (Daemon::load), not on a start of an
+    // already loaded agent; the field keeps the reference's shape.
     Ok(Json(json!({
         "success": true,
         "loaded": loaded,

@@ -57,6 +57,7 @@ pub(super) async fn config_put(
             Ok((before, file.config()?, handle))
         })
         .await?;
+    agent.triggers().invalidate();
     let fresh = info_from_config(&after, handle_meta);
     agent.update_info(|info| {
         // The display state is live and moves only through POST /state (as in the reference).
@@ -219,9 +220,15 @@ pub(super) async fn file_put(
             &agent,
             "file.written",
             "system:daemon",
-            json!({ "path": path, "bytes": bytes }),
+            json!({ "path": path.clone(), "bytes": bytes }),
         )
         .await;
+    let change = adf_runtime::triggers::TriggerEvent::new(
+        adf_runtime::triggers::TriggerKind::OnFileChange,
+        adf_store::time::now_ms(),
+        json!({ "path": path, "operation": "write", "size": bytes }),
+    );
+    state.daemon.dispatch(&agent, change).await;
     Ok(success(&agent))
 }
 

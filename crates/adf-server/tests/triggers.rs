@@ -1,0 +1,264 @@
+//! Trigger dispatch in the daemon (spec §7.1–§7.5): events from owner writes, timer lambdas
+//! and loading reach system-scope lambdas through filters and the self-trigger rules, and a
+//! burst goes through a bounded queue that drops (and counts) instead of growing or blocking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf_runtime::triggers::{TriggerEvent, TriggerKind};
+use adf_server::Agent;
+use adf_server::dispatch::QUEUE_CAPACITY;
+use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
+use common::Harness;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn new_agent(dir: &Path, name: &str, files: &[(&str, &str)], triggers: Value) -> PathBuf {
+    let path = dir.join("agents").join(format!("{name}.adf"));
+    let mut file = AdfFile::create(
+        &path,
+        &CreateOptions {
+            name: Some(name.to_owned()),
+            ..CreateOptions::default()
+        },
+    )
+    .unwrap();
+    for (path, source) in files {
+        file.file_write(
+            Caller::Owner,
+            path,
+            source.as_bytes(),
+            &FileWrite::default(),
+        )
+        .unwrap();
+    }
+    file.config_set_path(Caller::Owner, "triggers", ConfigAction::Set, triggers)
+        .unwrap();
+    file.close().unwrap();
+    path
+}
+
+async fn paths(agent: &Agent, prefix: &str) -> Vec<String> {
+    let like = format!("{prefix}%");
+    agent
+        .store()
+        .run(move |file| {
+            let mut stmt = file
+                .connection()
+                .prepare("SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path")?;
+            let rows = stmt.query_map([like], |row| row.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap()
+}
+
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const REPORTER: &str = r#"
+export async function main(event) {
+  await adf.fs_write({ path: `reports/run-${event.data.run_count}.md`, content: 'report', mode: 'write' });
+}
+"#;
+
+/// Reacts to any change under reports/ by writing seen/<name>, and also writes under
+/// reports/ itself: its own writes must never reach it again (TRG-02).
+const REACTOR: &str = r#"
+export async function main(event) {
+  const name = event.data.path.split('/').pop();
+  await adf.fs_write({ path: `seen/${name}`, content: event.data.path, mode: 'write' });
+  await adf.fs_write({ path: `reports/echo-${name}`, content: 'echo', mode: 'write' });
+}
+"#;
+
+const STARTER: &str = r#"
+export async function main(event) {
+  await adf.fs_write({ path: 'started.md', content: event.type, mode: 'write' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_02_trg_03_trg_13_file_changes_from_the_owner_and_from_a_timer_lambda_reach_an_on_file_change_lambda_but_not_its_own_writes()
+ {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "watcher",
+        &[
+            ("lib/report.ts", REPORTER),
+            ("lib/react.ts", REACTOR),
+            ("lib/start.ts", STARTER),
+        ],
+        json!({
+            "on_startup": { "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/start.ts:main" }] },
+            "on_timer": { "enabled": true, "targets": [{ "scope": "system" }] },
+            "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/react.ts:main", "filter": { "watch": "reports/**", "include_self": true } }
+            ] },
+        }),
+    );
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    // on_startup ran its lambda.
+    wait_for("startup", || async {
+        paths(&agent, "started.md").await.len() == 1
+    })
+    .await;
+
+    // The owner writes a report: the reactor sees it.
+    h.client
+        .call(
+            Method::PUT,
+            &format!(
+                "/agents/{}/files/content?path=reports%2Fmanual.md",
+                agent.id
+            ),
+            Some(&json!({ "content": "by hand" })),
+        )
+        .await
+        .unwrap();
+    wait_for("owner write seen", || async {
+        paths(&agent, "seen/manual.md").await.len() == 1
+    })
+    .await;
+
+    // A timer lambda writes a report (Producer::Lambda of another lambda): seen too.
+    h.client
+        .post(
+            &format!("/agents/{}/timers", agent.id),
+            Some(&json!({ "mode": "once_delay", "delay_ms": 10, "scope": ["system"], "lambda": "lib/report.ts:main" })),
+        )
+        .await
+        .unwrap();
+    wait_for("timer write seen", || async {
+        paths(&agent, "seen/run-1.md").await.len() == 1
+    })
+    .await;
+    // The reactor's own echo writes under reports/ never re-triggered it, include_self or
+    // not: exactly one echo per outside write, and no echo of an echo.
+    wait_for("queue drained", || async {
+        !agent.triggers().stats().draining
+    })
+    .await;
+    assert_eq!(
+        paths(&agent, "reports/echo-").await,
+        vec!["reports/echo-manual.md", "reports/echo-run-1.md"]
+    );
+    assert_eq!(
+        paths(&agent, "seen/").await,
+        vec!["seen/manual.md", "seen/run-1.md"]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_10000_inbox_events_is_bounded_by_the_queue_and_never_blocks_a_concurrent_request()
+ {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "busy",
+        &[(
+            "lib/inbox.ts",
+            "export async function main(event) { return 1; }\n",
+        )],
+        json!({
+            "on_inbox": { "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/inbox.ts:main" }] },
+        }),
+    );
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    const BURST: u64 = 10_000;
+    for n in 0..BURST {
+        let event = TriggerEvent::new(
+            TriggerKind::OnInbox,
+            adf_store::time::now_ms(),
+            json!({ "from": "did:key:zSender", "source": "mesh", "message_id": n }),
+        );
+        h.server.daemon.dispatch(&agent, event).await;
+    }
+    let stats = agent.triggers().stats();
+    assert!(stats.len <= QUEUE_CAPACITY);
+    assert!(stats.high_water <= QUEUE_CAPACITY);
+    assert!(stats.dropped >= BURST - QUEUE_CAPACITY as u64 - stats.delivered - 1);
+    // A concurrent request to the same agent is answered while the burst drains.
+    let files = h
+        .client
+        .get(&format!("/agents/{}/files", agent.id))
+        .await
+        .unwrap();
+    assert!(files.is_object());
+    wait_for("drained", || async { !agent.triggers().stats().draining }).await;
+    let stats = agent.triggers().stats();
+    assert_eq!(stats.len, 0);
+    assert_eq!(
+        stats.dropped + stats.delivered,
+        BURST,
+        "every event accounted for"
+    );
+    assert!(stats.dropped > 0 && stats.high_water <= QUEUE_CAPACITY);
+    let logged: i64 = agent
+        .store()
+        .run(|file| {
+            Ok(file.connection().query_row(
+                "SELECT count(*) FROM adf_logs WHERE event = 'trigger_dispatch_dropped'",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+        .unwrap();
+    assert!(logged >= 1, "drops are logged");
+    h.stop().await;
+}
+
+const BATCHER: &str = r#"
+export async function main(event) {
+  const n = event.events ? event.events.length : 1;
+  await adf.fs_write({ path: `seen/batch-${n}.md`, content: String(n), mode: 'write' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_07_a_debounced_target_fires_once_with_the_quiet_periods_events() {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "debounced",
+        &[("lib/batch.ts", BATCHER)],
+        json!({
+            "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/batch.ts:main", "debounce_ms": 500, "filter": { "watch": "docs/**" } }
+            ] },
+        }),
+    );
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    for n in 0..5 {
+        let event = TriggerEvent::new(
+            TriggerKind::OnFileChange,
+            adf_store::time::now_ms(),
+            json!({ "path": format!("docs/{n}.md"), "operation": "write", "size": 1 }),
+        );
+        h.server.daemon.dispatch(&agent, event).await;
+    }
+    wait_for("the debounced fire", || async {
+        !paths(&agent, "seen/").await.is_empty()
+    })
+    .await;
+    wait_for("drained", || async { !agent.triggers().stats().draining }).await;
+    assert_eq!(paths(&agent, "seen/").await, vec!["seen/batch-5.md"]);
+    assert_eq!(agent.triggers().stats().delivered, 1);
+    h.stop().await;
+}
