@@ -640,6 +640,25 @@ pub fn new_violations(before: &Value, after: &Value) -> Vec<Violation> {
 
 impl AdfFile {
     /// The config as stored, every unknown field included.
+    /// The config, shared: parsed once and reused until this connection writes anything or
+    /// another connection commits (`PRAGMA data_version`), so hot paths such as every tool
+    /// call do not re-parse it. A conservative key: any write invalidates it.
+    pub fn config_shared(&self) -> Result<std::sync::Arc<Value>> {
+        let data_version: i64 = self
+            .conn
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |row| row.get(0))?;
+        let key = (data_version, self.conn.total_changes());
+        if let Some((cached_key, value)) = self.config_cache.borrow().as_ref()
+            && *cached_key == key
+        {
+            return Ok(value.clone());
+        }
+        let value = std::sync::Arc::new(self.config()?);
+        *self.config_cache.borrow_mut() = Some((key, value.clone()));
+        Ok(value)
+    }
+
     pub fn config(&self) -> Result<Value> {
         let text: String = self.conn.query_row(
             "SELECT config_json FROM adf_config WHERE id = 1",

@@ -68,6 +68,9 @@ pub struct AdfFile {
     /// The marker stays truthful until the first write, which removes it first (§3.3): a
     /// session that only reads leaves the file exactly as it found it.
     marker_pending: Cell<bool>,
+    /// The last parsed config and the (data_version, total_changes) it was read at.
+    pub(crate) config_cache:
+        std::cell::RefCell<Option<((i64, u64), std::sync::Arc<serde_json::Value>)>>,
 }
 
 impl AdfFile {
@@ -163,6 +166,7 @@ impl AdfFile {
             },
             closed: false,
             marker_pending: Cell::new(false),
+            config_cache: std::cell::RefCell::new(None),
         })
     }
 
@@ -214,6 +218,7 @@ impl AdfFile {
             report,
             closed: false,
             marker_pending,
+            config_cache: std::cell::RefCell::new(None),
         })
     }
 
@@ -249,6 +254,7 @@ impl AdfFile {
             report,
             closed: false,
             marker_pending: Cell::new(false),
+            config_cache: std::cell::RefCell::new(None),
         })
     }
 

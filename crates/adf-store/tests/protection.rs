@@ -708,3 +708,37 @@ fn inspect_mode_refuses_writes() {
         Err(StoreError::ReadOnly { .. })
     ));
 }
+
+#[test]
+fn shared_config_is_reused_until_anything_writes() {
+    let (_dir, path, mut file) = common::new_file("shared-config");
+    let first = file.config_shared().unwrap();
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &file.config_shared().unwrap()),
+        "reads reuse the parse"
+    );
+    file.config_set_path(
+        Caller::Owner,
+        "description",
+        ConfigAction::Set,
+        json!("mine"),
+    )
+    .unwrap();
+    assert_eq!(
+        file.config_shared().unwrap()["description"],
+        "mine",
+        "own writes invalidate"
+    );
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute(
+            "UPDATE adf_config SET config_json = json_set(config_json, '$.description', 'theirs')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(
+        file.config_shared().unwrap()["description"],
+        "theirs",
+        "another connection's commit invalidates"
+    );
+}

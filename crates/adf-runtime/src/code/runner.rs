@@ -316,7 +316,7 @@ impl<'a> Runner<'a> {
             "sys_lambda" => self.nested_lambda(frame, args),
             m if methods::is_code_method(m) => {
                 let caller = frame.caller();
-                let config = self.file.config()?;
+                let config = self.file.config_shared()?;
                 match access::method_access(&caller, &config, m) {
                     Access::Refused(code, message) => Err(ToolError::new(code, message)),
                     // Code callers never get NeedsApproval; treat it as a refusal if it appears.
@@ -350,7 +350,7 @@ impl<'a> Runner<'a> {
                 }
             }
             CallOutcome::Deferred(call) if call.tool == "sys_code" => {
-                let config = self.file.config()?;
+                let config = self.file.config_shared()?;
                 let code = call.args.get("code").and_then(Value::as_str).unwrap_or("");
                 let typescript = matches!(
                     call.args.get("language").and_then(Value::as_str),
@@ -387,7 +387,7 @@ impl<'a> Runner<'a> {
     /// target, gated by `code_execution.sys_lambda` (declared as a tool or not).
     fn nested_lambda(&mut self, frame: &Arc<Frame>, args: Value) -> Result<Reply, ToolError> {
         let caller = frame.caller();
-        let config = self.file.config()?;
+        let config = self.file.config_shared()?;
         if let Access::Refused(code, message) =
             access::method_access(&caller, &config, "sys_lambda")
         {

@@ -221,7 +221,7 @@ impl ToolRegistry {
                 format!("'{name}' is only for the model's own turns; code cannot call it"),
             ));
         }
-        let config = file.config()?;
+        let config = file.config_shared()?;
         let (declarations, duplicates) = access::declarations(&config);
         if !duplicates.is_empty() {
             tracing::warn!(tools = ?duplicates, "duplicate_tool_declaration: the first declaration wins");
@@ -374,7 +374,7 @@ impl ToolRegistry {
             .clone();
         let mut args = task.args.as_object().cloned().unwrap_or_default();
         let cross = CrossCutting::strip(&mut args, caller);
-        let config = file.config()?;
+        let config = file.config_shared()?;
         let override_protection = task
             .approval_meta
             .as_ref()
