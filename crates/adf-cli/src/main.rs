@@ -6,8 +6,8 @@
 //! and `output` (tables and `--json`).
 
 mod chat_cmds;
-mod code_cmds;
 mod client_cmds;
+mod code_cmds;
 mod demo;
 mod file_cmds;
 mod identity_cmds;

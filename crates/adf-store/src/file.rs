@@ -56,6 +56,9 @@ pub struct CreateOptions {
     pub id: Option<String>,
 }
 
+/// A parsed config and the `(data_version, total_changes)` it was read at.
+pub(crate) type SharedConfig = ((i64, u64), std::sync::Arc<serde_json::Value>);
+
 /// One open `.adf` file and its single connection.
 #[derive(Debug)]
 pub struct AdfFile {
@@ -69,8 +72,7 @@ pub struct AdfFile {
     /// session that only reads leaves the file exactly as it found it.
     marker_pending: Cell<bool>,
     /// The last parsed config and the (data_version, total_changes) it was read at.
-    pub(crate) config_cache:
-        std::cell::RefCell<Option<((i64, u64), std::sync::Arc<serde_json::Value>)>>,
+    pub(crate) config_cache: std::cell::RefCell<Option<SharedConfig>>,
 }
 
 impl AdfFile {
