@@ -1,9 +1,10 @@
 //! `adf demo`: a guided tour that needs no API key and no network. It creates an agent in a
-//! folder, gives it a lambda, a skill, memory and a counter, closes and reopens it, validates
-//! it, and prints the commands to look inside.
-//!
-//! The runtime parts (model turns, lambdas running, timers firing, the daemon) join the tour as
-//! they land; until then the tour covers the file, which is the agent's whole body.
+//! folder, gives it a lambda, a skill, memory and a counter, closes, reopens and validates it;
+//! then creates a second agent and starts the daemon in-process (on 127.0.0.1, a free port):
+//! a timer lambda writes a report, an `on_file_change` lambda reacts to it, the second agent's
+//! `on_startup` lambda greets, and the daemon's events stream to the terminal. When a provider
+//! is configured (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY` or `--provider-url`), one model turn
+//! that uses a tool follows. It ends with what happened and the commands to look inside.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::{CallOutcome, Caller, ToolError, ToolRegistry, render};
 use adf_store::{AdfFile, ConfigAction, CreateOptions, FileWrite, MetaProtection};
 use anyhow::{Context as _, Result};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::output::Output;
 
@@ -26,8 +27,35 @@ export async function main(args: { visitor: string }) {\n\
 const SKILL: &str = "---\nname: weekly-report\ndescription: Write the weekly report from data/*.csv\n\
 requires: [fs_read, fs_write]\n---\n# Weekly report\n\n1. Read every CSV under data/.\n2. Summarize.\n";
 
+/// The timer's lambda: writes the report (no model, no key).
+const TIMER_LAMBDA: &str = "// Runs on every fire of the demo timer (system scope).\n\
+export async function main(event: any) {\n\
+  const n = event.data.run_count;\n\
+  await adf.fs_write({ path: 'data/report.md', mode: 'write', content: `# Report\\nrun ${n}\\n` });\n\
+  return { run: n };\n\
+}\n";
+
+/// Reacts to report changes (an `on_file_change` system lambda).
+const DIGEST_LAMBDA: &str = "// Runs when data/report.md changes; its own writes never wake it again.\n\
+export async function main(event: any) {\n\
+  await adf.fs_write({ path: 'data/digest.md', mode: 'append', content: `- ${event.data.path} changed (${event.data.size} bytes)\\n` });\n\
+}\n";
+
+/// The second agent's `on_startup` lambda.
+const HELLO_LAMBDA: &str = "export async function main(event: any) {\n\
+  await adf.fs_write({ path: 'hello.md', mode: 'write', content: `started by ${event.type}\\n` });\n\
+}\n";
+
+/// A model provider for the optional model turn.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderChoice {
+    /// Any OpenAI-compatible server (`http://localhost:11434/v1` for Ollama).
+    pub url: Option<String>,
+    pub model: Option<String>,
+}
+
 /// Runs the tour in `dir` (a fresh temporary folder when `None`).
-pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
+pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Result<ExitCode> {
     let dir = match dir {
         Some(dir) => {
             std::fs::create_dir_all(&dir)
@@ -209,13 +237,21 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
     }
     drop(file);
 
+    let live = live(&dir, &path, &provider, &say)?;
+
     let shown = path.display().to_string();
     let summary = json!({
         "file": shown,
         "registry": registry,
         "visits": counted,
         "check_errors": errors,
+        "daemon": live.summary,
         "next": [
+            format!("adf cat '{shown}' data/report.md"),
+            format!("adf cat '{shown}' data/digest.md"),
+            format!("adf timers '{shown}'"),
+            format!("adf logs '{shown}'"),
+            format!("adf cat '{}' hello.md", live.helper.display()),
             format!("adf info '{shown}'"),
             format!("adf files '{shown}'"),
             format!("adf cat '{shown}' lib/report.ts"),
@@ -226,7 +262,12 @@ pub fn run(dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {
     });
     out.emit(&summary, || {
         println!();
-        println!("Done. Look inside the agent with:");
+        println!("What happened:");
+        for line in &live.story {
+            println!("  - {line}");
+        }
+        println!();
+        println!("Done. Look inside the agents with:");
         if let Some(next) = summary["next"].as_array() {
             for command in next {
                 println!("  {}", command.as_str().unwrap_or_default());
@@ -247,4 +288,264 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// What the daemon part of the tour did.
+struct Live {
+    summary: Value,
+    story: Vec<String>,
+    helper: PathBuf,
+}
+
+/// Part two: a second agent, the daemon in-process, a timer lambda, a reacting lambda, events
+/// on the terminal, then (with a provider) one model turn.
+fn live(dir: &Path, path: &Path, provider: &ProviderChoice, say: &dyn Fn(&str)) -> Result<Live> {
+    say("8. Two agents living on their own in the daemon (no model, no key):");
+    let now = adf_store::time::now_ms();
+    {
+        let mut file = AdfFile::open(path)?;
+        let owner = adf_store::Caller::Owner;
+        for (lib, source) in [
+            ("lib/timer-report.ts", TIMER_LAMBDA),
+            ("lib/digest.ts", DIGEST_LAMBDA),
+        ] {
+            file.file_write(owner, lib, source.as_bytes(), &FileWrite::default())?;
+        }
+        file.config_set_path(
+            owner,
+            "triggers.on_timer",
+            ConfigAction::Set,
+            json!({ "enabled": true, "targets": [{ "scope": "system" }] }),
+        )?;
+        file.config_set_path(
+            owner,
+            "triggers.on_file_change",
+            ConfigAction::Set,
+            json!({ "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/digest.ts:main",
+                     "filter": { "watch": "data/report.md", "include_self": true } }] }),
+        )?;
+        file.timer_insert(&adf_store::timers::NewTimer {
+            schedule: &json!({ "mode": "interval", "every_ms": 300, "max_runs": 2 }),
+            next_wake_at: now + 300,
+            payload: Some("write the report"),
+            scope: &json!(["system"]),
+            lambda: Some("lib/timer-report.ts:main"),
+            warm: false,
+            locked: false,
+            r#loop: None,
+        })?;
+        file.close()?;
+    }
+    let helper = dir.join("Helper.adf");
+    if helper.exists() {
+        std::fs::remove_file(&helper)?;
+    }
+    {
+        let mut file = AdfFile::create(
+            &helper,
+            &CreateOptions {
+                description: Some("Greets when the daemon loads it".into()),
+                ..CreateOptions::default()
+            },
+        )?;
+        let owner = adf_store::Caller::Owner;
+        file.file_write(
+            owner,
+            "lib/hello.ts",
+            HELLO_LAMBDA.as_bytes(),
+            &FileWrite::default(),
+        )?;
+        file.config_set_path(
+            owner,
+            "triggers.on_startup",
+            ConfigAction::Set,
+            json!({ "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/hello.ts:main" }] }),
+        )?;
+        file.close()?;
+    }
+    say("   timer: every 300 ms, twice -> lib/timer-report.ts writes data/report.md");
+    say(
+        "   on_file_change data/report.md (include_self: writes by this agent's other lambdas count)",
+    );
+    say("     -> lib/digest.ts appends to data/digest.md");
+    say("   Helper.adf: on_startup -> lib/hello.ts writes hello.md");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let home = adf_runtime::home::RuntimeHome::at(dir.join("home"));
+    let mut story = Vec::new();
+    let (events, fires, digested) = runtime.block_on(async {
+        let daemon = adf_server::Daemon::new(home);
+        let server = adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, None).await?;
+        say(&format!(
+            "   daemon listening on {} (events below)",
+            server.url()
+        ));
+        let main = daemon.load(path).await?.agent;
+        daemon.load(&helper).await?;
+        let mut cursor = 0;
+        let mut seen = 0_usize;
+        let mut fires: i64;
+        let mut digested: usize;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+        loop {
+            for frame in daemon.events().since(cursor) {
+                cursor = frame.cursor;
+                seen += 1;
+                let event = &frame.event;
+                say(&format!(
+                    "   event {:<18} {:<28} {}",
+                    event.event_type, event.source, event.payload
+                ));
+            }
+            let (timer_done, digest_lines) = main
+                .store()
+                .run(|file| {
+                    let done = file.timers()?.iter().all(|t| t.expired);
+                    let fires = file.timers()?.iter().map(|t| t.run_count).sum::<i64>();
+                    let digest = file
+                        .file_read("data/digest.md")?
+                        .map(|f| String::from_utf8_lossy(&f.content).lines().count())
+                        .unwrap_or(0);
+                    Ok(((done, fires), digest))
+                })
+                .await?;
+            fires = timer_done.1;
+            digested = digest_lines;
+            let drained = !main.triggers().stats().draining;
+            if timer_done.0 && digest_lines >= 2 && drained {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                say("   (stopping after 8 s)");
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        server.shutdown().await?;
+        anyhow::Ok((seen, fires, digested))
+    })?;
+    story.push(format!(
+        "the timer fired {fires} time(s); each fire ran lib/timer-report.ts, which wrote data/report.md"
+    ));
+    story.push(format!(
+        "{digested} report write(s) woke lib/digest.ts (on_file_change), which appended to data/digest.md; its own writes did not wake it"
+    ));
+    story.push("loading Helper.adf fired on_startup: lib/hello.ts wrote hello.md".into());
+    story.push(format!(
+        "{events} events streamed; every file was closed cleanly at shutdown"
+    ));
+
+    let model = model_turn(path, provider, say)?;
+    if let Some(line) = &model {
+        story.push(line.clone());
+    } else {
+        story.push("no model turn: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --provider-url, to add one".into());
+    }
+    Ok(Live {
+        summary: json!({ "timer_fires": fires, "digest_lines": digested, "events": events, "model_turn": model }),
+        story,
+        helper,
+    })
+}
+
+/// One model turn that uses a tool, when a provider is configured; `None` otherwise.
+fn model_turn(
+    path: &Path,
+    provider: &ProviderChoice,
+    say: &dyn Fn(&str),
+) -> Result<Option<String>> {
+    let (provider_id, default_model) = if let Some(url) = &provider.url {
+        (url.clone(), "default")
+    } else if std::env::var_os("OPENAI_API_KEY").is_some() {
+        ("openai".to_owned(), "gpt-4o-mini")
+    } else if std::env::var_os("ANTHROPIC_API_KEY").is_some() {
+        ("anthropic".to_owned(), "claude-3-5-haiku-latest")
+    } else {
+        return Ok(None);
+    };
+    let model = provider
+        .model
+        .clone()
+        .unwrap_or_else(|| default_model.to_owned());
+    say(&format!(
+        "9. One model turn ({provider_id}, {model}) that uses a tool:"
+    ));
+    let mut file = AdfFile::open(path)?;
+    let owner = adf_store::Caller::Owner;
+    file.config_set_path(
+        owner,
+        "model.provider",
+        ConfigAction::Set,
+        json!(provider_id),
+    )?;
+    file.config_set_path(owner, "model.model_id", ConfigAction::Set, json!(model))?;
+    // A tour should fail fast when the server is unreachable: one retry, not the default ladder.
+    file.config_set_path(
+        owner,
+        "recovery",
+        ConfigAction::Set,
+        json!({ "max_attempts": 2, "base_delay_ms": 500 }),
+    )?;
+    let config = file.config()?;
+    let retries = adf_runtime::executor::RetryLog::default();
+    let resolved = match adf_runtime::providers::Resolver::new()
+        .with_retry_observer(retries.observer())
+        .resolve(&config, None)
+    {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            file.close()?;
+            say(&format!("   skipped: {error}"));
+            return Ok(Some(format!("model turn skipped: {error}")));
+        }
+    };
+    let executor = adf_runtime::executor::Executor::from_resolved(resolved, retries);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let host = DemoHost;
+    let outcome = runtime.block_on(async {
+        let mut session = executor.open_session(&mut file, "main")?;
+        executor
+            .run_turn(
+                &mut file,
+                &mut session,
+                adf_runtime::executor::Trigger::Owner(
+                    "Read data/digest.md with fs_read, then reply with one sentence about it."
+                        .into(),
+                ),
+                &host,
+            )
+            .await
+    });
+    file.close()?;
+    Ok(Some(match outcome {
+        Ok(outcome) => {
+            say(&format!("   reply: {}", outcome.reply.trim()));
+            format!(
+                "a model turn of {} step(s) read data/digest.md with fs_read",
+                outcome.steps
+            )
+        }
+        Err(error) => {
+            say(&format!("   the turn failed: {error}"));
+            format!("the model turn failed: {error}")
+        }
+    }))
+}
+
+struct DemoHost;
+
+impl adf_runtime::executor::TurnHost for DemoHost {
+    fn approver(&self) -> &dyn adf_runtime::tools::Approver {
+        &DenyAll
+    }
+
+    fn answer(&self, _question: &str) -> Option<String> {
+        None
+    }
 }

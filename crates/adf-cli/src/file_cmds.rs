@@ -16,7 +16,18 @@ use crate::{Command, ConfigCommand, MetaCommand};
 /// Runs one file command and returns the process exit code.
 pub fn run(command: Command, out: Output) -> Result<ExitCode> {
     match command {
-        Command::Demo { dir } => crate::demo::run(dir, out),
+        Command::Demo {
+            dir,
+            provider_url,
+            model,
+        } => crate::demo::run(
+            dir,
+            crate::demo::ProviderChoice {
+                url: provider_url,
+                model,
+            },
+            out,
+        ),
         Command::Tool {
             file,
             name,

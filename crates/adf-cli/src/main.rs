@@ -48,11 +48,18 @@ enum TopCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// A guided tour with no API key and no network: creates an agent, uses it, validates it.
+    /// A guided tour with no API key and no network: two agents, one validated, both run by the
+    /// in-process daemon (timer and file-change lambdas, events); a model turn with a provider.
     Demo {
         /// Folder to create the demo agent in (a fresh temporary folder by default).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// An OpenAI-compatible server for the optional model turn (e.g. http://localhost:11434/v1).
+        #[arg(long)]
+        provider_url: Option<String>,
+        /// The model id for the model turn (a small default per provider).
+        #[arg(long)]
+        model: Option<String>,
     },
     /// Create a new agent file with the default config, reserved files and registry keys.
     New {

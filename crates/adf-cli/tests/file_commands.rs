@@ -536,6 +536,10 @@ fn the_demo_runs_to_completion_and_leaves_a_valid_agent() {
     );
     let summary = json_of(&out);
     assert_eq!(summary["check_errors"], serde_json::json!([]));
+    // The daemon part: the timer lambda fired twice and the on_file_change lambda reacted to
+    // each report it wrote (no model, no key, no network).
+    assert_eq!(summary["daemon"]["timer_fires"], 2, "{summary}");
+    assert_eq!(summary["daemon"]["digest_lines"], 2, "{summary}");
     let file = dir.path().join("Demo Agent.adf");
     let check = adf().args(["--json", "check"]).arg(&file).output().unwrap();
     assert_eq!(
