@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use adf_runtime::code::LambdaRef;
+use adf_runtime::executor::Trigger;
 use adf_runtime::triggers::{
     self, Producer, Scope, Target, TriggerEvent, TriggerKind, filter, gating, message, timing,
 };
@@ -316,8 +317,12 @@ impl Daemon {
                     .store()
                     .run(move |file| {
                         let config = file.config()?;
-                        let ((), written) = with_written_files(file, |file| {
-                            run_agent_turn(file, &config, registry, &loop_name, kind.as_str(), text)
+                        let trigger = Trigger::Event {
+                            event_type: kind.as_str().to_owned(),
+                            text,
+                        };
+                        let (_outcome, written) = with_written_files(file, |file| {
+                            run_agent_turn(file, &config, registry, &loop_name, trigger)
                         });
                         Ok((None, written, Producer::Agent))
                     })
@@ -427,4 +432,57 @@ pub(crate) fn with_written_files<R>(
         .collect();
     written.sort();
     (result, written)
+}
+
+impl Daemon {
+    /// Starts an owner chat turn on `loop_name` in the background (`POST /agents/{id}/chat`).
+    /// The model is resolved first, so a missing provider or key is reported to the caller
+    /// instead of being accepted and then silently skipped.
+    pub async fn start_chat(
+        &self,
+        agent: &Arc<Agent>,
+        loop_name: String,
+        text: String,
+    ) -> Result<(), String> {
+        let config = agent
+            .store()
+            .run(|file| file.config())
+            .await
+            .map_err(|e| e.to_string())?;
+        adf_runtime::providers::Resolver::new()
+            .resolve(&config, None)
+            .map_err(|e| e.to_string())?;
+        let daemon = self.clone();
+        let agent = Arc::clone(agent);
+        let registry = self.tools();
+        tokio::spawn(async move {
+            let loop_for_job = loop_name.clone();
+            let outcome = agent
+                .store()
+                .run(move |file| {
+                    let config = file.config()?;
+                    Ok(with_written_files(file, |file| {
+                        run_agent_turn(file, &config, registry, &loop_for_job, Trigger::Owner(text))
+                    }))
+                })
+                .await;
+            agent.triggers().invalidate();
+            match outcome {
+                Ok((result, written)) => {
+                    let payload = match &result {
+                        Ok(_) => json!({ "loop": loop_name, "status": "completed" }),
+                        Err(_) => json!({ "loop": loop_name, "status": "failed" }),
+                    };
+                    daemon
+                        .emit(&agent, "turn.completed", "agent", payload)
+                        .await;
+                    daemon
+                        .dispatch_writes(&agent, written, Producer::Agent)
+                        .await;
+                }
+                Err(error) => tracing::warn!(agent = %agent.id, %error, "chat turn failed"),
+            }
+        });
+        Ok(())
+    }
 }

@@ -19,8 +19,9 @@
 //! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
 //!   of fires to system lambdas and agent turns.
 //!
-//! What is not here yet: model turns requested over HTTP (chat, trigger, loop, asks) answer
-//! 501 until the executor is wired to those endpoints; `on_tool_call`, `on_logs`, `on_inbox` from
+//! `POST /agents/{id}/chat` starts an owner turn (202, or 503 when no model is reachable) and
+//! `POST /agents/{id}/trigger` dispatches an event (202). What is not here yet: chat history,
+//! clearing, abort, loops and asks answer 501; `on_tool_call`, `on_logs`, `on_inbox` from
 //! the mesh, `on_outbox`, `on_chat` and `on_llm_call` have no event source in the daemon yet
 //! (`Daemon::dispatch` accepts them).
 

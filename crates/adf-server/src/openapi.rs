@@ -348,9 +348,9 @@ const OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/chat",
-        "Queue a chat turn (needs the executor)",
+        "Start an owner chat turn (503 when no model is reachable)",
         "Chat",
-        &[501, 400, 404],
+        &[202, 400, 404, 503],
         &[],
     ),
     op(
@@ -364,9 +364,9 @@ const OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/trigger",
-        "Dispatch an event (needs the executor)",
+        "Dispatch an event to the agent's trigger targets",
         "Chat",
-        &[501, 400, 404],
+        &[202, 400, 404],
         &[],
     ),
     op(

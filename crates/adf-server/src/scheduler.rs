@@ -24,7 +24,7 @@
 //!   scheduled_at}}` as its input;
 //! - agent scope: an executor turn on the timer's loop (`main` when none) with the payload as
 //!   the message. With no model reachable (no provider, no key) a `warn` log row
-//!   `timer_turn_skipped` is written and nothing else happens.
+//!   `turn_skipped` is written and nothing else happens.
 //!
 //! The lambda and the turn run inside the store job, on a current-thread tokio runtime on the
 //! worker thread, because both need the `&mut AdfFile` across awaits; the agent's other requests
@@ -255,9 +255,20 @@ fn scope_includes(timer: &TimerRow, scope: &str) -> bool {
 }
 
 fn log(file: &mut AdfFile, level: &str, event: &str, message: &str, data: Option<&Value>) {
+    log_from(file, "timer", level, event, message, data);
+}
+
+fn log_from(
+    file: &mut AdfFile,
+    origin: &str,
+    level: &str,
+    event: &str,
+    message: &str,
+    data: Option<&Value>,
+) {
     let entry = NewLog {
         level,
-        origin: Some("timer"),
+        origin: Some(origin),
         event: Some(event),
         target: None,
         message,
@@ -384,13 +395,16 @@ fn fire_due(file: &mut AdfFile, registry: Arc<ToolRegistry>, now: i64) -> Vec<Fi
                 .payload
                 .clone()
                 .unwrap_or_else(|| format!("Timer {} fired.", timer.id));
-            run_agent_turn(
+            // The outcome is in the file (transcript or a warn row); nothing more to report.
+            let _outcome = run_agent_turn(
                 file,
                 &config,
                 Arc::clone(&registry),
                 &loop_name,
-                "on_timer",
-                text,
+                Trigger::Event {
+                    event_type: "on_timer".into(),
+                    text,
+                },
             );
             reports.push(FireReport {
                 timer_id: timer.id,
@@ -486,16 +500,21 @@ impl TurnHost for Unattended {
     }
 }
 
-/// Runs one executor turn on `loop_name` with `text` as the trigger message. When no model can
-/// be reached (no provider configured, no key) it writes a `warn` row and returns.
+/// Runs one executor turn on `loop_name` started by `trigger`. When no model can be reached
+/// (no provider configured, no key) it writes a `warn` row `turn_skipped` and returns the
+/// reason; a failed turn is a `warn` row `trigger_turn_failed`. Never panics.
 pub(crate) fn run_agent_turn(
     file: &mut AdfFile,
     config: &Value,
     registry: Arc<ToolRegistry>,
     loop_name: &str,
-    event_type: &str,
-    text: String,
-) {
+    trigger: Trigger,
+) -> Result<String, String> {
+    let event_type = match &trigger {
+        Trigger::Owner(_) => "chat".to_owned(),
+        Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type.clone(),
+    };
+    let data = json!({ "trigger": event_type, "loop": loop_name });
     let retries = RetryLog::default();
     let resolved = match Resolver::new()
         .with_retry_observer(retries.observer())
@@ -503,43 +522,41 @@ pub(crate) fn run_agent_turn(
     {
         Ok(resolved) => resolved,
         Err(error) => {
-            let data = json!({ "trigger": event_type, "loop": loop_name });
-            log(
+            let message = format!("no model turn for {event_type}: {error}");
+            log_from(
                 file,
+                "executor",
                 "warn",
-                "timer_turn_skipped",
-                &format!("no model turn for {event_type}: {error}"),
+                "turn_skipped",
+                &message,
                 Some(&data),
             );
-            return;
+            return Err(message);
         }
     };
     let executor = Executor::from_resolved(resolved, retries).with_registry(registry);
     let Some(runtime) = current_thread() else {
-        return;
+        return Err("cannot start a runtime for the turn".into());
     };
     let outcome = runtime.block_on(async {
         let mut session = executor.open_session(file, loop_name)?;
         executor
-            .run_turn(
-                file,
-                &mut session,
-                Trigger::Event {
-                    event_type: event_type.to_owned(),
-                    text,
-                },
-                &Unattended,
-            )
+            .run_turn(file, &mut session, trigger, &Unattended)
             .await
     });
-    if let Err(error) = outcome {
-        let data = json!({ "trigger": event_type, "loop": loop_name });
-        log(
-            file,
-            "warn",
-            "trigger_turn_failed",
-            &error.to_string(),
-            Some(&data),
-        );
+    match outcome {
+        Ok(outcome) => Ok(outcome.reply),
+        Err(error) => {
+            let message = error.to_string();
+            log_from(
+                file,
+                "executor",
+                "warn",
+                "trigger_turn_failed",
+                &message,
+                Some(&data),
+            );
+            Err(message)
+        }
     }
 }

@@ -356,14 +356,12 @@ async fn aud_13_a_denied_task_is_terminal_with_completed_at_and_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn executor_operations_answer_501_with_a_clear_error_never_a_fake_success() {
+async fn executor_operations_not_wired_answer_501_chat_needs_a_model_and_trigger_dispatches() {
     let h = Harness::start().await;
     let path = h.copy_fixture("populated-runtime.adf", "e2e.adf");
     load(&h, &path).await;
     for (method, route, body) in [
-        (Method::POST, "chat", Some(json!({ "text": "hi" }))),
         (Method::GET, "chat", None),
-        (Method::POST, "trigger", Some(json!({ "type": "startup" }))),
         (Method::POST, "abort", None),
         (
             Method::POST,
@@ -387,6 +385,35 @@ async fn executor_operations_answer_501_with_a_clear_error_never_a_fake_success(
             "{error}"
         );
     }
+    // Chat needs a model: the fixture has no provider, so 503 with the reason, not a 202.
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{ID}/chat"),
+            Some(&json!({ "text": "hi" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no model is reachable")
+    );
+    // A trigger is dispatched to the agent's targets.
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{ID}/trigger"),
+            Some(&json!({ "type": "startup" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    assert!(body["turnId"].as_str().unwrap().starts_with("trigger_"));
     // The executor-free answer for asks is the true one: nothing is pending.
     let asks = h.client.get(&format!("/agents/{ID}/asks")).await.unwrap();
     assert_eq!(asks, json!({ "agentId": ID, "asks": [] }));

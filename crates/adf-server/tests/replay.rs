@@ -59,11 +59,6 @@ const DIFFERENCES: &[(usize, u16, &str)] = &[
         "POST /timers with a bad mode: 400 (bad input), the reference answers 500 \"Invalid mode\"",
     ),
     (
-        63,
-        501,
-        "POST /trigger: the executor is not wired in, so 501 instead of a 202 for work that never runs",
-    ),
-    (
         65,
         200,
         "POST /state: the reference answers 500 because its executor was left stopped by an earlier abort; ours moves the display state",
@@ -71,8 +66,8 @@ const DIFFERENCES: &[(usize, u16, &str)] = &[
     (67, 200, "POST /state: same as entry 65"),
     (
         70,
-        501,
-        "POST /chat: the executor is not wired in, so 501 instead of a 202 for a turn that never runs",
+        503,
+        "POST /chat: the fixture configures no provider, so 503 (no model reachable) instead of accepting a turn that cannot run",
     ),
     (
         74,

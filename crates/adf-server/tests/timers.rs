@@ -310,8 +310,8 @@ async fn trg_25_trg_28_a_scope_is_delivered_only_with_a_target_and_a_once_timer_
             .store()
             .run(|file| {
                 Ok(file.connection().query_row(
-                    "SELECT count(*) FROM adf_logs WHERE origin = 'timer' AND level = 'warn'
-                     AND event IN ('timer_turn_skipped', 'trigger_turn_failed')",
+                    "SELECT count(*) FROM adf_logs WHERE origin = 'executor' AND level = 'warn'
+                     AND event IN ('turn_skipped', 'trigger_turn_failed')",
                     [],
                     |r| r.get::<_, i64>(0),
                 )?)

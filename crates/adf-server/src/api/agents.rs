@@ -1,5 +1,6 @@
 //! Agent lifecycle: list, get, status, load, start, stop/unload, display state; and the
-//! operations that need the executor, which answer 501 after the reference's validation.
+//! the executor operations: `POST /chat` starts an owner turn and `POST /trigger` dispatches an
+//! event (both 202); the others answer 501 after the reference's validation.
 
 use std::path::PathBuf;
 
@@ -8,6 +9,8 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+
+use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 
 use super::{AppState, body_json, find};
 use crate::daemon::{Agent, DISPLAY_STATES, Daemon};
@@ -148,16 +151,35 @@ pub(super) async fn chat_post(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
+    let agent = find(&state, &id)?;
     let body = body_json(&body)?;
-    if body
+    let Some(text) = body
         .get("text")
         .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
+        .filter(|t| !t.is_empty())
+    else {
         return Err(ApiError::bad_request("text is required"));
-    }
-    Err(ApiError::executor_missing("chat"))
+    };
+    let loop_name = body
+        .get("loop")
+        .and_then(Value::as_str)
+        .unwrap_or("main")
+        .to_owned();
+    state
+        .daemon
+        .start_chat(&agent, loop_name, text.to_owned())
+        .await
+        .map_err(|reason| {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("no model is reachable for this agent: {reason}"),
+            )
+        })?;
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(json!({ "accepted": true, "turnId": turn_id("turn") })),
+    )
+        .into_response())
 }
 
 pub(super) async fn chat_delete(
@@ -187,7 +209,7 @@ pub(super) async fn trigger(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
+    let agent = find(&state, &id)?;
     let body = body_json(&body)?;
     let event = body.get("event").unwrap_or(&body);
     let source = event
@@ -205,7 +227,20 @@ pub(super) async fn trigger(
             TRIGGER_TYPES.join(", ")
         )));
     }
-    Err(ApiError::executor_missing("trigger dispatch"))
+    // The reference's names without `on_`; `log_entry` is `on_logs`.
+    let kind = match kind {
+        "log_entry" => TriggerKind::OnLogs,
+        other => TriggerKind::parse(&format!("on_{other}"))
+            .ok_or_else(|| ApiError::bad_request(format!("unknown event type {other}")))?,
+    };
+    let data = event.get("data").cloned().unwrap_or_else(|| json!({}));
+    let event = TriggerEvent::new(kind, adf_store::time::now_ms(), data);
+    state.daemon.dispatch(&agent, event).await;
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(json!({ "accepted": true, "turnId": turn_id("trigger") })),
+    )
+        .into_response())
 }
 
 pub(super) async fn abort(
@@ -240,4 +275,15 @@ pub(super) async fn suspend_respond(
 ) -> ApiResult<Response> {
     find(&state, &id)?;
     Err(ApiError::executor_missing("suspend responses"))
+}
+
+/// A fresh id for an accepted turn or dispatch (`turn_…`, `trigger_…`).
+fn turn_id(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let bytes: [u8; 12] = rand::random();
+    let tail: String = bytes
+        .iter()
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect();
+    format!("{prefix}_{tail}")
 }
