@@ -148,6 +148,12 @@ pub(crate) fn route(command: Command, url: Option<&str>, out: Output) -> Routed 
             task.clone(),
             Some(reason.clone().unwrap_or_default()),
         ),
+        Command::Chat {
+            file,
+            message: Some(message),
+            loop_name,
+            ..
+        } if !is_file(file) => Call::Chat(agent_of(file), message.clone(), loop_name.clone()),
         _ => return Routed::File(command),
     };
     Routed::Done(finish(client_call(call, url, out)))
@@ -161,6 +167,8 @@ enum Call {
     Logs(String, usize),
     /// Approve (`None`) or deny with a reason.
     Resolve(String, String, Option<String>),
+    /// `adf chat AGENT MESSAGE`: an owner turn in the daemon (agent, message, loop).
+    Chat(String, String, String),
 }
 
 /// Runs a daemon or client command.
@@ -206,6 +214,20 @@ fn client_call(call: Call, url: Option<&str>, out: Output) -> Result<ExitCode> {
     let client = client(url)?;
     runtime()?.block_on(async move {
         match call {
+            Call::Chat(agent, message, loop_name) => {
+                let body = client
+                    .post(
+                        &format!("/agents/{}/chat", encode(&agent)),
+                        Some(&serde_json::json!({ "text": message, "loop": loop_name })),
+                    )
+                    .await?;
+                print_json_or(out, &body, || {
+                    println!(
+                        "accepted: {} (the turn runs in the daemon; follow it with `adf events {agent}`)",
+                        body["turnId"].as_str().unwrap_or_default()
+                    );
+                });
+            }
             Call::Files(agent) => {
                 let body = client
                     .get(&format!("/agents/{}/files", encode(&agent)))

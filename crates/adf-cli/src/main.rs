@@ -191,6 +191,8 @@ pub(crate) enum Command {
     },
     /// Talk to the agent: runs turns in this process against its model (`model.provider`),
     /// streaming the reply. Without MESSAGE, each line of stdin is a message until end of input.
+    /// When FILE is not an existing file it names an agent of the running daemon (id, handle or
+    /// name) and MESSAGE is sent there (`POST /agents/{id}/chat`); the turn runs in the daemon.
     Chat {
         file: PathBuf,
         /// The message; omit it for an interactive session.

@@ -284,3 +284,50 @@ async fn stl_crash_kill_9_mid_turn_keeps_completed_steps_and_does_not_replay() {
         1
     );
 }
+
+/// `adf chat AGENT MESSAGE` where AGENT is not a file: the message goes to the running daemon,
+/// which runs the turn (202) against the agent's model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
+    let mock = MockProvider::openai().await;
+    let agent = agent(&mock);
+    mock.push(Turn::text("Hello from the daemon."));
+    let daemon = adf_server::Daemon::new(adf_runtime::home::RuntimeHome::at(&agent.home));
+    let server = adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, None)
+        .await
+        .unwrap();
+    let loaded = daemon.load(&agent.file).await.unwrap().agent;
+    let id = loaded.id.clone();
+    let mut cmd = adf(&agent);
+    cmd.args(["--url", &server.url(), "chat", &id, "Say hello."]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("accepted: turn_"),
+        "{}",
+        text(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let replied = loaded
+            .store()
+            .run(|file| {
+                Ok(file.connection().query_row(
+                    "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%Hello from the daemon.%'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )?)
+            })
+            .await
+            .unwrap();
+        if replied == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the daemon turn never replied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(mock.request_count(), 1);
+    server.shutdown().await.unwrap();
+}
