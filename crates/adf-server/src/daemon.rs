@@ -331,16 +331,6 @@ impl Daemon {
             }),
         )
         .await;
-        // Opening (integrity check, migration check, skills index) and the first event's
-        // meta write filled the connection's page cache; an idle agent should not keep it
-        // (it refills on demand).
-        let shrunk = agent
-            .store
-            .run(|file| Ok(file.connection().execute_batch("PRAGMA shrink_memory")?))
-            .await;
-        if let Err(error) = shrunk {
-            tracing::debug!(agent = %agent.id, %error, "shrink_memory failed");
-        }
         // Timers: a timer missed while the file was not loaded is due now and fires once.
         self.ensure_scheduler();
         self.rearm_timers(&agent).await;
@@ -350,6 +340,16 @@ impl Daemon {
             json!({}),
         );
         self.dispatch(&agent, startup).await;
+        // Opening (integrity check, migration check, skills index), the first event's meta
+        // write and the timer and trigger reads above filled the connection's page cache; an
+        // idle agent should not keep it (it refills on demand).
+        let shrunk = agent
+            .store
+            .run(|file| Ok(file.connection().execute_batch("PRAGMA shrink_memory")?))
+            .await;
+        if let Err(error) = shrunk {
+            tracing::debug!(agent = %agent.id, %error, "shrink_memory failed");
+        }
         Ok(Loaded {
             agent,
             newly_loaded: true,

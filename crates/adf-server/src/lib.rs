@@ -22,7 +22,7 @@
 //! `POST /agents/{id}/chat` starts an owner turn (202, or 503 when no model is reachable) and
 //! `POST /agents/{id}/trigger` dispatches an event (202). What is not here yet: chat history,
 //! clearing, abort, loops and asks answer 501; `on_tool_call`, `on_logs`, `on_inbox` from
-//! the mesh, `on_outbox`, `on_chat` and `on_llm_call` have no event source in the daemon yet
+//! the mesh, `on_outbox`, `on_chat`, `on_task_create` and `on_llm_call` have no event source in the daemon yet
 //! (`Daemon::dispatch` accepts them).
 
 pub mod api;

@@ -262,3 +262,55 @@ async fn trg_07_a_debounced_target_fires_once_with_the_quiet_periods_events() {
     assert_eq!(agent.triggers().stats().delivered, 1);
     h.stop().await;
 }
+
+const TASK_WATCHER: &str = r#"
+export async function main(event) {
+  await adf.fs_write({ path: `seen/${event.data.task_id}-${event.data.status}.md`, content: event.data.tool, mode: 'write' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_18_a_denied_async_task_fires_on_task_complete_with_its_tool_and_status() {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "tasks",
+        &[("lib/task.ts", TASK_WATCHER)],
+        json!({
+            "on_task_complete": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/task.ts:main", "filter": { "tools": ["fs_*"], "status": ["denied"] } }
+            ] },
+        }),
+    );
+    let task_id = {
+        let mut file = AdfFile::open(&path).unwrap();
+        let id = file
+            .task_create(&adf_store::tasks::NewTask {
+                tool: "fs_delete",
+                args: &json!({ "path": "notes.md" }),
+                status: "pending_approval",
+                origin: Some("agent"),
+                requires_authorization: false,
+                executor_managed: false,
+                approval_meta: None,
+                r#loop: None,
+            })
+            .unwrap();
+        file.close().unwrap();
+        id
+    };
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    h.client
+        .post(
+            &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+            Some(&json!({ "action": "deny", "reason": "not now" })),
+        )
+        .await
+        .unwrap();
+    let expected = format!("seen/{task_id}-denied.md");
+    wait_for("on_task_complete", || async {
+        paths(&agent, "seen/").await == vec![expected.clone()]
+    })
+    .await;
+    h.stop().await;
+}

@@ -749,6 +749,21 @@ pub(super) async fn task_resolve(
             )
             .await;
     }
+    // on_task_complete (TRG-18): a resolution that ends the task. A denied task the executor
+    // manages (a blocking approval inside a turn) is the turn's business, not an event.
+    if let Some(task) = task.as_ref().filter(|t| {
+        matches!(
+            t.status.as_str(),
+            "completed" | "failed" | "denied" | "cancelled"
+        ) && !(t.status == "denied" && t.executor_managed)
+    }) {
+        let event = adf_runtime::triggers::TriggerEvent::new(
+            adf_runtime::triggers::TriggerKind::OnTaskComplete,
+            adf_store::time::now_ms(),
+            json!({ "task_id": task.id, "tool": task.tool, "status": task.status }),
+        );
+        state.daemon.dispatch(&agent, event).await;
+    }
     Ok(Json(json!({
         "agentId": agent.id,
         "taskId": task_id,
