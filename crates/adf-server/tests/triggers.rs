@@ -314,3 +314,75 @@ async fn trg_18_a_denied_async_task_fires_on_task_complete_with_its_tool_and_sta
     .await;
     h.stop().await;
 }
+
+const SEER: &str = r#"
+export async function main(event) {
+  const name = event.data.path.split('/').pop();
+  await adf.fs_write({ path: `seen/${name}`, content: 'seen', mode: 'write' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_11_system_targets_run_when_suspended_and_never_when_off() {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "gated",
+        &[("lib/seer.ts", SEER)],
+        json!({
+            "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/seer.ts:main", "filter": { "watch": "docs/**" } }
+            ] },
+        }),
+    );
+    {
+        let mut file = AdfFile::open(&path).unwrap();
+        file.config_set_path(Caller::Owner, "state", ConfigAction::Set, json!("off"))
+            .unwrap();
+        file.close().unwrap();
+    }
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    let put = |name: &'static str| {
+        let client = &h.client;
+        let id = agent.id.clone();
+        async move {
+            client
+                .call(
+                    Method::PUT,
+                    &format!("/agents/{id}/files/content?path=docs%2F{name}"),
+                    Some(&json!({ "content": name })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    put("while-off.md").await;
+    // The owner moves the stored state to suspended (a config write re-reads the targets).
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["state"] = json!("suspended");
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    put("while-suspended.md").await;
+    wait_for("the suspended delivery", || async {
+        !paths(&agent, "seen/").await.is_empty()
+    })
+    .await;
+    wait_for("drained", || async { !agent.triggers().stats().draining }).await;
+    // Deliveries run in dispatch order, so the event refused while off would have run first.
+    assert_eq!(
+        paths(&agent, "seen/").await,
+        vec!["seen/while-suspended.md"]
+    );
+    h.stop().await;
+}
