@@ -379,12 +379,16 @@ impl Drop for AdfFile {
     }
 }
 
-/// The four pragmas of spec §3.1, applied on every writer connection before anything else.
+/// The four pragmas of spec §3.1, applied on every writer connection before anything else,
+/// plus one connection-tuning pragma (§3.1 allows those): checkpointing every 10,000 WAL pages
+/// instead of 1,000 cuts the fsync pauses of a busy agent's turns tenfold; a clean close still
+/// checkpoints everything.
 fn apply_pragmas(conn: &Connection) -> Result<()> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "busy_timeout", 5000)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
     Ok(())
 }
 
