@@ -217,9 +217,12 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
 
     say("7. Closing cleanly (no -wal/-shm left), reopening and validating against the spec:");
     file.close()?;
-    let sidecars = [sidecar(&path, "-wal"), sidecar(&path, "-shm")]
-        .iter()
-        .any(|p| p.exists());
+    let sidecars = [
+        adf_store::sidecar(&path, "-wal"),
+        adf_store::sidecar(&path, "-shm"),
+    ]
+    .iter()
+    .any(|p| p.exists());
     let file = AdfFile::open(&path)?;
     let report = file.check()?;
     let errors: Vec<String> = report.errors().map(|f| f.message.clone()).collect();
@@ -282,12 +285,6 @@ fn outcome_text(outcome: Result<CallOutcome, ToolError>) -> String {
         Ok(outcome) => render(&outcome.into_value()),
         Err(error) => format!("refused: {} ({})", error.message, error.code),
     }
-}
-
-fn sidecar(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// What the daemon part of the tour did.

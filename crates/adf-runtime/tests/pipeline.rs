@@ -550,11 +550,7 @@ fn excluded_tools_are_refused_for_code() {
     let (_dir, mut file, registry) = setup();
     for name in ["say", "ask", "loop_compact", "loop_clear"] {
         match registry.call(&mut file, &common::code(), name, json!({}), &ApproveAll) {
-            // A tool not implemented yet is NOT_FOUND for everyone; once it exists, code is refused.
-            Err(error) => assert!(
-                matches!(error.code, ErrorCode::ExcludedTool | ErrorCode::NotFound),
-                "{name}: {error}"
-            ),
+            Err(error) => assert_eq!(error.code, ErrorCode::ExcludedTool, "{name}: {error}"),
             Ok(outcome) => panic!("{name} ran from code: {outcome:?}"),
         }
     }

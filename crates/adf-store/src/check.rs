@@ -171,6 +171,7 @@ impl AdfFile {
 fn check_schema(conn: &Connection, report: &mut CheckReport) -> Result<()> {
     let reference = reference_schema()?;
     let tables = object_sql(conn, "table")?;
+    let reference_tables = object_sql(&reference, "table")?;
     for table in SYSTEM_TABLES {
         let Some(sql) = tables.get(table) else {
             report.error("§3.2", format!("table {table} is missing"));
@@ -215,8 +216,7 @@ fn check_schema(conn: &Connection, report: &mut CheckReport) -> Result<()> {
             );
         }
         for check in ["CHECK(protection IN", "CHECK (id = 1)"] {
-            let reference_sql = object_sql(&reference, "table")?;
-            let wanted = reference_sql
+            let wanted = reference_tables
                 .get(table)
                 .is_some_and(|s| squash(s).contains(check));
             if wanted && !squash(sql).contains(check) {

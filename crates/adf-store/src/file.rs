@@ -392,7 +392,8 @@ fn apply_pragmas(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+/// `<file><suffix>`: the `-wal`, `-shm` and `.bak` companions of a file.
+pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

@@ -39,7 +39,7 @@ mod vec_ext;
 pub use access::{Caller, WriteOutcome};
 pub use config::{ConfigAction, Violation};
 pub use error::{ProtectedKind, Result, StoreError};
-pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport};
+pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport, sidecar};
 pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
 pub use handle::StoreHandle;
 pub use identity::IdentityWrite;
