@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, LambdaRef, RunOptions};
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{Approver, Caller, DeferredCall, ToolError};
+use adf_runtime::tools::{Approver, Caller, DeferredCall, ToolError, ToolRegistry};
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
@@ -162,6 +162,23 @@ fn report(run: &CodeRun, out: Output) -> Result<ExitCode> {
 
 /// Carries out a deferred `sys_code`/`sys_lambda` call of `adf tool` (blocking); the result is
 /// the tool result `{result, logs}`.
+/// Carries out a deferred call of a tool that runs outside the store transaction
+/// (`Tool::detach`, e.g. `sys_fetch`).
+pub fn run_detached(
+    file: &mut AdfFile,
+    registry: &ToolRegistry,
+    caller: &Caller,
+    call: &DeferredCall,
+) -> Result<Value, ToolError> {
+    let runtime = runtime().map_err(|e| {
+        ToolError::new(
+            adf_runtime::tools::ErrorCode::InternalError,
+            format!("{e:#}"),
+        )
+    })?;
+    runtime.block_on(registry.run_detached(file, caller, call))
+}
+
 pub fn run_deferred(
     file: &mut AdfFile,
     caller: &Caller,

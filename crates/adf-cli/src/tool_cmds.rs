@@ -173,6 +173,10 @@ pub fn tool(
         {
             crate::code_cmds::run_deferred(&mut file, &caller, &call, approver)
         }
+        // Network tools (`sys_fetch`) run on a runtime made for this one call.
+        Ok(CallOutcome::Deferred(call)) => {
+            crate::code_cmds::run_detached(&mut file, &registry, &caller, &call)
+        }
         Ok(other) => Ok(other.into_value()),
         Err(error) => Err(error),
     };

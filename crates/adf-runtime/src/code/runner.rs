@@ -376,10 +376,17 @@ impl<'a> Runner<'a> {
                     inline: true,
                 })
             }
-            CallOutcome::Deferred(call) => Err(ToolError::new(
-                ErrorCode::InternalError,
-                format!("'{}' cannot run from code", call.tool),
-            )),
+            // Code callers never hold an approval task, so there is nothing to record after.
+            CallOutcome::Deferred(call) => {
+                let config = self.file.config_shared()?;
+                match self.env.registry.detach(&call, &config, &caller) {
+                    Some(future) => Ok(Reply::Later(future)),
+                    None => Err(ToolError::new(
+                        ErrorCode::InternalError,
+                        format!("'{}' cannot run from code", call.tool),
+                    )),
+                }
+            }
         }
     }
 

@@ -1080,6 +1080,12 @@ impl Executor {
                     Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                 }
             }
+            Ok(crate::tools::CallOutcome::Deferred(deferred)) => {
+                match self.registry.run_detached(file, &caller, &deferred).await {
+                    Ok(value) => value,
+                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                }
+            }
             Ok(outcome) => outcome.into_value(),
             Err(error) => return Ok(((error.to_string(), true), Effect::None)),
         };

@@ -46,7 +46,20 @@ pub trait Tool: Send + Sync + 'static {
     fn deferred(&self) -> bool {
         false
     }
+
+    /// The body of a [`Tool::deferred`] tool that needs neither the executor nor the code
+    /// runner (network work such as `sys_fetch`): an owned future the caller awaits outside
+    /// any store transaction. `None`, the default, for tools the executor or the code runner
+    /// carry out themselves. `caller` lets the tool shape its result for code (bytes as
+    /// `Uint8Array`) or for the model (text only).
+    fn detach(&self, config: &Value, caller: &Caller, args: Value) -> Option<Detached> {
+        let _ = (config, caller, args);
+        None
+    }
 }
+
+/// The future of a detached deferred call (see [`Tool::detach`]).
+pub type Detached = futures::future::BoxFuture<'static, Result<Value, ToolError>>;
 
 /// What a running tool may see and use.
 #[derive(Debug)]
@@ -338,6 +351,33 @@ impl ToolRegistry {
             }
         }
         result.map(CallOutcome::Done)
+    }
+
+    /// The future that carries out a deferred call of a [`Tool::detach`] tool, or `None` when
+    /// the tool needs the executor or the code runner.
+    pub fn detach(&self, call: &DeferredCall, config: &Value, caller: &Caller) -> Option<Detached> {
+        self.get(&call.tool)?
+            .detach(config, caller, call.args.clone())
+    }
+
+    /// Carries out a deferred call of a [`Tool::detach`] tool and records its outcome on the
+    /// call's approval task. A tool that needs the executor or the code runner is an error.
+    pub async fn run_detached(
+        &self,
+        file: &mut AdfFile,
+        caller: &Caller,
+        call: &DeferredCall,
+    ) -> Result<Value, ToolError> {
+        let config = file.config_shared()?;
+        let future = self.detach(call, &config, caller).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::InternalError,
+                format!("'{}' cannot run in this context", call.tool),
+            )
+        })?;
+        let result = future.await;
+        self.finish_deferred(file, call, &result)?;
+        result
     }
 
     /// Records the outcome of a deferred call on its approval task, if it had one.
