@@ -1247,9 +1247,13 @@ async fn cod_35_identity_methods_without_an_identity_store_plain() {
         await adf.set_identity({ purpose: 'mcp:garmin:GARMIN_EMAIL', value: 'user@example.com' })
         // ...and read it back later
         const email = await adf.get_identity({ purpose: 'mcp:garmin:GARMIN_EMAIL' })
-        return { status, email }"#,
+        // A value that looks like JSON is still the stored text (COD-02 applies to tool output).
+        await adf.set_identity({ purpose: 'adapter:pin', value: '1234' })
+        const pin = await adf.get_identity({ purpose: 'adapter:pin' })
+        return { status, email, pin: [typeof pin, pin] }"#,
     )
     .await);
+    assert_eq!(v["pin"], json!(["string", "1234"]));
     assert_eq!(
         v["status"],
         json!({ "envelopes": { "identity": "absent", "credentials": "absent" }, "password_protected": false })
@@ -1449,7 +1453,8 @@ async fn mock_env(file: &mut AdfFile) -> (MockProvider, CodeEnv) {
 async fn cod_22_model_invoke_examples() {
     let (_d, _p, mut file) = new_agent();
     let (mock, env) = mock_env(&mut file).await;
-    for reply in ["gist", "summary", "Bonjour", "12 it is", "not spam"] {
+    // JSON-looking replies stay raw text (the guide: "Returns raw text (not JSON-parsed)").
+    for reply in ["gist", "summary", "Bonjour", "12", r#"{"spam":false}"#] {
         mock.push(Turn::text(reply));
     }
     let v = ok(inline(
@@ -1480,12 +1485,18 @@ async fn cod_22_model_invoke_examples() {
           messages: [{ role: 'user', content: 'Quick classification: is this spam?' }],
           model: 'anthropic/claude-haiku-3-5-20241022'
         })
-        return [gist, summary, french, response, fast]"#,
+        return [gist, summary, french, response, fast].map((v) => [typeof v, v])"#,
     )
     .await);
     assert_eq!(
         v,
-        json!(["gist", "summary", "Bonjour", "12 it is", "not spam"])
+        json!([
+            ["string", "gist"],
+            ["string", "summary"],
+            ["string", "Bonjour"],
+            ["string", "12"],
+            ["string", r#"{"spam":false}"#]
+        ])
     );
     let requests = mock.requests();
     assert_eq!(requests.len(), 5);

@@ -20,8 +20,9 @@ use crate::HostError;
 /// [`value_bytes`](crate::value_bytes).
 ///
 /// **Results.** A [`Value::String`] is parsed as JSON when it is valid JSON and handed over as
-/// the raw string otherwise (the guide's rule for tool output text); any other value is
-/// handed over as is.
+/// the raw string otherwise (the guide's rule for tool output text); text that must stay a
+/// string whatever it looks like is answered as [`raw_text`](crate::raw_text); any other value
+/// is handed over as is.
 pub trait Host: Send + Sync {
     /// `adf.<method>(args)`. `args` is the single object argument (`{}` when omitted).
     fn call(&self, method: &str, args: Value) -> BoxFuture<'static, Result<Value, HostError>>;

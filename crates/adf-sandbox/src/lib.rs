@@ -79,6 +79,18 @@ pub fn bytes_value(bytes: &[u8]) -> Value {
     Value::Object(map)
 }
 
+/// The key that marks host text handed to JavaScript as a string, never JSON-parsed.
+pub const RAW_TEXT_KEY: &str = "__raw_text";
+
+/// Text that reaches JavaScript as this exact string: a host answer of this shape is not
+/// parsed even when it looks like JSON (`model_invoke` returns raw model text, so a reply of
+/// `42` must stay the string `"42"`; adf-object guide "model_invoke").
+pub fn raw_text(text: String) -> Value {
+    let mut map = serde_json::Map::new();
+    map.insert(RAW_TEXT_KEY.to_string(), Value::String(text));
+    Value::Object(map)
+}
+
 /// The bytes of a `{"__bytes_base64": …}` value, or `None` for anything else.
 pub fn value_bytes(value: &Value) -> Option<Vec<u8>> {
     let map = value.as_object()?;

@@ -412,6 +412,11 @@ impl SlotState {
 fn tag_result(result: Result<Json, HostError>) -> String {
     match result {
         Ok(Json::String(s)) => format!("s{s}"),
+        Ok(Json::Object(map))
+            if map.len() == 1 && map.get(crate::RAW_TEXT_KEY).is_some_and(Json::is_string) =>
+        {
+            format!("1{}", map[crate::RAW_TEXT_KEY])
+        }
         Ok(v) => format!("1{v}"),
         Err(e) => format!(
             "0{}",

@@ -72,6 +72,28 @@ async fn cod_02_text_results_are_parsed_when_json_else_raw() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cod_02_raw_text_answers_stay_strings_even_when_they_look_like_json() {
+    let sb = sandbox().await;
+    let host = TestHost::new(&[]);
+    let out = sb
+        .run(
+            inline("const out = [];\nfor (const text of ['42', '{\"a\":1}', 'true', 'plain']) out.push(await adf.raw({ text }));\nreturn out.map((v) => [typeof v, v]);"),
+            host,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.value,
+        json!([
+            ["string", "42"],
+            ["string", "{\"a\":1}"],
+            ["string", "true"],
+            ["string", "plain"]
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cod_05_host_error_codes_reach_err_code() {
     let sb = sandbox().await;
     let host = TestHost::new(&[]);

@@ -184,7 +184,8 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
                 "the model returned no text",
             ));
         }
-        Ok(Value::String(text))
+        // Raw text (guide): a reply of `42` or `{"a":1}` stays a string in JavaScript.
+        Ok(adf_sandbox::raw_text(text))
     })))
 }
 
@@ -528,8 +529,9 @@ fn get_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
             .map(|v| v.to_vec())
             .unwrap_or_default()
     };
+    // A stored value is text, never JSON to parse: a PIN of `0042` stays "0042".
     String::from_utf8(bytes)
-        .map(Value::String)
+        .map(adf_sandbox::raw_text)
         .map_err(|_| ToolError::failed(format!("'{purpose}' is not text")))
 }
 

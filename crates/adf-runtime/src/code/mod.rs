@@ -36,11 +36,10 @@
 //! `{task_id, status, tool}` at once and a `running` task then runs before the next call is
 //! serviced. The code-only methods of the §9 table are in methods.rs.
 //!
-//! Known differences, documented: the sandbox parses every string result that is valid JSON
-//! (the guide's rule for tool output), so a `model_invoke` reply or `get_identity` value that
-//! happens to be JSON text (`"42"`) arrives parsed. Native `fetch` (`code_execution.network`) is
-//! not wired to an HTTP client yet and fails with `NETWORK_DISABLED`. `emit_event` has no event
-//! bus yet: the event is recorded as an `adf_logs` row (origin `emit_event`) and reported as not
+//! Tool results that are text are parsed when they are JSON (the guide's calling convention);
+//! `model_invoke` replies and `get_identity` values are raw text and reach JavaScript as
+//! strings whatever they look like (`adf_sandbox::raw_text`). `emit_event` has no event bus
+//! yet: the event is recorded as an `adf_logs` row (origin `emit_event`) and reported as not
 //! delivered.
 
 mod methods;

@@ -62,6 +62,9 @@ impl Host for TestHost {
                     args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)
                 )),
                 "text" => Ok(args["text"].clone()),
+                "raw" => Ok(adf_sandbox::raw_text(
+                    args["text"].as_str().unwrap_or_default().to_owned(),
+                )),
                 "fail" => Err(HostError::new(
                     args["code"].as_str().unwrap_or("TOOL_ERROR"),
                     args["message"].as_str().unwrap_or("failed"),
