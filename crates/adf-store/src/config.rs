@@ -648,14 +648,15 @@ impl AdfFile {
             .conn
             .prepare_cached("PRAGMA data_version")?
             .query_row([], |row| row.get(0))?;
-        let key = (data_version, self.conn.total_changes());
-        if let Some((cached_key, value)) = self.config_cache.borrow().as_ref()
+        let key = (data_version, self.config_cache.generation());
+        if let Some((cached_key, value)) = self.config_cache.parsed.borrow().as_ref()
+            && self.config_cache.hooked
             && *cached_key == key
         {
             return Ok(value.clone());
         }
         let value = std::sync::Arc::new(self.config()?);
-        *self.config_cache.borrow_mut() = Some((key, value.clone()));
+        *self.config_cache.parsed.borrow_mut() = Some((key, value.clone()));
         Ok(value)
     }
 
@@ -822,5 +823,48 @@ mod tests {
         let new_problem = json!({ "state": "bogus", "model": { "temperature": 9 } });
         assert!(new_violations(&before, &same_problem).is_empty());
         assert_eq!(new_violations(&before, &new_problem).len(), 1);
+    }
+}
+
+/// `(PRAGMA data_version, ConfigCache generation)`.
+type ConfigVersion = (i64, u64);
+
+/// The parsed config of one connection and what it was read at: SQLite's `data_version`
+/// (changes when another connection commits) and a generation counter that an update hook on
+/// this connection bumps on every row change of `adf_config`. Writes to other tables (a log
+/// row, a file) leave the cache valid, so a tool call after a write does not re-parse the
+/// config; a rolled-back config change only costs one needless re-parse.
+#[derive(Debug)]
+pub(crate) struct ConfigCache {
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    hooked: bool,
+    /// The config and the `(data_version, generation)` it was parsed at.
+    parsed: std::cell::RefCell<Option<(ConfigVersion, std::sync::Arc<Value>)>>,
+}
+
+impl ConfigCache {
+    /// A cache that watches `conn`. The hook is the connection's only update hook; if SQLite
+    /// refuses it, the cache never answers and every read parses the config.
+    pub(crate) fn attach(conn: &mut rusqlite::Connection) -> Self {
+        let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let bump = generation.clone();
+        let hooked = conn
+            .update_hook(Some(
+                move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| {
+                    if table == "adf_config" {
+                        bump.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                },
+            ))
+            .is_ok();
+        ConfigCache {
+            generation,
+            hooked,
+            parsed: std::cell::RefCell::new(None),
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -56,8 +56,6 @@ pub struct CreateOptions {
     pub id: Option<String>,
 }
 
-/// A parsed config and the `(data_version, total_changes)` it was read at.
-pub(crate) type SharedConfig = ((i64, u64), std::sync::Arc<serde_json::Value>);
 
 /// One open `.adf` file and its single connection.
 #[derive(Debug)]
@@ -71,8 +69,8 @@ pub struct AdfFile {
     /// The marker stays truthful until the first write, which removes it first (§3.3): a
     /// session that only reads leaves the file exactly as it found it.
     marker_pending: Cell<bool>,
-    /// The last parsed config and the (data_version, total_changes) it was read at.
-    pub(crate) config_cache: std::cell::RefCell<Option<SharedConfig>>,
+    /// The last parsed config, reused until `adf_config` may have changed.
+    pub(crate) config_cache: crate::config::ConfigCache,
 }
 
 impl AdfFile {
@@ -157,6 +155,8 @@ impl AdfFile {
         skills::reindex(&tx)?;
         tx.commit()?;
 
+        let config_cache = crate::config::ConfigCache::attach(&mut conn);
+
         Ok(Self {
             conn,
             path: path.to_path_buf(),
@@ -168,7 +168,7 @@ impl AdfFile {
             },
             closed: false,
             marker_pending: Cell::new(false),
-            config_cache: std::cell::RefCell::new(None),
+            config_cache,
         })
     }
 
@@ -213,6 +213,7 @@ impl AdfFile {
         tx.commit()?;
         report.notes.extend(notes);
         let marker_pending = Cell::new(report.clean_close && !wrote);
+        let config_cache = crate::config::ConfigCache::attach(&mut conn);
         Ok(Self {
             conn,
             path,
@@ -220,7 +221,7 @@ impl AdfFile {
             report,
             closed: false,
             marker_pending,
-            config_cache: std::cell::RefCell::new(None),
+            config_cache,
         })
     }
 
@@ -241,7 +242,7 @@ impl AdfFile {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&uri, flags).map_err(|e| classify(&path, e))?;
+        let mut conn = Connection::open_with_flags(&uri, flags).map_err(|e| classify(&path, e))?;
         let found = probe_version(&conn, &path)?;
         let clean_close = has_clean_close_marker(&conn, &path)?;
         let report = OpenReport {
@@ -249,6 +250,7 @@ impl AdfFile {
             clean_close,
             ..OpenReport::default()
         };
+        let config_cache = crate::config::ConfigCache::attach(&mut conn);
         Ok(Self {
             conn,
             path,
@@ -256,7 +258,7 @@ impl AdfFile {
             report,
             closed: false,
             marker_pending: Cell::new(false),
-            config_cache: std::cell::RefCell::new(None),
+            config_cache,
         })
     }
 

@@ -20,6 +20,7 @@ pub mod defaults;
 pub mod error;
 mod file;
 mod files;
+pub mod glob;
 mod handle;
 pub mod identity;
 pub mod messages;

@@ -73,6 +73,36 @@ pub struct TimerRow {
     pub r#loop: Option<String>,
 }
 
+/// `logging.max_rows` when the config does not say (§14.1).
+pub const DEFAULT_LOG_MAX_ROWS: u64 = 10_000;
+
+/// The order of log levels; `None` for anything else.
+fn log_rank(level: &str) -> Option<u8> {
+    ["debug", "info", "warn", "error"]
+        .iter()
+        .position(|l| *l == level)
+        .map(|i| i as u8)
+}
+
+/// The minimum level stored for `origin` under `config.logging` (default `info`).
+fn min_log_rank(logging: Option<&Value>, origin: &str) -> u8 {
+    let rank_of = |v: Option<&Value>| v.and_then(Value::as_str).and_then(log_rank);
+    let rule = logging
+        .and_then(|l| l.get("rules"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|rule| {
+            rule.get("origin")
+                .and_then(Value::as_str)
+                .is_some_and(|glob| crate::glob::matches(glob, origin))
+        });
+    match rule {
+        Some(rule) => rank_of(rule.get("min_level")).unwrap_or(0),
+        None => rank_of(logging.and_then(|l| l.get("default_level"))).unwrap_or(1),
+    }
+}
+
 /// A log row to append (§3.3 `adf_logs`).
 #[derive(Debug, Clone, Default)]
 pub struct NewLog<'a> {
@@ -285,19 +315,29 @@ impl AdfFile {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Appends a log row.
-    pub fn log(&mut self, entry: &NewLog<'_>) -> Result<i64> {
-        self.ensure_writable()?;
-        if !matches!(entry.level, "debug" | "info" | "warn" | "error") {
+    /// Appends a log row unless `config.logging` filters it out (§5.10: the first `rules`
+    /// entry whose `origin` glob matches sets the minimum level, else `default_level`), then
+    /// trims the oldest rows beyond `logging.max_rows` (`null`: no bound). Returns the new
+    /// row's id, or `None` when the level is below the minimum.
+    pub fn log(&mut self, entry: &NewLog<'_>) -> Result<Option<i64>> {
+        let Some(level) = log_rank(entry.level) else {
             return Err(StoreError::invalid(format!(
                 "log level must be debug, info, warn or error, not '{}'",
                 entry.level
             )));
+        };
+        let config = self.config_shared()?;
+        let logging = config.get("logging");
+        if level < min_log_rank(logging, entry.origin.unwrap_or("")) {
+            return Ok(None);
         }
-        self.conn.execute(
-            "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
+        self.ensure_writable()?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
                 entry.level,
                 entry.origin,
                 entry.event,
@@ -306,9 +346,21 @@ impl AdfFile {
                 entry.data.map(Value::to_string),
                 time::now_ms(),
                 entry.r#loop
-            ],
-        )?;
-        Ok(self.conn.last_insert_rowid())
+            ])?;
+        let id = self.conn.last_insert_rowid();
+        let max_rows = match logging.and_then(|l| l.get("max_rows")) {
+            Some(Value::Null) => None,
+            Some(v) => v.as_u64(),
+            None => Some(DEFAULT_LOG_MAX_ROWS),
+        };
+        if let Some(max) = max_rows.filter(|max| *max > 0) {
+            // Row ids only grow, so everything at or below `id - max` is older than the newest
+            // `max` rows; the primary key makes this a range delete.
+            self.conn
+                .prepare_cached("DELETE FROM adf_logs WHERE id <= ?1")?
+                .execute(params![id - max as i64])?;
+        }
+        Ok(Some(id))
     }
 
     /// Every identity row. Values stay sealed; callers decide what may be shown.

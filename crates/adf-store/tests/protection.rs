@@ -710,12 +710,17 @@ fn inspect_mode_refuses_writes() {
 }
 
 #[test]
-fn shared_config_is_reused_until_anything_writes() {
+fn shared_config_is_reused_until_the_config_changes() {
     let (_dir, path, mut file) = common::new_file("shared-config");
     let first = file.config_shared().unwrap();
     assert!(
         std::sync::Arc::ptr_eq(&first, &file.config_shared().unwrap()),
         "reads reuse the parse"
+    );
+    write(&mut file, Caller::Owner, "notes.txt", "x").unwrap();
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &file.config_shared().unwrap()),
+        "writes to other tables keep the parse"
     );
     file.config_set_path(
         Caller::Owner,
@@ -741,4 +746,77 @@ fn shared_config_is_reused_until_anything_writes() {
         "theirs",
         "another connection's commit invalidates"
     );
+}
+
+/// Log rows as the store's `log` stores them under a given `config.logging`.
+fn logged_under(logging: serde_json::Value, rows: &[(&str, &str)]) -> Vec<(String, String)> {
+    let (_dir, path, mut file) = common::new_file("logging");
+    file.config_set_path(Caller::Owner, "logging", ConfigAction::Set, logging)
+        .unwrap();
+    for (level, origin) in rows {
+        file.log(&adf_store::NewLog {
+            level,
+            origin: Some(origin),
+            message: "m",
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let mut stmt = reader
+        .prepare("SELECT level, origin FROM adf_logs ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn aud_20_default_level_is_the_minimum_stored() {
+    let rows = [("debug", "a"), ("info", "a"), ("warn", "a"), ("error", "a")];
+    let stored = logged_under(json!({ "default_level": "warn" }), &rows);
+    let levels: Vec<&str> = stored.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(levels.len(), 2);
+    assert!(levels.contains(&"warn") && levels.contains(&"error"));
+    // Without a default_level the minimum is info.
+    assert_eq!(logged_under(json!({}), &rows).len(), 3);
+}
+
+#[test]
+fn aud_21_rules_match_origin_globs_and_the_first_match_wins() {
+    let logging = json!({
+        "default_level": "debug",
+        "rules": [
+            { "origin": "serving", "min_level": "error" },
+            { "origin": "lambda*", "min_level": "warn" },
+            { "origin": "lambda_x", "min_level": "debug" }
+        ]
+    });
+    let rows = [
+        ("warn", "serving"),
+        ("error", "serving"),
+        ("info", "lambda"),
+        ("info", "lambda_x"),
+        ("warn", "lambda_x"),
+        ("debug", "executor"),
+    ];
+    let mut stored = logged_under(logging, &rows);
+    stored.sort();
+    let expect = |l: &str, o: &str| (l.to_owned(), o.to_owned());
+    assert_eq!(
+        stored,
+        vec![
+            expect("debug", "executor"),
+            expect("error", "serving"),
+            expect("warn", "lambda_x"),
+        ]
+    );
+}
+
+#[test]
+fn aud_22_max_rows_bounds_the_table_and_null_is_unbounded() {
+    let rows: Vec<(&str, &str)> = (0..25).map(|_| ("info", "o")).collect();
+    assert_eq!(logged_under(json!({ "max_rows": 10 }), &rows).len(), 10);
+    assert_eq!(logged_under(json!({ "max_rows": null }), &rows).len(), 25);
 }
