@@ -56,7 +56,6 @@ pub struct CreateOptions {
     pub id: Option<String>,
 }
 
-
 /// One open `.adf` file and its single connection.
 #[derive(Debug)]
 pub struct AdfFile {
