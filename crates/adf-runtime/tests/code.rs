@@ -18,7 +18,7 @@ use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolRegistry};
 use adf_store::tasks::NewTask;
 use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
 use adf_testkit::{MockProvider, Turn};
-use common::{digest, model, new_agent};
+use common::{digest, digest_except_logs, model, new_agent};
 use serde_json::{Value, json};
 
 // ---------- helpers ----------
@@ -564,7 +564,7 @@ async fn cod_36_authorized_bypass_examples() {
     put(&mut file, "lib/agent.ts", bypass, false);
     let env = env().await;
 
-    let before = digest(&file);
+    let before = digest_except_logs(&file);
     let run = lambda(&mut file, &env, "lib/agent.ts", json!({})).await;
     let err = run.result.unwrap_err();
     assert!(
@@ -572,7 +572,7 @@ async fn cod_36_authorized_bypass_examples() {
         "{err}"
     );
     assert_eq!(
-        digest(&file),
+        digest_except_logs(&file),
         before,
         "an unauthorized attempt changes nothing"
     );
@@ -699,10 +699,10 @@ async fn cod_06_cod_20_idn_31_authorized_file_may_call_restricted_tools_unauthor
     put(&mut file, "lib/trusted.ts", RESTRICTED_CALL, true);
     put(&mut file, "lib/untrusted.ts", RESTRICTED_CALL, false);
     let env = env().await;
-    let before = digest(&file);
+    let before = digest_except_logs(&file);
     let run = lambda(&mut file, &env, "lib/untrusted.ts", json!({})).await;
     assert_eq!(code_of(&run), "REQUIRES_AUTHORIZED_CODE");
-    assert_eq!(digest(&file), before);
+    assert_eq!(digest_except_logs(&file), before);
     assert_eq!(
         ok(lambda(&mut file, &env, "lib/trusted.ts", json!({})).await),
         "changed"
@@ -826,7 +826,7 @@ async fn cod_10_unauthorized_code_cannot_call_an_authorized_file() {
         false,
     );
     let env = env().await;
-    let before = digest(&file);
+    let before = digest_except_logs(&file);
     assert_eq!(
         ok(lambda(&mut file, &env, "lib/plain.ts", json!({})).await),
         "REQUIRES_AUTHORIZED_CALLER"
@@ -863,7 +863,7 @@ async fn cod_10_unauthorized_code_cannot_call_an_authorized_file() {
     )
     .await;
     assert_eq!(code_of(&run), "REQUIRES_AUTHORIZED_CALLER");
-    assert_eq!(digest(&file), before);
+    assert_eq!(digest_except_logs(&file), before);
 }
 
 #[tokio::test]
@@ -1707,4 +1707,67 @@ async fn cod_13_run_lambda_registry_is_shared_and_args_are_one_object() {
         json!({ "input": { "event": { "type": "timer" } }, "n": 1 })
     );
     let _ = Caller::Owner;
+}
+
+// ---------- log rows (AUD-23) ----------
+
+/// `(origin, event, target, level)` of every log row, oldest first.
+fn log_rows(file: &AdfFile) -> Vec<(String, String, String, String)> {
+    let mut rows: Vec<_> = file
+        .table_rows("adf_logs", 1000)
+        .unwrap()
+        .into_iter()
+        .map(|row| {
+            let s = |k: &str| row.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            (
+                row["id"].as_i64().unwrap(),
+                (s("origin"), s("event"), s("target"), s("level")),
+            )
+        })
+        .collect();
+    rows.sort_by_key(|(id, _)| *id);
+    rows.into_iter().map(|(_, row)| row).collect()
+}
+
+#[tokio::test]
+async fn aud_23_lambda_and_sys_lambda_write_execute_and_result_rows() {
+    let (_d, _p, mut file) = new_agent();
+    put(
+        &mut file,
+        "lib/jobs.ts",
+        "export async function main() { return await adf.sys_lambda({ source: 'lib/jobs.ts:inner' }) }\nexport async function inner() { return 1 }\nexport async function broken() { throw new Error('boom') }",
+        false,
+    );
+    let env = env().await;
+    assert_eq!(
+        ok(lambda(&mut file, &env, "lib/jobs.ts", json!({})).await),
+        1
+    );
+    let failed = lambda(&mut file, &env, "lib/jobs.ts:broken", json!({})).await;
+    assert!(failed.result.is_err());
+    model_tool(
+        &mut file,
+        &env,
+        "sys_lambda",
+        json!({ "source": "lib/jobs.ts:inner" }),
+        &DenyAll,
+    )
+    .await
+    .unwrap();
+    let row = |o: &str, e: &str, t: &str, l: &str| {
+        (o.to_owned(), e.to_owned(), t.to_owned(), l.to_owned())
+    };
+    assert_eq!(
+        log_rows(&file),
+        vec![
+            row("lambda", "execute", "lib/jobs.ts:main", "info"),
+            row("sys_lambda", "execute", "lib/jobs.ts:inner", "info"),
+            row("sys_lambda", "result", "lib/jobs.ts:inner", "info"),
+            row("lambda", "result", "lib/jobs.ts:main", "info"),
+            row("lambda", "execute", "lib/jobs.ts:broken", "info"),
+            row("lambda", "result", "lib/jobs.ts:broken", "error"),
+            row("sys_lambda", "execute", "lib/jobs.ts:inner", "info"),
+            row("sys_lambda", "result", "lib/jobs.ts:inner", "info"),
+        ]
+    );
 }

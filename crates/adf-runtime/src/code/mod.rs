@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use adf_sandbox::{Entry, Request, SandboxError};
 pub use adf_sandbox::{LogEntry, LogLevel, Sandbox, SandboxConfig};
-use adf_store::AdfFile;
+use adf_store::{AdfFile, NewLog};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -302,7 +302,98 @@ pub async fn run_lambda(
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
-    let config = match file.config() {
+    run_logged_lambda(
+        file,
+        env,
+        "lambda",
+        lambda,
+        input,
+        authorization,
+        approver,
+        options,
+    )
+    .await
+}
+
+/// [`run_lambda`] between an `execute` and a `result` log row of `origin` (§13.5: `lambda`
+/// for triggers, timers and routes, `sys_lambda` for the tool).
+#[allow(clippy::too_many_arguments)]
+async fn run_logged_lambda(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    origin: &str,
+    lambda: &LambdaRef,
+    input: Value,
+    authorization: Authorization,
+    approver: &(dyn Approver + Sync),
+    options: &RunOptions,
+) -> CodeRun {
+    let source = lambda.source();
+    let authorized = authorization == Authorization::SourceFile;
+    log_execute(file, origin, &source, authorized);
+    let started = std::time::Instant::now();
+    let run = run_lambda_unlogged(file, env, lambda, input, authorization, approver, options).await;
+    log_result(file, origin, &source, &run.result, started.elapsed());
+    run
+}
+
+/// The `execute` row of a lambda run. A log row the logging config drops, or one that cannot
+/// be written, never stops the run.
+pub(crate) fn log_execute(file: &mut AdfFile, origin: &str, source: &str, authorized: bool) {
+    let data = json!({ "authorized": authorized });
+    let _ = file.log(&NewLog {
+        level: "info",
+        origin: Some(origin),
+        event: Some("execute"),
+        target: Some(source),
+        message: &format!("running {source}"),
+        data: Some(&data),
+        r#loop: None,
+    });
+}
+
+/// The `result` row of a lambda run: `info` when it returned, `error` with the code when not.
+pub(crate) fn log_result(
+    file: &mut AdfFile,
+    origin: &str,
+    source: &str,
+    result: &Result<Value, ToolError>,
+    elapsed: Duration,
+) {
+    let duration_ms = elapsed.as_secs_f64() * 1000.0;
+    let (level, message, data) = match result {
+        Ok(_) => (
+            "info",
+            format!("{source} returned"),
+            json!({ "ok": true, "duration_ms": duration_ms }),
+        ),
+        Err(error) => (
+            "error",
+            format!("{source} failed: {}", error.message),
+            json!({ "ok": false, "code": error.code.as_str(), "duration_ms": duration_ms }),
+        ),
+    };
+    let _ = file.log(&NewLog {
+        level,
+        origin: Some(origin),
+        event: Some("result"),
+        target: Some(source),
+        message: &message,
+        data: Some(&data),
+        r#loop: None,
+    });
+}
+
+async fn run_lambda_unlogged(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    lambda: &LambdaRef,
+    input: Value,
+    authorization: Authorization,
+    approver: &(dyn Approver + Sync),
+    options: &RunOptions,
+) -> CodeRun {
+    let config = match file.config_shared() {
         Ok(config) => config,
         Err(e) => return CodeRun::failed(e.into()),
     };
@@ -472,7 +563,17 @@ async fn deferred_lambda(
         }
         | Caller::Owner => Authorization::SourceFile,
     };
-    let run = run_lambda(file, env, &lambda, input, authorization, approver, options).await;
+    let run = run_logged_lambda(
+        file,
+        env,
+        "sys_lambda",
+        &lambda,
+        input,
+        authorization,
+        approver,
+        options,
+    )
+    .await;
     if let Some(task) = approval_task {
         let outcome = match &run.result {
             Ok(value) => {

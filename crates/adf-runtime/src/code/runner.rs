@@ -139,6 +139,7 @@ enum Completion {
         reply: oneshot::Sender<Result<Value, HostError>>,
         source: String,
         inline: bool,
+        started: std::time::Instant,
         execution: Execution,
     },
 }
@@ -242,6 +243,10 @@ impl<'a> Runner<'a> {
                     inline,
                 }) => {
                     let source = frame.source.clone();
+                    if !inline {
+                        super::log_execute(self.file, "sys_lambda", &source, frame.authorized());
+                    }
+                    let started = std::time::Instant::now();
                     let host = Arc::new(ChannelHost {
                         frame,
                         tx: self.tx.clone(),
@@ -253,6 +258,7 @@ impl<'a> Runner<'a> {
                             reply,
                             source,
                             inline,
+                            started,
                             execution,
                         }
                     }));
@@ -269,11 +275,20 @@ impl<'a> Runner<'a> {
             reply,
             source,
             inline,
+            started,
             execution,
         } = done
         else {
             return;
         };
+        if !inline {
+            let result = execution
+                .result
+                .as_ref()
+                .map(|_| Value::Null)
+                .map_err(sandbox_error);
+            super::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
+        }
         let answer = match execution.result {
             Ok(value) if inline => {
                 Ok(json!({ "result": value, "logs": log_lines(&execution.logs) }))
