@@ -25,6 +25,9 @@ use crate::tools::{ErrorCode, ProtectionHit, Tool, ToolContext, ToolError, ToolR
 
 pub use redact::{REDACTED, is_secret_name, redact};
 pub use rules::UPDATABLE_STATES;
+/// The field rules of step 10, shared with `sys_create_adf`, which validates a child's config
+/// against the defaults the same way.
+pub(crate) use rules::{leaf_error, new_structural};
 
 /// The tools of this family.
 pub fn tools() -> Vec<Arc<dyn Tool>> {

@@ -6,6 +6,7 @@ use super::Tool;
 
 pub mod code;
 pub mod config;
+pub mod create_adf;
 pub mod db;
 pub mod files;
 pub mod loops;
@@ -24,6 +25,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         state::tools(),
         db::tools(),
         config::tools(),
+        create_adf::tools(),
         timers::tools(),
         messages::tools(),
         turn::tools(),
