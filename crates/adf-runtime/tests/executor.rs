@@ -1060,6 +1060,90 @@ async fn stl_32_stl_46_stl_48_stl_50_stl_52_loop_send_wakes_an_inner_loop_with_i
 }
 
 #[tokio::test]
+async fn stl_32_stl_43_two_inner_loops_run_side_by_side_with_their_own_transcripts_and_models() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([
+            {"name": "reader", "goal": "Read the news.", "enabled": true, "tools": ["fs_write"],
+             "model": {"model_id": "small-model", "temperature": 0.1}},
+            {"name": "writer", "goal": "Write the digest.", "enabled": true, "tools": ["fs_write"]}
+        ]),
+    );
+    // Neither request is answered before both have arrived: loops run one after the other
+    // would wait forever here, and the timeout below turns that into a failure.
+    mock.hold_until(2);
+    mock.repeat(Turn::text("noted"));
+    let ex = executor(&file);
+    let mut pool = LoopPool::new();
+    let host = Host::default();
+    let turns = vec![
+        (
+            "reader".to_owned(),
+            Trigger::Event {
+                event_type: "test".into(),
+                text: "read A".into(),
+            },
+        ),
+        (
+            "writer".to_owned(),
+            Trigger::Event {
+                event_type: "test".into(),
+                text: "write B".into(),
+            },
+        ),
+    ];
+    let results = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        pool.run_many(&ex, &mut file, turns, &host),
+    )
+    .await
+    .expect("the two loops' requests were not in flight together")
+    .unwrap();
+    let ends: Vec<(String, TurnEnd)> = results
+        .into_iter()
+        .map(|(l, r)| (l, r.unwrap().end))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("reader".to_owned(), TurnEnd::Replied),
+            ("writer".to_owned(), TurnEnd::Replied)
+        ]
+    );
+    // Separate transcripts: each loop holds its trigger, its prompt and its reply only.
+    for (name, trigger, other) in [
+        ("reader", "read A", "write B"),
+        ("writer", "write B", "read A"),
+    ] {
+        let rows = file.loop_rows(name).unwrap();
+        assert!(rows.iter().all(|r| r.r#loop == name));
+        let texts: Vec<String> = rows.iter().map(first_text).collect();
+        assert!(texts.iter().any(|t| t == trigger), "{name}: {texts:?}");
+        assert!(!texts.iter().any(|t| t == other), "{name}: {texts:?}");
+        assert_eq!(rows.last().unwrap().role, "assistant");
+    }
+    // STL-43 (model): the reader's request names its own model and temperature; the writer
+    // uses the agent's.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let by_loop = |goal: &str| {
+        requests
+            .iter()
+            .find(|r| r.body.to_string().contains(goal))
+            .unwrap()
+            .body
+            .clone()
+    };
+    let reader = by_loop("Read the news.");
+    assert_eq!(reader["model"], "small-model");
+    assert_eq!(reader["temperature"], 0.1);
+    let writer = by_loop("Write the digest.");
+    assert_eq!(writer["model"], ex.model_id());
+    assert_ne!(writer["model"], "small-model");
+}
+
+#[tokio::test]
 async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     with_loops(

@@ -75,6 +75,10 @@ struct Inner {
     requests: Mutex<Vec<RecordedRequest>>,
     required_key: Mutex<Option<String>>,
     zero_latency: AtomicBool,
+    /// See [`MockProvider::hold_until`].
+    hold_until: Mutex<Option<u64>>,
+    /// The number of requests received, for handlers waiting on `hold_until`.
+    arrived: tokio::sync::watch::Sender<u64>,
 }
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it: the mock's state
@@ -121,6 +125,8 @@ impl MockProvider {
             requests: Mutex::new(Vec::new()),
             required_key: Mutex::new(None),
             zero_latency: AtomicBool::new(false),
+            hold_until: Mutex::new(None),
+            arrived: tokio::sync::watch::Sender::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         #[allow(clippy::expect_used)]
@@ -185,6 +191,15 @@ impl MockProvider {
         self
     }
 
+    /// Answers nothing until `count` requests have arrived in total (then everything waiting
+    /// is answered, each with its own scripted turn). A test of concurrency: requests that are
+    /// sent one after the other never reach the count, so the test fails instead of passing
+    /// by luck; put a timeout around the code under test.
+    pub fn hold_until(&self, count: u64) -> &Self {
+        *lock(&self.inner.hold_until) = Some(count);
+        self
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.inner.requests).clone()
@@ -239,6 +254,13 @@ async fn handle(
         reqs.push(record);
         reqs.len() as u64
     };
+    inner.arrived.send_replace(n);
+    let hold = *lock(&inner.hold_until);
+    if let Some(count) = hold {
+        let mut arrived = inner.arrived.subscribe();
+        // The sender lives in `inner`, so the channel cannot close while this handler runs.
+        let _ = arrived.wait_for(|n| *n >= count).await;
+    }
     let wire = inner.wire;
 
     if method != Method::POST || uri.path() != wire.path() {

@@ -59,7 +59,26 @@ use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
 
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
-pub use pool::LoopPool;
+pub use pool::{LoopPool, LoopResults};
+
+/// An agent file that the turns of several loops share (see [`Executor::run_turn_shared`]).
+#[derive(Debug)]
+pub struct SharedFile<'a> {
+    file: tokio::sync::Mutex<&'a mut AdfFile>,
+}
+
+impl<'a> SharedFile<'a> {
+    pub fn new(file: &'a mut AdfFile) -> Self {
+        SharedFile {
+            file: tokio::sync::Mutex::new(file),
+        }
+    }
+
+    /// Exclusive use of the file until the guard drops.
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, &'a mut AdfFile> {
+        self.file.lock().await
+    }
+}
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
 pub const AUTONOMOUS_TEXT_ONLY_LIMIT: u32 = 4;
@@ -314,6 +333,7 @@ enum Effect {
 }
 
 /// Runs turns against one model.
+#[derive(Clone)]
 pub struct Executor {
     provider: Arc<dyn Provider>,
     model_id: String,
@@ -383,6 +403,48 @@ impl Executor {
     /// The model id requests name.
     pub fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    /// The executor for `loop_name` when the loop names its own `model` (§6.4): a copy with
+    /// the loop's `model_id`, `temperature`, `max_tokens` and `top_p` over the agent's. `None`
+    /// when the loop has no override or the override does not apply: it must use the agent's
+    /// provider, and it applies only while `sys_code` or `sys_lambda` is enabled
+    /// (missing-tables §6.4). Reasoning and extra params stay the agent's.
+    pub fn for_loop(&self, config: &Value, loop_name: &str) -> Option<Executor> {
+        let model = loop_config(config, loop_name)?.get("model")?.as_object()?;
+        let provider = model
+            .get("provider")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty());
+        if provider.is_some_and(|p| p != crate::providers::Resolver::provider_id(config)) {
+            return None;
+        }
+        let (declarations, _) = crate::tools::access::declarations(config);
+        let code_enabled = declarations
+            .iter()
+            .any(|d| d.enabled && matches!(d.name.as_str(), "sys_code" | "sys_lambda"));
+        if !code_enabled {
+            return None;
+        }
+        let mut executor = self.clone();
+        if let Some(id) = model
+            .get("model_id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.trim().is_empty())
+        {
+            executor.model_id = id.trim().to_owned();
+        }
+        let number = |key: &str| model.get(key).and_then(Value::as_f64);
+        if let Some(t) = number("temperature") {
+            executor.params.temperature = Some(t);
+        }
+        if let Some(t) = model.get("max_tokens").and_then(Value::as_u64) {
+            executor.params.max_tokens = Some(t);
+        }
+        if let Some(p) = number("top_p") {
+            executor.params.top_p = Some(p);
+        }
+        Some(executor)
     }
 
     /// Opens a session on `loop_name`, recovering an interrupted turn first (never replayed).
@@ -462,6 +524,23 @@ impl Executor {
         trigger: Trigger,
         host: &dyn TurnHost,
     ) -> Result<TurnOutcome, ExecutorError> {
+        let shared = SharedFile::new(file);
+        self.run_turn_shared(&shared, session, trigger, host).await
+    }
+
+    /// [`Executor::run_turn`] on a file other loops of the agent share: the file is locked for
+    /// each store step and released while the model answers, so the turns of several loops,
+    /// polled together on one task, run side by side (§6.4). Tool calls keep the lock for
+    /// their whole run (one transaction each; code runs hold it too).
+    pub async fn run_turn_shared(
+        &self,
+        shared: &SharedFile<'_>,
+        session: &mut Session,
+        trigger: Trigger,
+        host: &dyn TurnHost,
+    ) -> Result<TurnOutcome, ExecutorError> {
+        let mut guard = shared.lock().await;
+        let file: &mut AdfFile = &mut guard;
         let config = self.config(file, session)?;
         let loop_name = session.loop_name.clone();
         let facts = match self.loop_facts(&config, &loop_name) {
@@ -530,9 +609,12 @@ impl Executor {
             }
             Ok(())
         })?;
+        drop(guard);
         let result = self
-            .turn_body(file, session, &facts, &mut checkpoint, host)
+            .turn_body(shared, session, &facts, &mut checkpoint, host)
             .await;
+        let mut guard = shared.lock().await;
+        let file: &mut AdfFile = &mut guard;
         match &result {
             Ok(_) => {
                 checkpoint.finish("completed", None);
@@ -600,7 +682,7 @@ impl Executor {
 
     async fn turn_body(
         &self,
-        file: &mut AdfFile,
+        shared: &SharedFile<'_>,
         session: &mut Session,
         facts: &LoopFacts,
         checkpoint: &mut Checkpoint,
@@ -611,6 +693,8 @@ impl Executor {
         let mut wakes: Vec<String> = Vec::new();
         let mut first = true;
         loop {
+            let mut guard = shared.lock().await;
+            let file: &mut AdfFile = &mut guard;
             let config = self.config(file, session)?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
             if first {
@@ -676,7 +760,11 @@ impl Executor {
                 params: self.params.clone(),
             };
             session.set_state(ExecState::Thinking, host);
+            // The model's answer is the long wait of a step: other loops use the file meanwhile.
+            drop(guard);
             let reply = self.request_reply(&req, host).await;
+            let mut guard = shared.lock().await;
+            let file: &mut AdfFile = &mut guard;
             self.log_retries(file, &loop_name, host)?;
             let reply = reply?;
             steps += 1;

@@ -1,22 +1,30 @@
-//! The loops of one agent in one process (§6.4): a session per loop, and the wakes that
-//! `loop_send` (`wake: true`) and `loop_manage create` (autostart) ask for.
+//! The loops of one agent in one process (§6.4): a session per loop, the turns of several
+//! loops side by side, and the wakes that `loop_send` (`wake: true`) and `loop_manage create`
+//! (autostart) ask for.
 //!
-//! This embedded pool runs loops one after another on the caller's task: a wake is served
-//! when the turn that asked for it has ended, so "busy target" never arises and each target
-//! owes at most one kick per round however many messages it was sent (the messages are rows
-//! already; the kick turn records nothing new, so each is read exactly once). A daemon that
-//! runs loops concurrently keeps the same per-loop sessions behind its store handle.
+//! Turns run in rounds. A round runs at most one turn per loop, all of them concurrently on
+//! the caller's task over one [`SharedFile`] (each turn holds the file for a store step and
+//! releases it while its model answers). The wakes a round's turns ask for make the next
+//! round, so a target owes at most one kick per round however many messages it was sent (the
+//! messages are rows already; a kick turn records nothing new, so each is read exactly once)
+//! and a wake for a busy loop is served when its turn has ended.
 
 use std::collections::BTreeMap;
 
 use adf_store::AdfFile;
+use serde_json::Value;
 
-use super::{Executor, ExecutorError, Session, Trigger, TurnHost, TurnOutcome, log_dropped};
+use super::{
+    Executor, ExecutorError, Session, SharedFile, Trigger, TurnHost, TurnOutcome, log_dropped,
+};
 use crate::tools::builtin::loops::loop_config;
 
-/// Wake turns one round of [`LoopPool::drain_wakes`] may run before it stops, so loops that
-/// keep waking each other cannot spin forever.
+/// Turns one call of [`LoopPool::run_many`] may run before it stops, so loops that keep
+/// waking each other cannot spin forever.
 pub const MAX_WAKE_TURNS: usize = 32;
+
+/// What each turn of a round did, by loop name, in the order they were asked for.
+pub type LoopResults = Vec<(String, Result<TurnOutcome, ExecutorError>)>;
 
 /// Sessions by loop name.
 #[derive(Debug, Default)]
@@ -50,7 +58,7 @@ impl LoopPool {
         self.sessions.remove(loop_name);
     }
 
-    /// Runs a turn of `loop_name`, then every wake it caused (see [`Self::drain_wakes`]).
+    /// Runs a turn of `loop_name`, then every wake it caused (see [`Self::run_many`]).
     pub async fn run(
         &mut self,
         executor: &Executor,
@@ -58,64 +66,105 @@ impl LoopPool {
         loop_name: &str,
         trigger: Trigger,
         host: &dyn TurnHost,
-    ) -> Result<Vec<(String, Result<TurnOutcome, ExecutorError>)>, ExecutorError> {
-        let session = self.session(executor, file, loop_name)?;
-        let outcome = executor.run_turn(file, session, trigger, host).await;
-        let wakes = outcome
-            .as_ref()
-            .map(|o| o.wakes.clone())
-            .unwrap_or_default();
-        let mut all = vec![(loop_name.to_owned(), outcome)];
-        all.extend(self.drain_wakes(executor, file, wakes, host).await?);
-        Ok(all)
+    ) -> Result<LoopResults, ExecutorError> {
+        self.run_many(executor, file, vec![(loop_name.to_owned(), trigger)], host)
+            .await
     }
 
-    /// Serves wakes in order, each target once per pending batch, including wakes the woken
-    /// turns cause, up to [`MAX_WAKE_TURNS`]. A wake for a loop that does not exist or is
-    /// disabled is dropped and logged `loop_dispatch_dropped` (§6.4); it never goes to main.
+    /// Serves wakes (see [`Self::run_many`]).
     pub async fn drain_wakes(
         &mut self,
         executor: &Executor,
         file: &mut AdfFile,
         wakes: Vec<String>,
         host: &dyn TurnHost,
-    ) -> Result<Vec<(String, Result<TurnOutcome, ExecutorError>)>, ExecutorError> {
-        let mut queue = std::collections::VecDeque::from(wakes);
-        let mut results = Vec::new();
-        while let Some(target) = queue.pop_front() {
-            if results.len() >= MAX_WAKE_TURNS {
-                break;
+    ) -> Result<LoopResults, ExecutorError> {
+        self.run_many(executor, file, wake_round(wakes), host).await
+    }
+
+    /// Runs `turns` side by side (one round), then the rounds of wakes they cause, up to
+    /// [`MAX_WAKE_TURNS`] turns. A second trigger for a loop already in a round waits for the
+    /// next round. A wake for a loop that does not exist or is disabled is dropped and logged
+    /// `loop_dispatch_dropped` (§6.4); it never goes to main. Each loop runs with its own
+    /// model when it names one ([`Executor::for_loop`]).
+    pub async fn run_many(
+        &mut self,
+        executor: &Executor,
+        file: &mut AdfFile,
+        turns: Vec<(String, Trigger)>,
+        host: &dyn TurnHost,
+    ) -> Result<LoopResults, ExecutorError> {
+        let mut waiting = std::collections::VecDeque::from(turns);
+        let mut results = LoopResults::new();
+        while !waiting.is_empty() && results.len() < MAX_WAKE_TURNS {
+            let config = file.config_shared()?;
+            let mut round: Vec<(String, Session, Trigger, Option<Executor>)> = Vec::new();
+            let mut later = std::collections::VecDeque::new();
+            while let Some((target, trigger)) = waiting.pop_front() {
+                if results.len() + round.len() >= MAX_WAKE_TURNS {
+                    break;
+                }
+                if round.iter().any(|(name, ..)| *name == target) {
+                    later.push_back((target, trigger));
+                    continue;
+                }
+                if matches!(trigger, Trigger::Wake { .. }) && !available(&config, &target) {
+                    log_dropped(file, &target, "wake")?;
+                    self.stop(&target);
+                    continue;
+                }
+                self.session(executor, file, &target)?;
+                let Some(session) = self.sessions.remove(&target) else {
+                    continue;
+                };
+                let own = executor.for_loop(&config, &target);
+                round.push((target, session, trigger, own));
             }
-            let config = file.config()?;
-            let available = target == "main"
-                || loop_config(&config, &target).is_some_and(|l| {
-                    l.get("enabled").and_then(serde_json::Value::as_bool) == Some(true)
-                });
-            if !available {
-                log_dropped(file, &target, "wake")?;
-                self.stop(&target);
-                continue;
-            }
-            let session = self.session(executor, file, &target)?;
-            let outcome = executor
-                .run_turn(
-                    file,
-                    session,
-                    Trigger::Wake {
-                        event_type: "loop_send".into(),
-                    },
-                    host,
-                )
+            waiting = later;
+            let shared = SharedFile::new(file);
+            let outcomes =
+                futures::future::join_all(round.iter_mut().map(|(_, session, trigger, own)| {
+                    own.as_ref().unwrap_or(executor).run_turn_shared(
+                        &shared,
+                        session,
+                        trigger.clone(),
+                        host,
+                    )
+                }))
                 .await;
-            if let Ok(o) = &outcome {
-                for w in &o.wakes {
-                    if !queue.contains(w) {
-                        queue.push_back(w.clone());
+            for ((name, session, ..), outcome) in round.into_iter().zip(outcomes) {
+                self.sessions.insert(name.clone(), session);
+                if let Ok(o) = &outcome {
+                    for wake in wake_round(o.wakes.clone()) {
+                        if !waiting.iter().any(|(name, _)| *name == wake.0) {
+                            waiting.push_back(wake);
+                        }
                     }
                 }
+                results.push((name, outcome));
             }
-            results.push((target, outcome));
         }
         Ok(results)
     }
+}
+
+/// Whether wakes may reach `target`: main, or an enabled inner loop.
+fn available(config: &Value, target: &str) -> bool {
+    target == "main"
+        || loop_config(config, target)
+            .is_some_and(|l| l.get("enabled").and_then(Value::as_bool) == Some(true))
+}
+
+fn wake_round(targets: Vec<String>) -> Vec<(String, Trigger)> {
+    targets
+        .into_iter()
+        .map(|target| {
+            (
+                target,
+                Trigger::Wake {
+                    event_type: "loop_send".into(),
+                },
+            )
+        })
+        .collect()
 }
