@@ -7,6 +7,8 @@
 //! - [`executor`]: the turn loop of each loop (§6, §13.1): prompt snapshots and context rows,
 //!   streaming requests, tool calls with approvals, `say`/`ask`, turn endings, checkpoints and
 //!   crash recovery, compaction, and the in-process loop pool for inner loops.
+//! - [`fetch`]: the HTTP engine of `sys_fetch` and the sandbox's native `fetch`, with the
+//!   §5.6 egress rules checked on every resolved address and redirect hop.
 //! - [`home`]: the runtime's home directory (`$ADF_HOME`, default `~/.adf`) with the owner and
 //!   runtime identities, kept outside every agent file.
 //! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
@@ -20,6 +22,7 @@
 
 pub mod code;
 pub mod executor;
+pub mod fetch;
 pub mod home;
 pub mod identity;
 pub mod prompt;

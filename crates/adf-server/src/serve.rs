@@ -62,6 +62,8 @@ impl RunningServer {
     ) -> Result<Self, ServerError> {
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
+        // §5.6 rule 2: no agent's sys_fetch or native fetch may reach this API.
+        adf_runtime::fetch::protect_control_api(addr);
         let state = AppState {
             daemon: daemon.clone(),
             token: token.map(Arc::from),

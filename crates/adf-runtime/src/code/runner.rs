@@ -4,9 +4,12 @@
 //!
 //! The sandbox calls [`ChannelHost`], which only forwards `(request, oneshot reply)` over an
 //! unbounded channel. [`Runner::run`] `select!`s between the top-level execution, that channel
-//! and the futures it started (nested executions, `model_invoke` requests). Handling a request
-//! is synchronous against the file (each call one transaction); anything slow becomes a future
-//! in `pending`, so the executions' time limits and timers keep running.
+//! and the futures it started (nested executions, `model_invoke` requests, detached tool calls
+//! such as `sys_fetch`, native `fetch`). Handling a request is synchronous against the file
+//! (each call one transaction); anything slow becomes a future in `pending`, so the executions'
+//! time limits and timers keep running. A detached call's log rows are written when its future
+//! completes, back on this task. Native `fetch` (only installed with `code_execution.network`)
+//! runs the `sys_fetch` engine with the same §5.6 policy ([`crate::fetch::native`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +27,9 @@ use super::{
 };
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
-use crate::tools::{Approver, CallOutcome, Caller, ErrorCode, ToolError};
+use crate::tools::{
+    Approver, CallOutcome, Caller, Detached, DetachedOutcome, ErrorCode, ToolError, write_logs,
+};
 
 /// One execution's identity: who its `adf.*` calls are made as.
 #[derive(Debug)]
@@ -71,6 +76,11 @@ enum HostMsg {
         path: String,
         reply: oneshot::Sender<Option<String>>,
     },
+    /// Native `fetch` (`code_execution.network`): the `sys_fetch` engine and egress policy.
+    Fetch {
+        request: Value,
+        reply: oneshot::Sender<Result<Value, HostError>>,
+    },
 }
 
 /// The sandbox's view of the runtime: forwards everything to the runner.
@@ -114,6 +124,17 @@ impl Host for ChannelHost {
             answer.await.ok().flatten()
         })
     }
+
+    fn fetch(&self, request: Value) -> BoxFuture<'static, Result<Value, HostError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(HostMsg::Fetch { request, reply });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(stopped());
+            }
+            answer.await.unwrap_or_else(|_| Err(stopped()))
+        })
+    }
 }
 
 /// How a call is answered.
@@ -124,6 +145,8 @@ pub(crate) enum Reply {
     ValueThenTask(Value, String),
     /// When this future resolves (`model_invoke`).
     Later(BoxFuture<'static, Result<Value, ToolError>>),
+    /// When this detached tool call resolves (`sys_fetch`); its log rows are written then.
+    Detached(Detached),
     /// When this nested execution ends.
     Nested {
         request: Request,
@@ -135,6 +158,11 @@ pub(crate) enum Reply {
 
 enum Completion {
     Replied,
+    /// A detached call or native fetch ended: write its log rows, then answer.
+    Detached {
+        reply: oneshot::Sender<Result<Value, HostError>>,
+        outcome: DetachedOutcome,
+    },
     Nested {
         reply: oneshot::Sender<Result<Value, HostError>>,
         source: String,
@@ -214,6 +242,28 @@ impl<'a> Runner<'a> {
             HostMsg::Load { frame, path, reply } => {
                 let _ = reply.send(self.load(&frame, &path));
             }
+            HostMsg::Fetch { request, reply } => match self.file.config_shared() {
+                // The sandbox installs `fetch` only with the network on; checked again here
+                // against the config as it is now.
+                Ok(config) if super::network(&config) => {
+                    let future = crate::fetch::native(&config, &request, Default::default());
+                    self.pending.push(Box::pin(async move {
+                        Completion::Detached {
+                            reply,
+                            outcome: future.await,
+                        }
+                    }));
+                }
+                Ok(_) => {
+                    let _ = reply.send(Err(HostError::new(
+                        "NETWORK_DISABLED",
+                        "native network access is disabled (code_execution.network); use adf.sys_fetch",
+                    )));
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(host_error(error.into())));
+                }
+            },
             HostMsg::Call {
                 frame,
                 method,
@@ -235,6 +285,14 @@ impl<'a> Runner<'a> {
                     self.pending.push(Box::pin(async move {
                         let _ = reply.send(future.await.map_err(host_error));
                         Completion::Replied
+                    }));
+                }
+                Ok(Reply::Detached(future)) => {
+                    self.pending.push(Box::pin(async move {
+                        Completion::Detached {
+                            reply,
+                            outcome: future.await,
+                        }
                     }));
                 }
                 Ok(Reply::Nested {
@@ -271,6 +329,14 @@ impl<'a> Runner<'a> {
     }
 
     fn complete(&mut self, done: Completion) {
+        let done = match done {
+            Completion::Detached { reply, outcome } => {
+                write_logs(self.file, &outcome.logs);
+                let _ = reply.send(outcome.result.map_err(host_error));
+                return;
+            }
+            other => other,
+        };
         let Completion::Nested {
             reply,
             source,
@@ -395,7 +461,7 @@ impl<'a> Runner<'a> {
             CallOutcome::Deferred(call) => {
                 let config = self.file.config_shared()?;
                 match self.env.registry.detach(&call, &config, &caller) {
-                    Some(future) => Ok(Reply::Later(future)),
+                    Some(future) => Ok(Reply::Detached(future)),
                     None => Err(ToolError::new(
                         ErrorCode::InternalError,
                         format!("'{}' cannot run from code", call.tool),

@@ -59,7 +59,63 @@ pub trait Tool: Send + Sync + 'static {
 }
 
 /// The future of a detached deferred call (see [`Tool::detach`]).
-pub type Detached = futures::future::BoxFuture<'static, Result<Value, ToolError>>;
+pub type Detached = futures::future::BoxFuture<'static, DetachedOutcome>;
+
+/// What a detached call ends with: its result, and the `adf_logs` rows its caller writes once
+/// it holds the file again (the future runs outside any transaction and never touches the
+/// file; `sys_fetch` records its refusals, errors and timeouts this way).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetachedOutcome {
+    pub result: Result<Value, ToolError>,
+    pub logs: Vec<LogRow>,
+}
+
+impl From<Result<Value, ToolError>> for DetachedOutcome {
+    fn from(result: Result<Value, ToolError>) -> Self {
+        DetachedOutcome {
+            result,
+            logs: Vec::new(),
+        }
+    }
+}
+
+/// An owned `adf_logs` row (§3.3), written later by whoever holds the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRow {
+    /// `debug`, `info`, `warn` or `error`.
+    pub level: &'static str,
+    pub origin: &'static str,
+    pub event: &'static str,
+    pub target: Option<String>,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl LogRow {
+    /// Appends the row (its own transaction). A log row is a record, never the outcome: a
+    /// caller reports a failure to write it and carries on.
+    pub fn write(&self, file: &mut AdfFile) -> Result<(), adf_store::StoreError> {
+        file.log(&adf_store::NewLog {
+            level: self.level,
+            origin: Some(self.origin),
+            event: Some(self.event),
+            target: self.target.as_deref(),
+            message: &self.message,
+            data: self.data.as_ref(),
+            r#loop: None,
+        })
+        .map(|_| ())
+    }
+}
+
+/// Writes the log rows of a detached call, reporting (not failing on) a row it cannot write.
+pub fn write_logs(file: &mut AdfFile, logs: &[LogRow]) {
+    for row in logs {
+        if let Err(error) = row.write(file) {
+            tracing::warn!(origin = row.origin, event = row.event, %error, "cannot write a log row");
+        }
+    }
+}
 
 /// What a running tool may see and use.
 #[derive(Debug)]
@@ -375,7 +431,8 @@ impl ToolRegistry {
                 format!("'{}' cannot run in this context", call.tool),
             )
         })?;
-        let result = future.await;
+        let DetachedOutcome { result, logs } = future.await;
+        write_logs(file, &logs);
         self.finish_deferred(file, call, &result)?;
         result
     }

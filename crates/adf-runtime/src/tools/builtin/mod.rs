@@ -8,6 +8,7 @@ pub mod code;
 pub mod config;
 pub mod create_adf;
 pub mod db;
+pub mod fetch;
 pub mod files;
 pub mod loops;
 pub mod messages;
@@ -21,6 +22,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
     let families = [
         files::tools(),
         code::tools(),
+        fetch::tools(),
         meta::tools(),
         state::tools(),
         db::tools(),

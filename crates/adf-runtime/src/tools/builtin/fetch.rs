@@ -1,0 +1,99 @@
+//! `sys_fetch`: an HTTP request under the agent's egress policy (tools guide "HTTP Fetch
+//! Tool", adf-object guide "sys_fetch", spec §5.6, missing-tables §10.5).
+//!
+//! A [`Tool::deferred`] tool that [`Tool::detach`]es: the pipeline decides declaration, access
+//! and approval, then the caller awaits the request outside any store transaction (a slow
+//! server never holds the file's write lock) and writes the failure's `adf_logs` row once it
+//! holds the file again. The engine, the §5.6 address rules and the body/timeout limits are in
+//! [`crate::fetch`]; this module maps arguments in and shapes the result: a binary body is
+//! bytes for code (a `Uint8Array` that `fs_write` stores as binary) and base64 with
+//! `_body_encoding: "base64"` for the model.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::fetch::{self, FetchSettings, Policy};
+use crate::tools::{Caller, Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError};
+
+/// The tools of this family.
+pub fn tools() -> Vec<Arc<dyn Tool>> {
+    vec![Arc::new(SysFetch::default())]
+}
+
+/// The `sys_fetch` tool. [`SysFetch::with_settings`] lowers the body cap or injects a resolver
+/// (tests register it in place of the built-in).
+#[derive(Debug, Clone, Default)]
+pub struct SysFetch {
+    settings: FetchSettings,
+}
+
+impl SysFetch {
+    pub fn with_settings(settings: FetchSettings) -> Self {
+        SysFetch { settings }
+    }
+}
+
+impl Tool for SysFetch {
+    fn name(&self) -> &'static str {
+        "sys_fetch"
+    }
+
+    fn description(&self) -> &'static str {
+        "Make an HTTP request (http/https only). Returns {status, status_text, ok, headers, body, url}; text bodies are strings, binary bodies base64 with _body_encoding: \"base64\". Private and link-local addresses are refused; bodies are capped at 25 MB."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "url": { "type": "string", "minLength": 1, "description": "The http or https URL." },
+                "method": { "type": "string", "description": "HTTP method (default GET)." },
+                "headers": { "type": "object", "description": "Request headers, name: value." },
+                "body": { "type": "string", "description": "Request body." },
+                "timeout_ms": {
+                    "type": "number",
+                    "minimum": 1,
+                    "maximum": fetch::MAX_TIMEOUT_MS,
+                    "description": "Time limit for the whole request in ms (default 30000, at most 60000)."
+                }
+            },
+            "required": ["url"],
+            "additionalProperties": false
+        })
+    }
+
+    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
+        Err(ToolError::new(
+            ErrorCode::InternalError,
+            "sys_fetch runs outside the store transaction (ToolRegistry::run_detached), not inside the tool pipeline",
+        ))
+    }
+
+    fn deferred(&self) -> bool {
+        true
+    }
+
+    fn detach(&self, config: &Value, caller: &Caller, args: Value) -> Option<Detached> {
+        let for_code = matches!(caller, Caller::Code { .. });
+        let method = args
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("GET")
+            .to_owned();
+        let prepared = Policy::from_config(config).and_then(|policy| {
+            fetch::request_from_tool_args(&args).map(|request| (request, policy))
+        });
+        let settings = self.settings.clone();
+        Some(Box::pin(async move {
+            let result = match prepared {
+                Ok((request, policy)) => fetch::fetch(request, policy, settings).await,
+                Err(error) => Err(error),
+            };
+            match result {
+                Ok(response) => DetachedOutcome::from(Ok(response.tool_value(for_code))),
+                Err(error) => error.outcome("sys_fetch", &method),
+            }
+        }))
+    }
+}
