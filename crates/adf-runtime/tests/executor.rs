@@ -1143,6 +1143,100 @@ async fn stl_32_stl_43_two_inner_loops_run_side_by_side_with_their_own_transcrip
     assert_ne!(writer["model"], "small-model");
 }
 
+/// Runs one inner-loop turn whose model calls `sys_code` with `code`; the code's result.
+async fn loop_code(
+    file: &mut AdfFile,
+    mock: &MockProvider,
+    session: &mut Session,
+    code: &str,
+) -> Value {
+    mock.push_all([
+        Turn::tool_call("sys_code", json!({ "code": code })),
+        Turn::text("done"),
+    ]);
+    let ex = executor(file);
+    ex.run_turn(
+        file,
+        session,
+        Trigger::Event {
+            event_type: "test".into(),
+            text: "run it".into(),
+        },
+        &Host::default(),
+    )
+    .await
+    .unwrap();
+    let rows = file.loop_rows(session.loop_name()).unwrap();
+    let result = rows
+        .iter()
+        .rev()
+        .find(|r| block_types(r) == ["tool_result"])
+        .unwrap();
+    let content = result.content[0]["content"].as_str().unwrap();
+    serde_json::from_str::<Value>(content).unwrap()["result"].clone()
+}
+
+/// The code probes every profile method and reports each one's outcome.
+const PROBE: &str = "const out = {};\n\
+    for (const [m, args] of [['get_identity', { purpose: 'x' }], ['set_identity', { purpose: 'x', value: 'y' }], ['task_resolve', { task_id: 't', action: 'deny' }], ['attestation_list', {}], ['attestation_add', { attestation: {} }], ['attestation_issue', { subject: 'did:key:z6Mk', role: 'member' }], ['identity_status', {}], ['model_invoke', { prompt: 'p' }], ['loop_inject', { content: 'c' }]]) {\n\
+      try { await adf[m](args); out[m] = 'ok' } catch (e) { out[m] = e.code }\n\
+    }\n\
+    out.fetch = typeof fetch;\n\
+    return out;";
+
+#[tokio::test]
+async fn stl_28_stl_29_stl_30_stl_31_inner_loop_code_runs_under_the_inner_loop_profile() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": ["sys_code"]}]),
+    );
+    // The agent: network on, model_invoke off (STL-28), loop_inject restricted (STL-30).
+    set(&mut file, "code_execution.network", json!(true));
+    set(&mut file, "code_execution.model_invoke", json!(false));
+    set(
+        &mut file,
+        "code_execution.restricted_methods",
+        json!(["loop_inject"]),
+    );
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "worker").unwrap();
+    let out = loop_code(&mut file, &mock, &mut session, PROBE).await;
+    // STL-29: the profile's methods are off whatever the agent allows; no native fetch.
+    for m in [
+        "get_identity",
+        "set_identity",
+        "task_resolve",
+        "attestation_list",
+        "attestation_add",
+        "attestation_issue",
+    ] {
+        assert_eq!(out[m], "DISABLED", "{m}: {out}");
+    }
+    assert_eq!(out["fetch"], "undefined", "{out}");
+    // STL-28: the agent's own switch still applies to what the profile allows.
+    assert_eq!(out["model_invoke"], "DISABLED", "{out}");
+    assert_eq!(out["identity_status"], "ok", "{out}");
+    // STL-30: restricted_methods is the union, so unauthorized loop code is refused.
+    assert_eq!(out["loop_inject"], "REQUIRES_AUTHORIZED_CODE", "{out}");
+
+    // The same probe from main's code: the agent's profile (only its own switches apply).
+    let mut main = ex.open_session(&mut file, "main").unwrap();
+    let main_out = loop_code(&mut file, &mock, &mut main, PROBE).await;
+    assert_eq!(main_out["attestation_list"], "ok", "{main_out}");
+    assert_eq!(main_out["fetch"], "function", "{main_out}");
+
+    // STL-31: the profile follows the agent's config as it changes.
+    set(&mut file, "code_execution.identity_status", json!(false));
+    set(&mut file, "code_execution.restricted_methods", json!([]));
+    let out = loop_code(&mut file, &mock, &mut session, PROBE).await;
+    assert_eq!(out["identity_status"], "DISABLED", "{out}");
+    assert_eq!(out["loop_inject"], "ok", "{out}");
+    // attestation_issue stays restricted by the profile's own list even when the agent's is
+    // empty (it is also off; the profile wins either way).
+    assert_eq!(out["attestation_issue"], "DISABLED", "{out}");
+}
+
 #[tokio::test]
 async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;

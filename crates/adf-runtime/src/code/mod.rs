@@ -189,6 +189,8 @@ pub struct RunOptions {
     /// A time limit below `limits.execution_timeout_ms` (never above it).
     pub timeout: Option<Duration>,
     pub inject: InjectMode,
+    /// Which `code_execution` the code runs under.
+    pub profile: CodeProfile,
 }
 
 impl Default for RunOptions {
@@ -199,8 +201,68 @@ impl Default for RunOptions {
             inject: InjectMode::Immediate {
                 loop_name: "main".into(),
             },
+            profile: CodeProfile::Agent,
         }
     }
+}
+
+/// The `code_execution` a run's code gets (§6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CodeProfile {
+    /// The agent's own `code_execution`: main's code, triggers, timers, the owner.
+    #[default]
+    Agent,
+    /// Code an inner loop's model started: the agent's `code_execution` narrowed by the
+    /// inner-loop profile ([`inner_loop_view`]).
+    InnerLoop,
+}
+
+/// Methods the inner-loop profile turns off whatever the agent allows (missing-tables §6.4):
+/// an inner loop never reads or writes secrets, resolves tasks, handles attestations or
+/// reaches the network natively.
+pub const INNER_LOOP_DISABLED: [&str; 7] = [
+    "get_identity",
+    "set_identity",
+    "task_resolve",
+    "attestation_list",
+    "attestation_add",
+    "attestation_issue",
+    "network",
+];
+
+/// The profile's own `restricted_methods`, joined with the agent's (the spec leaves the list
+/// open; issuing attestations is the one trust act a loop could otherwise reach).
+pub const INNER_LOOP_RESTRICTED: [&str; 1] = ["attestation_issue"];
+
+/// `config` as an inner loop's code sees it: a method is on only when the profile and the
+/// agent both allow it, `packages` is empty, and `restricted_methods` is the union of the
+/// profile's and the agent's (absent: the agent's default, `attestation_issue`).
+pub fn inner_loop_view(config: &Value) -> Value {
+    let mut view = config.clone();
+    let Some(root) = view.as_object_mut() else {
+        return view;
+    };
+    let section = root.entry("code_execution").or_insert_with(|| json!({}));
+    if !section.is_object() {
+        *section = json!({});
+    }
+    if let Some(section) = section.as_object_mut() {
+        for method in INNER_LOOP_DISABLED {
+            section.insert(method.into(), Value::Bool(false));
+        }
+        section.insert("packages".into(), json!([]));
+        let mut restricted: Vec<Value> = match section.get("restricted_methods") {
+            Some(Value::Array(list)) => list.clone(),
+            _ => vec![json!("attestation_issue")],
+        };
+        for method in INNER_LOOP_RESTRICTED {
+            if !restricted.iter().any(|m| m == method) {
+                restricted.push(json!(method));
+            }
+        }
+        section.insert("restricted_methods".into(), Value::Array(restricted));
+    }
+    view
 }
 
 /// A `loop_inject` context (§9 code-only methods).
@@ -393,9 +455,9 @@ async fn run_lambda_unlogged(
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
-    let config = match file.config_shared() {
+    let config = match profiled_config(file, options) {
         Ok(config) => config,
-        Err(e) => return CodeRun::failed(e.into()),
+        Err(e) => return CodeRun::failed(e),
     };
     if !input.is_object() && !input.is_null() {
         return CodeRun::failed(ToolError::invalid("lambda input must be a JSON object"));
@@ -428,9 +490,9 @@ pub async fn run_inline(
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
-    let config = match file.config() {
+    let config = match profiled_config(file, options) {
         Ok(config) => config,
-        Err(e) => return CodeRun::failed(e.into()),
+        Err(e) => return CodeRun::failed(e),
     };
     let frame = Frame::new(false, "sys_code".into(), Vec::new());
     let request = Request::new(Entry::Inline {
@@ -626,6 +688,15 @@ fn min_timeout(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// The config under `options.profile` (see [`CodeProfile`]).
+fn profiled_config(file: &AdfFile, options: &RunOptions) -> Result<Arc<Value>, ToolError> {
+    let config = file.config_shared()?;
+    Ok(match options.profile {
+        CodeProfile::Agent => config,
+        CodeProfile::InnerLoop => Arc::new(inner_loop_view(&config)),
+    })
 }
 
 fn network(config: &Value) -> bool {

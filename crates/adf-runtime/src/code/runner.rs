@@ -242,7 +242,7 @@ impl<'a> Runner<'a> {
             HostMsg::Load { frame, path, reply } => {
                 let _ = reply.send(self.load(&frame, &path));
             }
-            HostMsg::Fetch { request, reply } => match self.file.config_shared() {
+            HostMsg::Fetch { request, reply } => match self.code_config() {
                 // The sandbox installs `fetch` only with the network on; checked again here
                 // against the config as it is now.
                 Ok(config) if super::network(&config) => {
@@ -371,6 +371,17 @@ impl<'a> Runner<'a> {
         let _ = reply.send(answer);
     }
 
+    /// The config as this run's code sees it: the agent's, or with the inner-loop profile
+    /// applied ([`super::CodeProfile`]). Read on every call, so a config change reaches the
+    /// next call of a running execution (STL-31).
+    fn code_config(&self) -> Result<Arc<Value>, ToolError> {
+        let config = self.file.config_shared()?;
+        Ok(match self.options.profile {
+            super::CodeProfile::Agent => config,
+            super::CodeProfile::InnerLoop => Arc::new(super::inner_loop_view(&config)),
+        })
+    }
+
     /// A module source for the sandbox; an unauthorized file demotes the execution.
     fn load(&mut self, frame: &Frame, path: &str) -> Option<String> {
         let entry = self.file.file_read(path).ok()??;
@@ -397,7 +408,7 @@ impl<'a> Runner<'a> {
             "sys_lambda" => self.nested_lambda(frame, args),
             m if methods::is_code_method(m) => {
                 let caller = frame.caller();
-                let config = self.file.config_shared()?;
+                let config = self.code_config()?;
                 match access::method_access(&caller, &config, m) {
                     Access::Refused(code, message) => Err(ToolError::new(code, message)),
                     // Code callers never get NeedsApproval; treat it as a refusal if it appears.
@@ -431,7 +442,7 @@ impl<'a> Runner<'a> {
                 }
             }
             CallOutcome::Deferred(call) if call.tool == "sys_code" => {
-                let config = self.file.config_shared()?;
+                let config = self.code_config()?;
                 let code = call.args.get("code").and_then(Value::as_str).unwrap_or("");
                 let typescript = matches!(
                     call.args.get("language").and_then(Value::as_str),
@@ -475,7 +486,7 @@ impl<'a> Runner<'a> {
     /// target, gated by `code_execution.sys_lambda` (declared as a tool or not).
     fn nested_lambda(&mut self, frame: &Arc<Frame>, args: Value) -> Result<Reply, ToolError> {
         let caller = frame.caller();
-        let config = self.file.config_shared()?;
+        let config = self.code_config()?;
         if let Access::Refused(code, message) =
             access::method_access(&caller, &config, "sys_lambda")
         {

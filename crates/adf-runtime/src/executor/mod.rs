@@ -1156,6 +1156,11 @@ impl Executor {
                     inject: crate::code::InjectMode::Collect {
                         loop_name: session.loop_name.clone(),
                     },
+                    profile: if session.loop_name == "main" {
+                        crate::code::CodeProfile::Agent
+                    } else {
+                        crate::code::CodeProfile::InnerLoop
+                    },
                     ..crate::code::RunOptions::default()
                 };
                 let approver = HostApprover(host);
