@@ -261,7 +261,7 @@ impl<'a> Runner<'a> {
                     )));
                 }
                 Err(error) => {
-                    let _ = reply.send(Err(host_error(error.into())));
+                    let _ = reply.send(Err(host_error(error)));
                 }
             },
             HostMsg::Call {
