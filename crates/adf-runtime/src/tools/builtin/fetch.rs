@@ -63,10 +63,12 @@ impl Tool for SysFetch {
         })
     }
 
+    /// Only reached through a queued task (`_async: true`): `ToolRegistry::run_task` runs a
+    /// task synchronously inside a transaction, which a network call must not hold.
     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
         Err(ToolError::new(
-            ErrorCode::InternalError,
-            "sys_fetch runs outside the store transaction (ToolRegistry::run_detached), not inside the tool pipeline",
+            ErrorCode::ToolError,
+            "sys_fetch cannot run as an _async task yet; call it without _async (it does not hold the agent's file while it waits)",
         ))
     }
 
