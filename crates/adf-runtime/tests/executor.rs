@@ -281,6 +281,10 @@ async fn conversation(wire: Wire) {
     let log = host.log();
     let pos = |s: &str| log.iter().position(|l| l == s).unwrap();
     assert!(pos("approval sys_update_config -> true") < pos("approval sys_update_config -> false"));
+    // §6.1: the loop is awaiting_approval while the owner decides, then back to tool_use.
+    let approval = pos("approval sys_update_config -> true");
+    assert_eq!(log[approval - 1], "state AwaitingApproval", "{log:?}");
+    assert_eq!(log[approval + 1], "state ToolUse", "{log:?}");
     assert!(pos("say Let me check with you.") < pos("ask Blue or green?"));
 
     // Transcript rows.

@@ -1142,7 +1142,7 @@ impl Executor {
             &caller,
             &call.name,
             call.input.clone(),
-            host.approver(),
+            &HostApprover(host),
         );
         let value = match outcome {
             Ok(crate::tools::CallOutcome::Deferred(deferred))
@@ -1230,6 +1230,8 @@ impl Executor {
 
 /// The host's approver as a `Sync` approver: code runs span awaits, so what they hold must be
 /// shareable, and a `TurnHost` is.
+/// The host's approver as the executor uses it: while the owner decides, observers see the
+/// loop in `awaiting_approval` (§6.1), then back in `tool_use`.
 struct HostApprover<'h>(&'h dyn TurnHost);
 
 impl Approver for HostApprover<'_> {
@@ -1238,7 +1240,10 @@ impl Approver for HostApprover<'_> {
         file: &mut AdfFile,
         request: &crate::tools::ApprovalRequest,
     ) -> Result<crate::tools::Decision, crate::tools::ToolError> {
-        self.0.approver().decide(file, request)
+        self.0.event(&TurnEvent::State(ExecState::AwaitingApproval));
+        let decision = self.0.approver().decide(file, request);
+        self.0.event(&TurnEvent::State(ExecState::ToolUse));
+        decision
     }
 }
 
