@@ -1242,6 +1242,80 @@ async fn stl_28_stl_29_stl_30_stl_31_inner_loop_code_runs_under_the_inner_loop_p
 }
 
 #[tokio::test]
+async fn cod_27_stored_keyed_injections_coalesce_until_delivered_and_after_restart() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    let env = adf_runtime::code::CodeEnv::with_builtins().await.unwrap();
+    // Outside any turn, injections are stored at once (immediate mode), each its own row.
+    let inject = async |file: &mut AdfFile, code: &str| {
+        let run = adf_runtime::code::run_inline(
+            file,
+            &env,
+            code,
+            false,
+            &adf_runtime::tools::approval::DenyAll,
+            &adf_runtime::code::RunOptions::default(),
+        )
+        .await;
+        assert!(run.result.is_ok(), "{:?}", run.result);
+    };
+    inject(
+        &mut file,
+        "await adf.loop_inject({ content: 'catalog v1', key: 'catalog' })",
+    )
+    .await;
+    inject(
+        &mut file,
+        "await adf.loop_inject({ content: 'one-shot note' })",
+    )
+    .await;
+    inject(
+        &mut file,
+        "await adf.loop_inject({ content: 'catalog v2', key: 'catalog' })",
+    )
+    .await;
+    let stored: Vec<String> = file
+        .loop_rows("main")
+        .unwrap()
+        .iter()
+        .map(first_text)
+        .collect();
+    assert!(
+        stored.iter().any(|t| t.ends_with("catalog v1")),
+        "every version stays in the transcript for audit: {stored:?}"
+    );
+
+    mock.push_all([Turn::text("first"), Turn::text("second")]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    chat(&ex, &mut file, &mut session, "hello", &Host::default())
+        .await
+        .unwrap();
+    let sent = |i: usize| serde_json::to_string(&mock.requests()[i].body).unwrap();
+    assert!(sent(0).contains("catalog v2") && sent(0).contains("one-shot note"));
+    assert!(
+        !sent(0).contains("catalog v1"),
+        "the pending v1 was replaced"
+    );
+
+    // Once delivered, a keyed value is history: a new version is added, not swapped in.
+    inject(
+        &mut file,
+        "await adf.loop_inject({ content: 'catalog v3', key: 'catalog' })",
+    )
+    .await;
+    // A restart: a fresh session rebuilds from the transcript.
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    chat(&ex, &mut file, &mut session, "again", &Host::default())
+        .await
+        .unwrap();
+    let second = sent(1);
+    assert!(!second.contains("catalog v1"), "{second}");
+    assert_eq!(second.matches("catalog v2").count(), 1, "{second}");
+    assert_eq!(second.matches("catalog v3").count(), 1, "{second}");
+    assert_eq!(second.matches("one-shot note").count(), 1, "{second}");
+}
+
+#[tokio::test]
 async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     with_loops(

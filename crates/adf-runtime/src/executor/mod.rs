@@ -255,6 +255,9 @@ pub struct Session {
     config_cache: Option<(String, Arc<Value>)>,
     /// The advertised tools, with the declarations (and loop entry) they were built from.
     tool_cache: Option<(Value, Value, Arc<Vec<ToolSpec>>)>,
+    /// Keyed `loop_inject` contexts not yet sent to the model, by key: the index of their
+    /// message. A later injection with the same key replaces the pending one (COD-27).
+    pending_keys: std::collections::HashMap<String, usize>,
     /// What recovery did when the session opened.
     pub recovered: Option<Recovered>,
 }
@@ -274,6 +277,7 @@ impl Session {
             state: ExecState::Idle,
             config_cache: None,
             tool_cache: None,
+            pending_keys: std::collections::HashMap::new(),
             recovered,
         }
     }
@@ -298,6 +302,7 @@ impl Session {
     pub fn reset(&mut self) {
         self.prompt = None;
         self.messages.clear();
+        self.pending_keys.clear();
         self.last_seq = 0;
         self.loaded = false;
         self.context_warning_given = false;
@@ -967,13 +972,31 @@ impl Executor {
         } else {
             session.loaded = true;
             session.messages.clear();
+            session.pending_keys.clear();
             file.loop_rows(&session.loop_name)?
         };
         for row in rows {
             session.last_seq = session.last_seq.max(row.seq);
-            if let Some(m) = request::row_message(&row) {
-                session.messages.push(m);
+            // An assistant row means everything before it reached the model.
+            if row.role == "assistant" {
+                session.pending_keys.clear();
             }
+            let Some(message) = request::row_message(&row) else {
+                continue;
+            };
+            if let Some(key) = request::injection_key(&row) {
+                // The superseded version stays in the transcript for audit; it is emptied
+                // here, and `assemble` leaves empty messages out.
+                if let Some(&earlier) = session.pending_keys.get(key)
+                    && let Some(old) = session.messages.get_mut(earlier)
+                {
+                    old.content.clear();
+                }
+                session
+                    .pending_keys
+                    .insert(key.to_owned(), session.messages.len());
+            }
+            session.messages.push(message);
         }
         Ok(())
     }

@@ -55,10 +55,21 @@ pub fn row_message(row: &LoopRow) -> Option<Message> {
     (!content.is_empty()).then_some(Message { role, content })
 }
 
+/// The `key` of a keyed `loop_inject` context row (`{"context": {"v": 1, "key": …}}` on its
+/// text block), or `None`.
+pub fn injection_key(row: &LoopRow) -> Option<&str> {
+    let context = row.content.as_array()?.first()?.get("context")?;
+    if context.get("v").and_then(Value::as_u64) != Some(1) {
+        return None;
+    }
+    context.get("key")?.as_str().filter(|k| !k.is_empty())
+}
+
 /// Merges consecutive same-role messages and drops unpaired tool blocks (module docs).
+/// Empty messages (superseded keyed injections) are left out.
 pub fn assemble(messages: &[Message]) -> Vec<Message> {
     let mut merged: Vec<Message> = Vec::with_capacity(messages.len());
-    for m in messages {
+    for m in messages.iter().filter(|m| !m.content.is_empty()) {
         match merged.last_mut() {
             Some(last) if last.role == m.role => last.content.extend(m.content.iter().cloned()),
             _ => merged.push(m.clone()),
