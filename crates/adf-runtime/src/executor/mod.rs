@@ -251,8 +251,6 @@ pub struct Session {
     context_tokens: u64,
     context_warning_given: bool,
     state: ExecState,
-    /// The config as last parsed, with its stored text: re-parsed only when the text changed.
-    config_cache: Option<(String, Arc<Value>)>,
     /// The advertised tools, with the declarations (and loop entry) they were built from.
     tool_cache: Option<(Value, Value, Arc<Vec<ToolSpec>>)>,
     /// Keyed `loop_inject` contexts not yet sent to the model, by key: the index of their
@@ -275,7 +273,6 @@ impl Session {
             context_tokens: 0,
             context_warning_given: false,
             state: ExecState::Idle,
-            config_cache: None,
             tool_cache: None,
             pending_keys: std::collections::HashMap::new(),
             recovered,
@@ -462,28 +459,10 @@ impl Executor {
         Ok(Session::new(loop_name, recovered))
     }
 
-    /// The agent config, parsed only when its stored text changed since the last read: a
-    /// turn reads it before every step (tools may change it), and parsing dominates the cost.
-    fn config(&self, file: &AdfFile, session: &mut Session) -> Result<Arc<Value>, ExecutorError> {
-        let text: String = file
-            .connection()
-            .query_row(
-                "SELECT config_json FROM adf_config WHERE id = 1",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(StoreError::from)?;
-        if let Some((cached, value)) = &session.config_cache
-            && *cached == text
-        {
-            return Ok(value.clone());
-        }
-        let value =
-            Arc::new(serde_json::from_str::<Value>(&text).map_err(|e| {
-                StoreError::Malformed(format!("config_json is not valid JSON: {e}"))
-            })?);
-        session.config_cache = Some((text, value.clone()));
-        Ok(value)
+    /// The agent config: a turn reads it before every step (tools may change it); the store
+    /// parses it again only when `adf_config` changed.
+    fn config(&self, file: &AdfFile) -> Result<Arc<Value>, ExecutorError> {
+        Ok(file.config_shared()?)
     }
 
     fn loop_facts(&self, config: &Value, loop_name: &str) -> Result<LoopFacts, ExecutorError> {
@@ -546,7 +525,7 @@ impl Executor {
     ) -> Result<TurnOutcome, ExecutorError> {
         let mut guard = shared.lock().await;
         let file: &mut AdfFile = &mut guard;
-        let config = self.config(file, session)?;
+        let config = self.config(file)?;
         let loop_name = session.loop_name.clone();
         let facts = match self.loop_facts(&config, &loop_name) {
             Ok(facts) => facts,
@@ -700,7 +679,7 @@ impl Executor {
         loop {
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
-            let config = self.config(file, session)?;
+            let config = self.config(file)?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
             if first {
                 first = false;
