@@ -272,14 +272,13 @@ pub fn run(path: &Path, options: ChatOptions, out: Output) -> Result<ExitCode> {
         );
     }
     let mut failed = false;
+    // Starting the agent kicks its autostart loops (§6.4); they run beside the first turn.
+    let mut kicks = adf_runtime::executor::wakes(adf_runtime::executor::autostart_loops(&config));
+    kicks.retain(|(name, _)| *name != options.loop_name);
     let mut turn = |file: &mut AdfFile, text: String| -> Result<()> {
-        let results = runtime.block_on(pool.run(
-            &executor,
-            file,
-            &options.loop_name,
-            Trigger::Owner(text),
-            &host,
-        ))?;
+        let mut turns = vec![(options.loop_name.clone(), Trigger::Owner(text))];
+        turns.append(&mut kicks);
+        let results = runtime.block_on(pool.run_many(&executor, file, turns, &host))?;
         host.end_line();
         for (loop_name, result) in results {
             match result {

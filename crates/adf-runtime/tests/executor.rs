@@ -1316,6 +1316,49 @@ async fn cod_27_stored_keyed_injections_coalesce_until_delivered_and_after_resta
 }
 
 #[tokio::test]
+async fn stl_44_agent_start_kicks_enabled_autostart_loops_when_active() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([
+            {"name": "watcher", "goal": "Watch the feed.", "enabled": true, "autostart": true},
+            {"name": "manual", "goal": "Wait to be asked.", "enabled": true, "autostart": false},
+            {"name": "parked", "goal": "Parked.", "enabled": false, "autostart": true}
+        ]),
+    );
+    let config = file.config().unwrap();
+    assert_eq!(adf_runtime::executor::autostart_loops(&config), ["watcher"]);
+    for state in ["idle", "hibernate"] {
+        let mut other = config.clone();
+        other["state"] = json!(state);
+        assert!(
+            adf_runtime::executor::autostart_loops(&other).is_empty(),
+            "{state}"
+        );
+    }
+    // The kick runs beside the owner's turn: a wake turn that reads the loop's goal.
+    mock.repeat(Turn::text("ok"));
+    let ex = executor(&file);
+    let mut turns = vec![("main".to_owned(), Trigger::Owner("hi".into()))];
+    turns.extend(adf_runtime::executor::wakes(
+        adf_runtime::executor::autostart_loops(&config),
+    ));
+    let results = LoopPool::new()
+        .run_many(&ex, &mut file, turns, &Host::default())
+        .await
+        .unwrap();
+    let loops: Vec<&str> = results.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(loops, ["main", "watcher"]);
+    assert!(results.iter().all(|(_, r)| r.is_ok()));
+    assert!(
+        mock.requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("Watch the feed."))
+    );
+    assert!(file.loop_rows("manual").unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     with_loops(

@@ -59,7 +59,7 @@ use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
 
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
-pub use pool::{LoopPool, LoopResults};
+pub use pool::{LoopPool, LoopResults, autostart_loops, wakes};
 
 /// An agent file that the turns of several loops share (see [`Executor::run_turn_shared`]).
 #[derive(Debug)]

@@ -148,6 +148,35 @@ impl LoopPool {
     }
 }
 
+/// The loops an agent start kicks (STL-44): every enabled loop with `autostart`, and only when
+/// the agent starts `active` (missing-tables §6.4). A kick is a wake: the loop reads its goal
+/// and whatever is waiting in its transcript.
+pub fn autostart_loops(config: &Value) -> Vec<String> {
+    let state = config
+        .get("state")
+        .and_then(Value::as_str)
+        .unwrap_or("active");
+    if state != "active" {
+        return Vec::new();
+    }
+    config
+        .get("loops")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|l| {
+            l.get("enabled").and_then(Value::as_bool) == Some(true)
+                && l.get("autostart").and_then(Value::as_bool) == Some(true)
+        })
+        .filter_map(|l| l.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+/// Wake triggers for `targets`, as `run_many` takes them.
+pub fn wakes(targets: Vec<String>) -> Vec<(String, Trigger)> {
+    wake_round(targets)
+}
+
 /// Whether wakes may reach `target`: main, or an enabled inner loop.
 fn available(config: &Value, target: &str) -> bool {
     target == "main"
