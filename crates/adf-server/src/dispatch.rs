@@ -20,6 +20,25 @@
 //! snapshot diff, taken in the same job) become `on_file_change` events with
 //! `Producer::Lambda { source }` (or `Producer::Agent` for a turn), so `filter::accepts` keeps
 //! a handler from receiving its own writes and `include_self` works.
+//!
+//! Row sources (`on_task_create`, `on_logs`, `on_inbox`, `on_outbox`): each agent keeps the
+//! highest rowid it has seen in `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox` (32
+//! bytes, set when the agent loads). A job that runs a handler [`observe`]s: a sweep before the
+//! work turns rows someone else added meanwhile (another process) into external events, a
+//! sweep after it turns the work's own rows into events of its producer — so a lambda never
+//! receives the log rows it wrote (TRG-05). Owner HTTP writes sweep through
+//! [`Daemon::run_observed`]. A sweep reads at most `SWEEP_LIMIT` rows per table and counts the
+//! rest as dropped. Event data are ids, names and states, never message bodies or log text.
+//!
+//! Turn sources: the executor's `TurnHost` events give `on_tool_call` (each finished call:
+//! completed, failed, or denied) and `on_llm_call` (each provider response, `source` `turn`;
+//! the compaction call, `compaction`), recorded during the turn and dispatched after its job.
+//! `on_chat` is raised by `POST /chat`.
+//!
+//! Invariants: raising an event never waits for a handler — events observed inside a job are
+//! dispatched after it, from async code, into the bounded queue; a timer fire that finds the
+//! queue full is dropped and counted like any delivery (a `once` fire is re-armed, TRG-29). An
+//! idle agent holds no task and no event: only its queue record with the marks.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -65,7 +84,13 @@ struct QueueState {
     windows: HashMap<(TriggerKind, usize), timing::Window>,
     flushing: HashSet<(TriggerKind, usize)>,
     cached: Option<Arc<Cached>>,
+    /// The highest rowid already seen in each observed table; `None` until the first read.
+    marks: Option<RowMarks>,
 }
+
+/// The highest rowid seen in `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox`, in
+/// [`OBSERVED`] order: 32 bytes per agent, the only per-agent state the row sources need.
+type RowMarks = [i64; 4];
 
 /// One agent's trigger queue (see the module docs for the bound).
 #[derive(Debug, Default)]
@@ -107,6 +132,19 @@ impl TriggerQueue {
     /// Forgets the cached targets (the config changed or may have).
     pub(crate) fn invalidate(&self) {
         self.lock().cached = None;
+    }
+
+    /// Whether a delivery offered now would be dropped.
+    pub(crate) fn is_full(&self) -> bool {
+        self.lock().pending.len() >= QUEUE_CAPACITY
+    }
+
+    /// Counts deliveries dropped outside [`Daemon::dispatch`] (a timer fire that found the queue
+    /// full); they are logged with the next drain's `trigger_dispatch_dropped` row.
+    pub(crate) fn count_dropped(&self, dropped: u64) {
+        let mut state = self.lock();
+        state.dropped += dropped;
+        state.dropped_unlogged += dropped;
     }
 }
 
@@ -154,12 +192,32 @@ impl Daemon {
         }
     }
 
-    /// The agent's targets and state, read once and kept until the config changes.
-    async fn cached_targets(&self, agent: &Agent) -> Option<Arc<Cached>> {
+    /// Dispatches each of `events` in order (events observed after a job).
+    pub(crate) async fn dispatch_all(&self, agent: &Arc<Agent>, events: Vec<TriggerEvent>) {
+        for event in events {
+            self.dispatch(agent, event).await;
+        }
+    }
+
+    /// The agent's targets and state, read once and kept until the config changes. The first
+    /// read (on load, with `on_startup`) also sets the row marks, so rows already in the file
+    /// never become events.
+    async fn cached_targets(&self, agent: &Arc<Agent>) -> Option<Arc<Cached>> {
         if let Some(cached) = agent.triggers().lock().cached.clone() {
             return Some(cached);
         }
-        let config = match agent.store().run(|file| file.config()).await {
+        let marker = Arc::clone(agent);
+        let read = agent
+            .store()
+            .run(move |file| {
+                if marker.triggers().lock().marks.is_none() {
+                    let marks = current_marks(file);
+                    marker.triggers().lock().marks = Some(marks);
+                }
+                file.config()
+            })
+            .await;
+        let config = match read {
             Ok(config) => config,
             Err(error) => {
                 tracing::warn!(agent = %agent.id, %error, "cannot read the config for triggers");
@@ -281,6 +339,7 @@ impl Daemon {
     async fn deliver(&self, agent: &Arc<Agent>, delivery: Delivery) {
         let registry = self.tools();
         let kind = delivery.target.kind;
+        let observer = Arc::clone(agent);
         let outcome = match delivery.target.scope {
             Scope::System => {
                 let Some(source) = delivery.target.lambda.clone() else {
@@ -303,28 +362,64 @@ impl Daemon {
                 agent
                     .store()
                     .run(move |file| {
-                        let (report, written) = with_written_files(file, |file| {
-                            run_system_lambda(file, registry, lambda, input, warm)
-                        });
-                        Ok((Some(report), written, producer))
+                        let ((report, written), events) =
+                            observe(file, &observer, producer.clone(), |file| {
+                                with_written_files(file, |file| {
+                                    run_system_lambda(file, registry, lambda, input, warm)
+                                })
+                            });
+                        Ok(Handled {
+                            report: Some(report),
+                            written,
+                            producer,
+                            events,
+                            wake: crate::scheduler::wake_of(file),
+                        })
                     })
                     .await
             }
             Scope::Agent => {
+                // TRG-36 applies to messages that are rows of the inbox; an event posted to
+                // `POST /trigger` names no row, and is delivered as given.
+                let inbox_rows = kind == TriggerKind::OnInbox
+                    && delivery.events.iter().any(|e| e.data.get("id").is_some());
                 let loop_name = delivery.target.loop_name.clone();
                 let text = message::format(&delivery.events);
                 agent
                     .store()
                     .run(move |file| {
+                        // TRG-36: a system lambda may have read every new message already;
+                        // a turn about an empty inbox would only cost tokens.
+                        if inbox_rows && file.inbox_counts()?.unread == 0 {
+                            return Ok(Handled::skipped());
+                        }
                         let config = file.config()?;
                         let trigger = Trigger::Event {
                             event_type: kind.as_str().to_owned(),
                             text,
                         };
-                        let (_outcome, written) = with_written_files(file, |file| {
-                            run_agent_turn(file, &config, registry, &loop_name, trigger)
-                        });
-                        Ok((None, written, Producer::Agent))
+                        let mut turn_events = Vec::new();
+                        let ((_outcome, written), mut events) =
+                            observe(file, &observer, Producer::Agent, |file| {
+                                with_written_files(file, |file| {
+                                    run_agent_turn(
+                                        file,
+                                        &config,
+                                        registry,
+                                        &loop_name,
+                                        trigger,
+                                        &mut turn_events,
+                                    )
+                                })
+                            });
+                        events.extend(turn_events);
+                        Ok(Handled {
+                            report: None,
+                            written,
+                            producer: Producer::Agent,
+                            events,
+                            wake: crate::scheduler::wake_of(file),
+                        })
                     })
                     .await
             }
@@ -332,13 +427,47 @@ impl Daemon {
         // The handler may have changed the config (targets, state).
         agent.triggers().invalidate();
         match outcome {
-            Ok((report, written, producer)) => {
-                if let Some(report) = report {
+            Ok(handled) => {
+                if let Some(report) = handled.report {
                     self.publish_lambda(agent, &report, kind.as_str()).await;
                 }
-                self.dispatch_writes(agent, written, producer).await;
+                if let Some(wake) = handled.wake {
+                    self.set_timer_wake(agent, wake);
+                }
+                self.dispatch_writes(agent, handled.written, handled.producer)
+                    .await;
+                self.dispatch_all(agent, handled.events).await;
             }
             Err(error) => tracing::warn!(agent = %agent.id, %error, "trigger delivery failed"),
+        }
+    }
+
+    /// Runs `work` as one owner job on the agent's worker (an HTTP write) and dispatches the
+    /// task, log, inbox and outbox rows that appeared by then, produced by nobody inside the
+    /// agent. Rows another process added since the agent's last job are caught here too.
+    pub(crate) async fn run_observed<R: Send + 'static>(
+        &self,
+        agent: &Arc<Agent>,
+        work: impl FnOnce(&mut AdfFile) -> Result<R, adf_store::StoreError> + Send + 'static,
+    ) -> Result<R, adf_store::StoreError> {
+        let observer = Arc::clone(agent);
+        let (result, events) = agent
+            .store()
+            .run(move |file| {
+                let result = work(file);
+                let events = sweep(file, &observer, &Producer::External);
+                Ok((result, events))
+            })
+            .await?;
+        self.dispatch_all(agent, events).await;
+        result
+    }
+
+    /// Notices rows other writers added to the agent's tasks, logs, inbox and outbox (another
+    /// process, a future mesh route) and dispatches them: one short job.
+    pub async fn notice_new_rows(&self, agent: &Arc<Agent>) {
+        if let Err(error) = self.run_observed(agent, |_| Ok(())).await {
+            tracing::warn!(agent = %agent.id, %error, "cannot read new rows");
         }
     }
 
@@ -392,6 +521,172 @@ impl Daemon {
             self.dispatch(agent, event).await;
         }
     }
+}
+
+/// What one delivery job did, reported back to the async side.
+struct Handled {
+    report: Option<LambdaReport>,
+    written: Vec<(String, i64)>,
+    producer: Producer,
+    events: Vec<TriggerEvent>,
+    /// The agent's next timer or nudge wake after the handler ran (it may have set a timer
+    /// or changed the state); `None` when it could not be read.
+    wake: Option<Option<i64>>,
+}
+
+impl Handled {
+    fn skipped() -> Self {
+        Self {
+            report: None,
+            written: Vec::new(),
+            producer: Producer::Agent,
+            events: Vec::new(),
+            wake: None,
+        }
+    }
+}
+
+/// The tables whose new rows are trigger events, in [`RowMarks`] order.
+const OBSERVED: [(&str, TriggerKind); 4] = [
+    ("adf_tasks", TriggerKind::OnTaskCreate),
+    ("adf_logs", TriggerKind::OnLogs),
+    ("adf_inbox", TriggerKind::OnInbox),
+    ("adf_outbox", TriggerKind::OnOutbox),
+];
+
+/// Most new rows of one table one sweep turns into events; beyond it the rows are skipped
+/// (the mark still moves past them) and counted as dropped, so a lambda that writes 100,000
+/// log rows costs one bounded read, not 100,000 events.
+const SWEEP_LIMIT: i64 = 256;
+
+fn max_rowid(file: &AdfFile, table: &str) -> i64 {
+    file.connection()
+        .query_row(
+            &format!("SELECT COALESCE(max(rowid), 0) FROM {table}"),
+            [],
+            |row| row.get(0),
+        )
+        .unwrap_or(0)
+}
+
+fn current_marks(file: &AdfFile) -> RowMarks {
+    OBSERVED.map(|(table, _)| max_rowid(file, table))
+}
+
+/// The event data of one new row: ids, names and states, never bodies (message content, log
+/// messages and task arguments stay in the file for the handler to read).
+fn row_data(kind: TriggerKind, row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
+    Ok(match kind {
+        TriggerKind::OnTaskCreate => json!({
+            "task_id": row.get::<_, String>(1)?,
+            "tool": row.get::<_, String>(2)?,
+            "status": row.get::<_, String>(3)?,
+            "origin": row.get::<_, Option<String>>(4)?,
+            "loop": row.get::<_, Option<String>>(5)?,
+        }),
+        TriggerKind::OnLogs => json!({
+            "log_id": row.get::<_, i64>(1)?,
+            "level": row.get::<_, String>(2)?,
+            "origin": row.get::<_, Option<String>>(3)?,
+            "event": row.get::<_, Option<String>>(4)?,
+            "target": row.get::<_, Option<String>>(5)?,
+            "loop": row.get::<_, Option<String>>(6)?,
+        }),
+        TriggerKind::OnInbox => json!({
+            "id": row.get::<_, String>(1)?,
+            "message_id": row.get::<_, Option<String>>(2)?,
+            "from": row.get::<_, String>(3)?,
+            "source": row.get::<_, Option<String>>(4)?,
+            "thread_id": row.get::<_, Option<String>>(5)?,
+            "status": row.get::<_, String>(6)?,
+        }),
+        _ => json!({
+            "id": row.get::<_, String>(1)?,
+            "message_id": row.get::<_, Option<String>>(2)?,
+            "to": row.get::<_, String>(3)?,
+            "status": row.get::<_, String>(4)?,
+        }),
+    })
+}
+
+fn row_query(kind: TriggerKind) -> &'static str {
+    match kind {
+        TriggerKind::OnTaskCreate => {
+            "SELECT rowid, id, tool, status, origin, loop FROM adf_tasks
+             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
+        }
+        TriggerKind::OnLogs => {
+            "SELECT rowid, id, level, origin, event, target, loop FROM adf_logs
+             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
+        }
+        TriggerKind::OnInbox => {
+            "SELECT rowid, id, message_id, \"from\", source, thread_id, status FROM adf_inbox
+             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
+        }
+        _ => {
+            "SELECT rowid, id, message_id, \"to\", status FROM adf_outbox
+             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
+        }
+    }
+}
+
+/// The rows added to the observed tables since the last sweep, as events of `producer`.
+/// Runs inside a job on the agent's worker, so sweeps of one agent never overlap; a sweep
+/// before the agent's first read only sets the marks.
+pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<TriggerEvent> {
+    // Copied out first: a `let … else` keeps its scrutinee's guard alive through the `else`.
+    let known = agent.triggers().lock().marks;
+    let Some(mut marks) = known else {
+        agent.triggers().lock().marks = Some(current_marks(file));
+        return Vec::new();
+    };
+    let now = adf_store::time::now_ms();
+    let mut events = Vec::new();
+    let mut skipped = 0u64;
+    for (slot, (table, kind)) in OBSERVED.iter().enumerate() {
+        let newest = max_rowid(file, table);
+        if newest <= marks[slot] {
+            continue;
+        }
+        let read = || -> rusqlite::Result<Vec<Value>> {
+            let mut stmt = file.connection().prepare_cached(row_query(*kind))?;
+            let rows = stmt.query_map((marks[slot], SWEEP_LIMIT), |row| row_data(*kind, row))?;
+            rows.collect()
+        };
+        match read() {
+            Ok(rows) => {
+                skipped += u64::try_from(newest - marks[slot])
+                    .unwrap_or(0)
+                    .saturating_sub(rows.len() as u64);
+                events.extend(
+                    rows.into_iter().map(|data| {
+                        TriggerEvent::new(*kind, now, data).produced_by(producer.clone())
+                    }),
+                );
+            }
+            Err(error) => tracing::warn!(agent = %agent.id, table, %error, "cannot read new rows"),
+        }
+        marks[slot] = newest;
+    }
+    agent.triggers().lock().marks = Some(marks);
+    if skipped > 0 {
+        agent.triggers().count_dropped(skipped);
+    }
+    events
+}
+
+/// Runs `work` between two sweeps: rows that appeared before it (another process) are
+/// external events, rows that appeared during it are `producer`'s.
+pub(crate) fn observe<R>(
+    file: &mut AdfFile,
+    agent: &Agent,
+    producer: Producer,
+    work: impl FnOnce(&mut AdfFile) -> R,
+) -> (R, Vec<TriggerEvent>) {
+    let mut events = sweep(file, agent, &Producer::External);
+    let result = work(file);
+    events.extend(sweep(file, agent, &producer));
+    (result, events)
 }
 
 /// What a system lambda receives: the event `{type, timestamp, data}`, or for a batch
@@ -452,23 +747,45 @@ impl Daemon {
         adf_runtime::providers::Resolver::new()
             .resolve(&config, None)
             .map_err(|e| e.to_string())?;
+        let chat = TriggerEvent::new(
+            TriggerKind::OnChat,
+            adf_store::time::now_ms(),
+            json!({ "text": text, "loop": loop_name }),
+        );
         let daemon = self.clone();
         let agent = Arc::clone(agent);
         let registry = self.tools();
         tokio::spawn(async move {
+            // Raised from the spawned task: the request that started the chat never waits
+            // for the on_chat targets' config read.
+            daemon.dispatch(&agent, chat).await;
             let loop_for_job = loop_name.clone();
+            let observer = Arc::clone(&agent);
             let outcome = agent
                 .store()
                 .run(move |file| {
                     let config = file.config()?;
-                    Ok(with_written_files(file, |file| {
-                        run_agent_turn(file, &config, registry, &loop_for_job, Trigger::Owner(text))
-                    }))
+                    let mut turn_events = Vec::new();
+                    let ((result, written), mut events) =
+                        observe(file, &observer, Producer::Agent, |file| {
+                            with_written_files(file, |file| {
+                                run_agent_turn(
+                                    file,
+                                    &config,
+                                    registry,
+                                    &loop_for_job,
+                                    Trigger::Owner(text),
+                                    &mut turn_events,
+                                )
+                            })
+                        });
+                    events.extend(turn_events);
+                    Ok((result, written, events, crate::scheduler::wake_of(file)))
                 })
                 .await;
             agent.triggers().invalidate();
             match outcome {
-                Ok((result, written)) => {
+                Ok((result, written, events, wake)) => {
                     let payload = match &result {
                         Ok(_) => json!({ "loop": loop_name, "status": "completed" }),
                         Err(_) => json!({ "loop": loop_name, "status": "failed" }),
@@ -476,9 +793,13 @@ impl Daemon {
                     daemon
                         .emit(&agent, "turn.completed", "agent", payload)
                         .await;
+                    if let Some(wake) = wake {
+                        daemon.set_timer_wake(&agent, wake);
+                    }
                     daemon
                         .dispatch_writes(&agent, written, Producer::Agent)
                         .await;
+                    daemon.dispatch_all(&agent, events).await;
                 }
                 Err(error) => tracing::warn!(agent = %agent.id, %error, "chat turn failed"),
             }

@@ -26,6 +26,16 @@
 //!   the message. With no model reachable (no provider, no key) a `warn` log row
 //!   `turn_skipped` is written and nothing else happens.
 //!
+//! A fire that finds the agent's trigger queue full is recorded but not delivered: it counts
+//! as a dropped delivery, and a fire that expired its timer (a `once`) is re-armed
+//! (`fire::rearm_after_drop`: `expired` back to 0, due again a second later, TRG-29).
+//!
+//! The hibernate nudge (TRG-35) shares the wake map: a hibernating agent with an agent-scope
+//! `on_timer` target wakes `limits.hibernate_nudge.interval_ms` (default 24 h) after the later
+//! of its last nudge (meta `runtime_hibernate_nudge_at`, recorded before the turn) and its last
+//! transcript row, with a nudge turn (`triggers::nudge`). Its wake is one more candidate for
+//! the same per-agent integer, so it costs an idle agent nothing.
+//!
 //! The lambda and the turn run inside the store job, on a current-thread tokio runtime on the
 //! worker thread, because both need the `&mut AdfFile` across awaits; the agent's other requests
 //! wait for that one job, never for another agent. Events (`timer.fired`, `lambda.started`,
@@ -41,16 +51,19 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use adf_runtime::code::{
-    self, Authorization, CodeEnv, InjectMode, LambdaRef, RunOptions, Sandbox, SandboxConfig,
+    self, Authorization, CodeEnv, LambdaRef, RunOptions, Sandbox, SandboxConfig,
 };
-use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnHost};
+use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnEvent, TurnHost};
 use adf_runtime::providers::Resolver;
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{Approver, ToolRegistry};
-use adf_runtime::triggers::{self, Producer, Scope, TriggerKind, fire, gating};
-use adf_store::{AdfFile, NewLog, TimerRow};
+use adf_runtime::triggers::{
+    self, Producer, Scope, TriggerEvent, TriggerKind, fire, gating, nudge,
+};
+use adf_store::{AdfFile, Caller, MetaProtection, NewLog, TimerRow};
 
 use crate::daemon::{Agent, Daemon};
+use crate::dispatch::observe;
 
 /// Per-agent earliest wake times and the bell that wakes the scheduler task.
 #[derive(Debug, Default)]
@@ -111,11 +124,33 @@ impl TimerWakes {
 /// One delivered (or skipped) fire, reported after the store job for the event stream.
 #[derive(Debug, Clone)]
 struct FireReport {
-    timer_id: i64,
+    /// `None` for the hibernate nudge, which is no timer row.
+    timer_id: Option<i64>,
     scope: &'static str,
     run_count: i64,
     scheduled_at: i64,
     lambda: Option<LambdaReport>,
+    /// Files an agent-scope turn wrote (a lambda's are in its report).
+    written: Vec<(String, i64)>,
+    /// Tool calls, model calls and new rows the delivery produced, for their triggers.
+    events: Vec<TriggerEvent>,
+    /// The queue was full: the fire was recorded but not delivered (TRG-29).
+    dropped: bool,
+}
+
+impl FireReport {
+    fn new(timer_id: Option<i64>, scope: &'static str, run_count: i64, scheduled_at: i64) -> Self {
+        Self {
+            timer_id,
+            scope,
+            run_count,
+            scheduled_at,
+            lambda: None,
+            written: Vec::new(),
+            events: Vec::new(),
+            dropped: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -138,20 +173,26 @@ impl Daemon {
         tokio::spawn(async move { daemon.scheduler_loop().await });
     }
 
-    /// Re-reads `agent`'s timers and wakes the scheduler, so a new, changed or deleted timer
-    /// moves the next wake-up. Cheap: one indexed read on the agent's worker.
+    /// Re-reads `agent`'s timers (and its hibernate nudge) and wakes the scheduler, so a new,
+    /// changed or deleted timer moves the next wake-up. Cheap: one indexed read on the agent's
+    /// worker.
     pub async fn rearm_timers(&self, agent: &Agent) {
-        let next = agent
-            .store()
-            .run(|file| Ok(fire::next_wake(&file.timers()?)))
-            .await;
+        let next = agent.store().run(|file| Ok(wake_of(file))).await;
         match next {
-            Ok(next) => self.timer_wakes().set(&agent.id, next),
+            Ok(Some(next)) => self.timer_wakes().set(&agent.id, next),
+            Ok(None) => self.timer_wakes().set(&agent.id, None),
             Err(error) => {
                 tracing::warn!(agent = %agent.id, %error, "cannot read timers");
                 self.timer_wakes().set(&agent.id, None);
             }
         }
+        self.timer_wakes().bell.notify_one();
+    }
+
+    /// Sets the wake time a job already computed (`wake_of` inside the job that ran a handler,
+    /// which may have set a timer or changed the state) and wakes the scheduler.
+    pub(crate) fn set_timer_wake(&self, agent: &Agent, wake: Option<i64>) {
+        self.timer_wakes().set(&agent.id, wake);
         self.timer_wakes().bell.notify_one();
     }
 
@@ -201,12 +242,29 @@ impl Daemon {
         // A lambda or turn may change the config; trigger targets are read again after.
         agent.triggers().invalidate();
         let registry = self.tools();
+        // A timer fire is one of the agent's deliveries: when its bounded queue is full the
+        // fire is dropped like any other delivery (and a `once` fire re-armed, TRG-29), so a
+        // saturated agent is not handed more work than its bound.
+        let queue_full = agent.triggers().is_full();
+        let observer = Arc::clone(&agent);
         let reports = agent
             .store()
-            .run(move |file| Ok(fire_due(file, registry, adf_store::time::now_ms())))
+            .run(move |file| {
+                Ok(fire_due(
+                    file,
+                    &observer,
+                    registry,
+                    adf_store::time::now_ms(),
+                    queue_full,
+                ))
+            })
             .await;
         match reports {
             Ok(reports) => {
+                let dropped = reports.iter().filter(|r| r.dropped).count() as u64;
+                if dropped > 0 {
+                    agent.triggers().count_dropped(dropped);
+                }
                 for report in reports {
                     self.publish_fire(&agent, report).await;
                 }
@@ -217,18 +275,20 @@ impl Daemon {
     }
 
     async fn publish_fire(&self, agent: &Arc<Agent>, report: FireReport) {
-        self.emit(
-            agent,
-            "timer.fired",
-            "system:timer",
-            json!({
-                "timer_id": report.timer_id,
-                "scope": report.scope,
-                "run_count": report.run_count,
-                "scheduled_at": report.scheduled_at,
-            }),
-        )
-        .await;
+        if let Some(timer_id) = report.timer_id {
+            self.emit(
+                agent,
+                "timer.fired",
+                "system:timer",
+                json!({
+                    "timer_id": timer_id,
+                    "scope": report.scope,
+                    "run_count": report.run_count,
+                    "scheduled_at": report.scheduled_at,
+                }),
+            )
+            .await;
+        }
         if let Some(lambda) = report.lambda {
             self.publish_lambda(agent, &lambda, "on_timer").await;
             let producer = Producer::Lambda {
@@ -236,6 +296,9 @@ impl Daemon {
             };
             self.dispatch_writes(agent, lambda.written, producer).await;
         }
+        self.dispatch_writes(agent, report.written, Producer::Agent)
+            .await;
+        self.dispatch_all(agent, report.events).await;
     }
 }
 
@@ -280,8 +343,72 @@ fn log_from(
     }
 }
 
-/// Fires every timer of `file` due at `now`, in wake order; runs on the agent's worker.
-fn fire_due(file: &mut AdfFile, registry: Arc<ToolRegistry>, now: i64) -> Vec<FireReport> {
+/// The agent's next wake: the earliest live timer or the hibernate nudge (TRG-35). `None`
+/// when the timers cannot be read. Starting a nudge count for an agent that has none yet is
+/// this function's one write (meta [`nudge::META_KEY`]).
+pub(crate) fn wake_of(file: &mut AdfFile) -> Option<Option<i64>> {
+    let timers = match file.timers() {
+        Ok(timers) => fire::next_wake(&timers),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read timers");
+            return None;
+        }
+    };
+    let nudge = nudge_due(file, adf_store::time::now_ms()).map(|(at, _, _)| at);
+    Some(timers.into_iter().chain(nudge).min())
+}
+
+/// When the hibernate nudge is due, with its interval and the `on_timer` agent target, if the
+/// config calls for one.
+fn nudge_due(file: &mut AdfFile, now: i64) -> Option<(i64, u64, triggers::Target)> {
+    let config = file.config().ok()?;
+    let (interval, target) = nudge::applies(&config)?;
+    let last_nudge = file
+        .meta_get(nudge::META_KEY)
+        .ok()
+        .flatten()
+        .and_then(|m| m.value.trim().parse::<i64>().ok());
+    let last_activity: Option<i64> = file
+        .connection()
+        .query_row(
+            "SELECT created_at FROM adf_loop ORDER BY seq DESC LIMIT 1",
+            [],
+            |row| row.get(0),
+        )
+        .ok();
+    match nudge::due_at(interval, last_nudge, last_activity) {
+        Some(at) => Some((at, interval, target)),
+        None => {
+            // Nothing to count from: the count starts now, and is kept in the file so a
+            // restart does not restart it.
+            record_nudge(file, now);
+            nudge::due_at(interval, Some(now), None).map(|at| (at, interval, target))
+        }
+    }
+}
+
+fn record_nudge(file: &mut AdfFile, now: i64) {
+    let written = file.meta_set(
+        Caller::Owner,
+        nudge::META_KEY,
+        &now.to_string(),
+        Some(MetaProtection::None),
+    );
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot record the hibernate nudge");
+    }
+}
+
+/// Fires every timer of `file` due at `now`, in wake order, then the hibernate nudge when it is
+/// due; runs on the agent's worker. With `queue_full`, fires are recorded but not delivered,
+/// and a fire that expired its timer is re-armed (TRG-29).
+fn fire_due(
+    file: &mut AdfFile,
+    agent: &Agent,
+    registry: Arc<ToolRegistry>,
+    now: i64,
+    queue_full: bool,
+) -> Vec<FireReport> {
     let timers = match file.timers() {
         Ok(timers) => timers,
         Err(error) => {
@@ -323,6 +450,19 @@ fn fire_due(file: &mut AdfFile, registry: Arc<ToolRegistry>, now: i64) -> Vec<Fi
             update.expired,
         ) {
             tracing::warn!(timer = timer.id, %error, "cannot record a timer fire");
+            continue;
+        }
+        if queue_full {
+            // Undeliverable now: a fire that ended its timer must not be lost (TRG-29).
+            if let Some(retry_at) = fire::rearm_after_drop(&update, now)
+                && let Err(error) = file.timer_rearm(timer.id, retry_at)
+            {
+                tracing::warn!(timer = timer.id, %error, "cannot re-arm a dropped timer fire");
+            }
+            let mut report =
+                FireReport::new(Some(timer.id), "none", update.run_count, timer.next_wake_at);
+            report.dropped = true;
+            reports.push(report);
             continue;
         }
         let config = match file.config() {
@@ -369,22 +509,29 @@ fn fire_due(file: &mut AdfFile, registry: Arc<ToolRegistry>, now: i64) -> Vec<Fi
                     None
                 }
             };
-            let lambda = lambda.map(|lambda| {
-                run_system_lambda(
-                    file,
-                    Arc::clone(&registry),
-                    lambda,
-                    event.clone(),
-                    timer.warm,
-                )
-            });
-            reports.push(FireReport {
-                timer_id: timer.id,
-                scope: "system",
-                run_count: update.run_count,
-                scheduled_at: timer.next_wake_at,
-                lambda,
-            });
+            let mut report = FireReport::new(
+                Some(timer.id),
+                "system",
+                update.run_count,
+                timer.next_wake_at,
+            );
+            if let Some(lambda) = lambda {
+                let producer = Producer::Lambda {
+                    source: lambda.source(),
+                };
+                let (run, events) = observe(file, agent, producer, |file| {
+                    run_system_lambda(
+                        file,
+                        Arc::clone(&registry),
+                        lambda,
+                        event.clone(),
+                        timer.warm,
+                    )
+                });
+                report.lambda = Some(run);
+                report.events = events;
+            }
+            reports.push(report);
         }
         if scope_includes(timer, "agent")
             && gating::allows(&state, Scope::Agent, TriggerKind::OnTimer)
@@ -395,9 +542,15 @@ fn fire_due(file: &mut AdfFile, registry: Arc<ToolRegistry>, now: i64) -> Vec<Fi
                 .payload
                 .clone()
                 .unwrap_or_else(|| format!("Timer {} fired.", timer.id));
-            // The outcome is in the file (transcript or a warn row); nothing more to report.
-            let _outcome = run_agent_turn(
+            let mut report = FireReport::new(
+                Some(timer.id),
+                "agent",
+                update.run_count,
+                timer.next_wake_at,
+            );
+            run_observed_turn(
                 file,
+                agent,
                 &config,
                 Arc::clone(&registry),
                 &loop_name,
@@ -405,17 +558,57 @@ fn fire_due(file: &mut AdfFile, registry: Arc<ToolRegistry>, now: i64) -> Vec<Fi
                     event_type: "on_timer".into(),
                     text,
                 },
+                &mut report,
             );
-            reports.push(FireReport {
-                timer_id: timer.id,
-                scope: "agent",
-                run_count: update.run_count,
-                scheduled_at: timer.next_wake_at,
-                lambda: None,
-            });
+            reports.push(report);
+        }
+    }
+    if let Some((at, interval, target)) = nudge_due(file, now)
+        && at <= now
+    {
+        // Recorded first, like a timer fire: a turn that fails is not retried at once.
+        record_nudge(file, now);
+        let hibernating = now - (at - i64::try_from(interval).unwrap_or(0));
+        if let Ok(config) = file.config() {
+            let mut report = FireReport::new(None, "agent", 0, at);
+            run_observed_turn(
+                file,
+                agent,
+                &config,
+                Arc::clone(&registry),
+                &target.loop_name,
+                Trigger::Event {
+                    event_type: "on_timer".into(),
+                    text: nudge::message(hibernating),
+                },
+                &mut report,
+            );
+            reports.push(report);
         }
     }
     reports
+}
+
+/// An agent-scope turn inside a fire: its writes, tool and model calls and new rows go into
+/// `report` for their triggers. The outcome itself is in the file (transcript or a warn row).
+fn run_observed_turn(
+    file: &mut AdfFile,
+    agent: &Agent,
+    config: &Value,
+    registry: Arc<ToolRegistry>,
+    loop_name: &str,
+    trigger: Trigger,
+    report: &mut FireReport,
+) {
+    let mut turn_events = Vec::new();
+    let ((_outcome, written), events) = observe(file, agent, Producer::Agent, |file| {
+        crate::dispatch::with_written_files(file, |file| {
+            run_agent_turn(file, config, registry, loop_name, trigger, &mut turn_events)
+        })
+    });
+    report.written = written;
+    report.events = events;
+    report.events.extend(turn_events);
 }
 
 fn current_thread() -> Option<tokio::runtime::Runtime> {
@@ -451,12 +644,10 @@ pub(crate) fn run_system_lambda(
                     Err(error) => return Some(error.to_string()),
                 };
                 let env = CodeEnv::new(sandbox, registry);
+                // The defaults: no shorter time limit, `loop_inject` straight into main.
                 let options = RunOptions {
                     warm,
-                    timeout: None,
-                    inject: InjectMode::Immediate {
-                        loop_name: "main".into(),
-                    },
+                    ..RunOptions::default()
                 };
                 let run = code::run_lambda(
                     file,
@@ -486,11 +677,49 @@ pub(crate) fn run_system_lambda(
     }
 }
 
-/// The owner's side of a turn nobody watches: restricted calls are denied, `ask` has no
-/// answer (the model is told so).
-struct Unattended;
+/// Most tool and model call events one turn records; a longer turn's extra calls are not
+/// trigger events (the turn itself is bounded by its steps, this bounds the memory).
+const TURN_EVENT_LIMIT: usize = 1024;
 
-impl TurnHost for Unattended {
+/// The owner's side of a turn nobody watches: restricted calls are denied, `ask` has no
+/// answer (the model is told so). It records each finished tool call (`on_tool_call`, TRG-17:
+/// completed, failed, or denied — a denial is an error result starting `DENIED`) and each
+/// model response (`on_llm_call`, TRG-01: `source` `turn`, or `compaction` for the summary
+/// call) as trigger events, dispatched after the turn's job.
+struct Recorder {
+    provider: String,
+    model: String,
+    loop_name: String,
+    events: Mutex<Vec<TriggerEvent>>,
+}
+
+impl Recorder {
+    fn push(&self, kind: TriggerKind, data: Value) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if events.len() < TURN_EVENT_LIMIT {
+            events.push(
+                TriggerEvent::new(kind, adf_store::time::now_ms(), data)
+                    .produced_by(Producer::Agent),
+            );
+        }
+    }
+
+    fn llm_call(&self, source: &str, usage: Option<&adf_runtime::providers::Usage>) {
+        let mut data = json!({
+            "source": source,
+            "provider": self.provider,
+            "model": self.model,
+            "loop": self.loop_name,
+        });
+        if let Some(usage) = usage {
+            data["input_tokens"] = json!(usage.prompt_tokens());
+            data["output_tokens"] = json!(usage.output);
+        }
+        self.push(TriggerKind::OnLlmCall, data);
+    }
+}
+
+impl TurnHost for Recorder {
     fn approver(&self) -> &dyn Approver {
         &DenyAll
     }
@@ -498,17 +727,47 @@ impl TurnHost for Unattended {
     fn answer(&self, _question: &str) -> Option<String> {
         None
     }
+
+    fn event(&self, event: &TurnEvent<'_>) {
+        match event {
+            TurnEvent::ToolResult {
+                call,
+                content,
+                is_error,
+            } => {
+                let status = match (*is_error, content.starts_with("DENIED")) {
+                    (false, _) => "completed",
+                    (true, true) => "denied",
+                    (true, false) => "failed",
+                };
+                self.push(
+                    TriggerKind::OnToolCall,
+                    json!({
+                        "tool": call.name,
+                        "call_id": call.id,
+                        "status": status,
+                        "loop": self.loop_name,
+                    }),
+                );
+            }
+            TurnEvent::Reply(reply) => self.llm_call("turn", Some(&reply.usage)),
+            TurnEvent::Compacted(_) => self.llm_call("compaction", None),
+            _ => {}
+        }
+    }
 }
 
 /// Runs one executor turn on `loop_name` started by `trigger`. When no model can be reached
 /// (no provider configured, no key) it writes a `warn` row `turn_skipped` and returns the
-/// reason; a failed turn is a `warn` row `trigger_turn_failed`. Never panics.
+/// reason; a failed turn is a `warn` row `trigger_turn_failed`. Never panics. The turn's tool
+/// calls and model calls are appended to `events` (see [`Recorder`]).
 pub(crate) fn run_agent_turn(
     file: &mut AdfFile,
     config: &Value,
     registry: Arc<ToolRegistry>,
     loop_name: &str,
     trigger: Trigger,
+    events: &mut Vec<TriggerEvent>,
 ) -> Result<String, String> {
     let event_type = match &trigger {
         Trigger::Owner(_) => "chat".to_owned(),
@@ -538,12 +797,28 @@ pub(crate) fn run_agent_turn(
     let Some(runtime) = current_thread() else {
         return Err("cannot start a runtime for the turn".into());
     };
+    let text = |pointer: &str| {
+        config
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let host = Recorder {
+        provider: text("/model/provider"),
+        model: text("/model/model_id"),
+        loop_name: loop_name.to_owned(),
+        events: Mutex::new(Vec::new()),
+    };
     let outcome = runtime.block_on(async {
         let mut session = executor.open_session(file, loop_name)?;
-        executor
-            .run_turn(file, &mut session, trigger, &Unattended)
-            .await
+        executor.run_turn(file, &mut session, trigger, &host).await
     });
+    events.extend(
+        host.events
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
     match outcome {
         Ok(outcome) => Ok(outcome.reply),
         Err(error) => {

@@ -1,7 +1,8 @@
 //! Which events a target receives: the §7.4 filters and the self-trigger rules of §7.1 (a
 //! handler never receives an event it produced, even with `include_self`; `on_logs` handlers
 //! never see their own rows; without `include_self` the agent's own file writes do not fire
-//! `on_file_change`).
+//! `on_file_change`; agent-scope handlers never receive what the agent's own turns produced,
+//! file writes with `include_self` aside).
 
 use serde_json::Value;
 
@@ -84,9 +85,20 @@ pub fn accepts(target: &Target, event: &TriggerEvent) -> bool {
     {
         return false;
     }
+    // An agent-scope handler *is* the agent: a turn's own logs, model calls, tool calls,
+    // tasks and messages never start another turn (§7.1's SHOULD, TRG-05 for on_logs), or
+    // every turn would feed the next. Only `on_file_change` opts in, through `include_self`.
     if target.scope == Scope::Agent
         && event.producer == Producer::Agent
-        && event.kind == TriggerKind::OnLogs
+        && event.kind != TriggerKind::OnFileChange
+    {
+        return false;
+    }
+    // The owner's chat message already starts a turn on its loop; an agent-scope `on_chat`
+    // target on that same loop would deliver it twice.
+    if event.kind == TriggerKind::OnChat
+        && target.scope == Scope::Agent
+        && event.data.get("loop").and_then(Value::as_str) == Some(target.loop_name.as_str())
     {
         return false;
     }

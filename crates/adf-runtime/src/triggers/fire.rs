@@ -44,3 +44,14 @@ pub fn next_wake(timers: &[TimerRow]) -> Option<i64> {
         .map(|t| t.next_wake_at)
         .min()
 }
+
+/// How long an undeliverable `once` fire waits before it is tried again.
+pub const RETRY_MS: i64 = 1_000;
+
+/// The wake time to re-arm `fire` at when its delivery could not happen (the agent's queue was
+/// full): a fire that expired the timer (a `once`, or the last run) must not be lost, so
+/// `expired` goes back to 0 and it fires again at `now + RETRY_MS` (§7.7, TRG-29). A recurring
+/// timer keeps its next occurrence; the missed delivery is only counted.
+pub fn rearm_after_drop(fire: &TimerFire, now: i64) -> Option<i64> {
+    fire.expired.then_some(now + RETRY_MS)
+}

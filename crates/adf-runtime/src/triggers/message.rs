@@ -1,7 +1,8 @@
 //! The formatted message an agent-scope fire starts a turn with (spec §7.3). The shape is ours
 //! (missing-tables Appendix B #11): chat text and timer payloads pass through as they are;
-//! every other event becomes one `[Trigger: <type>] …` line that names what happened without
-//! copying bodies in (the model reads messages with `msg_read`, files with `fs_read`).
+//! every other event becomes one `[Trigger: <type>] …` line that names what happened (tool,
+//! task id, log id, provider, recipient) without copying bodies in (the model reads messages
+//! with `msg_read`, files with `fs_read`, log rows with `db_query`).
 
 use serde_json::Value;
 
@@ -13,6 +14,10 @@ fn text<'e>(event: &'e TriggerEvent, key: &str) -> &'e str {
         .get(key)
         .and_then(Value::as_str)
         .unwrap_or_default()
+}
+
+fn or<'a>(value: &'a str, fallback: &'a str) -> &'a str {
+    if value.is_empty() { fallback } else { value }
 }
 
 fn line(event: &TriggerEvent) -> String {
@@ -45,7 +50,43 @@ fn line(event: &TriggerEvent) -> String {
             format!("[Trigger: {kind}] {} was {change}.", text(event, "path"))
         }
         TriggerKind::OnStartup => format!("[Trigger: {kind}] You have just been started."),
-        _ => format!("[Trigger: {kind}] {}", event.data),
+        TriggerKind::OnToolCall => format!(
+            "[Trigger: {kind}] A {} call {}.",
+            text(event, "tool"),
+            or(text(event, "status"), "completed")
+        ),
+        TriggerKind::OnTaskCreate => format!(
+            "[Trigger: {kind}] Task {} was created for {} (status {}).",
+            text(event, "task_id"),
+            text(event, "tool"),
+            or(text(event, "status"), "pending")
+        ),
+        TriggerKind::OnTaskComplete => format!(
+            "[Trigger: {kind}] Task {} ({}) ended with status {}.",
+            text(event, "task_id"),
+            text(event, "tool"),
+            text(event, "status")
+        ),
+        TriggerKind::OnLogs => format!(
+            "[Trigger: {kind}] A {} log row {}/{} was written (adf_logs id {}).",
+            or(text(event, "level"), "info"),
+            or(text(event, "origin"), "-"),
+            or(text(event, "event"), "-"),
+            event
+                .data
+                .get("log_id")
+                .map(Value::to_string)
+                .unwrap_or_default()
+        ),
+        TriggerKind::OnLlmCall => format!(
+            "[Trigger: {kind}] A {} model call to {} completed.",
+            or(text(event, "source"), "turn"),
+            or(text(event, "provider"), "the provider")
+        ),
+        TriggerKind::OnOutbox => format!(
+            "[Trigger: {kind}] A message to {} was queued in the outbox.",
+            or(text(event, "to"), "a recipient")
+        ),
     }
 }
 

@@ -6,7 +6,8 @@
 //! dispatcher only wires them to IO: [`filter`] (§7.4 filters and the self-trigger rules),
 //! [`timing`] (debounce / interval / batch windows with the clock passed in), [`gating`]
 //! (§7.5 state gating), [`message`] (the formatted agent-scope trigger message, §7.3) and
-//! [`fire`] (timer firing order, §7.7).
+//! [`fire`] (timer firing order, §7.7, and the re-arm of an undeliverable `once` fire) and
+//! [`nudge`] (the hibernate nudge's due time, TRG-35).
 //!
 //! Event payload shapes are left to the runtime (missing-tables §7.1): ours is
 //! `{type, timestamp, source?, data}` with per-type `data`, and a batch is an array of those.
@@ -15,6 +16,7 @@ pub mod filter;
 pub mod fire;
 pub mod gating;
 pub mod message;
+pub mod nudge;
 pub mod timing;
 
 use serde::Serialize;

@@ -1,6 +1,8 @@
 //! An agent's contents through the owner's eyes: config, files, meta, timers, inbox, outbox,
 //! tasks (with approve/deny through `resolve_task`), logs. Every write runs as
-//! [`Caller::Owner`] in one job on the agent's store worker, so it is one transaction.
+//! [`Caller::Owner`] in one job on the agent's store worker, so it is one transaction; file,
+//! config and task writes run through `Daemon::run_observed`, so the task, log, inbox and
+//! outbox rows they (or another process before them) added raise their triggers.
 
 use std::collections::HashMap;
 
@@ -48,9 +50,9 @@ pub(super) async fn config_put(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let new_config = body_json(&body)?;
-    let (before, after, handle_meta) = agent
-        .store()
-        .run(move |file| {
+    let (before, after, handle_meta) = state
+        .daemon
+        .run_observed(&agent, move |file| {
             let before = file.config()?;
             file.config_replace(Caller::Owner, new_config)?;
             let handle = file.meta_get("adf_handle")?.map(|m| m.value);
@@ -58,6 +60,8 @@ pub(super) async fn config_put(
         })
         .await?;
     agent.triggers().invalidate();
+    // A stored state of hibernate (or leaving it) moves the hibernate nudge's wake.
+    state.daemon.rearm_timers(&agent).await;
     let fresh = info_from_config(&after, handle_meta);
     agent.update_info(|info| {
         // The display state is live and moves only through POST /state (as in the reference).
@@ -204,9 +208,10 @@ pub(super) async fn file_put(
     };
     let bytes = content.len();
     let write_path = path.clone();
-    agent
-        .store()
-        .run(move |file| {
+    // Observed: rows other writers added since the agent's last job become events here too.
+    state
+        .daemon
+        .run_observed(&agent, move |file| {
             let outcome = file.file_write(Caller::Owner, &write_path, &content, &options)?;
             if let (Some(level), false) = (protection, outcome.created) {
                 file.file_set_protection(Caller::Owner, &write_path, level)?;
@@ -704,9 +709,10 @@ pub(super) async fn task_resolve(
     let approved = action == "approve";
     let tools = state.daemon.tools();
     let target = task_id.clone();
-    let outcome = agent
-        .store()
-        .run(move |file| {
+    // Observed: an approved call may create tasks and log rows (on_task_create, on_logs).
+    let outcome = state
+        .daemon
+        .run_observed(&agent, move |file| {
             let Some(task) = file.task(&target)? else {
                 return Ok(Err(ApiError::not_found(format!(
                     "Unknown task \"{target}\""
