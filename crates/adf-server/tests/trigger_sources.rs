@@ -610,3 +610,109 @@ async fn trg_29_a_once_timer_fire_that_finds_the_queue_full_is_rearmed_and_fires
     drained(&agent).await;
     h.stop().await;
 }
+
+const OUTBOX: &str = r#"
+export async function main(event) {
+  await adf.fs_write({ path: `seen/${event.data.id}.md`, content: event.data.to, mode: 'write' });
+}
+"#;
+
+async fn set_state(h: &Harness, agent: &Agent, state: &str) {
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["state"] = json!(state);
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+}
+
+fn outbox_row(id: &str) -> String {
+    format!(
+        "INSERT INTO adf_outbox (id, message_id, \"from\", \"to\", content, created_at)
+         VALUES ('{id}', 'alf-{id}', 'did:key:zMe', 'did:key:zFar', 'hi', 1);"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_11_trg_12_row_events_reach_agent_targets_only_while_active_and_system_targets_until_off()
+ {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push(Turn::text("Noted the sent message."));
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.push((
+        "triggers",
+        json!({
+            "on_outbox": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/outbox.ts:main" },
+                { "scope": "agent" }
+            ] },
+        }),
+    ));
+    let path = new_agent(h.dir.path(), "gated", &[("lib/outbox.ts", OUTBOX)], &config);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+
+    // Active: both scopes; the agent's turn gets the formatted outbox line.
+    insert_external(&path, &outbox_row("out-active"));
+    h.server.daemon.notice_new_rows(&agent).await;
+    wait_for("the outbox turn", || async {
+        loop_texts(&agent)
+            .await
+            .iter()
+            .any(|t| t.contains("Noted the sent message."))
+    })
+    .await;
+    drained(&agent).await;
+    let texts = loop_texts(&agent).await;
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("[Trigger: on_outbox] A message to did:key:zFar")),
+        "{texts:?}"
+    );
+
+    // Suspended: the system lambda still runs, no turn starts (§7.5).
+    set_state(&h, &agent, "suspended").await;
+    insert_external(&path, &outbox_row("out-suspended"));
+    h.server.daemon.notice_new_rows(&agent).await;
+    wait_for("the suspended system delivery", || async {
+        paths(&agent, "seen/out-suspended").await.len() == 1
+    })
+    .await;
+    drained(&agent).await;
+
+    // Off: nothing runs.
+    set_state(&h, &agent, "off").await;
+    insert_external(&path, &outbox_row("out-off"));
+    h.server.daemon.notice_new_rows(&agent).await;
+    drained(&agent).await;
+    // A later event that does get through proves the off-state event was not merely slow:
+    // deliveries run in dispatch order.
+    set_state(&h, &agent, "suspended").await;
+    insert_external(&path, &outbox_row("out-after"));
+    h.server.daemon.notice_new_rows(&agent).await;
+    wait_for("the delivery after off", || async {
+        paths(&agent, "seen/out-after").await.len() == 1
+    })
+    .await;
+    drained(&agent).await;
+    assert_eq!(
+        paths(&agent, "seen/").await,
+        vec![
+            "seen/out-active.md",
+            "seen/out-after.md",
+            "seen/out-suspended.md"
+        ]
+    );
+    assert_eq!(mock.request_count(), 1, "one turn, while active");
+    h.stop().await;
+}
