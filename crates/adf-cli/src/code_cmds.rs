@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, LambdaRef, RunOptions};
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{Approver, Caller, DeferredCall, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, Caller, DeferredCall, TaskRun, ToolError, ToolRegistry};
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
@@ -162,6 +162,33 @@ fn report(run: &CodeRun, out: Output) -> Result<ExitCode> {
 
 /// Carries out a deferred `sys_code`/`sys_lambda` call of `adf tool` (blocking); the result is
 /// the tool result `{result, logs}`.
+/// Runs a queued (`_async`) task to its end: the command line has no background to leave it
+/// to. Detached tools run on a runtime made for the call, code tools through the code runner.
+pub fn run_queued(
+    file: &mut AdfFile,
+    registry: &ToolRegistry,
+    caller: &Caller,
+    task_id: &str,
+    approver: &(dyn Approver + Sync),
+) -> Result<Value, ToolError> {
+    match registry.start_task(file, task_id, caller)? {
+        TaskRun::Done(result) => result,
+        TaskRun::Detached(future) => {
+            let runtime = runtime().map_err(|e| {
+                ToolError::new(
+                    adf_runtime::tools::ErrorCode::InternalError,
+                    format!("{e:#}"),
+                )
+            })?;
+            let outcome = runtime.block_on(future);
+            adf_runtime::tools::write_logs(file, &outcome.logs);
+            registry.finish_task(file, task_id, &outcome.result)?;
+            outcome.result
+        }
+        TaskRun::Code(call) => run_deferred(file, caller, &call, approver),
+    }
+}
+
 /// Carries out a deferred call of a tool that runs outside the store transaction
 /// (`Tool::detach`, e.g. `sys_fetch`).
 pub fn run_detached(

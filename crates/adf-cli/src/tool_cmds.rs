@@ -164,9 +164,11 @@ pub fn tool(
     let outcome = registry.call(&mut file, &caller, name, args, approver);
     let outcome = match outcome {
         // An `_async` call runs right away here: the command line has no background to defer to.
-        Ok(CallOutcome::Queued { task_id, status }) if status == "running" => registry
-            .run_task(&mut file, &task_id, &caller)
-            .map(|result| json!({ "task_id": task_id, "status": "completed", "result": result })),
+        Ok(CallOutcome::Queued { task_id, status }) if status == "running" => {
+            crate::code_cmds::run_queued(&mut file, &registry, &caller, &task_id, approver).map(
+                |result| json!({ "task_id": task_id, "status": "completed", "result": result }),
+            )
+        }
         // Code tools run here, through the runtime's code runner (§8.6 approvals included).
         Ok(CallOutcome::Deferred(call))
             if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") =>

@@ -1359,6 +1359,54 @@ async fn stl_44_agent_start_kicks_enabled_autostart_loops_when_active() {
 }
 
 #[tokio::test]
+async fn aud_16_model_async_calls_return_a_task_and_run_after_the_batch() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::reply()
+            .with_tool_call(
+                "fs_write",
+                json!({"mode": "write", "path": "bg.txt", "content": "background", "_async": true}),
+            )
+            .with_tool_call("sys_code", json!({"code": "return 6 * 7", "_async": true})),
+        Turn::text("started both"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    chat(&ex, &mut file, &mut session, "go", &Host::default())
+        .await
+        .unwrap();
+    // The model read task references with status running, in its transcript.
+    let rows = file.loop_rows("main").unwrap();
+    let results: Vec<Value> = rows
+        .iter()
+        .filter(|r| block_types(r) == ["tool_result"])
+        .map(|r| serde_json::from_str(r.content[0]["content"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results.iter().all(|r| r["status"] == "running"),
+        "{results:?}"
+    );
+    // Both tasks ran and recorded their outcomes.
+    let tasks = file.tasks(None).unwrap();
+    let status = |tool: &str| {
+        tasks
+            .iter()
+            .find(|t| t.tool == tool)
+            .map(|t| (t.status.clone(), t.result.clone().unwrap_or_default()))
+            .unwrap()
+    };
+    assert_eq!(status("fs_write").0, "completed");
+    let (code_status, code_result) = status("sys_code");
+    assert_eq!(code_status, "completed");
+    assert!(code_result.contains("42"), "{code_result}");
+    assert_eq!(
+        file.file_read("bg.txt").unwrap().unwrap().content,
+        b"background"
+    );
+}
+
+#[tokio::test]
 async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     with_loops(

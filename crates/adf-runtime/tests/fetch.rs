@@ -980,3 +980,29 @@ async fn aud_23_sys_fetch_log_rows_for_rejected_error_and_timeout_without_secret
         assert!(!all.contains("SECRET"), "a secret reached the log: {all}");
     }
 }
+
+#[tokio::test]
+async fn aud_16_async_sys_fetch_from_code_returns_a_running_task_that_completes() {
+    let server = Server::start().await;
+    let (_d, _p, mut file) = new_agent();
+    let env = env_with(ToolRegistry::with_builtins()).await;
+    let source = format!(
+        "const task = await adf.sys_fetch({{ url: '{}', _async: true }})\nreturn task",
+        server.url("/json")
+    );
+    let task = ok(inline(&mut file, &env, &source).await);
+    assert_eq!(
+        task["status"], "running",
+        "the call returns at once: {task}"
+    );
+    assert_eq!(task["tool"], "sys_fetch");
+    // The run reports only after its background tasks ended, so the row is final.
+    let row = file
+        .task(task["task_id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, "completed", "{row:?}");
+    let result: Value = serde_json::from_str(row.result.as_deref().unwrap()).unwrap();
+    assert_eq!(result["status"], 200);
+    assert!(result["body"].as_str().unwrap().contains("world"));
+}

@@ -170,6 +170,11 @@ enum Completion {
         started: std::time::Instant,
         execution: Execution,
     },
+    /// An `_async` detached call's task ended: write its log rows and record the outcome.
+    Task {
+        task_id: String,
+        outcome: DetachedOutcome,
+    },
 }
 
 /// The loop of one top-level run.
@@ -227,6 +232,14 @@ impl<'a> Runner<'a> {
                 Some(msg) = self.rx.recv() => self.handle(msg),
             }
         };
+        // Background tasks the code started (`_async`) finish before the run reports, so
+        // their rows are final; anything else still pending has lost its caller.
+        while !self.pending.is_empty() {
+            tokio::select! {
+                Some(done) = self.pending.next() => self.complete(done),
+                Some(msg) = self.rx.recv() => self.handle(msg),
+            }
+        }
         let mut logs = execution.logs;
         logs.append(&mut self.nested_logs);
         CodeRun {
@@ -276,10 +289,7 @@ impl<'a> Runner<'a> {
                 Ok(Reply::ValueThenTask(value, task_id)) => {
                     let _ = reply.send(Ok(value));
                     // The task's outcome is on its row; the code polls it with db_query.
-                    let _ = self
-                        .env
-                        .registry
-                        .run_task(self.file, &task_id, &frame.caller());
+                    self.start_task(&frame, task_id);
                 }
                 Ok(Reply::Later(future)) => {
                     self.pending.push(Box::pin(async move {
@@ -328,11 +338,48 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// Runs an `_async` call's task: a synchronous tool now, a detached one (`sys_fetch`)
+    /// beside the execution, recorded when it ends. Code tools do not run as background tasks
+    /// of code (a nested execution is already asynchronous to the caller): the task fails
+    /// saying so.
+    fn start_task(&mut self, frame: &Frame, task_id: String) {
+        let registry = self.env.registry.clone();
+        match registry.start_task(self.file, &task_id, &frame.caller()) {
+            Ok(crate::tools::TaskRun::Done(_)) | Err(_) => {}
+            Ok(crate::tools::TaskRun::Detached(future)) => {
+                self.pending.push(Box::pin(async move {
+                    Completion::Task {
+                        task_id,
+                        outcome: future.await,
+                    }
+                }));
+            }
+            Ok(crate::tools::TaskRun::Code(call)) => {
+                let result = Err(ToolError::new(
+                    ErrorCode::ToolError,
+                    format!(
+                        "{} cannot run as a background task of code yet; call it without _async (adf.sys_lambda is already asynchronous to its caller)",
+                        call.tool
+                    ),
+                ));
+                let _ = registry.finish_task(self.file, &task_id, &result);
+            }
+        }
+    }
+
     fn complete(&mut self, done: Completion) {
         let done = match done {
             Completion::Detached { reply, outcome } => {
                 write_logs(self.file, &outcome.logs);
                 let _ = reply.send(outcome.result.map_err(host_error));
+                return;
+            }
+            Completion::Task { task_id, outcome } => {
+                write_logs(self.file, &outcome.logs);
+                let _ = self
+                    .env
+                    .registry
+                    .finish_task(self.file, &task_id, &outcome.result);
                 return;
             }
             other => other,

@@ -332,6 +332,9 @@ enum Effect {
     Compact(Option<String>),
     Reset,
     Wake(String),
+    /// An `_async` call queued this `running` task; it runs after the batch's results are
+    /// recorded, so the model's transcript holds the task reference first.
+    RunTask(String),
 }
 
 /// Runs turns against one model.
@@ -829,6 +832,7 @@ impl Executor {
             let mut compact = None;
             let mut reset = false;
             let mut injections = Vec::new();
+            let mut queued = Vec::new();
             for call in &calls {
                 let (result, effect) = self
                     .run_tool(file, session, facts, call, host, &mut injections)
@@ -856,7 +860,12 @@ impl Executor {
                             wakes.push(target);
                         }
                     }
+                    Effect::RunTask(task_id) => queued.push(task_id),
                 }
+            }
+            for task_id in queued {
+                self.run_queued_task(file, session, &task_id, host, &mut injections)
+                    .await;
             }
             // `loop_inject` contexts from code run in this batch land after its results, so a
             // context never splits a tool_use / tool_result pair.
@@ -884,6 +893,45 @@ impl Executor {
                     wakes,
                 });
             }
+        }
+    }
+
+    /// Carries out an `_async` call's `running` task and records its outcome on the task (the
+    /// model reads it with `db_query` or a later trigger; `on_task_complete` sees the row). A
+    /// failure is the task's, never the turn's.
+    async fn run_queued_task(
+        &self,
+        file: &mut AdfFile,
+        session: &Session,
+        task_id: &str,
+        host: &dyn TurnHost,
+        injections: &mut Vec<crate::code::Injection>,
+    ) {
+        let caller = Caller::Model {
+            loop_name: session.loop_name.clone(),
+        };
+        let outcome = match self.registry.start_task(file, task_id, &caller) {
+            Ok(crate::tools::TaskRun::Done(_)) | Err(_) => return,
+            Ok(crate::tools::TaskRun::Detached(future)) => {
+                let outcome = future.await;
+                crate::tools::write_logs(file, &outcome.logs);
+                self.registry.finish_task(file, task_id, &outcome.result)
+            }
+            Ok(crate::tools::TaskRun::Code(call)) => match self.code_env().await {
+                Ok(env) => {
+                    let options = code_options(session);
+                    let approver = HostApprover(host);
+                    let run =
+                        crate::code::run_deferred(file, &env, &caller, &call, &approver, &options)
+                            .await;
+                    injections.extend(run.injections.iter().cloned());
+                    Ok(())
+                }
+                Err(error) => self.registry.finish_task(file, task_id, &Err(error)),
+            },
+        };
+        if let Err(error) = outcome {
+            tracing::warn!(%error, task_id, "cannot record a background task's outcome");
         }
     }
 
@@ -1154,17 +1202,7 @@ impl Executor {
                     Ok(env) => env,
                     Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                 };
-                let options = crate::code::RunOptions {
-                    inject: crate::code::InjectMode::Collect {
-                        loop_name: session.loop_name.clone(),
-                    },
-                    profile: if session.loop_name == "main" {
-                        crate::code::CodeProfile::Agent
-                    } else {
-                        crate::code::CodeProfile::InnerLoop
-                    },
-                    ..crate::code::RunOptions::default()
-                };
+                let options = code_options(session);
                 let approver = HostApprover(host);
                 let run =
                     crate::code::run_deferred(file, &env, &caller, &deferred, &approver, &options)
@@ -1180,6 +1218,10 @@ impl Executor {
                     Ok(value) => value,
                     Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                 }
+            }
+            Ok(crate::tools::CallOutcome::Queued { task_id, status }) if status == "running" => {
+                let value = json!({ "task_id": task_id, "status": status, "tool": call.name });
+                return Ok(((render(&value), false), Effect::RunTask(task_id)));
             }
             Ok(outcome) => outcome.into_value(),
             Err(error) => return Ok(((error.to_string(), true), Effect::None)),
@@ -1230,9 +1272,8 @@ impl Executor {
     }
 }
 
-/// The host's approver as a `Sync` approver: code runs span awaits, so what they hold must be
-/// shareable, and a `TurnHost` is.
-/// The host's approver as the executor uses it: while the owner decides, observers see the
+/// The host's approver as the executor uses it (`Sync`, because code runs span awaits and
+/// what they hold must be shareable): while the owner decides, observers see the
 /// loop in `awaiting_approval` (§6.1), then back in `tool_use`.
 struct HostApprover<'h>(&'h dyn TurnHost);
 
@@ -1246,6 +1287,22 @@ impl Approver for HostApprover<'_> {
         let decision = self.0.approver().decide(file, request);
         self.0.event(&TurnEvent::State(ExecState::ToolUse));
         decision
+    }
+}
+
+/// How the model's code calls run in `session`'s loop: `loop_inject` contexts collected for
+/// after the batch, and the inner-loop profile outside main (§6.4).
+fn code_options(session: &Session) -> crate::code::RunOptions {
+    crate::code::RunOptions {
+        inject: crate::code::InjectMode::Collect {
+            loop_name: session.loop_name.clone(),
+        },
+        profile: if session.loop_name == "main" {
+            crate::code::CodeProfile::Agent
+        } else {
+            crate::code::CodeProfile::InnerLoop
+        },
+        ..crate::code::RunOptions::default()
     }
 }
 

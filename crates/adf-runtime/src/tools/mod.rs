@@ -58,6 +58,27 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
+/// How a `running` task is carried out (see [`ToolRegistry::start_task`]).
+pub enum TaskRun {
+    /// A synchronous tool ran; its outcome is recorded on the task.
+    Done(Result<Value, ToolError>),
+    /// A detached tool: await it, write its logs, then [`ToolRegistry::finish_task`].
+    Detached(Detached),
+    /// A code tool (`sys_code`, `sys_lambda`): the caller's code runner carries it out; the
+    /// call names the task as its `approval_task`, where `finish_deferred` records the outcome.
+    Code(DeferredCall),
+}
+
+impl std::fmt::Debug for TaskRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskRun::Done(result) => f.debug_tuple("Done").field(result).finish(),
+            TaskRun::Detached(_) => f.write_str("Detached(..)"),
+            TaskRun::Code(call) => f.debug_tuple("Code").field(call).finish(),
+        }
+    }
+}
+
 /// The future of a detached deferred call (see [`Tool::detach`]).
 pub type Detached = futures::future::BoxFuture<'static, DetachedOutcome>;
 
@@ -456,12 +477,36 @@ impl ToolRegistry {
     }
 
     /// Runs an approved or queued task whose status is `running`, and records its outcome.
+    /// A tool that runs outside the store transaction (detached or code tools) cannot run
+    /// here: the task fails saying so; async callers use [`ToolRegistry::start_task`].
     pub fn run_task(
         &self,
         file: &mut AdfFile,
         task_id: &str,
         caller: &Caller,
     ) -> Result<Value, ToolError> {
+        match self.start_task(file, task_id, caller)? {
+            TaskRun::Done(result) => result,
+            TaskRun::Detached(_) | TaskRun::Code(_) => {
+                let result = Err(ToolError::new(
+                    ErrorCode::ToolError,
+                    "this tool cannot run as a background task here; call it without _async",
+                ));
+                self.finish_task(file, task_id, &result)?;
+                result
+            }
+        }
+    }
+
+    /// Starts a task whose status is `running`: a synchronous tool runs now and its outcome
+    /// is recorded; a detached tool's future and a code tool's call are handed back, and the
+    /// caller records their outcome with [`ToolRegistry::finish_task`].
+    pub fn start_task(
+        &self,
+        file: &mut AdfFile,
+        task_id: &str,
+        caller: &Caller,
+    ) -> Result<TaskRun, ToolError> {
         let task = file
             .task(task_id)?
             .ok_or_else(|| ToolError::not_found(format!("no task {task_id}")))?;
@@ -472,6 +517,18 @@ impl ToolRegistry {
         let mut args = task.args.as_object().cloned().unwrap_or_default();
         let cross = CrossCutting::strip(&mut args, caller);
         let config = file.config_shared()?;
+        if tool.deferred() {
+            let call = DeferredCall {
+                tool: task.tool.clone(),
+                args: Value::Object(args),
+                full: cross.full,
+                approval_task: Some(task_id.to_owned()),
+            };
+            return Ok(match tool.detach(&config, caller, call.args.clone()) {
+                Some(future) => TaskRun::Detached(future),
+                None => TaskRun::Code(call),
+            });
+        }
         let override_protection = task
             .approval_meta
             .as_ref()
@@ -487,11 +544,22 @@ impl ToolRegistry {
             override_protection,
             cross.full,
         );
-        match &result {
+        self.finish_task(file, task_id, &result)?;
+        Ok(TaskRun::Done(result))
+    }
+
+    /// Records a task's outcome: `completed` with the rendered result, or `failed`.
+    pub fn finish_task(
+        &self,
+        file: &mut AdfFile,
+        task_id: &str,
+        result: &Result<Value, ToolError>,
+    ) -> Result<(), ToolError> {
+        match result {
             Ok(value) => file.task_update(task_id, "completed", Some(&render(value)), None)?,
             Err(error) => file.task_update(task_id, "failed", None, Some(&error.to_string()))?,
         }
-        result
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

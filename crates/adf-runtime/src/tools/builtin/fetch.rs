@@ -63,12 +63,13 @@ impl Tool for SysFetch {
         })
     }
 
-    /// Only reached through a queued task (`_async: true`): `ToolRegistry::run_task` runs a
-    /// task synchronously inside a transaction, which a network call must not hold.
+    /// Never reached: the pipeline hands deferred tools back (`CallOutcome::Deferred`) and
+    /// queued tasks start through `ToolRegistry::start_task`, which detaches them. A network
+    /// call must not run inside the store transaction `run` is given.
     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
         Err(ToolError::new(
-            ErrorCode::ToolError,
-            "sys_fetch cannot run as an _async task yet; call it without _async (it does not hold the agent's file while it waits)",
+            ErrorCode::InternalError,
+            "sys_fetch runs outside the store transaction (ToolRegistry::detach)",
         ))
     }
 
