@@ -1771,3 +1771,41 @@ async fn aud_23_lambda_and_sys_lambda_write_execute_and_result_rows() {
         ]
     );
 }
+
+// ---------- messaging examples without the mesh ----------
+
+#[tokio::test]
+async fn cod_05_msg_send_examples_fail_with_mesh_not_enabled_and_change_nothing() {
+    let (_d, _p, mut file) = new_agent();
+    let env = env().await;
+    let before = digest(&file);
+    // The guide's msg_send examples, as written (its `_async` example included).
+    let v = ok(inline(
+        &mut file,
+        &env,
+        r#"const out = []
+        const attempts = [
+          () => adf.msg_send({
+            recipient: 'did:adf:9gvayMZx5m...',
+            address: 'http://127.0.0.1:7295/agents/monitor/inbox',
+            payload: 'Health check passed'
+          }),
+          () => adf.msg_send({ parent_id: 'inbox-abc123', payload: 'Acknowledged' }),
+          () => adf.msg_send({ recipient: 'telegram:123456', payload: 'Hello from ADF' }),
+          () => adf.msg_send({
+            recipient: 'did:adf:9gvayMZx5m...',
+            address: 'http://127.0.0.1:7295/agents/monitor/inbox',
+            payload: 'Large dataset ready',
+            _async: true
+          }),
+          () => adf.agent_discover({}),
+        ]
+        for (const attempt of attempts) {
+          try { await attempt(); out.push('sent') } catch (e) { out.push([e.code, e.message.includes('not support')]) }
+        }
+        return out"#,
+    )
+    .await);
+    assert_eq!(v, Value::Array(vec![json!(["MESH_NOT_ENABLED", true]); 5]));
+    assert_eq!(digest(&file), before, "no task, no outbox row");
+}

@@ -210,6 +210,24 @@ impl CallOutcome {
 /// transcript the model is reading (adf-object guide "Loop Management").
 const EXCLUDED_FROM_CODE: [&str; 4] = ["say", "ask", "loop_compact", "loop_clear"];
 
+/// Tools that need the mesh (agent-to-agent messaging), which this runtime does not run yet.
+pub const MESH_TOOLS: [&str; 2] = ["msg_send", "agent_discover"];
+
+/// The error for a call of a tool this registry does not hold. Mesh tools answer with the
+/// guide's `MESH_NOT_ENABLED`, so code written for a runtime with the mesh fails the way the
+/// guide documents rather than as an unknown name.
+fn missing_tool(name: &str) -> ToolError {
+    if MESH_TOOLS.contains(&name) {
+        return ToolError::new(
+            ErrorCode::MeshNotEnabled,
+            format!(
+                "{name} needs the mesh, which this runtime does not support yet: messages cannot be sent to or discovered from other agents"
+            ),
+        );
+    }
+    ToolError::not_found(format!("unknown tool '{name}'"))
+}
+
 /// The description injected into every schema shown to the model (tools guide `_reason`).
 const REASON_PARAMETER: &str = "Why you are calling this tool, in about ten words. Shown to the owner when approval is needed.";
 
@@ -301,10 +319,7 @@ impl ToolRegistry {
         args: Value,
         approver: &dyn Approver,
     ) -> Result<CallOutcome, ToolError> {
-        let tool = self
-            .get(name)
-            .ok_or_else(|| ToolError::not_found(format!("unknown tool '{name}'")))?
-            .clone();
+        let tool = self.get(name).ok_or_else(|| missing_tool(name))?.clone();
         if matches!(caller, Caller::Code { .. }) && EXCLUDED_FROM_CODE.contains(&name) {
             return Err(ToolError::new(
                 ErrorCode::ExcludedTool,
