@@ -167,7 +167,7 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
         model: model_override.unwrap_or_else(|| resolved.model_id.clone()),
         system,
         messages,
-        tools: Vec::new(),
+        tools: std::sync::Arc::default(),
         params,
     };
     let provider = resolved.provider.clone();

@@ -133,7 +133,7 @@ impl Executor {
             model: self.model_id.clone(),
             system: Some(COMPACTION_PROMPT.to_owned()),
             messages: vec![Message::user_text(ask)],
-            tools: Vec::new(),
+            tools: std::sync::Arc::default(),
             params: self.params.clone(),
         };
         let reply = self.provider.complete(&req).await;

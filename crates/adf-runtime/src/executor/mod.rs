@@ -252,7 +252,7 @@ pub struct Session {
     context_warning_given: bool,
     state: ExecState,
     /// The advertised tools, with the declarations (and loop entry) they were built from.
-    tool_cache: Option<(Value, Value, Arc<Vec<ToolSpec>>)>,
+    tool_cache: Option<(Value, Value, Arc<[ToolSpec]>)>,
     /// Keyed `loop_inject` contexts not yet sent to the model, by key: the index of their
     /// message. A later injection with the same key replaces the pending one (COD-27).
     pending_keys: std::collections::HashMap<String, usize>,
@@ -582,7 +582,9 @@ impl Executor {
         session.text_only_streak = 0;
 
         let mut checkpoint = Checkpoint::start(trigger.event_type());
-        file.atomically(|file| -> Result<(), StoreError> {
+        // One transaction opens the turn: the checkpoint, the trigger row, the session's
+        // system prompt snapshot (first turn of a session) and the dynamic instructions.
+        file.atomically(|file| -> Result<(), ExecutorError> {
             checkpoint.store(file, &loop_name)?;
             if let Some(text) = trigger.text() {
                 append(
@@ -594,7 +596,8 @@ impl Executor {
                     None,
                 )?;
             }
-            Ok(())
+            self.ensure_prompt(file, session, &config, &facts)?;
+            self.append_dynamic_instructions(file, session, &config, &facts)
         })?;
         drop(guard);
         let result = self
@@ -602,6 +605,8 @@ impl Executor {
             .await;
         let mut guard = shared.lock().await;
         let file: &mut AdfFile = &mut guard;
+        // A turn that ended on a text reply stored `completed` with that reply already.
+        let finished = checkpoint.status == "completed";
         match &result {
             Ok(_) => {
                 checkpoint.finish("completed", None);
@@ -632,8 +637,45 @@ impl Executor {
                 })?;
             }
         }
-        checkpoint.store(file, &loop_name)?;
+        if !(finished && result.is_ok()) {
+            checkpoint.store(file, &loop_name)?;
+        }
         result
+    }
+
+    /// Appends the `[Context: dynamic_instructions]` row of a turn's first step, if the
+    /// config asks for any (§1.5: recorded before it is sent).
+    fn append_dynamic_instructions(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        config: &Value,
+        facts: &LoopFacts,
+    ) -> Result<(), ExecutorError> {
+        let near = facts
+            .threshold
+            .saturating_sub(prompt::CONTEXT_WARNING_MARGIN);
+        let dynamic = prompt::dynamic_instructions(
+            file,
+            config,
+            LoopView {
+                name: &session.loop_name,
+                instructions: facts.goal.as_deref(),
+            },
+            TurnFacts {
+                context_tokens: session.context_tokens,
+                context_warning_given: session.context_warning_given,
+            },
+        )?;
+        if let Some(text) = dynamic {
+            if session.context_tokens >= near {
+                session.context_warning_given = true;
+            }
+            let row =
+                json!([{ "type": "text", "text": format!("{}{text}", request::DYNAMIC_MARKER) }]);
+            append(file, &session.loop_name, "user", &row, None, None)?;
+        }
+        Ok(())
     }
 
     fn suspend(
@@ -678,37 +720,11 @@ impl Executor {
         let loop_name = session.loop_name.clone();
         let mut steps = 0u32;
         let mut wakes: Vec<String> = Vec::new();
-        let mut first = true;
         loop {
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             let config = self.config(file)?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
-            if first {
-                first = false;
-                let near = facts
-                    .threshold
-                    .saturating_sub(prompt::CONTEXT_WARNING_MARGIN);
-                let dynamic = prompt::dynamic_instructions(
-                    file,
-                    &config,
-                    LoopView {
-                        name: &loop_name,
-                        instructions: facts.goal.as_deref(),
-                    },
-                    TurnFacts {
-                        context_tokens: session.context_tokens,
-                        context_warning_given: session.context_warning_given,
-                    },
-                )?;
-                if let Some(text) = dynamic {
-                    if session.context_tokens >= near {
-                        session.context_warning_given = true;
-                    }
-                    let row = json!([{ "type": "text", "text": format!("{}{text}", request::DYNAMIC_MARKER) }]);
-                    append(file, &loop_name, "user", &row, None, None)?;
-                }
-            }
             if session.context_tokens >= facts.threshold {
                 let outcome = self.compact(file, session, None, None).await?;
                 // Reset either way: with nothing left to summarize, compacting again before
@@ -743,7 +759,7 @@ impl Executor {
                 model: self.model_id.clone(),
                 system: Some(system).filter(|s| !s.is_empty()),
                 messages,
-                tools: self.tool_specs(session, &config, facts).to_vec(),
+                tools: self.tool_specs(session, &config, facts),
                 params: self.params.clone(),
             };
             session.set_state(ExecState::Thinking, host);
@@ -769,6 +785,11 @@ impl Executor {
             let content = serde_json::to_value(&reply.content).unwrap_or(Value::Array(Vec::new()));
             let tokens = serde_json::to_value(usage).ok();
             checkpoint.updated_at = adf_store::time::now_ms();
+            // An interactive text reply ends the turn: its row and the `completed` checkpoint
+            // are one transaction.
+            if calls.is_empty() && !facts.autonomous {
+                checkpoint.finish("completed", None);
+            }
             let assistant_seq = file.atomically(|file| -> Result<i64, StoreError> {
                 checkpoint.store(file, &loop_name)?;
                 append(
@@ -1035,7 +1056,7 @@ impl Executor {
         session: &mut Session,
         config: &Value,
         facts: &LoopFacts,
-    ) -> Arc<Vec<ToolSpec>> {
+    ) -> Arc<[ToolSpec]> {
         let declarations = config.get("tools").cloned().unwrap_or(Value::Null);
         let loop_entry = if facts.tools.is_some() {
             loop_config(config, &session.loop_name)
@@ -1068,7 +1089,7 @@ impl Executor {
                 })
             })
             .collect();
-        let specs = Arc::new(specs);
+        let specs: Arc<[ToolSpec]> = specs.into();
         session.tool_cache = Some((declarations, loop_entry, specs.clone()));
         specs
     }

@@ -303,7 +303,7 @@ impl ResolvedModel {
             model: self.model_id.clone(),
             system,
             messages,
-            tools,
+            tools: tools.into(),
             params: self.params.clone(),
         }
     }

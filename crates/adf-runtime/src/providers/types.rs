@@ -302,7 +302,8 @@ pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,
     /// Tools on offer.
-    pub tools: Vec<ToolSpec>,
+    /// Shared, not cloned per request: a turn sends the same definitions at every step.
+    pub tools: std::sync::Arc<[ToolSpec]>,
     /// Sampling and reasoning parameters.
     pub params: ModelParams,
 }
