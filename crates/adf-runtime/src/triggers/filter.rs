@@ -8,36 +8,10 @@ use serde_json::Value;
 
 use super::{Producer, Scope, Target, TriggerEvent, TriggerKind};
 
-/// Glob match for paths and names: `*` matches within one path segment, `**` across segments,
-/// `?` one character. Everything else is literal.
+/// Glob match for paths and names (the format's one dialect, `adf_store::glob`): `*` within
+/// one path segment, `**` across segments, `?` one character.
 pub fn glob_matches(pattern: &str, text: &str) -> bool {
-    fn inner(p: &[char], t: &[char]) -> bool {
-        match p.first() {
-            None => t.is_empty(),
-            Some('*') if p.get(1) == Some(&'*') => {
-                let rest = &p[2..];
-                (0..=t.len()).any(|i| inner(rest, &t[i..]))
-            }
-            Some('*') => {
-                let rest = &p[1..];
-                let mut i = 0;
-                loop {
-                    if inner(rest, &t[i..]) {
-                        return true;
-                    }
-                    if i == t.len() || t[i] == '/' {
-                        return false;
-                    }
-                    i += 1;
-                }
-            }
-            Some('?') => !t.is_empty() && t[0] != '/' && inner(&p[1..], &t[1..]),
-            Some(c) => t.first() == Some(c) && inner(&p[1..], &t[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    inner(&p, &t)
+    adf_store::glob::matches(pattern, text)
 }
 
 /// A filter value that may be one string or a list of strings.
