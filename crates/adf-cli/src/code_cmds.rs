@@ -162,6 +162,16 @@ fn report(run: &CodeRun, out: Output) -> Result<ExitCode> {
 
 /// Carries out a deferred `sys_code`/`sys_lambda` call of `adf tool` (blocking); the result is
 /// the tool result `{result, logs}`.
+/// The runtime a tool call from the command line runs on, its failure as a tool error.
+fn tool_runtime() -> Result<tokio::runtime::Runtime, ToolError> {
+    runtime().map_err(|e| {
+        ToolError::new(
+            adf_runtime::tools::ErrorCode::InternalError,
+            format!("{e:#}"),
+        )
+    })
+}
+
 /// Runs a queued (`_async`) task to its end: the command line has no background to leave it
 /// to. Detached tools run on a runtime made for the call, code tools through the code runner.
 pub fn run_queued(
@@ -174,12 +184,7 @@ pub fn run_queued(
     match registry.start_task(file, task_id, caller)? {
         TaskRun::Done(result) => result,
         TaskRun::Detached(future) => {
-            let runtime = runtime().map_err(|e| {
-                ToolError::new(
-                    adf_runtime::tools::ErrorCode::InternalError,
-                    format!("{e:#}"),
-                )
-            })?;
+            let runtime = tool_runtime()?;
             let outcome = runtime.block_on(future);
             adf_runtime::tools::write_logs(file, &outcome.logs);
             registry.finish_task(file, task_id, &outcome.result)?;
@@ -197,12 +202,7 @@ pub fn run_detached(
     caller: &Caller,
     call: &DeferredCall,
 ) -> Result<Value, ToolError> {
-    let runtime = runtime().map_err(|e| {
-        ToolError::new(
-            adf_runtime::tools::ErrorCode::InternalError,
-            format!("{e:#}"),
-        )
-    })?;
+    let runtime = tool_runtime()?;
     runtime.block_on(registry.run_detached(file, caller, call))
 }
 
@@ -212,12 +212,7 @@ pub fn run_deferred(
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
-    let runtime = runtime().map_err(|e| {
-        ToolError::new(
-            adf_runtime::tools::ErrorCode::InternalError,
-            format!("{e:#}"),
-        )
-    })?;
+    let runtime = tool_runtime()?;
     runtime.block_on(async {
         let env = env().await?;
         code::run_deferred(file, &env, caller, call, approver, &RunOptions::default())
