@@ -16,20 +16,15 @@ use adf_runtime::providers::Resolver;
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolRegistry};
 use adf_store::tasks::NewTask;
-use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
+use adf_store::{AdfFile, FileProtection, FileWrite};
 use adf_testkit::{MockProvider, Turn};
-use common::{digest, digest_except_logs, model, new_agent};
+use common::{digest, digest_except_logs, model, new_agent, owner_set};
 use serde_json::{Value, json};
 
 // ---------- helpers ----------
 
 async fn env() -> CodeEnv {
     CodeEnv::with_builtins().await.unwrap()
-}
-
-fn owner_set(file: &mut AdfFile, path: &str, value: Value) {
-    file.config_set_path(adf_store::Caller::Owner, path, ConfigAction::Set, value)
-        .unwrap();
 }
 
 /// Stores an agent file as the owner, authorized or not.

@@ -16,10 +16,10 @@ use adf_runtime::fetch::{self, FetchSettings, Lookup};
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::builtin::fetch::SysFetch;
 use adf_runtime::tools::{CallOutcome, Caller, ErrorCode, ToolError, ToolRegistry};
-use adf_store::{AdfFile, ConfigAction};
+use adf_store::AdfFile;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::{model, new_agent};
+use common::{model, new_agent, owner_set};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -269,11 +269,6 @@ fn registry_with(settings: FetchSettings) -> ToolRegistry {
 async fn env_with(registry: ToolRegistry) -> CodeEnv {
     let sandbox = Sandbox::new(SandboxConfig::default()).await.unwrap();
     CodeEnv::new(sandbox, Arc::new(registry))
-}
-
-fn owner_set(file: &mut AdfFile, path: &str, value: Value) {
-    file.config_set_path(adf_store::Caller::Owner, path, ConfigAction::Set, value)
-        .unwrap();
 }
 
 /// A `sys_fetch` call through the whole pipeline, carried out as the executor and `adf tool`

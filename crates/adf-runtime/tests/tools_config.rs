@@ -10,7 +10,9 @@ use std::cell::RefCell;
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::{ApprovalRequest, Approver, Caller, Decision, ErrorCode, ToolError};
 use adf_store::{AdfFile, ConfigAction};
-use common::{authorized, call, call_approved, call_with, code, digest, model, new_agent};
+use common::{
+    authorized, call, call_approved, call_with, code, digest, model, new_agent, owner_set,
+};
 use serde_json::{Value, json};
 
 const UPDATE: &str = "sys_update_config";
@@ -32,11 +34,6 @@ fn free_agent() -> (tempfile::TempDir, AdfFile) {
 fn agent() -> (tempfile::TempDir, AdfFile) {
     let (dir, _, file) = new_agent();
     (dir, file)
-}
-
-fn owner_set(file: &mut AdfFile, path: &str, value: Value) {
-    file.config_set_path(adf_store::Caller::Owner, path, ConfigAction::Set, value)
-        .unwrap();
 }
 
 fn owner_append(file: &mut AdfFile, path: &str, value: Value) {

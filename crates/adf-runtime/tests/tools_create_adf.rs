@@ -18,8 +18,8 @@ use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::builtin::create_adf::CreateAdf;
 use adf_runtime::tools::builtin::loops::effective_loop_tools;
 use adf_runtime::tools::{Approver, CallOutcome, Caller, ErrorCode, ToolError, ToolRegistry};
-use adf_store::{AdfFile, ConfigAction, CreateOptions, FileProtection, FileWrite, IdentityRow};
-use common::{authorized, code, digest, enable, model};
+use adf_store::{AdfFile, CreateOptions, FileProtection, FileWrite, IdentityRow};
+use common::{authorized, code, digest, enable, model, owner_set};
 use serde_json::{Value, json};
 
 const TOOL: &str = "sys_create_adf";
@@ -140,11 +140,6 @@ fn meta(file: &AdfFile, key: &str) -> String {
         .unwrap()
         .map(|e| e.value)
         .unwrap_or_default()
-}
-
-fn owner_set(file: &mut AdfFile, path: &str, value: Value) {
-    file.config_set_path(adf_store::Caller::Owner, path, ConfigAction::Set, value)
-        .unwrap();
 }
 
 fn put_file(file: &mut AdfFile, path: &str, content: &str, protection: FileProtection) {

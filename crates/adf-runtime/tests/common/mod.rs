@@ -81,6 +81,17 @@ pub fn enable(file: &mut AdfFile, tool: &str) {
     }
 }
 
+/// Sets a config path as the owner (tests arrange agents this way).
+pub fn owner_set(file: &mut AdfFile, path: &str, value: Value) {
+    file.config_set_path(
+        adf_store::Caller::Owner,
+        path,
+        adf_store::ConfigAction::Set,
+        value,
+    )
+    .unwrap();
+}
+
 /// A digest of every row of every table (page layout excluded), for "the call left the file
 /// unchanged" assertions.
 pub fn digest(file: &AdfFile) -> String {
