@@ -1804,3 +1804,39 @@ async fn cod_05_msg_send_examples_fail_with_mesh_not_enabled_and_change_nothing(
     assert_eq!(v, Value::Array(vec![json!(["MESH_NOT_ENABLED", true]); 5]));
     assert_eq!(digest(&file), before, "no task, no outbox row");
 }
+
+// ---------- call records (the daemon's on_tool_call / on_llm_call from code) ----------
+
+#[tokio::test]
+async fn trg_17_trg_01_code_runs_record_their_tool_and_model_calls() {
+    let (_d, _p, mut file) = new_agent();
+    let (mock, env) = mock_env(&mut file).await;
+    mock.push(Turn::text("fine"));
+    let run = inline(
+        &mut file,
+        &env,
+        r#"await adf.fs_write({ mode: 'write', path: 'a.txt', content: 'x' })
+        try { await adf.sys_update_config({ path: 'description', value: 'y' }) } catch (e) {}
+        try { await adf.no_such_tool({}) } catch (e) {}
+        await adf.model_invoke({ prompt: 'hi' })
+        return 1"#,
+    )
+    .await;
+    assert!(run.result.is_ok(), "{:?}", run.result);
+    let calls = serde_json::to_value(&run.calls).unwrap();
+    assert_eq!(
+        calls[0],
+        json!({ "kind": "tool", "tool": "fs_write", "status": "completed" })
+    );
+    // Restricted for unauthorized code: refused, so failed (not an owner denial).
+    assert_eq!(
+        calls[1],
+        json!({ "kind": "tool", "tool": "sys_update_config", "status": "failed" })
+    );
+    // Unknown names are not tool calls; the model request is.
+    assert_eq!(calls[2]["kind"], "model");
+    assert_eq!(calls[2]["provider"], "mock");
+    assert_eq!(calls[2]["model"], "mock-model");
+    assert_eq!(calls[2]["ok"], true);
+    assert_eq!(calls.as_array().unwrap().len(), 3, "{calls}");
+}

@@ -15,7 +15,7 @@ use adf_store::{AdfFile, FileProtection, IdentityRow, MetaProtection, NewLog};
 use serde_json::{Value, json};
 
 use super::runner::{Frame, Reply, Runner};
-use super::{InjectMode, Injection};
+use super::{CallRecord, InjectMode, Injection};
 use crate::identity;
 use crate::providers::{ApiKey, ChatRequest, ContentBlock, Message, Resolver, Role};
 use crate::tools::approval::{self, Resolution};
@@ -73,7 +73,7 @@ pub(crate) fn call(
         "identity_status" => identity_status(runner)?,
         "get_identity" => get_identity(runner, &args)?,
         "set_identity" => set_identity(runner, &args)?,
-        "emit_event" => emit_event(runner.file, frame, &args)?,
+        "emit_event" => emit_event(runner.file, runner.env.event_sink(), frame, &args)?,
         "attestation_list" => attestation_list(runner.file)?,
         "attestation_add" => attestation_add(runner.file, &args)?,
         "attestation_issue" => attestation_issue(runner, &args)?,
@@ -171,21 +171,42 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
         params,
     };
     let provider = resolved.provider.clone();
-    Ok(Reply::Later(Box::pin(async move {
+    Ok(Reply::Model(Box::pin(async move {
         use crate::providers::Provider as _;
-        let reply = provider
-            .complete(&request)
-            .await
-            .map_err(|e| ToolError::new(ErrorCode::ModelError, e.to_string()))?;
+        let mut record = CallRecord::Model {
+            provider: provider_id,
+            model: request.model.clone(),
+            input_tokens: 0,
+            output_tokens: 0,
+            ok: false,
+        };
+        let reply = match provider.complete(&request).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                return (
+                    Err(ToolError::new(ErrorCode::ModelError, e.to_string())),
+                    record,
+                );
+            }
+        };
+        if let CallRecord::Model {
+            input_tokens,
+            output_tokens,
+            ok,
+            ..
+        } = &mut record
+        {
+            *input_tokens = reply.usage.prompt_tokens();
+            *output_tokens = reply.usage.output;
+            *ok = true;
+        }
         let text = reply.text();
         if text.trim().is_empty() {
-            return Err(ToolError::new(
-                ErrorCode::ModelRefused,
-                "the model returned no text",
-            ));
+            let refused = ToolError::new(ErrorCode::ModelRefused, "the model returned no text");
+            return (Err(refused), record);
         }
         // Raw text (guide): a reply of `42` or `{"a":1}` stays a string in JavaScript.
-        Ok(adf_sandbox::raw_text(text))
+        (Ok(adf_sandbox::raw_text(text)), record)
     })))
 }
 
@@ -584,7 +605,12 @@ fn set_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
 
 // ---------- events ----------
 
-fn emit_event(file: &mut AdfFile, frame: &Frame, args: &Value) -> Result<Value, ToolError> {
+fn emit_event(
+    file: &mut AdfFile,
+    sink: Option<&dyn super::EventSink>,
+    frame: &Frame,
+    args: &Value,
+) -> Result<Value, ToolError> {
     let kind = str_arg(args, "type")?;
     let name = kind.strip_prefix("custom.").unwrap_or("");
     if name.is_empty() || kind.len() > 128 || kind.chars().any(char::is_control) {
@@ -593,17 +619,22 @@ fn emit_event(file: &mut AdfFile, frame: &Frame, args: &Value) -> Result<Value, 
         )));
     }
     let payload = args.get("payload").cloned().unwrap_or(Value::Null);
-    // No umbilical event bus yet: the event is recorded, and the caller told it reached no one.
+    // Recorded either way; only a sink (the daemon's bus) makes it an umbilical event.
+    let delivered = sink.is_some_and(|sink| sink.emit(&frame.source, kind, &payload));
     file.log(&NewLog {
         level: "info",
         origin: Some("emit_event"),
         event: Some(kind),
         target: Some(&frame.source),
-        message: "custom event emitted (no event bus in this runtime yet: recorded only)",
+        message: if delivered {
+            "custom event emitted"
+        } else {
+            "custom event emitted (no event bus reached: recorded only)"
+        },
         data: Some(&payload),
         r#loop: None,
     })?;
-    Ok(json!({ "type": kind, "delivered": false, "recorded": true }))
+    Ok(json!({ "type": kind, "delivered": delivered, "recorded": true }))
 }
 
 // ---------- attestations ----------

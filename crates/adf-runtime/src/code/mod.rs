@@ -38,9 +38,9 @@
 //!
 //! Tool results that are text are parsed when they are JSON (the guide's calling convention);
 //! `model_invoke` replies and `get_identity` values are raw text and reach JavaScript as
-//! strings whatever they look like (`adf_sandbox::raw_text`). `emit_event` has no event bus
-//! yet: the event is recorded as an `adf_logs` row (origin `emit_event`) and reported as not
-//! delivered.
+//! strings whatever they look like (`adf_sandbox::raw_text`). `emit_event` records the event as
+//! an `adf_logs` row (origin `emit_event`) and hands it to the environment's [`EventSink`] when
+//! there is one (the daemon's umbilical bus); without a sink it is reported as not delivered.
 
 mod methods;
 mod runner;
@@ -75,6 +75,16 @@ pub struct CodeEnv {
     registry: Arc<ToolRegistry>,
     resolver: Resolver,
     keys: Option<Arc<LocalKeys>>,
+    events: Option<Arc<dyn EventSink>>,
+}
+
+/// Where `emit_event`'s `custom.*` events go (the daemon's umbilical bus). Called on the task
+/// that holds the file, so an implementation must not wait for that file: it buffers (bounded)
+/// and publishes after the run.
+pub trait EventSink: Send + Sync {
+    /// Offers one event emitted by the code at `source` (`path:function`); false when it was
+    /// not accepted (the sink is full), which the code sees as `delivered: false`.
+    fn emit(&self, source: &str, event_type: &str, payload: &Value) -> bool;
 }
 
 impl std::fmt::Debug for CodeEnv {
@@ -82,6 +92,7 @@ impl std::fmt::Debug for CodeEnv {
         f.debug_struct("CodeEnv")
             .field("sandbox", &self.sandbox)
             .field("keys", &self.keys.is_some())
+            .field("events", &self.events.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +105,7 @@ impl CodeEnv {
             registry,
             resolver: Resolver::new(),
             keys: None,
+            events: None,
         }
     }
 
@@ -116,6 +128,16 @@ impl CodeEnv {
     pub fn with_keys(mut self, keys: Arc<LocalKeys>) -> Self {
         self.keys = Some(keys);
         self
+    }
+
+    /// Deliver `emit_event`'s events to `sink` (besides the log row).
+    pub fn with_event_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.events = Some(sink);
+        self
+    }
+
+    pub(crate) fn event_sink(&self) -> Option<&dyn EventSink> {
+        self.events.as_deref()
     }
 
     pub fn sandbox(&self) -> &Sandbox {
@@ -315,6 +337,25 @@ pub struct CodeRun {
     pub logs_truncated: bool,
     /// `loop_inject` contexts kept for the executor ([`InjectMode::Collect`]).
     pub injections: Vec<Injection>,
+    /// The tool and model calls the code made, in order, for the daemon's `on_tool_call` and
+    /// `on_llm_call` sources.
+    pub calls: Vec<CallRecord>,
+}
+
+/// One call agent code made through `adf.*`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CallRecord {
+    /// A tool through the pipeline: `completed`, `failed` or `denied`.
+    Tool { tool: String, status: &'static str },
+    /// A `model_invoke` request that got an answer (or failed: `ok` false).
+    Model {
+        provider: String,
+        model: String,
+        input_tokens: u64,
+        output_tokens: u64,
+        ok: bool,
+    },
 }
 
 impl CodeRun {
@@ -667,6 +708,7 @@ impl CodeRun {
             logs: Vec::new(),
             logs_truncated: false,
             injections: Vec::new(),
+            calls: Vec::new(),
         }
     }
 }

@@ -22,8 +22,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    CodeEnv, CodeRun, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions, log_lines, methods,
-    options_timeout, requires_authorized_caller, sandbox_error,
+    CallRecord, CodeEnv, CodeRun, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions, log_lines,
+    methods, options_timeout, requires_authorized_caller, sandbox_error,
 };
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
@@ -143,10 +143,11 @@ pub(crate) enum Reply {
     Value(Value),
     /// Now, then run this `_async` task (status `running`) before the next request.
     ValueThenTask(Value, String),
-    /// When this future resolves (`model_invoke`).
-    Later(BoxFuture<'static, Result<Value, ToolError>>),
-    /// When this detached tool call resolves (`sys_fetch`); its log rows are written then.
-    Detached(Detached),
+    /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`].
+    Model(BoxFuture<'static, (Result<Value, ToolError>, CallRecord)>),
+    /// When this detached tool call (named) resolves (`sys_fetch`); its log rows are written
+    /// then.
+    Detached(String, Detached),
     /// When this nested execution ends.
     Nested {
         request: Request,
@@ -157,11 +158,12 @@ pub(crate) enum Reply {
 }
 
 enum Completion {
-    Replied,
     /// A detached call or native fetch ended: write its log rows, then answer.
     Detached {
         reply: oneshot::Sender<Result<Value, HostError>>,
         outcome: DetachedOutcome,
+        /// The tool, for its [`CallRecord`]; `None` for native `fetch`.
+        tool: Option<String>,
     },
     Nested {
         reply: oneshot::Sender<Result<Value, HostError>>,
@@ -169,6 +171,12 @@ enum Completion {
         inline: bool,
         started: std::time::Instant,
         execution: Execution,
+    },
+    /// A `model_invoke` request ended.
+    Model {
+        reply: oneshot::Sender<Result<Value, HostError>>,
+        result: Result<Value, ToolError>,
+        record: CallRecord,
     },
     /// An `_async` detached call's task ended: write its log rows and record the outcome.
     Task {
@@ -189,6 +197,8 @@ pub(crate) struct Runner<'a> {
     /// Console output of nested executions, prefixed with their source.
     nested_logs: Vec<LogEntry>,
     pub(crate) injections: Vec<Injection>,
+    /// Tool and model calls, for the daemon's trigger sources.
+    calls: Vec<CallRecord>,
     /// The file's identity, opened on the first identity method (`None` inside: could not).
     pub(crate) identity: Option<Option<OpenIdentity>>,
 }
@@ -211,6 +221,7 @@ impl<'a> Runner<'a> {
             pending: FuturesUnordered::new(),
             nested_logs: Vec::new(),
             injections: Vec::new(),
+            calls: Vec::new(),
             identity: None,
         }
     }
@@ -247,6 +258,7 @@ impl<'a> Runner<'a> {
             logs,
             logs_truncated: execution.logs_truncated,
             injections: std::mem::take(&mut self.injections),
+            calls: std::mem::take(&mut self.calls),
         }
     }
 
@@ -264,6 +276,7 @@ impl<'a> Runner<'a> {
                         Completion::Detached {
                             reply,
                             outcome: future.await,
+                            tool: None,
                         }
                     }));
                 }
@@ -291,17 +304,22 @@ impl<'a> Runner<'a> {
                     // The task's outcome is on its row; the code polls it with db_query.
                     self.start_task(&frame, task_id);
                 }
-                Ok(Reply::Later(future)) => {
+                Ok(Reply::Model(future)) => {
                     self.pending.push(Box::pin(async move {
-                        let _ = reply.send(future.await.map_err(host_error));
-                        Completion::Replied
+                        let (result, record) = future.await;
+                        Completion::Model {
+                            reply,
+                            result,
+                            record,
+                        }
                     }));
                 }
-                Ok(Reply::Detached(future)) => {
+                Ok(Reply::Detached(tool, future)) => {
                     self.pending.push(Box::pin(async move {
                         Completion::Detached {
                             reply,
                             outcome: future.await,
+                            tool: Some(tool),
                         }
                     }));
                 }
@@ -369,9 +387,28 @@ impl<'a> Runner<'a> {
 
     fn complete(&mut self, done: Completion) {
         let done = match done {
-            Completion::Detached { reply, outcome } => {
+            Completion::Detached {
+                reply,
+                outcome,
+                tool,
+            } => {
                 write_logs(self.file, &outcome.logs);
+                if let Some(tool) = tool {
+                    self.calls.push(CallRecord::Tool {
+                        tool,
+                        status: call_status(&outcome.result),
+                    });
+                }
                 let _ = reply.send(outcome.result.map_err(host_error));
+                return;
+            }
+            Completion::Model {
+                reply,
+                result,
+                record,
+            } => {
+                self.calls.push(record);
+                let _ = reply.send(result.map_err(host_error));
                 return;
             }
             Completion::Task { task_id, outcome } => {
@@ -466,7 +503,25 @@ impl<'a> Runner<'a> {
                     Access::Allowed => methods::call(self, frame, m, args, &config),
                 }
             }
-            _ => self.tool(frame, method, args),
+            _ => {
+                let reply = self.tool(frame, method, args);
+                // Detached calls are recorded when they end; unknown names are not tool calls.
+                let settled = match &reply {
+                    Ok(Reply::Detached(..)) => None,
+                    Ok(_) => Some(Ok(())),
+                    Err(error) if self.env.registry.get(method).is_some() => {
+                        Some(Err(error.clone()))
+                    }
+                    Err(_) => None,
+                };
+                if let Some(result) = settled {
+                    self.calls.push(CallRecord::Tool {
+                        tool: method.to_owned(),
+                        status: call_status(&result),
+                    });
+                }
+                reply
+            }
         }
     }
 
@@ -519,7 +574,7 @@ impl<'a> Runner<'a> {
             CallOutcome::Deferred(call) => {
                 let config = self.file.config_shared()?;
                 match self.env.registry.detach(&call, &config, &caller) {
-                    Some(future) => Ok(Reply::Detached(future)),
+                    Some(future) => Ok(Reply::Detached(call.tool.clone(), future)),
                     None => Err(ToolError::new(
                         ErrorCode::InternalError,
                         format!("'{}' cannot run from code", call.tool),
@@ -646,6 +701,15 @@ fn for_code(name: &str, value: Value) -> Value {
             None => Value::Object(result),
         },
         (_, value) => value,
+    }
+}
+
+/// `completed`, `denied` (the owner or a policy said no) or `failed`.
+fn call_status<T>(result: &Result<T, ToolError>) -> &'static str {
+    match result {
+        Ok(_) => "completed",
+        Err(error) if error.code == ErrorCode::Denied => "denied",
+        Err(_) => "failed",
     }
 }
 
