@@ -502,6 +502,7 @@ fn bench_idle(count: usize, dir: Option<PathBuf>, out: Output) -> Result<ExitCod
             "per idle agent       {:.1} KiB",
             report.per_agent_bytes as f64 / 1024.0
         );
+        say!("agents released      {}", report.released);
         say!("threads              {}", report.threads);
         say!("load time            {:.2} s", report.load_seconds);
     });

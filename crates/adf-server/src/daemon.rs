@@ -5,21 +5,23 @@
 //! that does not exist is refused before anything touches the disk: unlike the reference,
 //! which creates a 0-byte file there and answers 500, nothing is created.
 //!
-//! Per-agent cost: the store worker thread (one OS thread with its SQLite connection, which is
-//! the only thread an idle agent owns), a small [`Agent`] record, and nothing else — no task,
-//! timer or channel per agent while it is idle (the one scheduler task holds a single wake time
-//! for each agent with live timers). `BENCHMARKS.md` has the measured figures.
+//! Per-agent cost: the store worker thread with its SQLite connection while the agent is busy;
+//! after [`AGENT_IDLE_RELEASE`] without a job the worker closes the file cleanly and exits (the
+//! next job reopens it), so an idle agent owns no thread and no connection, only a small
+//! [`Agent`] record — no task, timer or channel per agent while it is idle (the one scheduler
+//! task holds a single wake time for each agent with live timers). `BENCHMARKS.md` has the
+//! measured figures.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::ToolRegistry;
-use adf_store::{Caller, MetaProtection, StoreError, StoreHandle};
+use adf_store::{Caller, IdleRelease, MetaProtection, StoreError, StoreHandle};
 
 use crate::dispatch::TriggerQueue;
 use crate::error::ServerError;
@@ -28,6 +30,11 @@ use crate::scheduler::TimerWakes;
 
 /// The meta key holding the end of the agent's reserved `seq` block.
 pub const SEQ_META_KEY: &str = "runtime_umbilical_next_seq";
+
+/// How long a loaded agent's file stays open without a job before its worker closes it (and
+/// exits); the next job reopens it. An open costs a few milliseconds, an open idle agent
+/// ~200 KiB of resident memory.
+pub const AGENT_IDLE_RELEASE: Duration = Duration::from_secs(30);
 
 /// Display states `POST /agents/{id}/state` accepts (the config's `state` values).
 pub const DISPLAY_STATES: [&str; 5] = ["active", "idle", "hibernate", "suspended", "off"];
@@ -262,9 +269,11 @@ impl Daemon {
             });
         }
         let opener = canonical.clone();
-        let store = tokio::task::spawn_blocking(move || StoreHandle::open(opener))
-            .await
-            .map_err(|e| ServerError::Io(std::io::Error::other(e)))??;
+        let store = tokio::task::spawn_blocking(move || {
+            StoreHandle::open_with(opener, IdleRelease::After(AGENT_IDLE_RELEASE))
+        })
+        .await
+        .map_err(|e| ServerError::Io(std::io::Error::other(e)))??;
         let facts = store
             .run(|file| {
                 let config = file.config()?;
@@ -340,15 +349,13 @@ impl Daemon {
             json!({}),
         );
         self.dispatch(&agent, startup).await;
-        // Opening (integrity check, migration check, skills index), the first event's meta
-        // write and the timer and trigger reads above filled the connection's page cache; an
-        // idle agent should not keep it (it refills on demand).
-        let shrunk = agent
-            .store
-            .run(|file| Ok(file.connection().execute_batch("PRAGMA shrink_memory")?))
-            .await;
-        if let Err(error) = shrunk {
-            tracing::debug!(agent = %agent.id, %error, "shrink_memory failed");
+        // Close the file once the jobs queued above are done (the next job reopens it) rather
+        // than after the idle period: loading many agents then keeps about one connection open
+        // at a time and the allocator reuses its memory, whereas memory freed after all of them
+        // were open at once mostly stays with the process. Not waited for: a queued turn may
+        // wait for its owner.
+        if let Err(error) = agent.store.release_when_idle() {
+            tracing::debug!(agent = %agent.id, %error, "release failed");
         }
         Ok(Loaded {
             agent,

@@ -1,5 +1,10 @@
 //! Idle-memory measurement: resident set size from `/proc/self/statm`, and the idle bench
 //! behind `adf bench idle` (N agents loaded, each with a timer set, nothing running).
+//!
+//! An idle agent's file is closed and its worker stopped: [`Daemon::load`] releases each agent
+//! once its load-time jobs are done, later jobs reopen it and the idle period
+//! ([`crate::daemon::AGENT_IDLE_RELEASE`]) releases it again. The bench measures with every
+//! agent released, making sure of it with [`release_idle_agents`] rather than by waiting.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -39,11 +44,37 @@ pub struct IdleReport {
     pub agents: usize,
     /// RSS before loading (files already created and closed).
     pub baseline_bytes: u64,
-    /// RSS with every agent loaded and idle.
+    /// RSS with every agent loaded and idle, its file released (closed, worker stopped).
     pub loaded_bytes: u64,
+    /// `(loaded_bytes - baseline_bytes) / agents`: the cost of an idle agent.
     pub per_agent_bytes: u64,
+    /// Threads with every agent idle and released.
     pub threads: u64,
     pub load_seconds: f64,
+    /// Agents released when measured: all of them unless one still had work queued.
+    pub released: usize,
+}
+
+/// Closes the file of every loaded agent that has no job queued, now rather than after the
+/// daemon's idle period; returns how many were released. Each agent's next job reopens it.
+pub async fn release_idle_agents(daemon: &Daemon) -> Result<usize, ServerError> {
+    let stores: Vec<_> = daemon
+        .agents()
+        .iter()
+        .map(|agent| agent.store().clone())
+        .collect();
+    // One blocking thread for all of them: a thread per agent would itself cost memory.
+    tokio::task::spawn_blocking(move || {
+        let mut released = 0;
+        for store in stores {
+            if store.release_if_idle()? {
+                released += 1;
+            }
+        }
+        Ok(released)
+    })
+    .await
+    .map_err(|e| ServerError::Io(std::io::Error::other(e)))?
 }
 
 /// Creates `count` agents in `dir`, each with an interval timer, closed; returns their paths.
@@ -75,7 +106,8 @@ pub fn create_agents(dir: &Path, count: usize) -> Result<Vec<std::path::PathBuf>
     Ok(paths)
 }
 
-/// Loads every path into `daemon` and measures resident memory before and after.
+/// Loads every path into `daemon` and measures resident memory before and after, with every
+/// agent idle and released.
 pub async fn measure_idle(
     daemon: &Daemon,
     paths: &[std::path::PathBuf],
@@ -88,15 +120,19 @@ pub async fn measure_idle(
         daemon.load(path).await?;
     }
     let load_seconds = started.elapsed().as_secs_f64();
+    // Loading already released each agent once its load-time jobs were done; this catches
+    // any that still had work queued then (an `on_startup` delivery, say).
+    let released = release_idle_agents(daemon).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let loaded = resident_bytes().unwrap_or(0);
-    let agents = paths.len().max(1);
+    let agents = paths.len().max(1) as u64;
     Ok(IdleReport {
         agents: paths.len(),
         baseline_bytes: baseline,
         loaded_bytes: loaded,
-        per_agent_bytes: loaded.saturating_sub(baseline) / agents as u64,
+        per_agent_bytes: loaded.saturating_sub(baseline) / agents,
         threads: thread_count().unwrap_or(0),
         load_seconds,
+        released,
     })
 }

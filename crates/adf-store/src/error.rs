@@ -121,6 +121,14 @@ pub enum StoreError {
     #[error("the store thread has stopped")]
     WorkerGone,
 
+    /// The file was closed while idle ([`crate::IdleRelease`]) and the job that needed it
+    /// could not reopen it (deleted, replaced or damaged meanwhile).
+    #[error(
+        "{}: could not reopen the file, which was closed while idle: {detail}",
+        path.display()
+    )]
+    Reopen { path: PathBuf, detail: String },
+
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
 

@@ -1,88 +1,278 @@
 //! [`StoreHandle`]: an [`AdfFile`] owned by its own thread and reached through a channel (the
 //! sqlx worker pattern), so that many tasks, sync or async, share one writer connection.
+//!
+//! Idle release ([`IdleRelease`]): an open connection and its worker thread cost ~200 KiB of
+//! resident memory (schema, lookaside, statement cache, touched stack), which dominates an idle
+//! agent in the daemon. A handle opened with [`IdleRelease::After`] lets its worker close the
+//! file cleanly ([`AdfFile::close`]: clean-close marker, checkpoint, no `-wal`/`-shm`) and exit
+//! once no job has arrived for that long; the next job reopens the file ([`AdfFile::open`]) on a
+//! new worker. Callers see the same handle and the same guarantees: jobs run one at a time in
+//! submission order, across any number of releases.
+//!
+//! How release stays race-free: every submission sends on the worker's channel while holding
+//! the handle's state lock, and the worker decides to release only while holding that lock and
+//! after finding its channel empty; in the same critical section it takes its sender out of the
+//! state, so no job can reach a worker that has decided to stop. A job submitted afterwards
+//! starts a new worker, which first waits for the old one to finish closing, so two connections
+//! never overlap and the new one finds a cleanly closed file.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::thread;
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::OpenMode;
 use crate::error::{Result, StoreError};
 use crate::file::AdfFile;
 
-type Job = Box<dyn FnOnce(&mut AdfFile) + Send>;
+/// Whether a [`StoreHandle`] gives its file and worker thread back while nothing uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdleRelease {
+    /// The file stays open until [`StoreHandle::close`] or until every handle is dropped.
+    #[default]
+    Never,
+    /// After this long without a job the file is closed cleanly and the worker thread exits;
+    /// the next job reopens the file on a new worker.
+    After(Duration),
+}
+
+/// A job, handed the open file or, when reopening failed, the reason.
+type Job = Box<dyn FnOnce(Result<&mut AdfFile>) + Send>;
 
 enum Command {
     Run(Job),
+    /// Release now if nothing is queued; `None`: nobody waits for the outcome (the idle
+    /// timeout, [`StoreHandle::release_when_idle`]).
+    Release(Option<oneshot::Sender<Result<bool>>>),
     Close(oneshot::Sender<Result<()>>),
+}
+
+enum State {
+    /// A worker owns the file, or is opening it.
+    Open {
+        sender: mpsc::Sender<Command>,
+        generation: u64,
+        thread: Option<JoinHandle<()>>,
+    },
+    /// No worker takes jobs; the worker of `generation` is closing the file until `done`.
+    Released {
+        generation: u64,
+        /// The thread that is (or was) closing the file; a new worker joins it first.
+        closing: Option<JoinHandle<()>>,
+        done: bool,
+        /// A failed idle close, reported by [`StoreHandle::close`] if nothing reopened since.
+        error: Option<StoreError>,
+    },
+    /// [`StoreHandle::close`] was called.
+    Closed,
+}
+
+struct Slot {
+    state: State,
+    /// The generation of the newest worker.
+    generation: u64,
+}
+
+struct Shared {
+    path: PathBuf,
+    mode: OpenMode,
+    idle: IdleRelease,
+    slot: Mutex<Slot>,
+    /// Signalled whenever a worker finishes releasing (or fails to reopen).
+    released: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        // The state is consistent at every unlock, so a panic elsewhere cannot corrupt it.
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A cloneable handle to a file owned by a dedicated worker thread.
 ///
 /// Jobs run one at a time in submission order, so each job sees the effects of the jobs
-/// before it and a job is a natural transaction boundary.
-#[derive(Debug, Clone)]
+/// before it and a job is a natural transaction boundary. With [`IdleRelease::After`] the file
+/// is closed while idle and reopened by the next job (see the module docs); per-connection
+/// state (prepared statements, the config cache, SQLite's page cache) does not survive that.
+#[derive(Clone)]
 pub struct StoreHandle {
-    sender: mpsc::Sender<Command>,
-    path: PathBuf,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreHandle")
+            .field("path", &self.shared.path)
+            .field("idle", &self.shared.idle)
+            .field("open", &self.is_open())
+            .finish()
+    }
 }
 
 impl StoreHandle {
-    /// Opens `path` (with migration) on a new worker thread.
+    /// Opens `path` (with migration) on a new worker thread; the file stays open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, IdleRelease::Never)
+    }
+
+    /// Opens `path` (with migration) on a new worker thread, releasing it while idle as
+    /// `idle` says. Opening errors are returned here; later reopen errors go to the job.
+    pub fn open_with(path: impl AsRef<Path>, idle: IdleRelease) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let opener = path.clone();
-        Self::spawn(path, move || AdfFile::open(opener))
+        Self::start(path, OpenMode::ReadWrite, idle, move || {
+            AdfFile::open(opener)
+        })
     }
 
-    /// Moves an already open file onto a new worker thread.
+    /// Moves an already open file onto a new worker thread; it stays open.
     pub fn from_file(file: AdfFile) -> Result<Self> {
         let path = file.path().to_path_buf();
-        Self::spawn(path, move || Ok(file))
+        let mode = file.mode();
+        Self::start(path, mode, IdleRelease::Never, move || Ok(file))
     }
 
-    fn spawn(
+    fn start(
         path: PathBuf,
+        mode: OpenMode,
+        idle: IdleRelease,
         open: impl FnOnce() -> Result<AdfFile> + Send + 'static,
     ) -> Result<Self> {
-        let (sender, receiver) = mpsc::channel::<Command>();
+        let shared = Arc::new(Shared {
+            path,
+            mode,
+            idle,
+            slot: Mutex::new(Slot {
+                state: State::Closed,
+                generation: 0,
+            }),
+            released: Condvar::new(),
+        });
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<()>>(1);
-        let name = format!(
-            "adf-store:{}",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        );
-        thread::Builder::new().name(name).spawn(move || {
-            let mut file = match open() {
-                Ok(file) => {
-                    let _ignored = ready_tx.send(Ok(()));
-                    file
-                }
-                Err(error) => {
-                    let _ignored = ready_tx.send(Err(error));
-                    return;
-                }
-            };
-            while let Ok(command) = receiver.recv() {
-                match command {
-                    Command::Run(job) => job(&mut file),
-                    Command::Close(reply) => {
-                        let _ignored = reply.send(file.close());
-                        return;
-                    }
-                }
-            }
-            // Every handle was dropped without `close`: still an orderly shutdown.
-            drop(file);
-        })?;
+        {
+            let mut slot = shared.lock();
+            spawn_worker(&shared, &mut slot, Some(ready_tx), open)?;
+        }
         ready_rx.recv().map_err(|_| StoreError::WorkerGone)??;
-        Ok(Self { sender, path })
+        Ok(Self { shared })
     }
 
     /// The file's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
+    }
+
+    /// The idle-release policy this handle was opened with.
+    pub fn idle_release(&self) -> IdleRelease {
+        self.shared.idle
+    }
+
+    /// Whether a worker holds the file open (or is opening or still closing it). False once
+    /// the file is released or closed.
+    pub fn is_open(&self) -> bool {
+        match &self.shared.lock().state {
+            State::Open { .. } => true,
+            State::Released { done, .. } => !done,
+            State::Closed => false,
+        }
+    }
+
+    /// Waits until the file is released (closed by an idle worker) or closed, at most
+    /// `timeout`; true if it is. For tests and diagnostics: nothing needs to wait for this.
+    pub fn wait_until_released(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut slot = self.shared.lock();
+        loop {
+            match &slot.state {
+                State::Released { done: true, .. } | State::Closed => return true,
+                State::Open { .. } | State::Released { done: false, .. } => {}
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            slot = self
+                .shared
+                .released
+                .wait_timeout(slot, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Releases the file now unless jobs are waiting: after the jobs already submitted, the
+    /// worker closes the file cleanly and exits, and this returns once it has. True if the file
+    /// is released on return (also when it already was), false if other jobs were queued
+    /// behind this request (the worker then keeps the file). Blocks: not inside async code.
+    pub fn release_if_idle(&self) -> Result<bool> {
+        let receiver = {
+            let mut slot = self.shared.lock();
+            match &slot.state {
+                State::Open { sender, .. } => {
+                    let (reply, receiver) = oneshot::channel();
+                    sender
+                        .send(Command::Release(Some(reply)))
+                        .map_err(|_| StoreError::WorkerGone)?;
+                    receiver
+                }
+                State::Released { .. } => {
+                    // Some worker is closing or has closed it; wait for the close to finish.
+                    loop {
+                        match &slot.state {
+                            State::Released { done: false, .. } => {
+                                slot = self
+                                    .shared
+                                    .released
+                                    .wait(slot)
+                                    .unwrap_or_else(PoisonError::into_inner);
+                            }
+                            State::Released { done: true, .. } => return Ok(true),
+                            // A job reopened it meanwhile, or it was closed for good.
+                            State::Open { .. } => return Ok(false),
+                            State::Closed => return Err(StoreError::WorkerGone),
+                        }
+                    }
+                }
+                State::Closed => return Err(StoreError::WorkerGone),
+            }
+        };
+        receiver
+            .blocking_recv()
+            .map_err(|_| StoreError::WorkerGone)?
+    }
+
+    /// Asks the worker to release the file once the jobs already submitted are done, if no
+    /// other job is waiting by then, and returns at once (a running job, say a turn waiting for
+    /// its owner, can take any time). Does nothing if the file is already released.
+    pub fn release_when_idle(&self) -> Result<()> {
+        match &self.shared.lock().state {
+            State::Open { sender, .. } => sender
+                .send(Command::Release(None))
+                .map_err(|_| StoreError::WorkerGone),
+            State::Released { .. } => Ok(()),
+            State::Closed => Err(StoreError::WorkerGone),
+        }
+    }
+
+    /// Sends `command` to the worker, starting one (reopening the file) if it was released.
+    fn send(&self, command: Command) -> Result<()> {
+        let mut slot = self.shared.lock();
+        if let State::Released { .. } = slot.state {
+            let path = self.shared.path.clone();
+            let open: fn(&Path) -> Result<AdfFile> = match self.shared.mode {
+                OpenMode::ReadWrite => |p| AdfFile::open(p),
+                OpenMode::Inspect => |p| AdfFile::inspect(p),
+            };
+            spawn_worker(&self.shared, &mut slot, None, move || open(&path))?;
+        }
+        match &slot.state {
+            State::Open { sender, .. } => sender.send(command).map_err(|_| StoreError::WorkerGone),
+            State::Released { .. } | State::Closed => Err(StoreError::WorkerGone),
+        }
     }
 
     fn submit<R: Send + 'static>(
@@ -91,11 +281,9 @@ impl StoreHandle {
     ) -> Result<oneshot::Receiver<Result<R>>> {
         let (reply, receiver) = oneshot::channel();
         let job: Job = Box::new(move |file| {
-            let _ignored = reply.send(job(file));
+            let _ignored = reply.send(file.and_then(job));
         });
-        self.sender
-            .send(Command::Run(job))
-            .map_err(|_| StoreError::WorkerGone)?;
+        self.send(Command::Run(job))?;
         Ok(receiver)
     }
 
@@ -119,14 +307,256 @@ impl StoreHandle {
             .map_err(|_| StoreError::WorkerGone)?
     }
 
-    /// Closes the file cleanly after every job submitted before this call.
+    /// Closes the file cleanly after every job submitted before this call; jobs submitted
+    /// after it (through other clones) fail with [`StoreError::WorkerGone`].
     pub fn close(self) -> Result<()> {
-        let (reply, receiver) = oneshot::channel();
-        self.sender
-            .send(Command::Close(reply))
-            .map_err(|_| StoreError::WorkerGone)?;
-        receiver
-            .blocking_recv()
-            .map_err(|_| StoreError::WorkerGone)?
+        let previous = std::mem::replace(&mut self.shared.lock().state, State::Closed);
+        self.shared.released.notify_all();
+        match previous {
+            State::Open { sender, .. } => {
+                let (reply, receiver) = oneshot::channel();
+                sender
+                    .send(Command::Close(reply))
+                    .map_err(|_| StoreError::WorkerGone)?;
+                receiver
+                    .blocking_recv()
+                    .map_err(|_| StoreError::WorkerGone)?
+            }
+            State::Released { closing, error, .. } => {
+                if let Some(thread) = closing {
+                    // Its panic already surfaced as a job's WorkerGone.
+                    let _ignored = thread.join();
+                }
+                error.map_or(Ok(()), Err)
+            }
+            State::Closed => Err(StoreError::WorkerGone),
+        }
+    }
+}
+
+/// Starts the worker of the next generation and records it in `slot` (locked by the caller, so
+/// no job can be sent before the state says where to send it).
+fn spawn_worker(
+    shared: &Arc<Shared>,
+    slot: &mut Slot,
+    ready: Option<mpsc::SyncSender<Result<()>>>,
+    open: impl FnOnce() -> Result<AdfFile> + Send + 'static,
+) -> Result<()> {
+    let previous = match &mut slot.state {
+        State::Released { closing, .. } => closing.take(),
+        State::Open { .. } | State::Closed => None,
+    };
+    let generation = slot.generation + 1;
+    let (sender, receiver) = mpsc::channel::<Command>();
+    let name = format!(
+        "adf-store:{}",
+        shared
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    );
+    let worker = Worker {
+        shared: Arc::downgrade(shared),
+        generation,
+        idle: shared.idle,
+        receiver,
+        path: shared.path.clone(),
+    };
+    let thread = thread::Builder::new()
+        .name(name)
+        .spawn(move || worker.run(previous, ready, open))?;
+    slot.generation = generation;
+    slot.state = State::Open {
+        sender,
+        generation,
+        thread: Some(thread),
+    };
+    Ok(())
+}
+
+struct Worker {
+    /// Weak, so that dropping every handle drops the sender and ends the worker.
+    shared: Weak<Shared>,
+    generation: u64,
+    idle: IdleRelease,
+    receiver: mpsc::Receiver<Command>,
+    path: PathBuf,
+}
+
+impl Worker {
+    fn run(
+        self,
+        previous: Option<JoinHandle<()>>,
+        ready: Option<mpsc::SyncSender<Result<()>>>,
+        open: impl FnOnce() -> Result<AdfFile>,
+    ) {
+        if let Some(previous) = previous {
+            // The previous worker is closing the file: never two connections at once.
+            let _ignored = previous.join();
+        }
+        let file = match (open(), ready) {
+            (Ok(file), ready) => {
+                if let Some(ready) = ready {
+                    let _ignored = ready.send(Ok(()));
+                }
+                file
+            }
+            // The first open: `StoreHandle::open` returns the error and no handle.
+            (Err(error), Some(ready)) => {
+                let _ignored = ready.send(Err(error));
+                return;
+            }
+            (Err(error), None) => return self.fail_queued(&error),
+        };
+        self.serve(file);
+    }
+
+    fn next(&self) -> Option<Command> {
+        match self.idle {
+            IdleRelease::Never => self.receiver.recv().ok(),
+            IdleRelease::After(period) => match self.receiver.recv_timeout(period) {
+                Ok(command) => Some(command),
+                Err(RecvTimeoutError::Timeout) => Some(Command::Release(None)),
+                Err(RecvTimeoutError::Disconnected) => None,
+            },
+        }
+    }
+
+    fn serve(self, mut file: AdfFile) {
+        let mut pending = None;
+        loop {
+            let Some(command) = pending.take().or_else(|| self.next()) else {
+                // Every handle was dropped without `close`: still an orderly shutdown.
+                drop(file);
+                return;
+            };
+            match command {
+                Command::Run(job) => job(Ok(&mut file)),
+                Command::Close(reply) => {
+                    let _ignored = reply.send(file.close());
+                    return;
+                }
+                Command::Release(reply) => {
+                    let Some(shared) = self.shared.upgrade() else {
+                        drop(file);
+                        return;
+                    };
+                    let mut slot = shared.lock();
+                    match self.receiver.try_recv() {
+                        Ok(next) => {
+                            // Work arrived: it runs first and the file stays open.
+                            pending = Some(next);
+                            drop(slot);
+                            if let Some(reply) = reply {
+                                let _ignored = reply.send(Ok(false));
+                            }
+                            continue;
+                        }
+                        Err(TryRecvError::Empty) => {}
+                        // `close` took the sender and its command was already received.
+                        Err(TryRecvError::Disconnected) => {
+                            drop(slot);
+                            drop(file);
+                            return;
+                        }
+                    }
+                    // Under the lock with an empty queue: taking the sender out of the state
+                    // guarantees that no job reaches this worker from now on.
+                    let thread = match &mut slot.state {
+                        State::Open {
+                            generation, thread, ..
+                        } if *generation == self.generation => thread.take(),
+                        _ => None,
+                    };
+                    slot.state = State::Released {
+                        generation: self.generation,
+                        closing: thread,
+                        done: false,
+                        error: None,
+                    };
+                    drop(slot);
+                    let closed = file.close();
+                    self.finish_release(&shared, closed, reply);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Marks this generation's release as done and reports how the close went.
+    fn finish_release(
+        &self,
+        shared: &Shared,
+        closed: Result<()>,
+        reply: Option<oneshot::Sender<Result<bool>>>,
+    ) {
+        let mut slot = shared.lock();
+        let ours = matches!(
+            &slot.state,
+            State::Released { generation, .. } if *generation == self.generation
+        );
+        let (to_reply, to_keep) = match (closed, &reply) {
+            (Ok(()), _) => (Ok(true), None),
+            (Err(error), Some(_)) => (Err(error), None),
+            (Err(error), None) => {
+                tracing::warn!(path = %self.path.display(), %error, "closing an idle file failed");
+                (Ok(true), Some(error))
+            }
+        };
+        if let State::Released { done, error, .. } = &mut slot.state
+            && ours
+        {
+            *done = true;
+            *error = to_keep;
+        }
+        drop(slot);
+        shared.released.notify_all();
+        if let Some(reply) = reply {
+            let _ignored = reply.send(to_reply);
+        }
+    }
+
+    /// Reopening failed: every job already sent to this worker gets the error, and the next
+    /// submission starts a new worker (the file may be back by then).
+    fn fail_queued(self, error: &StoreError) {
+        let detail = error.to_string();
+        tracing::warn!(path = %self.path.display(), %detail, "reopening a released file failed");
+        if let Some(shared) = self.shared.upgrade() {
+            let mut slot = shared.lock();
+            if let State::Open {
+                generation, thread, ..
+            } = &mut slot.state
+                && *generation == self.generation
+            {
+                let closing = thread.take();
+                slot.state = State::Released {
+                    generation: self.generation,
+                    closing,
+                    done: true,
+                    error: None,
+                };
+            }
+            drop(slot);
+            shared.released.notify_all();
+        }
+        // The sender is out of the state now, so this drains everything that will ever come.
+        while let Ok(command) = self.receiver.try_recv() {
+            match command {
+                Command::Run(job) => job(Err(StoreError::Reopen {
+                    path: self.path.clone(),
+                    detail: detail.clone(),
+                })),
+                Command::Release(reply) => {
+                    if let Some(reply) = reply {
+                        let _ignored = reply.send(Ok(true));
+                    }
+                }
+                // Nothing is open, so there is nothing to close.
+                Command::Close(reply) => {
+                    let _ignored = reply.send(Ok(()));
+                }
+            }
+        }
     }
 }

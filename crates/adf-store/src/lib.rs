@@ -4,7 +4,8 @@
 //! - [`AdfFile`]: one open file with its single writer connection. Creating, opening (with
 //!   migration from any schema ≥ 3), inspecting read-only and closing cleanly live here.
 //! - [`StoreHandle`]: the same file owned by a dedicated thread and reached through a channel,
-//!   so async code can share it.
+//!   so async code can share it; optionally closed while idle and reopened by the next job
+//!   ([`IdleRelease`]).
 //! - [`Caller`]: who is asking (agent, authorized code, owner); every write applies the
 //!   protection rules of spec §4.2, §4.3, §4.4 for that caller in this crate and nowhere else.
 //! - [`StoreError`]: the one error type.
@@ -42,7 +43,7 @@ pub use config::{ConfigAction, Violation};
 pub use error::{ProtectedKind, Result, StoreError};
 pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport, sidecar};
 pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
-pub use handle::StoreHandle;
+pub use handle::{IdleRelease, StoreHandle};
 pub use identity::IdentityWrite;
 pub use meta::{MetaEntry, MetaProtection};
 pub use tables::{AttestationRow, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow};
