@@ -85,7 +85,7 @@ pub fn run(path: &Path, job: Job, timeout_ms: Option<u64>, out: Output) -> Resul
                         )
                         .await
                     }
-                    Err(e) => failed(e),
+                    Err(e) => CodeRun::failed(e),
                 }
             })
         }
@@ -105,22 +105,13 @@ pub fn run(path: &Path, job: Job, timeout_ms: Option<u64>, out: Output) -> Resul
                         code::run_inline(&mut file, &env, &code, typescript, &DenyAll, &options)
                             .await
                     }
-                    Err(e) => failed(e),
+                    Err(e) => CodeRun::failed(e),
                 }
             })
         }
     };
     file.close()?;
     report(&run, out)
-}
-
-fn failed(error: ToolError) -> CodeRun {
-    CodeRun {
-        result: Err(error),
-        logs: Vec::new(),
-        logs_truncated: false,
-        injections: Vec::new(),
-    }
 }
 
 fn report(run: &CodeRun, out: Output) -> Result<ExitCode> {

@@ -702,7 +702,8 @@ pub(crate) fn requires_authorized_caller(path: &str) -> ToolError {
 }
 
 impl CodeRun {
-    fn failed(error: ToolError) -> Self {
+    /// A run that failed before any code ran.
+    pub fn failed(error: ToolError) -> Self {
         CodeRun {
             result: Err(error),
             logs: Vec::new(),
