@@ -26,6 +26,7 @@ use adf_store::{Caller, IdleRelease, MetaProtection, StoreError, StoreHandle};
 use crate::dispatch::TriggerQueue;
 use crate::error::ServerError;
 use crate::events::{Envelope, EventBus, SeqAllocator};
+use crate::hil::Hil;
 use crate::scheduler::TimerWakes;
 
 /// The meta key holding the end of the agent's reserved `seq` block.
@@ -61,6 +62,8 @@ pub struct Agent {
     info: Mutex<AgentInfo>,
     seq: tokio::sync::Mutex<SeqAllocator>,
     triggers: TriggerQueue,
+    /// Turns in flight and the owner decisions they wait for (empty while idle).
+    hil: Hil,
 }
 
 impl Agent {
@@ -72,6 +75,11 @@ impl Agent {
     /// The store worker that owns the file.
     pub fn store(&self) -> &StoreHandle {
         &self.store
+    }
+
+    /// The agent's turns in flight and the approvals and asks they wait for.
+    pub fn hil(&self) -> &Hil {
+        &self.hil
     }
 
     pub fn info(&self) -> AgentInfo {
@@ -322,6 +330,7 @@ impl Daemon {
                 adf_store::time::now_ms(),
             )),
             triggers: TriggerQueue::default(),
+            hil: Hil::default(),
         });
         {
             let mut registry = self.registry_mut();
@@ -349,6 +358,7 @@ impl Daemon {
             json!({}),
         );
         self.dispatch(&agent, startup).await;
+        self.kick_autostart(&agent).await;
         // Close the file once the jobs queued above are done (the next job reopens it) rather
         // than after the idle period: loading many agents then keeps about one connection open
         // at a time and the allocator reuses its memory, whereas memory freed after all of them
@@ -387,6 +397,8 @@ impl Daemon {
                 .push((agent.id.clone(), agent.path.clone()));
         }
         self.forget_timers(&agent.id);
+        // A turn waiting for the owner would hold the worker, and the close behind it, forever.
+        agent.hil.abort_all();
         self.emit(
             &agent,
             "agent.unloaded",
@@ -407,6 +419,9 @@ impl Daemon {
     pub async fn shutdown(&self) {
         self.begin_shutdown();
         let agents = std::mem::take(&mut self.registry_mut().loaded);
+        for agent in &agents {
+            agent.hil.abort_all();
+        }
         let closes = agents
             .iter()
             .map(|agent| close_quietly(agent.store.clone()));
@@ -431,9 +446,9 @@ impl Daemon {
         let mut seq = agent.seq.lock().await;
         let (number, persist) = seq.allocate();
         if let Some(end) = persist {
+            // Through `job`: a turn waiting for the owner holds the worker.
             let written = agent
-                .store
-                .run(move |file| {
+                .job(move |file| {
                     file.meta_set(
                         Caller::Owner,
                         SEQ_META_KEY,

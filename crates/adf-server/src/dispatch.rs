@@ -54,7 +54,8 @@ use adf_runtime::triggers::{
 use adf_store::AdfFile;
 
 use crate::daemon::{Agent, Daemon};
-use crate::scheduler::{LambdaReport, run_agent_turn, run_system_lambda};
+use crate::hil::TurnScope;
+use crate::scheduler::{LambdaReport, run_agent_turn, run_agent_turns, run_system_lambda};
 
 /// Most deliveries one agent's trigger queue holds; beyond it deliveries are dropped.
 pub const QUEUE_CAPACITY: usize = 256;
@@ -208,8 +209,7 @@ impl Daemon {
         }
         let marker = Arc::clone(agent);
         let read = agent
-            .store()
-            .run(move |file| {
+            .job(move |file| {
                 if marker.triggers().lock().marks.is_none() {
                     let marks = current_marks(file);
                     marker.triggers().lock().marks = Some(marks);
@@ -315,8 +315,7 @@ impl Daemon {
 
     async fn log_dropped(&self, agent: &Agent, dropped: u64) {
         let result = agent
-            .store()
-            .run(move |file| {
+            .job(move |file| {
                 let data = json!({ "dropped": dropped, "capacity": QUEUE_CAPACITY });
                 file.log(&adf_store::NewLog {
                     level: "warn",
@@ -385,43 +384,20 @@ impl Daemon {
                     && delivery.events.iter().any(|e| e.data.get("id").is_some());
                 let loop_name = delivery.target.loop_name.clone();
                 let text = message::format(&delivery.events);
-                agent
+                let (scope, publisher) = TurnScope::new(self, agent);
+                let handled = agent
                     .store()
                     .run(move |file| {
-                        // TRG-36: a system lambda may have read every new message already;
-                        // a turn about an empty inbox would only cost tokens.
-                        if inbox_rows && file.inbox_counts()?.unread == 0 {
-                            return Ok(Handled::skipped());
-                        }
-                        let config = file.config()?;
-                        let trigger = Trigger::Event {
-                            event_type: kind.as_str().to_owned(),
-                            text,
-                        };
-                        let mut turn_events = Vec::new();
-                        let ((_outcome, written), mut events) =
-                            observe(file, &observer, Producer::Agent, |file| {
-                                with_written_files(file, |file| {
-                                    run_agent_turn(
-                                        file,
-                                        &config,
-                                        registry,
-                                        &loop_name,
-                                        trigger,
-                                        &mut turn_events,
-                                    )
-                                })
-                            });
-                        events.extend(turn_events);
-                        Ok(Handled {
-                            report: None,
-                            written,
-                            producer: Producer::Agent,
-                            events,
-                            wake: crate::scheduler::wake_of(file),
-                        })
+                        let handled = deliver_turn(
+                            file, &observer, &scope, registry, inbox_rows, &loop_name, kind, text,
+                        );
+                        scope.finish(file);
+                        handled
                     })
-                    .await
+                    .await;
+                // The turn's owner events (approvals, asks) go out before its writes'.
+                let _ended = publisher.await;
+                handled
             }
         };
         // The handler may have changed the config (targets, state).
@@ -452,8 +428,7 @@ impl Daemon {
     ) -> Result<R, adf_store::StoreError> {
         let observer = Arc::clone(agent);
         let (result, events) = agent
-            .store()
-            .run(move |file| {
+            .job(move |file| {
                 let result = work(file);
                 let events = sweep(file, &observer, &Producer::External);
                 Ok((result, events))
@@ -544,6 +519,52 @@ impl Handled {
             wake: None,
         }
     }
+}
+
+/// The body of an agent-scope delivery job: a turn with the formatted trigger message.
+#[allow(clippy::too_many_arguments)]
+fn deliver_turn(
+    file: &mut AdfFile,
+    observer: &Agent,
+    scope: &TurnScope,
+    registry: Arc<adf_runtime::tools::ToolRegistry>,
+    inbox_rows: bool,
+    loop_name: &str,
+    kind: TriggerKind,
+    text: String,
+) -> Result<Handled, adf_store::StoreError> {
+    // TRG-36: a system lambda may have read every new message already; a turn about an empty
+    // inbox would only cost tokens.
+    if inbox_rows && file.inbox_counts()?.unread == 0 {
+        return Ok(Handled::skipped());
+    }
+    let config = file.config()?;
+    let trigger = Trigger::Event {
+        event_type: kind.as_str().to_owned(),
+        text,
+    };
+    let mut turn_events = Vec::new();
+    let ((_outcome, written), mut events) = observe(file, observer, Producer::Agent, |file| {
+        with_written_files(file, |file| {
+            run_agent_turn(
+                file,
+                &config,
+                registry,
+                loop_name,
+                trigger,
+                scope,
+                &mut turn_events,
+            )
+        })
+    });
+    events.extend(turn_events);
+    Ok(Handled {
+        report: None,
+        written,
+        producer: Producer::Agent,
+        events,
+        wake: crate::scheduler::wake_of(file),
+    })
 }
 
 /// The tables whose new rows are trigger events, in [`RowMarks`] order.
@@ -740,8 +761,7 @@ impl Daemon {
         text: String,
     ) -> Result<(), String> {
         let config = agent
-            .store()
-            .run(|file| file.config())
+            .job(|file| file.config())
             .await
             .map_err(|e| e.to_string())?;
         adf_runtime::providers::Resolver::new()
@@ -752,47 +772,92 @@ impl Daemon {
             adf_store::time::now_ms(),
             json!({ "text": text, "loop": loop_name }),
         );
+        self.spawn_turns(agent, vec![(loop_name, Trigger::Owner(text))], Some(chat));
+        Ok(())
+    }
+
+    /// Kicks the agent's autostart loops (STL-44): each enabled loop with `autostart` gets a
+    /// wake turn when the agent starts `active` (loading it is its start in this daemon).
+    pub(crate) async fn kick_autostart(&self, agent: &Arc<Agent>) {
+        let loops = match agent.job(|file| file.config()).await {
+            Ok(config) => adf_runtime::executor::autostart_loops(&config),
+            Err(error) => {
+                tracing::warn!(agent = %agent.id, %error, "cannot read the config for autostart");
+                return;
+            }
+        };
+        if !loops.is_empty() {
+            self.spawn_turns(agent, adf_runtime::executor::wakes(loops), None);
+        }
+    }
+
+    /// Runs `turns` (and the wakes they cause) as one job on the agent's worker, in the
+    /// background; `before` is dispatched from the spawned task first (`on_chat`), so the
+    /// request that started the turn never waits for its targets' config read.
+    fn spawn_turns(
+        &self,
+        agent: &Arc<Agent>,
+        turns: Vec<(String, Trigger)>,
+        before: Option<TriggerEvent>,
+    ) {
         let daemon = self.clone();
         let agent = Arc::clone(agent);
         let registry = self.tools();
         tokio::spawn(async move {
-            // Raised from the spawned task: the request that started the chat never waits
-            // for the on_chat targets' config read.
-            daemon.dispatch(&agent, chat).await;
-            let loop_for_job = loop_name.clone();
+            if let Some(event) = before {
+                daemon.dispatch(&agent, event).await;
+            }
             let observer = Arc::clone(&agent);
+            let (scope, publisher) = TurnScope::new(&daemon, &agent);
             let outcome = agent
                 .store()
                 .run(move |file| {
-                    let config = file.config()?;
+                    let config = match file.config() {
+                        Ok(config) => config,
+                        Err(error) => {
+                            scope.finish(file);
+                            return Err(error);
+                        }
+                    };
                     let mut turn_events = Vec::new();
-                    let ((result, written), mut events) =
+                    let ((results, written), mut events) =
                         observe(file, &observer, Producer::Agent, |file| {
                             with_written_files(file, |file| {
-                                run_agent_turn(
+                                run_agent_turns(
                                     file,
                                     &config,
                                     registry,
-                                    &loop_for_job,
-                                    Trigger::Owner(text),
+                                    turns,
+                                    &scope,
                                     &mut turn_events,
                                 )
                             })
                         });
                     events.extend(turn_events);
-                    Ok((result, written, events, crate::scheduler::wake_of(file)))
+                    let wake = crate::scheduler::wake_of(file);
+                    scope.finish(file);
+                    Ok((results, written, events, wake))
                 })
                 .await;
+            let _ended = publisher.await;
             agent.triggers().invalidate();
             match outcome {
-                Ok((result, written, events, wake)) => {
-                    let payload = match &result {
-                        Ok(_) => json!({ "loop": loop_name, "status": "completed" }),
-                        Err(_) => json!({ "loop": loop_name, "status": "failed" }),
-                    };
-                    daemon
-                        .emit(&agent, "turn.completed", "agent", payload)
-                        .await;
+                Ok((results, written, events, wake)) => {
+                    for (loop_name, result) in results {
+                        let status = if result.is_ok() {
+                            "completed"
+                        } else {
+                            "failed"
+                        };
+                        daemon
+                            .emit(
+                                &agent,
+                                "turn.completed",
+                                "agent",
+                                json!({ "loop": loop_name, "status": status }),
+                            )
+                            .await;
+                    }
                     if let Some(wake) = wake {
                         daemon.set_timer_wake(&agent, wake);
                     }
@@ -801,9 +866,8 @@ impl Daemon {
                         .await;
                     daemon.dispatch_all(&agent, events).await;
                 }
-                Err(error) => tracing::warn!(agent = %agent.id, %error, "chat turn failed"),
+                Err(error) => tracing::warn!(agent = %agent.id, %error, "turn job failed"),
             }
         });
-        Ok(())
     }
 }

@@ -18,12 +18,13 @@
 //!   bounded queue per agent to system lambdas and agent turns.
 //! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
 //!   of fires to system lambdas and agent turns.
+//! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn
+//!   waits for (answered over HTTP without the agent's worker), abort, suspend answers.
 //!
 //! `POST /agents/{id}/chat` starts an owner turn (202, or 503 when no model is reachable) and
-//! `POST /agents/{id}/trigger` dispatches an event (202). What is not here yet: chat history,
-//! clearing, abort, loops and asks answer 501; `on_tool_call`, `on_logs`, `on_inbox` from
-//! the mesh, `on_outbox`, `on_chat`, `on_task_create` and `on_llm_call` have no event source in the daemon yet
-//! (`Daemon::dispatch` accepts them).
+//! `POST /agents/{id}/trigger` dispatches an event (202); turns run through the executor's
+//! `LoopPool`, so `loop_send` wakes and autostart loops are served. What is not here yet:
+//! `on_inbox` from the mesh (`Daemon::dispatch` accepts it).
 
 pub mod api;
 pub mod client;
@@ -31,6 +32,7 @@ pub mod daemon;
 pub mod dispatch;
 pub mod error;
 pub mod events;
+pub mod hil;
 pub mod memory;
 pub mod openapi;
 pub mod scheduler;

@@ -1,6 +1,6 @@
 //! The OpenAPI document this daemon serves at `/openapi.json`: the operations it implements,
-//! in the reference's paths, with the status codes it really answers. Operations that need the
-//! executor are listed with their 501 so clients can see they exist but are not wired yet.
+//! in the reference's paths, with the status codes it really answers. An operation that is
+//! not wired yet would be listed with its 501; none is at the moment.
 
 use serde_json::{Map, Value, json};
 
@@ -308,7 +308,7 @@ const OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/tasks/{taskId}/resolve",
-        "Approve or deny a pending task as the owner",
+        "Approve or deny a pending task as the owner (a running turn waiting on it continues at once)",
         "Human In The Loop",
         &[200, 400, 404, 409, 500],
         &[],
@@ -316,7 +316,7 @@ const OPS: &[Op] = &[
     op(
         "get",
         "/agents/{id}/asks",
-        "List pending ask requests (always empty until the executor is wired in)",
+        "List the ask requests running turns wait on",
         "Human In The Loop",
         &[200, 404],
         &[],
@@ -340,10 +340,18 @@ const OPS: &[Op] = &[
     op(
         "get",
         "/agents/{id}/chat",
-        "Read chat history (needs the executor)",
+        "Read display chat history of a loop (newest `limit` rows, default 50, 1-500; `loop` defaults to main)",
         "Chat",
-        &[501, 404],
-        &[],
+        &[200, 400, 404],
+        &["limit", "loop"],
+    ),
+    op(
+        "get",
+        "/agents/{id}/loop",
+        "Read a page of a loop's transcript (limit default 50, clamped 1-500; offset defaults to the last page; loop defaults to main)",
+        "Resources",
+        &[200, 400, 404],
+        &["limit", "offset", "loop"],
     ),
     op(
         "post",
@@ -356,10 +364,10 @@ const OPS: &[Op] = &[
     op(
         "delete",
         "/agents/{id}/chat",
-        "Clear chat history (needs the executor)",
+        "Clear a loop's persisted transcript as the owner (audit snapshot when context.audit.loop; 409 while a turn runs)",
         "Chat",
-        &[501, 404],
-        &[],
+        &[200, 404, 409, 500],
+        &["loop"],
     ),
     op(
         "post",
@@ -372,25 +380,25 @@ const OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/abort",
-        "Abort the current turn (needs the executor)",
+        "Abort the turns in flight (pending approvals denied, asks unanswered); the agent stays usable",
         "Control",
-        &[501, 404],
+        &[200, 404],
         &[],
     ),
     op(
         "post",
         "/agents/{id}/asks/{requestId}/respond",
-        "Answer an ask (needs the executor)",
+        "Answer an ask a running turn waits on",
         "Human In The Loop",
-        &[501, 404],
+        &[200, 400, 404],
         &[],
     ),
     op(
         "post",
         "/agents/{id}/suspend/respond",
-        "Answer a suspend request (needs the executor)",
+        "Resume a suspended agent (resume: true → active) or stop it (false → off)",
         "Human In The Loop",
-        &[501, 404],
+        &[200, 400, 404, 500],
         &[],
     ),
 ];
@@ -401,9 +409,9 @@ fn description(status: u16) -> &'static str {
         400 => "Bad request",
         401 => "Missing or invalid bearer token",
         404 => "Unknown agent, file, task or timer",
-        409 => "Conflict (task not pending, or agent id already loaded)",
+        409 => "Conflict (task not pending, agent id already loaded, or a turn is running)",
         500 => "Runtime error",
-        501 => "Not supported yet: the executor is not wired into the daemon",
+        501 => "Not supported yet",
         _ => "Response",
     }
 }
@@ -439,7 +447,7 @@ pub fn document() -> Value {
             .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
             .collect();
         parameters.extend(op.query.iter().map(|name| {
-            json!({ "name": name, "in": "query", "required": matches!(*name, "path" | "afterId"), "schema": { "type": "string" } })
+            json!({ "name": name, "in": "query", "required": matches!(*name, "path" | "afterId" | "filePath"), "schema": { "type": "string" } })
         }));
         let entry = paths
             .entry(op.path)

@@ -53,7 +53,7 @@ use tokio::sync::Notify;
 use adf_runtime::code::{
     self, Authorization, CodeEnv, LambdaRef, RunOptions, Sandbox, SandboxConfig,
 };
-use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnEvent, TurnHost};
+use adf_runtime::executor::{Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost};
 use adf_runtime::providers::Resolver;
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{Approver, ToolRegistry};
@@ -64,6 +64,7 @@ use adf_store::{AdfFile, Caller, MetaProtection, NewLog, TimerRow};
 
 use crate::daemon::{Agent, Daemon};
 use crate::dispatch::observe;
+use crate::hil::{Owner, TurnScope};
 
 /// Per-agent earliest wake times and the bell that wakes the scheduler task.
 #[derive(Debug, Default)]
@@ -177,7 +178,7 @@ impl Daemon {
     /// changed or deleted timer moves the next wake-up. Cheap: one indexed read on the agent's
     /// worker.
     pub async fn rearm_timers(&self, agent: &Agent) {
-        let next = agent.store().run(|file| Ok(wake_of(file))).await;
+        let next = agent.job(|file| Ok(wake_of(file))).await;
         match next {
             Ok(Some(next)) => self.timer_wakes().set(&agent.id, next),
             Ok(None) => self.timer_wakes().set(&agent.id, None),
@@ -246,19 +247,23 @@ impl Daemon {
         // fire is dropped like any other delivery (and a `once` fire re-armed, TRG-29), so a
         // saturated agent is not handed more work than its bound.
         let queue_full = agent.triggers().is_full();
-        let observer = Arc::clone(&agent);
+        let (scope, publisher) = TurnScope::new(self, &agent);
         let reports = agent
             .store()
             .run(move |file| {
-                Ok(fire_due(
+                let reports = fire_due(
                     file,
-                    &observer,
+                    &scope,
                     registry,
                     adf_store::time::now_ms(),
                     queue_full,
-                ))
+                );
+                scope.finish(file);
+                Ok(reports)
             })
             .await;
+        // The turn's owner events (approvals, asks) go out before the fire's.
+        let _ended = publisher.await;
         match reports {
             Ok(reports) => {
                 let dropped = reports.iter().filter(|r| r.dropped).count() as u64;
@@ -404,11 +409,12 @@ fn record_nudge(file: &mut AdfFile, now: i64) {
 /// and a fire that expired its timer is re-armed (TRG-29).
 fn fire_due(
     file: &mut AdfFile,
-    agent: &Agent,
+    scope: &TurnScope,
     registry: Arc<ToolRegistry>,
     now: i64,
     queue_full: bool,
 ) -> Vec<FireReport> {
+    let agent: &Agent = &scope.agent;
     let timers = match file.timers() {
         Ok(timers) => timers,
         Err(error) => {
@@ -558,6 +564,7 @@ fn fire_due(
                     event_type: "on_timer".into(),
                     text,
                 },
+                scope,
                 &mut report,
             );
             reports.push(report);
@@ -581,6 +588,7 @@ fn fire_due(
                     event_type: "on_timer".into(),
                     text: nudge::message(hibernating),
                 },
+                scope,
                 &mut report,
             );
             reports.push(report);
@@ -591,6 +599,7 @@ fn fire_due(
 
 /// An agent-scope turn inside a fire: its writes, tool and model calls and new rows go into
 /// `report` for their triggers. The outcome itself is in the file (transcript or a warn row).
+#[allow(clippy::too_many_arguments)]
 fn run_observed_turn(
     file: &mut AdfFile,
     agent: &Agent,
@@ -598,12 +607,21 @@ fn run_observed_turn(
     registry: Arc<ToolRegistry>,
     loop_name: &str,
     trigger: Trigger,
+    scope: &TurnScope,
     report: &mut FireReport,
 ) {
     let mut turn_events = Vec::new();
     let ((_outcome, written), events) = observe(file, agent, Producer::Agent, |file| {
         crate::dispatch::with_written_files(file, |file| {
-            run_agent_turn(file, config, registry, loop_name, trigger, &mut turn_events)
+            run_agent_turn(
+                file,
+                config,
+                registry,
+                loop_name,
+                trigger,
+                scope,
+                &mut turn_events,
+            )
         })
     });
     report.written = written;
@@ -681,19 +699,21 @@ pub(crate) fn run_system_lambda(
 /// trigger events (the turn itself is bounded by its steps, this bounds the memory).
 const TURN_EVENT_LIMIT: usize = 1024;
 
-/// The owner's side of a turn nobody watches: restricted calls are denied, `ask` has no
-/// answer (the model is told so). It records each finished tool call (`on_tool_call`, TRG-17:
-/// completed, failed, or denied — a denial is an error result starting `DENIED`) and each
-/// model response (`on_llm_call`, TRG-01: `source` `turn`, or `compaction` for the summary
-/// call) as trigger events, dispatched after the turn's job.
-struct Recorder {
+/// The owner's side of a daemon turn: approvals and `ask` answers wait for the owner through
+/// the HTTP API ([`Owner`], `hil.rs`). It also records each finished tool call
+/// (`on_tool_call`, TRG-17: completed, failed, or denied — a denial is an error result
+/// starting `DENIED`) and each model response (`on_llm_call`, TRG-01: `source` `turn`, or
+/// `compaction` for the summary call) as trigger events, dispatched after the turn's job.
+/// `loop` in those events is the loop that started the job (the wakes it served share it).
+struct Recorder<'a> {
     provider: String,
     model: String,
     loop_name: String,
     events: Mutex<Vec<TriggerEvent>>,
+    owner: Owner<'a>,
 }
 
-impl Recorder {
+impl Recorder<'_> {
     fn push(&self, kind: TriggerKind, data: Value) {
         let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if events.len() < TURN_EVENT_LIMIT {
@@ -719,13 +739,13 @@ impl Recorder {
     }
 }
 
-impl TurnHost for Recorder {
+impl TurnHost for Recorder<'_> {
     fn approver(&self) -> &dyn Approver {
-        &DenyAll
+        &self.owner
     }
 
-    fn answer(&self, _question: &str) -> Option<String> {
-        None
+    fn answer(&self, question: &str) -> Option<String> {
+        self.owner.ask(question)
     }
 
     fn event(&self, event: &TurnEvent<'_>) {
@@ -757,23 +777,53 @@ impl TurnHost for Recorder {
     }
 }
 
-/// Runs one executor turn on `loop_name` started by `trigger`. When no model can be reached
-/// (no provider configured, no key) it writes a `warn` row `turn_skipped` and returns the
-/// reason; a failed turn is a `warn` row `trigger_turn_failed`. Never panics. The turn's tool
-/// calls and model calls are appended to `events` (see [`Recorder`]).
+/// Runs one executor turn on `loop_name` started by `trigger`, then the `loop_send` wakes it
+/// causes (see [`run_agent_turns`]); the result is the first turn's reply.
 pub(crate) fn run_agent_turn(
     file: &mut AdfFile,
     config: &Value,
     registry: Arc<ToolRegistry>,
     loop_name: &str,
     trigger: Trigger,
+    scope: &TurnScope,
     events: &mut Vec<TriggerEvent>,
 ) -> Result<String, String> {
-    let event_type = match &trigger {
+    let turns = vec![(loop_name.to_owned(), trigger)];
+    run_agent_turns(file, config, registry, turns, scope, events)
+        .into_iter()
+        .next()
+        .map_or_else(|| Err("the turn did not run".to_owned()), |(_, r)| r)
+}
+
+/// Runs `turns` side by side through a [`LoopPool`] (one round), then the rounds of wakes
+/// they cause (`loop_send` with `wake: true`, served one round after another). When no model
+/// can be reached (no provider configured, no key) it writes a `warn` row `turn_skipped` and
+/// returns the reason for each turn; a failed turn is a `warn` row `trigger_turn_failed`.
+/// `POST /abort` cancels the whole job at its next await: its checkpoint stays
+/// `in_progress`, so the next session of the loop recovers it without replay (an `info` row
+/// `turn_aborted` says so). Never panics. Tool and model calls are appended to `events`.
+pub(crate) fn run_agent_turns(
+    file: &mut AdfFile,
+    config: &Value,
+    registry: Arc<ToolRegistry>,
+    turns: Vec<(String, Trigger)>,
+    scope: &TurnScope,
+    events: &mut Vec<TriggerEvent>,
+) -> Vec<(String, Result<String, String>)> {
+    let Some((first_loop, first_trigger)) = turns.first().cloned() else {
+        return Vec::new();
+    };
+    let event_type = match &first_trigger {
         Trigger::Owner(_) => "chat".to_owned(),
         Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type.clone(),
     };
-    let data = json!({ "trigger": event_type, "loop": loop_name });
+    let data = json!({ "trigger": event_type, "loop": first_loop });
+    let every = |message: &str| -> Vec<(String, Result<String, String>)> {
+        turns
+            .iter()
+            .map(|(name, _)| (name.clone(), Err(message.to_owned())))
+            .collect()
+    };
     let retries = RetryLog::default();
     let resolved = match Resolver::new()
         .with_retry_observer(retries.observer())
@@ -790,12 +840,12 @@ pub(crate) fn run_agent_turn(
                 &message,
                 Some(&data),
             );
-            return Err(message);
+            return every(&message);
         }
     };
     let executor = Executor::from_resolved(resolved, retries).with_registry(registry);
     let Some(runtime) = current_thread() else {
-        return Err("cannot start a runtime for the turn".into());
+        return every("cannot start a runtime for the turn");
     };
     let text = |pointer: &str| {
         config
@@ -804,24 +854,48 @@ pub(crate) fn run_agent_turn(
             .unwrap_or_default()
             .to_owned()
     };
+    let abort = Arc::clone(scope.abort());
     let host = Recorder {
         provider: text("/model/provider"),
         model: text("/model/model_id"),
-        loop_name: loop_name.to_owned(),
+        loop_name: first_loop.clone(),
         events: Mutex::new(Vec::new()),
+        owner: Owner { scope },
     };
     let outcome = runtime.block_on(async {
-        let mut session = executor.open_session(file, loop_name)?;
-        executor.run_turn(file, &mut session, trigger, &host).await
+        let mut pool = LoopPool::new();
+        tokio::select! {
+            biased;
+            () = abort.aborted() => None,
+            results = pool.run_many(&executor, file, turns.clone(), &host) => Some(results),
+        }
     });
     events.extend(
         host.events
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner),
     );
-    match outcome {
-        Ok(outcome) => Ok(outcome.reply),
-        Err(error) => {
+    let results = match outcome {
+        None => {
+            // Cancelled between two awaits: no store step is half done, but a tool call's
+            // transaction could be open if code was running.
+            if !file.connection().is_autocommit()
+                && let Err(error) = file.connection().execute_batch("ROLLBACK")
+            {
+                tracing::warn!(%error, "cannot roll back an aborted turn");
+            }
+            let message = "the owner aborted the turn; it is recovered (not replayed) when the loop runs next";
+            log_from(
+                file,
+                "executor",
+                "info",
+                "turn_aborted",
+                message,
+                Some(&data),
+            );
+            return every(message);
+        }
+        Some(Err(error)) => {
             let message = error.to_string();
             log_from(
                 file,
@@ -831,7 +905,38 @@ pub(crate) fn run_agent_turn(
                 &message,
                 Some(&data),
             );
-            Err(message)
+            return every(&message);
         }
-    }
+        Some(Ok(results)) => results,
+    };
+    results
+        .into_iter()
+        .map(|(name, outcome)| {
+            let result = match outcome {
+                Ok(outcome) => {
+                    if outcome.end == TurnEnd::Suspended {
+                        scope.emit(
+                            "suspend.requested",
+                            json!({ "reason": "max_active_turns", "loop": name }),
+                        );
+                    }
+                    Ok(outcome.reply)
+                }
+                Err(error) => {
+                    let message = error.to_string();
+                    let data = json!({ "trigger": event_type, "loop": name });
+                    log_from(
+                        file,
+                        "executor",
+                        "warn",
+                        "trigger_turn_failed",
+                        &message,
+                        Some(&data),
+                    );
+                    Err(message)
+                }
+            };
+            (name, result)
+        })
+        .collect()
 }

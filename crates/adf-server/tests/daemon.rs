@@ -356,34 +356,43 @@ async fn aud_13_a_denied_task_is_terminal_with_completed_at_and_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn executor_operations_not_wired_answer_501_chat_needs_a_model_and_trigger_dispatches() {
+async fn executor_operations_answer_without_a_turn_chat_needs_a_model_and_trigger_dispatches() {
     let h = Harness::start().await;
     let path = h.copy_fixture("populated-runtime.adf", "e2e.adf");
     load(&h, &path).await;
-    for (method, route, body) in [
-        (Method::GET, "chat", None),
-        (Method::POST, "abort", None),
+    // With no turn in flight: abort has nothing to abort, no ask is pending, the agent is
+    // not suspended (tests/hil.rs drives each with a running turn).
+    for (route, body, status, expected) in [
         (
-            Method::POST,
+            "abort",
+            None,
+            200,
+            json!({ "agentId": ID, "success": true, "aborted": false }),
+        ),
+        (
             "asks/r1/respond",
             Some(json!({ "answer": "yes" })),
+            404,
+            json!({ "error": "Unknown ask request \"r1\"" }),
+        ),
+        (
+            "suspend/respond",
+            Some(json!({ "resume": true })),
+            200,
+            json!({ "agentId": ID, "resume": true, "resolved": false }),
         ),
     ] {
-        let (status, body) = h
+        let (got, answer) = h
             .client
             .raw(
-                method.clone(),
+                Method::POST,
                 &format!("/agents/{ID}/{route}"),
                 body.as_ref(),
             )
             .await
             .unwrap();
-        assert_eq!(status, 501, "{method} {route}: {body}");
-        let error = body["error"].as_str().unwrap();
-        assert!(
-            error.ends_with("not supported yet: the executor is not wired into the daemon"),
-            "{error}"
-        );
+        assert_eq!(got, status, "{route}: {answer}");
+        assert_eq!(answer, expected, "{route}");
     }
     // Chat needs a model: the fixture has no provider, so 503 with the reason, not a 202.
     let (status, body) = h
@@ -414,7 +423,7 @@ async fn executor_operations_not_wired_answer_501_chat_needs_a_model_and_trigger
         .unwrap();
     assert_eq!(status, 202, "{body}");
     assert!(body["turnId"].as_str().unwrap().starts_with("trigger_"));
-    // The executor-free answer for asks is the true one: nothing is pending.
+    // Nothing is pending.
     let asks = h.client.get(&format!("/agents/{ID}/asks")).await.unwrap();
     assert_eq!(asks, json!({ "agentId": ID, "asks": [] }));
     h.stop().await;

@@ -129,6 +129,27 @@ pub fn request(
     Ok((decision, task_id))
 }
 
+/// The arguments an approved task now holds when the approver changed them from `asked`
+/// (the `modified_args` of an approval), without the model's `_reason`; `None` when they are
+/// unchanged.
+pub fn approved_args(
+    file: &AdfFile,
+    task_id: &str,
+    asked: &Value,
+) -> Result<Option<Value>, ToolError> {
+    let Some(task) = file.task(task_id)? else {
+        return Ok(None);
+    };
+    if task.args == *asked {
+        return Ok(None);
+    }
+    let mut args = task.args;
+    if let Some(object) = args.as_object_mut() {
+        object.remove("_reason");
+    }
+    Ok(Some(args))
+}
+
 /// How a task is resolved (`task_resolve` actions).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolution {

@@ -337,7 +337,7 @@ impl ToolRegistry {
             return Err(ToolError::invalid("tool arguments must be a JSON object"));
         };
         let cross = CrossCutting::strip(&mut args, caller);
-        let args = Value::Object(args);
+        let mut args = Value::Object(args);
         validate::validate(&tool.parameters(), &args).map_err(ToolError::invalid)?;
 
         let decision = access::access(caller, name, declaration);
@@ -385,6 +385,20 @@ impl ToolRegistry {
             )?;
             if let Decision::Denied(reason) = decision {
                 return Err(denied(name, &reason));
+            }
+            // The owner may approve with modified arguments (`modified_args`, written on the
+            // row): the call runs with those, checked like the model's.
+            if let Some(changed) =
+                approval::approved_args(file, &task_id, &cross.with_reason(&args))?
+            {
+                if let Err(message) = validate::validate(&tool.parameters(), &changed) {
+                    let error = ToolError::invalid(format!(
+                        "the approved arguments are invalid: {message}"
+                    ));
+                    file.task_update(&task_id, "failed", None, Some(&error.to_string()))?;
+                    return Err(error);
+                }
+                args = changed;
             }
             approved_task = Some(task_id);
         }

@@ -1,16 +1,20 @@
 //! Agent lifecycle: list, get, status, load, start, stop/unload, display state; and the
-//! the executor operations: `POST /chat` starts an owner turn and `POST /trigger` dispatches an
-//! event (both 202); the others answer 501 after the reference's validation.
+//! executor operations: `POST /chat` starts an owner turn and `POST /trigger` dispatches an
+//! event (both 202); chat history (`GET`/`DELETE /chat`), transcript pages (`GET /loop`),
+//! `POST /abort`, asks and their answers, and suspend answers (the waits live in `hil.rs`).
 
 use std::path::PathBuf;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
+use adf_store::{AdfFile, LoopRow, StoreError};
 
 use super::{AppState, body_json, find};
 use crate::daemon::{Agent, DISPLAY_STATES, Daemon};
@@ -22,7 +26,7 @@ pub(super) async fn list(State(state): State<AppState>) -> Response {
 }
 
 async fn agent_ref(agent: &Agent) -> ApiResult<Value> {
-    let config = agent.store().run(|file| file.config()).await?;
+    let config = agent.job(|file| file.config()).await?;
     Ok(json!({ "id": agent.id, "filePath": agent.file_path(), "config": config }))
 }
 
@@ -34,12 +38,11 @@ pub(super) async fn get_ref(
     Ok(Json(agent_ref(&agent).await?).into_response())
 }
 
-/// `AgentStatus`. `runtimeState` is `idle`: a loaded agent here has no turn in flight, and
-/// none can start until the executor is wired in (the reference reports its executor state).
+/// `AgentStatus`. `runtimeState` is the executor state as far as the daemon sees it:
+/// `awaiting_approval`, `awaiting_ask`, `thinking` while a turn runs, else `idle`.
 pub(crate) async fn status_value(agent: &Agent) -> ApiResult<Value> {
     let loop_count: i64 = agent
-        .store()
-        .run(|file| {
+        .job(|file| {
             Ok(file
                 .connection()
                 .query_row("SELECT COUNT(*) FROM adf_loop", [], |row| row.get(0))?)
@@ -47,7 +50,7 @@ pub(crate) async fn status_value(agent: &Agent) -> ApiResult<Value> {
         .await?;
     let mut status = agent.summary();
     if let Some(object) = status.as_object_mut() {
-        object.insert("runtimeState".into(), json!("idle"));
+        object.insert("runtimeState".into(), json!(agent.hil().runtime_state()));
         object.insert("targetState".into(), Value::Null);
         object.insert("loopCount".into(), json!(loop_count));
     }
@@ -138,12 +141,210 @@ async fn emit_state(daemon: &Daemon, agent: &Agent, new_state: &str) {
         .await;
 }
 
+/// `GET /chat?limit&loop`: the display chat history of a loop (default `main`), the
+/// reference's `{agentId, chatHistory: {version, uiLog, llmMessages, total, earlierCount}}`
+/// built from the newest `limit` transcript rows (default 50, 1–500). `llmMessages` is always
+/// empty: the model's view is the transcript itself (`GET /loop`).
 pub(super) async fn chat_read(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
-    Err(ApiError::executor_missing("chat history"))
+    let agent = find(&state, &id)?;
+    let limit = page_limit(&params)?;
+    let loop_name = loop_param(&params);
+    let (total, rows) = agent
+        .job(move |file| {
+            let total = loop_total(file, &loop_name)?;
+            let offset = total.saturating_sub(limit);
+            Ok((total, loop_page(file, &loop_name, limit, offset)?))
+        })
+        .await?;
+    let ui_log: Vec<Value> = rows.iter().flat_map(ui_entries).collect();
+    Ok(Json(json!({
+        "agentId": agent.id,
+        "chatHistory": {
+            "version": 1,
+            "uiLog": ui_log,
+            "llmMessages": [],
+            "total": total,
+            "earlierCount": total - rows.len() as i64,
+        },
+    }))
+    .into_response())
+}
+
+/// `GET /loop?limit&offset&loop`: a page of a loop's transcript (default `main`), in
+/// transcript order. `limit` defaults to 50 (clamped to 1–500), `offset` to the last page (as
+/// in the reference); `content_json` is parsed, `model` and `tokens` appear when set.
+pub(super) async fn loop_read(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let agent = find(&state, &id)?;
+    let limit = page_limit(&params)?;
+    let offset = match params.get("offset").filter(|o| !o.is_empty()) {
+        None => None,
+        Some(text) => Some(
+            text.parse::<i64>()
+                .ok()
+                .filter(|o| *o >= 0)
+                .ok_or_else(|| ApiError::bad_request("offset must be a non-negative integer"))?,
+        ),
+    };
+    let loop_name = loop_param(&params);
+    let (total, offset, rows) = agent
+        .job(move |file| {
+            let total = loop_total(file, &loop_name)?;
+            let offset = offset.unwrap_or_else(|| total.saturating_sub(limit).max(0));
+            Ok((total, offset, loop_page(file, &loop_name, limit, offset)?))
+        })
+        .await?;
+    let entries: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let mut entry = json!({
+                "seq": row.seq,
+                "role": row.role,
+                "content_json": row.content,
+            });
+            if let Some(model) = &row.model {
+                entry["model"] = json!(model);
+            }
+            if let Some(tokens) = &row.tokens {
+                entry["tokens"] = tokens.clone();
+            }
+            entry["created_at"] = json!(row.created_at);
+            entry
+        })
+        .collect();
+    Ok(Json(json!({
+        "agentId": agent.id,
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "entries": entries,
+    }))
+    .into_response())
+}
+
+/// `limit` of a transcript page: 50 when absent, clamped to 1–500; not a number is a 400.
+fn page_limit(params: &HashMap<String, String>) -> ApiResult<i64> {
+    match params.get("limit").filter(|l| !l.is_empty()) {
+        None => Ok(50),
+        Some(text) => text
+            .parse::<i64>()
+            .map(|n| n.clamp(1, 500))
+            .map_err(|_| ApiError::bad_request("limit must be an integer")),
+    }
+}
+
+fn loop_param(params: &HashMap<String, String>) -> String {
+    params
+        .get("loop")
+        .filter(|l| !l.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "main".to_owned())
+}
+
+fn loop_total(file: &AdfFile, loop_name: &str) -> Result<i64, StoreError> {
+    Ok(file.connection().query_row(
+        "SELECT COUNT(*) FROM adf_loop WHERE loop = ?1",
+        [loop_name],
+        |row| row.get(0),
+    )?)
+}
+
+/// One page of a loop in transcript order (`COALESCE(ord, seq), seq`, as the store reads it).
+fn loop_page(
+    file: &AdfFile,
+    loop_name: &str,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<LoopRow>, StoreError> {
+    let mut stmt = file.connection().prepare(
+        "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
+         WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq LIMIT ?2 OFFSET ?3",
+    )?;
+    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str::<Value>(&t).ok());
+    let rows = stmt.query_map((loop_name, limit, offset), |row| {
+        let content: Option<String> = row.get(2)?;
+        Ok(LoopRow {
+            seq: row.get(0)?,
+            role: row.get(1)?,
+            content: parse(content.clone()).unwrap_or_else(|| json!(content)),
+            model: row.get(3)?,
+            tokens: parse(row.get(4)?),
+            created_at: row.get(5)?,
+            ord: row.get(6)?,
+            r#loop: row.get(7)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The display entries of one transcript row, one per content block: `user` (owner text),
+/// `context` (`[Context: <category>] …` rows, the prefix moved to `metadata.category`),
+/// `text` and `thinking` (the model's), `tool_call` and `tool_result`.
+fn ui_entries(row: &LoopRow) -> Vec<Value> {
+    let blocks = match &row.content {
+        Value::Array(blocks) => blocks.clone(),
+        other => vec![json!({ "type": "text", "text": other })],
+    };
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(index, block)| {
+            let mut metadata = json!({ "seq": row.seq });
+            let text = |key: &str| block.get(key).and_then(Value::as_str).unwrap_or_default();
+            let (kind, content) = match (row.role.as_str(), text("type")) {
+                ("assistant", "thinking") => ("thinking", json!(text("thinking"))),
+                ("assistant", "tool_use") => {
+                    metadata["tool_use_id"] = json!(text("id"));
+                    metadata["input"] = block.get("input").cloned().unwrap_or(Value::Null);
+                    ("tool_call", json!(text("name")))
+                }
+                ("assistant", _) => ("text", json!(text("text"))),
+                (_, "tool_result") => {
+                    metadata["tool_use_id"] = json!(text("tool_use_id"));
+                    metadata["is_error"] = block.get("is_error").cloned().unwrap_or(json!(false));
+                    let content = block.get("content").cloned().unwrap_or(Value::Null);
+                    ("tool_result", content)
+                }
+                _ => {
+                    let body = text("text");
+                    match context_category(body) {
+                        Some((category, rest)) => {
+                            metadata["category"] = json!(category);
+                            ("context", json!(rest))
+                        }
+                        None => ("user", json!(body)),
+                    }
+                }
+            };
+            if let Some(model) = &row.model {
+                metadata["model"] = json!(model);
+            }
+            if let Some(tokens) = &row.tokens {
+                metadata["tokens"] = tokens.clone();
+            }
+            json!({
+                "id": format!("loop-{}-{index}", row.seq),
+                "type": kind,
+                "content": content,
+                "timestamp": row.created_at,
+                "metadata": metadata,
+            })
+        })
+        .collect()
+}
+
+/// `[Context: <category>] <rest>` → `(category, rest)`.
+fn context_category(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix("[Context: ")?;
+    let (category, body) = rest.split_once(']')?;
+    Some((category, body.strip_prefix(' ').unwrap_or(body)))
 }
 
 pub(super) async fn chat_post(
@@ -182,12 +383,49 @@ pub(super) async fn chat_post(
         .into_response())
 }
 
+/// `DELETE /chat?loop`: clears a loop's persisted transcript (default `main`) as the owner,
+/// the way `loop_clear` does: an `adf_audit` snapshot `loop:<name>` first when
+/// `context.audit.loop` is on, then the rows, in one transaction (AUD-18). Refused with 409
+/// while a turn runs (abort it first): a turn's session must not lose its rows underneath it.
 pub(super) async fn chat_delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
-    Err(ApiError::executor_missing("clearing chat"))
+    let agent = find(&state, &id)?;
+    if agent.hil().turn_in_flight() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "a turn is running; abort it first (POST /agents/{id}/abort)",
+        ));
+    }
+    let loop_name = loop_param(&params);
+    let target = loop_name.clone();
+    let (removed, audit_id) = state
+        .daemon
+        .run_observed(&agent, move |file| {
+            let seqs: Vec<i64> = file.loop_rows(&target)?.iter().map(|r| r.seq).collect();
+            let audit = file.audit_enabled("loop")?;
+            let outcome = file.loop_remove(&target, &seqs, audit)?;
+            Ok((outcome.removed, outcome.audit_id))
+        })
+        .await?;
+    state
+        .daemon
+        .emit(
+            &agent,
+            "loop.cleared",
+            "system:daemon",
+            json!({ "method": "clear", "loop": loop_name }),
+        )
+        .await;
+    Ok(Json(json!({
+        "agentId": agent.id,
+        "success": true,
+        "removed": removed,
+        "audited": audit_id.is_some(),
+    }))
+    .into_response())
 }
 
 const TRIGGER_TYPES: [&str; 11] = [
@@ -243,38 +481,76 @@ pub(super) async fn trigger(
         .into_response())
 }
 
+/// `POST /abort`: aborts the agent's turn in flight. Its pending approval is denied and its
+/// ask goes unanswered; the turn stops at its next await, its checkpoint stays `in_progress`,
+/// and the loop's next session recovers it without replay. Unlike the reference (which leaves
+/// its executor `stopped`, so later chats are accepted and never run), the agent stays usable.
 pub(super) async fn abort(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
-    Err(ApiError::executor_missing("abort"))
+    let agent = find(&state, &id)?;
+    let aborted = agent.hil().abort_all();
+    Ok(
+        Json(json!({ "agentId": agent.id, "success": true, "aborted": aborted > 0 }))
+            .into_response(),
+    )
 }
 
 pub(super) async fn asks(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    // Asks live in a running turn; with no executor none can be pending, so the empty list
-    // is the true answer rather than a stand-in.
     let agent = find(&state, &id)?;
-    Ok(Json(json!({ "agentId": agent.id, "asks": [] })).into_response())
+    let asks: Vec<Value> = agent
+        .hil()
+        .asks()
+        .into_iter()
+        .map(|(request_id, question)| json!({ "requestId": request_id, "question": question }))
+        .collect();
+    Ok(Json(json!({ "agentId": agent.id, "asks": asks })).into_response())
 }
 
+/// `POST /asks/{requestId}/respond {answer}`: the answer becomes the `ask` call's result.
 pub(super) async fn ask_respond(
     State(state): State<AppState>,
-    Path((id, _request)): Path<(String, String)>,
+    Path((id, request_id)): Path<(String, String)>,
+    body: Bytes,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
-    Err(ApiError::executor_missing("answering asks"))
+    let agent = find(&state, &id)?;
+    let body = body_json(&body)?;
+    let Some(answer) = body.get("answer").and_then(Value::as_str) else {
+        return Err(ApiError::bad_request("answer is required (a string)"));
+    };
+    if !agent.hil().answer(&request_id, answer.to_owned()) {
+        return Err(ApiError::not_found(format!(
+            "Unknown ask request \"{request_id}\""
+        )));
+    }
+    Ok(
+        Json(json!({ "agentId": agent.id, "requestId": request_id, "answered": true }))
+            .into_response(),
+    )
 }
 
+/// `POST /suspend/respond {resume}`: a `suspended` agent (max_active_turns) goes back to
+/// `active` (`resume: true`) or to `off` (false); `resolved` is false when the agent was not
+/// suspended (nothing changes).
 pub(super) async fn suspend_respond(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Response> {
-    find(&state, &id)?;
-    Err(ApiError::executor_missing("suspend responses"))
+    let agent = find(&state, &id)?;
+    let body = body_json(&body)?;
+    let Some(resume) = body.get("resume").and_then(Value::as_bool) else {
+        return Err(ApiError::bad_request("resume is required (a boolean)"));
+    };
+    let resolved = crate::hil::answer_suspend(&state.daemon, &agent, resume, false).await?;
+    Ok(
+        Json(json!({ "agentId": agent.id, "resume": resume, "resolved": resolved }))
+            .into_response(),
+    )
 }
 
 /// A fresh id for an accepted turn or dispatch (`turn_…`, `trigger_…`).

@@ -96,13 +96,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/agents/{id}/logs", get(resources::logs))
         .route("/agents/{id}/logs/after", get(resources::logs_after))
-        // Operations that need a model turn: validated like the reference, then an honest 501.
+        // Turns, their history and the owner's answers to them (hil.rs holds the waits).
         .route(
             "/agents/{id}/chat",
             get(agents::chat_read)
                 .post(agents::chat_post)
                 .delete(agents::chat_delete),
         )
+        .route("/agents/{id}/loop", get(agents::loop_read))
         .route("/agents/{id}/trigger", post(agents::trigger))
         .route("/agents/{id}/abort", post(agents::abort))
         .route("/agents/{id}/asks", get(agents::asks))

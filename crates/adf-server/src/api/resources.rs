@@ -24,8 +24,9 @@ use adf_store::timers::NewTimer;
 use adf_store::{Caller, FileProtection, FileWrite, MetaProtection, StoreError, TaskRow, TimerRow};
 
 use super::{AppState, body_json, find, success};
-use crate::daemon::info_from_config;
+use crate::daemon::{Agent, info_from_config};
 use crate::error::{ApiError, ApiResult};
+use crate::hil::Verdict;
 
 type Params = Query<HashMap<String, String>>;
 
@@ -36,7 +37,7 @@ pub(super) async fn config_get(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let config = agent.store().run(|file| file.config()).await?;
+    let config = agent.job(|file| file.config()).await?;
     Ok(Json(json!({ "agentId": agent.id, "config": config })).into_response())
 }
 
@@ -107,7 +108,7 @@ pub(super) async fn files_list(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let files = agent.store().run(|file| file.file_list("")).await?;
+    let files = agent.job(|file| file.file_list("")).await?;
     Ok(Json(json!({ "agentId": agent.id, "files": files })).into_response())
 }
 
@@ -145,8 +146,7 @@ pub(super) async fn file_get(
     let path = required_path(&params)?;
     let lookup = path.clone();
     let entry = agent
-        .store()
-        .run(move |file| file.file_read(&lookup))
+        .job(move |file| file.file_read(&lookup))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("Unknown file \"{path}\"")))?;
     let mut body = Map::new();
@@ -248,8 +248,7 @@ pub(super) async fn file_delete(
     let path = required_path(&params)?;
     let target = path.clone();
     let deleted = agent
-        .store()
-        .run(move |file| file.file_delete(Caller::Owner, &target))
+        .job(move |file| file.file_delete(Caller::Owner, &target))
         .await;
     match deleted {
         Ok(_) => {}
@@ -293,8 +292,7 @@ pub(super) async fn file_protection(
     };
     let path = path.to_owned();
     agent
-        .store()
-        .run(move |file| file.file_set_protection(Caller::Owner, &path, level))
+        .job(move |file| file.file_set_protection(Caller::Owner, &path, level))
         .await?;
     Ok(success(&agent))
 }
@@ -320,8 +318,7 @@ pub(super) async fn file_authorized(
     };
     let path = path.to_owned();
     agent
-        .store()
-        .run(move |file| file.file_set_authorized(Caller::Owner, &path, authorized))
+        .job(move |file| file.file_set_authorized(Caller::Owner, &path, authorized))
         .await?;
     Ok(success(&agent))
 }
@@ -333,7 +330,7 @@ pub(super) async fn meta_list(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let entries = agent.store().run(|file| file.meta_list()).await?;
+    let entries = agent.job(|file| file.meta_list()).await?;
     Ok(Json(json!({ "agentId": agent.id, "entries": entries })).into_response())
 }
 
@@ -364,8 +361,7 @@ pub(super) async fn meta_put(
     };
     let protection = parse_meta_protection(body.get("protection"))?;
     agent
-        .store()
-        .run(move |file| file.meta_set(Caller::Owner, &key, &value, protection))
+        .job(move |file| file.meta_set(Caller::Owner, &key, &value, protection))
         .await?;
     Ok(success(&agent))
 }
@@ -376,8 +372,7 @@ pub(super) async fn meta_delete(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     agent
-        .store()
-        .run(move |file| file.meta_delete(Caller::Owner, &key))
+        .job(move |file| file.meta_delete(Caller::Owner, &key))
         .await?;
     Ok(success(&agent))
 }
@@ -392,8 +387,7 @@ pub(super) async fn meta_protection(
     let protection = parse_meta_protection(body.get("protection"))?
         .ok_or_else(|| ApiError::bad_request("protection is required"))?;
     agent
-        .store()
-        .run(move |file| file.meta_set_protection(Caller::Owner, &key, protection))
+        .job(move |file| file.meta_set_protection(Caller::Owner, &key, protection))
         .await?;
     Ok(success(&agent))
 }
@@ -434,7 +428,7 @@ pub(super) async fn timers_list(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let timers = agent.store().run(|file| file.timers()).await?;
+    let timers = agent.job(|file| file.timers()).await?;
     let timers: Vec<Value> = timers.iter().map(timer_view).collect();
     Ok(Json(json!({ "agentId": agent.id, "timers": timers })).into_response())
 }
@@ -487,8 +481,7 @@ pub(super) async fn timer_add(
     let (warm, locked) = (flag("warm"), flag("locked"));
     let stored = schedule.to_stored();
     let timer_id = agent
-        .store()
-        .run(move |file| {
+        .job(move |file| {
             file.timer_insert(&NewTimer {
                 schedule: &stored,
                 next_wake_at,
@@ -514,8 +507,7 @@ pub(super) async fn timer_delete(
         .parse()
         .map_err(|_| ApiError::bad_request("timerId must be an integer"))?;
     match agent
-        .store()
-        .run(move |file| file.timer_delete(Caller::Owner, timer_id))
+        .job(move |file| file.timer_delete(Caller::Owner, timer_id))
         .await
     {
         Ok(()) => {
@@ -572,8 +564,7 @@ async fn mailbox(
         ..MessageFilter::default()
     };
     let rows = agent
-        .store()
-        .run(move |file| file.messages(mailbox, &filter, None))
+        .job(move |file| file.messages(mailbox, &filter, None))
         .await?;
     let messages: Vec<Value> = rows.into_iter().map(message_view).collect();
     Ok(Json(json!({ "agentId": agent.id, "messages": messages })).into_response())
@@ -654,10 +645,7 @@ pub(super) async fn tasks_list(
         )));
     }
     let limit = parse_limit(&params, 100)?;
-    let tasks = agent
-        .store()
-        .run(move |file| file.tasks(status.as_deref()))
-        .await?;
+    let tasks = agent.job(move |file| file.tasks(status.as_deref())).await?;
     let tasks: Vec<Value> = tasks.iter().take(limit).map(task_view).collect();
     Ok(Json(json!({ "agentId": agent.id, "tasks": tasks })).into_response())
 }
@@ -669,8 +657,7 @@ pub(super) async fn task_get(
     let agent = find(&state, &id)?;
     let lookup = task_id.clone();
     let task = agent
-        .store()
-        .run(move |file| file.task(&lookup))
+        .job(move |file| file.task(&lookup))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("Unknown task \"{task_id}\"")))?;
     Ok(Json(json!({ "agentId": agent.id, "task": task_view(&task) })).into_response())
@@ -707,6 +694,9 @@ pub(super) async fn task_resolve(
         }
     };
     let approved = action == "approve";
+    if let Some(answer) = resolve_live(&agent, &task_id, &resolution) {
+        return Ok(answer);
+    }
     let tools = state.daemon.tools();
     let target = task_id.clone();
     // Observed: an approved call may create tasks and log rows (on_task_create, on_logs).
@@ -779,6 +769,46 @@ pub(super) async fn task_resolve(
     .into_response())
 }
 
+/// Resolves an approval a running turn waits on without the store worker, which that turn
+/// holds: the decision goes to the turn through the agent's registry, and the turn records it
+/// on the row (`running` or `denied`) and emits `hil.resolved`. The answer's `task` is the row
+/// as it stands once the turn records the decision. `None`: no live turn waits on this task.
+fn resolve_live(agent: &Agent, task_id: &str, resolution: &Resolution) -> Option<Response> {
+    let (resolution, task) = match resolution {
+        Resolution::Escalate => {
+            // Already waiting for the owner: nothing changes.
+            let task = agent.hil().pending_task(task_id)?;
+            (
+                json!({ "task_id": task_id, "status": "pending_approval" }),
+                task,
+            )
+        }
+        Resolution::Approve { modified_args } => {
+            let verdict = Verdict::Approve {
+                modified_args: modified_args.clone(),
+            };
+            let resolved = agent.hil().resolve(task_id, verdict)?;
+            (resolved.resolution, resolved.task)
+        }
+        Resolution::Deny { reason } => {
+            let verdict = Verdict::Deny {
+                reason: reason.clone(),
+            };
+            let resolved = agent.hil().resolve(task_id, verdict)?;
+            (resolved.resolution, resolved.task)
+        }
+    };
+    Some(
+        Json(json!({
+            "agentId": agent.id,
+            "taskId": task_id,
+            "resolution": resolution,
+            "task": task_view(&task),
+        }))
+        .into_response(),
+    )
+}
+
 // ---------------------------------------------------------------------------------- logs
 
 const LOG_COLUMNS: &str = "id, level, origin, event, target, message, data, created_at";
@@ -807,8 +837,7 @@ pub(super) async fn logs(
     let origin = params.get("origin").cloned();
     let event = params.get("event").cloned();
     let logs = agent
-        .store()
-        .run(move |file| {
+        .job(move |file| {
             let mut stmt = file.connection().prepare(&format!(
                 "SELECT {LOG_COLUMNS} FROM adf_logs
                  WHERE (?1 IS NULL OR origin = ?1) AND (?2 IS NULL OR event = ?2)
@@ -833,8 +862,7 @@ pub(super) async fn logs_after(
         .parse()
         .map_err(|_| ApiError::bad_request("afterId must be an integer"))?;
     let logs = agent
-        .store()
-        .run(move |file| {
+        .job(move |file| {
             let mut stmt = file.connection().prepare(&format!(
                 "SELECT {LOG_COLUMNS} FROM adf_logs WHERE id > ?1 ORDER BY id LIMIT 1000"
             ))?;
