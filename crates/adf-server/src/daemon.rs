@@ -319,6 +319,14 @@ impl Daemon {
             close_quietly(store).await;
             return Err(ServerError::Conflict(message));
         }
+        // Before the agent is visible, so no turn of this process can be waiting yet.
+        let orphans = match store.run(crate::hil::settle_orphaned_approvals).await {
+            Ok(orphans) => orphans,
+            Err(error) => {
+                tracing::warn!(path = %canonical.display(), %error, "cannot settle orphaned approvals");
+                Vec::new()
+            }
+        };
         let info = info_from_config(&config, handle_meta);
         let agent = Arc::new(Agent {
             id,
@@ -349,6 +357,7 @@ impl Daemon {
             }),
         )
         .await;
+        self.report_orphaned_approvals(&agent, orphans).await;
         // Timers: a timer missed while the file was not loaded is due now and fires once.
         self.ensure_scheduler();
         self.rearm_timers(&agent).await;

@@ -382,6 +382,68 @@ async fn suspend_watch(daemon: Daemon, agent: Arc<Agent>, generation: u64) {
     }
 }
 
+/// Why an orphaned approval is cancelled (or an approved call failed) on load.
+pub const ORPHANED: &str = "orphaned: the turn waiting for this approval ended with its process";
+
+/// Settles the approvals a turn of an earlier process left behind (reference behaviour on
+/// load): an executor-managed `pending_approval` task is `cancelled`, an executor-managed
+/// `running` one (approved, outcome never recorded) `failed`. Without this an owner could
+/// approve a call no turn will ever make. Runs in the load's first job, before any turn of
+/// this process can exist; returns `(task_id, former status)` for
+/// [`Daemon::report_orphaned_approvals`].
+pub(crate) fn settle_orphaned_approvals(
+    file: &mut AdfFile,
+) -> Result<Vec<(String, &'static str)>, StoreError> {
+    let mut settled = Vec::new();
+    for (status, to) in [("pending_approval", "cancelled"), ("running", "failed")] {
+        for task in file.tasks(Some(status))? {
+            if task.executor_managed {
+                file.task_update(&task.id, to, None, Some(ORPHANED))?;
+                settled.push((task.id, status));
+            }
+        }
+    }
+    Ok(settled)
+}
+
+impl Daemon {
+    /// `hil.resolved{orphaned: true}` for each approval [`settle_orphaned_approvals`] settled,
+    /// and one `loop.recovered{reason: "orphaned_tasks"}`.
+    pub(crate) async fn report_orphaned_approvals(
+        &self,
+        agent: &Agent,
+        settled: Vec<(String, &'static str)>,
+    ) {
+        if settled.is_empty() {
+            return;
+        }
+        for (task_id, _) in &settled {
+            self.emit(
+                agent,
+                "hil.resolved",
+                "system:runtime",
+                json!({ "request_id": task_id, "task_id": task_id, "approved": false, "orphaned": true }),
+            )
+            .await;
+        }
+        let awaiting = settled
+            .iter()
+            .filter(|(_, status)| *status == "pending_approval")
+            .count();
+        self.emit(
+            agent,
+            "loop.recovered",
+            "system:runtime",
+            json!({
+                "reason": "orphaned_tasks",
+                "running": settled.len() - awaiting,
+                "awaiting_approval": awaiting,
+            }),
+        )
+        .await;
+    }
+}
+
 /// What a turn job needs from the daemon: the agent (its registry) and an ordered event
 /// stream (events are published by one task per turn job, so `hil.requested` always precedes
 /// its `hil.resolved`).

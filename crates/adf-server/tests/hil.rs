@@ -139,6 +139,15 @@ async fn turn_ended(h: &Harness, agent: &Agent) {
     .await;
 }
 
+/// Waits until an event satisfying `matches` was published (events of a turn go out from
+/// their own task, shortly after what the test observed in the file).
+async fn wait_event(h: &Harness, what: &str, matches: impl Fn(&str, &Value) -> bool) {
+    wait_for(what, || async {
+        event_types(h).iter().any(|(t, p)| matches(t, p))
+    })
+    .await;
+}
+
 fn event_types(h: &Harness) -> Vec<(String, Value)> {
     h.server
         .daemon
@@ -217,6 +226,7 @@ async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_conti
     assert_eq!(status, 409);
 
     // hil.requested then hil.resolved, with argument names only (no values, no _reason).
+    wait_event(&h, "hil.resolved", |t, _| t == "hil.resolved").await;
     let events = event_types(&h);
     let requested = events
         .iter()
@@ -308,6 +318,7 @@ async fn tol_08_a_denied_call_tells_the_model_why_and_changes_nothing() {
     let row = get(&h, &format!("/agents/{}/tasks/{task_id}", agent.id)).await;
     assert_eq!(row["task"]["status"], "denied");
     assert_eq!(row["task"]["error"], "not today");
+    wait_event(&h, "hil.resolved", |t, _| t == "hil.resolved").await;
     let resolved = event_types(&h)
         .into_iter()
         .find(|(t, _)| t == "hil.resolved")
@@ -368,6 +379,7 @@ async fn ask_waits_for_the_owners_answer_which_the_model_reads() {
     let (status, _) = post(&h, &respond, json!({ "answer": "again" })).await;
     assert_eq!(status, 404, "answered once");
 
+    wait_event(&h, "ask.resolved", |t, _| t == "ask.resolved").await;
     let events = event_types(&h);
     let requested = events.iter().find(|(t, _)| t == "ask.requested").unwrap();
     assert_eq!(requested.1["request_id"], request_id.as_str());
@@ -640,6 +652,10 @@ async fn stl_44_loop_send_wake_is_served_after_the_waking_turn_in_the_daemon() {
     assert!(has_text(&agent, "main", "Sent.").await);
     assert!(has_text(&agent, "worker", "count the files").await);
     assert_eq!(mock.request_count(), 3);
+    wait_event(&h, "the worker's turn.completed", |t, p| {
+        t == "turn.completed" && p["loop"] == "worker"
+    })
+    .await;
     let completed: Vec<Value> = event_types(&h)
         .into_iter()
         .filter(|(t, _)| t == "turn.completed")
@@ -732,6 +748,7 @@ async fn stl_21_an_unanswered_suspension_turns_the_agent_off_and_an_answer_resum
         stored_state(&h, &agent).await == "off"
     })
     .await;
+    wait_event(&h, "suspend.resolved", |t, _| t == "suspend.resolved").await;
     let events = event_types(&h);
     assert!(events.iter().any(|(t, _)| t == "suspend.requested"));
     let resolved = events
@@ -759,5 +776,59 @@ async fn stl_21_an_unanswered_suspension_turns_the_agent_off_and_an_answer_resum
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["resolved"], true);
     assert_eq!(stored_state(&h, &agent).await, "active");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_left_by_an_earlier_process_are_settled_on_load() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock, "orphans", &[]);
+    let (waiting, approved, queued) = {
+        let mut file = AdfFile::open(&path).unwrap();
+        let mut task = |status: &str, executor_managed: bool| {
+            file.task_create(&adf_store::tasks::NewTask {
+                tool: "sys_update_config",
+                args: &json!({ "path": "description", "value": "x" }),
+                status,
+                origin: Some("hil:orphans:x"),
+                requires_authorization: true,
+                executor_managed,
+                approval_meta: Some(&json!({ "reason": "restricted" })),
+                r#loop: Some("main"),
+            })
+            .unwrap()
+        };
+        let ids = (
+            task("pending_approval", true),
+            task("running", true),
+            task("pending_approval", false),
+        );
+        file.close().unwrap();
+        ids
+    };
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    let status = |id: String| {
+        let h = &h;
+        let agent = &agent;
+        async move { get(h, &format!("/agents/{}/tasks/{id}", agent.id)).await["task"].clone() }
+    };
+    let settled = status(waiting.clone()).await;
+    assert_eq!(settled["status"], "cancelled");
+    assert_eq!(settled["error"], adf_server::hil::ORPHANED);
+    assert_eq!(status(approved).await["status"], "failed");
+    // An `_async` approval (not executor-managed) is still the owner's to decide.
+    assert_eq!(status(queued).await["status"], "pending_approval");
+    let events = event_types(&h);
+    let resolved = events
+        .iter()
+        .find(|(t, p)| t == "hil.resolved" && p["task_id"] == waiting.as_str())
+        .unwrap();
+    assert_eq!(resolved.1["orphaned"], true);
+    let recovered = events.iter().find(|(t, _)| t == "loop.recovered").unwrap();
+    assert_eq!(
+        recovered.1,
+        json!({ "reason": "orphaned_tasks", "running": 1, "awaiting_approval": 1 })
+    );
     h.stop().await;
 }
