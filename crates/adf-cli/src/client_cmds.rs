@@ -58,6 +58,18 @@ pub(crate) enum ClientCommand {
     /// Stop and unload an agent; its file is closed cleanly.
     #[command(alias = "unload")]
     Stop { agent: String },
+    /// Abort a daemon agent's turn in progress; the agent stays loaded and usable.
+    Abort { agent: String },
+    /// List the questions a daemon agent's turn is waiting on (`ask`).
+    Asks { agent: String },
+    /// Answer a pending question: `adf answer AGENT REQUEST_ID text…`.
+    Answer {
+        agent: String,
+        request: String,
+        /// The answer; several words are joined with spaces.
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
     /// Load an agent file into the running daemon.
     Load { path: PathBuf },
     /// Print one file stored in a daemon agent.
@@ -366,6 +378,44 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
                 .post(&format!("/agents/{}/stop", encode(&agent)), None)
                 .await?;
             print_json_or(out, &body, || say!("Stopped {agent}"));
+        }
+        ClientCommand::Abort { agent } => {
+            let body = client
+                .post(&format!("/agents/{}/abort", encode(&agent)), None)
+                .await?;
+            print_json_or(out, &body, || say!("Aborted {agent}'s turn"));
+        }
+        ClientCommand::Asks { agent } => {
+            let body = client
+                .get(&format!("/agents/{}/asks", encode(&agent)))
+                .await?;
+            print_json_or(out, &body, || {
+                if body["asks"].as_array().is_none_or(Vec::is_empty) {
+                    say!("No pending questions.");
+                } else {
+                    table(
+                        &["requestId", "question"],
+                        &rows(&body["asks"], &["requestId", "question"]),
+                    );
+                }
+            });
+        }
+        ClientCommand::Answer {
+            agent,
+            request,
+            text,
+        } => {
+            let body = client
+                .post(
+                    &format!(
+                        "/agents/{}/asks/{}/respond",
+                        encode(&agent),
+                        encode(&request)
+                    ),
+                    Some(&json!({ "answer": text.join(" ") })),
+                )
+                .await?;
+            print_json_or(out, &body, || say!("Answered {request}"));
         }
         ClientCommand::Load { path } => {
             // The daemon resolves relative paths against its own folder; send an absolute one.
