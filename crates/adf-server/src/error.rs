@@ -1,7 +1,9 @@
 //! Errors: [`ServerError`] for the library API, [`ApiError`] for HTTP answers.
 //!
 //! Every HTTP error body is the reference's `{"error": "..."}` (plus `message` for 401), with
-//! the reference's status codes: 400 bad input, 401 missing token, 404 unknown agent/file/task,
+//! the reference's status codes: 400 bad input, 401 missing token, 403 a review the owner must
+//! accept first (`{error, code: "AGENT_REVIEW_REQUIRED", agentId, filePath}`), 404 unknown
+//! agent/file/task,
 //! 409 a task that cannot be resolved, 500 runtime errors, 501 operations this daemon does not
 //! run yet.
 
@@ -36,6 +38,12 @@ pub enum ServerError {
 
     #[error("http client: {0}")]
     Client(String),
+
+    /// `requireReview` and the owner has not accepted the file's current digest (`review`).
+    #[error(
+        "agent \"{agent_id}\" ({file_path}) must be reviewed before it is loaded: read GET /agents/review?filePath=..., then POST /agents/review/accept"
+    )]
+    ReviewRequired { agent_id: String, file_path: String },
 }
 
 /// An HTTP error answer.
@@ -43,6 +51,8 @@ pub enum ServerError {
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// Fields beside `error` in the body (`code`, `agentId`, `filePath` of a 403 review).
+    pub details: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ApiError {
@@ -50,6 +60,7 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            details: None,
         }
     }
 
@@ -98,6 +109,19 @@ impl From<ServerError> for ApiError {
                 Self::not_found(error.to_string())
             }
             ServerError::Conflict(message) => Self::new(StatusCode::CONFLICT, message),
+            ServerError::ReviewRequired {
+                ref agent_id,
+                ref file_path,
+            } => {
+                let details = json!({
+                    "code": "AGENT_REVIEW_REQUIRED",
+                    "agentId": agent_id,
+                    "filePath": file_path,
+                });
+                let mut answer = Self::new(StatusCode::FORBIDDEN, error.to_string());
+                answer.details = details.as_object().cloned();
+                answer
+            }
             ServerError::Store(store) => store.into(),
             other => Self::internal(other.to_string()),
         }
@@ -106,7 +130,10 @@ impl From<ServerError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        let mut body = serde_json::Map::new();
+        body.insert("error".into(), json!(self.message));
+        body.extend(self.details.unwrap_or_default());
+        (self.status, Json(serde_json::Value::Object(body))).into_response()
     }
 }
 

@@ -18,6 +18,8 @@
 //!   bounded queue per agent to system lambdas and agent turns.
 //! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
 //!   of fires to system lambdas and agent turns.
+//! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
+//!   the home's settings) and the autostart scan of tracked directories.
 //! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn
 //!   waits for (answered over HTTP without the agent's worker), abort, suspend answers.
 //!
@@ -35,6 +37,7 @@ pub mod events;
 pub mod hil;
 pub mod memory;
 pub mod openapi;
+pub mod review;
 pub mod scheduler;
 pub mod serve;
 pub mod settings;

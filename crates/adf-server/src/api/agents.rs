@@ -74,6 +74,10 @@ pub(super) async fn load(State(state): State<AppState>, body: Bytes) -> ApiResul
     else {
         return Err(ApiError::bad_request("filePath is required"));
     };
+    // The review gate applies to loads only when asked (as in the reference) and to autostart.
+    if body.get("requireReview").and_then(Value::as_bool) == Some(true) {
+        state.daemon.require_reviewed(&PathBuf::from(path)).await?;
+    }
     let loaded = state.daemon.load(&PathBuf::from(path)).await?;
     Ok(Json(agent_ref(&loaded.agent).await?).into_response())
 }

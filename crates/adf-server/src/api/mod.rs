@@ -6,6 +6,7 @@
 
 mod agents;
 mod resources;
+mod review;
 mod settings;
 mod sse;
 
@@ -44,6 +45,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/agents", get(agents::list))
         .route("/agents/load", post(agents::load))
+        .route("/agents/autostart", post(review::autostart))
+        .route("/agents/review", get(review::get))
+        .route("/agents/review/accept", post(review::accept))
         .route("/agents/{id}", get(agents::get_ref))
         .route("/agents/{id}/status", get(agents::status))
         .route("/agents/{id}/start", post(agents::start))
