@@ -64,6 +64,8 @@ pub struct Agent {
     triggers: TriggerQueue,
     /// Turns in flight and the owner decisions they wait for (empty while idle).
     hil: Hil,
+    /// The umbilical taps' queue, buckets and counters (see `taps`).
+    taps: crate::taps::Taps,
 }
 
 impl Agent {
@@ -80,6 +82,11 @@ impl Agent {
     /// The agent's turns in flight and the approvals and asks they wait for.
     pub fn hil(&self) -> &Hil {
         &self.hil
+    }
+
+    /// The agent's umbilical taps (bounded queue and counters).
+    pub fn taps(&self) -> &crate::taps::Taps {
+        &self.taps
     }
 
     pub fn info(&self) -> AgentInfo {
@@ -339,6 +346,7 @@ impl Daemon {
             )),
             triggers: TriggerQueue::default(),
             hil: Hil::default(),
+            taps: crate::taps::Taps::default(),
         });
         {
             let mut registry = self.registry_mut();
@@ -473,15 +481,18 @@ impl Daemon {
                 tracing::warn!(agent = %agent.id, %error, "cannot persist {SEQ_META_KEY}");
             }
         }
-        // Publishing while holding the allocator keeps seq order equal to cursor order.
-        self.inner.events.publish(Envelope {
+        let envelope = Envelope {
             event_type: event_type.to_owned(),
             timestamp: adf_store::time::now_ms(),
             source: source.to_owned(),
             agent_id: Some(agent.id.clone()),
             payload,
             seq: number,
-        });
+        };
+        // Never waits: the agent's umbilical taps get it through their bounded queue.
+        self.offer_to_taps(agent, &envelope);
+        // Publishing while holding the allocator keeps seq order equal to cursor order.
+        self.inner.events.publish(envelope);
     }
 }
 

@@ -87,6 +87,8 @@ struct QueueState {
     cached: Option<Arc<Cached>>,
     /// The highest rowid already seen in each observed table; `None` until the first read.
     marks: Option<RowMarks>,
+    /// Bumped by every `invalidate`, so other caches of config-derived data (taps) know.
+    generation: u64,
 }
 
 /// The highest rowid seen in `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox`, in
@@ -132,7 +134,14 @@ impl TriggerQueue {
 
     /// Forgets the cached targets (the config changed or may have).
     pub(crate) fn invalidate(&self) {
-        self.lock().cached = None;
+        let mut state = self.lock();
+        state.cached = None;
+        state.generation += 1;
+    }
+
+    /// How many times the cached targets were invalidated (the config may have changed).
+    pub(crate) fn generation(&self) -> u64 {
+        self.lock().generation
     }
 
     /// Whether a delivery offered now would be dropped.
@@ -458,6 +467,12 @@ impl Daemon {
         });
         self.emit(agent, "lambda.started", &source, base.clone())
             .await;
+        // `adf.emit_event` calls of the run, in order, between its start and its end.
+        for custom in &report.custom {
+            let from = format!("lambda:{}", custom.source);
+            self.emit(agent, &custom.event_type, &from, custom.payload.clone())
+                .await;
+        }
         let mut done = base;
         done["duration_ms"] = json!(report.duration_ms);
         if let Some(error) = &report.error {

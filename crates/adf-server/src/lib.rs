@@ -20,6 +20,7 @@
 //!   of fires to system lambdas and agent turns.
 //! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
 //!   the home's settings) and the autostart scan of tracked directories.
+//! - [`taps`]: umbilical taps (§5.24) and `emit_event`'s `custom.*` events on the bus.
 //! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn
 //!   waits for (answered over HTTP without the agent's worker), abort, suspend answers.
 //!
@@ -41,6 +42,7 @@ pub mod review;
 pub mod scheduler;
 pub mod serve;
 pub mod settings;
+pub mod taps;
 
 pub use daemon::{Agent, Daemon, Loaded};
 pub use error::{ApiError, ServerError};

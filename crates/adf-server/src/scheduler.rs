@@ -162,6 +162,8 @@ pub(crate) struct LambdaReport {
     pub(crate) error: Option<String>,
     /// Files the run created or changed (path, size), for `on_file_change`.
     pub(crate) written: Vec<(String, i64)>,
+    /// The run's `adf.emit_event` events, published with `lambda.started`/`completed`.
+    pub(crate) custom: Vec<crate::taps::CustomEvent>,
 }
 
 impl Daemon {
@@ -653,6 +655,8 @@ pub(crate) fn run_system_lambda(
 ) -> LambdaReport {
     let started_at = adf_store::time::now_ms();
     let clock = Instant::now();
+    let custom = Arc::new(crate::taps::CustomEvents::default());
+    let sink: Arc<dyn adf_runtime::code::EventSink> = custom.clone();
     let (error, written) =
         crate::dispatch::with_written_files(file, |file| match current_thread() {
             None => Some("cannot start a runtime for agent code".to_owned()),
@@ -661,7 +665,7 @@ pub(crate) fn run_system_lambda(
                     Ok(sandbox) => sandbox,
                     Err(error) => return Some(error.to_string()),
                 };
-                let env = CodeEnv::new(sandbox, registry);
+                let env = CodeEnv::new(sandbox, registry).with_event_sink(sink);
                 // The defaults: no shorter time limit, `loop_inject` straight into main.
                 let options = RunOptions {
                     warm,
@@ -692,6 +696,7 @@ pub(crate) fn run_system_lambda(
         duration_ms: clock.elapsed().as_secs_f64() * 1000.0,
         error,
         written,
+        custom: custom.take(),
     }
 }
 

@@ -1,0 +1,587 @@
+//! Umbilical taps (spec §5.24): lambdas the agent declares in `umbilical_taps[]` that receive
+//! the umbilical events the daemon publishes for that agent, and `emit_event`'s `custom.*`
+//! events.
+//!
+//! Principal items: [`Tap`] (one parsed `umbilical_taps[]` entry, [`parse_taps`]), [`Taps`]
+//! (an agent's bounded tap queue, its per-tap token buckets and counters), and
+//! [`CustomEvents`] (the `EventSink` a daemon lambda run gets, so `adf.emit_event` becomes a
+//! real bus event).
+//!
+//! Flow. [`crate::Daemon::emit`] offers every agent event to [`Daemon::offer_to_taps`] right
+//! before it is published. That call never waits: when the agent is known to have no tap it
+//! returns at once (the parsed taps are cached until the agent's trigger targets are
+//! invalidated, i.e. until the config may have changed), otherwise the envelope joins the
+//! agent's tap queue of at most [`TAP_QUEUE_CAPACITY`] events (a full queue drops and counts).
+//! One task per agent, alive only while that queue is non-empty, matches each event against
+//! the taps and runs each matching tap's lambda as one system-scope job on the agent's worker
+//! (the lambda file's `authorized` flag decides its authorization, as for trigger lambdas),
+//! with the envelope as input.
+//!
+//! Filters. `filter.event_types` (default `["*"]`) lists exact types, `*` (everything) or
+//! `prefix.*` (types starting with `prefix.`); a wildcard needs `filter.allow_wildcard: true`
+//! (CFG-41): a tap that breaks the rule, or names no valid lambda, is skipped (a tracing
+//! warning per config read), never run with a guessed filter. `filter.when` is accepted and
+//! **not evaluated**: the spec names it without saying what it holds, so this daemon does not
+//! guess an expression language; a tap with `when` receives what its `event_types` match.
+//!
+//! `exclude_own_origin` (default true): events published while the daemon reports a tap's own
+//! run — its `lambda.started`/`lambda.completed`, the `file.written` of files it wrote, the
+//! `custom.*` events it emitted — carry that tap as their origin (a task-local set around the
+//! publishing) and are not delivered back to it. Other taps receive them.
+//!
+//! `max_rate_per_sec` (default 100) is a token bucket per tap (capacity one second of events):
+//! an event that finds it empty is dropped and counted, and when the queue drains one `warn`
+//! log row (`origin umbilical_tap`, event `tap_rate_limited`) per tap reports the burst.
+//! The bound: [`TAP_QUEUE_CAPACITY`] queued envelopes per agent, plus at most
+//! [`MAX_CUSTOM_EVENTS`] buffered custom events per lambda run.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use adf_runtime::code::{EventSink, LambdaRef};
+use adf_runtime::triggers::Producer;
+
+use crate::daemon::{Agent, Daemon};
+use crate::dispatch::observe;
+use crate::events::Envelope;
+use crate::scheduler::run_system_lambda;
+
+/// Most events one agent's tap queue holds; beyond it events are dropped (and counted).
+pub const TAP_QUEUE_CAPACITY: usize = 256;
+/// Most `custom.*` events one lambda run may emit; beyond it `emit_event` answers
+/// `delivered: false`.
+pub const MAX_CUSTOM_EVENTS: usize = 256;
+/// A custom payload larger than this (serialized) is replaced by `{_truncated, bytes}`, as the
+/// reference's replay window does with large payloads.
+pub const MAX_CUSTOM_PAYLOAD_BYTES: usize = 4096;
+/// `max_rate_per_sec` when absent or not a positive number.
+pub const DEFAULT_MAX_RATE: f64 = 100.0;
+
+tokio::task_local! {
+    /// The tap whose run the events published in this scope report (for `exclude_own_origin`).
+    static TAP_ORIGIN: String;
+}
+
+/// One `umbilical_taps[]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tap {
+    pub name: String,
+    pub lambda: LambdaRef,
+    pub event_types: Vec<String>,
+    pub exclude_own_origin: bool,
+    pub max_rate_per_sec: f64,
+}
+
+impl Tap {
+    /// Whether the tap's `event_types` select `event_type`.
+    pub fn matches(&self, event_type: &str) -> bool {
+        self.event_types
+            .iter()
+            .any(|pattern| type_matches(pattern, event_type))
+    }
+}
+
+fn is_wildcard(pattern: &str) -> bool {
+    pattern == "*" || pattern.ends_with(".*")
+}
+
+fn type_matches(pattern: &str, event_type: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    match pattern.strip_suffix('*') {
+        // `prefix.*`: the dot stays in the prefix, so `tool.*` does not match `toolbox.x`.
+        Some(prefix) if prefix.ends_with('.') => event_type.starts_with(prefix),
+        _ => pattern == event_type,
+    }
+}
+
+/// The valid taps of `config`, and a description of each entry that was skipped.
+pub fn parse_taps(config: &Value) -> (Vec<Tap>, Vec<String>) {
+    let mut taps = Vec::new();
+    let mut skipped = Vec::new();
+    let entries = config
+        .get("umbilical_taps")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    for (index, entry) in entries.iter().enumerate() {
+        let name = entry
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map_or_else(|| format!("#{index}"), str::to_owned);
+        let lambda = match entry
+            .get("lambda")
+            .and_then(Value::as_str)
+            .map(LambdaRef::parse)
+        {
+            Some(Ok(lambda)) => lambda,
+            Some(Err(error)) => {
+                skipped.push(format!("tap {name}: bad lambda: {}", error.message));
+                continue;
+            }
+            None => {
+                skipped.push(format!("tap {name}: no lambda"));
+                continue;
+            }
+        };
+        let filter = entry.get("filter");
+        let event_types: Vec<String> = match filter.and_then(|f| f.get("event_types")) {
+            None | Some(Value::Null) => vec!["*".to_owned()],
+            Some(Value::Array(types)) => types
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            Some(_) => {
+                skipped.push(format!("tap {name}: filter.event_types is not an array"));
+                continue;
+            }
+        };
+        let allow_wildcard = filter
+            .and_then(|f| f.get("allow_wildcard"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        if !allow_wildcard && event_types.iter().any(|t| is_wildcard(t)) {
+            skipped.push(format!(
+                "tap {name}: wildcard event_types require filter.allow_wildcard: true"
+            ));
+            continue;
+        }
+        let exclude_own_origin = entry
+            .get("exclude_own_origin")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let max_rate_per_sec = entry
+            .get("max_rate_per_sec")
+            .and_then(Value::as_f64)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or(DEFAULT_MAX_RATE);
+        taps.push(Tap {
+            name,
+            lambda,
+            event_types,
+            exclude_own_origin,
+            max_rate_per_sec,
+        });
+    }
+    (taps, skipped)
+}
+
+/// A `custom.*` event emitted by agent code, published after the run's job.
+#[derive(Debug, Clone)]
+pub struct CustomEvent {
+    /// `path:function` of the emitting code.
+    pub source: String,
+    pub event_type: String,
+    pub payload: Value,
+}
+
+/// The [`EventSink`] of one lambda run: a bounded buffer the daemon publishes from once the
+/// job is over (publishing needs the agent's `seq`, whose persistence needs the file the run
+/// is holding).
+#[derive(Debug, Default)]
+pub struct CustomEvents {
+    events: Mutex<Vec<CustomEvent>>,
+    dropped: AtomicU64,
+}
+
+impl CustomEvents {
+    /// The events emitted so far (the buffer is emptied).
+    pub fn take(&self) -> Vec<CustomEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Events refused because the buffer was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl EventSink for CustomEvents {
+    fn emit(&self, source: &str, event_type: &str, payload: &Value) -> bool {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if events.len() >= MAX_CUSTOM_EVENTS {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let bytes = serde_json::to_string(payload).map_or(0, |s| s.len());
+        let payload = if bytes > MAX_CUSTOM_PAYLOAD_BYTES {
+            json!({ "_truncated": true, "bytes": bytes })
+        } else {
+            payload.clone()
+        };
+        events.push(CustomEvent {
+            source: source.to_owned(),
+            event_type: event_type.to_owned(),
+            payload,
+        });
+        true
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new(rate: f64) -> Self {
+        Self {
+            rate,
+            tokens: rate.max(1.0),
+            last: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.last).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + refill).min(self.rate.max(1.0));
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Queued {
+    envelope: Envelope,
+    /// The tap whose run published it, if any.
+    origin: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct TapState {
+    /// The parsed taps with the trigger generation they were read at.
+    cached: Option<(u64, Arc<[Tap]>)>,
+    pending: VecDeque<Queued>,
+    draining: bool,
+    buckets: HashMap<String, Bucket>,
+    /// Rate-limited drops per tap not yet reported in a log row.
+    unlogged: HashMap<String, u64>,
+    queue_dropped_unlogged: u64,
+    delivered: u64,
+    rate_dropped: u64,
+    queue_dropped: u64,
+}
+
+/// One agent's taps: the cache, the bounded queue, the buckets and the counters.
+#[derive(Debug, Default)]
+pub struct Taps {
+    state: Mutex<TapState>,
+}
+
+/// Counters of an agent's [`Taps`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapStats {
+    /// Tap lambda runs started.
+    pub delivered: u64,
+    /// Events a tap's `max_rate_per_sec` dropped.
+    pub rate_dropped: u64,
+    /// Events dropped because the tap queue was full.
+    pub queue_dropped: u64,
+    /// Whether a task is working through the queue.
+    pub draining: bool,
+}
+
+impl Taps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TapState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn stats(&self) -> TapStats {
+        let state = self.lock();
+        TapStats {
+            delivered: state.delivered,
+            rate_dropped: state.rate_dropped,
+            queue_dropped: state.queue_dropped,
+            draining: state.draining,
+        }
+    }
+}
+
+impl Daemon {
+    /// Queues `envelope` for `agent`'s taps; never waits. Called by `emit` for every agent
+    /// event just before it is published.
+    pub(crate) fn offer_to_taps(&self, agent: &Agent, envelope: &Envelope) {
+        let generation = agent.triggers().generation();
+        let start = {
+            let mut state = agent.taps().lock();
+            if let Some((seen, taps)) = &state.cached
+                && *seen == generation
+                && taps.is_empty()
+            {
+                return;
+            }
+            if state.pending.len() >= TAP_QUEUE_CAPACITY {
+                state.queue_dropped += 1;
+                state.queue_dropped_unlogged += 1;
+                return;
+            }
+            state.pending.push_back(Queued {
+                envelope: envelope.clone(),
+                origin: TAP_ORIGIN.try_with(String::clone).ok(),
+            });
+            !std::mem::replace(&mut state.draining, true)
+        };
+        if !start {
+            return;
+        }
+        // The queue task needs the shared handle; an agent being unloaded is not found, and
+        // its taps stop with it.
+        match self
+            .agent(&agent.id)
+            .ok()
+            .filter(|found| std::ptr::eq(Arc::as_ptr(found), agent))
+        {
+            Some(agent) => {
+                let daemon = self.clone();
+                tokio::spawn(async move { daemon.drain_taps(agent).await });
+            }
+            None => {
+                let mut state = agent.taps().lock();
+                state.pending.clear();
+                state.draining = false;
+            }
+        }
+    }
+
+    async fn drain_taps(&self, agent: Arc<Agent>) {
+        loop {
+            let next = {
+                let mut state = agent.taps().lock();
+                let next = state.pending.pop_front();
+                if next.is_none() {
+                    state.draining = false;
+                }
+                next
+            };
+            let Some(queued) = next else {
+                self.log_tap_drops(&agent).await;
+                return;
+            };
+            let Some(taps) = self.current_taps(&agent).await else {
+                continue;
+            };
+            let event_type = queued.envelope.event_type.as_str();
+            for tap in taps.iter().filter(|tap| tap.matches(event_type)) {
+                if tap.exclude_own_origin && queued.origin.as_deref() == Some(tap.name.as_str()) {
+                    continue;
+                }
+                let allowed = {
+                    let mut state = agent.taps().lock();
+                    let bucket = state
+                        .buckets
+                        .entry(tap.name.clone())
+                        .or_insert_with(|| Bucket::new(tap.max_rate_per_sec));
+                    if bucket.rate != tap.max_rate_per_sec {
+                        *bucket = Bucket::new(tap.max_rate_per_sec);
+                    }
+                    let allowed = bucket.take();
+                    if allowed {
+                        state.delivered += 1;
+                    } else {
+                        state.rate_dropped += 1;
+                        *state.unlogged.entry(tap.name.clone()).or_default() += 1;
+                    }
+                    allowed
+                };
+                if allowed {
+                    self.run_tap(&agent, tap, &queued.envelope).await;
+                }
+            }
+        }
+    }
+
+    /// The agent's taps, parsed from its config once per trigger generation (a config change
+    /// invalidates the targets, and with them these). An agent in state `off` has none.
+    async fn current_taps(&self, agent: &Arc<Agent>) -> Option<Arc<[Tap]>> {
+        let generation = agent.triggers().generation();
+        if let Some((seen, taps)) = &agent.taps().lock().cached
+            && *seen == generation
+        {
+            return Some(Arc::clone(taps));
+        }
+        let config = match agent.job(|file| file.config()).await {
+            Ok(config) => config,
+            Err(error) => {
+                tracing::warn!(agent = %agent.id, %error, "cannot read the config for taps");
+                return None;
+            }
+        };
+        let (taps, skipped) = parse_taps(&config);
+        for problem in skipped {
+            tracing::warn!(agent = %agent.id, "umbilical tap skipped: {problem}");
+        }
+        let off = config.get("state").and_then(Value::as_str) == Some("off");
+        let taps: Arc<[Tap]> = if off { Arc::from([]) } else { taps.into() };
+        agent.taps().lock().cached = Some((generation, Arc::clone(&taps)));
+        Some(taps)
+    }
+
+    /// Runs one tap's lambda with the envelope as input (one job), then reports the run with
+    /// the tap as origin of what it publishes.
+    async fn run_tap(&self, agent: &Arc<Agent>, tap: &Tap, envelope: &Envelope) {
+        let registry = self.tools();
+        let observer = Arc::clone(agent);
+        let lambda = tap.lambda.clone();
+        let producer = Producer::Lambda {
+            source: lambda.source(),
+        };
+        let input = serde_json::to_value(envelope).unwrap_or(Value::Null);
+        let job_producer = producer.clone();
+        let outcome = agent
+            .store()
+            .run(move |file| {
+                let (report, events) = observe(file, &observer, job_producer, |file| {
+                    run_system_lambda(file, registry, lambda, input, false)
+                });
+                Ok((report, events, crate::scheduler::wake_of(file)))
+            })
+            .await;
+        // The lambda may have changed the config (targets, taps, state).
+        agent.triggers().invalidate();
+        match outcome {
+            Ok((report, events, wake)) => {
+                TAP_ORIGIN
+                    .scope(tap.name.clone(), async {
+                        self.publish_lambda(agent, &report, "umbilical_tap").await;
+                        if let Some(wake) = wake {
+                            self.set_timer_wake(agent, wake);
+                        }
+                        self.dispatch_writes(agent, report.written.clone(), producer)
+                            .await;
+                        self.dispatch_all(agent, events).await;
+                    })
+                    .await;
+            }
+            Err(error) => {
+                tracing::warn!(agent = %agent.id, tap = %tap.name, %error, "tap run failed")
+            }
+        }
+    }
+
+    /// One `warn` row per tap that dropped events in the burst that just ended, and one for
+    /// events the full queue dropped.
+    async fn log_tap_drops(&self, agent: &Agent) {
+        let (per_tap, queue) = {
+            let mut state = agent.taps().lock();
+            let queue = std::mem::take(&mut state.queue_dropped_unlogged);
+            // Events queued before the config was read, for an agent that turned out to have
+            // no tap, lost nothing: no row for them.
+            let has_taps = state
+                .cached
+                .as_ref()
+                .is_some_and(|(_, taps)| !taps.is_empty());
+            (
+                std::mem::take(&mut state.unlogged),
+                if has_taps { queue } else { 0 },
+            )
+        };
+        if per_tap.is_empty() && queue == 0 {
+            return;
+        }
+        let result = agent
+            .job(move |file| {
+                let mut per_tap: Vec<(String, u64)> = per_tap.into_iter().collect();
+                per_tap.sort();
+                for (tap, dropped) in per_tap {
+                    let data = json!({ "tap": tap, "dropped": dropped });
+                    file.log(&adf_store::NewLog {
+                        level: "warn",
+                        origin: Some("umbilical_tap"),
+                        event: Some("tap_rate_limited"),
+                        target: Some(&tap),
+                        message: &format!(
+                            "{dropped} umbilical events dropped by tap {tap}: over its max_rate_per_sec"
+                        ),
+                        data: Some(&data),
+                        r#loop: None,
+                    })?;
+                }
+                if queue > 0 {
+                    let data = json!({ "dropped": queue, "capacity": TAP_QUEUE_CAPACITY });
+                    file.log(&adf_store::NewLog {
+                        level: "warn",
+                        origin: Some("umbilical_tap"),
+                        event: Some("tap_queue_dropped"),
+                        target: None,
+                        message: &format!(
+                            "{queue} umbilical events dropped: the tap queue holds {TAP_QUEUE_CAPACITY}"
+                        ),
+                        data: Some(&data),
+                        r#loop: None,
+                    })?;
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(error) = result {
+            tracing::warn!(agent = %agent.id, %error, "cannot log tap drops");
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cfg_41_wildcards_need_allow_wildcard_and_defaults_apply() {
+        let config = json!({ "umbilical_taps": [
+            { "name": "all", "lambda": "lib/t.ts:all" },
+            { "name": "tools", "lambda": "lib/t.ts:t", "filter": { "event_types": ["tool.*"] } },
+            { "name": "ok", "lambda": "lib/t.ts:ok", "filter": { "event_types": ["tool.*", "custom.x"], "allow_wildcard": true }, "exclude_own_origin": false, "max_rate_per_sec": 5 },
+            { "name": "exact", "lambda": "lib/t.ts", "filter": { "event_types": ["file.written"] } },
+            { "name": "nolambda" },
+        ]});
+        let (taps, skipped) = parse_taps(&config);
+        let names: Vec<&str> = taps.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["ok", "exact"]);
+        assert_eq!(skipped.len(), 3, "{skipped:?}");
+        assert!(!taps[0].exclude_own_origin);
+        assert!((taps[0].max_rate_per_sec - 5.0).abs() < f64::EPSILON);
+        assert!(taps[1].exclude_own_origin);
+        assert!((taps[1].max_rate_per_sec - DEFAULT_MAX_RATE).abs() < f64::EPSILON);
+        assert_eq!(taps[1].lambda.function, "main");
+        assert!(taps[0].matches("tool.called"));
+        assert!(!taps[0].matches("toolbox.x"));
+        assert!(taps[0].matches("custom.x"));
+        assert!(!taps[0].matches("custom.y"));
+        assert!(taps[1].matches("file.written") && !taps[1].matches("file.deleted"));
+    }
+
+    #[test]
+    fn a_bucket_holds_one_second_of_events() {
+        let mut bucket = Bucket::new(3.0);
+        assert!(bucket.take() && bucket.take() && bucket.take());
+        assert!(!bucket.take());
+    }
+
+    #[test]
+    fn the_custom_event_buffer_is_bounded_and_truncates_big_payloads() {
+        let sink = CustomEvents::default();
+        let big = json!({ "text": "x".repeat(MAX_CUSTOM_PAYLOAD_BYTES) });
+        assert!(sink.emit("lib/a.ts:main", "custom.big", &big));
+        for _ in 1..MAX_CUSTOM_EVENTS {
+            assert!(sink.emit("lib/a.ts:main", "custom.x", &json!({})));
+        }
+        assert!(!sink.emit("lib/a.ts:main", "custom.x", &json!({})));
+        assert_eq!(sink.dropped(), 1);
+        let events = sink.take();
+        assert_eq!(events.len(), MAX_CUSTOM_EVENTS);
+        assert_eq!(events[0].payload["_truncated"], true);
+    }
+}
