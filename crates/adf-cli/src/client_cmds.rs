@@ -48,6 +48,21 @@ pub(crate) enum ClientCommand {
         port: u16,
         /// Agent files to load at start.
         agents: Vec<PathBuf>,
+        /// A tracked directory (repeatable; the settings' `trackedDirectories` too): at start,
+        /// load each agent found there with `autostart: true` that the owner reviewed
+        /// (`adf review FILE --accept`).
+        #[arg(long = "track", value_name = "DIR")]
+        track: Vec<PathBuf>,
+        /// Directory levels scanned below each tracked directory.
+        #[arg(long, default_value_t = adf_server::review::DEFAULT_MAX_DEPTH)]
+        max_depth: usize,
+    },
+    /// Show what an agent file can do and whether its owner reviewed it (the daemon's review
+    /// gate for autostart and `requireReview` loads); `--accept` records the review.
+    Review {
+        file: PathBuf,
+        #[arg(long)]
+        accept: bool,
     },
     /// List the agents loaded in the daemon.
     Agents,
@@ -213,7 +228,13 @@ fn client(url: Option<&str>) -> Result<Client> {
 
 fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<ExitCode> {
     match command {
-        ClientCommand::Daemon { host, port, agents } => daemon(&host, port, &agents),
+        ClientCommand::Daemon {
+            host,
+            port,
+            agents,
+            track,
+            max_depth,
+        } => daemon(&host, port, &agents, &track, max_depth),
         ClientCommand::Bench(BenchCommand::Idle { agents, dir }) => bench_idle(agents, dir, out),
         other => {
             let client = client(url)?;
@@ -417,6 +438,41 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
                 .await?;
             print_json_or(out, &body, || say!("Answered {request}"));
         }
+        ClientCommand::Review { file, accept } => {
+            let absolute = std::path::absolute(&file)
+                .with_context(|| format!("cannot resolve {}", file.display()))?;
+            let body = if accept {
+                client
+                    .post(
+                        "/agents/review/accept",
+                        Some(&json!({ "filePath": absolute })),
+                    )
+                    .await?
+            } else {
+                client
+                    .get(&format!(
+                        "/agents/review?filePath={}",
+                        encode(&absolute.display().to_string())
+                    ))
+                    .await?
+            };
+            print_json_or(out, &body, || {
+                let state = if body["reviewed"] == true {
+                    "reviewed"
+                } else {
+                    "NOT reviewed"
+                };
+                say!(
+                    "{} ({}): {state}",
+                    text(&body["agentId"]),
+                    text(&body["filePath"])
+                );
+                match serde_json::to_string_pretty(&body["summary"]) {
+                    Ok(summary) => say!("{summary}"),
+                    Err(_) => say!("{}", body["summary"]),
+                }
+            });
+        }
         ClientCommand::Load { path } => {
             // The daemon resolves relative paths against its own folder; send an absolute one.
             let absolute = std::path::absolute(&path)
@@ -498,7 +554,13 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
     Ok(ExitCode::SUCCESS)
 }
 
-fn daemon(host: &str, port: u16, agents: &[PathBuf]) -> Result<ExitCode> {
+fn daemon(
+    host: &str,
+    port: u16,
+    agents: &[PathBuf],
+    track: &[PathBuf],
+    max_depth: usize,
+) -> Result<ExitCode> {
     let home = RuntimeHome::from_env()?;
     let token = serve::choose_token(host, std::env::var("ADF_DAEMON_TOKEN").ok());
     runtime()?.block_on(async move {
@@ -520,6 +582,31 @@ fn daemon(host: &str, port: u16, agents: &[PathBuf]) -> Result<ExitCode> {
         }
         let server = RunningServer::start(daemon, host, port, token).await?;
         say!("adf daemon listening on {}", server.url());
+        // Tracked directories: the command line's, then the settings' (as the reference does
+        // after its server is up); only reviewed `autostart: true` agents start.
+        let mut tracked: Vec<PathBuf> = track
+            .iter()
+            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+            .collect();
+        tracked.extend(server.daemon.tracked_directories());
+        if !tracked.is_empty() {
+            let report = server.daemon.autostart(&tracked, max_depth).await;
+            say!(
+                "autostart: {} scanned, {} started, {} skipped, {} failed",
+                report.scanned,
+                report.started.len(),
+                report.skipped.len(),
+                report.failed.len()
+            );
+            for entry in report.skipped.iter().chain(&report.failed) {
+                let why = entry
+                    .get("reason")
+                    .or_else(|| entry.get("error"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                eprintln!("  {}: {why}", text(&entry["filePath"]));
+            }
+        }
         serve::termination_signal().await;
         eprintln!("shutting down: closing agent files");
         server.shutdown().await?;
