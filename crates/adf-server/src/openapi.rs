@@ -148,7 +148,7 @@ const OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/start",
-        "Start a loaded agent, or load again one stopped in this process",
+        "Start a loaded agent, or load again one stopped in this process, or load it from the first file in the tracked directories that declares it (id, handle or name)",
         "Agents",
         &[200, 404, 500],
         &[],

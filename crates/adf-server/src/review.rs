@@ -377,6 +377,45 @@ impl Daemon {
             .collect()
     }
 
+    /// Loads the agent `key` (config id, then handle, then name, as `{id}` lookups rank
+    /// them) from the first file in the settings' tracked directories that declares it:
+    /// `POST /agents/{id}/start` of an agent that is neither loaded nor stopped in this
+    /// process. An explicit start by the owner, so not gated by review (like a load without
+    /// `requireReview`); files that cannot be read are passed over.
+    pub async fn start_from_tracked(&self, key: &str) -> Result<crate::Loaded, ServerError> {
+        let roots = self.tracked_directories();
+        let wanted = key.to_owned();
+        let found = tokio::task::spawn_blocking(move || {
+            let (candidates, _) = scan(&roots, DEFAULT_MAX_DEPTH);
+            let mut best: Option<(u8, PathBuf)> = None;
+            for path in candidates {
+                let Ok(config) = AdfFile::inspect(&path).and_then(|file| file.config()) else {
+                    continue;
+                };
+                let field = |name: &str| config.get(name).and_then(Value::as_str);
+                let rank = if field("id") == Some(wanted.as_str()) {
+                    0
+                } else if field("handle") == Some(wanted.as_str()) {
+                    1
+                } else if field("name") == Some(wanted.as_str()) {
+                    2
+                } else {
+                    continue;
+                };
+                if best.as_ref().is_none_or(|(r, _)| rank < *r) {
+                    best = Some((rank, path));
+                }
+            }
+            best.map(|(_, path)| path)
+        })
+        .await
+        .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+        match found {
+            Some(path) => self.load(&path).await,
+            None => Err(ServerError::UnknownAgent(key.to_owned())),
+        }
+    }
+
     /// Scans `dirs` and loads every reviewed `autostart: true` agent found there; emits
     /// `daemon.autostart.report{report}`.
     pub async fn autostart(&self, dirs: &[PathBuf], max_depth: usize) -> AutostartReport {

@@ -353,7 +353,7 @@ async fn the_autostart_scan_starts_only_reviewed_autostart_agents_within_max_dep
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tracked_directories_come_from_the_settings_and_start_reviewed_agents() {
+async fn tracked_directories_come_from_the_settings_start_reviewed_agents_and_serve_start_by_id() {
     let h = Harness::start().await;
     let root = h.dir.path().join("tracked");
     let path = new_agent(&root, "one.adf", "tracked01", true);
@@ -366,7 +366,7 @@ async fn tracked_directories_come_from_the_settings_and_start_reviewed_agents() 
         .await
         .unwrap();
     let daemon = &h.server.daemon;
-    assert_eq!(daemon.tracked_directories(), vec![root]);
+    assert_eq!(daemon.tracked_directories(), std::slice::from_ref(&root));
     let report = daemon
         .autostart(
             &daemon.tracked_directories(),
@@ -383,5 +383,24 @@ async fn tracked_directories_come_from_the_settings_and_start_reviewed_agents() 
         .await;
     assert_eq!(report.started.len(), 1, "{report:?}");
     assert_eq!(loaded_ids(&h).await, ["tracked01"]);
+
+    // `POST /agents/{id}/start` of an agent that is not loaded finds it in a tracked
+    // directory by id, handle or name (an explicit start: no review needed).
+    new_agent(&root, "deeper/other.adf", "other01", false);
+    let (status, body) = h
+        .client
+        .raw(Method::POST, "/agents/other01/start", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["loaded"], true);
+    assert_eq!(body["agent"]["id"], "other01");
+    assert_eq!(loaded_ids(&h).await, ["other01", "tracked01"]);
+    let (status, _) = h
+        .client
+        .raw(Method::POST, "/agents/nobody/start", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
     h.stop().await;
 }

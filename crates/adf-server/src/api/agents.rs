@@ -89,7 +89,11 @@ pub(super) async fn start(
     let (agent, loaded) = match state.daemon.agent(&id) {
         Ok(agent) => (agent, false),
         Err(ServerError::UnknownAgent(_)) => {
-            let loaded = state.daemon.restart_stopped(&id).await?;
+            // Stopped in this process, else declared by a file in a tracked directory.
+            let loaded = match state.daemon.restart_stopped(&id).await {
+                Err(ServerError::UnknownAgent(_)) => state.daemon.start_from_tracked(&id).await?,
+                other => other?,
+            };
             (loaded.agent, loaded.newly_loaded)
         }
         Err(other) => return Err(other.into()),
