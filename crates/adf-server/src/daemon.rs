@@ -348,6 +348,10 @@ impl Daemon {
             hil: Hil::default(),
             taps: crate::taps::Taps::default(),
         });
+        // The config is at hand: an agent without taps costs its events no config read.
+        agent
+            .taps()
+            .prime(&agent.id, &config, agent.triggers().generation());
         {
             let mut registry = self.registry_mut();
             registry.stopped.retain(|(id, _)| *id != agent.id);

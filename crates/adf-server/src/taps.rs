@@ -172,6 +172,20 @@ pub fn parse_taps(config: &Value) -> (Vec<Tap>, Vec<String>) {
     (taps, skipped)
 }
 
+/// The taps that run for `config`: none while the agent is `off`. Skipped entries are
+/// reported as tracing warnings for `agent`.
+fn taps_of(config: &Value, agent: &str) -> Arc<[Tap]> {
+    let (taps, skipped) = parse_taps(config);
+    for problem in skipped {
+        tracing::warn!(agent, "umbilical tap skipped: {problem}");
+    }
+    if config.get("state").and_then(Value::as_str) == Some("off") {
+        Arc::from([])
+    } else {
+        taps.into()
+    }
+}
+
 /// A `custom.*` event emitted by agent code, published after the run's job.
 #[derive(Debug, Clone)]
 pub struct CustomEvent {
@@ -300,6 +314,12 @@ impl Taps {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Caches the taps of `config`, read at trigger `generation` (the load already has it).
+    pub(crate) fn prime(&self, agent_id: &str, config: &Value, generation: u64) {
+        let taps = taps_of(config, agent_id);
+        self.lock().cached = Some((generation, taps));
+    }
+
     pub fn stats(&self) -> TapStats {
         let state = self.lock();
         TapStats {
@@ -420,12 +440,7 @@ impl Daemon {
                 return None;
             }
         };
-        let (taps, skipped) = parse_taps(&config);
-        for problem in skipped {
-            tracing::warn!(agent = %agent.id, "umbilical tap skipped: {problem}");
-        }
-        let off = config.get("state").and_then(Value::as_str) == Some("off");
-        let taps: Arc<[Tap]> = if off { Arc::from([]) } else { taps.into() };
+        let taps = taps_of(&config, &agent.id);
         agent.taps().lock().cached = Some((generation, Arc::clone(&taps)));
         Some(taps)
     }
