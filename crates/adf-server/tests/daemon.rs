@@ -360,6 +360,24 @@ async fn executor_operations_answer_without_a_turn_chat_needs_a_model_and_trigge
     let h = Harness::start().await;
     let path = h.copy_fixture("populated-runtime.adf", "e2e.adf");
     load(&h, &path).await;
+    // The fixture's missed `once` timer (agent scope) fires on load, a turn in the background;
+    // its `timer.fired` is published once that job is over, so wait for it before asserting
+    // that no turn is in flight (otherwise abort may find that turn).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !h
+        .server
+        .daemon
+        .events()
+        .since(0)
+        .iter()
+        .any(|f| f.event.event_type == "timer.fired" && f.event.payload["timer_id"] == 1)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the missed timer never fired"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // With no turn in flight: abort has nothing to abort, no ask is pending, the agent is
     // not suspended (tests/hil.rs drives each with a running turn).
     for (route, body, status, expected) in [
