@@ -160,7 +160,7 @@ async fn trg_17_trg_01_aud_17_a_chat_turn_raises_on_chat_on_tool_call_on_task_cr
             "fs_write",
             json!({ "path": "notes/a.md", "mode": "write", "content": "x" }),
         ),
-        // sys_update_config is restricted: nobody approves in the daemon, so it is denied.
+        // sys_update_config is restricted: the turn waits for the owner, who denies it below.
         Turn::tool_call(
             "sys_update_config",
             json!({ "path": "description", "value": "changed" }),
@@ -197,6 +197,32 @@ async fn trg_17_trg_01_aud_17_a_chat_turn_raises_on_chat_on_tool_call_on_task_cr
         .await
         .unwrap();
     assert_eq!(status, 202, "{body}");
+    // The owner denies the restricted call the turn is waiting on (over HTTP: the waiting
+    // turn holds the agent's worker).
+    let pending = format!("/agents/{}/tasks?status=pending_approval", agent.id);
+    let task_id = {
+        let mut found = None;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while found.is_none() {
+            assert!(std::time::Instant::now() < deadline, "no pending approval");
+            let tasks = h.client.get(&pending).await.unwrap();
+            found = tasks["tasks"][0]["id"].as_str().map(str::to_owned);
+            if found.is_none() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        found.unwrap()
+    };
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+            Some(&json!({ "action": "deny", "reason": "not now" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
     let expected = [
         "seen/chat-main.md",
         "seen/task-sys_update_config-denied.md",
