@@ -61,6 +61,8 @@ pub(crate) enum ClientCommand {
     /// gate for autostart and `requireReview` loads); `--accept` records the review.
     Review {
         file: PathBuf,
+        /// Record that you reviewed the file as it is now; a later change to what it can do
+        /// needs a new review.
         #[arg(long)]
         accept: bool,
     },
