@@ -370,12 +370,13 @@ impl Daemon {
                 agent
                     .store()
                     .run(move |file| {
-                        let ((report, written), events) =
+                        let ((mut report, written), mut events) =
                             observe(file, &observer, producer.clone(), |file| {
                                 with_written_files(file, |file| {
                                     run_system_lambda(file, registry, lambda, input, warm)
                                 })
                             });
+                        events.append(&mut report.call_events);
                         Ok(Handled {
                             report: Some(report),
                             written,

@@ -164,6 +164,10 @@ pub(crate) struct LambdaReport {
     pub(crate) written: Vec<(String, i64)>,
     /// The run's `adf.emit_event` events, published with `lambda.started`/`completed`.
     pub(crate) custom: Vec<crate::taps::CustomEvent>,
+    /// `on_tool_call` / `on_llm_call` events of the run's `adf.*` calls, produced by the
+    /// lambda (so it never receives its own); the caller dispatches them with the run's other
+    /// new-row events.
+    pub(crate) call_events: Vec<TriggerEvent>,
 }
 
 impl Daemon {
@@ -527,7 +531,7 @@ fn fire_due(
                 let producer = Producer::Lambda {
                     source: lambda.source(),
                 };
-                let (run, events) = observe(file, agent, producer, |file| {
+                let (mut run, mut events) = observe(file, agent, producer, |file| {
                     run_system_lambda(
                         file,
                         Arc::clone(&registry),
@@ -536,6 +540,7 @@ fn fire_due(
                         timer.warm,
                     )
                 });
+                events.append(&mut run.call_events);
                 report.lambda = Some(run);
                 report.events = events;
             }
@@ -657,6 +662,7 @@ pub(crate) fn run_system_lambda(
     let clock = Instant::now();
     let custom = Arc::new(crate::taps::CustomEvents::default());
     let sink: Arc<dyn adf_runtime::code::EventSink> = custom.clone();
+    let mut calls = Vec::new();
     let (error, written) =
         crate::dispatch::with_written_files(file, |file| match current_thread() {
             None => Some("cannot start a runtime for agent code".to_owned()),
@@ -681,6 +687,7 @@ pub(crate) fn run_system_lambda(
                     &options,
                 )
                 .await;
+                calls = run.calls;
                 run.result
                     .err()
                     .map(|e| format!("{}: {}", e.code, e.message))
@@ -690,6 +697,7 @@ pub(crate) fn run_system_lambda(
         let data = json!({ "lambda": lambda.source() });
         log(file, "warn", "lambda_error", message, Some(&data));
     }
+    let call_events = call_events(&lambda.source(), calls);
     LambdaReport {
         lambda,
         started_at,
@@ -697,7 +705,49 @@ pub(crate) fn run_system_lambda(
         error,
         written,
         custom: custom.take(),
+        call_events,
     }
+}
+
+/// The lambda's `adf.*` calls as `on_tool_call` (TRG-17) and `on_llm_call` (TRG-01, source
+/// `model_invoke`) events, at most [`TURN_EVENT_LIMIT`].
+fn call_events(source: &str, calls: Vec<adf_runtime::code::CallRecord>) -> Vec<TriggerEvent> {
+    use adf_runtime::code::CallRecord;
+    let producer = Producer::Lambda {
+        source: source.to_owned(),
+    };
+    let now = adf_store::time::now_ms();
+    calls
+        .into_iter()
+        .take(TURN_EVENT_LIMIT)
+        .map(|call| {
+            let (kind, data) = match call {
+                CallRecord::Tool { tool, status } => (
+                    TriggerKind::OnToolCall,
+                    json!({ "tool": tool, "status": status, "lambda": source }),
+                ),
+                CallRecord::Model {
+                    provider,
+                    model,
+                    input_tokens,
+                    output_tokens,
+                    ok,
+                } => (
+                    TriggerKind::OnLlmCall,
+                    json!({
+                        "source": "model_invoke",
+                        "provider": provider,
+                        "model": model,
+                        "input_tokens": input_tokens,
+                        "output_tokens": output_tokens,
+                        "ok": ok,
+                        "lambda": source,
+                    }),
+                ),
+            };
+            TriggerEvent::new(kind, now, data).produced_by(producer.clone())
+        })
+        .collect()
 }
 
 /// Most tool and model call events one turn records; a longer turn's extra calls are not

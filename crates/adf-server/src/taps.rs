@@ -459,9 +459,10 @@ impl Daemon {
         let outcome = agent
             .store()
             .run(move |file| {
-                let (report, events) = observe(file, &observer, job_producer, |file| {
+                let (mut report, mut events) = observe(file, &observer, job_producer, |file| {
                     run_system_lambda(file, registry, lambda, input, false)
                 });
+                events.append(&mut report.call_events);
                 Ok((report, events, crate::scheduler::wake_of(file)))
             })
             .await;

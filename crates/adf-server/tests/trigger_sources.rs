@@ -742,3 +742,56 @@ async fn trg_11_trg_12_row_events_reach_agent_targets_only_while_active_and_syst
     assert_eq!(mock.request_count(), 1, "one turn, while active");
     h.stop().await;
 }
+
+/// Calls tools when a watched file changes: one that works, one refused to unauthorized code.
+const WORKER: &str = r#"
+export async function main(event) {
+  await adf.fs_write({ path: 'out/report.md', content: 'done', mode: 'write' });
+  try { await adf.sys_update_config({ path: 'description', value: 'x' }) } catch (e) {}
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_for_their_own_handler()
+ {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "worker",
+        &[("lib/work.ts", WORKER), ("lib/seen.ts", SEEN)],
+        &[(
+            "triggers",
+            json!({
+                "on_file_change": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/work.ts:main", "filter": { "watch": "docs/**" } }
+                ] },
+                // Watches every tool, its own fs_write included: that one must never come back.
+                "on_tool_call": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/seen.ts:tool", "filter": { "tools": ["*"] } }
+                ] },
+            }),
+        )],
+    );
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    put_file(&h, &agent, "docs/brief.md", "go").await;
+    let expected = [
+        "seen/tool-fs_write-completed.md",
+        "seen/tool-sys_update_config-failed.md",
+    ];
+    wait_for("the worker's calls reached the tool watcher", || async {
+        let seen = paths(&agent, "seen/").await;
+        expected.iter().all(|p| seen.iter().any(|s| s == p))
+    })
+    .await;
+    drained(&agent).await;
+    // The watcher's own fs_write calls raised events it never received (it would loop).
+    assert_eq!(
+        paths(&agent, "seen/").await,
+        expected.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        paths(&agent, "out/").await,
+        vec!["out/report.md".to_owned()]
+    );
+    h.stop().await;
+}
