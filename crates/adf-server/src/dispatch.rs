@@ -85,6 +85,8 @@ struct QueueState {
     windows: HashMap<(TriggerKind, usize), timing::Window>,
     flushing: HashSet<(TriggerKind, usize)>,
     cached: Option<Arc<Cached>>,
+    /// A `command` target was skipped and said so in the log (once per load).
+    command_reported: bool,
     /// The highest rowid already seen in each observed table; `None` until the first read.
     marks: Option<RowMarks>,
     /// Bumped by every `invalidate`, so other caches of config-derived data (taps) know.
@@ -245,6 +247,35 @@ impl Daemon {
         Some(cached)
     }
 
+    /// Logs, once per load, that a `command` target was skipped.
+    async fn report_command_target(&self, agent: &Arc<Agent>, target: &Target) {
+        {
+            let mut state = agent.triggers().lock();
+            if state.command_reported {
+                return;
+            }
+            state.command_reported = true;
+        }
+        let kind = target.kind.as_str();
+        let data = json!({ "trigger": kind, "command": target.command });
+        let logged = agent
+            .job(move |file| {
+                file.log(&adf_store::NewLog {
+                    level: "warn",
+                    origin: Some("trigger"),
+                    event: Some("command_unsupported"),
+                    target: Some(kind),
+                    message: "a trigger target runs a shell command, which needs adf_shell; this runtime does not support it yet, so its deliveries are skipped (use a lambda target)",
+                    data: Some(&data),
+                    r#loop: None,
+                })
+            })
+            .await;
+        if let Err(error) = logged {
+            tracing::warn!(agent = %agent.id, %error, "cannot log a skipped command target");
+        }
+    }
+
     /// Sleeps until the window's deadline (which a debounce may push back) and queues what is
     /// then due. One flush task per windowed target, only while it holds events.
     fn spawn_flush(&self, agent: &Arc<Agent>, target: Target) {
@@ -351,8 +382,9 @@ impl Daemon {
         let outcome = match delivery.target.scope {
             Scope::System => {
                 let Some(source) = delivery.target.lambda.clone() else {
-                    // `command` targets (shell) are not run by this daemon yet.
-                    tracing::debug!(agent = %agent.id, "system target without lambda skipped");
+                    // `command` targets need the shell (`adf_shell`), which this runtime does
+                    // not have yet (TRG-37 "where supported"): skipped, and said once per load.
+                    self.report_command_target(agent, &delivery.target).await;
                     return;
                 };
                 let lambda = match LambdaRef::parse(&source) {

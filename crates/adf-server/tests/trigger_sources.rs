@@ -795,3 +795,44 @@ async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_
     );
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_37_command_targets_are_skipped_with_one_warning_until_the_shell_exists() {
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "commander",
+        &[("lib/seen.ts", SEEN)],
+        &[(
+            "triggers",
+            json!({
+                "on_file_change": { "enabled": true, "targets": [
+                    { "scope": "system", "command": "echo $EVENT_TYPE", "filter": { "watch": "docs/**" } },
+                    { "scope": "system", "lambda": "lib/seen.ts:never", "filter": { "watch": "docs/**" } }
+                ] },
+            }),
+        )],
+    );
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    put_file(&h, &agent, "docs/one.md", "1").await;
+    put_file(&h, &agent, "docs/two.md", "2").await;
+    // The lambda target beside it still runs for both writes.
+    wait_for("the lambda target ran twice", || async {
+        paths(&agent, "seen/").await.len() == 2
+    })
+    .await;
+    drained(&agent).await;
+    let warnings = agent
+        .store()
+        .run(|file| {
+            let rows = file.table_rows("adf_logs", 1000)?;
+            Ok(rows
+                .into_iter()
+                .filter(|r| r.get("event").and_then(Value::as_str) == Some("command_unsupported"))
+                .count())
+        })
+        .await
+        .unwrap();
+    assert_eq!(warnings, 1, "said once, not per delivery");
+    h.stop().await;
+}
