@@ -15,12 +15,12 @@
 //! Side jobs: the short requests of [`Agent::job`] (reads and owner writes: `GET /tasks`,
 //! `PUT /config`, an event's `seq` block) must not queue behind a turn that may wait for the
 //! owner. While a turn job is in flight (from just before it is queued until it ends) they
-//! are parked in the registry instead; a turn that starts waiting for an approval (with no
-//! transaction open) runs them and every job offered during the wait, and the turn job runs
+//! are parked in the registry instead; a turn that starts waiting for an approval or an
+//! answer (with no transaction open) runs them and every job offered during the wait, and the turn job runs
 //! whatever is left when it ends. So the owner can look at the agent before deciding. A job
 //! is offered, parked and taken under the registry lock: it is run exactly once. Turn jobs
-//! never take this path (a turn cannot nest in a turn); while a turn waits for an `ask`
-//! answer the file is out of reach and requests stay parked until the turn ends.
+//! never take this path (a turn cannot nest in a turn). A turn waiting for an `ask` answer
+//! lends the file the same way (`TurnHost::answer_holding`).
 //!
 //! Bounds: an approval or ask nobody answers waits until it is answered, the turn is aborted
 //! (`POST /abort`), the agent is unloaded or the daemon shuts down (the spec sets no timeout
@@ -83,6 +83,9 @@ struct AskWait {
     request_id: String,
     question: String,
     sender: mpsc::Sender<Wake>,
+    /// The waiting turn holds the file outside any transaction and runs side jobs offered
+    /// to it, as an approval wait does.
+    serves_jobs: bool,
 }
 
 /// The abort signal of one turn job in flight.
@@ -266,7 +269,20 @@ impl Hil {
     /// is queued for the worker; hands it back when no turn is in flight.
     fn offer(&self, job: SideJob) -> Result<(), SideJob> {
         let mut state = self.lock();
-        let Some(wait) = state.approvals.values().find(|w| w.serves_jobs) else {
+        let waiting = state
+            .approvals
+            .values()
+            .filter(|w| w.serves_jobs)
+            .map(|w| &w.sender)
+            .chain(
+                state
+                    .asks
+                    .iter()
+                    .filter(|a| a.serves_jobs)
+                    .map(|a| &a.sender),
+            )
+            .next();
+        let Some(sender) = waiting else {
             if state.turns.is_empty() {
                 return Err(job);
             }
@@ -276,7 +292,7 @@ impl Hil {
         // Sent under the lock, and the waiter removes its entry under the same lock before it
         // drops the receiver, so this send cannot fail; if it did, the job's reply channel
         // would close and its requester get `WorkerGone`, never hang.
-        let _sent = wait.sender.send(Wake::Job(job));
+        let _sent = sender.send(Wake::Job(job));
         Ok(())
     }
 }
@@ -572,11 +588,13 @@ impl Owner<'_> {
         }
     }
 
-    /// Waits for the answer to `question`; `None` when the turn is aborted.
-    pub(crate) fn ask(&self, question: &str) -> Option<String> {
+    /// Waits for the answer to `question`, serving side jobs with `file` meanwhile; `None`
+    /// when the turn is aborted.
+    pub(crate) fn ask(&self, file: &mut AdfFile, question: &str) -> Option<String> {
         let (sender, receiver) = mpsc::channel();
         let request_id = format!("ask_{}", adf_store::defaults::random_id(12));
-        {
+        let serves_jobs = file.connection().is_autocommit();
+        let parked = {
             let mut state = self.hil().lock();
             if self.scope.abort.is_aborted() {
                 return None;
@@ -585,7 +603,16 @@ impl Owner<'_> {
                 request_id: request_id.clone(),
                 question: question.to_owned(),
                 sender,
+                serves_jobs,
             });
+            if serves_jobs {
+                std::mem::take(&mut state.parked)
+            } else {
+                Vec::new()
+            }
+        };
+        for job in parked {
+            job(file);
         }
         self.scope.emit(
             "ask.requested",
@@ -595,17 +622,27 @@ impl Owner<'_> {
             match receiver.recv() {
                 Ok(Wake::Answer(answer)) => break Some(answer),
                 Ok(Wake::Abort) | Err(_) => break None,
-                // A job is never offered to an ask (the file is out of reach here); run it
-                // nowhere rather than drop a reply: its requester falls back on its own.
-                Ok(Wake::Job(_) | Wake::Decision(_)) => {}
+                Ok(Wake::Job(job)) => job(file),
+                Ok(Wake::Decision(_)) => {}
             }
         };
-        {
+        // Stop listening under the lock, keeping what was offered meanwhile, then run it.
+        let leftover: Vec<SideJob> = {
             let mut state = self.hil().lock();
             state.asks.retain(|a| a.request_id != request_id);
             if state.asks.is_empty() {
                 state.asks = Vec::new();
             }
+            receiver
+                .try_iter()
+                .filter_map(|wake| match wake {
+                    Wake::Job(job) => Some(job),
+                    _ => None,
+                })
+                .collect()
+        };
+        for job in leftover {
+            job(file);
         }
         let preview: String = answer
             .as_deref()
@@ -761,6 +798,7 @@ mod tests {
             request_id: "r".into(),
             question: "q".into(),
             sender,
+            serves_jobs: true,
         });
         assert_eq!(hil.abort_all(), 1);
         assert!(abort.is_aborted());

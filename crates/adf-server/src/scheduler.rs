@@ -799,8 +799,13 @@ impl TurnHost for Recorder<'_> {
         &self.owner
     }
 
-    fn answer(&self, question: &str) -> Option<String> {
-        self.owner.ask(question)
+    /// Without the file (a caller that cannot lend it) nobody can answer.
+    fn answer(&self, _question: &str) -> Option<String> {
+        None
+    }
+
+    fn answer_holding(&self, file: &mut AdfFile, question: &str) -> Option<String> {
+        self.owner.ask(file, question)
     }
 
     fn event(&self, event: &TurnEvent<'_>) {

@@ -352,6 +352,12 @@ async fn ask_waits_for_the_owners_answer_which_the_model_reads() {
     assert_eq!(asks["asks"][0]["question"], "Which colour?");
     let request_id = asks["asks"][0]["requestId"].as_str().unwrap().to_owned();
     assert_eq!(agent.hil().runtime_state(), "awaiting_ask");
+    // The owner can look at the agent while it waits: reads that need its file answer (the
+    // waiting turn lends it), they do not queue behind the turn.
+    let config = get(&h, &format!("/agents/{}/config", agent.id)).await;
+    assert!(config.get("config").is_some() || config.get("name").is_some(), "{config}");
+    let status = get(&h, &format!("/agents/{}/status", agent.id)).await;
+    assert_eq!(status["id"], agent.id.as_str(), "{status}");
 
     let respond = format!("/agents/{}/asks/{request_id}/respond", agent.id);
     let (status, _) = post(&h, &respond, json!({})).await;

@@ -162,6 +162,13 @@ pub trait TurnHost: Sync {
     fn approver(&self) -> &dyn Approver;
     /// Answers an `ask`; `None` when no one can (the model is told so).
     fn answer(&self, question: &str) -> Option<String>;
+    /// [`TurnHost::answer`] with the file the turn holds (no transaction open), for a host
+    /// that lets other work use the file while the owner thinks (the daemon). The default
+    /// just asks.
+    fn answer_holding(&self, file: &mut AdfFile, question: &str) -> Option<String> {
+        let _ = file;
+        self.answer(question)
+    }
     /// Observes progress.
     fn event(&self, _event: &TurnEvent<'_>) {}
 }
@@ -1257,7 +1264,7 @@ impl Executor {
             "ask" => {
                 let question = text(&value, "question").unwrap_or_default();
                 session.set_state(ExecState::AwaitingAsk, host);
-                let answer = host.answer(&question);
+                let answer = host.answer_holding(file, &question);
                 session.set_state(ExecState::ToolUse, host);
                 match answer {
                     Some(answer) => (answer, false, Effect::None),
