@@ -588,6 +588,30 @@ impl Owner<'_> {
         }
     }
 
+    /// Ends a wait: `unregister` removes its entry under the registry lock (so no job is
+    /// offered to it after), then the jobs offered meanwhile run with `file`.
+    fn stop_listening(
+        &self,
+        file: &mut AdfFile,
+        receiver: &mpsc::Receiver<Wake>,
+        unregister: impl FnOnce(&mut State),
+    ) {
+        let leftover: Vec<SideJob> = {
+            let mut state = self.hil().lock();
+            unregister(&mut state);
+            receiver
+                .try_iter()
+                .filter_map(|wake| match wake {
+                    Wake::Job(job) => Some(job),
+                    _ => None,
+                })
+                .collect()
+        };
+        for job in leftover {
+            job(file);
+        }
+    }
+
     /// Waits for the answer to `question`, serving side jobs with `file` meanwhile; `None`
     /// when the turn is aborted.
     pub(crate) fn ask(&self, file: &mut AdfFile, question: &str) -> Option<String> {
@@ -626,24 +650,12 @@ impl Owner<'_> {
                 Ok(Wake::Decision(_)) => {}
             }
         };
-        // Stop listening under the lock, keeping what was offered meanwhile, then run it.
-        let leftover: Vec<SideJob> = {
-            let mut state = self.hil().lock();
+        self.stop_listening(file, &receiver, |state| {
             state.asks.retain(|a| a.request_id != request_id);
             if state.asks.is_empty() {
                 state.asks = Vec::new();
             }
-            receiver
-                .try_iter()
-                .filter_map(|wake| match wake {
-                    Wake::Job(job) => Some(job),
-                    _ => None,
-                })
-                .collect()
-        };
-        for job in leftover {
-            job(file);
-        }
+        });
         let preview: String = answer
             .as_deref()
             .unwrap_or_default()
@@ -709,24 +721,12 @@ impl Approver for Owner<'_> {
             }),
         );
         let verdict = self.wait_decision(file, request, &receiver);
-        // Stop listening under the lock, keeping what was offered meanwhile, then run it.
-        let leftover: Vec<SideJob> = {
-            let mut state = self.hil().lock();
+        self.stop_listening(file, &receiver, |state| {
             state.approvals.remove(&request.task_id);
             if state.approvals.is_empty() {
                 state.approvals = HashMap::new();
             }
-            receiver
-                .try_iter()
-                .filter_map(|wake| match wake {
-                    Wake::Job(job) => Some(job),
-                    _ => None,
-                })
-                .collect()
-        };
-        for job in leftover {
-            job(file);
-        }
+        });
         let mut payload = json!({ "request_id": request.task_id, "task_id": request.task_id });
         let decision = match verdict {
             Verdict::Approve { modified_args } => {
