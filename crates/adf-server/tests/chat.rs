@@ -8,12 +8,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions};
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::Harness;
+use common::{Harness, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -47,18 +46,6 @@ fn new_agent(dir: &Path, mock: &MockProvider) -> PathBuf {
     );
     file.close().unwrap();
     path
-}
-
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn loop_texts(agent: &Agent) -> Vec<String> {

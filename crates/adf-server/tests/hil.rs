@@ -17,7 +17,7 @@ use std::time::Duration;
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions};
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::Harness;
+use common::{Harness, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -51,24 +51,6 @@ fn new_agent(dir: &Path, mock: &MockProvider, name: &str, config: &[(&str, Value
     }
     file.close().unwrap();
     path
-}
-
-/// Polls `check` until it holds; every poll is bounded, so a request that hangs fails the
-/// test instead of blocking it.
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        assert!(!left.is_zero(), "timed out: {what}");
-        if tokio::time::timeout(left, check()).await == Ok(true) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// `GET path`, failing the test when the daemon does not answer within 10 s.
@@ -355,7 +337,10 @@ async fn ask_waits_for_the_owners_answer_which_the_model_reads() {
     // The owner can look at the agent while it waits: reads that need its file answer (the
     // waiting turn lends it), they do not queue behind the turn.
     let config = get(&h, &format!("/agents/{}/config", agent.id)).await;
-    assert!(config.get("config").is_some() || config.get("name").is_some(), "{config}");
+    assert!(
+        config.get("config").is_some() || config.get("name").is_some(),
+        "{config}"
+    );
     let status = get(&h, &format!("/agents/{}/status", agent.id)).await;
     assert_eq!(status["id"], agent.id.as_str(), "{status}");
 

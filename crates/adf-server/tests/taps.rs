@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
-use common::Harness;
+use common::{Harness, wait_for};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -127,18 +127,6 @@ async fn seen_by(agent: &Agent, tap: &str) -> Seen {
         .into_iter()
         .filter(|row| row.0 == tap)
         .collect()
-}
-
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Waits until neither the trigger queue nor the tap queue has work.

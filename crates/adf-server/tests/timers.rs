@@ -13,11 +13,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite, TimerRow};
-use common::Harness;
+use common::{Harness, wait_for};
 use serde_json::{Value, json};
 
 const REPORT_LAMBDA: &str = r#"
@@ -91,19 +90,6 @@ async fn reports(agent: &Agent) -> Vec<String> {
         })
         .await
         .unwrap()
-}
-
-/// Waits (bounded) until `check` holds; the checks are reads, never a timing assumption.
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn add_timer(h: &Harness, agent: &Agent, body: Value) -> i64 {

@@ -10,46 +10,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_server::Agent;
 use adf_server::dispatch::QUEUE_CAPACITY;
-use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::Harness;
+use common::{Harness, agent_file, paths, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-/// Creates an agent with `files`, and `config` set path by path (`"triggers"`, `"state"`, ...).
-fn new_agent(dir: &Path, name: &str, files: &[(&str, &str)], config: &[(&str, Value)]) -> PathBuf {
-    let path = dir.join("agents").join(format!("{name}.adf"));
-    let mut file = AdfFile::create(
-        &path,
-        &CreateOptions {
-            name: Some(name.to_owned()),
-            ..CreateOptions::default()
-        },
-    )
-    .unwrap();
-    for (path, source) in files {
-        file.file_write(
-            Caller::Owner,
-            path,
-            source.as_bytes(),
-            &FileWrite::default(),
-        )
-        .unwrap();
-    }
-    for (key, value) in config {
-        file.config_set_path(Caller::Owner, key, ConfigAction::Set, value.clone())
-            .unwrap();
-    }
-    file.close().unwrap();
-    path
-}
 
 /// The config paths that point an agent at the mock provider.
 fn model_config(mock: &MockProvider) -> Vec<(&'static str, Value)> {
@@ -67,21 +38,6 @@ fn model_config(mock: &MockProvider) -> Vec<(&'static str, Value)> {
     ]
 }
 
-async fn paths(agent: &Agent, prefix: &str) -> Vec<String> {
-    let like = format!("{prefix}%");
-    agent
-        .store()
-        .run(move |file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path")?;
-            let rows = stmt.query_map([like], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
-}
-
 async fn loop_texts(agent: &Agent) -> Vec<String> {
     agent
         .store()
@@ -94,18 +50,6 @@ async fn loop_texts(agent: &Agent) -> Vec<String> {
         })
         .await
         .unwrap()
-}
-
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn drained(agent: &Agent) {
@@ -185,7 +129,7 @@ async fn trg_17_trg_01_aud_17_a_chat_turn_raises_on_chat_on_tool_call_on_task_cr
             ] },
         }),
     ));
-    let path = new_agent(h.dir.path(), "caller", &[("lib/seen.ts", SEEN)], &config);
+    let path = agent_file(h.dir.path(), "caller", &[("lib/seen.ts", SEEN)], &config);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     let (status, body) = h
         .client
@@ -277,7 +221,7 @@ export async function warnings(event) {
 async fn aud_24_trg_05_on_logs_filters_by_level_origin_and_event_and_never_returns_a_handlers_own_rows()
  {
     let h = Harness::start().await;
-    let path = new_agent(
+    let path = agent_file(
         h.dir.path(),
         "logger",
         &[("lib/emit.ts", EMITTER), ("lib/logs.ts", LOG_WATCHER)],
@@ -357,7 +301,7 @@ async fn trg_36_trg_14_on_inbox_and_on_outbox_from_new_rows_with_their_filters_a
             ] },
         }),
     ));
-    let path = new_agent(h.dir.path(), "mailbox", &[("lib/inbox.ts", INBOX)], &config);
+    let path = agent_file(h.dir.path(), "mailbox", &[("lib/inbox.ts", INBOX)], &config);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
 
     // A mesh message: the system lambda reads it before the agent target's turn would start,
@@ -431,7 +375,7 @@ export async function main(event) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_10_a_system_target_fires_once_per_event_for_an_agent_with_inner_loops() {
     let h = Harness::start().await;
-    let path = new_agent(
+    let path = agent_file(
         h.dir.path(),
         "looped",
         &[("lib/count.ts", COUNTER)],
@@ -484,8 +428,8 @@ async fn trg_35_a_hibernating_agent_with_on_timer_gets_a_nudge_turn_and_one_with
         "triggers.on_timer",
         json!({ "enabled": false, "targets": [{ "scope": "agent" }] }),
     ));
-    let nudged = new_agent(h.dir.path(), "nudged", &[], &config);
-    let unnudged = new_agent(h.dir.path(), "unnudged", &[], &sleepy);
+    let nudged = agent_file(h.dir.path(), "nudged", &[], &config);
+    let unnudged = agent_file(h.dir.path(), "unnudged", &[], &sleepy);
     let before = adf_store::time::now_ms();
     let agent: Arc<Agent> = h.server.daemon.load(&nudged).await.unwrap().agent;
     let other: Arc<Agent> = h.server.daemon.load(&unnudged).await.unwrap().agent;
@@ -535,7 +479,7 @@ async fn timer_row(agent: &Agent, id: i64) -> adf_store::TimerRow {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_29_a_once_timer_fire_that_finds_the_queue_full_is_rearmed_and_fires_later() {
     let h = Harness::start().await;
-    let path = new_agent(
+    let path = agent_file(
         h.dir.path(),
         "saturated",
         &[("lib/timer.ts", TIMER_LAMBDA), ("lib/idle.ts", IDLE)],
@@ -684,7 +628,7 @@ async fn trg_11_trg_12_row_events_reach_agent_targets_only_while_active_and_syst
             ] },
         }),
     ));
-    let path = new_agent(h.dir.path(), "gated", &[("lib/outbox.ts", OUTBOX)], &config);
+    let path = agent_file(h.dir.path(), "gated", &[("lib/outbox.ts", OUTBOX)], &config);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
 
     // Active: both scopes; the agent's turn gets the formatted outbox line.
@@ -755,7 +699,7 @@ export async function main(event) {
 async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_for_their_own_handler()
  {
     let h = Harness::start().await;
-    let path = new_agent(
+    let path = agent_file(
         h.dir.path(),
         "worker",
         &[("lib/work.ts", WORKER), ("lib/seen.ts", SEEN)],
@@ -799,7 +743,7 @@ async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_37_command_targets_are_skipped_with_one_warning_until_the_shell_exists() {
     let h = Harness::start().await;
-    let path = new_agent(
+    let path = agent_file(
         h.dir.path(),
         "commander",
         &[("lib/seen.ts", SEEN)],

@@ -7,66 +7,17 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_server::Agent;
 use adf_server::dispatch::QUEUE_CAPACITY;
-use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
-use common::Harness;
+use adf_store::{AdfFile, Caller, ConfigAction};
+use common::{Harness, agent_file, paths, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 fn new_agent(dir: &Path, name: &str, files: &[(&str, &str)], triggers: Value) -> PathBuf {
-    let path = dir.join("agents").join(format!("{name}.adf"));
-    let mut file = AdfFile::create(
-        &path,
-        &CreateOptions {
-            name: Some(name.to_owned()),
-            ..CreateOptions::default()
-        },
-    )
-    .unwrap();
-    for (path, source) in files {
-        file.file_write(
-            Caller::Owner,
-            path,
-            source.as_bytes(),
-            &FileWrite::default(),
-        )
-        .unwrap();
-    }
-    file.config_set_path(Caller::Owner, "triggers", ConfigAction::Set, triggers)
-        .unwrap();
-    file.close().unwrap();
-    path
-}
-
-async fn paths(agent: &Agent, prefix: &str) -> Vec<String> {
-    let like = format!("{prefix}%");
-    agent
-        .store()
-        .run(move |file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path")?;
-            let rows = stmt.query_map([like], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
-}
-
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    agent_file(dir, name, files, &[("triggers", triggers)])
 }
 
 const REPORTER: &str = r#"

@@ -71,3 +71,72 @@ pub fn sidecars(path: &Path) -> Vec<PathBuf> {
         .filter(|p| p.exists())
         .collect()
 }
+
+/// Polls `check` until it holds (a failure guard of 60 s, not a timing assumption); every
+/// poll is bounded too, so a request that hangs fails the test instead of blocking it.
+pub async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "timed out: {what}");
+        if tokio::time::timeout(left, check()).await == Ok(true) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A new agent file `<dir>/agents/<name>.adf` with `files` stored as the owner and `config`
+/// set path by path (`"triggers"`, `"state"`, ...).
+pub fn agent_file(
+    dir: &Path,
+    name: &str,
+    files: &[(&str, &str)],
+    config: &[(&str, serde_json::Value)],
+) -> PathBuf {
+    use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
+    let path = dir.join("agents").join(format!("{name}.adf"));
+    let mut file = AdfFile::create(
+        &path,
+        &CreateOptions {
+            name: Some(name.to_owned()),
+            ..CreateOptions::default()
+        },
+    )
+    .unwrap();
+    for (path, source) in files {
+        file.file_write(
+            Caller::Owner,
+            path,
+            source.as_bytes(),
+            &FileWrite::default(),
+        )
+        .unwrap();
+    }
+    for (key, value) in config {
+        file.config_set_path(Caller::Owner, key, ConfigAction::Set, value.clone())
+            .unwrap();
+    }
+    file.close().unwrap();
+    path
+}
+
+/// The paths of an agent's files under `prefix`, sorted.
+pub async fn paths(agent: &adf_server::daemon::Agent, prefix: &str) -> Vec<String> {
+    let like = format!("{prefix}%");
+    agent
+        .store()
+        .run(move |file| {
+            let mut stmt = file
+                .connection()
+                .prepare("SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path")?;
+            let rows = stmt.query_map([like], |row| row.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap()
+}
