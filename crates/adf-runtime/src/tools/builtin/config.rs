@@ -469,17 +469,7 @@ fn update(cx: &mut ToolContext<'_>, request: Request) -> Result<Value, ToolError
     }
 
     // Step 12.
-    let added = new_violations(&before, &after);
-    if !added.is_empty() {
-        return Err(ToolError::invalid(format!(
-            "config rejected: {}",
-            added
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        )));
-    }
+    reject_new_violations(&before, &after)?;
 
     // Step 13.
     cx.file
@@ -777,4 +767,21 @@ fn declaration_integrity(before: &Value, after: &Value) -> Result<(), ToolError>
         }
     }
     Ok(())
+}
+
+/// Refuses `after` when it has schema violations `before` did not (existing ones are the
+/// owner's to fix and never block an unrelated change).
+pub(crate) fn reject_new_violations(before: &Value, after: &Value) -> Result<(), ToolError> {
+    let added = new_violations(before, after);
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(ToolError::invalid(format!(
+        "config rejected: {}",
+        added
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    )))
 }

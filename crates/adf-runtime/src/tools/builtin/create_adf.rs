@@ -51,7 +51,6 @@ use std::fs;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use adf_store::config::new_violations;
 use adf_store::defaults::{self, NewAgent};
 use adf_store::{
     AdfFile, CreateOptions, FileEntry, FileProtection, FileWrite, IdentityRow, StoreError, sidecar,
@@ -581,17 +580,7 @@ impl Plan {
         if !structural.is_empty() {
             return Err(ToolError::invalid(structural.join("; ")));
         }
-        let violations = new_violations(&before, &config);
-        if !violations.is_empty() {
-            return Err(ToolError::invalid(format!(
-                "config rejected: {}",
-                violations
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )));
-        }
+        super::config::reject_new_violations(&before, &config)?;
         Ok(Self { id, config })
     }
 }
