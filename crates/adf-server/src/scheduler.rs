@@ -903,7 +903,10 @@ pub(crate) fn run_agent_turns(
             return every(&message);
         }
     };
-    let executor = Executor::from_resolved(resolved, retries).with_registry(registry);
+    let custom = Arc::new(crate::taps::CustomEvents::default());
+    let executor = Executor::from_resolved(resolved, retries)
+        .with_registry(registry)
+        .with_event_sink(custom.clone());
     let Some(runtime) = current_thread() else {
         return every("cannot start a runtime for the turn");
     };
@@ -935,6 +938,11 @@ pub(crate) fn run_agent_turns(
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner),
     );
+    // `emit_event` from the turn's code (`sys_code`, `sys_lambda`): on the bus after the
+    // calls that made them, with the turn's other events.
+    for event in custom.take() {
+        scope.emit(&event.event_type, event.payload);
+    }
     let results = match outcome {
         None => {
             // Cancelled between two awaits: no store step is half done, but a tool call's

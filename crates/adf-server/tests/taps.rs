@@ -337,3 +337,64 @@ async fn srv_43_max_rate_per_sec_drops_a_bursts_excess_and_logs_it_once() {
     assert_eq!(logged, stats.rate_dropped);
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cod_46_emit_event_from_a_model_turns_code_reaches_the_bus() {
+    let mock = adf_testkit::MockProvider::openai().await;
+    mock.push_all([
+        adf_testkit::Turn::tool_call(
+            "sys_code",
+            json!({ "code": "return await adf.emit_event({ type: 'custom.hello', payload: { from: 'turn' } })" }),
+        ),
+        adf_testkit::Turn::text("Announced."),
+    ]);
+    let h = Harness::start().await;
+    let path = new_agent(
+        h.dir.path(),
+        "announcer",
+        json!([
+            { "name": "hello", "lambda": "lib/tap.ts:hello", "filter": { "event_types": ["custom.hello"] } }
+        ]),
+        None,
+    );
+    {
+        let mut file = AdfFile::open(&path).unwrap();
+        for (key, value) in [
+            (
+                "providers",
+                json!([{ "id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": mock.base_url() }]),
+            ),
+            ("model.provider", json!("mock")),
+            ("model.model_id", json!("mock-model")),
+        ] {
+            file.config_set_path(Caller::Owner, key, ConfigAction::Set, value)
+                .unwrap();
+        }
+        file.close().unwrap();
+    }
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{}/chat", agent.id),
+            Some(&json!({ "text": "announce it" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    wait_for("the tap saw the turn's custom event", || async {
+        !seen_by(&agent, "hello").await.is_empty()
+    })
+    .await;
+    let hello = seen_by(&agent, "hello").await;
+    assert_eq!(hello[0].1, "custom.hello");
+    // The model read that the event was delivered.
+    wait_for("the turn's second request", || async {
+        mock.request_count() >= 2
+    })
+    .await;
+    let second = serde_json::to_string(&mock.requests()[1].body).unwrap();
+    assert!(second.contains(r#"\"delivered\":true"#), "{second}");
+    h.stop().await;
+}

@@ -356,6 +356,8 @@ pub struct Executor {
     /// The code runner for deferred `sys_code` / `sys_lambda` calls; made on first use
     /// unless [`Executor::with_code`] supplied one (one sandbox per agent, §9).
     code: tokio::sync::OnceCell<Arc<crate::code::CodeEnv>>,
+    /// Where `emit_event` from the model's code goes when the code runner is made here.
+    events: Option<Arc<dyn crate::code::EventSink>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -382,7 +384,15 @@ impl Executor {
             texts: PromptTexts::default(),
             retries: RetryLog::default(),
             code: tokio::sync::OnceCell::new(),
+            events: None,
         }
+    }
+
+    /// Hands `emit_event`'s `custom.*` events of the model's code to `sink` (the daemon's
+    /// bus), for the code runner this executor makes on first use.
+    pub fn with_event_sink(mut self, sink: Arc<dyn crate::code::EventSink>) -> Self {
+        self.events = Some(sink);
+        self
     }
 
     /// Runs the model's `sys_code` / `sys_lambda` calls with this code environment (its
@@ -966,7 +976,13 @@ impl Executor {
     /// The code environment, made with every built-in tool on first use.
     async fn code_env(&self) -> Result<Arc<crate::code::CodeEnv>, crate::tools::ToolError> {
         self.code
-            .get_or_try_init(|| async { crate::code::CodeEnv::with_builtins().await.map(Arc::new) })
+            .get_or_try_init(|| async {
+                let env = crate::code::CodeEnv::with_builtins().await?;
+                Ok(Arc::new(match &self.events {
+                    Some(sink) => env.with_event_sink(Arc::clone(sink)),
+                    None => env,
+                }))
+            })
             .await
             .cloned()
     }
