@@ -1840,3 +1840,35 @@ async fn trg_17_trg_01_code_runs_record_their_tool_and_model_calls() {
     assert_eq!(calls[2]["ok"], true);
     assert_eq!(calls.as_array().unwrap().len(), 3, "{calls}");
 }
+
+#[tokio::test]
+async fn cod_37_aud_16_async_code_tools_from_code_run_beside_the_caller_and_record_their_task() {
+    let (_d, _p, mut file) = new_agent();
+    put(
+        &mut file,
+        "lib/slow.ts",
+        "export async function main({ n }) { return n * 2 }",
+        false,
+    );
+    let env = env().await;
+    let v = ok(inline(
+        &mut file,
+        &env,
+        r#"
+        const code = await adf.sys_code({ code: 'console.log("bg"); return 6 * 7', _async: true })
+        const lambda = await adf.sys_lambda({ source: 'lib/slow.ts', args: { n: 21 }, _async: true })
+        return { code, lambda }"#,
+    )
+    .await);
+    assert_eq!(v["code"]["status"], "running", "returned at once: {v}");
+    assert_eq!(v["lambda"]["status"], "running", "returned at once: {v}");
+    // The run reports once its background tasks ended, so the rows are final.
+    let task = |id: &Value| file.task(id.as_str().unwrap()).unwrap().unwrap();
+    let code = task(&v["code"]["task_id"]);
+    assert_eq!(code.status, "completed", "{code:?}");
+    let result: Value = serde_json::from_str(code.result.as_deref().unwrap()).unwrap();
+    assert_eq!(result, json!({ "result": 42, "logs": ["bg"] }));
+    let lambda = task(&v["lambda"]["task_id"]);
+    assert_eq!(lambda.status, "completed", "{lambda:?}");
+    assert_eq!(lambda.result.as_deref(), Some("42"));
+}

@@ -178,6 +178,14 @@ enum Completion {
         result: Result<Value, ToolError>,
         record: CallRecord,
     },
+    /// An `_async` code tool's execution ended: record its outcome on the task.
+    CodeTask {
+        task_id: String,
+        source: String,
+        inline: bool,
+        started: std::time::Instant,
+        execution: Execution,
+    },
     /// An `_async` detached call's task ended: write its log rows and record the outcome.
     Task {
         task_id: String,
@@ -356,11 +364,10 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Runs an `_async` call's task: a synchronous tool now, a detached one (`sys_fetch`)
-    /// beside the execution, recorded when it ends. Code tools do not run as background tasks
-    /// of code (a nested execution is already asynchronous to the caller): the task fails
-    /// saying so.
-    fn start_task(&mut self, frame: &Frame, task_id: String) {
+    /// Runs an `_async` call's task: a synchronous tool now; a detached one (`sys_fetch`) or
+    /// a code tool (a nested execution, under the same §8.6 rules as a direct call) beside the
+    /// execution, recorded on the task when it ends.
+    fn start_task(&mut self, frame: &Arc<Frame>, task_id: String) {
         let registry = self.env.registry.clone();
         match registry.start_task(self.file, &task_id, &frame.caller()) {
             Ok(crate::tools::TaskRun::Done(_)) | Err(_) => {}
@@ -373,14 +380,48 @@ impl<'a> Runner<'a> {
                 }));
             }
             Ok(crate::tools::TaskRun::Code(call)) => {
-                let result = Err(ToolError::new(
-                    ErrorCode::ToolError,
-                    format!(
-                        "{} cannot run as a background task of code yet; call it without _async (adf.sys_lambda is already asynchronous to its caller)",
-                        call.tool
-                    ),
-                ));
-                let _ = registry.finish_task(self.file, &task_id, &result);
+                match self.call(frame, &call.tool, call.args.clone()) {
+                    Ok(Reply::Nested {
+                        request,
+                        frame,
+                        inline,
+                    }) => {
+                        let source = frame.source.clone();
+                        if !inline {
+                            super::log_execute(
+                                self.file,
+                                "sys_lambda",
+                                &source,
+                                frame.authorized(),
+                            );
+                        }
+                        let started = std::time::Instant::now();
+                        let host = Arc::new(ChannelHost {
+                            frame,
+                            tx: self.tx.clone(),
+                        });
+                        let sandbox = self.env.sandbox.clone();
+                        self.pending.push(Box::pin(async move {
+                            Completion::CodeTask {
+                                task_id,
+                                source,
+                                inline,
+                                started,
+                                execution: sandbox.execute(request, host).await,
+                            }
+                        }));
+                    }
+                    Ok(_) => {
+                        let result = Err(ToolError::new(
+                            ErrorCode::InternalError,
+                            format!("{} did not start a code execution", call.tool),
+                        ));
+                        let _ = registry.finish_task(self.file, &task_id, &result);
+                    }
+                    Err(error) => {
+                        let _ = registry.finish_task(self.file, &task_id, &Err(error));
+                    }
+                }
             }
         }
     }
@@ -409,6 +450,26 @@ impl<'a> Runner<'a> {
             } => {
                 self.calls.push(record);
                 let _ = reply.send(result.map_err(host_error));
+                return;
+            }
+            Completion::CodeTask {
+                task_id,
+                source,
+                inline,
+                started,
+                execution,
+            } => {
+                let result = match execution.result {
+                    Ok(value) if inline => {
+                        Ok(json!({ "result": value, "logs": log_lines(&execution.logs) }))
+                    }
+                    Ok(value) => Ok(value),
+                    Err(e) => Err(sandbox_error(&e)),
+                };
+                if !inline {
+                    super::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
+                }
+                let _ = self.env.registry.finish_task(self.file, &task_id, &result);
                 return;
             }
             Completion::Task { task_id, outcome } => {
@@ -489,6 +550,11 @@ impl<'a> Runner<'a> {
                     }
                 ),
             )),
+            // `_async` makes it a task like any tool call (the pipeline queues it; the task
+            // then runs the nested execution); otherwise the caller awaits it directly.
+            "sys_lambda" if args.get("_async") == Some(&Value::Bool(true)) => {
+                self.tool(frame, method, args)
+            }
             "sys_lambda" => self.nested_lambda(frame, args),
             m if methods::is_code_method(m) => {
                 let caller = frame.caller();
