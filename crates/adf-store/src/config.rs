@@ -629,6 +629,29 @@ pub(crate) fn normalize_on_open(conn: &rusqlite::Connection) -> Result<Vec<Strin
     Ok(notes)
 }
 
+/// The violations of the stored config, read without writing (§5: on load a config that fails
+/// validation is loaded with a warning, never refused). A config that is not JSON is one
+/// violation at the root.
+pub(crate) fn violations_on_open(conn: &rusqlite::Connection) -> Result<Vec<Violation>> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT config_json FROM adf_config WHERE id = 1",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    Ok(match serde_json::from_str::<Value>(&text) {
+        Ok(config) => validate(&config),
+        Err(e) => vec![Violation {
+            path: "".into(),
+            message: format!("config_json is not valid JSON: {e}"),
+        }],
+    })
+}
+
 /// The violations `after` has that `before` did not (§5.17 step 12).
 pub fn new_violations(before: &Value, after: &Value) -> Vec<Violation> {
     let old: BTreeSet<Violation> = validate(before).into_iter().collect();

@@ -42,6 +42,9 @@ pub struct OpenReport {
     pub clean_close: bool,
     /// Which integrity check ran because the marker was missing or sidecars were present.
     pub integrity_check: Option<&'static str>,
+    /// Schema violations of the stored config. §5: a config that fails validation is still
+    /// loaded (the file is not refused); each violation is logged as a warning.
+    pub config_violations: Vec<crate::Violation>,
 }
 
 /// Options for [`AdfFile::create`].
@@ -211,6 +214,10 @@ impl AdfFile {
         }
         tx.commit()?;
         report.notes.extend(notes);
+        report.config_violations = config::violations_on_open(&conn)?;
+        for violation in &report.config_violations {
+            tracing::warn!(path = %path.display(), %violation, "the config fails validation; loaded anyway");
+        }
         let marker_pending = Cell::new(report.clean_close && !wrote);
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
         Ok(Self {

@@ -1,0 +1,396 @@
+//! Prompt and config requirements through the runtime: `loop_inject` rows (§13.1), the
+//! session's prompt snapshot and its reset (§5.1), the deprecated `thinking_budget` (§5.18),
+//! `restricted_methods` replacing its default (§5.9) and locked triggers (§5.5, §5.17).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, LambdaRef, RunOptions};
+use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnEvent, TurnHost};
+use adf_runtime::home::RuntimeHome;
+use adf_runtime::identity::{self, LocalKeys};
+use adf_runtime::providers::{ApiKey, Resolver};
+use adf_runtime::tools::approval::DenyAll;
+use adf_runtime::tools::{Approver, Caller};
+use adf_store::{AdfFile, ConfigAction, FileWrite};
+use adf_testkit::{MockProvider, Turn, Wire};
+use common::{authorized, call, code, model, new_agent, owner_set};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-0123456789";
+
+// ---------- helpers ----------
+
+fn owner_write(file: &mut AdfFile, path: &str, text: &str, authorized: bool) {
+    file.file_write(
+        adf_store::Caller::Owner,
+        path,
+        text.as_bytes(),
+        &FileWrite::default(),
+    )
+    .unwrap();
+    file.file_set_authorized(adf_store::Caller::Owner, path, authorized)
+        .unwrap();
+}
+
+async fn lambda(file: &mut AdfFile, env: &CodeEnv, source: &str) -> CodeRun {
+    code::run_lambda(
+        file,
+        env,
+        &LambdaRef::parse(source).unwrap(),
+        json!({}),
+        Authorization::SourceFile,
+        &DenyAll,
+        &RunOptions::default(),
+    )
+    .await
+}
+
+fn ok(run: CodeRun) -> Value {
+    match run.result {
+        Ok(v) => v,
+        Err(e) => panic!("code failed: {e}; console: {:?}", run.logs),
+    }
+}
+
+/// Points the agent at the mock provider.
+async fn mocked_agent(wire: Wire) -> (tempfile::TempDir, AdfFile, MockProvider) {
+    let mock = MockProvider::start(wire).await;
+    mock.require_api_key(KEY);
+    let (dir, _path, mut file) = new_agent();
+    let ty = match wire {
+        Wire::OpenAi => "openai-compatible",
+        Wire::Anthropic => "anthropic",
+    };
+    owner_set(
+        &mut file,
+        "providers",
+        json!([{"id": "mock", "type": ty, "name": "Mock", "baseUrl": mock.base_url()}]),
+    );
+    owner_set(&mut file, "model.provider", json!("mock"));
+    owner_set(&mut file, "model.model_id", json!("test-model"));
+    (dir, file, mock)
+}
+
+fn executor(file: &AdfFile) -> Executor {
+    let retries = RetryLog::default();
+    let resolved = Resolver::new()
+        .with_env(|_| None)
+        .resolve(&file.config().unwrap(), Some(ApiKey::new(KEY)))
+        .unwrap();
+    Executor::from_resolved(resolved, retries)
+}
+
+/// The owner at the terminal: refuses every approval, answers nothing.
+struct Owner;
+
+impl TurnHost for Owner {
+    fn approver(&self) -> &dyn Approver {
+        &DenyAll
+    }
+    fn answer(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn event(&self, _: &TurnEvent<'_>) {}
+}
+
+/// The system prompt text of a recorded Anthropic request.
+fn system_of(body: &Value) -> String {
+    body["system"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["text"].as_str().unwrap())
+        .collect()
+}
+
+// ---------- PRM-04 ----------
+
+#[tokio::test]
+async fn prm_04_loop_inject_rows_are_context_tagged_and_persisted_at_once() {
+    let (_d, _p, mut file) = new_agent();
+    let env = CodeEnv::with_builtins().await.unwrap();
+    owner_write(
+        &mut file,
+        "lib/inject.ts",
+        "export async function main() {
+           await adf.loop_inject({ content: 'plain note' })
+           await adf.loop_inject({ content: 'hot news', category: 'news' })
+           return 'done'
+         }",
+        false,
+    );
+    let before = file.loop_rows("main").unwrap().len();
+    assert_eq!(ok(lambda(&mut file, &env, "lib/inject.ts").await), "done");
+    // Outside a turn nothing else would write them later: they are rows already.
+    let rows = file.loop_rows("main").unwrap();
+    assert_eq!(rows.len(), before + 2);
+    let texts: Vec<&str> = rows[before..]
+        .iter()
+        .map(|r| {
+            assert_eq!(r.role, "user");
+            r.content[0]["text"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            "[Context: loop_inject] plain note",
+            "[Context: news] hot news"
+        ]
+    );
+}
+
+// ---------- PRM-28 ----------
+
+#[tokio::test]
+async fn prm_28_prompt_snapshot_covers_injected_files_and_refreshes_only_on_reset() {
+    let (_d, mut file, mock) = mocked_agent(Wire::Anthropic).await;
+    common::enable(&mut file, "loop_clear");
+    owner_write(&mut file, "soul.md", "SOUL-ONE", false);
+    owner_set(&mut file, "instructions", json!("Soul: {{soul.md}}"));
+    mock.push_all([
+        Turn::text("r1"),
+        Turn::text("r2"),
+        Turn::tool_call("loop_clear", json!({})),
+        Turn::text("cleared"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("one".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+
+    // Change a file the instructions inject and one only the skills section injects.
+    owner_write(&mut file, "soul.md", "SOUL-TWO", false);
+    file.file_write(
+        adf_store::Caller::Agent,
+        "skills/zebra-notes/SKILL.md",
+        b"---\nname: zebra-notes\ndescription: Keep zebra notes\n---\n",
+        &FileWrite::default(),
+    )
+    .unwrap();
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("two".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("three".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 4);
+    let systems: Vec<String> = requests.iter().map(|r| system_of(&r.body)).collect();
+    assert!(systems[0].contains("SOUL-ONE") && !systems[0].contains("zebra-notes"));
+    // Without a reset the session keeps its snapshot, byte for byte.
+    assert_eq!(systems[1], systems[0]);
+    assert_eq!(systems[2], systems[0]);
+    // loop_clear resets the session: the next request is built from the files as they are
+    // now, the instructions' file and the conditional skills section's file alike.
+    assert!(systems[3].contains("SOUL-TWO"), "{}", systems[3]);
+    assert!(systems[3].contains("zebra-notes"), "{}", systems[3]);
+    assert!(!systems[3].contains("SOUL-ONE"));
+}
+
+// ---------- CFG-33 ----------
+
+#[tokio::test]
+async fn cfg_33_thinking_budget_is_folded_into_reasoning() {
+    let (_d, mut file, mock) = mocked_agent(Wire::Anthropic).await;
+    // A config written by an older runtime: the deprecated field, no `reasoning`.
+    file.connection()
+        .execute(
+            "UPDATE adf_config SET config_json =
+               json_set(json_remove(config_json, '$.model.reasoning'), '$.model.thinking_budget', 2048)
+             WHERE id = 1",
+            [],
+        )
+        .unwrap();
+    let params =
+        adf_runtime::providers::ModelParams::from_model_config(&file.config().unwrap()["model"]);
+    let reasoning = params.reasoning.expect("reasoning is on");
+    assert_eq!(reasoning.enabled, Some(true));
+    assert_eq!(reasoning.max_tokens, Some(2048));
+
+    // And the request carries it.
+    mock.push(Turn::text("hi"));
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("hello".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+    let body = &mock.requests()[0].body;
+    assert_eq!(
+        body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2048})
+    );
+}
+
+#[test]
+fn cfg_33_an_explicit_reasoning_wins_over_thinking_budget() {
+    let params = adf_runtime::providers::ModelParams::from_model_config(&json!({
+        "thinking_budget": 2048,
+        "reasoning": { "enabled": false }
+    }));
+    assert!(params.reasoning.is_none());
+}
+
+// ---------- CFG-44 ----------
+
+#[tokio::test]
+async fn cfg_44_an_explicit_restricted_methods_list_replaces_the_default() {
+    let (dir, _p, mut file) = new_agent();
+    let home = RuntimeHome::at(dir.path().join("home"));
+    home.init_owner(false).unwrap();
+    let keys = LocalKeys::from_home(&home).unwrap();
+    identity::provision_new(&mut file, &keys).unwrap();
+    let env = CodeEnv::with_builtins()
+        .await
+        .unwrap()
+        .with_keys(Arc::new(keys));
+    owner_write(
+        &mut file,
+        "lib/issue.ts",
+        "export async function main() {
+           const out = {}
+           try { out.issued = (await adf.attestation_issue({ subject: 'did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK', role: 'member' })).issuer } catch (e) { out.issued = e.code }
+           try { await adf.loop_inject({ content: 'x' }); out.inject = 'ok' } catch (e) { out.inject = e.code }
+           return out
+         }",
+        false,
+    );
+    let did = file.meta_get("adf_did").unwrap().unwrap().value;
+
+    // The default keeps attestation_issue to authorized code.
+    let v = ok(lambda(&mut file, &env, "lib/issue.ts").await);
+    assert_eq!(
+        v,
+        json!({ "issued": "REQUIRES_AUTHORIZED_CODE", "inject": "ok" })
+    );
+
+    // `[]` restricts nothing: unauthorized code may issue.
+    owner_set(&mut file, "code_execution.restricted_methods", json!([]));
+    let v = ok(lambda(&mut file, &env, "lib/issue.ts").await);
+    assert_eq!(v, json!({ "issued": did, "inject": "ok" }));
+
+    // A list naming another method replaces the default rather than adding to it.
+    owner_set(
+        &mut file,
+        "code_execution.restricted_methods",
+        json!(["loop_inject"]),
+    );
+    let v = ok(lambda(&mut file, &env, "lib/issue.ts").await);
+    assert_eq!(
+        v,
+        json!({ "issued": did, "inject": "REQUIRES_AUTHORIZED_CODE" })
+    );
+}
+
+// ---------- TRG-19 ----------
+
+fn config_text(file: &AdfFile) -> String {
+    file.connection()
+        .query_row(
+            "SELECT config_json FROM adf_config WHERE id = 1",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+}
+
+#[test]
+fn trg_19_a_locked_trigger_and_a_locked_target_cannot_be_changed_by_the_agent() {
+    let (_d, _p, mut file) = new_agent();
+    // Only §5.17 decides: the tool's own restricted flag is lifted.
+    owner_set(
+        &mut file,
+        "tools.sys_update_config.restricted",
+        json!(false),
+    );
+    owner_set(
+        &mut file,
+        "triggers.on_inbox",
+        json!({ "enabled": true, "locked": true, "targets": [{ "scope": "agent" }] }),
+    );
+    // A locked target inside an unlocked trigger (after the default's unlocked one).
+    file.config_set_path(
+        adf_store::Caller::Owner,
+        "triggers.on_chat.targets",
+        ConfigAction::Append,
+        json!({ "scope": "agent", "locked": true, "debounce_ms": 100 }),
+    )
+    .unwrap();
+    let config = config_text(&file);
+    for args in [
+        json!({ "path": "triggers.on_inbox.enabled", "value": false }),
+        json!({ "path": "triggers.on_inbox.targets", "value": [] }),
+        json!({ "path": "triggers.on_inbox.targets.0.scope", "value": "system" }),
+        json!({ "path": "triggers.on_inbox.locked", "value": false }),
+        json!({ "path": "triggers.on_inbox", "value": { "enabled": false, "targets": [] } }),
+        json!({ "path": "triggers.on_chat.targets", "action": "remove", "index": 1 }),
+        json!({ "path": "triggers.on_chat.targets.1.debounce_ms", "value": 5 }),
+        json!({ "path": "triggers.on_chat.targets.1.locked", "value": false }),
+    ] {
+        for caller in [model(), code()] {
+            let refused = call(&mut file, &caller, "sys_update_config", args.clone());
+            assert!(refused.is_err(), "{args} was accepted for {caller:?}");
+            assert_eq!(config_text(&file), config, "{args} changed the config");
+        }
+    }
+    // Authorized code cannot remove a locked entry either.
+    for args in [
+        json!({ "path": "triggers.on_inbox", "value": { "enabled": false, "targets": [] } }),
+        json!({ "path": "triggers.on_chat.targets", "action": "remove", "index": 1 }),
+    ] {
+        assert!(call(&mut file, &authorized(), "sys_update_config", args.clone()).is_err());
+        assert_eq!(config_text(&file), config, "{args} changed the config");
+    }
+    // An unlocked trigger, and the unlocked sibling of a locked target, stay the agent's.
+    call(
+        &mut file,
+        &model(),
+        "sys_update_config",
+        json!({ "path": "triggers.on_chat.targets.0.debounce_ms", "value": 50 }),
+    )
+    .unwrap();
+    call(
+        &mut file,
+        &model(),
+        "sys_update_config",
+        json!({ "path": "triggers.on_file_change.enabled", "value": false }),
+    )
+    .unwrap();
+    // The owner may change the locked ones.
+    call(
+        &mut file,
+        &Caller::Owner,
+        "sys_update_config",
+        json!({ "path": "triggers.on_inbox.enabled", "value": false }),
+    )
+    .unwrap();
+    assert_eq!(
+        file.config().unwrap()["triggers"]["on_inbox"]["enabled"],
+        json!(false)
+    );
+}
