@@ -394,3 +394,112 @@ fn trg_19_a_locked_trigger_and_a_locked_target_cannot_be_changed_by_the_agent() 
         json!(false)
     );
 }
+
+// ---------- PRM-27 ----------
+
+fn install_skill(file: &mut AdfFile, name: &str) {
+    file.file_write(
+        adf_store::Caller::Agent,
+        &format!("skills/{name}/SKILL.md"),
+        format!("---\nname: {name}\ndescription: The {name} skill\n---\n").as_bytes(),
+        &FileWrite::default(),
+    )
+    .unwrap();
+}
+
+/// Every text block of a recorded Anthropic request's messages.
+fn message_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn prm_27_a_catalog_change_mid_session_is_a_keyed_injection_not_a_new_snapshot() {
+    let (_d, mut file, mock) = mocked_agent(Wire::Anthropic).await;
+    mock.push_all([Turn::text("r1"), Turn::text("r2"), Turn::text("r3")]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("one".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+    let catalog_rows = |file: &AdfFile| -> Vec<String> {
+        file.loop_rows("main")
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.content[0]["text"].as_str().map(str::to_owned))
+            .filter(|t| t.starts_with("[Context: skills_registry]"))
+            .collect()
+    };
+    assert!(catalog_rows(&file).is_empty(), "no change, no injection");
+
+    install_skill(&mut file, "alpha-notes");
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("two".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+    let rows = catalog_rows(&file);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].contains("alpha-notes"));
+    let requests = mock.requests();
+    assert_eq!(
+        system_of(&requests[1].body),
+        system_of(&requests[0].body),
+        "the injected snapshot is not rewritten"
+    );
+    assert!(!system_of(&requests[1].body).contains("alpha-notes"));
+    assert!(
+        message_texts(&requests[1].body)
+            .iter()
+            .any(|t| t.starts_with("[Context: skills_registry]") && t.contains("alpha-notes"))
+    );
+
+    // A catalog injection still pending (here the guide's own keyed example, from code) is
+    // replaced by the runtime's newer one: the model is sent only the latest catalog.
+    let env = CodeEnv::with_builtins().await.unwrap();
+    ok(code::run_inline(
+        &mut file,
+        &env,
+        "await adf.loop_inject({ content: 'STALE-CATALOG', category: 'skills_registry', key: 'skills_registry' })",
+        false,
+        &DenyAll,
+        &RunOptions::default(),
+    )
+    .await);
+    install_skill(&mut file, "beta-notes");
+    ex.run_turn(
+        &mut file,
+        &mut session,
+        Trigger::Owner("three".into()),
+        &Owner,
+    )
+    .await
+    .unwrap();
+    let sent = message_texts(&mock.requests()[2].body);
+    assert!(
+        !sent.iter().any(|t| t.contains("STALE-CATALOG")),
+        "{sent:?}"
+    );
+    let latest: Vec<&String> = sent.iter().filter(|t| t.contains("beta-notes")).collect();
+    assert_eq!(latest.len(), 1, "{sent:?}");
+    assert!(latest[0].starts_with("[Context: skills_registry]"));
+    assert_eq!(
+        system_of(&mock.requests()[2].body),
+        system_of(&mock.requests()[0].body)
+    );
+    // The transcript keeps every version for audit.
+    assert_eq!(catalog_rows(&file).len(), 3);
+}

@@ -11,7 +11,9 @@
 //! 1. the checkpoint `in_progress` and the trigger row, together;
 //! 2. once per session, the system prompt snapshot as a `[Context: system_prompt]` row; on the
 //!    first step, the dynamic instructions as a `[Context: dynamic_instructions]` row (§1.5);
-//! 3. automatic compaction when the last request reached the loop's threshold (§13.2);
+//! 3. a skills catalog changed since the snapshot, as a keyed `[Context: skills_registry]`
+//!    row (§5.1; the snapshot is not rewritten); automatic compaction when the last request
+//!    reached the loop's threshold (§13.2);
 //! 4. the request (system prompt, the transcript without system prompt rows, the advertised
 //!    tools), streamed to the host; the assistant row with `model` and `tokens`, together with
 //!    the checkpoint's `updated_at`;
@@ -45,6 +47,7 @@ pub mod request;
 
 use std::sync::{Arc, Mutex};
 
+use adf_store::skills::REGISTRY_PATH;
 use adf_store::{AdfFile, NewLog, NewLoopRow, StoreError};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -250,6 +253,10 @@ impl RetryLog {
 pub struct Session {
     loop_name: String,
     prompt: Option<SystemPrompt>,
+    /// The skills catalog (`skills-registry.json`) as last delivered to this session: in the
+    /// prompt snapshot, or by a later catalog injection. `None` when the prompt does not
+    /// inject the catalog.
+    catalog: Option<Vec<u8>>,
     messages: Vec<Message>,
     last_seq: i64,
     loaded: bool,
@@ -272,6 +279,7 @@ impl Session {
         Session {
             loop_name: loop_name.to_owned(),
             prompt: None,
+            catalog: None,
             messages: Vec::new(),
             last_seq: 0,
             loaded: false,
@@ -305,6 +313,7 @@ impl Session {
     /// request re-reads the transcript and records a new system prompt (§5.1 session reset).
     pub fn reset(&mut self) {
         self.prompt = None;
+        self.catalog = None;
         self.messages.clear();
         self.pending_keys.clear();
         self.last_seq = 0;
@@ -742,6 +751,7 @@ impl Executor {
             let file: &mut AdfFile = &mut guard;
             let config = self.config(file)?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
+            self.deliver_catalog_change(file, session)?;
             if session.context_tokens >= facts.threshold {
                 let outcome = self.compact(file, session, None, None).await?;
                 // Reset either way: with nothing left to summarize, compacting again before
@@ -1031,9 +1041,49 @@ impl Executor {
         )?;
         let row = json!([{ "type": "text", "text": format!("{}{}", request::SYSTEM_PROMPT_MARKER, built.text) }]);
         append(file, &session.loop_name, "user", &row, None, None)?;
+        session.catalog = if built.referenced_files.iter().any(|f| f == REGISTRY_PATH) {
+            Some(registry_bytes(file)?)
+        } else {
+            None
+        };
         let text = built.text.clone();
         session.prompt = Some(built);
         Ok(text)
+    }
+
+    /// §5.1: a skills catalog that changed after the session's snapshot is never written into
+    /// that snapshot; it is delivered as a keyed `loop_inject` row (key `skills_registry`), so
+    /// a later change replaces a version the model has not been sent yet (`pending_keys`). The
+    /// snapshot itself refreshes at the next session reset.
+    fn deliver_catalog_change(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+    ) -> Result<(), ExecutorError> {
+        let Some(delivered) = &session.catalog else {
+            return Ok(());
+        };
+        let current = registry_bytes(file)?;
+        if *delivered == current {
+            return Ok(());
+        }
+        let injection = crate::code::Injection {
+            loop_name: session.loop_name.clone(),
+            category: "skills_registry".into(),
+            key: Some("skills_registry".into()),
+            origin: "runtime".into(),
+            content: String::from_utf8_lossy(&current).into_owned(),
+        };
+        append(
+            file,
+            &session.loop_name,
+            "user",
+            &injection.row_content(),
+            None,
+            None,
+        )?;
+        session.catalog = Some(current);
+        Ok(())
     }
 
     /// Reads the rows the session has not seen yet.
@@ -1348,6 +1398,14 @@ fn code_options(session: &Session) -> crate::code::RunOptions {
         },
         ..crate::code::RunOptions::default()
     }
+}
+
+/// The stored skills catalog (empty when the file has none).
+fn registry_bytes(file: &AdfFile) -> Result<Vec<u8>, StoreError> {
+    Ok(file
+        .file_read(REGISTRY_PATH)?
+        .map(|entry| entry.content)
+        .unwrap_or_default())
 }
 
 fn append(
