@@ -378,6 +378,13 @@ impl Daemon {
     async fn deliver(&self, agent: &Arc<Agent>, delivery: Delivery) {
         let registry = self.tools();
         let kind = delivery.target.kind;
+        // Gated again now, not only at dispatch: a delivery that waited in a window or the
+        // queue must not run once the state forbids it (`off` stops pending triggers, §6.1).
+        if let Some(cached) = self.cached_targets(agent).await
+            && !gating::allows(&cached.state, delivery.target.scope, kind)
+        {
+            return;
+        }
         let observer = Arc::clone(agent);
         let outcome = match delivery.target.scope {
             Scope::System => {
