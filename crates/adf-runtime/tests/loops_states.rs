@@ -540,3 +540,39 @@ async fn stl_51_two_waking_sends_in_one_turn_give_one_kick_and_each_content_once
         1
     );
 }
+
+// ---------- STL-15: sys_set_state from code during a turn ----------
+
+#[tokio::test]
+async fn stl_15_code_setting_idle_waits_for_the_turn_and_off_stops_it_at_once() {
+    let (_dir, mut file, mock) = setup().await;
+    let idle = "await adf.sys_set_state({ state: 'idle' }); return 'set';";
+    let off = "await adf.sys_set_state({ state: 'off' }); return 'set';";
+    mock.push_all([
+        Turn::tool_call("sys_code", json!({ "code": idle })),
+        Turn::text("carried on"),
+        Turn::tool_call("sys_code", json!({ "code": off })),
+        Turn::text("must never be requested"),
+    ]);
+    let ex = executor(&file);
+    let host = Counting::default();
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    // idle from code is deferred: the turn goes on to its next model request and ends
+    // normally, then the agent is idle.
+    let out = ex
+        .run_turn(&mut file, &mut session, Trigger::Owner("one".into()), &host)
+        .await
+        .unwrap();
+    assert_eq!(out.end, TurnEnd::Replied);
+    assert_eq!(out.reply, "carried on");
+    assert_eq!(mock.request_count(), 2);
+    assert_eq!(state(&file), "idle");
+    // off from code is never deferred: no request after the call.
+    let out = ex
+        .run_turn(&mut file, &mut session, Trigger::Owner("two".into()), &host)
+        .await;
+    assert_eq!(mock.request_count(), 3, "a request after off: {out:?}");
+    assert_eq!(out.unwrap().end, TurnEnd::StateSet("off".into()));
+    assert_eq!(state(&file), "off");
+    assert_eq!(mock.remaining(), 1);
+}

@@ -910,6 +910,15 @@ impl Executor {
                     }
                     Effect::RunTask(task_id) => queued.push(task_id),
                 }
+                // Code this call ran (`sys_code`, `sys_lambda`) may have set the agent `off`
+                // through `sys_set_state`; unlike idle/hibernate, off is never deferred to the
+                // end of the turn (AO:sys_set_state, §6.1): no further call and no request.
+                if end.is_none()
+                    && file.config_shared()?.get("state").and_then(Value::as_str) == Some("off")
+                {
+                    end = Some("off".to_owned());
+                    break;
+                }
             }
             for task_id in queued {
                 self.run_queued_task(file, session, &task_id, host, &mut injections)
