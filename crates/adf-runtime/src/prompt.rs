@@ -217,10 +217,17 @@ fn identity_block(file: &AdfFile, config: &Value) -> adf_store::Result<String> {
     Ok(block)
 }
 
+/// Whether the model perceives `kind` (`image`, `audio`, `video`) media: `model.multimodal`,
+/// with the deprecated `model.vision` honoured as `multimodal.image` (§5.18).
+pub fn modality_enabled(config: &Value, kind: &str) -> bool {
+    flag(config, &format!("/model/multimodal/{kind}")) == Some(true)
+        || (kind == "image" && flag(config, "/model/vision") == Some(true))
+}
+
 fn multimodal_block(config: &Value) -> String {
     let kinds: Vec<&str> = ["image", "audio", "video"]
         .into_iter()
-        .filter(|kind| flag(config, &format!("/model/multimodal/{kind}")) == Some(true))
+        .filter(|kind| modality_enabled(config, kind))
         .collect();
     if kinds.is_empty() {
         String::new()

@@ -503,3 +503,135 @@ async fn prm_27_a_catalog_change_mid_session_is_a_keyed_injection_not_a_new_snap
     // The transcript keeps every version for audit.
     assert_eq!(catalog_rows(&file).len(), 3);
 }
+
+// ---------- PRM-36, CFG-34 ----------
+
+/// Binary bytes (not UTF-8) stored as a PNG; returns their base64.
+fn put_image(file: &mut AdfFile) -> String {
+    let bytes: Vec<u8> = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a]
+        .into_iter()
+        .chain((0u8..48).map(|i| i.wrapping_mul(37) | 0x80))
+        .collect();
+    file.file_write(
+        adf_store::Caller::Owner,
+        "pics/dot.png",
+        &bytes,
+        &FileWrite {
+            mime_type: Some("image/png".into()),
+            ..FileWrite::default()
+        },
+    )
+    .unwrap();
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(&bytes)
+}
+
+/// Whether any stored transcript row holds `needle`.
+fn transcript_contains(file: &AdfFile, needle: &str) -> bool {
+    file.connection()
+        .query_row(
+            "SELECT COUNT(*) FROM adf_loop WHERE instr(content_json, ?1) > 0",
+            [needle],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        > 0
+}
+
+/// One turn where the model reads the image, then a second turn; returns the three request
+/// bodies as text.
+async fn read_image_turns(file: &mut AdfFile, mock: &MockProvider) -> Vec<String> {
+    mock.push_all([
+        Turn::tool_call("fs_read", json!({ "path": "pics/dot.png" })),
+        Turn::text("a dot"),
+        Turn::text("still here"),
+    ]);
+    let ex = executor(file);
+    let mut session = ex.open_session(file, "main").unwrap();
+    for text in ["look", "again"] {
+        ex.run_turn(file, &mut session, Trigger::Owner(text.into()), &Owner)
+            .await
+            .unwrap();
+    }
+    mock.requests()
+        .iter()
+        .map(|r| serde_json::to_string(&r.body).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn prm_36_media_blocks_are_sent_but_never_persisted() {
+    let (_d, mut file, mock) = mocked_agent(Wire::Anthropic).await;
+    let data = put_image(&mut file);
+    owner_set(&mut file, "model.multimodal", json!({ "image": true }));
+    let bodies = read_image_turns(&mut file, &mock).await;
+    assert_eq!(bodies.len(), 3);
+    // The request right after the call carries the image inside its tool result.
+    let body: Value = serde_json::from_str(&bodies[1]).unwrap();
+    let result = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result")
+        .unwrap();
+    let blocks = result["content"].as_array().expect("text and image blocks");
+    assert_eq!(blocks[0]["type"], "text", "fs_read's metadata row first");
+    assert_eq!(
+        blocks[1],
+        json!({ "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": data } })
+    );
+    // Ephemeral: not in adf_loop, and not sent again.
+    assert!(!transcript_contains(&file, &data));
+    assert!(!bodies[2].contains(&data), "sent with one request only");
+    let rows = file.loop_rows("main").unwrap();
+    let stored = rows
+        .iter()
+        .find(|r| r.content[0]["type"] == "tool_result")
+        .unwrap();
+    assert!(
+        stored.content[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"content\":null"),
+        "{}",
+        stored.content
+    );
+}
+
+#[tokio::test]
+async fn prm_36_without_the_modality_the_model_gets_metadata_only() {
+    let (_d, mut file, mock) = mocked_agent(Wire::Anthropic).await;
+    let data = put_image(&mut file);
+    let bodies = read_image_turns(&mut file, &mock).await;
+    assert!(bodies.iter().all(|b| !b.contains(&data)));
+}
+
+#[tokio::test]
+async fn cfg_34_model_vision_is_honoured_as_multimodal_image() {
+    let (_d, mut file, mock) = mocked_agent(Wire::OpenAi).await;
+    let data = put_image(&mut file);
+    // A config from before `multimodal`: only the deprecated flag.
+    file.connection()
+        .execute(
+            "UPDATE adf_config SET config_json =
+               json_set(json_remove(config_json, '$.model.multimodal'), '$.model.vision', json('true'))
+             WHERE id = 1",
+            [],
+        )
+        .unwrap();
+    let bodies = read_image_turns(&mut file, &mock).await;
+    assert!(
+        bodies[1].contains(&format!("data:image/png;base64,{data}")),
+        "{}",
+        bodies[1]
+    );
+    assert!(!transcript_contains(&file, &data));
+    // The prompt's media block says so too.
+    let body: Value = serde_json::from_str(&bodies[0]).unwrap();
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("## Media") && system.contains("image"),
+        "{system}"
+    );
+}

@@ -15,7 +15,8 @@
 //!    row (§5.1; the snapshot is not rewritten); automatic compaction when the last request
 //!    reached the loop's threshold (§13.2);
 //! 4. the request (system prompt, the transcript without system prompt rows, the advertised
-//!    tools), streamed to the host; the assistant row with `model` and `tokens`, together with
+//!    tools, and for this request only the media blocks of `fs_read` calls, media.rs),
+//!    streamed to the host; the assistant row with `model` and `tokens`, together with
 //!    the checkpoint's `updated_at`;
 //! 5. each tool call through the registry (access, approvals through the host's approver), and
 //!    its `tool_result` row — capped per `limits.max_tool_result_tokens` — before the next call;
@@ -42,6 +43,7 @@
 
 mod checkpoint;
 mod compact;
+mod media;
 mod pool;
 pub mod request;
 
@@ -257,6 +259,8 @@ pub struct Session {
     /// prompt snapshot, or by a later catalog injection. `None` when the prompt does not
     /// inject the catalog.
     catalog: Option<Vec<u8>>,
+    /// Media blocks for the next request, by the `fs_read` call they answer (never stored).
+    media: std::collections::HashMap<String, Vec<ContentBlock>>,
     messages: Vec<Message>,
     last_seq: i64,
     loaded: bool,
@@ -280,6 +284,7 @@ impl Session {
             loop_name: loop_name.to_owned(),
             prompt: None,
             catalog: None,
+            media: std::collections::HashMap::new(),
             messages: Vec::new(),
             last_seq: 0,
             loaded: false,
@@ -314,6 +319,7 @@ impl Session {
     pub fn reset(&mut self) {
         self.prompt = None;
         self.catalog = None;
+        self.media.clear();
         self.messages.clear();
         self.pending_keys.clear();
         self.last_seq = 0;
@@ -782,6 +788,7 @@ impl Executor {
                 self.sync_messages(file, session)?;
                 messages = request::assemble(&session.messages);
             }
+            media::attach(&mut messages, &mut session.media);
             let req = ChatRequest {
                 model: self.model_id.clone(),
                 system: Some(system).filter(|s| !s.is_empty()),
@@ -886,6 +893,12 @@ impl Executor {
                     .run_tool(file, session, facts, call, host, &mut injections)
                     .await?;
                 let (content, is_error) = result;
+                if call.name == "fs_read"
+                    && !is_error
+                    && let Some(block) = media::block_for_read(file, &config, &call.input)?
+                {
+                    session.media.insert(call.id.clone(), vec![block]);
+                }
                 let row = json!([{
                     "type": "tool_result",
                     "tool_use_id": call.id,
