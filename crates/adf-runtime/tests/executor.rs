@@ -1407,6 +1407,39 @@ async fn aud_16_model_async_calls_return_a_task_and_run_after_the_batch() {
 }
 
 #[tokio::test]
+async fn stl_03_an_agent_that_is_off_or_suspended_runs_no_loop_at_all() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": []}]),
+    );
+    mock.repeat(Turn::text("should not be asked"));
+    let ex = executor(&file);
+    for state in ["off", "suspended"] {
+        set(&mut file, "state", json!(state));
+        for loop_name in ["main", "worker"] {
+            let mut session = ex.open_session(&mut file, loop_name).unwrap();
+            let outcome = ex
+                .run_turn(
+                    &mut file,
+                    &mut session,
+                    Trigger::Event {
+                        event_type: "test".into(),
+                        text: "work".into(),
+                    },
+                    &Host::default(),
+                )
+                .await;
+            assert!(
+                matches!(outcome, Err(ExecutorError::NotRunnable { .. })),
+                "{state}/{loop_name}: {outcome:?}"
+            );
+        }
+    }
+    assert_eq!(mock.request_count(), 0);
+}
+
+#[tokio::test]
 async fn stl_35_dispatch_to_a_missing_or_disabled_loop_is_dropped_and_logged() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     with_loops(

@@ -570,7 +570,9 @@ impl Executor {
             }
             Err(e) => return Err(e),
         };
-        if loop_name == "main" {
+        // The stored state is the agent's: off or suspended, no loop runs (§6.1). A loop that
+        // set itself off stays stopped until a restart (§6.4).
+        {
             let state = config
                 .get("state")
                 .and_then(Value::as_str)
@@ -590,7 +592,8 @@ impl Executor {
                 }
                 _ => {}
             }
-        } else if session.state == ExecState::Stopped {
+        }
+        if loop_name != "main" && session.state == ExecState::Stopped {
             return Err(ExecutorError::NotRunnable {
                 state: "off".into(),
                 fix: format!("loop '{loop_name}' set itself off; it runs again after a restart"),
