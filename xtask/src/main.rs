@@ -20,8 +20,14 @@ fn main() -> Result<()> {
     }
 }
 
+/// The workspace root. `cargo run` sets `CARGO_MANIFEST_DIR` for the process; it is read at
+/// run time first because a binary cached in a shared target dir may have been built from
+/// another checkout of the same workspace.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default()
