@@ -291,6 +291,7 @@ impl Daemon {
         .map_err(|e| ServerError::Io(std::io::Error::other(e)))??;
         let facts = store
             .run(|file| {
+                enter_start_state(file)?;
                 let config = file.config()?;
                 let handle_meta = file.meta_get("adf_handle")?.map(|m| m.value);
                 let seq = file
@@ -529,4 +530,31 @@ async fn close_quietly(store: StoreHandle) {
         Ok(Err(error)) => tracing::warn!(path = %path.display(), %error, "closing failed"),
         Err(error) => tracing::warn!(path = %path.display(), %error, "closing panicked"),
     }
+}
+
+/// `start_in_state` (§5.3): the state an agent enters when the daemon loads it (`active`,
+/// `idle` or `hibernate`; absent: it keeps its stored state). An agent the owner turned `off`
+/// or that was `suspended` for safety stays so: loading never overrides the owner's stop.
+fn enter_start_state(file: &mut adf_store::AdfFile) -> Result<(), adf_store::StoreError> {
+    let config = file.config_shared()?;
+    let Some(start) = config
+        .get("start_in_state")
+        .and_then(Value::as_str)
+        .filter(|s| matches!(*s, "active" | "idle" | "hibernate"))
+    else {
+        return Ok(());
+    };
+    let stored = config
+        .get("state")
+        .and_then(Value::as_str)
+        .unwrap_or("active");
+    if stored == start || matches!(stored, "off" | "suspended") {
+        return Ok(());
+    }
+    file.config_set_path(
+        adf_store::Caller::Owner,
+        "state",
+        adf_store::ConfigAction::Set,
+        serde_json::json!(start),
+    )
 }

@@ -552,3 +552,40 @@ async fn owner_writes_files_meta_timers_and_settings_and_shutdown_closes_cleanly
     let file = adf_store::AdfFile::inspect(&path).unwrap();
     assert!(file.meta_get("adf_clean_close").unwrap().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stl_02_start_in_state_is_entered_on_load_but_never_overrides_off() {
+    let h = Harness::start().await;
+    let starts_idle = common::agent_file(
+        h.dir.path(),
+        "starts-idle",
+        &[],
+        &[("start_in_state", json!("idle"))],
+    );
+    let stays_off = common::agent_file(
+        h.dir.path(),
+        "stays-off",
+        &[],
+        &[("start_in_state", json!("active")), ("state", json!("off"))],
+    );
+    let plain = common::agent_file(h.dir.path(), "plain", &[], &[]);
+    let state_of = |path: std::path::PathBuf| {
+        let daemon = h.server.daemon.clone();
+        async move {
+            let agent = daemon.load(&path).await.unwrap().agent;
+            agent
+                .store()
+                .run(|file| file.config())
+                .await
+                .unwrap()
+                .get("state")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("active")
+                .to_owned()
+        }
+    };
+    assert_eq!(state_of(starts_idle).await, "idle");
+    assert_eq!(state_of(stays_off).await, "off");
+    assert_eq!(state_of(plain).await, "active", "absent: the stored state");
+    h.stop().await;
+}
