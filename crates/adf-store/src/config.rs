@@ -429,7 +429,19 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             }
         }
     }
-    c.kind(config, "loops", "array");
+    if c.kind(config, "loops", "array") {
+        // `main` always exists and is implicit (§6.4): a declared loop may not take its name.
+        let loops = config.get("loops").and_then(Value::as_array);
+        for (i, lp) in loops.into_iter().flatten().enumerate() {
+            let name = lp.get("name").and_then(Value::as_str).unwrap_or("");
+            if name.eq_ignore_ascii_case("main") {
+                c.push(
+                    &format!("loops[{i}].name"),
+                    "'main' is the agent's implicit loop and cannot be declared",
+                );
+            }
+        }
+    }
     if let Some(fields) = object.get("locked_fields")
         && !fields
             .as_array()

@@ -245,3 +245,26 @@ fn cfg_32_context_audit_wins_over_top_level_audit_without_merging() {
     file.file_delete(Caller::Agent, "b.txt").unwrap();
     assert_eq!(audited_file_count(&file), 1);
 }
+
+#[test]
+fn stl_23_no_one_can_declare_a_loop_named_main_not_even_the_owner() {
+    let (_dir, _path, mut file) = common::new_file("main-loop");
+    let before = file.config().unwrap();
+    for name in ["main", "Main"] {
+        let refused = file.config_set_path(
+            Caller::Owner,
+            "loops",
+            ConfigAction::Set,
+            json!([{ "name": name, "goal": "Shadow main.", "enabled": true }]),
+        );
+        assert!(refused.is_err(), "{name}: {refused:?}");
+        assert_eq!(file.config().unwrap(), before, "nothing changed");
+    }
+    file.config_set_path(
+        Caller::Owner,
+        "loops",
+        ConfigAction::Set,
+        json!([{ "name": "mainly", "goal": "Fine.", "enabled": true }]),
+    )
+    .unwrap();
+}
