@@ -11,25 +11,9 @@ use std::time::Duration;
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, agent_file, paths, wait_for};
+use common::{Harness, agent_file, model_config, paths, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-/// The config paths that point an agent at the mock provider.
-fn model_config(mock: &MockProvider) -> Vec<(&'static str, Value)> {
-    vec![
-        (
-            "providers",
-            json!([{ "id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": mock.base_url() }]),
-        ),
-        ("model.provider", json!("mock")),
-        ("model.model_id", json!("mock-model")),
-        (
-            "recovery",
-            json!({ "auto_retry": false, "max_attempts": 1, "base_delay_ms": 1, "max_delay_ms": 5 }),
-        ),
-    ]
-}
 
 /// The text of every transcript row of `loop_name`, in order.
 async fn loop_texts(agent: &Agent, loop_name: &str) -> Vec<String> {

@@ -140,3 +140,19 @@ pub async fn paths(agent: &adf_server::daemon::Agent, prefix: &str) -> Vec<Strin
         .await
         .unwrap()
 }
+
+/// The config paths that point an agent at the mock provider.
+pub fn model_config(mock: &adf_testkit::MockProvider) -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        (
+            "providers",
+            serde_json::json!([{ "id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": mock.base_url() }]),
+        ),
+        ("model.provider", serde_json::json!("mock")),
+        ("model.model_id", serde_json::json!("mock-model")),
+        (
+            "recovery",
+            serde_json::json!({ "auto_retry": false, "max_attempts": 1, "base_delay_ms": 1, "max_delay_ms": 5 }),
+        ),
+    ]
+}
