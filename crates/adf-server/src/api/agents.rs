@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_store::{AdfFile, LoopRow, StoreError};
 
-use super::{AppState, body_json, find};
+use super::{AppState, body_json, find, text_field};
 use crate::daemon::{Agent, DISPLAY_STATES, Daemon};
 use crate::error::{ApiError, ApiResult, ServerError};
 
@@ -67,11 +67,7 @@ pub(super) async fn status(
 
 pub(super) async fn load(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let body = body_json(&body)?;
-    let Some(path) = body
-        .get("filePath")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty())
-    else {
+    let Some(path) = text_field(&body, "filePath") else {
         return Err(ApiError::bad_request("filePath is required"));
     };
     // The review gate applies to loads only when asked (as in the reference) and to autostart.
@@ -362,11 +358,7 @@ pub(super) async fn chat_post(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let body = body_json(&body)?;
-    let Some(text) = body
-        .get("text")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-    else {
+    let Some(text) = text_field(&body, "text") else {
         return Err(ApiError::bad_request("text is required"));
     };
     let loop_name = body

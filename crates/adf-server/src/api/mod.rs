@@ -180,6 +180,13 @@ pub(crate) fn find(state: &AppState, key: &str) -> ApiResult<Arc<Agent>> {
     Ok(state.daemon.agent(key)?)
 }
 
+/// A non-empty string field of a JSON body (absent, empty or not a string: `None`).
+pub(crate) fn text_field<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
+    body.get(key)
+        .and_then(Value::as_str)
+        .filter(|text| !text.is_empty())
+}
+
 /// Parses a JSON body; an empty body is `{}`. Bad JSON is a 400 in the reference's shape
 /// rather than axum's plain-text rejection.
 pub(crate) fn body_json(bytes: &Bytes) -> ApiResult<Value> {

@@ -23,7 +23,7 @@ use adf_store::messages::{Mailbox, MessageFilter};
 use adf_store::timers::NewTimer;
 use adf_store::{Caller, FileProtection, FileWrite, MetaProtection, StoreError, TaskRow, TimerRow};
 
-use super::{AppState, body_json, find, success};
+use super::{AppState, body_json, find, success, text_field};
 use crate::daemon::{Agent, info_from_config};
 use crate::error::{ApiError, ApiResult};
 use crate::hil::Verdict;
@@ -277,10 +277,7 @@ pub(super) async fn file_protection(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let body = body_json(&body)?;
-    let path = body
-        .get("path")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty());
+    let path = text_field(&body, "path");
     let level = body
         .get("protection")
         .and_then(Value::as_str)
@@ -306,10 +303,7 @@ pub(super) async fn file_authorized(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let body = body_json(&body)?;
-    let path = body
-        .get("path")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty());
+    let path = text_field(&body, "path");
     let authorized = body.get("authorized").and_then(Value::as_bool);
     let (Some(path), Some(authorized)) = (path, authorized) else {
         return Err(ApiError::bad_request(
@@ -673,11 +667,7 @@ pub(super) async fn task_resolve(
     let agent = find(&state, &id)?;
     let body = body_json(&body)?;
     let action = body.get("action").and_then(Value::as_str).unwrap_or("");
-    let reason = body
-        .get("reason")
-        .and_then(Value::as_str)
-        .filter(|r| !r.is_empty())
-        .map(str::to_owned);
+    let reason = text_field(&body, "reason").map(str::to_owned);
     let modified_args = body
         .get("modifiedArgs")
         .or(body.get("modified_args"))
