@@ -494,12 +494,6 @@ impl Executor {
         Ok(Session::new(loop_name, recovered))
     }
 
-    /// The agent config: a turn reads it before every step (tools may change it); the store
-    /// parses it again only when `adf_config` changed.
-    fn config(&self, file: &AdfFile) -> Result<Arc<Value>, ExecutorError> {
-        Ok(file.config_shared()?)
-    }
-
     fn loop_facts(&self, config: &Value, loop_name: &str) -> Result<LoopFacts, ExecutorError> {
         let limit = |name: &str| {
             config
@@ -560,7 +554,7 @@ impl Executor {
     ) -> Result<TurnOutcome, ExecutorError> {
         let mut guard = shared.lock().await;
         let file: &mut AdfFile = &mut guard;
-        let config = self.config(file)?;
+        let config = file.config_shared()?;
         let loop_name = session.loop_name.clone();
         let facts = match self.loop_facts(&config, &loop_name) {
             Ok(facts) => facts,
@@ -758,7 +752,7 @@ impl Executor {
         loop {
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
-            let config = self.config(file)?;
+            let config = file.config_shared()?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
             self.deliver_catalog_change(file, session)?;
             if session.context_tokens >= facts.threshold {
