@@ -79,7 +79,7 @@ impl LoopPool {
         wakes: Vec<String>,
         host: &dyn TurnHost,
     ) -> Result<LoopResults, ExecutorError> {
-        self.run_many(executor, file, wake_round(wakes), host).await
+        self.run_many(executor, file, wakes(wakes), host).await
     }
 
     /// Runs `turns` side by side (one round), then the rounds of wakes they cause, up to
@@ -135,7 +135,7 @@ impl LoopPool {
             for ((name, session, ..), outcome) in round.into_iter().zip(outcomes) {
                 self.sessions.insert(name.clone(), session);
                 if let Ok(o) = &outcome {
-                    for wake in wake_round(o.wakes.clone()) {
+                    for wake in wakes(o.wakes.clone()) {
                         if !waiting.iter().any(|(name, _)| *name == wake.0) {
                             waiting.push_back(wake);
                         }
@@ -172,11 +172,6 @@ pub fn autostart_loops(config: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Wake triggers for `targets`, as `run_many` takes them.
-pub fn wakes(targets: Vec<String>) -> Vec<(String, Trigger)> {
-    wake_round(targets)
-}
-
 /// Whether wakes may reach `target`: main, or an enabled inner loop.
 fn available(config: &Value, target: &str) -> bool {
     target == "main"
@@ -184,7 +179,8 @@ fn available(config: &Value, target: &str) -> bool {
             .is_some_and(|l| l.get("enabled").and_then(Value::as_bool) == Some(true))
 }
 
-fn wake_round(targets: Vec<String>) -> Vec<(String, Trigger)> {
+/// Wake triggers for `targets`, as `run_many` takes them.
+pub fn wakes(targets: Vec<String>) -> Vec<(String, Trigger)> {
     targets
         .into_iter()
         .map(|target| {
