@@ -76,10 +76,10 @@ impl LoopPool {
         &mut self,
         executor: &Executor,
         file: &mut AdfFile,
-        wakes: Vec<String>,
+        targets: Vec<String>,
         host: &dyn TurnHost,
     ) -> Result<LoopResults, ExecutorError> {
-        self.run_many(executor, file, wakes(wakes), host).await
+        self.run_many(executor, file, wakes(targets), host).await
     }
 
     /// Runs `turns` side by side (one round), then the rounds of wakes they cause, up to
