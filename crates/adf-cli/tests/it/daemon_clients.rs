@@ -1,0 +1,166 @@
+//! The daemon's client commands as separate processes against a real `adf daemon` child
+//! process (HTTP on 127.0.0.1, an ephemeral port) whose agent talks to an `adf-testkit`
+//! OpenAI-compatible server: `chat` starts a turn, `asks` shows the question it waits on,
+//! `answer` answers it, `tasks`/`approve` settle an approval, and `abort` ends a turn that is
+//! waiting, leaving the agent usable.
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use adf_store::{AdfFile, ConfigAction, CreateOptions};
+use adf_testkit::{MockProvider, Turn};
+use serde_json::{Value, json};
+
+/// A running `adf daemon` with one agent; killed on drop.
+struct Daemon {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    url: String,
+    child: Child,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent_file(dir: &Path, mock: &MockProvider) -> PathBuf {
+    let path = dir.join("helper.adf");
+    let mut file = AdfFile::create(&path, &CreateOptions::default()).unwrap();
+    for (p, v) in [
+        ("model.provider", json!(mock.base_url())),
+        ("model.model_id", json!("local-model")),
+        ("handle", json!("helper")),
+    ] {
+        file.config_set_path(adf_store::Caller::Owner, p, ConfigAction::Set, v)
+            .unwrap();
+    }
+    file.close().unwrap();
+    path
+}
+
+fn start(mock: &MockProvider) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let file = agent_file(dir.path(), mock);
+    let mut child = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", &home)
+        .env_remove("OPENAI_API_KEY")
+        .args(["daemon", "--port", "0"])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The daemon prints its URL once it listens.
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the daemon exited before listening")
+            .unwrap();
+        if let Some(url) = line.strip_prefix("adf daemon listening on ") {
+            break url.trim().to_owned();
+        }
+    };
+    // Keep draining stdout so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Daemon {
+        _dir: dir,
+        home,
+        url,
+        child,
+    }
+}
+
+/// Runs a client command; its JSON output.
+fn client(daemon: &Daemon, args: &[&str]) -> Value {
+    let out = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", &daemon.home)
+        .args(args)
+        .args(["--url", &daemon.url, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "adf {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// Polls `check` (a failure guard, not a timing assumption).
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn request_text(mock: &MockProvider, i: usize) -> String {
+    serde_json::to_string(&mock.requests()[i].body).unwrap()
+}
+
+// The client commands block the test thread; the mock serves on the runtime's other worker.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_and_answer_settle_a_question_the_daemon_turn_waits_on() {
+    let mock = MockProvider::openai().await;
+    mock.push_all([
+        Turn::tool_call("ask", json!({"question": "Which colour?"})),
+        Turn::text("Green it is."),
+    ]);
+    let daemon = start(&mock);
+    client(&daemon, &["chat", "helper", "Pick a colour"]);
+    let mut asks = Value::Null;
+    wait_for("the pending question", || {
+        asks = client(&daemon, &["asks", "helper"]);
+        asks["asks"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    assert_eq!(asks["asks"][0]["question"], "Which colour?");
+    let request = asks["asks"][0]["requestId"].as_str().unwrap().to_owned();
+    let answered = client(&daemon, &["answer", "helper", &request, "green", "please"]);
+    assert_eq!(answered["answered"], true, "{answered}");
+    // The model's next request carries the answer as the ask's result.
+    wait_for("the turn to continue", || mock.request_count() >= 2);
+    assert!(request_text(&mock, 1).contains("green please"));
+    wait_for("the question to be gone", || {
+        client(&daemon, &["asks", "helper"])["asks"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_ends_a_waiting_turn_and_the_agent_takes_the_next_chat() {
+    let mock = MockProvider::openai().await;
+    mock.push_all([
+        Turn::tool_call("ask", json!({"question": "Still there?"})),
+        Turn::text("Back to work."),
+    ]);
+    let daemon = start(&mock);
+    client(&daemon, &["chat", "helper", "Check in"]);
+    wait_for("the pending question", || {
+        client(&daemon, &["asks", "helper"])["asks"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    });
+    client(&daemon, &["abort", "helper"]);
+    wait_for("the aborted turn's question to go", || {
+        client(&daemon, &["asks", "helper"])["asks"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+    // The agent is still loaded and runs the next chat (the second scripted turn).
+    client(&daemon, &["chat", "helper", "Carry on"]);
+    wait_for("the next turn's request", || mock.request_count() >= 2);
+    let next = request_text(&mock, 1);
+    assert!(next.contains("Carry on"), "{next}");
+    let status = client(&daemon, &["status", "helper"]);
+    assert_eq!(status["handle"], "helper", "{status}");
+}

@@ -1,0 +1,560 @@
+//! The `adf` file commands run as a user runs them: a real binary on real files.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn adf() -> Command {
+    let mut cmd = Command::cargo_bin("adf").unwrap();
+    cmd.env("ADF_HOME", std::env::temp_dir().join("adf-cli-tests-home"));
+    cmd
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/reference-v0.4.2")
+        .join(name)
+}
+
+fn json_of(output: &std::process::Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Every row of every table, keyed by table, each row as text cells, read without writing.
+fn rows(path: &Path) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
+    let uri = format!("file:{}?immutable=1", path.display());
+    let conn = rusqlite::Connection::open_with_flags(
+        uri,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut out = BTreeMap::new();
+    for table in tables {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
+            .unwrap();
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        let mut result = Vec::new();
+        let mut query = stmt.query([]).unwrap();
+        while let Some(row) = query.next().unwrap() {
+            let mut cells = BTreeMap::new();
+            for (i, name) in names.iter().enumerate() {
+                let cell = match row.get_ref(i).unwrap() {
+                    rusqlite::types::ValueRef::Null => "NULL".to_owned(),
+                    rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                    rusqlite::types::ValueRef::Real(v) => v.to_string(),
+                    rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                    rusqlite::types::ValueRef::Blob(b) => format!("{b:02x?}"),
+                };
+                cells.insert(name.clone(), cell);
+            }
+            result.push(cells);
+        }
+        out.insert(table, result);
+    }
+    out
+}
+
+/// Statement count of the reference `iterdump` per table, to tie our comparison to the dump.
+fn dump_row_counts(dump: &Path) -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(dump).unwrap();
+    let mut counts = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("INSERT INTO \"")) {
+        let table = line["INSERT INTO \"".len()..]
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned();
+        *counts.entry(table).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn sto_47_each_reference_fixture_migrates_and_keeps_every_row() {
+    for name in ["minimal-headless", "studio-identity", "populated-runtime"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{name}.adf"));
+        std::fs::copy(fixture(&format!("{name}.adf")), &path).unwrap();
+        let before = rows(&path);
+        let dumped = dump_row_counts(&fixture(&format!("{name}.dump.sql")));
+        for (table, count) in &dumped {
+            if table != "sqlite_sequence" {
+                assert_eq!(
+                    before[table].len(),
+                    *count,
+                    "{name}: {table} rows vs the reference dump"
+                );
+            }
+        }
+
+        let out = adf()
+            .args(["--json", "migrate"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            json_of(&out)["migrated_steps"],
+            serde_json::json!([29, 30, 31, 32])
+        );
+        let after = rows(&path);
+
+        for (table, old_rows) in &before {
+            if table == "adf_config" || table == "sqlite_sequence" {
+                continue;
+            }
+            let new_rows = &after[table];
+            for old in old_rows {
+                let kept = new_rows.iter().any(|new| {
+                    old.iter().all(|(column, value)| {
+                        new.get(column) == Some(value)
+                            // Rows the runtime itself rewrites on open: the clean-close marker is
+                            // consumed, the schema bumped, registry protections corrected.
+                            || (table == "adf_meta" && column != "key")
+                    })
+                });
+                assert!(kept, "{name}: row lost from {table}: {old:?}");
+            }
+            assert!(
+                new_rows.len() >= old_rows.len() - usize::from(table == "adf_meta"),
+                "{name}: {table} shrank"
+            );
+        }
+        // Config: every field the reference wrote is still there, unknown ones included.
+        let old_config: Value =
+            serde_json::from_str(&before["adf_config"][0]["config_json"]).unwrap();
+        let new_config: Value =
+            serde_json::from_str(&after["adf_config"][0]["config_json"]).unwrap();
+        for (key, value) in old_config.as_object().unwrap() {
+            if key != "tools" && key != "metadata" {
+                assert_eq!(&new_config[key], value, "{name}: config.{key}");
+            }
+        }
+        assert!(!dir.path().join(format!("{name}.adf.bak")).exists());
+
+        let check = adf().args(["--json", "check"]).arg(&path).output().unwrap();
+        let report = json_of(&check);
+        assert_eq!(report["errors"], 0, "{name}: {report:#}");
+        assert!(check.status.success());
+    }
+}
+
+#[test]
+fn check_exits_1_on_a_spec_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.adf");
+    std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
+    adf().arg("migrate").arg(&path).assert().success();
+    adf().arg("check").arg(&path).assert().success();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("DELETE FROM adf_files WHERE path = 'soul.md'", [])
+            .unwrap();
+        conn.execute(
+            "INSERT INTO adf_meta (key, value) VALUES ('adf_bogus', 'x')",
+            [],
+        )
+        .unwrap();
+    }
+    let out = adf().args(["--json", "check"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report = json_of(&out);
+    let messages: Vec<String> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("soul.md")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("adf_bogus")),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn sto_29_every_command_refuses_a_newer_schema_and_leaves_it_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.adf");
+    std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
+    adf().arg("migrate").arg(&path).assert().success();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE adf_meta SET value = '33' WHERE key = 'adf_schema_version'",
+            [],
+        )
+        .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let p = path.to_str().unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["info", p],
+        vec!["check", p],
+        vec!["migrate", p],
+        vec!["files", p],
+        vec!["cat", p, "README.md"],
+        vec!["put", p, "x.txt", "/dev/null"],
+        vec!["rm", p, "README.md"],
+        vec!["authorize", p, "README.md"],
+        vec!["unauthorize", p, "README.md"],
+        vec!["meta", "get", p],
+        vec!["meta", "set", p, "k", "v"],
+        vec!["meta", "rm", p, "status"],
+        vec!["config", "get", p],
+        vec!["config", "set", p, "description", "x"],
+        vec!["loop", p],
+        vec!["inbox", p],
+        vec!["outbox", p],
+        vec!["timers", p],
+        vec!["tasks", p],
+        vec!["logs", p],
+    ];
+    for args in commands {
+        let out = adf().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            stderr.contains("33") && stderr.contains("32"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "{args:?} changed the file"
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["future.adf"]);
+}
+
+#[test]
+fn bad_files_give_short_errors_and_stay_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.adf");
+    std::fs::write(&empty, b"").unwrap();
+    let text = dir.path().join("notes.adf");
+    std::fs::write(&text, "just some text\n").unwrap();
+    let truncated = dir.path().join("cut.adf");
+    let whole = std::fs::read(fixture("populated-runtime.adf")).unwrap();
+    std::fs::write(&truncated, &whole[..whole.len() / 3]).unwrap();
+    for path in [&empty, &text, &truncated] {
+        let before = std::fs::read(path).unwrap();
+        for command in ["info", "check", "files", "migrate"] {
+            let out = adf().arg(command).arg(path).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success(),
+                "{command} {} succeeded",
+                path.display()
+            );
+            assert!(
+                stderr.lines().count() <= 2 && stderr.len() < 300,
+                "short error: {stderr}"
+            );
+            assert_eq!(std::fs::read(path).unwrap(), before);
+        }
+    }
+}
+
+#[test]
+fn new_put_cat_files_meta_config_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("Helper Bot.adf");
+    let out = adf()
+        .args(["--json", "new"])
+        .arg(&path)
+        .args(["--description", "Helps"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created = json_of(&out);
+    assert_eq!(created["handle"], "helper-bot");
+    assert_eq!(created["name"], "Helper Bot");
+
+    let source = dir.path().join("report.ts");
+    std::fs::write(&source, "export function main() { return 1 }\n").unwrap();
+    adf()
+        .arg("put")
+        .arg(&path)
+        .arg("lib/report.ts")
+        .arg(&source)
+        .assert()
+        .success();
+    adf()
+        .arg("put")
+        .arg(&path)
+        .arg("notes/stdin.md")
+        .args(["--protection", "read_only"])
+        .write_stdin("from stdin")
+        .assert()
+        .success();
+    let cat = adf()
+        .arg("cat")
+        .arg(&path)
+        .arg("notes/stdin.md")
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, b"from stdin");
+
+    adf()
+        .arg("authorize")
+        .arg(&path)
+        .arg("lib/report.ts")
+        .assert()
+        .success();
+    let files = json_of(&adf().args(["--json", "files"]).arg(&path).output().unwrap());
+    let report = files
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "lib/report.ts")
+        .unwrap();
+    assert_eq!(report["authorized"], true);
+    let stdin_file = files
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "notes/stdin.md")
+        .unwrap();
+    assert_eq!(stdin_file["protection"], "read_only");
+
+    adf()
+        .args(["meta", "set"])
+        .arg(&path)
+        .args(["counter", "5", "--protection", "increment"])
+        .assert()
+        .success();
+    let meta = json_of(
+        &adf()
+            .args(["--json", "meta", "get"])
+            .arg(&path)
+            .arg("counter")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(meta["protection"], "increment");
+    assert!(
+        !adf()
+            .args(["meta", "set"])
+            .arg(&path)
+            .args(["adf_made_up", "x"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+
+    adf()
+        .args(["config", "set"])
+        .arg(&path)
+        .args(["model.temperature", "0.2"])
+        .assert()
+        .success();
+    adf()
+        .args(["config", "set"])
+        .arg(&path)
+        .args(["tools.fs_delete.enabled", "true"])
+        .assert()
+        .success();
+    adf()
+        .args(["config", "set", "--append"])
+        .arg(&path)
+        .args(["locked_fields", "model"])
+        .assert()
+        .success();
+    let temperature = adf()
+        .args(["config", "get"])
+        .arg(&path)
+        .arg("model.temperature")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&temperature.stdout).trim(), "0.2");
+    let enabled = adf()
+        .args(["config", "get"])
+        .arg(&path)
+        .arg("tools.fs_delete.enabled")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&enabled.stdout).trim(), "true");
+    let rejected = adf()
+        .args(["config", "set"])
+        .arg(&path)
+        .args(["model.temperature", "9"])
+        .output()
+        .unwrap();
+    assert!(!rejected.status.success());
+    assert!(String::from_utf8_lossy(&rejected.stderr).contains("model.temperature"));
+
+    adf()
+        .arg("rm")
+        .arg(&path)
+        .arg("lib/report.ts")
+        .assert()
+        .success();
+    let info = json_of(&adf().args(["--json", "info"]).arg(&path).output().unwrap());
+    assert_eq!(info["schema_version"], 32);
+    assert_eq!(info["counts"]["files"], 6);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.ends_with("-wal") && !n.ends_with("-shm")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn listing_commands_show_fixture_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.adf");
+    std::fs::copy(fixture("populated-runtime.adf"), &path).unwrap();
+    let transcript = json_of(&adf().args(["--json", "loop"]).arg(&path).output().unwrap());
+    assert_eq!(transcript.as_array().unwrap().len(), 7);
+    let human = adf().arg("loop").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("[Context: system_prompt] (folded"), "{text}");
+    assert!(text.contains("→ fs_write"), "{text}");
+    assert_eq!(
+        json_of(&adf().args(["--json", "inbox"]).arg(&path).output().unwrap())
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        json_of(
+            &adf()
+                .args(["--json", "outbox"])
+                .arg(&path)
+                .output()
+                .unwrap()
+        )
+        .as_array()
+        .unwrap()
+        .len(),
+        3
+    );
+    assert_eq!(
+        json_of(
+            &adf()
+                .args(["--json", "timers"])
+                .arg(&path)
+                .output()
+                .unwrap()
+        )
+        .as_array()
+        .unwrap()
+        .len(),
+        3
+    );
+    let tasks = json_of(
+        &adf()
+            .args(["--json", "tasks", "--status", "pending"])
+            .arg(&path)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(tasks.as_array().unwrap().len(), 1);
+    assert_eq!(
+        json_of(&adf().args(["--json", "logs"]).arg(&path).output().unwrap())
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn every_command_has_help() {
+    let top = adf().arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&top.stdout).into_owned();
+    let commands: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 18, "{commands:?}");
+    for command in commands {
+        let out = adf().arg(&command).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{command} --help");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage:"),
+            "{command}"
+        );
+    }
+}
+
+#[test]
+fn the_demo_runs_to_completion_and_leaves_a_valid_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = adf()
+        .args(["--json", "demo", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = json_of(&out);
+    assert_eq!(summary["check_errors"], serde_json::json!([]));
+    // The daemon part: the timer lambda fired twice and the on_file_change lambda reacted to
+    // each report it wrote (no model, no key, no network).
+    assert_eq!(summary["daemon"]["timer_fires"], 2, "{summary}");
+    assert_eq!(summary["daemon"]["digest_lines"], 2, "{summary}");
+    let file = dir.path().join("Demo Agent.adf");
+    let check = adf().args(["--json", "check"]).arg(&file).output().unwrap();
+    assert_eq!(
+        json_of(&check)["errors"],
+        0,
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let notes = adf()
+        .arg("cat")
+        .arg(&file)
+        .arg("data/notes.md")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&notes.stdout),
+        "# Notes\nfirst entry\n",
+        "the model's fs_write landed"
+    );
+}

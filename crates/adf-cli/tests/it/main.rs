@@ -1,0 +1,12 @@
+//! All integration tests of this crate in one binary: one link instead of one per file,
+//! which keeps the build cache and CI time small. Each module is one former test file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod chat;
+mod code_commands;
+mod daemon_clients;
+mod file_commands;
+mod identity_commands;
+mod review_cli;
+mod tool_commands;

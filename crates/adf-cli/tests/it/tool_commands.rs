@@ -1,0 +1,206 @@
+//! `adf tool`, `adf approve`, `adf deny`, `adf tasks` as separate processes: a model call to a
+//! restricted tool waits for the owner's decision made from another shell.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+struct Agent {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    file: PathBuf,
+}
+
+fn agent() -> Agent {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let file = dir.path().join("a.adf");
+    let agent = Agent {
+        home,
+        file,
+        _dir: dir,
+    };
+    adf(&agent).arg("new").arg(&agent.file).assert().success();
+    agent
+}
+
+fn adf(agent: &Agent) -> Command {
+    let mut cmd = Command::cargo_bin("adf").unwrap();
+    cmd.env("ADF_HOME", &agent.home);
+    cmd
+}
+
+fn spawn_tool(agent: &Agent, name: &str, args: &str) -> Child {
+    Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", &agent.home)
+        .args(["tool"])
+        .arg(&agent.file)
+        .args([name, "--as", "model", "--args", args])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the file shows a task awaiting approval; the other process writes it.
+fn pending_task(file: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let conn =
+            rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT id FROM adf_tasks WHERE status = 'pending_approval'",
+                [],
+                |r| r.get(0),
+            )
+            .ok();
+        drop(conn);
+        if let Some(id) = found {
+            return id;
+        }
+        assert!(Instant::now() < deadline, "no approval request appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn config_value(agent: &Agent, path: &str) -> String {
+    let out = adf(agent)
+        .args(["config", "get"])
+        .arg(&agent.file)
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn tol_08_model_call_waits_for_approve_from_another_shell() {
+    let agent = agent();
+    let child = spawn_tool(
+        &agent,
+        "sys_update_config",
+        r#"{"path":"description","value":"approved edit","_reason":"update my card"}"#,
+    );
+    let task = pending_task(&agent.file);
+    let listed = adf(&agent)
+        .args(["--json", "tasks"])
+        .arg(&agent.file)
+        .args(["--status", "pending_approval"])
+        .output()
+        .unwrap();
+    let tasks: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(tasks[0]["id"], task.as_str());
+    assert_eq!(tasks[0]["approval_meta"]["reason"], "restricted");
+    assert_eq!(tasks[0]["args"]["_reason"], "update my card");
+
+    adf(&agent)
+        .arg("approve")
+        .arg(&agent.file)
+        .arg(&task)
+        .assert()
+        .success();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Updated description."
+    );
+    assert_eq!(config_value(&agent, "description"), "approved edit");
+    let done = adf(&agent)
+        .args(["--json", "tasks"])
+        .arg(&agent.file)
+        .output()
+        .unwrap();
+    let tasks: Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(tasks[0]["status"], "completed");
+}
+
+#[test]
+fn denied_from_another_shell_the_call_fails_and_nothing_changes() {
+    let agent = agent();
+    let before = config_value(&agent, "description");
+    let child = spawn_tool(
+        &agent,
+        "sys_update_config",
+        r#"{"path":"description","value":"nope"}"#,
+    );
+    let task = pending_task(&agent.file);
+    adf(&agent)
+        .arg("deny")
+        .arg(&agent.file)
+        .arg(&task)
+        .arg("not today")
+        .assert()
+        .success();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not today") && stderr.contains("DENIED"),
+        "{stderr}"
+    );
+    assert_eq!(config_value(&agent, "description"), before);
+}
+
+#[test]
+fn tool_runs_as_each_caller_with_json_output() {
+    let agent = agent();
+    let write = r#"{"path":"notes/a.md","mode":"write","content":"hello"}"#;
+    for call_as in ["model", "code", "authorized", "owner"] {
+        let out = adf(&agent)
+            .args(["--json", "tool"])
+            .arg(&agent.file)
+            .args(["fs_write", "--as", call_as, "--args", write])
+            .output()
+            .unwrap();
+        let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(body["ok"], true, "{call_as}: {body}");
+    }
+    // Unauthorized code cannot call a restricted tool and no task is created.
+    let out = adf(&agent)
+        .args(["--json", "tool"])
+        .arg(&agent.file)
+        .args([
+            "sys_update_config",
+            "--as",
+            "code",
+            "--args",
+            r#"{"path":"description","value":"x"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["error"]["code"], "REQUIRES_AUTHORIZED_CODE");
+    // --deny-all answers the approval at once.
+    let out = adf(&agent)
+        .arg("tool")
+        .arg(&agent.file)
+        .args([
+            "sys_update_config",
+            "--deny-all",
+            "--args",
+            r#"{"path":"description","value":"x"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // Bad arguments are refused with a clear error.
+    let out = adf(&agent)
+        .arg("tool")
+        .arg(&agent.file)
+        .args(["fs_write", "--args", "{not json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--args is not valid JSON"));
+}

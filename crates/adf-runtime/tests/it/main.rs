@@ -1,0 +1,24 @@
+//! All integration tests of this crate in one binary: one link instead of one per file,
+//! which keeps the build cache and CI time small. Each module is one former test file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod code;
+mod common;
+mod executor;
+mod fetch;
+mod identity;
+mod loops_states;
+mod pipeline;
+mod prompt;
+mod prompt_config;
+mod providers;
+mod tools_config;
+mod tools_create_adf;
+mod tools_db;
+mod tools_files;
+mod tools_messages;
+mod tools_meta;
+mod tools_state;
+mod tools_timers;
+mod triggers;

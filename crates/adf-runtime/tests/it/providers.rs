@@ -1,0 +1,978 @@
+//! Providers over real HTTP against `adf-testkit` mock servers, in both wire formats: streaming
+//! text, tool calls with split arguments, thinking, usage, retries, auth and request errors, and
+//! exact request bodies.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use adf_runtime::providers::{
+    ApiKey, ChatRequest, ContentBlock, Message, Provider, ProviderError, ResolvedModel, Resolver,
+    RetryNotice, Role, StopReason, StreamEvent, ToolResultContent, ToolSpec, Usage, collect,
+};
+use adf_testkit::{MockProvider, Turn, Usage as MockUsage, Wire};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-key-0123456789";
+
+/// An agent config naming a provider entry of `ty` at the mock, with fast retries.
+fn config(mock: &MockProvider, ty: &str, model: Value) -> Value {
+    let mut model = model;
+    model["provider"] = json!("mock");
+    json!({
+        "model": model,
+        "providers": [{"id": "mock", "type": ty, "name": "Mock", "baseUrl": mock.base_url()}],
+        "recovery": {"auto_retry": true, "max_attempts": 3, "base_delay_ms": 1, "max_delay_ms": 5},
+    })
+}
+
+fn resolver() -> Resolver {
+    Resolver::new().with_env(|_| None)
+}
+
+fn resolve(mock: &MockProvider, ty: &str, model: Value) -> ResolvedModel {
+    let r = resolver().resolve(&config(mock, ty, model), Some(ApiKey::new(KEY)));
+    match r {
+        Ok(r) => r,
+        Err(e) => panic!("resolve: {e}"),
+    }
+}
+
+fn fs_write_tool() -> ToolSpec {
+    ToolSpec {
+        name: "fs_write".into(),
+        description: "Write a file".into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        }),
+    }
+}
+
+/// The conversation of the reference's `first_provider_request` (populated-runtime fixture).
+fn golden_messages() -> Vec<Message> {
+    let rows = json!([
+        {"role": "user", "content": [{"type": "text", "text": "Please write a hello note."}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "I will write a note."},
+            {"type": "tool_use", "id": "toolu_golden_1", "name": "fs_write",
+             "input": {"mode": "write", "path": "notes/hello.md", "content": "# Hello\n"}}
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_golden_1",
+             "content": "Successfully wrote \"notes/hello.md\" (8 characters)", "is_error": false}
+        ]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Done: notes/hello.md written."}]},
+        {"role": "user", "content": "Thanks. Anything else?"}
+    ]);
+    serde_json::from_value(rows).unwrap()
+}
+
+async fn events(p: &dyn Provider, req: &ChatRequest) -> Vec<StreamEvent> {
+    let s = p.stream(req).await.unwrap();
+    s.map(|e| e.unwrap()).collect().await
+}
+
+fn text_of(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn anthropic_streams_text_with_usage_and_sends_exact_body() {
+    let mock = MockProvider::anthropic().await;
+    mock.push(Turn::text("Hello there, owner!").with_usage(MockUsage {
+        input: 120,
+        output: 9,
+        cache_read: 1000,
+        cache_write: 50,
+        reasoning: 0,
+    }));
+    let m = resolve(
+        &mock,
+        "anthropic",
+        json!({"model_id": "claude-test", "temperature": 0.3, "max_tokens": 1000, "top_p": 0.9}),
+    );
+    let req = m.request(
+        Some("You are a test agent.".into()),
+        golden_messages(),
+        vec![fs_write_tool()],
+    );
+    let evs = events(m.provider.as_ref(), &req).await;
+    let deltas = evs
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::TextDelta(_)))
+        .count();
+    assert!(deltas > 1, "text arrives in several deltas: {evs:?}");
+    assert_eq!(text_of(&evs), "Hello there, owner!");
+    let usage = Usage {
+        input: 120,
+        output: 9,
+        cache_read: 1000,
+        cache_write: 50,
+        reasoning: 0,
+    };
+    assert_eq!(
+        evs[evs.len() - 2..],
+        [
+            StreamEvent::Usage(usage),
+            StreamEvent::Stop(StopReason::EndTurn)
+        ]
+    );
+
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 1);
+    let r = &reqs[0];
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("POST", "/v1/messages")
+    );
+    assert_eq!(r.header("x-api-key"), Some(KEY));
+    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(r.header("authorization"), None);
+    assert_eq!(
+        r.body,
+        json!({
+            "model": "claude-test",
+            "max_tokens": 1000,
+            "system": [{"type": "text", "text": "You are a test agent.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Please write a hello note."}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "I will write a note."},
+                    {"type": "tool_use", "id": "toolu_golden_1", "name": "fs_write",
+                     "input": {"mode": "write", "path": "notes/hello.md", "content": "# Hello\n"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_golden_1",
+                     "content": "Successfully wrote \"notes/hello.md\" (8 characters)"}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Done: notes/hello.md written."}]},
+                {"role": "user", "content": [{"type": "text", "text": "Thanks. Anything else?"}]}
+            ],
+            "tools": [{"name": "fs_write", "description": "Write a file", "input_schema": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            }}],
+            "temperature": 0.3,
+            "top_p": 0.9,
+            "stream": true,
+        })
+    );
+}
+
+/// Runs the same tool-call script through `stream` and `complete` in one wire format.
+async fn tool_calls_with_split_arguments(wire: Wire, ty: &str) {
+    let mock = MockProvider::start(wire).await;
+    let args = json!({"path": "notes/a.md", "content": "line one\nline \"two\" ✓"});
+    let turn = Turn::reply()
+        .with_text("Writing.")
+        .with_tool_call_id("call_1", "fs_write", args.clone())
+        .with_tool_call_id("call_2", "fs_list", json!({}))
+        .with_chunk_chars(3);
+    mock.push(turn.clone()).push(turn);
+    let m = resolve(&mock, ty, json!({"model_id": "m1"}));
+    let req = m.request(None, vec![Message::user_text("go")], vec![fs_write_tool()]);
+
+    let evs = events(m.provider.as_ref(), &req).await;
+    assert!(evs.contains(&StreamEvent::ToolCallStarted {
+        id: "call_1".into(),
+        name: "fs_write".into()
+    }));
+    assert_eq!(evs.last(), Some(&StreamEvent::Stop(StopReason::ToolUse)));
+
+    let msg = m.provider.complete(&req).await.unwrap();
+    assert_eq!(
+        msg.content,
+        vec![
+            ContentBlock::text("Writing."),
+            ContentBlock::ToolUse {
+                id: "call_1".into(),
+                name: "fs_write".into(),
+                input: args
+            },
+            ContentBlock::ToolUse {
+                id: "call_2".into(),
+                name: "fs_list".into(),
+                input: json!({})
+            },
+        ]
+    );
+    assert_eq!(msg.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        msg.usage,
+        Usage {
+            input: 10,
+            output: 5,
+            ..Usage::default()
+        }
+    );
+    assert_eq!(mock.remaining(), 0);
+}
+
+#[tokio::test]
+async fn anthropic_tool_calls_with_arguments_split_across_chunks() {
+    tool_calls_with_split_arguments(Wire::Anthropic, "anthropic").await;
+}
+
+#[tokio::test]
+async fn openai_tool_calls_with_arguments_split_across_chunks() {
+    tool_calls_with_split_arguments(Wire::OpenAi, "openai").await;
+}
+
+#[tokio::test]
+async fn anthropic_thinking_is_requested_and_streamed_with_signature() {
+    let mock = MockProvider::anthropic().await;
+    mock.push(
+        Turn::reply()
+            .with_signed_thinking("Let me think about notes.", "sig-abc")
+            .with_text("Here is my answer."),
+    );
+    let m = resolve(
+        &mock,
+        "anthropic",
+        json!({"model_id": "claude-test", "temperature": 0.7, "max_tokens": 2000,
+               "reasoning": {"enabled": true, "max_tokens": 3000}}),
+    );
+    let req = m.request(
+        Some("sys".into()),
+        vec![Message::user_text("think")],
+        vec![],
+    );
+    let evs = events(m.provider.as_ref(), &req).await;
+    let thinking: String = evs
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ThinkingDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thinking, "Let me think about notes.");
+    assert!(evs.contains(&StreamEvent::Thinking {
+        text: "Let me think about notes.".into(),
+        signature: Some("sig-abc".into())
+    }));
+    assert_eq!(text_of(&evs), "Here is my answer.");
+
+    let body = &mock.requests()[0].body;
+    assert_eq!(
+        body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 3000})
+    );
+    // The budget must fit below max_tokens, so the answer room is added on top.
+    assert_eq!(body["max_tokens"], json!(5000));
+    assert!(
+        body.get("temperature").is_none(),
+        "Anthropic refuses temperature with thinking"
+    );
+
+    // The signed block goes back on the next request; an unsigned one is dropped.
+    let mock2 = MockProvider::anthropic().await;
+    mock2.push(Turn::text("ok"));
+    let m2 = resolve(&mock2, "anthropic", json!({"model_id": "claude-test"}));
+    let history = vec![
+        Message::user_text("think"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "signed".into(),
+                    signature: Some("s1".into()),
+                    reasoning_details: None,
+                },
+                ContentBlock::Thinking {
+                    thinking: "unsigned".into(),
+                    signature: None,
+                    reasoning_details: None,
+                },
+                ContentBlock::text("answer"),
+            ],
+        },
+        Message::user_text("more"),
+    ];
+    m2.provider
+        .complete(&m2.request(None, history, vec![]))
+        .await
+        .unwrap();
+    assert_eq!(
+        mock2.requests()[0].body["messages"][1]["content"],
+        json!([
+            {"type": "thinking", "thinking": "signed", "signature": "s1"},
+            {"type": "text", "text": "answer"}
+        ])
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI Chat Completions and compatible servers
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn openai_streams_text_with_usage_and_sends_exact_body() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("Hello there, owner!").with_usage(MockUsage {
+        input: 1200,
+        output: 9,
+        cache_read: 1000,
+        cache_write: 0,
+        reasoning: 4,
+    }));
+    let m = resolve(
+        &mock,
+        "openai",
+        json!({"model_id": "gpt-test", "temperature": 0.3, "max_tokens": 1000,
+               "params": [{"key": "frequency_penalty", "value": "0.5"}, {"key": "user", "value": "agent-1"}],
+               "provider_params": {"metadata": {"run": "t1"}}}),
+    );
+    let req = m.request(
+        Some("You are a test agent.".into()),
+        golden_messages(),
+        vec![fs_write_tool()],
+    );
+    let evs = events(m.provider.as_ref(), &req).await;
+    assert!(
+        evs.iter()
+            .filter(|e| matches!(e, StreamEvent::TextDelta(_)))
+            .count()
+            > 1
+    );
+    assert_eq!(text_of(&evs), "Hello there, owner!");
+    let usage = Usage {
+        input: 200,
+        output: 9,
+        cache_read: 1000,
+        cache_write: 0,
+        reasoning: 4,
+    };
+    assert_eq!(
+        evs[evs.len() - 2..],
+        [
+            StreamEvent::Usage(usage),
+            StreamEvent::Stop(StopReason::EndTurn)
+        ]
+    );
+
+    let r = &mock.requests()[0];
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("POST", "/v1/chat/completions")
+    );
+    assert_eq!(
+        r.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(
+        r.body,
+        json!({
+            "model": "gpt-test",
+            "messages": [
+                {"role": "system", "content": "You are a test agent."},
+                {"role": "user", "content": "Please write a hello note."},
+                {"role": "assistant", "content": "I will write a note.", "tool_calls": [{
+                    "id": "toolu_golden_1", "type": "function",
+                    "function": {"name": "fs_write",
+                                 "arguments": "{\"mode\":\"write\",\"path\":\"notes/hello.md\",\"content\":\"# Hello\\n\"}"}
+                }]},
+                {"role": "tool", "tool_call_id": "toolu_golden_1",
+                 "content": "Successfully wrote \"notes/hello.md\" (8 characters)"},
+                {"role": "assistant", "content": "Done: notes/hello.md written."},
+                {"role": "user", "content": "Thanks. Anything else?"}
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "fs_write", "description": "Write a file", "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                    "required": ["path", "content"],
+                }}}],
+            "max_completion_tokens": 1000,
+            "temperature": 0.3,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "frequency_penalty": 0.5,
+            "user": "agent-1",
+            "metadata": {"run": "t1"},
+        })
+    );
+}
+
+#[tokio::test]
+async fn openai_reasoning_effort_and_reasoning_content() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::thinking("Step 1, step 2.", "Answer."));
+    let m = resolve(
+        &mock,
+        "openai",
+        json!({"model_id": "o-test", "temperature": 0.7, "reasoning": {"effort": "high"}}),
+    );
+    let msg = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("q")], vec![]))
+        .await
+        .unwrap();
+    assert_eq!(
+        msg.content,
+        vec![
+            ContentBlock::Thinking {
+                thinking: "Step 1, step 2.".into(),
+                signature: None,
+                reasoning_details: None
+            },
+            ContentBlock::text("Answer."),
+        ]
+    );
+    let body = &mock.requests()[0].body;
+    assert_eq!(body["reasoning_effort"], json!("high"));
+    assert_eq!(body["max_completion_tokens"], json!(4096), "§5.18 default");
+    assert!(
+        body.get("temperature").is_none(),
+        "reasoning models refuse sampling params"
+    );
+}
+
+#[tokio::test]
+async fn openai_compatible_server_without_key_uses_max_tokens() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("local reply"));
+    // A local server needs no key; the provider sends none.
+    let cfg = json!({
+        "model": {"provider": "custom:local", "model_id": ""},
+        "providers": [{"id": "custom:local", "type": "openai-compatible", "name": "Local",
+                       "baseUrl": mock.base_url(), "defaultModel": "llama-test",
+                       "params": [{"key": "num_ctx", "value": "8192"}]}],
+    });
+    let m = resolver().resolve(&cfg, None).unwrap();
+    assert_eq!(m.model_id, "llama-test");
+    let msg = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap();
+    assert_eq!(msg.text(), "local reply");
+    let r = &mock.requests()[0];
+    assert_eq!(r.header("authorization"), None);
+    assert_eq!(r.body["model"], json!("llama-test"));
+    assert_eq!(r.body["max_tokens"], json!(4096));
+    assert_eq!(r.body["temperature"], json!(0.7));
+    assert_eq!(r.body["num_ctx"], json!(8192));
+    assert!(
+        r.body.get("tools").is_none(),
+        "no tools key when none are offered"
+    );
+}
+
+#[tokio::test]
+async fn openrouter_reasoning_object_and_title_header() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("routed"));
+    let m = resolve(
+        &mock,
+        "openrouter",
+        json!({"model_id": "anthropic/claude-test", "reasoning": {"enabled": true, "max_tokens": 2048, "exclude": true}}),
+    );
+    m.provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap();
+    let r = &mock.requests()[0];
+    assert_eq!(
+        r.body["reasoning"],
+        json!({"max_tokens": 2048, "exclude": true})
+    );
+    assert_eq!(r.body["max_tokens"], json!(4096));
+    assert_eq!(r.header("x-title"), Some("adf"));
+}
+
+#[tokio::test]
+async fn openai_tool_results_with_errors_and_images() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("ok"));
+    let m = resolve(&mock, "openai-compatible", json!({"model_id": "m"}));
+    let history = vec![
+        Message::user_text("look"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "fs_read".into(),
+                    input: json!({"path": "a.png"}),
+                },
+                ContentBlock::ToolUse {
+                    id: "c2".into(),
+                    name: "fs_read".into(),
+                    input: json!({"path": "nope"}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::ToolResult {
+                    tool_use_id: "c1".into(),
+                    content: ToolResultContent::Blocks(serde_json::from_value(json!([
+                        {"type": "text", "text": "image a.png"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+                    ])).unwrap()),
+                    is_error: false,
+                },
+                ContentBlock::tool_result("c2", "not found", true),
+            ],
+        },
+    ];
+    m.provider
+        .complete(&m.request(None, history, vec![]))
+        .await
+        .unwrap();
+    assert_eq!(
+        mock.requests()[0].body["messages"],
+        json!([
+            {"role": "user", "content": "look"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "fs_read", "arguments": "{\"path\":\"a.png\"}"}},
+                {"id": "c2", "type": "function", "function": {"name": "fs_read", "arguments": "{\"path\":\"nope\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": "image a.png"},
+            {"role": "tool", "tool_call_id": "c2", "content": "Error: not found"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Media returned by the tool calls above:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+            ]}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn anthropic_tool_result_error_and_image_shapes() {
+    let mock = MockProvider::anthropic().await;
+    mock.push(Turn::text("ok"));
+    let m = resolve(&mock, "anthropic", json!({"model_id": "m"}));
+    let history = vec![Message {
+        role: Role::User,
+        content: vec![
+            ContentBlock::tool_result("c2", "not found", true),
+            serde_json::from_value(
+                json!({"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,BBBB"}}),
+            )
+            .unwrap(),
+        ],
+    }];
+    m.provider
+        .complete(&m.request(None, history, vec![]))
+        .await
+        .unwrap();
+    assert_eq!(
+        mock.requests()[0].body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c2", "content": "not found", "is_error": true},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "BBBB"}}
+        ]}])
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries and errors (§5.20, §6.2)
+// ---------------------------------------------------------------------------------------------
+
+fn observed(m: &MockProvider, ty: &str) -> (ResolvedModel, Arc<Mutex<Vec<RetryNotice>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let r = resolver()
+        .with_retry_observer(Arc::new(move |n: &RetryNotice| {
+            sink.lock().unwrap().push(n.clone())
+        }))
+        .resolve(
+            &config(m, ty, json!({"model_id": "m"})),
+            Some(ApiKey::new(KEY)),
+        )
+        .unwrap();
+    (r, seen)
+}
+
+/// Collects formatted `tracing` output for one test (the current thread's default subscriber).
+#[derive(Clone, Default)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn transient_503_then_success(wire: Wire, ty: &str) {
+    let logs = LogBuf::default();
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    // #[tokio::test] runs on this thread, so a thread default sees every event of the test.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mock = MockProvider::start(wire).await;
+    mock.push(Turn::error(503, "overloaded"))
+        .push(Turn::text("recovered"));
+    let (m, seen) = observed(&mock, ty);
+    let msg = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap();
+    assert_eq!(msg.text(), "recovered");
+    assert_eq!(mock.request_count(), 2);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "one retry scheduled");
+    assert_eq!((seen[0].attempt, seen[0].max_attempts), (1, 3));
+    assert_eq!(seen[0].error.status(), Some(503));
+    assert!(seen[0].error.to_string().contains("overloaded"));
+    assert!(
+        seen[0].delay <= Duration::from_millis(5),
+        "max_delay_ms caps the backoff"
+    );
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("event=\"provider_error\""))
+        .unwrap_or_else(|| panic!("no provider_error log in {logs:?}"));
+    assert!(
+        line.contains("WARN") && line.contains("provider=\"mock\""),
+        "{line}"
+    );
+    assert!(
+        line.contains("attempt=1") && line.contains("status=503"),
+        "{line}"
+    );
+    assert!(!logs.contains(KEY), "keys never reach logs");
+}
+
+#[tokio::test]
+async fn stl_11_anthropic_transient_503_retries_and_completes() {
+    transient_503_then_success(Wire::Anthropic, "anthropic").await;
+}
+
+#[tokio::test]
+async fn stl_11_openai_transient_503_retries_and_completes() {
+    transient_503_then_success(Wire::OpenAi, "openai").await;
+}
+
+#[tokio::test]
+async fn stream_retries_until_the_response_starts() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::error(500, "boom"))
+        .push(Turn::text("streamed"));
+    let (m, _) = observed(&mock, "openai");
+    let req = m.request(None, vec![Message::user_text("hi")], vec![]);
+    let msg = collect(m.provider.stream(&req).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(msg.text(), "streamed");
+    assert_eq!(mock.request_count(), 2);
+}
+
+#[tokio::test]
+async fn stl_12_retry_after_is_honoured_and_attempts_are_bounded() {
+    let mock = MockProvider::anthropic().await;
+    mock.push(Turn::error(429, "slow down").with_retry_after("0"))
+        .push(Turn::error(529, "overloaded"))
+        .push(Turn::error(502, "bad gateway"))
+        .push(Turn::text("never reached"));
+    let (m, seen) = observed(&mock, "anthropic");
+    let err = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(err.status(), Some(502));
+    assert!(err.to_string().contains("after 3 attempts"), "{err}");
+    assert_eq!(mock.request_count(), 3, "max_attempts 3 counts the first");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(mock.remaining(), 1);
+
+    // Retry-After above the backoff wins (within max_delay_ms).
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::error(429, "rate limited").with_retry_after("1"))
+        .push(Turn::text("ok"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let mut cfg = config(&mock, "openai", json!({"model_id": "m"}));
+    cfg["recovery"]["max_delay_ms"] = json!(2000);
+    let m = resolver()
+        .with_retry_observer(Arc::new(move |n: &RetryNotice| {
+            sink.lock().unwrap().push(n.clone())
+        }))
+        .resolve(&cfg, Some(ApiKey::new(KEY)))
+        .unwrap();
+    m.provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap();
+    assert_eq!(seen.lock().unwrap()[0].delay, Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn auto_retry_false_fails_at_once() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::error(503, "overloaded"))
+        .push(Turn::text("unused"));
+    let mut cfg = config(&mock, "openai", json!({"model_id": "m"}));
+    cfg["recovery"]["auto_retry"] = json!(false);
+    let m = resolver().resolve(&cfg, Some(ApiKey::new(KEY))).unwrap();
+    let err = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient());
+    assert_eq!(mock.request_count(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_way_is_transient_and_complete_retries_it() {
+    for wire in [Wire::Anthropic, Wire::OpenAi] {
+        let mock = MockProvider::start(wire).await;
+        let ty = if wire == Wire::Anthropic {
+            "anthropic"
+        } else {
+            "openai"
+        };
+        mock.push(Turn::text("a long partial answer that breaks").with_abort_mid_stream())
+            .push(Turn::text("whole answer"));
+        let (m, seen) = observed(&mock, ty);
+        let msg = m
+            .provider
+            .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+            .await
+            .unwrap();
+        assert_eq!(msg.text(), "whole answer", "{wire:?}");
+        assert_eq!(mock.request_count(), 2);
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen[0].error.is_transient() && seen[0].error.status().is_none(),
+            "{:?}",
+            seen[0].error
+        );
+    }
+}
+
+async fn auth_401_fails_at_once(wire: Wire, ty: &str, env_var: &str) {
+    let mock = MockProvider::start(wire).await;
+    mock.require_api_key("the-right-key-000");
+    mock.push(Turn::text("unused"));
+    let (m, seen) = observed(&mock, ty);
+    let err = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, ProviderError::Auth { status: 401, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_auth() && !err.is_transient());
+    assert!(msg.starts_with("mock rejected the API key (401)"), "{msg}");
+    assert!(msg.contains(env_var), "{msg}");
+    assert!(
+        msg.contains("adf identity set FILE provider:mock:apiKey"),
+        "{msg}"
+    );
+    assert!(!msg.contains(KEY), "the key never appears in errors");
+    assert!(!format!("{err:?}").contains(KEY));
+    assert_eq!(mock.request_count(), 1, "no retry");
+    assert!(seen.lock().unwrap().is_empty());
+    assert_eq!(mock.remaining(), 1);
+}
+
+#[tokio::test]
+async fn anthropic_401_fails_at_once_naming_provider_and_fix() {
+    auth_401_fails_at_once(Wire::Anthropic, "anthropic", "ANTHROPIC_API_KEY").await;
+}
+
+#[tokio::test]
+async fn openai_401_fails_at_once_naming_provider_and_fix() {
+    auth_401_fails_at_once(Wire::OpenAi, "openai", "OPENAI_API_KEY").await;
+}
+
+#[tokio::test]
+async fn request_errors_do_not_retry_and_say_what_to_check() {
+    for (status, needle) in [
+        (400, "max_tokens, temperature"),
+        (404, "model.model_id (\"m\")"),
+        (422, "params"),
+    ] {
+        let mock = MockProvider::openai().await;
+        mock.push(Turn::error(status, "bad thing"))
+            .push(Turn::text("unused"));
+        let (m, _) = observed(&mock, "openai");
+        let err = m
+            .provider
+            .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, ProviderError::Request { .. }), "{err:?}");
+        assert!(
+            msg.starts_with(&format!("mock rejected the request ({status}): bad thing")),
+            "{msg}"
+        );
+        assert!(msg.contains(needle), "{msg}");
+        assert_eq!(mock.request_count(), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_exhausted_script_fails_obviously() {
+    let mock = MockProvider::anthropic().await;
+    let m = resolve(&mock, "anthropic", json!({"model_id": "m"}));
+    let err = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("script exhausted"), "{err}");
+    assert_eq!(mock.request_count(), 1, "not retried");
+}
+
+#[tokio::test]
+async fn connection_refused_is_transient() {
+    let mock = MockProvider::openai().await;
+    let cfg = config(&mock, "openai", json!({"model_id": "m"}));
+    drop(mock);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let m = resolver().resolve(&cfg, Some(ApiKey::new(KEY))).unwrap();
+    let err = m
+        .provider
+        .complete(&m.request(None, vec![Message::user_text("hi")], vec![]))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("after 3 attempts"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolution
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn builtin_ids_take_keys_from_env_and_agent_key_wins() {
+    let env = |k: &str| (k == "ANTHROPIC_API_KEY").then(|| "env-key".to_owned());
+    let cfg = json!({"model": {"provider": "anthropic", "model_id": "claude-x"}});
+    let r = Resolver::new().with_env(env);
+    let m = r.resolve(&cfg, None).unwrap();
+    assert_eq!(m.provider.base_url(), "https://api.anthropic.com/v1");
+    assert_eq!(m.provider.id(), "anthropic");
+    assert!(
+        !format!("{:?}", m.provider).contains("env-key"),
+        "Debug hides the key"
+    );
+    assert!(r.resolve(&cfg, Some(ApiKey::new("agent-key"))).is_ok());
+
+    let missing = Resolver::new()
+        .with_env(|_| None)
+        .resolve(
+            &json!({"model": {"provider": "openrouter", "model_id": "x"}}),
+            None,
+        )
+        .unwrap_err();
+    assert!(matches!(missing, ProviderError::MissingKey { .. }));
+    let msg = missing.to_string();
+    assert!(
+        msg.contains("openrouter") && msg.contains("OPENROUTER_API_KEY"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_or_empty_providers_are_config_errors() {
+    let r = Resolver::new().with_env(|_| None);
+    let e = r
+        .resolve(&json!({"model": {"provider": ""}}), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("model.provider is empty"), "{e}");
+    let e = r
+        .resolve(
+            &json!({"model": {"provider": "ghost", "model_id": "m"}}),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("\"ghost\" not found"), "{e}");
+    let e = r
+        .resolve(
+            &json!({"model": {"provider": "p", "model_id": "m"},
+                    "providers": [{"id": "p", "type": "openai-compatible"}]}),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("needs a baseUrl"), "{e}");
+    let e = r
+        .resolve(&json!({"model": {"provider": "p"}, "providers": [{"id": "p", "type": "openai", "baseUrl": "http://x/v1"}]}), Some(ApiKey::new("k")))
+        .unwrap_err();
+    assert!(e.to_string().contains("model.model_id is empty"), "{e}");
+}
+
+#[test]
+fn runtime_providers_and_url_ids_resolve() {
+    let r = Resolver::new().with_env(|_| None).with_runtime_provider(
+        adf_runtime::providers::ProviderConfig::from_json(&json!({
+            "id": "mock-local", "type": "openai-compatible",
+            "baseUrl": "http://127.0.0.1:9999/v1", "defaultModel": "mock-model"
+        }))
+        .unwrap(),
+    );
+    let m = r
+        .resolve(&json!({"model": {"provider": "mock-local"}}), None)
+        .unwrap();
+    assert_eq!(
+        (m.provider.base_url(), m.model_id.as_str()),
+        ("http://127.0.0.1:9999/v1", "mock-model")
+    );
+    let m = r
+        .resolve(
+            &json!({"model": {"provider": "http://localhost:11434", "model_id": "llama3"}}),
+            None,
+        )
+        .unwrap();
+    assert_eq!(m.provider.base_url(), "http://localhost:11434/v1");
+}
+
+#[test]
+fn model_params_fold_thinking_budget_and_defaults() {
+    use adf_runtime::providers::ModelParams;
+    let p = ModelParams::from_model_config(&json!({"thinking_budget": 8000}));
+    assert_eq!(p.temperature, Some(0.7));
+    assert_eq!(p.max_tokens, Some(4096));
+    let r = p.reasoning.unwrap();
+    assert_eq!((r.enabled, r.max_tokens), (Some(true), Some(8000)));
+    let p =
+        ModelParams::from_model_config(&json!({"reasoning": {"enabled": false, "effort": "high"}}));
+    assert!(p.reasoning.is_none(), "enabled:false turns reasoning off");
+}
+
+#[test]
+fn usage_serializes_in_the_adf_loop_tokens_shape() {
+    let u = Usage {
+        input: 10,
+        output: 5,
+        cache_read: 3,
+        cache_write: 0,
+        reasoning: 0,
+    };
+    assert_eq!(
+        serde_json::to_value(u).unwrap(),
+        json!({"input": 10, "output": 5, "cache_read": 3})
+    );
+    assert_eq!(u.prompt_tokens(), 13);
+}

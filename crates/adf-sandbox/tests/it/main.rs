@@ -1,0 +1,10 @@
+//! All integration tests of this crate in one binary: one link instead of one per file,
+//! which keeps the build cache and CI time small. Each module is one former test file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod hostile;
+mod modules;
+mod proxy;
+mod typescript;

@@ -1,0 +1,128 @@
+//! Model turns through the daemon, against the testkit's OpenAI-compatible server: `POST /chat`
+//! starts an owner turn (202) whose tool call lands in the file, and an agent-scope trigger
+//! (`POST /trigger`, an `on_inbox` agent target) starts a turn with the formatted trigger
+//! message (TRG-13).
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use adf_server::Agent;
+use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions};
+use adf_testkit::{MockProvider, Turn, Wire};
+use common::{Harness, wait_for};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn new_agent(dir: &Path, mock: &MockProvider) -> PathBuf {
+    let path = dir.join("agents").join("talker.adf");
+    let mut file = AdfFile::create(
+        &path,
+        &CreateOptions {
+            name: Some("talker".into()),
+            ..CreateOptions::default()
+        },
+    )
+    .unwrap();
+    let mut set = |key: &str, value: Value| {
+        file.config_set_path(Caller::Owner, key, ConfigAction::Set, value)
+            .unwrap();
+    };
+    set(
+        "providers",
+        json!([{ "id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": mock.base_url() }]),
+    );
+    set("model.provider", json!("mock"));
+    set("model.model_id", json!("mock-model"));
+    set(
+        "recovery",
+        json!({ "auto_retry": true, "max_attempts": 2, "base_delay_ms": 1, "max_delay_ms": 5 }),
+    );
+    set(
+        "triggers.on_inbox",
+        json!({ "enabled": true, "targets": [{ "scope": "agent" }] }),
+    );
+    file.close().unwrap();
+    path
+}
+
+async fn loop_texts(agent: &Agent) -> Vec<String> {
+    agent
+        .store()
+        .run(|file| {
+            let mut stmt = file
+                .connection()
+                .prepare("SELECT content_json FROM adf_loop ORDER BY seq")?;
+            let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_13_chat_starts_an_owner_turn_and_an_agent_scope_trigger_starts_a_turn_with_the_trigger_message()
+ {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "fs_write",
+            json!({ "path": "notes/hi.md", "mode": "write", "content": "hello" }),
+        ),
+        Turn::text("Wrote it."),
+    ]);
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{}/chat", agent.id),
+            Some(&json!({ "text": "write a note" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    assert!(body["turnId"].as_str().unwrap().starts_with("turn_"));
+    wait_for("the reply", || async {
+        loop_texts(&agent)
+            .await
+            .iter()
+            .any(|t| t.contains("Wrote it."))
+    })
+    .await;
+    let note = agent
+        .store()
+        .run(|file| file.file_read("notes/hi.md"))
+        .await
+        .unwrap()
+        .expect("the model's fs_write landed");
+    assert_eq!(note.content, b"hello");
+
+    // TRG-13: an agent-scope on_inbox target gets a formatted trigger message as its turn.
+    mock.push(Turn::text("Inbox seen."));
+    let (status, _) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{}/trigger", agent.id),
+            Some(&json!({ "type": "inbox", "data": { "from": "did:key:zFriend", "source": "mesh" } })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202);
+    wait_for("the trigger turn", || async {
+        loop_texts(&agent)
+            .await
+            .iter()
+            .any(|t| t.contains("Inbox seen."))
+    })
+    .await;
+    let texts = loop_texts(&agent).await;
+    assert!(
+        texts.iter().any(|t| t.contains("Trigger")),
+        "a trigger row: {texts:?}"
+    );
+    h.stop().await;
+}

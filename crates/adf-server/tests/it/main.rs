@@ -1,0 +1,17 @@
+//! All integration tests of this crate in one binary: one link instead of one per file,
+//! which keeps the build cache and CI time small. Each module is one former test file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod chat;
+mod common;
+mod daemon;
+mod fetch_guard;
+mod hil;
+mod loops_daemon;
+mod replay;
+mod review;
+mod taps;
+mod timers;
+mod trigger_sources;
+mod triggers;

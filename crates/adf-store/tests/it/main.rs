@@ -1,0 +1,13 @@
+//! All integration tests of this crate in one binary: one link instead of one per file,
+//! which keeps the build cache and CI time small. Each module is one former test file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod config_rules;
+mod create;
+mod handle;
+mod identity;
+mod migrate;
+mod open;
+mod protection;
