@@ -177,7 +177,7 @@ pub fn run_queued(
         TaskRun::Detached(future) => {
             let runtime = tool_runtime()?;
             let outcome = runtime.block_on(future);
-            adf_runtime::tools::write_logs(file, &outcome.logs);
+            outcome.record(file);
             registry.finish_task(file, task_id, &outcome.result)?;
             outcome.result
         }

@@ -355,6 +355,7 @@ impl FetchError {
         DetachedOutcome {
             result: Err(self.tool_error()),
             logs: vec![self.log_row(via, method)],
+            deliveries: Vec::new(),
         }
     }
 }

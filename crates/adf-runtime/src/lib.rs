@@ -25,6 +25,7 @@ pub mod executor;
 pub mod fetch;
 pub mod home;
 pub mod identity;
+pub mod messaging;
 pub mod prompt;
 pub mod providers;
 pub mod schedule;

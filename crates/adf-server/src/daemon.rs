@@ -27,6 +27,7 @@ use crate::dispatch::TriggerQueue;
 use crate::error::ServerError;
 use crate::events::{Envelope, EventBus, SeqAllocator};
 use crate::hil::Hil;
+use crate::mesh::DaemonMesh;
 use crate::scheduler::TimerWakes;
 
 /// The meta key holding the end of the agent's reserved `seq` block.
@@ -155,10 +156,21 @@ struct Inner {
     events: EventBus,
     home: RuntimeHome,
     tools: Arc<ToolRegistry>,
+    mesh: Arc<DaemonMesh>,
     settings_lock: tokio::sync::Mutex<()>,
     started: Instant,
     shutdown: watch::Sender<bool>,
     timer_wakes: TimerWakes,
+}
+
+/// A daemon reference that does not keep it alive (held by its own mesh).
+#[derive(Debug, Clone)]
+pub(crate) struct WeakDaemon(std::sync::Weak<Inner>);
+
+impl WeakDaemon {
+    pub(crate) fn upgrade(&self) -> Option<Daemon> {
+        self.0.upgrade().map(|inner| Daemon { inner })
+    }
 }
 
 /// The daemon. Cheap to clone; all clones share one set of agents.
@@ -180,18 +192,36 @@ impl Daemon {
     pub fn new(home: RuntimeHome) -> Self {
         let (shutdown, _) = watch::channel(false);
         Self {
-            inner: Arc::new(Inner {
-                registry: RwLock::new(Registry::default()),
-                load_lock: tokio::sync::Mutex::new(()),
-                events: EventBus::new(),
-                home,
-                tools: Arc::new(ToolRegistry::with_builtins()),
-                settings_lock: tokio::sync::Mutex::new(()),
-                started: Instant::now(),
-                shutdown,
-                timer_wakes: TimerWakes::default(),
+            // The mesh reaches back to the daemon's agents, weakly, so the daemon can drop.
+            inner: Arc::new_cyclic(|weak| {
+                let mesh = Arc::new(DaemonMesh::new(WeakDaemon(weak.clone()), home.clone()));
+                let tools = ToolRegistry::with_builtins_and_mesh(
+                    Arc::clone(&mesh) as Arc<dyn adf_runtime::messaging::Mesh>,
+                    Some(home.clone()),
+                );
+                Inner {
+                    registry: RwLock::new(Registry::default()),
+                    load_lock: tokio::sync::Mutex::new(()),
+                    events: EventBus::new(),
+                    home,
+                    tools: Arc::new(tools),
+                    mesh,
+                    settings_lock: tokio::sync::Mutex::new(()),
+                    started: Instant::now(),
+                    shutdown,
+                    timer_wakes: TimerWakes::default(),
+                }
             }),
         }
+    }
+
+    /// The hosted agents as message recipients.
+    pub fn mesh(&self) -> &DaemonMesh {
+        &self.inner.mesh
+    }
+
+    pub(crate) fn mesh_arc(&self) -> Arc<DaemonMesh> {
+        Arc::clone(&self.inner.mesh)
     }
 
     pub fn events(&self) -> &EventBus {

@@ -37,6 +37,7 @@ pub mod error;
 pub mod events;
 pub mod hil;
 pub mod memory;
+pub mod mesh;
 pub mod openapi;
 pub mod review;
 pub mod scheduler;

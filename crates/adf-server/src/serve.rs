@@ -64,6 +64,7 @@ impl RunningServer {
         let addr = listener.local_addr()?;
         // §5.6 rule 2: no agent's sys_fetch or native fetch may reach this API.
         adf_runtime::fetch::protect_control_api(addr);
+        daemon.mesh().set_base_url(format!("http://{addr}"));
         let state = AppState {
             daemon: daemon.clone(),
             token: token.map(Arc::from),
@@ -72,13 +73,17 @@ impl RunningServer {
         let (stop, stopped) = oneshot::channel::<()>();
         let signal_daemon = daemon.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                    // End the event streams, or graceful shutdown would wait on them forever.
-                    signal_daemon.begin_shutdown();
-                })
-                .await
+            // The peer address decides which visibility tiers a mesh request may reach.
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+                // End the event streams, or graceful shutdown would wait on them forever.
+                signal_daemon.begin_shutdown();
+            })
+            .await
         });
         daemon.emit_daemon(
             "daemon.started",

@@ -27,6 +27,10 @@ pub enum OpenMode {
     ReadWrite,
     /// Read-only look at the file as it is: no migration, no marker change, no writes.
     Inspect,
+    /// A second writer beside the runtime's own connection (mesh ingress writing an inbox row
+    /// while a turn holds the agent's worker): no migration or normalizing on open, the marker
+    /// removed before its first write, and never put back on close — the file's owner does that.
+    Guest,
 }
 
 /// What opening a file found and did.
@@ -231,6 +235,41 @@ impl AdfFile {
         })
     }
 
+    /// Opens a file that another connection of this process owns, as a short-lived second
+    /// writer ([`OpenMode::Guest`]). The file must already be at the current schema: the owner
+    /// migrated it when it loaded it.
+    pub fn open_guest(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        check_header(&path)?;
+        vec_ext::ensure_registered();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| classify(&path, e))?;
+        conn.busy_timeout(std::time::Duration::from_millis(5000))?;
+        let found = probe_version(&conn, &path)?;
+        if found != SCHEMA_VERSION {
+            return Err(StoreError::invalid(format!(
+                "{} is at schema {found}, not {SCHEMA_VERSION}: open it with the runtime first, which migrates it",
+                path.display()
+            )));
+        }
+        apply_pragmas(&conn)?;
+        let clean_close = has_clean_close_marker(&conn, &path)?;
+        let config_cache = crate::config::ConfigCache::attach(&mut conn);
+        Ok(Self {
+            conn,
+            path,
+            mode: OpenMode::Guest,
+            report: OpenReport {
+                schema_found: found,
+                clean_close,
+                ..OpenReport::default()
+            },
+            closed: false,
+            marker_pending: Cell::new(clean_close),
+            config_cache,
+        })
+    }
+
     /// Opens a file read-only exactly as it is, for `info` and `check`: no migration, no marker
     /// change, no sidecar left behind. Newer schemas are refused like [`AdfFile::open`] does.
     pub fn inspect(path: impl AsRef<Path>) -> Result<Self> {
@@ -281,6 +320,7 @@ impl AdfFile {
         self.closed = true;
         // With the marker still in place nothing was written: the WAL is empty and the file
         // is already as a clean close leaves it.
+        // A guest never writes the marker: the owner's connection is still using the file.
         if self.mode == OpenMode::ReadWrite && !self.marker_pending.get() {
             self.conn.execute(
                 "INSERT INTO adf_meta (key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
@@ -364,7 +404,7 @@ impl AdfFile {
     /// clean-close marker before the session's first write.
     pub(crate) fn ensure_writable(&self) -> Result<()> {
         match self.mode {
-            OpenMode::ReadWrite => {
+            OpenMode::ReadWrite | OpenMode::Guest => {
                 if self.marker_pending.get() {
                     self.conn.execute(DELETE_MARKER, [])?;
                     self.marker_pending.set(false);

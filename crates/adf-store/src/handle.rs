@@ -266,6 +266,7 @@ impl StoreHandle {
             let open: fn(&Path) -> Result<AdfFile> = match self.shared.mode {
                 OpenMode::ReadWrite => |p| AdfFile::open(p),
                 OpenMode::Inspect => |p| AdfFile::inspect(p),
+                OpenMode::Guest => |p| AdfFile::open_guest(p),
             };
             spawn_worker(&self.shared, &mut slot, None, move || open(&path))?;
         }

@@ -296,3 +296,122 @@ impl AdfFile {
         )?)
     }
 }
+
+/// Length of the local row id of a message (`[C28]` nanoid(10)).
+pub const MESSAGE_ROW_ID_LEN: usize = 10;
+
+impl AdfFile {
+    /// Inserts one message row and returns its local id. `row` maps column names to values:
+    /// strings, numbers, booleans and null are stored as they are, objects and arrays as JSON
+    /// text. An `id` is generated when absent. When `audit` names the full ALF message and the
+    /// agent audits this mailbox (§5.19), an `inbox_message`/`outbox_message` snapshot whose
+    /// `ref` is the ALF id is written in the same transaction (MSG-49).
+    pub fn message_insert(
+        &mut self,
+        mailbox: Mailbox,
+        row: &Map<String, Value>,
+        audit: Option<(&str, &Value)>,
+    ) -> Result<String> {
+        self.ensure_writable()?;
+        let audited = match audit {
+            Some(_) => self.audit_enabled(mailbox.as_str())?,
+            None => false,
+        };
+        let id = match row.get("id").and_then(Value::as_str) {
+            Some(id) => id.to_owned(),
+            None => crate::defaults::random_id(MESSAGE_ROW_ID_LEN),
+        };
+        let known = self.table_columns(mailbox.table())?;
+        let mut columns = vec!["\"id\"".to_owned()];
+        let mut values: Vec<Box<dyn ToSql>> = vec![Box::new(id.clone())];
+        for (name, value) in row {
+            if name == "id" {
+                continue;
+            }
+            if !known.iter().any(|k| k == name) {
+                return Err(StoreError::invalid(format!(
+                    "{} has no column '{name}'",
+                    mailbox.table()
+                )));
+            }
+            columns.push(format!("\"{name}\""));
+            values.push(match value {
+                Value::Null => Box::new(rusqlite::types::Null),
+                Value::Bool(b) => Box::new(i64::from(*b)),
+                Value::Number(n) => match n.as_i64() {
+                    Some(i) => Box::new(i),
+                    None => Box::new(n.as_f64().unwrap_or_default()),
+                },
+                Value::String(s) => Box::new(s.clone()),
+                other => Box::new(other.to_string()),
+            });
+        }
+        let placeholders = vec!["?"; columns.len()].join(", ");
+        let tx = crate::file::write_tx(&mut self.conn)?;
+        tx.execute(
+            &format!(
+                "INSERT INTO {} ({}) VALUES ({placeholders})",
+                mailbox.table(),
+                columns.join(", ")
+            ),
+            params_from_iter(values.iter()),
+        )?;
+        if let (true, Some((alf_id, message))) = (audited, audit) {
+            let source = match mailbox {
+                Mailbox::Inbox => "inbox_message",
+                Mailbox::Outbox => "outbox_message",
+            };
+            crate::audit::insert_snapshot(&tx, source, None, Some(alf_id), 1, message)?;
+        }
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Records how the delivery of outbox row `id` ended (§11.2: `delivered` or `failed`;
+    /// `sent` is reserved and never written).
+    pub fn outbox_set_delivery(
+        &mut self,
+        id: &str,
+        status: &str,
+        status_code: Option<i64>,
+        delivered_at: Option<i64>,
+    ) -> Result<()> {
+        self.ensure_writable()?;
+        if !matches!(status, "pending" | "delivered" | "failed") {
+            return Err(StoreError::invalid(format!(
+                "an outbox delivery ends delivered or failed, not '{status}'"
+            )));
+        }
+        let changed = self.conn.execute(
+            "UPDATE adf_outbox SET status = ?2, status_code = ?3, delivered_at = ?4 WHERE id = ?1",
+            rusqlite::params![id, status, status_code, delivered_at],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::not_found("message", id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The column names of an `adf_` table, in order.
+    fn table_columns(&self, table: &str) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
+        let names = stmt.query_map([], |row| row.get::<_, String>(0))?;
+        Ok(names.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+impl AdfFile {
+    /// The local id of the inbox row holding ALF message `message_id`, if any.
+    pub fn inbox_id_by_message_id(&self, message_id: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id FROM adf_inbox WHERE message_id = ?1 LIMIT 1",
+                [message_id],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+}

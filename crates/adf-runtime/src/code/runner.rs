@@ -28,7 +28,7 @@ use super::{
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
 use crate::tools::{
-    Approver, CallOutcome, Caller, Detached, DetachedOutcome, ErrorCode, ToolError, write_logs,
+    Approver, CallOutcome, Caller, Detached, DetachedOutcome, ErrorCode, ToolError,
 };
 
 /// One execution's identity: who its `adf.*` calls are made as.
@@ -433,7 +433,7 @@ impl<'a> Runner<'a> {
                 outcome,
                 tool,
             } => {
-                write_logs(self.file, &outcome.logs);
+                outcome.record(self.file);
                 if let Some(tool) = tool {
                     self.calls.push(CallRecord::Tool {
                         tool,
@@ -473,7 +473,7 @@ impl<'a> Runner<'a> {
                 return;
             }
             Completion::Task { task_id, outcome } => {
-                write_logs(self.file, &outcome.logs);
+                outcome.record(self.file);
                 let _ = self
                     .env
                     .registry

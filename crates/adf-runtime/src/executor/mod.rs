@@ -981,7 +981,7 @@ impl Executor {
             Ok(crate::tools::TaskRun::Done(_)) | Err(_) => return,
             Ok(crate::tools::TaskRun::Detached(future)) => {
                 let outcome = future.await;
-                crate::tools::write_logs(file, &outcome.logs);
+                outcome.record(file);
                 self.registry.finish_task(file, task_id, &outcome.result)
             }
             Ok(crate::tools::TaskRun::Code(call)) => match self.code_env().await {

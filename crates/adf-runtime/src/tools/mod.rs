@@ -56,6 +56,15 @@ pub trait Tool: Send + Sync + 'static {
         let _ = (config, caller, args);
         None
     }
+
+    /// The part of a [`Tool::deferred`] call that needs the file before the detached part
+    /// runs (`msg_send` composes, signs and stores its `pending` outbox row here). The
+    /// pipeline runs it inside one transaction after access and approval; its value becomes
+    /// the arguments [`Tool::detach`] receives. The default passes the arguments through.
+    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        let _ = cx;
+        Ok(args)
+    }
 }
 
 /// How a `running` task is carried out (see [`ToolRegistry::start_task`]).
@@ -89,6 +98,8 @@ pub type Detached = futures::future::BoxFuture<'static, DetachedOutcome>;
 pub struct DetachedOutcome {
     pub result: Result<Value, ToolError>,
     pub logs: Vec<LogRow>,
+    /// How the deliveries of `msg_send` ended, for their outbox rows.
+    pub deliveries: Vec<DeliveryRecord>,
 }
 
 impl From<Result<Value, ToolError>> for DetachedOutcome {
@@ -96,7 +107,46 @@ impl From<Result<Value, ToolError>> for DetachedOutcome {
         DetachedOutcome {
             result,
             logs: Vec::new(),
+            deliveries: Vec::new(),
         }
+    }
+}
+
+impl DetachedOutcome {
+    /// Writes what the detached part reports (log rows, delivery statuses) once the caller
+    /// holds the file again. Each is a record, not the outcome: a failure to write one is
+    /// reported in the process log and the rest carry on.
+    pub fn record(&self, file: &mut AdfFile) {
+        write_logs(file, &self.logs);
+        for delivery in &self.deliveries {
+            if let Err(error) = delivery.write(file) {
+                tracing::warn!(outbox = %delivery.outbox_id, %error, "cannot record a delivery");
+            }
+        }
+    }
+}
+
+/// How one outbox row's delivery ended (§11.2): written by whoever holds the file afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub outbox_id: String,
+    pub delivered: bool,
+    pub status_code: Option<u16>,
+}
+
+impl DeliveryRecord {
+    pub fn write(&self, file: &mut AdfFile) -> Result<(), adf_store::StoreError> {
+        let (status, delivered_at) = if self.delivered {
+            ("delivered", Some(adf_store::time::now_ms()))
+        } else {
+            ("failed", None)
+        };
+        file.outbox_set_delivery(
+            &self.outbox_id,
+            status,
+            self.status_code.map(i64::from),
+            delivered_at,
+        )
     }
 }
 
@@ -210,8 +260,8 @@ impl CallOutcome {
 /// transcript the model is reading (adf-object guide "Loop Management").
 const EXCLUDED_FROM_CODE: [&str; 4] = ["say", "ask", "loop_compact", "loop_clear"];
 
-/// Tools that need the mesh (agent-to-agent messaging), which this runtime does not run yet.
-pub const MESH_TOOLS: [&str; 2] = ["msg_send", "agent_discover"];
+/// Tools that need a runtime hosting agents (the daemon registers them with its mesh).
+pub const MESH_TOOLS: [&str; 1] = ["agent_discover"];
 
 /// The error for a call of a tool this registry does not hold. Mesh tools answer with the
 /// guide's `MESH_NOT_ENABLED`, so code written for a runtime with the mesh fails the way the
@@ -221,7 +271,7 @@ fn missing_tool(name: &str) -> ToolError {
         return ToolError::new(
             ErrorCode::MeshNotEnabled,
             format!(
-                "{name} needs the mesh, which this runtime does not support yet: messages cannot be sent to or discovered from other agents"
+                "{name} needs the mesh of a runtime that hosts agents: run the agent in `adf daemon` (msg_send with a DID and an inbox address works anywhere)"
             ),
         );
     }
@@ -256,6 +306,19 @@ impl ToolRegistry {
     }
 
     /// Adds or replaces a tool.
+    /// Every built-in tool, with the messaging tools connected to `mesh` (the daemon's): bare
+    /// handles, same-runtime delivery and `agent_discover`.
+    pub fn with_builtins_and_mesh(
+        mesh: Arc<dyn crate::messaging::Mesh>,
+        home: Option<crate::home::RuntimeHome>,
+    ) -> Self {
+        let mut registry = Self::with_builtins();
+        for tool in builtin::mesh::with_mesh(mesh, home) {
+            registry.register(tool);
+        }
+        registry
+    }
+
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.name(), tool);
     }
@@ -403,6 +466,15 @@ impl ToolRegistry {
             approved_task = Some(task_id);
         }
         if tool.deferred() {
+            let args = match self.prepare(file, &tool, caller, &config, args, cross.full) {
+                Ok(args) => args,
+                Err(error) => {
+                    if let Some(task_id) = &approved_task {
+                        file.task_update(task_id, "failed", None, Some(&error.to_string()))?;
+                    }
+                    return Err(error);
+                }
+            };
             return Ok(CallOutcome::Deferred(DeferredCall {
                 tool: name.to_owned(),
                 args,
@@ -481,10 +553,10 @@ impl ToolRegistry {
                 format!("'{}' cannot run in this context", call.tool),
             )
         })?;
-        let DetachedOutcome { result, logs } = future.await;
-        write_logs(file, &logs);
-        self.finish_deferred(file, call, &result)?;
-        result
+        let outcome = future.await;
+        outcome.record(file);
+        self.finish_deferred(file, call, &outcome.result)?;
+        outcome.result
     }
 
     /// Records the outcome of a deferred call on its approval task, if it had one.
@@ -547,9 +619,24 @@ impl ToolRegistry {
         let cross = CrossCutting::strip(&mut args, caller);
         let config = file.config_shared()?;
         if tool.deferred() {
+            let args = match self.prepare(
+                file,
+                &tool,
+                caller,
+                &config,
+                Value::Object(args),
+                cross.full,
+            ) {
+                Ok(args) => args,
+                Err(error) => {
+                    let result = Err(error);
+                    self.finish_task(file, task_id, &result)?;
+                    return Ok(TaskRun::Done(result));
+                }
+            };
             let call = DeferredCall {
                 tool: task.tool.clone(),
-                args: Value::Object(args),
+                args,
                 full: cross.full,
                 approval_task: Some(task_id.to_owned()),
             };
@@ -589,6 +676,28 @@ impl ToolRegistry {
             Err(error) => file.task_update(task_id, "failed", None, Some(&error.to_string()))?,
         }
         Ok(())
+    }
+
+    /// Runs [`Tool::prepare`] in one transaction.
+    fn prepare(
+        &self,
+        file: &mut AdfFile,
+        tool: &Arc<dyn Tool>,
+        caller: &Caller,
+        config: &Value,
+        args: Value,
+        full: bool,
+    ) -> Result<Value, ToolError> {
+        file.atomically(|file| {
+            let mut cx = ToolContext {
+                file,
+                caller,
+                config,
+                protection_override: false,
+                full,
+            };
+            tool.prepare(&mut cx, args)
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -90,7 +90,12 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/timers/{timer_id}",
             axum::routing::delete(resources::timer_delete),
         )
-        .route("/agents/{id}/inbox", get(resources::inbox))
+        .route(
+            "/agents/{id}/inbox",
+            get(resources::inbox).post(crate::mesh::inbox_post),
+        )
+        .route("/agents/{id}/card", get(crate::mesh::card_get))
+        .route("/agents/{id}/health", get(crate::mesh::health_get))
         .route("/agents/{id}/outbox", get(resources::outbox))
         .route("/agents/{id}/tasks", get(resources::tasks_list))
         .route("/agents/{id}/tasks/{task_id}", get(resources::task_get))
@@ -140,12 +145,17 @@ async fn not_found(request: Request) -> ApiError {
     ))
 }
 
-/// The bearer check, as in the reference: `/health` stays open so probes work.
+/// The bearer check, as in the reference: `/health` stays open so probes work, and so do
+/// the mesh endpoints (`mesh::is_mesh_route`).
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(token) = state.token.as_deref() else {
         return next.run(request).await;
     };
-    if request.uri().path() == "/health" || bearer_matches(request.headers(), token) {
+    // Mesh endpoints are public: messages carry their own signatures, visibility applies.
+    if request.uri().path() == "/health"
+        || crate::mesh::is_mesh_route(request.method(), request.uri().path())
+        || bearer_matches(request.headers(), token)
+    {
         return next.run(request).await;
     }
     (

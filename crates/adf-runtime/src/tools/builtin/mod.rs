@@ -11,6 +11,7 @@ pub mod db;
 pub mod fetch;
 pub mod files;
 pub mod loops;
+pub mod mesh;
 pub mod messages;
 pub mod meta;
 pub mod state;
@@ -30,6 +31,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         create_adf::tools(),
         timers::tools(),
         messages::tools(),
+        mesh::tools(),
         turn::tools(),
         loops::tools(),
     ];

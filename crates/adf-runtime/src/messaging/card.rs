@@ -1,0 +1,110 @@
+//! The agent card (§11.5, missing-tables §11.5): built from the file's config and identity,
+//! signed with the agent's key when it can be opened (unsigned and without `did` otherwise, as
+//! the reference serves it). Endpoints are outside the signature, so one signed card serves
+//! every requester.
+
+use adf_crypto::card::{CardInputs, build_card, card_policies};
+use adf_store::AdfFile;
+use serde_json::{Value, json};
+
+use crate::identity::{self, LocalKeys};
+
+/// The card of `file`'s agent, served under `base_url` (`http://host:port`).
+pub fn build(
+    file: &mut AdfFile,
+    keys: Option<&LocalKeys>,
+    base_url: &str,
+) -> Result<Value, String> {
+    let config = file.config_shared().map_err(|e| e.to_string())?;
+    let text = |pointer: &str| {
+        config
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let handle = text("/handle");
+    let root = format!("{}/agents/{handle}", base_url.trim_end_matches('/'));
+    let mut endpoints = json!({
+        "inbox": format!("{root}/inbox"),
+        "card": format!("{root}/card"),
+        "health": format!("{root}/health"),
+    });
+    if let Some(overrides) = config.pointer("/card/endpoints").and_then(Value::as_object)
+        && let Some(target) = endpoints.as_object_mut()
+    {
+        for (k, v) in overrides {
+            target.insert(k.clone(), v.clone());
+        }
+    }
+    let resolution = config
+        .pointer("/card/resolution")
+        .cloned()
+        .unwrap_or_else(|| json!({ "method": "self", "endpoint": format!("{root}/card") }));
+    let api_routes = config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .map(|routes| {
+            routes
+                .iter()
+                .filter(|r| r.get("on_card").and_then(Value::as_bool) == Some(true))
+                .filter_map(|r| {
+                    Some((
+                        r.get("method")?.as_str()?.to_owned(),
+                        r.get("path")?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let shared_enabled = config
+        .pointer("/serving/shared/enabled")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let shared = if shared_enabled {
+        let patterns: Vec<String> = config
+            .pointer("/serving/shared/patterns")
+            .and_then(Value::as_array)
+            .map(|p| {
+                p.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        file.file_list("")
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|f| f.path)
+            .filter(|path| patterns.iter().any(|p| adf_store::glob::matches(p, path)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let level = config
+        .pointer("/security/level")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .min(3) as u8;
+    let inputs = CardInputs {
+        handle,
+        description: text("/description"),
+        icon: text("/icon"),
+        resolution,
+        endpoints,
+        api_routes,
+        public: config
+            .pointer("/serving/public/enabled")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        shared,
+        // Publishing attestations (`card.publish_attestations`) is not built yet: none listed.
+        attestations: Vec::new(),
+        policies: card_policies(level, false),
+    };
+    let none = LocalKeys::new(None, None);
+    let signer = identity::open_identity(file, keys.unwrap_or(&none))
+        .and_then(|open| identity::agent_signing_key(file, &open))
+        .ok();
+    build_card(&inputs, signer.as_ref(), &adf_store::time::now_iso()).map_err(|e| e.to_string())
+}

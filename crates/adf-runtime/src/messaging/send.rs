@@ -1,0 +1,656 @@
+//! `msg_send`: compose → sign (→ encrypt) → store `pending` ([`prepare`], inside the tool
+//! call's transaction), then [`deliver`] outside any lock.
+//!
+//! Decisions where the sources leave room:
+//! - Addressing (tools guide): a DID recipient needs `address` (or is hosted here); a reply by
+//!   `parent_id` takes recipient, address and thread from the inbox row; a bare handle is
+//!   resolved only against this runtime's agents, visibility applied; `type:id` recipients
+//!   need a channel adapter, and none runs here yet: the call fails saying so.
+//! - The wire `payload.parent_id` of a reply is the parent's ALF `message_id` (what the
+//!   original sender knows it by), not our local row id.
+//! - `content` is required; `payload` (the adf-object guide's name) is accepted as an alias
+//!   (MSG-23). `intent` and `trace_id` are refused as unknown parameters (MSG-26).
+//! - `respond_only` allows a reply to an existing inbox row. A turn that a message triggered
+//!   is not yet told to the tool, so there too a `parent_id` is needed.
+//! - No retry: a failed delivery stays `failed` (§11.2).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use adf_crypto::alf;
+use adf_store::AdfFile;
+use adf_store::messages::Mailbox;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::{Delivery, LocalAgent, Mesh};
+use crate::identity::{self, LocalKeys};
+use crate::tools::{ErrorCode, ToolError};
+
+/// Length of an ALF message id (`[C28]` nanoid(20), ≥ 120 bits).
+pub const MESSAGE_ID_LEN: usize = 20;
+/// How long one HTTP delivery may take.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest content, in characters, a message may carry (the ALF size limit covers the rest).
+pub const MAX_CONTENT_CHARS: usize = 1_000_000;
+
+/// The content types `msg_send` checks before sending.
+pub const FORM_CONTENT_TYPE: &str = "application/vnd.adf.form+json";
+
+/// What the runtime supplies to a send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendContext<'a> {
+    /// This runtime's hosted agents; `None` sends over HTTP only.
+    pub mesh: Option<&'a dyn Mesh>,
+    /// The installation's keys, to open the agent's signing key.
+    pub keys: Option<&'a LocalKeys>,
+}
+
+/// A composed message whose `pending` outbox row is stored: everything [`deliver`] needs.
+/// Serializable because it travels as the deferred call's arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prepared {
+    pub outbox_id: String,
+    pub message_id: String,
+    /// Who the message is for, as the sender named it after resolution.
+    pub recipient: String,
+    pub route: Route,
+    /// The wire message (signed, encrypted when the level asks for it).
+    pub message: Value,
+}
+
+/// Which transport carries a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "via", rename_all = "snake_case")]
+pub enum Route {
+    /// An agent of this runtime.
+    Local { handle: String, sender: PathBuf },
+    /// HTTP POST to an inbox URL.
+    Http { url: String },
+}
+
+impl Route {
+    fn address(&self) -> String {
+        match self {
+            Route::Local { handle, .. } => format!("local:{handle}"),
+            Route::Http { url } => url.clone(),
+        }
+    }
+}
+
+/// The arguments of one send, as the tool received them.
+#[derive(Debug, Default)]
+struct SendArgs {
+    recipient: Option<String>,
+    address: Option<String>,
+    content: String,
+    content_type: Option<String>,
+    subject: Option<String>,
+    thread_id: Option<String>,
+    parent_id: Option<String>,
+    attachments: Vec<String>,
+    meta: Map<String, Value>,
+    message_meta: Map<String, Value>,
+}
+
+fn text_arg(args: &Value, key: &str) -> Result<Option<String>, ToolError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ToolError::invalid(format!("'{key}' must be a string"))),
+    }
+}
+
+fn object_arg(args: &Value, key: &str) -> Result<Map<String, Value>, ToolError> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(ToolError::invalid(format!("'{key}' must be an object"))),
+    }
+}
+
+impl SendArgs {
+    fn parse(args: &Value) -> Result<Self, ToolError> {
+        for refused in ["intent", "trace_id"] {
+            if args.get(refused).is_some() {
+                return Err(ToolError::invalid(format!(
+                    "msg_send has no '{refused}' parameter; group a conversation with thread_id"
+                )));
+            }
+        }
+        let content = match (args.get("content"), args.get("payload")) {
+            (Some(Value::String(s)), _) | (None, Some(Value::String(s))) => s.clone(),
+            (Some(other), _) | (None, Some(other)) if !other.is_null() => other.to_string(),
+            _ => {
+                return Err(ToolError::invalid(
+                    "msg_send needs 'content' (the message text)",
+                ));
+            }
+        };
+        if content.is_empty() {
+            return Err(ToolError::invalid("'content' is empty"));
+        }
+        if content.chars().count() > MAX_CONTENT_CHARS {
+            return Err(ToolError::invalid(format!(
+                "'content' is longer than {MAX_CONTENT_CHARS} characters; attach a file instead"
+            )));
+        }
+        let attachments = match args.get("attachments") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| ToolError::invalid("'attachments' is a list of file paths"))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(ToolError::invalid("'attachments' is a list of file paths")),
+        };
+        Ok(SendArgs {
+            recipient: text_arg(args, "recipient")?,
+            address: text_arg(args, "address")?,
+            content,
+            content_type: text_arg(args, "content_type")?,
+            subject: text_arg(args, "subject")?,
+            thread_id: text_arg(args, "thread_id")?,
+            parent_id: text_arg(args, "parent_id")?,
+            attachments,
+            meta: object_arg(args, "meta")?,
+            message_meta: object_arg(args, "message_meta")?,
+        })
+    }
+}
+
+/// Checks content of the types the runtime understands (MSG-25).
+fn check_content_type(content_type: &str, content: &str) -> Result<(), ToolError> {
+    match content_type {
+        FORM_CONTENT_TYPE => {
+            let form: Value = serde_json::from_str(content)
+                .map_err(|e| ToolError::invalid(format!("a form's content must be JSON: {e}")))?;
+            let questions = form.get("questions").and_then(Value::as_array);
+            if !form.is_object() || questions.is_none_or(|q| q.is_empty()) {
+                return Err(ToolError::invalid(
+                    "a form is a JSON object with a non-empty 'questions' array",
+                ));
+            }
+            Ok(())
+        }
+        "application/json" => serde_json::from_str::<Value>(content)
+            .map(|_| ())
+            .map_err(|e| {
+                ToolError::invalid(format!(
+                    "content_type is application/json but the content is not JSON: {e}"
+                ))
+            }),
+        alf::ENCRYPTED_CONTENT_TYPE => Err(ToolError::invalid(
+            "application/x-adf-encrypted is set by the runtime at security level 2; send the plain content",
+        )),
+        other if other.trim().is_empty() || !other.contains('/') => Err(ToolError::invalid(
+            format!("content_type '{other}' is not a media type (e.g. text/plain)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn meta_value(file: &AdfFile, key: &str) -> Result<Option<String>, ToolError> {
+    Ok(file
+        .meta_get(key)?
+        .map(|e| e.value)
+        .filter(|v| !v.is_empty()))
+}
+
+fn http_url(address: &str) -> Result<String, ToolError> {
+    let url = reqwest::Url::parse(address)
+        .map_err(|e| ToolError::invalid(format!("address '{address}' is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ToolError::invalid(format!(
+            "address '{address}' must be an http(s) inbox URL (e.g. http://127.0.0.1:7385/agents/monitor/inbox)"
+        )));
+    }
+    Ok(url.to_string())
+}
+
+/// The agent's signing key, or why there is none.
+fn signing_key(
+    file: &mut AdfFile,
+    keys: Option<&LocalKeys>,
+) -> Result<adf_crypto::SigningKey, String> {
+    let none = LocalKeys::new(None, None);
+    let keys = keys.unwrap_or(&none);
+    let open = identity::open_identity(file, keys).map_err(|e| e.to_string())?;
+    identity::agent_signing_key(file, &open).map_err(|e| e.to_string())
+}
+
+/// Composes the message, signs it at the agent's `security.level`, stores the `pending`
+/// outbox row (and, with `messaging.inbox_mode`, the sender's own `read` inbox copy), and
+/// returns what [`deliver`] needs. Runs inside the tool call's transaction: an error leaves
+/// the file unchanged.
+pub fn prepare(
+    file: &mut AdfFile,
+    config: &Value,
+    args: &Value,
+    cx: SendContext<'_>,
+) -> Result<Prepared, ToolError> {
+    let mut send = SendArgs::parse(args)?;
+    let mode = config
+        .pointer("/messaging/mode")
+        .and_then(Value::as_str)
+        .unwrap_or("proactive");
+    if mode == "listen_only" {
+        return Err(ToolError::new(
+            ErrorCode::Disabled,
+            "messaging mode is listen_only: this agent cannot send messages",
+        ));
+    }
+
+    // A reply takes what it lacks from the message it answers (§11.3).
+    let mut parent_alf_id = None;
+    if let Some(parent_id) = &send.parent_id {
+        let parent = file.message(Mailbox::Inbox, parent_id)?.ok_or_else(|| {
+            ToolError::not_found(format!(
+                "no inbox message with id '{parent_id}' to reply to (msg_read lists them)"
+            ))
+        })?;
+        let column = |name: &str| {
+            parent
+                .get(name)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        if let Some(source) = column("source")
+            && source != "mesh"
+        {
+            return Err(not_supported_adapter(&source));
+        }
+        if send.recipient.is_none() {
+            send.recipient = column("from").or_else(|| column("sender_alias"));
+        }
+        if send.address.is_none() {
+            send.address = column("reply_to").filter(|r| r.starts_with("http"));
+        }
+        if send.thread_id.is_none() {
+            send.thread_id = column("thread_id").or_else(|| Some(parent_id.clone()));
+        }
+        parent_alf_id = column("message_id").or_else(|| Some(parent_id.clone()));
+    } else if mode == "respond_only" {
+        return Err(ToolError::new(
+            ErrorCode::Disabled,
+            "messaging mode is respond_only: reply to an inbox message with parent_id",
+        ));
+    }
+    let recipient = send.recipient.clone().ok_or_else(|| {
+        ToolError::invalid("msg_send needs 'recipient' (a DID or a local handle) or 'parent_id'")
+    })?;
+    let is_did = recipient.starts_with("did:");
+    if !is_did && recipient.contains(':') && send.address.is_none() {
+        let adapter = recipient.split(':').next().unwrap_or_default();
+        return Err(not_supported_adapter(adapter));
+    }
+
+    // Same runtime first (§12.2), then HTTP.
+    let local = cx
+        .mesh
+        .and_then(|mesh| mesh.find(&recipient, send.address.as_deref()));
+    let sender_path = file.path().to_path_buf();
+    let (route, to, recipient_alias) = match (&local, &send.address) {
+        (Some(target), _) => {
+            let origin = super::Origin::SameRuntime {
+                sender: sender_path.clone(),
+            };
+            if !target.tier.admits(&origin, &target.path) {
+                return Err(ToolError::new(
+                    ErrorCode::Denied,
+                    format!(
+                        "agent '{}' does not accept messages from you (its visibility is {})",
+                        target.handle,
+                        target.tier.as_str()
+                    ),
+                ));
+            }
+            let to = target.did.clone().unwrap_or_else(|| target.handle.clone());
+            (
+                Route::Local {
+                    handle: target.handle.clone(),
+                    sender: sender_path.clone(),
+                },
+                to,
+                Some(target.handle.clone()),
+            )
+        }
+        (None, Some(address)) => (
+            Route::Http {
+                url: http_url(address)?,
+            },
+            recipient.clone(),
+            None,
+        ),
+        (None, None) if is_did => {
+            return Err(ToolError::invalid(format!(
+                "recipient {recipient} is not an agent of this runtime: give its inbox URL as 'address' (agent_discover lists endpoints)"
+            )));
+        }
+        (None, None) => {
+            return Err(ToolError::not_found(format!(
+                "no local agent with handle '{recipient}'; for a remote agent give its DID as 'recipient' and its inbox URL as 'address'"
+            )));
+        }
+    };
+
+    let content_type = send
+        .content_type
+        .clone()
+        .unwrap_or_else(|| "text/plain".to_owned());
+    check_content_type(&content_type, &send.content)?;
+    let attachments = inline_attachments(file, &send.attachments)?;
+
+    let did = meta_value(file, adf_crypto::rows::meta_keys::DID)?;
+    let owner = meta_value(file, adf_crypto::rows::meta_keys::OWNER_DID)?;
+    let handle = config
+        .get("handle")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let name = config
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(&handle)
+        .to_owned();
+    let from = did.clone().unwrap_or_else(|| handle.clone());
+    let reply_url = cx.mesh.and_then(|m| m.inbox_url(&handle));
+    let network = config
+        .pointer("/messaging/network")
+        .and_then(Value::as_str)
+        .unwrap_or("devnet")
+        .to_owned();
+    let message_id = adf_store::defaults::random_id(MESSAGE_ID_LEN);
+    let now = adf_store::time::now_iso();
+    let thread_id = send.thread_id.clone().unwrap_or_else(|| message_id.clone());
+
+    let mut message_meta = send.message_meta.clone();
+    alf::strip_trust_keys(&mut message_meta);
+    let mut envelope_meta = Map::new();
+    if let Some(owner) = &owner {
+        envelope_meta.insert("owner".into(), owner.clone().into());
+    }
+    if let Some(url) = &reply_url
+        && let Some(base) = url.strip_suffix("/inbox")
+    {
+        envelope_meta.insert("card".into(), format!("{base}/card").into());
+    }
+    for (k, v) in message_meta {
+        envelope_meta.entry(k).or_insert(v);
+    }
+    let mut payload_meta = send.meta.clone();
+    alf::strip_trust_keys(&mut payload_meta);
+
+    let mut payload = Map::new();
+    payload.insert("meta".into(), Value::Object(payload_meta.clone()));
+    payload.insert("sender_alias".into(), name.clone().into());
+    if let Some(alias) = &recipient_alias {
+        payload.insert("recipient_alias".into(), alias.clone().into());
+    }
+    payload.insert("thread_id".into(), thread_id.clone().into());
+    payload.insert(
+        "parent_id".into(),
+        parent_alf_id.clone().map_or(Value::Null, Value::String),
+    );
+    if let Some(subject) = &send.subject {
+        payload.insert("subject".into(), subject.clone().into());
+    }
+    payload.insert("content_type".into(), content_type.clone().into());
+    payload.insert("content".into(), send.content.clone().into());
+    if !attachments.is_empty() {
+        payload.insert("attachments".into(), Value::Array(attachments.clone()));
+    }
+    payload.insert("sent_at".into(), now.clone().into());
+
+    let plain = json!({
+        "version": "1.0",
+        "network": network,
+        "id": message_id,
+        "timestamp": now,
+        "from": from,
+        "to": to,
+        "reply_to": reply_url.clone().unwrap_or_else(|| from.clone()),
+        "meta": envelope_meta,
+        "payload": payload,
+    });
+
+    let level = config
+        .pointer("/security/level")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .min(3) as u8;
+    let key = if level >= 1 {
+        Some(signing_key(file, cx.keys).map_err(|why| {
+            ToolError::failed(format!(
+                "security.level {level} signs every message, but this agent's signing key cannot be opened: {why}"
+            ))
+        })?)
+    } else {
+        None
+    };
+    let encrypt_allowed = matches!(route, Route::Http { .. });
+    let wire = alf::egress(
+        plain.clone(),
+        key.as_ref(),
+        level,
+        encrypt_allowed,
+        &mut rand::rng(),
+    )
+    .map_err(|e| ToolError::failed(format!("cannot sign the message: {e}")))?;
+
+    // The stored rows hold plaintext (§8.5); `original_message` is the wire form with its
+    // content and attachments flattened, as the reference stores it.
+    let mut row = Map::new();
+    row.insert("message_id".into(), message_id.clone().into());
+    row.insert("from".into(), from.clone().into());
+    row.insert("to".into(), to.clone().into());
+    row.insert("address".into(), route.address().into());
+    row.insert(
+        "reply_to".into(),
+        plain.get("reply_to").cloned().unwrap_or(Value::Null),
+    );
+    row.insert("network".into(), network.into());
+    row.insert("thread_id".into(), thread_id.into());
+    row.insert(
+        "parent_id".into(),
+        parent_alf_id.map_or(Value::Null, Value::String),
+    );
+    row.insert(
+        "subject".into(),
+        send.subject.clone().map_or(Value::Null, Value::String),
+    );
+    row.insert("content".into(), send.content.clone().into());
+    row.insert("content_type".into(), content_type.into());
+    row.insert(
+        "attachments".into(),
+        if attachments.is_empty() {
+            Value::Null
+        } else {
+            Value::String(Value::Array(flattened_attachments(&attachments)).to_string())
+        },
+    );
+    row.insert(
+        "meta".into(),
+        Value::String(Value::Object(payload_meta).to_string()),
+    );
+    row.insert("sender_alias".into(), name.into());
+    row.insert(
+        "recipient_alias".into(),
+        recipient_alias.map_or(Value::Null, Value::String),
+    );
+    row.insert("owner".into(), owner.map_or(Value::Null, Value::String));
+    row.insert(
+        "card".into(),
+        plain.pointer("/meta/card").cloned().unwrap_or(Value::Null),
+    );
+    row.insert(
+        "return_path".into(),
+        reply_url.map_or(Value::Null, Value::String),
+    );
+    row.insert(
+        "original_message".into(),
+        tombstoned(&wire).to_string().into(),
+    );
+    let mut outbox = row.clone();
+    outbox.insert("created_at".into(), adf_store::time::now_ms().into());
+    outbox.insert("status".into(), "pending".into());
+    let outbox_id = file.message_insert(Mailbox::Outbox, &outbox, Some((&message_id, &plain)))?;
+
+    let inbox_mode = config
+        .pointer("/messaging/inbox_mode")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    if inbox_mode {
+        let mut copy = row;
+        copy.remove("address");
+        copy.insert("source".into(), "mesh".into());
+        copy.insert("sent_at".into(), adf_store::time::now_ms().into());
+        copy.insert("received_at".into(), adf_store::time::now_ms().into());
+        copy.insert("status".into(), "read".into());
+        file.message_insert(Mailbox::Inbox, &copy, None)?;
+    }
+    Ok(Prepared {
+        outbox_id,
+        message_id,
+        recipient,
+        route,
+        message: wire,
+    })
+}
+
+fn not_supported_adapter(adapter: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Disabled,
+        format!(
+            "'{adapter}' recipients go through a channel adapter, and channel adapters are not supported by this runtime yet"
+        ),
+    )
+}
+
+/// Reads each attachment path from the agent's files as an inline ALF attachment (§11.4).
+fn inline_attachments(file: &AdfFile, paths: &[String]) -> Result<Vec<Value>, ToolError> {
+    paths
+        .iter()
+        .map(|path| {
+            let entry = file.file_read(path)?.ok_or_else(|| {
+                ToolError::not_found(format!("cannot attach '{path}': no such file"))
+            })?;
+            let filename = path.rsplit('/').next().unwrap_or(path);
+            Ok(json!({
+                "filename": filename,
+                "content_type": entry.info.mime_type,
+                "transfer": "inline",
+                "data": base64::engine::general_purpose::STANDARD.encode(&entry.content),
+                "size_bytes": entry.content.len(),
+            }))
+        })
+        .collect()
+}
+
+/// Attachments as stored on a row: without their data.
+fn flattened_attachments(attachments: &[Value]) -> Vec<Value> {
+    attachments
+        .iter()
+        .map(|a| {
+            let mut a = a.clone();
+            if let Some(object) = a.as_object_mut() {
+                object.remove("data");
+            }
+            a
+        })
+        .collect()
+}
+
+/// The wire message with `payload.content` and `payload.attachments` replaced by
+/// `"[flattened]"` (`[C28]` `original_message`).
+pub fn tombstoned(message: &Value) -> Value {
+    let mut copy = message.clone();
+    if let Some(payload) = copy.get_mut("payload").and_then(Value::as_object_mut) {
+        if payload.contains_key("content") {
+            payload.insert("content".into(), "[flattened]".into());
+        }
+        if payload.contains_key("attachments") {
+            payload.insert("attachments".into(), "[flattened]".into());
+        }
+    }
+    copy
+}
+
+fn http_client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(DELIVERY_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+/// Carries a prepared message to its recipient: the hosted agent, or an HTTP POST whose 2xx
+/// answer (202 per ALF) means accepted. Never retries.
+pub async fn deliver(prepared: &Prepared, mesh: Option<&dyn Mesh>) -> Delivery {
+    match &prepared.route {
+        Route::Local { handle, sender } => {
+            let target: Option<LocalAgent> = mesh.and_then(|m| m.find(handle, None));
+            match (mesh, target) {
+                (Some(mesh), Some(target)) => {
+                    mesh.deliver(&target, sender, prepared.message.clone())
+                        .await
+                }
+                _ => Delivery::failed(
+                    Some(404),
+                    format!("agent '{handle}' is no longer hosted by this runtime"),
+                ),
+            }
+        }
+        Route::Http { url } => {
+            let response = http_client().post(url).json(&prepared.message).send().await;
+            match response {
+                Ok(response) if response.status().is_success() => {
+                    Delivery::accepted(response.status().as_u16())
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    let body = response.text().await.unwrap_or_default();
+                    let reason = serde_json::from_str::<Value>(&body)
+                        .ok()
+                        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                        .unwrap_or_else(|| body.chars().take(200).collect());
+                    Delivery::failed(
+                        Some(status.as_u16()),
+                        format!("{url} refused the message ({status}): {reason}"),
+                    )
+                }
+                Err(error) => Delivery::failed(None, format!("cannot reach {url}: {error}")),
+            }
+        }
+    }
+}
+
+/// The tool result of a finished delivery.
+pub fn result(prepared: &Prepared, delivery: &Delivery) -> Result<Value, ToolError> {
+    if delivery.delivered {
+        Ok(json!({
+            "status": "delivered",
+            "message_id": prepared.message_id,
+            "outbox_id": prepared.outbox_id,
+            "recipient": prepared.recipient,
+            "status_code": delivery.status_code,
+        }))
+    } else {
+        Err(ToolError::failed(format!(
+            "the message to {} was not delivered: {} (outbox row {} is failed; messages are not retried)",
+            prepared.recipient,
+            delivery.error.as_deref().unwrap_or("unknown error"),
+            prepared.outbox_id
+        )))
+    }
+}

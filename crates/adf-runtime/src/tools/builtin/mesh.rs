@@ -1,0 +1,219 @@
+//! Built-in tools: `msg_send` and `agent_discover` (tools guide "Messaging Tools"; the
+//! pipeline lives in [`crate::messaging`]).
+//!
+//! `msg_send` is a deferred tool in two halves: [`Tool::prepare`] composes, signs and stores
+//! the `pending` outbox row inside the call's transaction, and [`Tool::detach`] delivers
+//! outside it; the caller records `delivered` or `failed` on the row from the outcome. Every
+//! runtime has it (direct sends to a DID and inbox URL need no daemon); the daemon registers a
+//! copy connected to its [`Mesh`] for same-runtime agents and bare handles.
+//! `agent_discover` exists only with a mesh: elsewhere it answers `MESH_NOT_ENABLED`.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::home::RuntimeHome;
+use crate::identity::LocalKeys;
+use crate::messaging::send::{self, Prepared, SendContext};
+use crate::messaging::{Mesh, Origin};
+use crate::tools::{
+    Caller, DeliveryRecord, Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError,
+};
+
+/// The tools of this family every runtime has.
+pub fn tools() -> Vec<Arc<dyn Tool>> {
+    vec![Arc::new(MsgSend::default())]
+}
+
+/// The tools of this family connected to a runtime's mesh (the daemon's).
+pub fn with_mesh(mesh: Arc<dyn Mesh>, home: Option<RuntimeHome>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(MsgSend {
+            mesh: Some(Arc::clone(&mesh)),
+            home: home.clone(),
+        }),
+        Arc::new(AgentDiscover { mesh }),
+    ]
+}
+
+/// The installation's keys, read without creating anything.
+fn keys(home: Option<&RuntimeHome>) -> Option<LocalKeys> {
+    let home = match home {
+        Some(home) => home.clone(),
+        None => RuntimeHome::from_env().ok()?,
+    };
+    LocalKeys::existing(&home).ok()
+}
+
+/// `msg_send`.
+#[derive(Debug, Clone, Default)]
+pub struct MsgSend {
+    mesh: Option<Arc<dyn Mesh>>,
+    /// Where the installation keys live; `None` reads `$ADF_HOME` at call time.
+    home: Option<RuntimeHome>,
+}
+
+impl Tool for MsgSend {
+    fn name(&self) -> &'static str {
+        "msg_send"
+    }
+
+    fn description(&self) -> &'static str {
+        "Send a message to another agent. Reply with parent_id (recipient, address and thread come from that inbox message); or give recipient as a local agent's handle; or give recipient as a DID plus address (its inbox URL from agent_discover). Returns delivered, or an error saying why it was not."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "recipient": { "type": "string", "description": "A DID (did:key:…) or the handle of an agent on this runtime." },
+                "address": { "type": "string", "description": "The recipient's inbox URL (needed for a DID of another runtime)." },
+                "content": { "type": "string", "description": "The message." },
+                "payload": { "type": "string", "description": "Alias of content." },
+                "content_type": { "type": "string", "description": "Media type of content. Default text/plain; application/vnd.adf.form+json for a form." },
+                "subject": { "type": "string" },
+                "thread_id": { "type": "string", "description": "Conversation thread; inherited from parent_id when omitted." },
+                "parent_id": { "type": "string", "description": "The inbox message id you reply to." },
+                "attachments": { "type": "array", "items": { "type": "string" }, "description": "Paths of your files to attach." },
+                "meta": { "type": "object", "description": "Private metadata for the recipient (encrypted with the content at security level 2)." },
+                "message_meta": { "type": "object", "description": "Cleartext routing metadata on the outer message." }
+            }
+        })
+    }
+
+    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
+        Err(ToolError::new(
+            ErrorCode::InternalError,
+            "msg_send delivers outside the store transaction (ToolRegistry::detach)",
+        ))
+    }
+
+    fn deferred(&self) -> bool {
+        true
+    }
+
+    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        let keys = keys(self.home.as_ref());
+        let prepared = send::prepare(
+            cx.file,
+            cx.config,
+            &args,
+            SendContext {
+                mesh: self.mesh.as_deref(),
+                keys: keys.as_ref(),
+            },
+        )?;
+        serde_json::to_value(prepared)
+            .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))
+    }
+
+    fn detach(&self, _config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
+        let mesh = self.mesh.clone();
+        Some(Box::pin(async move {
+            let prepared: Prepared = match serde_json::from_value(args) {
+                Ok(prepared) => prepared,
+                Err(_) => {
+                    return DetachedOutcome::from(Err(ToolError::new(
+                        ErrorCode::InternalError,
+                        "msg_send was not prepared before delivery",
+                    )));
+                }
+            };
+            let delivery = send::deliver(&prepared, mesh.as_deref()).await;
+            DetachedOutcome {
+                result: send::result(&prepared, &delivery),
+                logs: Vec::new(),
+                deliveries: vec![DeliveryRecord {
+                    outbox_id: prepared.outbox_id.clone(),
+                    delivered: delivery.delivered,
+                    status_code: delivery.status_code,
+                }],
+            }
+        }))
+    }
+}
+
+/// `agent_discover`.
+#[derive(Debug, Clone)]
+pub struct AgentDiscover {
+    mesh: Arc<dyn Mesh>,
+}
+
+impl Tool for AgentDiscover {
+    fn name(&self) -> &'static str {
+        "agent_discover"
+    }
+
+    fn description(&self) -> &'static str {
+        "List the agents you can message: their signed cards (handle, description, DID, endpoints, policies) with visibility, in_subdirectory and source. You only see agents you could also message."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "scope": { "type": "string", "enum": ["local", "all"], "description": "local (default): this runtime's agents. all: also LAN peers (none are discovered yet)." },
+                "visibility": { "type": "array", "items": { "type": "string", "enum": ["directory", "localhost", "lan", "public", "off"] }, "description": "Only agents of these tiers." },
+                "handle": { "type": "string", "description": "Case-insensitive substring of the handle." },
+                "description": { "type": "string", "description": "Case-insensitive substring of the description." },
+                "include_subdirectories": { "type": "boolean", "description": "Include agents in subdirectories of yours (default true)." }
+            }
+        })
+    }
+
+    fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        let sender = cx.file.path().to_path_buf();
+        let sender_dir = sender.parent().map(std::path::Path::to_path_buf);
+        let lower = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_lowercase);
+        let handle = lower("handle");
+        let description = lower("description");
+        let tiers: Option<Vec<String>> =
+            args.get("visibility").and_then(Value::as_array).map(|t| {
+                t.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            });
+        let include_subdirectories = args
+            .get("include_subdirectories")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let origin = Origin::SameRuntime {
+            sender: sender.clone(),
+        };
+        let mut cards = Vec::new();
+        for agent in self.mesh.reachable_agents(&sender) {
+            if agent.path == sender || !agent.tier.admits(&origin, &agent.path) {
+                continue;
+            }
+            if handle
+                .as_ref()
+                .is_some_and(|h| !agent.handle.to_lowercase().contains(h))
+                || description
+                    .as_ref()
+                    .is_some_and(|d| !agent.description.to_lowercase().contains(d))
+                || tiers
+                    .as_ref()
+                    .is_some_and(|t| !t.iter().any(|t| t == agent.tier.as_str()))
+            {
+                continue;
+            }
+            let agent_dir = agent.path.parent().map(std::path::Path::to_path_buf);
+            let in_subdirectory = match (&sender_dir, &agent_dir) {
+                (Some(mine), Some(theirs)) => theirs != mine && theirs.starts_with(mine),
+                _ => false,
+            };
+            if in_subdirectory && !include_subdirectories {
+                continue;
+            }
+            let mut card = agent.card.clone();
+            if let Some(object) = card.as_object_mut() {
+                object.insert("visibility".into(), agent.tier.as_str().into());
+                object.insert("in_subdirectory".into(), in_subdirectory.into());
+                object.insert("source".into(), "local-runtime".into());
+            }
+            cards.push(card);
+        }
+        Ok(Value::Array(cards))
+    }
+}

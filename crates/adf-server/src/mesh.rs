@@ -1,0 +1,362 @@
+//! The daemon's mesh (§11, §12.1): the agents it hosts as message recipients. It implements
+//! [`adf_runtime::messaging::Mesh`] for `msg_send` and `agent_discover`, and serves the
+//! public mesh endpoints `POST /agents/{handle}/inbox`, `GET /agents/{handle}/card` and
+//! `GET /agents/{handle}/health` (no bearer token: messages carry their own signatures).
+//!
+//! Principal type: [`DaemonMesh`].
+//!
+//! Why guest connections: an agent's store worker is held for the whole of a turn (model calls
+//! included). A delivery that queued behind it would keep the sender waiting for minutes, and
+//! two agents sending to each other mid-turn would wait on each other forever. Ingress and the
+//! reads of discovery therefore open the recipient's file as a short-lived guest connection
+//! (`AdfFile::open_guest`, SQLite's own locking orders it with the worker's short write
+//! transactions), and the recipient's worker notices the new inbox row through the trigger
+//! sweep (`Daemon::notice_new_rows`), which raises `on_inbox`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use adf_runtime::home::RuntimeHome;
+use adf_runtime::identity::LocalKeys;
+use adf_runtime::messaging::receive::{self, Arrival, Refusal};
+use adf_runtime::messaging::{Delivery, LocalAgent, Mesh, Origin, Tier, card};
+use adf_store::AdfFile;
+
+use crate::api::AppState;
+use crate::daemon::{Agent, WeakDaemon};
+
+/// Largest mesh request body: the ALF limit plus room for JSON framing.
+pub const MAX_BODY_BYTES: usize = adf_crypto::alf::MAX_MESSAGE_BYTES + 64 * 1024;
+
+/// The agents a daemon hosts, as the mesh sees them.
+#[derive(Debug)]
+pub struct DaemonMesh {
+    daemon: WeakDaemon,
+    home: RuntimeHome,
+    /// `http://host:port` once the daemon serves HTTP.
+    base_url: OnceLock<String>,
+    /// The daemon's runtime, for work that outlives the turn that caused it.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl DaemonMesh {
+    pub(crate) fn new(daemon: WeakDaemon, home: RuntimeHome) -> Self {
+        DaemonMesh {
+            daemon,
+            home,
+            base_url: OnceLock::new(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Records where the daemon serves the mesh (first call wins).
+    pub fn set_base_url(&self, url: String) {
+        let _ = self.base_url.set(url);
+    }
+
+    pub fn base_url(&self) -> Option<&str> {
+        self.base_url.get().map(String::as_str)
+    }
+
+    fn keys(&self) -> Option<LocalKeys> {
+        LocalKeys::existing(&self.home).ok()
+    }
+
+    /// What a sender needs to know of a hosted agent, read on a guest connection; the card
+    /// only when asked (it opens the agent's key).
+    fn describe(&self, agent: &Agent, with_card: bool) -> Option<LocalAgent> {
+        let mut file = AdfFile::open_guest(&agent.path).ok()?;
+        let config = file.config_shared().ok()?;
+        let text = |key: &str| {
+            config
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let handle = text("handle");
+        let did = file
+            .meta_get(adf_crypto::rows::meta_keys::DID)
+            .ok()
+            .flatten()
+            .map(|e| e.value)
+            .filter(|d| !d.is_empty());
+        let base = self.base_url().unwrap_or("http://127.0.0.1");
+        let card = if with_card {
+            card::build(&mut file, self.keys().as_ref(), base).unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        Some(LocalAgent {
+            inbox_url: format!("{base}/agents/{handle}/inbox"),
+            handle,
+            did,
+            description: text("description"),
+            path: agent.path.clone(),
+            tier: Tier::of(&config),
+            card,
+        })
+    }
+
+    /// The handle named by an inbox URL of this daemon.
+    fn handle_of_url<'a>(&self, address: &'a str) -> Option<&'a str> {
+        let base = self.base_url()?;
+        address
+            .strip_prefix(base)?
+            .strip_prefix("/agents/")?
+            .strip_suffix("/inbox")
+            .filter(|h| !h.contains('/'))
+    }
+
+    /// Runs ingress for `agent` on a guest connection, then lets its worker notice the row.
+    pub(crate) async fn accept(
+        &self,
+        agent: &Arc<Agent>,
+        wire: Vec<u8>,
+        origin: Origin,
+        transport: &'static str,
+    ) -> Result<receive::Accepted, Refusal> {
+        let path = agent.path.clone();
+        let keys = self.keys();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut file = AdfFile::open_guest(&path)?;
+            receive::accept(
+                &mut file,
+                &Arrival {
+                    wire: &wire,
+                    origin,
+                    transport,
+                    return_path: None,
+                },
+                keys.as_ref(),
+            )
+        })
+        .await
+        .map_err(|e| Refusal {
+            status: 500,
+            reason: e.to_string(),
+        })??;
+        if !outcome.duplicate
+            && let (Some(daemon), Some(runtime)) = (self.daemon.upgrade(), &self.runtime)
+        {
+            let agent = Arc::clone(agent);
+            runtime.spawn(async move { daemon.notice_new_rows(&agent).await });
+        }
+        Ok(outcome)
+    }
+}
+
+impl Mesh for DaemonMesh {
+    fn reachable_agents(&self, sender: &Path) -> Vec<LocalAgent> {
+        let Some(daemon) = self.daemon.upgrade() else {
+            return Vec::new();
+        };
+        let origin = Origin::SameRuntime {
+            sender: sender.to_path_buf(),
+        };
+        daemon
+            .agents()
+            .iter()
+            .filter(|agent| agent.path != sender)
+            .filter_map(|agent| self.describe(agent, true))
+            .filter(|agent| agent.tier.admits(&origin, &agent.path))
+            .collect()
+    }
+
+    fn find(&self, recipient: &str, address: Option<&str>) -> Option<LocalAgent> {
+        let daemon = self.daemon.upgrade()?;
+        let handle = match address {
+            Some(address) => Some(self.handle_of_url(address)?),
+            None if !recipient.starts_with("did:") => Some(recipient),
+            None => None,
+        };
+        let agents = daemon.agents();
+        match handle {
+            Some(handle) => agents
+                .iter()
+                .find(|a| a.info().handle.as_deref() == Some(handle))
+                .and_then(|a| self.describe(a, false)),
+            None => agents
+                .iter()
+                .filter_map(|a| self.describe(a, false))
+                .find(|a| a.did.as_deref() == Some(recipient)),
+        }
+    }
+
+    fn inbox_url(&self, handle: &str) -> Option<String> {
+        Some(format!("{}/agents/{handle}/inbox", self.base_url()?))
+    }
+
+    fn deliver(
+        &self,
+        target: &LocalAgent,
+        sender: &Path,
+        message: Value,
+    ) -> BoxFuture<'static, Delivery> {
+        let daemon = self.daemon.upgrade();
+        let handle = target.handle.clone();
+        let sender: PathBuf = sender.to_path_buf();
+        Box::pin(async move {
+            let Some(daemon) = daemon else {
+                return Delivery::failed(Some(503), "the daemon is shutting down");
+            };
+            let Ok(agent) = daemon.agent(&handle) else {
+                return Delivery::failed(Some(404), format!("agent '{handle}' is not loaded"));
+            };
+            let wire = match serde_json::to_vec(&message) {
+                Ok(wire) => wire,
+                Err(e) => return Delivery::failed(Some(400), e.to_string()),
+            };
+            match daemon
+                .mesh()
+                .accept(&agent, wire, Origin::SameRuntime { sender }, "local")
+                .await
+            {
+                Ok(_) => Delivery::accepted(202),
+                Err(refusal) => Delivery::failed(Some(refusal.status), refusal.reason),
+            }
+        })
+    }
+}
+
+fn refusal_response(refusal: &Refusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, axum::Json(json!({ "error": refusal.reason }))).into_response()
+}
+
+fn origin_of(request: &Request) -> Origin {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(Origin::Loopback, |info| Origin::of_peer(info.0.ip()))
+}
+
+/// The 404 the reference gives for an unknown recipient; hidden agents get it too.
+fn unknown(key: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({ "error": format!("Unknown agent \"{key}\"") })),
+    )
+        .into_response()
+}
+
+/// The mesh agent a path names.
+fn recipient(state: &AppState, key: &str) -> Option<Arc<Agent>> {
+    state.daemon.agent(key).ok()
+}
+
+/// `POST /agents/{handle}/inbox`: ALF delivery; 202 `{accepted, id, message_id}` when stored.
+pub(crate) async fn inbox_post(
+    State(state): State<AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    request: Request,
+) -> Response {
+    let Some(agent) = recipient(&state, &key) else {
+        return unknown(&key);
+    };
+    let origin = origin_of(&request);
+    let wire = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes.to_vec(),
+        Err(_) => {
+            return refusal_response(&Refusal {
+                status: 413,
+                reason: "message exceeds 25 MB".into(),
+            });
+        }
+    };
+    match state
+        .daemon
+        .mesh()
+        .accept(&agent, wire, origin, "http")
+        .await
+    {
+        Ok(accepted) => (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({
+                "accepted": true,
+                "id": accepted.inbox_id,
+                "message_id": accepted.message_id,
+                "duplicate": accepted.duplicate,
+            })),
+        )
+            .into_response(),
+        Err(refusal) => refusal_response(&refusal),
+    }
+}
+
+/// Whether a requester at `origin` may see `agent` (visibility applies to listing too).
+async fn visible(
+    state: &AppState,
+    agent: &Arc<Agent>,
+    origin: Origin,
+    with_card: bool,
+) -> Option<LocalAgent> {
+    let mesh = state.daemon.mesh_arc();
+    let agent = Arc::clone(agent);
+    let described = tokio::task::spawn_blocking(move || mesh.describe(&agent, with_card))
+        .await
+        .ok()
+        .flatten()?;
+    described
+        .tier
+        .admits(&origin, &described.path)
+        .then_some(described)
+}
+
+/// `GET /agents/{handle}/card`: the signed agent card, for requesters the agent admits.
+pub(crate) async fn card_get(
+    State(state): State<AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    request: Request,
+) -> Response {
+    let Some(agent) = recipient(&state, &key) else {
+        return unknown(&key);
+    };
+    match visible(&state, &agent, origin_of(&request), true).await {
+        Some(described) => axum::Json(described.card).into_response(),
+        None => unknown(&key),
+    }
+}
+
+/// `GET /agents/{handle}/health`: `{ok, handle, did}` for requesters the agent admits.
+pub(crate) async fn health_get(
+    State(state): State<AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    request: Request,
+) -> Response {
+    let Some(agent) = recipient(&state, &key) else {
+        return unknown(&key);
+    };
+    match visible(&state, &agent, origin_of(&request), false).await {
+        Some(described) => axum::Json(json!({
+            "ok": true,
+            "handle": described.handle,
+            "did": described.did,
+        }))
+        .into_response(),
+        None => unknown(&key),
+    }
+}
+
+/// Whether `method path` is a public mesh endpoint (served without the bearer token).
+pub(crate) fn is_mesh_route(method: &axum::http::Method, path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/agents/") else {
+        return false;
+    };
+    let mut parts = rest.splitn(2, '/');
+    let (Some(handle), Some(tail)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    !handle.is_empty()
+        && matches!(
+            (method.as_str(), tail),
+            ("POST", "inbox") | ("GET", "card") | ("GET", "health")
+        )
+}
