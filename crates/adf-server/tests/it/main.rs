@@ -9,6 +9,7 @@ mod daemon;
 mod fetch_guard;
 mod hil;
 mod loops_daemon;
+mod messaging;
 mod replay;
 mod review;
 mod taps;
