@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::LocalKeys;
 use adf_runtime::messaging::receive::{self, Arrival, Refusal};
-use adf_runtime::messaging::{Delivery, LocalAgent, Mesh, Origin, Tier, card};
+use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, card};
 use adf_store::AdfFile;
 
 use crate::api::AppState;
@@ -82,12 +82,7 @@ impl DaemonMesh {
                 .to_owned()
         };
         let handle = text("handle");
-        let did = file
-            .meta_get(adf_crypto::rows::meta_keys::DID)
-            .ok()
-            .flatten()
-            .map(|e| e.value)
-            .filter(|d| !d.is_empty());
+        let did = messaging::agent_did(&file).ok().flatten();
         let base = self.base_url().unwrap_or("http://127.0.0.1");
         let card = if with_card {
             card::build(&mut file, self.keys().as_ref(), base).unwrap_or(Value::Null)

@@ -7,7 +7,7 @@ use adf_crypto::card::{CardInputs, build_card, card_policies};
 use adf_store::AdfFile;
 use serde_json::{Value, json};
 
-use crate::identity::{self, LocalKeys};
+use crate::identity::LocalKeys;
 
 /// The card of `file`'s agent, served under `base_url` (`http://host:port`).
 pub fn build(
@@ -81,11 +81,7 @@ pub fn build(
     } else {
         Vec::new()
     };
-    let level = config
-        .pointer("/security/level")
-        .and_then(Value::as_u64)
-        .unwrap_or(1)
-        .min(3) as u8;
+    let level = super::security_level(&config);
     let inputs = CardInputs {
         handle,
         description: text("/description"),
@@ -102,9 +98,6 @@ pub fn build(
         attestations: Vec::new(),
         policies: card_policies(level, false),
     };
-    let none = LocalKeys::new(None, None);
-    let signer = identity::open_identity(file, keys.unwrap_or(&none))
-        .and_then(|open| identity::agent_signing_key(file, &open))
-        .ok();
+    let signer = super::agent_key(file, keys).ok();
     build_card(&inputs, signer.as_ref(), &adf_store::time::now_iso()).map_err(|e| e.to_string())
 }

@@ -30,9 +30,40 @@ pub mod send;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use adf_store::AdfFile;
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::identity::{self, LocalKeys};
+
+/// The agent's signing key, opened with the installation's `keys` (without them only a plain
+/// legacy key opens), or why it cannot be.
+pub fn agent_key(
+    file: &mut AdfFile,
+    keys: Option<&LocalKeys>,
+) -> Result<adf_crypto::SigningKey, String> {
+    let none = LocalKeys::new(None, None);
+    let open = identity::open_identity(file, keys.unwrap_or(&none)).map_err(|e| e.to_string())?;
+    identity::agent_signing_key(file, &open).map_err(|e| e.to_string())
+}
+
+/// The agent's DID (`adf_did`), `None` for an agent without identity.
+pub fn agent_did(file: &AdfFile) -> Result<Option<String>, adf_store::StoreError> {
+    Ok(file
+        .meta_get(adf_crypto::rows::meta_keys::DID)?
+        .map(|e| e.value)
+        .filter(|did| !did.is_empty()))
+}
+
+/// `security.level` (§8.5): 1 when absent, at most 3.
+pub fn security_level(config: &Value) -> u8 {
+    config
+        .pointer("/security/level")
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .min(3) as u8
+}
 
 /// The reachability tier of an agent (`messaging.visibility`, §5.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

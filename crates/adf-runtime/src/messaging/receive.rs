@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{Origin, Tier};
-use crate::identity::{self, LocalKeys};
+use crate::identity::LocalKeys;
 
 /// Sender aliases nobody may claim from the wire.
 pub const RESERVED_ALIASES: [&str; 3] = ["owner", "system", "user"];
@@ -152,10 +152,7 @@ pub fn accept(
         return Err(Refusal::new(403, "the sender is blocked by this agent"));
     }
 
-    let did = file
-        .meta_get(adf_crypto::rows::meta_keys::DID)?
-        .map(|e| e.value)
-        .unwrap_or_default();
+    let did = super::agent_did(file)?.unwrap_or_default();
     let handle = config
         .get("handle")
         .and_then(Value::as_str)
@@ -166,11 +163,8 @@ pub fn accept(
         .and_then(Value::as_object)
         .is_some_and(alf::is_encrypted_payload);
     let signing_key = if encrypted {
-        let none = LocalKeys::new(None, None);
-        let open = identity::open_identity(file, keys.unwrap_or(&none))
-            .map_err(|e| Refusal::new(500, format!("cannot open this agent's keys: {e}")))?;
         Some(
-            identity::agent_signing_key(file, &open)
+            super::agent_key(file, keys)
                 .map_err(|e| Refusal::new(500, format!("cannot open this agent's keys: {e}")))?,
         )
     } else {

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{Delivery, LocalAgent, Mesh};
-use crate::identity::{self, LocalKeys};
+use crate::identity::LocalKeys;
 use crate::tools::{ErrorCode, ToolError};
 
 /// Length of an ALF message id (`[C28]` nanoid(20), ≥ 120 bits).
@@ -196,13 +196,6 @@ fn check_content_type(content_type: &str, content: &str) -> Result<(), ToolError
     }
 }
 
-fn meta_value(file: &AdfFile, key: &str) -> Result<Option<String>, ToolError> {
-    Ok(file
-        .meta_get(key)?
-        .map(|e| e.value)
-        .filter(|v| !v.is_empty()))
-}
-
 fn http_url(address: &str) -> Result<String, ToolError> {
     let url = reqwest::Url::parse(address)
         .map_err(|e| ToolError::invalid(format!("address '{address}' is not a URL: {e}")))?;
@@ -212,17 +205,6 @@ fn http_url(address: &str) -> Result<String, ToolError> {
         )));
     }
     Ok(url.to_string())
-}
-
-/// The agent's signing key, or why there is none.
-fn signing_key(
-    file: &mut AdfFile,
-    keys: Option<&LocalKeys>,
-) -> Result<adf_crypto::SigningKey, String> {
-    let none = LocalKeys::new(None, None);
-    let keys = keys.unwrap_or(&none);
-    let open = identity::open_identity(file, keys).map_err(|e| e.to_string())?;
-    identity::agent_signing_key(file, &open).map_err(|e| e.to_string())
 }
 
 /// Composes the message, signs it at the agent's `security.level`, stores the `pending`
@@ -348,8 +330,11 @@ pub fn prepare(
     check_content_type(&content_type, &send.content)?;
     let attachments = inline_attachments(file, &send.attachments)?;
 
-    let did = meta_value(file, adf_crypto::rows::meta_keys::DID)?;
-    let owner = meta_value(file, adf_crypto::rows::meta_keys::OWNER_DID)?;
+    let did = super::agent_did(file)?;
+    let owner = file
+        .meta_get(adf_crypto::rows::meta_keys::OWNER_DID)?
+        .map(|e| e.value)
+        .filter(|owner| !owner.is_empty());
     let handle = config
         .get("handle")
         .and_then(Value::as_str)
@@ -421,13 +406,9 @@ pub fn prepare(
         "payload": payload,
     });
 
-    let level = config
-        .pointer("/security/level")
-        .and_then(Value::as_u64)
-        .unwrap_or(1)
-        .min(3) as u8;
+    let level = super::security_level(config);
     let key = if level >= 1 {
-        Some(signing_key(file, cx.keys).map_err(|why| {
+        Some(super::agent_key(file, cx.keys).map_err(|why| {
             ToolError::failed(format!(
                 "security.level {level} signs every message, but this agent's signing key cannot be opened: {why}"
             ))
