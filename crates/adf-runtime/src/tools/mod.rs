@@ -305,7 +305,6 @@ impl ToolRegistry {
         registry
     }
 
-    /// Adds or replaces a tool.
     /// Every built-in tool, with the messaging tools connected to `mesh` (the daemon's): bare
     /// handles, same-runtime delivery and `agent_discover`.
     pub fn with_builtins_and_mesh(
@@ -319,6 +318,7 @@ impl ToolRegistry {
         registry
     }
 
+    /// Adds or replaces a tool.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.name(), tool);
     }
@@ -688,15 +688,8 @@ impl ToolRegistry {
         args: Value,
         full: bool,
     ) -> Result<Value, ToolError> {
-        file.atomically(|file| {
-            let mut cx = ToolContext {
-                file,
-                caller,
-                config,
-                protection_override: false,
-                full,
-            };
-            tool.prepare(&mut cx, args)
+        in_transaction(file, caller, config, false, full, |cx| {
+            tool.prepare(cx, args)
         })
     }
 
@@ -711,17 +704,30 @@ impl ToolRegistry {
         protection_override: bool,
         full: bool,
     ) -> Result<Value, ToolError> {
-        file.atomically(|file| {
-            let mut cx = ToolContext {
-                file,
-                caller,
-                config,
-                protection_override,
-                full,
-            };
-            tool.run(&mut cx, args.clone())
+        in_transaction(file, caller, config, protection_override, full, |cx| {
+            tool.run(cx, args.clone())
         })
     }
+}
+
+/// Runs `work` with a [`ToolContext`] inside one transaction: an error rolls every write back.
+fn in_transaction<T>(
+    file: &mut AdfFile,
+    caller: &Caller,
+    config: &Value,
+    protection_override: bool,
+    full: bool,
+    work: impl FnOnce(&mut ToolContext<'_>) -> Result<T, ToolError>,
+) -> Result<T, ToolError> {
+    file.atomically(|file| {
+        work(&mut ToolContext {
+            file,
+            caller,
+            config,
+            protection_override,
+            full,
+        })
+    })
 }
 
 fn denied(name: &str, reason: &str) -> ToolError {

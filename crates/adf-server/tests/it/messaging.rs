@@ -724,3 +724,36 @@ async fn two_agents_sending_to_each_other_at_once_both_deliver() {
     assert_eq!(unread(rows(&bob, Mailbox::Inbox).await), ["ping"]);
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_endpoints_need_no_bearer_token_and_the_control_api_still_does() {
+    let h = Harness::start_with_token(Some("secret")).await;
+    let _bob = load(&h, &messaging_agent(&h, "bob", &[])).await;
+    let anonymous = adf_server::client::Client::new(&h.server.url(), None).unwrap();
+    let (status, body) = anonymous
+        .raw(Method::GET, "/agents/bob/health", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["handle"], "bob");
+    let (status, _) = anonymous
+        .raw(Method::GET, "/agents/bob/card", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    // A bad message is refused by ingress (400), not by the token check (401).
+    let (status, _) = anonymous
+        .raw(
+            Method::POST,
+            "/agents/bob/inbox",
+            Some(&json!({ "not": "alf" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 400);
+    for path in ["/agents", "/agents/bob/inbox", "/agents/bob/config"] {
+        let (status, _) = anonymous.raw(Method::GET, path, None).await.unwrap();
+        assert_eq!(status, 401, "{path}");
+    }
+    h.stop().await;
+}
