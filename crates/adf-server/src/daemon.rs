@@ -50,6 +50,9 @@ pub struct AgentInfo {
     /// The live display state: starts at `config.state`, moved by `POST /state`, kept in
     /// memory only (as in the reference).
     pub display_state: String,
+    /// The DID read at load, so the mesh finds a recipient by DID without opening every file
+    /// (an identity rotated later by another process is seen at the next load).
+    pub did: Option<String>,
 }
 
 /// One loaded agent.
@@ -324,13 +327,14 @@ impl Daemon {
                 enter_start_state(file)?;
                 let config = file.config()?;
                 let handle_meta = file.meta_get("adf_handle")?.map(|m| m.value);
+                let did = adf_runtime::messaging::agent_did(file)?;
                 let seq = file
                     .meta_get(SEQ_META_KEY)?
                     .and_then(|m| m.value.trim().parse::<u64>().ok());
-                Ok((config, handle_meta, seq))
+                Ok((config, handle_meta, did, seq))
             })
             .await;
-        let (config, handle_meta, persisted_seq) = match facts {
+        let (config, handle_meta, did, persisted_seq) = match facts {
             Ok(facts) => facts,
             Err(error) => {
                 close_quietly(store).await;
@@ -365,7 +369,10 @@ impl Daemon {
                 Vec::new()
             }
         };
-        let info = info_from_config(&config, handle_meta);
+        let info = AgentInfo {
+            did,
+            ..info_from_config(&config, handle_meta)
+        };
         let agent = Arc::new(Agent {
             id,
             path: canonical,
@@ -548,6 +555,7 @@ pub(crate) fn info_from_config(config: &Value, handle_meta: Option<String>) -> A
             .and_then(Value::as_bool)
             .unwrap_or(false),
         display_state: text("state").unwrap_or_else(|| "active".to_owned()),
+        did: None,
     }
 }
 

@@ -180,8 +180,9 @@ impl Mesh for DaemonMesh {
                 .and_then(|a| self.describe(a, false)),
             None => agents
                 .iter()
-                .filter_map(|a| self.describe(a, false))
-                .find(|a| a.did.as_deref() == Some(recipient)),
+                .find(|a| a.info().did.as_deref() == Some(recipient))
+                .and_then(|a| self.describe(a, false))
+                .filter(|a| a.did.as_deref() == Some(recipient)),
         }
     }
 

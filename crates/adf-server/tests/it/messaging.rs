@@ -570,6 +570,33 @@ async fn msg_20_msg_21_msg_27_msg_30_replies_modes_and_visibility() {
     .await;
     assert_eq!(out["status"], "delivered", "{out}");
 
+    // A hosted agent's DID needs no address: it is found on this runtime.
+    let bob_did = did(&bob).await;
+    let out = send(
+        &h,
+        &alice,
+        "by-did",
+        json!({ "recipient": bob_did, "content": "by did" }),
+    )
+    .await;
+    assert_eq!(out["status"], "delivered", "{out}");
+    assert!(
+        rows(&bob, Mailbox::Inbox)
+            .await
+            .iter()
+            .any(|r| r["content"] == "by did")
+    );
+    // An unknown DID without an address cannot be delivered anywhere.
+    let stranger = adf_crypto::did_from_public(&foreign_key().verifying_key());
+    let out = send(
+        &h,
+        &alice,
+        "stranger",
+        json!({ "recipient": stranger, "content": "hi" }),
+    )
+    .await;
+    assert_eq!(out["code"], "INVALID_INPUT", "{out}");
+
     // MSG-21: a handle no local agent has is an error, not a remote lookup.
     let out = send(
         &h,
