@@ -111,7 +111,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn conformance(missing: bool, json: bool) -> Result<()> {
     let root = repo_root();
-    let sections = checklist(&root.join("../shared/spec/conformance-checklist.md"))?;
+    let sections = checklist(&root.join("docs/spec/conformance-checklist.md"))?;
     let prefixes: BTreeSet<String> = sections
         .iter()
         .flat_map(|(_, ids)| {

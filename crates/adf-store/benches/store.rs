@@ -9,9 +9,10 @@ use adf_store::{AdfFile, CreateOptions};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/reference-v0.4.2")
-        .join(name)
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.join("../../testdata/reference-v0.4.2").join(name)
 }
 
 fn benches(c: &mut Criterion) {

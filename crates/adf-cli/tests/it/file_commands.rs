@@ -12,9 +12,7 @@ fn adf() -> Command {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/reference-v0.4.2")
-        .join(name)
+    crate::common::fixture(name)
 }
 
 fn json_of(output: &std::process::Output) -> Value {

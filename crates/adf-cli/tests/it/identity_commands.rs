@@ -17,9 +17,7 @@ const MINIMAL_DID: &str = "did:key:z6MktBqvVtR8pFeAnweZr4BSH3Gs66CZsvH6LpdPgD2Ka
 const STUDIO_PROVIDER_KEY: &str = "sk-golden-test-key-not-real";
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/reference-v0.4.2")
-        .join(name)
+    crate::common::fixture(name)
 }
 
 /// A temp dir holding a runtime home and agent files.

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod chat;
+mod common;
 mod code_commands;
 mod daemon_clients;
 mod file_commands;

@@ -540,7 +540,7 @@ fn tol_45_tol_46_tol_48_def_11_por_07_por_08_guide_example_2_template_with_file_
 #[test]
 fn tol_46_template_from_an_older_schema_is_migrated_and_its_plain_signing_key_never_copied() {
     let mut env = Env::new();
-    let fixture = common::shared().join("fixtures/reference-v0.4.2/minimal-headless.adf");
+    let fixture = common::fixture("minimal-headless.adf");
     let bytes = std::fs::read(fixture).unwrap();
     env.put("templates/old.adf", &bytes);
     let result = env

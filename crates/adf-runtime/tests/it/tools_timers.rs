@@ -41,7 +41,7 @@ fn fixture() -> (tempfile::TempDir, AdfFile) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("populated.adf");
     std::fs::copy(
-        common::shared().join("fixtures/reference-v0.4.2/populated-runtime.adf"),
+        common::fixture("populated-runtime.adf"),
         &path,
     )
     .unwrap();

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use reqwest::Method;
 use serde_json::{Map, Value};
 
-use common::{Harness, TRANSCRIPTS};
+use common::{Harness, transcripts};
 
 /// Transcript entries left out, with why: operations this daemon does not implement yet.
 const OUT_OF_SCOPE: &[(usize, &str)] = &[
@@ -194,7 +194,7 @@ async fn replay_reference_transcript_status_codes_and_shapes() {
         .unwrap();
     assert_eq!(status, 200);
 
-    let text = std::fs::read_to_string(format!("{TRANSCRIPTS}/http-transcript.json")).unwrap();
+    let text = std::fs::read_to_string(transcripts().join("http-transcript.json")).unwrap();
     let entries: Vec<Value> = serde_json::from_str(&text).unwrap();
     let mut failures = Vec::new();
     let mut replayed = 0;

@@ -1,5 +1,5 @@
 //! A file made by `AdfFile::create` checked item by item against the spec text itself: the DDL
-//! is parsed out of `shared/seeds/adf-spec.txt`, the defaults are the §14 tables restated here.
+//! is parsed out of `docs/spec/adf-spec.txt`, the defaults are the §14 tables restated here.
 use crate::common;
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 /// The `CREATE …;` statements of spec §3.2, taken from the seed text.
 fn spec_ddl() -> String {
-    let text = std::fs::read_to_string(common::shared().join("seeds/adf-spec.txt")).unwrap();
+    let text = std::fs::read_to_string(common::spec_doc("adf-spec.txt")).unwrap();
     let start = text.find("CREATE TABLE IF NOT EXISTS adf_meta").unwrap();
     let end = text[start..].find("3.3Field Reference").unwrap() + start;
     text[start..end].to_owned()

@@ -22,7 +22,7 @@ const FIXTURES: [&str; 3] = [
 ];
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/reference-v0.4.2")
+    crate::common::repo_root().join("testdata/reference-v0.4.2")
 }
 
 /// A private copy of a reference fixture (the originals must never be opened read-write).

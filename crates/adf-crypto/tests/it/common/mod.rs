@@ -7,7 +7,7 @@ use adf_crypto::keys::{b64_decode, ed25519_from_pkcs8};
 use serde_json::Value;
 
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/reference-v0.4.2")
+    repo_root().join("testdata/reference-v0.4.2")
 }
 
 pub fn vectors() -> Value {
@@ -49,4 +49,14 @@ pub fn flip(mut v: Vec<u8>, i: usize) -> Vec<u8> {
     let n = v.len();
     v[i % n] ^= 0x01;
     v
+}
+
+/// The repository root, found at run time: cargo sets `CARGO_MANIFEST_DIR` for the test
+/// process, and a test binary reused from a shared build cache may have been compiled in
+/// another checkout, so the compile-time value could point at someone else's tree.
+pub fn repo_root() -> std::path::PathBuf {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.join("../..")
 }

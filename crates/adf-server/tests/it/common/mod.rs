@@ -10,8 +10,15 @@ use adf_server::client::Client;
 use adf_server::{Daemon, RunningServer};
 use tempfile::TempDir;
 
-pub const FIXTURES: &str = "/work/shared/fixtures/reference-v0.4.2";
-pub const TRANSCRIPTS: &str = "/work/shared/reference/daemon-transcripts";
+/// The reference runtime's fixtures, kept in the repository.
+pub fn fixtures() -> PathBuf {
+    repo_root().join("testdata/reference-v0.4.2")
+}
+
+/// The reference daemon's recorded transcripts, kept in the repository.
+pub fn transcripts() -> PathBuf {
+    repo_root().join("testdata/daemon-transcripts")
+}
 
 pub struct Harness {
     pub dir: TempDir,
@@ -59,7 +66,7 @@ impl Harness {
 
 pub fn copy_fixture(dir: &Path, fixture: &str, name: &str) -> PathBuf {
     let target = dir.join("agents").join(name);
-    std::fs::copy(Path::new(FIXTURES).join(fixture), &target).unwrap();
+    std::fs::copy(fixtures().join(fixture), &target).unwrap();
     target
 }
 
@@ -155,4 +162,14 @@ pub fn model_config(mock: &adf_testkit::MockProvider) -> Vec<(&'static str, serd
             serde_json::json!({ "auto_retry": false, "max_attempts": 1, "base_delay_ms": 1, "max_delay_ms": 5 }),
         ),
     ]
+}
+
+/// The repository root, found at run time: cargo sets `CARGO_MANIFEST_DIR` for the test
+/// process, and a test binary reused from a shared build cache may have been compiled in
+/// another checkout, so the compile-time value could point at someone else's tree.
+pub fn repo_root() -> std::path::PathBuf {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.join("../..")
 }

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use adf_store::{AdfFile, CreateOptions};
 
-/// The shared folder beside the repository.
-pub fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+pub fn fixture(name: &str) -> PathBuf {
+    repo_root().join("testdata/reference-v0.4.2").join(name)
 }
 
-pub fn fixture(name: &str) -> PathBuf {
-    shared().join("fixtures/reference-v0.4.2").join(name)
+/// The standard's own documents, kept in the repository.
+pub fn spec_doc(name: &str) -> PathBuf {
+    repo_root().join("docs/spec").join(name)
 }
 
 /// A fresh file in a new temp dir; the dir lives as long as the returned guard.
@@ -82,4 +82,14 @@ pub fn content_digest(path: &Path) -> String {
         }
     }
     out
+}
+
+/// The repository root, found at run time: cargo sets `CARGO_MANIFEST_DIR` for the test
+/// process, and a test binary reused from a shared build cache may have been compiled in
+/// another checkout, so the compile-time value could point at someone else's tree.
+pub fn repo_root() -> std::path::PathBuf {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.join("../..")
 }
