@@ -2,7 +2,7 @@
 //! `cargo bench -p adf-store --bench store`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use adf_store::{AdfFile, CreateOptions};
@@ -12,7 +12,9 @@ fn fixture(name: &str) -> PathBuf {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest_dir.join("../../testdata/reference-v0.4.2").join(name)
+    manifest_dir
+        .join("../../testdata/reference-v0.4.2")
+        .join(name)
 }
 
 fn benches(c: &mut Criterion) {

@@ -18,11 +18,7 @@ const TELEGRAM: &str = "3zR0SxkMOu";
 fn fixture() -> (tempfile::TempDir, PathBuf, AdfFile) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("populated.adf");
-    std::fs::copy(
-        common::fixture("populated-runtime.adf"),
-        &path,
-    )
-    .unwrap();
+    std::fs::copy(common::fixture("populated-runtime.adf"), &path).unwrap();
     let file = AdfFile::open(&path).unwrap();
     (dir, path, file)
 }

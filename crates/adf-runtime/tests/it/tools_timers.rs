@@ -40,11 +40,7 @@ fn timer_row(file: &AdfFile, id: i64) -> adf_store::TimerRow {
 fn fixture() -> (tempfile::TempDir, AdfFile) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("populated.adf");
-    std::fs::copy(
-        common::fixture("populated-runtime.adf"),
-        &path,
-    )
-    .unwrap();
+    std::fs::copy(common::fixture("populated-runtime.adf"), &path).unwrap();
     let file = AdfFile::open(&path).unwrap();
     (dir, file)
 }
