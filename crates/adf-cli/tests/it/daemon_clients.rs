@@ -17,6 +17,8 @@ struct Daemon {
     _dir: tempfile::TempDir,
     home: PathBuf,
     url: String,
+    /// The line after the URL: the login URL, the one place the token is printed.
+    login: String,
     child: Child,
 }
 
@@ -74,12 +76,17 @@ fn start_with(mock: &MockProvider, args: &[&str]) -> Daemon {
             break url.trim().to_owned();
         }
     };
+    let login = lines
+        .next()
+        .expect("the daemon exited before printing its login URL")
+        .unwrap();
     // Keep draining stdout so the daemon never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     Daemon {
         _dir: dir,
         home,
         url,
+        login,
         child,
     }
 }
@@ -200,6 +207,13 @@ async fn the_cli_reads_the_daemons_token_from_its_home_and_rm_needs_force() {
     assert_eq!(status_without_token(&daemon, "/agents"), 401);
     let token = std::fs::read_to_string(daemon.home.join("daemon-token")).unwrap();
     assert_eq!(token.trim().len(), 64);
+    assert!(
+        daemon
+            .login
+            .ends_with(&format!("{}/login?token={}", daemon.url, token.trim())),
+        "{}",
+        daemon.login
+    );
     // ... and the client commands of the same home send it with no flag.
     let agents = client(&daemon, &["agents"]);
     assert_eq!(agents[0]["handle"], "helper", "{agents}");
