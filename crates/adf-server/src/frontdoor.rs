@@ -48,8 +48,7 @@ pub const DEFAULT_PUBLIC_BODY_BUDGET: usize = 64 * 1024 * 1024;
 const RETRY_AFTER_SECS: &str = "1";
 
 /// What the front door lets through; chosen at start ([`crate::serve::FrontDoor`]) and fixed
-/// once the daemon listens.
-#[derive(Debug)]
+/// once the daemon listens. `Debug` shows neither the token nor the session value.
 pub struct Gate {
     token: String,
     /// What the login cookie holds: a digest of the token, so a cookie jar never stores it.
@@ -60,6 +59,18 @@ pub struct Gate {
     /// `--allow-host` names, lowercased, without a trailing dot.
     allowed_names: Vec<String>,
     budget: BodyBudget,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("insecure_loopback", &self.insecure_loopback)
+            .field("bound", &self.bound)
+            .field("port", &self.port)
+            .field("allowed_names", &self.allowed_names)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Gate {

@@ -35,7 +35,8 @@ pub fn is_loopback(host: &str) -> bool {
 }
 
 /// How the daemon's front door is set up (see `frontdoor.rs` for the checks themselves).
-#[derive(Debug, Clone)]
+/// `Debug` never shows the token.
+#[derive(Clone)]
 pub struct FrontDoor {
     /// The control API's token (`token::daemon_token`: `ADF_DAEMON_TOKEN` or
     /// `$ADF_HOME/daemon-token`). Also what `/login` exchanges for the session cookie.
@@ -47,6 +48,17 @@ pub struct FrontDoor {
     pub allowed_hosts: Vec<String>,
     /// Global in-flight byte budget for unauthenticated request bodies (the public inbox).
     pub public_body_budget: usize,
+}
+
+impl std::fmt::Debug for FrontDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontDoor")
+            .field("token", &"<redacted>")
+            .field("insecure_loopback", &self.insecure_loopback)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("public_body_budget", &self.public_body_budget)
+            .finish()
+    }
 }
 
 impl FrontDoor {
@@ -230,6 +242,21 @@ pub async fn termination_signal() {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let front = FrontDoor::new("t0ken-value");
+        assert!(!format!("{front:?}").contains("t0ken-value"));
+        let gate = Gate::new(
+            "t0ken-value".into(),
+            false,
+            IpAddr::from([127, 0, 0, 1]),
+            1,
+            &[],
+            BodyBudget::new(1),
+        );
+        assert!(!format!("{gate:?}").contains("t0ken-value"));
+    }
 
     #[test]
     fn loopback_hosts() {
