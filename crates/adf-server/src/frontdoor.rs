@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::str::FromStr as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
@@ -43,6 +44,9 @@ pub const SESSION_COOKIE: &str = "adf_session";
 
 /// Default global budget for unauthenticated request bodies in flight: 64 MiB.
 pub const DEFAULT_PUBLIC_BODY_BUDGET: usize = 64 * 1024 * 1024;
+
+/// How long an unauthenticated body may take to arrive (a 25 MB message at about 1 MB/s).
+pub const DEFAULT_BODY_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Seconds a client refused for the body budget is told to wait.
 const RETRY_AFTER_SECS: &str = "1";
@@ -148,6 +152,8 @@ impl Gate {
 pub struct BodyBudget {
     semaphore: Arc<Semaphore>,
     capacity: usize,
+    /// How long one body may take to arrive.
+    deadline: Duration,
 }
 
 /// Why a budgeted body was not read.
@@ -159,6 +165,8 @@ pub enum BodyRefusal {
     Busy,
     /// The client went away or sent a malformed body (400).
     Broken(String),
+    /// The body did not arrive within the budget's deadline (408).
+    TooSlow,
 }
 
 /// The budget a read body holds; its bytes stay counted until this is dropped.
@@ -168,13 +176,21 @@ pub struct BudgetHold {
 }
 
 impl BodyBudget {
-    /// A budget of `capacity` bytes (at most `u32::MAX`; more is clamped).
+    /// A budget of `capacity` bytes (at most `u32::MAX`; more is clamped), each body given
+    /// [`DEFAULT_BODY_DEADLINE`] to arrive.
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.min(u32::MAX as usize);
         BodyBudget {
             semaphore: Arc::new(Semaphore::new(capacity)),
             capacity,
+            deadline: DEFAULT_BODY_DEADLINE,
         }
+    }
+
+    /// The same budget with another deadline per body.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     pub fn capacity(&self) -> usize {
@@ -233,23 +249,30 @@ impl BodyBudget {
             }
             reserved = length;
         }
-        let mut buffer = Vec::with_capacity(reserved);
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| BodyRefusal::Broken(e.to_string()))?;
-            let total = buffer.len() + chunk.len();
-            if total > limit {
-                return Err(BodyRefusal::TooLarge);
-            }
-            if total > reserved {
-                if !self.take(total - reserved, &mut permit) {
-                    return Err(BodyRefusal::Busy);
+        let streamed = async move {
+            let mut buffer = Vec::with_capacity(reserved);
+            let mut stream = body.into_data_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| BodyRefusal::Broken(e.to_string()))?;
+                let total = buffer.len() + chunk.len();
+                if total > limit {
+                    return Err(BodyRefusal::TooLarge);
                 }
-                reserved = total;
+                if total > reserved {
+                    if !self.take(total - reserved, &mut permit) {
+                        return Err(BodyRefusal::Busy);
+                    }
+                    reserved = total;
+                }
+                buffer.extend_from_slice(&chunk);
             }
-            buffer.extend_from_slice(&chunk);
-        }
-        Ok((buffer, BudgetHold { _permit: permit }))
+            Ok((buffer, BudgetHold { _permit: permit }))
+        };
+        // A sender trickling its body would hold its share of the budget for as long as it
+        // likes; past the deadline its bytes are dropped and returned.
+        tokio::time::timeout(self.deadline, streamed)
+            .await
+            .unwrap_or(Err(BodyRefusal::TooSlow))
     }
 }
 
@@ -269,6 +292,10 @@ impl BodyRefusal {
                 );
                 response
             }
+            BodyRefusal::TooSlow => error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ),
             BodyRefusal::Broken(detail) => error(
                 StatusCode::BAD_REQUEST,
                 &format!("cannot read the request body: {detail}"),
@@ -594,5 +621,17 @@ mod tests {
             budget.read(&headers, Body::from("12345"), 4).await.err(),
             Some(BodyRefusal::TooLarge)
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_ends_is_dropped_at_the_deadline_and_returns_its_bytes() {
+        let budget = BodyBudget::new(10).with_deadline(Duration::ZERO);
+        let first = futures::stream::iter([Ok::<_, std::io::Error>(b"1234".to_vec())]);
+        let trickle = Body::from_stream(first.chain(futures::stream::pending()));
+        assert_eq!(
+            budget.read(&HeaderMap::new(), trickle, 100).await.err(),
+            Some(BodyRefusal::TooSlow)
+        );
+        assert_eq!(budget.in_use(), 0);
     }
 }

@@ -317,9 +317,9 @@ const OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/inbox",
-        "Deliver an ALF message to the agent with this handle (public: no token; the agent's visibility, allow/block lists and signature rules decide). 503 with Retry-After when the daemon-wide budget for unauthenticated bodies in flight is spent",
+        "Deliver an ALF message to the agent with this handle (public: no token; the agent's visibility, allow/block lists and signature rules decide). 503 with Retry-After when the daemon-wide budget for unauthenticated bodies in flight is spent; 408 for a body that takes more than 30 s",
         "Mesh",
-        &[202, 400, 403, 404, 413, 503],
+        &[202, 400, 403, 404, 408, 413, 503],
         &[],
     ),
     op(
@@ -474,6 +474,7 @@ fn description(status: u16) -> &'static str {
         409 => {
             "Conflict (task not pending, agent id already loaded, a turn is running, or a protected file deleted without force)"
         }
+        408 => "The request body did not arrive in time",
         413 => "Body too large",
         415 => "A request body must be application/json",
         421 => "The Host header does not name this daemon",
