@@ -144,6 +144,42 @@ async fn a_foreign_host_header_is_misdirected_on_every_route() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_host_name_is_served_with_its_own_origin() {
+    let h = Harness::start_with(fresh_dir(), |front| {
+        front.allowed_hosts = vec!["Studio.Test".into()];
+    })
+    .await;
+    let addr = h.server.addr;
+    let auth = bearer(&h);
+    // A reverse proxy may forward on another port.
+    for host in ["studio.test:8443", "studio.test"] {
+        let answer = send(
+            addr,
+            "GET",
+            "/agents",
+            &[
+                ("Host", host),
+                ("Authorization", &auth),
+                ("Origin", &format!("http://{host}")),
+            ],
+            "",
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{host}: {}", answer.body);
+    }
+    let other = send(
+        addr,
+        "GET",
+        "/agents",
+        &[("Host", "other.test"), ("Authorization", &auth)],
+        "",
+    )
+    .await;
+    assert_eq!(other.status, 421);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cross_origin_text_plain_load_is_refused_and_loads_nothing() {
     let h = Harness::start().await;
     let addr = h.server.addr;
@@ -620,7 +656,11 @@ async fn public_inbox_bodies_share_one_in_flight_budget() {
     let budget = h.server.public_body_budget().clone();
     assert_eq!(budget.capacity(), BUDGET);
     let inbox = format!("{}/agents/bob/inbox", h.server.url());
-    let http = reqwest::Client::new();
+    // A fresh connection per request: the daemon closes one whose body it refused unread.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     // Two posts hold PIECE bytes each, their bodies still open.
     let mut feeders = Vec::new();
     let mut posts = Vec::new();
@@ -686,11 +726,10 @@ async fn an_inbox_body_declared_above_the_limit_is_413_before_it_is_read() {
         .await
         .unwrap();
     let declared = (adf_server::mesh::MAX_BODY_BYTES + 1).to_string();
-    let mut head = format!(
+    let head = format!(
         "POST /agents/bob/inbox HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n",
         h.server.addr
     );
-    head.push('{');
     let mut stream = tokio::net::TcpStream::connect(h.server.addr).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut first = [0u8; 12];
