@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use adf_runtime::home::RuntimeHome;
 use adf_server::client::{Client, encode};
-use adf_server::serve::{self, DEFAULT_HOST, DEFAULT_PORT, RunningServer};
+use adf_server::serve::{self, DEFAULT_HOST, DEFAULT_PORT, FrontDoor, RunningServer};
 use adf_server::{Daemon, memory};
 
 use crate::Command;
@@ -40,12 +40,23 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:7385";
 #[derive(Debug, Subcommand)]
 pub(crate) enum ClientCommand {
     /// Run the daemon: load agents, serve the HTTP API and event stream until SIGINT/SIGTERM.
-    /// Off loopback a bearer token is required: ADF_DAEMON_TOKEN, or one generated and printed.
+    /// The control API requires the token in $ADF_HOME/daemon-token (created on first start;
+    /// ADF_DAEMON_TOKEN overrides it); `adf` client commands send it, and the printed login
+    /// URL hands it to a browser.
     Daemon {
         #[arg(long, default_value = DEFAULT_HOST)]
         host: String,
         #[arg(long, default_value_t = DEFAULT_PORT)]
         port: u16,
+        /// Serve the control API without the token, for older token-less clients (such as the
+        /// reference CLI). Any local process can then drive the daemon. Loopback only; the
+        /// Host and browser-origin checks stay on.
+        #[arg(long)]
+        insecure_loopback: bool,
+        /// A host name the Host header may carry besides this daemon's own addresses
+        /// (repeatable), e.g. a reverse proxy's name.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_host: Vec<String>,
         /// Agent files to load at start.
         agents: Vec<PathBuf>,
         /// A tracked directory (repeatable; the settings' `trackedDirectories` too): at start,
@@ -162,6 +173,9 @@ fn agent_of(path: &std::path::Path) -> String {
 pub(crate) fn route(command: Command, url: Option<&str>, out: Output) -> Routed {
     let call = match &command {
         Command::Files { file, .. } if !is_file(file) => Call::Files(agent_of(file)),
+        Command::Rm { file, path, force } if !is_file(file) => {
+            Call::Rm(agent_of(file), path.clone(), *force)
+        }
         Command::Inbox { file, .. } if !is_file(file) => Call::Mailbox(agent_of(file), "inbox"),
         Command::Outbox { file, .. } if !is_file(file) => Call::Mailbox(agent_of(file), "outbox"),
         Command::Timers { file } if !is_file(file) => Call::Timers(agent_of(file)),
@@ -198,6 +212,8 @@ enum Call {
     Resolve(String, String, Option<String>),
     /// `adf chat AGENT MESSAGE`: an owner turn in the daemon (agent, message, loop).
     Chat(String, String, String),
+    /// `adf rm AGENT PATH [--force]`.
+    Rm(String, String, bool),
 }
 
 /// Runs a daemon or client command.
@@ -223,9 +239,17 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// A client of the daemon at `url`, sending `ADF_DAEMON_TOKEN` or, to a daemon on this
+/// machine, the token of `$ADF_HOME` — so no flag is needed.
 fn client(url: Option<&str>) -> Result<Client> {
-    let token = std::env::var("ADF_DAEMON_TOKEN").ok();
-    Ok(Client::new(url.unwrap_or(DEFAULT_URL), token)?)
+    let base = url.unwrap_or(DEFAULT_URL);
+    let home = RuntimeHome::from_env().ok();
+    let token = adf_server::client::token_for(
+        base,
+        home.as_ref(),
+        std::env::var(adf_server::token::TOKEN_ENV).ok(),
+    );
+    Ok(Client::new(base, token)?)
 }
 
 fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<ExitCode> {
@@ -233,10 +257,18 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
         ClientCommand::Daemon {
             host,
             port,
+            insecure_loopback,
+            allow_host,
             agents,
             track,
             max_depth,
-        } => daemon(&host, port, &agents, &track, max_depth),
+        } => {
+            let access = Access {
+                insecure_loopback,
+                allow_host,
+            };
+            daemon(&host, port, &access, &agents, &track, max_depth)
+        }
         ClientCommand::Bench(BenchCommand::Idle { agents, dir }) => bench_idle(agents, dir, out),
         other => {
             let client = client(url)?;
@@ -262,6 +294,23 @@ fn client_call(call: Call, url: Option<&str>, out: Output) -> Result<ExitCode> {
                         body["turnId"].as_str().unwrap_or_default()
                     );
                 });
+            }
+            Call::Rm(agent, path, force) => {
+                let force = if force { "&force=true" } else { "" };
+                let body = match client
+                    .delete(&format!(
+                        "/agents/{}/files/content?path={}{force}",
+                        encode(&agent),
+                        encode(&path)
+                    ))
+                    .await
+                {
+                    Err(adf_server::client::ClientError::Http { status: 409, message }) => {
+                        anyhow::bail!("{message} (adf rm: use --force)")
+                    }
+                    other => other?,
+                };
+                print_json_or(out, &body, || say!("removed {path}"));
             }
             Call::Files(agent) => {
                 let body = client
@@ -556,15 +605,29 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
     Ok(ExitCode::SUCCESS)
 }
 
+/// Who may use the daemon beyond its token-holders (`adf daemon` flags).
+struct Access {
+    insecure_loopback: bool,
+    allow_host: Vec<String>,
+}
+
 fn daemon(
     host: &str,
     port: u16,
+    access: &Access,
     agents: &[PathBuf],
     track: &[PathBuf],
     max_depth: usize,
 ) -> Result<ExitCode> {
+    if access.insecure_loopback && !serve::is_loopback(host) {
+        anyhow::bail!(
+            "--insecure-loopback serves the control API without a token, so it is allowed only on a loopback address (127.0.0.1, ::1, localhost), not {host}"
+        );
+    }
     let home = RuntimeHome::from_env()?;
-    let token = serve::choose_token(host, std::env::var("ADF_DAEMON_TOKEN").ok());
+    let mut front = FrontDoor::for_home(&home, std::env::var(adf_server::token::TOKEN_ENV).ok())?;
+    front.insecure_loopback = access.insecure_loopback;
+    front.allowed_hosts.clone_from(&access.allow_host);
     runtime()?.block_on(async move {
         let daemon = Daemon::new(home);
         for path in agents {
@@ -574,16 +637,15 @@ fn daemon(
                 .with_context(|| format!("cannot load {}", path.display()))?;
             eprintln!("loaded {} ({})", loaded.agent.id, loaded.agent.file_path());
         }
-        let (token, generated) = match token {
-            Some((token, generated)) => (Some(token), generated),
-            None => (None, false),
-        };
-        if generated && let Some(token) = &token {
-            // Shown once so the user can pass it on; it is never written to disk.
-            say!("bearer token (set ADF_DAEMON_TOKEN to choose your own): {token}");
-        }
-        let server = RunningServer::start(daemon, host, port, token).await?;
+        let server = RunningServer::start(daemon, host, port, front).await?;
         say!("adf daemon listening on {}", server.url());
+        // The one place the token is shown: the owner opens it to log a browser in.
+        say!("login URL (opens the control API in a browser): {}", server.login_url());
+        if access.insecure_loopback {
+            eprintln!(
+                "warning: --insecure-loopback: the control API needs no token; any process on this machine can drive the daemon"
+            );
+        }
         // Tracked directories: the command line's, then the settings' (as the reference does
         // after its server is up); only reviewed `autostart: true` agents start.
         let mut tracked: Vec<PathBuf> = track

@@ -373,9 +373,11 @@ fn live(dir: &Path, path: &Path, provider: &ProviderChoice, say: &dyn Fn(&str)) 
         .context("cannot start the async runtime")?;
     let home = adf_runtime::home::RuntimeHome::at(dir.join("home"));
     let mut story = Vec::new();
+    let front = adf_server::FrontDoor::for_home(&home, None)?;
     let (events, fires, digested) = runtime.block_on(async {
         let daemon = adf_server::Daemon::new(home);
-        let server = adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, None).await?;
+        let server =
+            adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, front).await?;
         say(&format!(
             "   daemon listening on {} (events below)",
             server.url()

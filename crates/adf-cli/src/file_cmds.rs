@@ -86,8 +86,19 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
             protection,
             mime,
         } => put(&file, &path, source.as_deref(), protection, mime, out),
-        Command::Rm { file, path } => done(out, &format!("removed {path}"), || {
-            open(&file)?.file_delete(Caller::Owner, &path)?;
+        Command::Rm { file, path, force } => done(out, &format!("removed {path}"), || {
+            let mut file = open(&file)?;
+            // The owner may delete anything; a protected file asks for --force first.
+            if !force
+                && let Some(entry) = file.file_read(&path)?
+                && entry.info.protection != "none"
+            {
+                anyhow::bail!(
+                    "{path} is {}; use --force to delete it",
+                    entry.info.protection
+                );
+            }
+            file.file_delete(Caller::Owner, &path)?;
             Ok(())
         }),
         Command::Authorize { file, path } => done(out, &format!("authorized {path}"), || {

@@ -104,8 +104,15 @@ pub(crate) enum Command {
         #[arg(long)]
         mime: Option<String>,
     },
-    /// Delete a file stored in the agent.
-    Rm { file: PathBuf, path: String },
+    /// Delete a file stored in the agent (or, if FILE is not a file, in the daemon agent with
+    /// that id, handle or name). A read_only or no_delete file needs --force.
+    Rm {
+        file: PathBuf,
+        path: String,
+        /// Delete even a read_only or no_delete file.
+        #[arg(long)]
+        force: bool,
+    },
     /// Trust a stored file as code (spec §4.3): its lambdas may call restricted tools.
     Authorize { file: PathBuf, path: String },
     /// Withdraw the trust `authorize` granted.

@@ -1,7 +1,8 @@
 //! A small client of the daemon API, used by the `adf` client commands and by tests.
 //!
-//! Unlike the reference CLI, it sends `Authorization: Bearer <token>` when it has a token
-//! (`ADF_DAEMON_TOKEN`), so it can talk to a daemon bound beyond loopback.
+//! Unlike the reference CLI, it sends `Authorization: Bearer <token>`: the daemon requires one
+//! on every bind. [`token_for`] picks it the way the `adf` client commands do
+//! (`ADF_DAEMON_TOKEN`, else `$ADF_HOME/daemon-token` for a daemon on this machine).
 
 use futures::{Stream, StreamExt};
 use reqwest::Method;
@@ -127,6 +128,10 @@ impl Client {
         self.call(Method::POST, path, body).await
     }
 
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.call(Method::DELETE, path, None).await
+    }
+
     /// The `data` of each SSE frame of `GET path` (comments and heartbeats skipped).
     pub async fn events(
         &self,
@@ -169,4 +174,59 @@ pub fn encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// The token a client sends to the daemon at `base`: `from_env` (`ADF_DAEMON_TOKEN`) when set;
+/// else, when `base` is a loopback URL, the token file of `home` (the daemon of this machine
+/// and home wrote it). The file's token never goes to another machine's daemon.
+pub fn token_for(
+    base: &str,
+    home: Option<&adf_runtime::home::RuntimeHome>,
+    from_env: Option<String>,
+) -> Option<String> {
+    if let Some(token) = from_env.filter(|t| !t.trim().is_empty()) {
+        return Some(token);
+    }
+    let host = reqwest::Url::parse(base).ok()?.host_str()?.to_owned();
+    if !crate::serve::is_loopback(&host) {
+        return None;
+    }
+    crate::token::client_token(home?, None)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use adf_runtime::home::RuntimeHome;
+
+    #[test]
+    fn the_home_token_goes_to_loopback_daemons_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = RuntimeHome::at(dir.path());
+        let token = crate::token::daemon_token(&home, None).unwrap();
+        for base in [
+            "http://127.0.0.1:7385",
+            "http://localhost:7385/",
+            "http://[::1]:7385",
+        ] {
+            assert_eq!(
+                token_for(base, Some(&home), None).as_deref(),
+                Some(token.as_str()),
+                "{base}"
+            );
+        }
+        assert_eq!(
+            token_for("http://192.168.1.9:7385", Some(&home), None),
+            None
+        );
+        assert_eq!(
+            token_for("http://evil.example:7385", Some(&home), None),
+            None
+        );
+        assert_eq!(
+            token_for("http://192.168.1.9:7385", Some(&home), Some("env".into())).as_deref(),
+            Some("env")
+        );
+    }
 }

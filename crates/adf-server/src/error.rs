@@ -1,11 +1,12 @@
 //! Errors: [`ServerError`] for the library API, [`ApiError`] for HTTP answers.
 //!
 //! Every HTTP error body is the reference's `{"error": "..."}` (plus `message` for 401), with
-//! the reference's status codes: 400 bad input, 401 missing token, 403 a review the owner must
-//! accept first (`{error, code: "AGENT_REVIEW_REQUIRED", agentId, filePath}`), 404 unknown
-//! agent/file/task,
-//! 409 a task that cannot be resolved, 500 runtime errors, 501 operations this daemon does not
-//! run yet.
+//! the reference's status codes: 400 bad input (a path that is not an .adf file included),
+//! 401 missing token, 403 a review the owner must accept first (`{error, code:
+//! "AGENT_REVIEW_REQUIRED", agentId, filePath}`) or a protected write, 404 unknown
+//! agent/file/task, 409 a task that cannot be resolved or a protected file deleted without
+//! `force`, 500 the daemon's own failures, 501 operations this daemon does not run yet. The
+//! front door adds 415 and 421 (`frontdoor.rs`).
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -38,6 +39,11 @@ pub enum ServerError {
 
     #[error("http client: {0}")]
     Client(String),
+
+    /// The front door's settings cannot be served (`--insecure-loopback` off loopback, an
+    /// empty token).
+    #[error("{0}")]
+    FrontDoor(String),
 
     /// `requireReview` and the owner has not accepted the file's current digest (`review`).
     #[error(
@@ -86,15 +92,49 @@ impl ApiError {
     }
 }
 
+/// The status of an IO error caused by the path a client named (a missing file, a NUL byte,
+/// a directory where a file belongs); anything else is the daemon's own failure.
+fn io_status(error: &std::io::Error) -> StatusCode {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::InvalidInput
+        | ErrorKind::InvalidFilename
+        | ErrorKind::IsADirectory
+        | ErrorKind::NotADirectory
+        | ErrorKind::InvalidData => StatusCode::BAD_REQUEST,
+        ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         let status = match &error {
-            StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
+            StoreError::NotFound { .. } | StoreError::FileNotFound { .. } => StatusCode::NOT_FOUND,
             StoreError::InvalidInput(_) | StoreError::ConfigRejected { .. } => {
                 StatusCode::BAD_REQUEST
             }
+            // The client named a file that is not a usable .adf file: its error, not ours.
+            StoreError::EmptyFile { .. }
+            | StoreError::NotSqlite { .. }
+            | StoreError::Truncated { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::NotAdf { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::SchemaTooOld { .. } => StatusCode::BAD_REQUEST,
+            StoreError::FileExists { .. } => StatusCode::CONFLICT,
             StoreError::Protected { .. } | StoreError::RequiresAuthorizedCode { .. } => {
                 StatusCode::FORBIDDEN
+            }
+            StoreError::Io(io) => io_status(io),
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
+                if matches!(
+                    failure.code,
+                    rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::CannotOpen
+                ) =>
+            {
+                StatusCode::BAD_REQUEST
             }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -123,6 +163,7 @@ impl From<ServerError> for ApiError {
                 answer
             }
             ServerError::Store(store) => store.into(),
+            ServerError::Io(ref io) => Self::new(io_status(io), error.to_string()),
             other => Self::internal(other.to_string()),
         }
     }

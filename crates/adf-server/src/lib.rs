@@ -8,9 +8,12 @@
 //! - [`events`]: the bounded ring of SSE frames with cursors, `since` replay and the `seq`
 //!   allocator.
 //! - `api`: the axum router and handlers (agents, config, files, meta, timers, inbox, outbox,
-//!   tasks, logs, state, settings, `/events`), plus the bearer-token check.
+//!   tasks, logs, state, settings, `/events`).
+//! - [`frontdoor`]: the middleware in front of every route (Host, browser origin, token,
+//!   JSON content type) and the in-flight budget for unauthenticated bodies; [`token`]: the
+//!   per-installation token in `$ADF_HOME/daemon-token`.
 //! - [`openapi`]: the document served at `/openapi.json`, listing what this daemon implements.
-//! - [`serve`]: binding, the token rule (required off loopback), graceful shutdown.
+//! - [`serve`]: binding, the front door's settings ([`serve::FrontDoor`]), graceful shutdown.
 //! - [`client`]: an API client for the `adf` client commands and tests.
 //! - [`memory`]: resident-memory measurement for the idle-agent bench.
 //!
@@ -35,6 +38,7 @@ pub mod daemon;
 pub mod dispatch;
 pub mod error;
 pub mod events;
+pub mod frontdoor;
 pub mod hil;
 pub mod memory;
 pub mod mesh;
@@ -44,7 +48,8 @@ pub mod scheduler;
 pub mod serve;
 pub mod settings;
 pub mod taps;
+pub mod token;
 
 pub use daemon::{Agent, Daemon, Loaded};
 pub use error::{ApiError, ServerError};
-pub use serve::RunningServer;
+pub use serve::{FrontDoor, RunningServer};

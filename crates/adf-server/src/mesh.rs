@@ -258,16 +258,18 @@ pub(crate) async fn inbox_post(
         return unknown(&key);
     };
     let origin = origin_of(&request);
-    let wire = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes.to_vec(),
-        Err(_) => {
-            return refusal_response(&Refusal {
-                status: 413,
-                reason: "message exceeds 25 MB".into(),
-            });
-        }
+    let (parts, body) = request.into_parts();
+    // Unauthenticated bytes count against the daemon-wide budget until ingress is done.
+    let (wire, held) = match state
+        .gate
+        .budget()
+        .read(&parts.headers, body, MAX_BODY_BYTES)
+        .await
+    {
+        Ok(read) => read,
+        Err(refusal) => return refusal.response("message exceeds 25 MB"),
     };
-    match state
+    let answer = match state
         .daemon
         .mesh()
         .accept(&agent, wire, origin, "http")
@@ -284,7 +286,9 @@ pub(crate) async fn inbox_post(
         )
             .into_response(),
         Err(refusal) => refusal_response(&refusal),
-    }
+    };
+    drop(held);
+    answer
 }
 
 /// Whether a requester at `origin` may see `agent` (visibility applies to listing too).

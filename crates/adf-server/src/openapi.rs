@@ -1,5 +1,6 @@
 //! The OpenAPI document this daemon serves at `/openapi.json`: the operations it implements,
-//! in the reference's paths, with the status codes it really answers. An operation that is
+//! in the reference's paths, with the status codes it really answers (the front door's 401,
+//! 403, 415 and 421 included). An operation that is
 //! not wired yet would be listed with its 501; none is at the moment.
 
 use serde_json::{Map, Value, json};
@@ -44,10 +45,18 @@ const OPS: &[Op] = &[
     op(
         "get",
         "/health",
-        "Daemon liveness check",
+        "Daemon liveness check (public)",
         "Health",
         &[200],
         &[],
+    ),
+    op(
+        "get",
+        "/login",
+        "Exchange the token (the URL `adf daemon` prints) for the adf_session cookie (HttpOnly, SameSite=Strict) and redirect to / (public)",
+        "Auth",
+        &[303, 401],
+        &["token"],
     ),
     op(
         "get",
@@ -220,10 +229,10 @@ const OPS: &[Op] = &[
     op(
         "delete",
         "/agents/{id}/files/content",
-        "Delete one agent file as the owner",
+        "Delete one agent file as the owner; a read_only or no_delete file only with force=true (409 FILE_PROTECTED otherwise)",
         "Resources",
-        &[200, 400, 404, 500],
-        &["path"],
+        &[200, 400, 404, 409, 500],
+        &["path", "force"],
     ),
     op(
         "patch",
@@ -304,6 +313,30 @@ const OPS: &[Op] = &[
         "Resources",
         &[200, 400, 404],
         &["status"],
+    ),
+    op(
+        "post",
+        "/agents/{id}/inbox",
+        "Deliver an ALF message to the agent with this handle (public: no token; the agent's visibility, allow/block lists and signature rules decide). 503 with Retry-After when the daemon-wide budget for unauthenticated bodies in flight is spent; 408 for a body that takes more than 30 s",
+        "Mesh",
+        &[202, 400, 403, 404, 408, 413, 503],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/card",
+        "The agent's signed card, for requesters its visibility admits (public)",
+        "Mesh",
+        &[200, 404],
+        &[],
+    ),
+    op(
+        "get",
+        "/agents/{id}/health",
+        "{ok, handle, did} for requesters the agent's visibility admits (public)",
+        "Mesh",
+        &[200, 404],
+        &[],
     ),
     op(
         "get",
@@ -430,15 +463,49 @@ const OPS: &[Op] = &[
 fn description(status: u16) -> &'static str {
     match status {
         200 => "Success",
-        400 => "Bad request",
-        401 => "Missing or invalid bearer token",
-        403 => "Review required (AGENT_REVIEW_REQUIRED) or a protected write",
+        202 => "Accepted",
+        303 => "Logged in: the adf_session cookie is set; redirect to /",
+        400 => "Bad request (a path that is not an .adf file included)",
+        401 => "Missing or invalid token (Authorization: Bearer, or the adf_session cookie)",
+        403 => {
+            "Review required (AGENT_REVIEW_REQUIRED), a protected write, or a cross-origin browser request"
+        }
         404 => "Unknown agent, file, task or timer",
-        409 => "Conflict (task not pending, agent id already loaded, or a turn is running)",
+        409 => {
+            "Conflict (task not pending, agent id already loaded, a turn is running, or a protected file deleted without force)"
+        }
+        408 => "The request body did not arrive in time",
+        413 => "Body too large",
+        415 => "A request body must be application/json",
+        421 => "The Host header does not name this daemon",
         500 => "Runtime error",
         501 => "Not supported yet",
+        503 => "Unavailable (see the operation's summary); retry later",
         _ => "Response",
     }
+}
+
+/// Operations served without the token.
+fn is_public(op: &Op) -> bool {
+    op.tag == "Mesh" || matches!(op.path, "/health" | "/login")
+}
+
+/// The statuses the front door adds to an operation's own: 421 and 403 (Host and origin) on
+/// every operation, 401 on control operations, 415 on mutating control operations.
+fn statuses(op: &Op) -> Vec<u16> {
+    let mut statuses = op.statuses.to_vec();
+    statuses.extend([403, 421]);
+    if !is_public(op) {
+        statuses.push(401);
+        if matches!(op.method, "post" | "put" | "patch" | "delete") {
+            statuses.push(415);
+        }
+    }
+    let success = statuses.first().copied();
+    statuses[1..].sort_unstable();
+    statuses.dedup();
+    debug_assert_eq!(statuses.first().copied(), success);
+    statuses
 }
 
 /// The document.
@@ -446,8 +513,8 @@ pub fn document() -> Value {
     let mut paths = Map::new();
     for op in OPS {
         let mut responses = Map::new();
-        for status in op.statuses {
-            let schema = if *status == 200 {
+        for status in &statuses(op) {
+            let schema = if matches!(*status, 200 | 202) {
                 json!({ "type": "object", "additionalProperties": true })
             } else {
                 json!({ "$ref": "#/components/schemas/ErrorResponse" })
@@ -478,15 +545,16 @@ pub fn document() -> Value {
             .entry(op.path)
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(methods) = entry {
-            methods.insert(
-                op.method.to_owned(),
-                json!({
-                    "summary": op.summary,
-                    "tags": [op.tag],
-                    "parameters": parameters,
-                    "responses": responses,
-                }),
-            );
+            let mut operation = json!({
+                "summary": op.summary,
+                "tags": [op.tag],
+                "parameters": parameters,
+                "responses": responses,
+            });
+            if is_public(op) {
+                operation["security"] = json!([]);
+            }
+            methods.insert(op.method.to_owned(), operation);
         }
     }
     json!({
@@ -494,7 +562,7 @@ pub fn document() -> Value {
         "info": {
             "title": "ADF Daemon API (adf-rs)",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The operations this daemon implements, at the reference daemon's paths with its shapes and status codes. Every path but /health needs `Authorization: Bearer <token>` when the daemon has a token (always when bound to a non-loopback address). `{id}` accepts the agent's config id, handle or name.",
+            "description": "The operations this daemon implements, at the reference daemon's paths with its shapes and status codes. Control operations need the daemon's token (`$ADF_HOME/daemon-token`, or `ADF_DAEMON_TOKEN`) as `Authorization: Bearer <token>` or the adf_session cookie GET /login sets, on every bind (unless the daemon runs with --insecure-loopback); /health, /login and the Mesh operations are public. Every request must name the daemon in its Host header (421 otherwise), and browser requests from another origin are refused (403). Request bodies of control operations must be application/json (415). `{id}` accepts the agent's config id, handle or name.",
         },
         "servers": [{ "url": "http://127.0.0.1:7385" }],
         "paths": paths,
@@ -507,7 +575,11 @@ pub fn document() -> Value {
                     "additionalProperties": true,
                 },
             },
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "securitySchemes": {
+                "bearer": { "type": "http", "scheme": "bearer" },
+                "session": { "type": "apiKey", "in": "cookie", "name": crate::frontdoor::SESSION_COOKIE },
+            },
         },
+        "security": [{ "bearer": [] }, { "session": [] }],
     })
 }

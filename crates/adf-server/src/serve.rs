@@ -1,4 +1,6 @@
-//! Binding, the bearer-token rule, and graceful shutdown.
+//! Binding, the front door's settings ([`FrontDoor`]: the token every bind requires, the
+//! `--insecure-loopback` opt-out, extra host names, the public body budget), and graceful
+//! shutdown.
 //!
 //! Shutdown order: stop accepting, end SSE streams (the daemon's shutdown signal), let
 //! in-flight requests finish, then close every agent file cleanly.
@@ -10,9 +12,13 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use adf_runtime::home::RuntimeHome;
+
 use crate::api::{AppState, router};
 use crate::daemon::Daemon;
 use crate::error::ServerError;
+use crate::frontdoor::{BodyBudget, DEFAULT_PUBLIC_BODY_BUDGET, Gate};
+use crate::token;
 
 /// The default address, as in the reference.
 pub const DEFAULT_HOST: &str = "127.0.0.1";
@@ -28,19 +34,61 @@ pub fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// The token a daemon on `host` requires: `ADF_DAEMON_TOKEN` when set (on any address, as
-/// in the reference), else a fresh random one when `host` is not loopback, else none.
-/// The flag says the token was generated and must be shown to the user.
-pub fn choose_token(host: &str, from_env: Option<String>) -> Option<(String, bool)> {
-    if let Some(token) = from_env.filter(|t| !t.is_empty()) {
-        return Some((token, false));
+/// How the daemon's front door is set up (see `frontdoor.rs` for the checks themselves).
+/// `Debug` never shows the token.
+#[derive(Clone)]
+pub struct FrontDoor {
+    /// The control API's token (`token::daemon_token`: `ADF_DAEMON_TOKEN` or
+    /// `$ADF_HOME/daemon-token`). Also what `/login` exchanges for the session cookie.
+    pub token: String,
+    /// Serve the control API without a token (`adf daemon --insecure-loopback`), for older
+    /// token-less clients. Only on a loopback address; the Host and Origin checks stay on.
+    pub insecure_loopback: bool,
+    /// Extra host names the `Host` header may carry (`--allow-host`), e.g. a reverse proxy's.
+    pub allowed_hosts: Vec<String>,
+    /// Global in-flight byte budget for unauthenticated request bodies (the public inbox).
+    pub public_body_budget: usize,
+}
+
+impl std::fmt::Debug for FrontDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontDoor")
+            .field("token", &"<redacted>")
+            .field("insecure_loopback", &self.insecure_loopback)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("public_body_budget", &self.public_body_budget)
+            .finish()
     }
-    if is_loopback(host) {
-        return None;
+}
+
+impl FrontDoor {
+    /// A front door requiring `token`, with the default budget and no extra host names.
+    pub fn new(token: impl Into<String>) -> Self {
+        FrontDoor {
+            token: token.into(),
+            insecure_loopback: false,
+            allowed_hosts: Vec::new(),
+            public_body_budget: DEFAULT_PUBLIC_BODY_BUDGET,
+        }
     }
-    let bytes: [u8; 24] = rand::random();
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Some((token, true))
+
+    /// The home's token (`$ADF_HOME/daemon-token`, created on first use); `from_env` (the value
+    /// of `ADF_DAEMON_TOKEN`) wins when set.
+    pub fn for_home(home: &RuntimeHome, from_env: Option<String>) -> Result<Self, ServerError> {
+        Ok(Self::new(token::daemon_token(home, from_env)?))
+    }
+
+    /// The same, serving the control API without a token (loopback only).
+    pub fn insecure_loopback(mut self) -> Self {
+        self.insecure_loopback = true;
+        self
+    }
+}
+
+fn insecure_off_loopback(host: impl std::fmt::Display) -> ServerError {
+    ServerError::FrontDoor(format!(
+        "--insecure-loopback serves the control API without a token, so it is allowed only on a loopback address, not {host}"
+    ))
 }
 
 /// A daemon serving HTTP in the background.
@@ -48,6 +96,7 @@ pub fn choose_token(host: &str, from_env: Option<String>) -> Option<(String, boo
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub daemon: Daemon,
+    gate: Arc<Gate>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -58,16 +107,36 @@ impl RunningServer {
         daemon: Daemon,
         host: &str,
         port: u16,
-        token: Option<String>,
+        front: FrontDoor,
     ) -> Result<Self, ServerError> {
+        if front.token.trim().is_empty() {
+            return Err(ServerError::FrontDoor(
+                "the daemon needs a non-empty token".into(),
+            ));
+        }
+        // Checked before binding too, so a refused opt-out never listens beyond loopback.
+        if front.insecure_loopback && !is_loopback(host) {
+            return Err(insecure_off_loopback(host));
+        }
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
+        if front.insecure_loopback && !addr.ip().is_loopback() {
+            return Err(insecure_off_loopback(addr.ip()));
+        }
         // §5.6 rule 2: no agent's sys_fetch or native fetch may reach this API.
         adf_runtime::fetch::protect_control_api(addr);
         daemon.mesh().set_base_url(format!("http://{addr}"));
+        let gate = Arc::new(Gate::new(
+            front.token,
+            front.insecure_loopback,
+            addr.ip(),
+            addr.port(),
+            &front.allowed_hosts,
+            BodyBudget::new(front.public_body_budget),
+        ));
         let state = AppState {
             daemon: daemon.clone(),
-            token: token.map(Arc::from),
+            gate: Arc::clone(&gate),
         };
         let app = router(state);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -96,6 +165,7 @@ impl RunningServer {
         Ok(Self {
             addr,
             daemon,
+            gate,
             stop: Some(stop),
             task,
         })
@@ -104,6 +174,30 @@ impl RunningServer {
     /// The base URL, e.g. `http://127.0.0.1:7385`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The URL that logs a browser in (`GET /login?token=…` sets the session cookie). It
+    /// carries the token: print it to the owner only. A daemon bound to the unspecified
+    /// address is reached through loopback.
+    pub fn login_url(&self) -> String {
+        let ip = self.addr.ip();
+        let host = if ip.is_unspecified() {
+            SocketAddr::new(
+                match ip {
+                    IpAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+                    IpAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+                },
+                self.addr.port(),
+            )
+        } else {
+            self.addr
+        };
+        format!("http://{host}/login?token={}", self.gate.token())
+    }
+
+    /// The in-flight budget for unauthenticated request bodies.
+    pub fn public_body_budget(&self) -> &BodyBudget {
+        self.gate.budget()
     }
 
     /// Stops accepting, finishes in-flight requests, then closes every agent file.
@@ -150,6 +244,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn debug_never_shows_the_token() {
+        let front = FrontDoor::new("t0ken-value");
+        assert!(!format!("{front:?}").contains("t0ken-value"));
+        let gate = Gate::new(
+            "t0ken-value".into(),
+            false,
+            IpAddr::from([127, 0, 0, 1]),
+            1,
+            &[],
+            BodyBudget::new(1),
+        );
+        assert!(!format!("{gate:?}").contains("t0ken-value"));
+    }
+
+    #[test]
     fn loopback_hosts() {
         for host in ["127.0.0.1", "localhost", "::1", "[::1]", "127.1.2.3"] {
             assert!(is_loopback(host), "{host}");
@@ -157,20 +266,5 @@ mod tests {
         for host in ["0.0.0.0", "192.168.1.2", "::", "example.com"] {
             assert!(!is_loopback(host), "{host}");
         }
-    }
-
-    #[test]
-    fn srv_token_required_off_loopback() {
-        assert_eq!(choose_token("127.0.0.1", None), None);
-        let (token, generated) = choose_token("0.0.0.0", None).unwrap();
-        assert!(generated && token.len() == 48);
-        assert_eq!(
-            choose_token("0.0.0.0", Some("t0k".into())),
-            Some(("t0k".into(), false))
-        );
-        assert_eq!(
-            choose_token("127.0.0.1", Some("t0k".into())),
-            Some(("t0k".into(), false))
-        );
     }
 }

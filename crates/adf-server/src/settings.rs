@@ -11,6 +11,56 @@ use adf_runtime::home::RuntimeHome;
 
 use crate::error::ServerError;
 
+/// The settings keys a client may write: the reference's `AppSettings` and defaults, and this
+/// daemon's own (`reviewedAgents`, `trackedDirectories`). Anything else is refused, so a typo
+/// or a stray field never lands in a file the daemon reads at start.
+pub const KNOWN_KEYS: &[&str] = &[
+    "adapters",
+    "agentsFolder",
+    "autoCompactThreshold",
+    "compactionPrompt",
+    "compute",
+    "defaultProviderId",
+    "globalSystemPrompt",
+    "maxDirectoryScanDepth",
+    "mcpServers",
+    "meshEnabled",
+    "meshLan",
+    "meshManualPeers",
+    "meshPort",
+    "providers",
+    "reviewedAgents",
+    "sandboxMaxWorkers",
+    "sandboxPackages",
+    "tailnetDiscovery",
+    "theme",
+    "toolPrompts",
+    "trackedDirectories",
+];
+
+/// Why a client's value for `key` is refused (`None`: accepted). Unknown keys are refused, and
+/// the keys this daemon reads must have the shape it reads.
+pub fn check_value(key: &str, value: &Value) -> Option<String> {
+    if !KNOWN_KEYS.contains(&key) {
+        return Some(format!(
+            "unknown setting \"{key}\" (known: {})",
+            KNOWN_KEYS.join(", ")
+        ));
+    }
+    let shape_ok = match key {
+        "trackedDirectories" | "meshManualPeers" => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string)),
+        "reviewedAgents" => value.is_object(),
+        "maxDirectoryScanDepth" | "autoCompactThreshold" | "sandboxMaxWorkers" => value.is_u64(),
+        "meshPort" => value.as_u64().is_some_and(|p| p <= u64::from(u16::MAX)),
+        "meshEnabled" | "meshLan" | "tailnetDiscovery" => value.is_boolean(),
+        "providers" | "mcpServers" | "adapters" | "sandboxPackages" => value.is_array(),
+        _ => true,
+    };
+    (!shape_ok).then(|| format!("setting \"{key}\" has the wrong type"))
+}
+
 /// The settings file of one runtime home.
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -290,8 +290,11 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
     let mock = MockProvider::openai().await;
     let agent = agent(&mock);
     mock.push(Turn::text("Hello from the daemon."));
-    let daemon = adf_server::Daemon::new(adf_runtime::home::RuntimeHome::at(&agent.home));
-    let server = adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, None)
+    let home = adf_runtime::home::RuntimeHome::at(&agent.home);
+    // The daemon's token lives in the home the client command reads: no flag needed.
+    let front = adf_server::FrontDoor::for_home(&home, None).unwrap();
+    let daemon = adf_server::Daemon::new(home);
+    let server = adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, front)
         .await
         .unwrap();
     let loaded = daemon.load(&agent.file).await.unwrap().agent;

@@ -17,6 +17,8 @@ struct Daemon {
     _dir: tempfile::TempDir,
     home: PathBuf,
     url: String,
+    /// The line after the URL: the login URL, the one place the token is printed.
+    login: String,
     child: Child,
 }
 
@@ -43,13 +45,20 @@ fn agent_file(dir: &Path, mock: &MockProvider) -> PathBuf {
 }
 
 fn start(mock: &MockProvider) -> Daemon {
+    start_with(mock, &[])
+}
+
+/// `adf daemon --port 0 ARGS helper.adf`.
+fn start_with(mock: &MockProvider, args: &[&str]) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let file = agent_file(dir.path(), mock);
     let mut child = Process::new(assert_cmd::cargo::cargo_bin("adf"))
         .env("ADF_HOME", &home)
         .env_remove("OPENAI_API_KEY")
+        .env_remove("ADF_DAEMON_TOKEN")
         .args(["daemon", "--port", "0"])
+        .args(args)
         .arg(&file)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -67,12 +76,17 @@ fn start(mock: &MockProvider) -> Daemon {
             break url.trim().to_owned();
         }
     };
+    let login = lines
+        .next()
+        .expect("the daemon exited before printing its login URL")
+        .unwrap();
     // Keep draining stdout so the daemon never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     Daemon {
         _dir: dir,
         home,
         url,
+        login,
         child,
     }
 }
@@ -81,6 +95,7 @@ fn start(mock: &MockProvider) -> Daemon {
 fn client(daemon: &Daemon, args: &[&str]) -> Value {
     let out = Process::new(assert_cmd::cargo::cargo_bin("adf"))
         .env("ADF_HOME", &daemon.home)
+        .env_remove("ADF_DAEMON_TOKEN")
         .args(args)
         .args(["--url", &daemon.url, "--json"])
         .output()
@@ -163,4 +178,93 @@ async fn abort_ends_a_waiting_turn_and_the_agent_takes_the_next_chat() {
     assert!(next.contains("Carry on"), "{next}");
     let status = client(&daemon, &["status", "helper"]);
     assert_eq!(status["handle"], "helper", "{status}");
+}
+
+/// `GET path` with no token, written by hand: the status code.
+fn status_without_token(daemon: &Daemon, path: &str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let authority = daemon.url.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_the_daemons_token_from_its_home_and_rm_needs_force() {
+    let mock = MockProvider::openai().await;
+    let daemon = start(&mock);
+    // The daemon on loopback requires its token ...
+    assert_eq!(status_without_token(&daemon, "/agents"), 401);
+    let token = std::fs::read_to_string(daemon.home.join("daemon-token")).unwrap();
+    assert_eq!(token.trim().len(), 64);
+    assert!(
+        daemon
+            .login
+            .ends_with(&format!("{}/login?token={}", daemon.url, token.trim())),
+        "{}",
+        daemon.login
+    );
+    // ... and the client commands of the same home send it with no flag.
+    let agents = client(&daemon, &["agents"]);
+    assert_eq!(agents[0]["handle"], "helper", "{agents}");
+    let refused = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", &daemon.home)
+        .env_remove("ADF_DAEMON_TOKEN")
+        .args(["--url", &daemon.url, "rm", "helper", "README.md"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--force"), "{stderr}");
+    let files = client(&daemon, &["files", "helper"]);
+    assert!(
+        files["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == "README.md"),
+        "{files}"
+    );
+    client(&daemon, &["rm", "helper", "README.md", "--force"]);
+    let files = client(&daemon, &["files", "helper"]);
+    assert!(
+        !files["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == "README.md"),
+        "{files}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_loopback_serves_tokenless_clients_and_is_refused_off_loopback() {
+    let mock = MockProvider::openai().await;
+    let daemon = start_with(&mock, &["--insecure-loopback"]);
+    assert_eq!(status_without_token(&daemon, "/agents"), 200);
+    let refused = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", &daemon.home)
+        .args([
+            "daemon",
+            "--port",
+            "0",
+            "--host",
+            "0.0.0.0",
+            "--insecure-loopback",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("loopback"), "{stderr}");
 }

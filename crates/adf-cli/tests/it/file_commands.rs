@@ -556,3 +556,46 @@ fn the_demo_runs_to_completion_and_leaves_a_valid_agent() {
         "the model's fs_write landed"
     );
 }
+
+#[test]
+fn rm_keeps_a_protected_file_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keep.adf");
+    std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
+    adf().arg("migrate").arg(&path).assert().success();
+    let protection = |file: &str| {
+        let files = json_of(&adf().args(["--json", "files"]).arg(&path).output().unwrap());
+        files
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == file)
+            .map(|f| f["protection"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(protection("README.md").as_deref(), Some("no_delete"));
+    let before = std::fs::read(&path).unwrap();
+    let refused = adf()
+        .arg("rm")
+        .arg(&path)
+        .arg("README.md")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("no_delete") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "refused: file unchanged"
+    );
+    adf()
+        .args(["rm", "--force"])
+        .arg(&path)
+        .arg("README.md")
+        .assert()
+        .success();
+    assert_eq!(protection("README.md"), None);
+}

@@ -14,28 +14,29 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::extract::Request;
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::daemon::{Agent, Daemon};
 use crate::error::{ApiError, ApiResult};
+use crate::frontdoor::Gate;
 
 /// Shared state of every handler.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub daemon: Daemon,
-    /// When set, every path but `/health` needs `Authorization: Bearer <token>`.
-    pub token: Option<Arc<str>>,
+    /// The front door's rules: Host, origin, token, content type, public body budget.
+    pub gate: Arc<Gate>,
 }
 
-/// The router with every route and the bearer-token check.
+/// The router with every route behind the front door (`frontdoor::front_door`).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/login", get(crate::frontdoor::login))
         .route("/openapi.json", get(openapi))
         .route("/events", get(sse::events))
         .route("/settings", get(settings::get_all).patch(settings::patch))
@@ -125,7 +126,10 @@ pub fn router(state: AppState) -> Router {
             post(agents::suspend_respond),
         )
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::frontdoor::front_door,
+        ))
         .with_state(state)
 }
 
@@ -143,46 +147,6 @@ async fn not_found(request: Request) -> ApiError {
         request.method(),
         request.uri().path()
     ))
-}
-
-/// The bearer check, as in the reference: `/health` stays open so probes work, and so do
-/// the mesh endpoints (`mesh::is_mesh_route`).
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(token) = state.token.as_deref() else {
-        return next.run(request).await;
-    };
-    // Mesh endpoints are public: messages carry their own signatures, visibility applies.
-    if request.uri().path() == "/health"
-        || crate::mesh::is_mesh_route(request.method(), request.uri().path())
-        || bearer_matches(request.headers(), token)
-    {
-        return next.run(request).await;
-    }
-    (
-        StatusCode::UNAUTHORIZED,
-        axum::Json(json!({
-            "error": "unauthorized",
-            "message": "Missing or invalid Authorization: Bearer token.",
-        })),
-    )
-        .into_response()
-}
-
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let Some(given) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    // Compare every byte whatever the first difference, so timing does not reveal a prefix.
-    given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }
 
 /// Looks up `{id}` (config id, handle or name).
@@ -214,22 +178,4 @@ pub(crate) fn body_json(bytes: &Bytes) -> ApiResult<Value> {
 /// `{agentId, success: true}`, the reference's answer to a write.
 pub(crate) fn success(agent: &Agent) -> Response {
     axum::Json(json!({ "agentId": agent.id, "success": true })).into_response()
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_check_needs_the_exact_token() {
-        let mut headers = HeaderMap::new();
-        assert!(!bearer_matches(&headers, "secret"));
-        headers.insert(header::AUTHORIZATION, "Bearer secret".parse().unwrap());
-        assert!(bearer_matches(&headers, "secret"));
-        assert!(!bearer_matches(&headers, "secreT"));
-        assert!(!bearer_matches(&headers, "secret2"));
-        headers.insert(header::AUTHORIZATION, "Basic secret".parse().unwrap());
-        assert!(!bearer_matches(&headers, "secret"));
-    }
 }

@@ -237,8 +237,22 @@ pub(super) async fn file_put(
     Ok(success(&agent))
 }
 
-/// Deletes a file as the owner, like `adf rm`: the owner is not bound by `read_only` or
-/// `no_delete` (the reference answers 200 `{success:false}` and keeps the file).
+/// Whether a query flag is on (`force=true`, `force=1`, or a bare `force`).
+fn flag(params: &HashMap<String, String>, name: &str) -> ApiResult<bool> {
+    match params.get(name).map(|v| v.to_ascii_lowercase()) {
+        None => Ok(false),
+        Some(v) if matches!(v.as_str(), "" | "true" | "1" | "yes") => Ok(true),
+        Some(v) if matches!(v.as_str(), "false" | "0" | "no") => Ok(false),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "{name} must be true or false"
+        ))),
+    }
+}
+
+/// Deletes a file as the owner. A `read_only` or `no_delete` file is kept unless the request
+/// says `force=true` (409 otherwise, with `success: false` as the reference answers): the
+/// store lets the owner delete anything, so this is the owner's confirmation, asked for in
+/// the same job as the delete so the protection cannot change in between.
 pub(super) async fn file_delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -246,12 +260,42 @@ pub(super) async fn file_delete(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let path = required_path(&params)?;
+    let force = flag(&params, "force")?;
     let target = path.clone();
     let deleted = agent
-        .job(move |file| file.file_delete(Caller::Owner, &target))
+        .job(move |file| {
+            let Some(entry) = file.file_read(&target)? else {
+                return Err(StoreError::NotFound {
+                    what: "file",
+                    name: target,
+                });
+            };
+            if entry.info.protection != "none" && !force {
+                return Ok(Some(entry.info.protection));
+            }
+            file.file_delete(Caller::Owner, &target)?;
+            Ok(None)
+        })
         .await;
     match deleted {
-        Ok(_) => {}
+        Ok(None) => {}
+        Ok(Some(protection)) => {
+            let mut refusal = ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "file \"{path}\" is {protection}; delete it with force=true if you mean to"
+                ),
+            );
+            refusal.details = json!({
+                "code": "FILE_PROTECTED",
+                "protection": protection,
+                "agentId": agent.id,
+                "success": false,
+            })
+            .as_object()
+            .cloned();
+            return Err(refusal);
+        }
         Err(StoreError::NotFound { .. }) => {
             return Err(ApiError::not_found(format!("Unknown file \"{path}\"")));
         }

@@ -1,5 +1,6 @@
 //! Daemon settings: one JSON object in `$ADF_HOME/settings.json` (mode 0600, written through
-//! a temporary file and a rename so a crash never leaves half a file).
+//! a temporary file and a rename so a crash never leaves half a file). Writes accept the
+//! known keys only (`settings::KNOWN_KEYS`), with the shapes the daemon reads.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -35,6 +36,13 @@ pub(super) async fn patch(State(state): State<AppState>, body: Bytes) -> ApiResu
     let Value::Object(changes) = body_json(&body)? else {
         return Err(ApiError::bad_request("body must be a JSON object"));
     };
+    let refused: Vec<String> = changes
+        .iter()
+        .filter_map(|(key, value)| crate::settings::check_value(key, value))
+        .collect();
+    if !refused.is_empty() {
+        return Err(ApiError::bad_request(refused.join("; ")));
+    }
     let settings = store(&state);
     let _guard = state.daemon.settings_lock().lock().await;
     let values = settings
@@ -63,6 +71,9 @@ pub(super) async fn put_one(
     let Some(value) = body.get("value").cloned() else {
         return Err(ApiError::bad_request("value is required"));
     };
+    if let Some(refused) = crate::settings::check_value(&key, &value) {
+        return Err(ApiError::bad_request(refused));
+    }
     let settings = store(&state);
     let _guard = state.daemon.settings_lock().lock().await;
     let stored = value.clone();

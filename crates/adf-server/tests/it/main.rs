@@ -7,6 +7,8 @@ mod chat;
 mod common;
 mod daemon;
 mod fetch_guard;
+mod frontdoor;
+mod fuzz_api;
 mod hil;
 mod loops_daemon;
 mod messaging;

@@ -54,6 +54,16 @@ const DIFFERENCES: &[(usize, u16, &str)] = &[
         "GET /chat?limit=4: same status and top-level shape, but each uiLog entry's metadata depends on the rows it shows (the fixture holds 7 rows, the reference's daemon had 14 by then); tests/hil.rs checks the entries",
     ),
     (
+        53,
+        409,
+        "DELETE /files/content of a read_only file: 409 FILE_PROTECTED {error, success: false} unless force=true; the reference answers 200 {success: false}",
+    ),
+    (
+        54,
+        409,
+        "DELETE /files/content of README.md (no_delete): same as entry 53",
+    ),
+    (
         61,
         400,
         "POST /timers with a bad mode: 400 (bad input), the reference answers 500 \"Invalid mode\"",

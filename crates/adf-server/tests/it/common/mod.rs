@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use adf_runtime::home::RuntimeHome;
 use adf_server::client::Client;
-use adf_server::{Daemon, RunningServer};
+use adf_server::{Daemon, FrontDoor, RunningServer};
 use tempfile::TempDir;
 
 /// The reference runtime's fixtures, kept in the repository.
@@ -24,32 +24,52 @@ pub struct Harness {
     pub dir: TempDir,
     pub server: RunningServer,
     pub client: Client,
+    /// The token the daemon requires (the client sends it).
+    pub token: String,
 }
 
 impl Harness {
+    /// A daemon with the home's token (`$ADF_HOME/daemon-token`); `client` sends it.
     pub async fn start() -> Self {
         Self::start_with_token(None).await
     }
 
+    /// A daemon whose token is `token` (as `ADF_DAEMON_TOKEN` would set it), else the home's.
     pub async fn start_with_token(token: Option<&str>) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        std::fs::create_dir_all(dir.path().join("agents")).unwrap();
-        Self::start_in(dir, token).await
+        Self::start_with(fresh_dir(), |front| {
+            if let Some(token) = token {
+                front.token = token.to_owned();
+            }
+        })
+        .await
     }
 
     /// Starts a daemon over an existing folder (for restart tests).
     pub async fn start_in(dir: TempDir, token: Option<&str>) -> Self {
+        Self::start_with(dir, |front| {
+            if let Some(token) = token {
+                front.token = token.to_owned();
+            }
+        })
+        .await
+    }
+
+    /// A daemon whose front door `adjust` configures (starting from the home's token); the
+    /// client sends the token in the end.
+    pub async fn start_with(dir: TempDir, adjust: impl FnOnce(&mut FrontDoor)) -> Self {
         let home = RuntimeHome::at(dir.path().join("home"));
-        let server =
-            RunningServer::start(Daemon::new(home), "127.0.0.1", 0, token.map(str::to_owned))
-                .await
-                .unwrap();
-        let client = Client::new(&server.url(), token.map(str::to_owned)).unwrap();
+        let mut front = FrontDoor::for_home(&home, None).unwrap();
+        adjust(&mut front);
+        let token = front.token.clone();
+        let server = RunningServer::start(Daemon::new(home), "127.0.0.1", 0, front)
+            .await
+            .unwrap();
+        let client = Client::new(&server.url(), Some(token.clone())).unwrap();
         Self {
             dir,
             server,
             client,
+            token,
         }
     }
 
@@ -62,6 +82,14 @@ impl Harness {
         self.server.shutdown().await.unwrap();
         self.dir
     }
+}
+
+/// A temporary folder with empty `home/` and `agents/`.
+pub fn fresh_dir() -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("home")).unwrap();
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    dir
 }
 
 pub fn copy_fixture(dir: &Path, fixture: &str, name: &str) -> PathBuf {

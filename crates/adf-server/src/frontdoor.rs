@@ -1,0 +1,637 @@
+//! The daemon's front door: one middleware in front of every route that decides, in order,
+//!
+//! 1. **Host** (DNS rebinding): the `Host` (or HTTP/2 authority) must name this daemon — the
+//!    bound IP with its port; any loopback IP or `localhost` with the port when bound to
+//!    loopback or to the unspecified address; any IP literal with the port when bound to the
+//!    unspecified address (a rebinding attack needs a DNS name, and remote clients of a
+//!    `0.0.0.0` daemon use the machine's addresses); or a name given with `--allow-host`.
+//!    Otherwise 421 Misdirected Request.
+//! 2. **Browser cross-origin**: an `Origin` that is not the daemon's own
+//!    (`http://<the Host of the request>`), or `Sec-Fetch-Site: cross-site`/`same-site`, is a
+//!    403 on every route. Other runtimes posting to a public inbox send neither.
+//! 3. **Token**, on control routes (everything but `/health`, `/login` and the mesh routes
+//!    `POST inbox`, `GET card`, `GET health`): `Authorization: Bearer <token>` or the
+//!    `adf_session` cookie `/login` sets; else 401. `--insecure-loopback` skips this step only.
+//! 4. **Content type**, on mutating control requests (POST, PUT, PATCH, DELETE): a body must be
+//!    `application/json`, which a web page cannot send cross-origin without a preflight; an
+//!    empty body may come without a content type (`POST /agents/{id}/stop`). Else 415.
+//!
+//! It also holds [`BodyBudget`], the global in-flight byte budget for the bodies of
+//! unauthenticated requests (the public inbox), so a flood of large posts is refused with 503
+//! instead of growing the daemon's memory.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::uri::Authority;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::api::AppState;
+
+/// Name of the login cookie.
+pub const SESSION_COOKIE: &str = "adf_session";
+
+/// Default global budget for unauthenticated request bodies in flight: 64 MiB.
+pub const DEFAULT_PUBLIC_BODY_BUDGET: usize = 64 * 1024 * 1024;
+
+/// How long an unauthenticated body may take to arrive (a 25 MB message at about 1 MB/s).
+pub const DEFAULT_BODY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Seconds a client refused for the body budget is told to wait.
+const RETRY_AFTER_SECS: &str = "1";
+
+/// What the front door lets through; chosen at start ([`crate::serve::FrontDoor`]) and fixed
+/// once the daemon listens. `Debug` shows neither the token nor the session value.
+pub struct Gate {
+    token: String,
+    /// What the login cookie holds: a digest of the token, so a cookie jar never stores it.
+    session: String,
+    insecure_loopback: bool,
+    bound: IpAddr,
+    port: u16,
+    /// `--allow-host` names, lowercased, without a trailing dot.
+    allowed_names: Vec<String>,
+    budget: BodyBudget,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("insecure_loopback", &self.insecure_loopback)
+            .field("bound", &self.bound)
+            .field("port", &self.port)
+            .field("allowed_names", &self.allowed_names)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gate {
+    pub(crate) fn new(
+        token: String,
+        insecure_loopback: bool,
+        bound: IpAddr,
+        port: u16,
+        allowed_names: &[String],
+        budget: BodyBudget,
+    ) -> Self {
+        Gate {
+            session: session_value(&token),
+            token,
+            insecure_loopback,
+            bound,
+            port,
+            allowed_names: allowed_names
+                .iter()
+                .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
+            budget,
+        }
+    }
+
+    pub fn budget(&self) -> &BodyBudget {
+        &self.budget
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Whether `authority` (a `Host` value) names this daemon.
+    fn host_allowed(&self, authority: &str) -> bool {
+        if authority.contains('@') {
+            return false;
+        }
+        let Ok(parsed) = Authority::from_str(authority) else {
+            return false;
+        };
+        let host = parsed
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        if self.allowed_names.contains(&host) {
+            return true;
+        }
+        if parsed.port_u16().unwrap_or(80) != self.port {
+            return false;
+        }
+        let local = self.bound.is_loopback() || self.bound.is_unspecified();
+        match host.parse::<IpAddr>() {
+            Ok(ip) => {
+                self.bound.is_unspecified()
+                    || ip == self.bound
+                    || (self.bound.is_loopback() && ip.is_loopback())
+            }
+            Err(_) => local && host == "localhost",
+        }
+    }
+
+    /// Whether the request carries the token, as a bearer header or the login cookie.
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        bearer_matches(headers, &self.token) || cookie_matches(headers, &self.session)
+    }
+}
+
+/// The body budget: bytes of unauthenticated request bodies held in memory at once, across
+/// all requests. Permits are taken as the bytes arrive (the declared length up front when
+/// there is one) and returned when the request is done with them.
+#[derive(Debug, Clone)]
+pub struct BodyBudget {
+    semaphore: Arc<Semaphore>,
+    capacity: usize,
+    /// How long one body may take to arrive.
+    deadline: Duration,
+}
+
+/// Why a budgeted body was not read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyRefusal {
+    /// This one body is larger than its route allows (413).
+    TooLarge,
+    /// The budget is spent by other requests in flight (503 with `Retry-After`).
+    Busy,
+    /// The client went away or sent a malformed body (400).
+    Broken(String),
+    /// The body did not arrive within the budget's deadline (408).
+    TooSlow,
+}
+
+/// The budget a read body holds; its bytes stay counted until this is dropped.
+#[derive(Debug)]
+pub struct BudgetHold {
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl BodyBudget {
+    /// A budget of `capacity` bytes (at most `u32::MAX`; more is clamped), each body given
+    /// [`DEFAULT_BODY_DEADLINE`] to arrive.
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.min(u32::MAX as usize);
+        BodyBudget {
+            semaphore: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            deadline: DEFAULT_BODY_DEADLINE,
+        }
+    }
+
+    /// The same budget with another deadline per body.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes counted against the budget right now.
+    pub fn in_use(&self) -> usize {
+        self.capacity
+            .saturating_sub(self.semaphore.available_permits())
+    }
+
+    fn take(&self, bytes: usize, held: &mut Option<OwnedSemaphorePermit>) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        let Ok(count) = u32::try_from(bytes) else {
+            return false;
+        };
+        match Arc::clone(&self.semaphore).try_acquire_many_owned(count) {
+            Ok(permit) => {
+                match held {
+                    Some(existing) => existing.merge(permit),
+                    None => *held = Some(permit),
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Reads `body` (at most `limit` bytes) while counting it against the budget. A declared
+    /// `Content-Length` is checked and reserved before a byte is read.
+    pub async fn read(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> Result<(Vec<u8>, BudgetHold), BodyRefusal> {
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let mut permit = None;
+        let mut reserved = 0usize;
+        if let Some(length) = declared {
+            let length = usize::try_from(length).unwrap_or(usize::MAX);
+            if length > limit {
+                return Err(BodyRefusal::TooLarge);
+            }
+            if length > self.capacity {
+                return Err(BodyRefusal::TooLarge);
+            }
+            if !self.take(length, &mut permit) {
+                return Err(BodyRefusal::Busy);
+            }
+            reserved = length;
+        }
+        let streamed = async move {
+            let mut buffer = Vec::with_capacity(reserved);
+            let mut stream = body.into_data_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| BodyRefusal::Broken(e.to_string()))?;
+                let total = buffer.len() + chunk.len();
+                if total > limit {
+                    return Err(BodyRefusal::TooLarge);
+                }
+                if total > reserved {
+                    if !self.take(total - reserved, &mut permit) {
+                        return Err(BodyRefusal::Busy);
+                    }
+                    reserved = total;
+                }
+                buffer.extend_from_slice(&chunk);
+            }
+            Ok((buffer, BudgetHold { _permit: permit }))
+        };
+        // A sender trickling its body would hold its share of the budget for as long as it
+        // likes; past the deadline its bytes are dropped and returned.
+        tokio::time::timeout(self.deadline, streamed)
+            .await
+            .unwrap_or(Err(BodyRefusal::TooSlow))
+    }
+}
+
+impl BodyRefusal {
+    /// The answer for a refused body; `what` names the limit for a 413.
+    pub fn response(&self, what: &str) -> Response {
+        match self {
+            BodyRefusal::TooLarge => error(StatusCode::PAYLOAD_TOO_LARGE, what),
+            BodyRefusal::Busy => {
+                let mut response = error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many large requests in flight; retry shortly",
+                );
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(RETRY_AFTER_SECS),
+                );
+                response
+            }
+            BodyRefusal::TooSlow => error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ),
+            BodyRefusal::Broken(detail) => error(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read the request body: {detail}"),
+            ),
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+/// Routes served without the token: probes, the login exchange, and the mesh endpoints
+/// (messages carry their own signatures; visibility applies).
+fn is_public(method: &Method, path: &str) -> bool {
+    path == "/health"
+        || (path == "/login" && method == Method::GET)
+        || crate::mesh::is_mesh_route(method, path)
+}
+
+fn is_mutating(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+/// The authority the request was sent to: the HTTP/2 `:authority`, else `Host`.
+fn authority_of(request: &Request) -> Option<String> {
+    if let Some(authority) = request.uri().authority() {
+        return Some(authority.as_str().to_owned());
+    }
+    request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Why a browser request from another site is refused, if it is.
+fn cross_origin(headers: &HeaderMap, authority: &str) -> Option<&'static str> {
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if site.eq_ignore_ascii_case("cross-site") || site.eq_ignore_ascii_case("same-site") {
+        return Some("cross-site browser requests are refused");
+    }
+    let origin = headers.get(header::ORIGIN)?;
+    let own = format!("http://{authority}");
+    let same = origin
+        .to_str()
+        .is_ok_and(|origin| origin.eq_ignore_ascii_case(&own));
+    (!same).then_some("requests from another origin are refused")
+}
+
+/// A body is JSON, or absent with no content type.
+fn json_or_empty(headers: &HeaderMap) -> bool {
+    match headers.get(header::CONTENT_TYPE) {
+        Some(value) => value.to_str().is_ok_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+        }),
+        None => {
+            let length = headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim);
+            match length {
+                Some(length) => length == "0",
+                None => !headers.contains_key(header::TRANSFER_ENCODING),
+            }
+        }
+    }
+}
+
+/// The middleware (see the module docs for the order of the checks).
+pub(crate) async fn front_door(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let gate = &state.gate;
+    let Some(authority) = authority_of(&request).filter(|a| gate.host_allowed(a)) else {
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "the Host header does not name this daemon (start it with --allow-host NAME to accept a name)",
+        );
+    };
+    if let Some(reason) = cross_origin(request.headers(), &authority) {
+        return error(StatusCode::FORBIDDEN, reason);
+    }
+    let method = request.method().clone();
+    if is_public(&method, request.uri().path()) {
+        return next.run(request).await;
+    }
+    if !gate.insecure_loopback && !gate.authorized(request.headers()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({
+                "error": "unauthorized",
+                "message": "Missing or invalid token: send Authorization: Bearer <token> ($ADF_HOME/daemon-token or ADF_DAEMON_TOKEN), or open the login URL adf daemon prints.",
+            })),
+        )
+            .into_response();
+    }
+    if is_mutating(&method) && !json_or_empty(request.headers()) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the request body must be application/json",
+        );
+    }
+    next.run(request).await
+}
+
+/// `GET /login?token=…`: exchanges the token for the `adf_session` cookie (HttpOnly,
+/// SameSite=Strict) and redirects to `/`, so a browser holds the session without ever keeping
+/// the token in a page.
+pub(crate) async fn login(
+    State(state): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let given = params.get("token").map(String::as_str).unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), state.gate.token.as_bytes()) {
+        return error(StatusCode::UNAUTHORIZED, "invalid login token");
+    }
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+        state.gate.session
+    );
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, HeaderValue::from_static("/"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Hex digits only, so the value is always a valid header.
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        headers.insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+fn session_value(token: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"adf_session\0");
+    hasher.update(token.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Compares every byte whatever the first difference, so timing does not reveal a prefix.
+fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.strip_prefix("Bearer "))
+        .any(|given| constant_time_eq(given.trim().as_bytes(), token.as_bytes()))
+}
+
+fn cookie_matches(headers: &HeaderMap, session: &str) -> bool {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(name, _)| *name == SESSION_COOKIE)
+        .any(|(_, value)| constant_time_eq(value.as_bytes(), session.as_bytes()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn gate(bound: &str, names: &[&str]) -> Gate {
+        Gate::new(
+            "secret".into(),
+            false,
+            bound.parse().unwrap(),
+            7385,
+            &names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+            BodyBudget::new(1024),
+        )
+    }
+
+    #[test]
+    fn loopback_daemon_accepts_its_own_names_only() {
+        let g = gate("127.0.0.1", &[]);
+        for host in [
+            "127.0.0.1:7385",
+            "localhost:7385",
+            "LOCALHOST:7385",
+            "localhost.:7385",
+            "[::1]:7385",
+            "127.0.0.2:7385",
+        ] {
+            assert!(g.host_allowed(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:7385",
+            "127.0.0.1:7386",
+            "127.0.0.1",
+            "localhost",
+            "192.168.1.2:7385",
+            "user@127.0.0.1:7385",
+            "",
+            "localhost.evil.example:7385",
+        ] {
+            assert!(!g.host_allowed(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn unspecified_and_specific_binds() {
+        let any = gate("0.0.0.0", &["studio.lan"]);
+        assert!(any.host_allowed("192.168.1.2:7385"));
+        assert!(any.host_allowed("localhost:7385"));
+        assert!(any.host_allowed("studio.lan:443"));
+        assert!(!any.host_allowed("evil.example:7385"));
+        let lan = gate("192.168.1.2", &[]);
+        assert!(lan.host_allowed("192.168.1.2:7385"));
+        assert!(!lan.host_allowed("localhost:7385"));
+        assert!(!lan.host_allowed("127.0.0.1:7385"));
+    }
+
+    #[test]
+    fn origin_must_be_the_requests_own() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(cross_origin(&headers, "127.0.0.1:7385"), None);
+        headers.insert(header::ORIGIN, "http://127.0.0.1:7385".parse().unwrap());
+        assert_eq!(cross_origin(&headers, "127.0.0.1:7385"), None);
+        assert!(cross_origin(&headers, "localhost:7385").is_some());
+        headers.insert(header::ORIGIN, "null".parse().unwrap());
+        assert!(cross_origin(&headers, "127.0.0.1:7385").is_some());
+        let mut fetch = HeaderMap::new();
+        fetch.insert("sec-fetch-site", "same-site".parse().unwrap());
+        assert!(cross_origin(&fetch, "127.0.0.1:7385").is_some());
+        fetch.insert("sec-fetch-site", "same-origin".parse().unwrap());
+        assert_eq!(cross_origin(&fetch, "127.0.0.1:7385"), None);
+    }
+
+    #[test]
+    fn content_type_rule() {
+        let mut headers = HeaderMap::new();
+        assert!(json_or_empty(&headers), "no body at all");
+        headers.insert(header::CONTENT_LENGTH, "0".parse().unwrap());
+        assert!(json_or_empty(&headers));
+        headers.insert(header::CONTENT_LENGTH, "5".parse().unwrap());
+        assert!(!json_or_empty(&headers), "a body without a type");
+        headers.insert(
+            header::CONTENT_TYPE,
+            "Application/JSON; charset=utf-8".parse().unwrap(),
+        );
+        assert!(json_or_empty(&headers));
+        headers.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+        assert!(!json_or_empty(&headers));
+        let mut chunked = HeaderMap::new();
+        chunked.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(!json_or_empty(&chunked));
+    }
+
+    #[test]
+    fn bearer_and_cookie_need_the_exact_secret() {
+        let g = gate("127.0.0.1", &[]);
+        let mut headers = HeaderMap::new();
+        assert!(!g.authorized(&headers));
+        headers.insert(header::AUTHORIZATION, "Bearer secret".parse().unwrap());
+        assert!(g.authorized(&headers));
+        headers.insert(header::AUTHORIZATION, "Bearer secreT".parse().unwrap());
+        assert!(!g.authorized(&headers));
+        headers.insert(header::AUTHORIZATION, "Basic secret".parse().unwrap());
+        assert!(!g.authorized(&headers));
+        let mut cookies = HeaderMap::new();
+        let jar = format!("theme=dark; {SESSION_COOKIE}={}", session_value("secret"));
+        cookies.insert(header::COOKIE, jar.parse().unwrap());
+        assert!(g.authorized(&cookies));
+        // The raw token is not a session value.
+        cookies.insert(
+            header::COOKIE,
+            format!("{SESSION_COOKIE}=secret").parse().unwrap(),
+        );
+        assert!(!g.authorized(&cookies));
+    }
+
+    #[tokio::test]
+    async fn budget_counts_a_body_while_it_is_held() {
+        let budget = BodyBudget::new(10);
+        let mut headers = HeaderMap::new();
+        let (bytes, held) = budget
+            .read(&headers, Body::from("123456"), 100)
+            .await
+            .unwrap();
+        assert_eq!(bytes, b"123456");
+        assert_eq!(budget.in_use(), 6);
+        assert_eq!(
+            budget.read(&headers, Body::from("12345"), 100).await.err(),
+            Some(BodyRefusal::Busy)
+        );
+        assert_eq!(budget.in_use(), 6, "a refused body holds nothing");
+        headers.insert(header::CONTENT_LENGTH, "5".parse().unwrap());
+        assert_eq!(
+            budget.read(&headers, Body::from("12345"), 100).await.err(),
+            Some(BodyRefusal::Busy)
+        );
+        drop(held);
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(
+            budget.read(&headers, Body::from("12345"), 4).await.err(),
+            Some(BodyRefusal::TooLarge)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_ends_is_dropped_at_the_deadline_and_returns_its_bytes() {
+        let budget = BodyBudget::new(10).with_deadline(Duration::ZERO);
+        let first = futures::stream::iter([Ok::<_, std::io::Error>(b"1234".to_vec())]);
+        let trickle = Body::from_stream(first.chain(futures::stream::pending()));
+        assert_eq!(
+            budget.read(&HeaderMap::new(), trickle, 100).await.err(),
+            Some(BodyRefusal::TooSlow)
+        );
+        assert_eq!(budget.in_use(), 0);
+    }
+}
