@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::resolve::{Pins, PinnedResolver};
+use crate::resolve::{PinnedResolver, Pins};
 use crate::{EgressError, EgressErrorKind};
 
 /// Timeouts of a client; `None` leaves reqwest's default (none).

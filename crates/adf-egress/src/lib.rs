@@ -179,7 +179,10 @@ impl Policy {
         let ips = match literal {
             Some(ip) => vec![ip],
             None => lookup.lookup(host, port).await.map_err(|e| {
-                EgressError::new(EgressErrorKind::Failed, format!("cannot resolve {host}: {e}"))
+                EgressError::new(
+                    EgressErrorKind::Failed,
+                    format!("cannot resolve {host}: {e}"),
+                )
             })?,
         };
         if ips.is_empty() {
@@ -214,7 +217,10 @@ impl Policy {
                 ),
             ));
         }
-        let addrs: Vec<SocketAddr> = ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect();
+        let addrs: Vec<SocketAddr> = ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect();
         if literal.is_none() {
             pins.pin(host, addrs.clone());
         }
@@ -236,10 +242,8 @@ pub fn is_public_mesh_route(method: &str, url: &Url) -> bool {
     let [agents, handle, tail] = segments.as_slice() else {
         return false;
     };
-    let handle_ok = !handle.is_empty()
-        && *handle != "."
-        && *handle != ".."
-        && !handle.contains(['%', '\\']);
+    let handle_ok =
+        !handle.is_empty() && *handle != "." && *handle != ".." && !handle.contains(['%', '\\']);
     *agents == "agents"
         && handle_ok
         && matches!(

@@ -337,10 +337,7 @@ impl StoreHandle {
 
 /// Runs one job so that its panic is its own error: the transaction it left open is rolled
 /// back and the worker, with every later job of the agent, carries on.
-fn run_guarded<R>(
-    file: &mut AdfFile,
-    job: impl FnOnce(&mut AdfFile) -> Result<R>,
-) -> Result<R> {
+fn run_guarded<R>(file: &mut AdfFile, job: impl FnOnce(&mut AdfFile) -> Result<R>) -> Result<R> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut *file))) {
         Ok(result) => result,
         Err(payload) => {

@@ -31,8 +31,17 @@ fn adf(home: &Path) -> Process {
 
 fn new_agent(home: &Path, file: &Path) -> String {
     let out = adf(home).arg("new").arg(file).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let info = adf(home).arg("info").arg(file).arg("--json").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info = adf(home)
+        .arg("info")
+        .arg(file)
+        .arg("--json")
+        .output()
+        .unwrap();
     let info: Value = serde_json::from_slice(&info.stdout).unwrap();
     info["did"].as_str().unwrap().to_owned()
 }
@@ -165,7 +174,11 @@ fn srv_21_srv_22_srv_25_adf_tool_and_adf_code_refuse_the_daemons_control_api_met
             .arg(&code)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let results: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(results.len(), 2);
         for result in &results {
@@ -181,7 +194,11 @@ fn srv_21_srv_22_srv_25_adf_tool_and_adf_code_refuse_the_daemons_control_api_met
         .args(["status", "bob", "--url", &daemon.url, "--json"])
         .output()
         .unwrap();
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     let delivered = tool(
         &s.home,
         &s.alice,

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod chat;
-mod common;
 mod code_commands;
+mod common;
 mod daemon_clients;
 mod egress;
 mod file_commands;

@@ -77,7 +77,10 @@ fn srv_22_only_adf_egress_builds_http_clients_or_opens_connections() {
             found.extend(offences(&shown, &text));
         }
     }
-    assert!(scanned > 50, "the walk found only {scanned} files under {crates:?}");
+    assert!(
+        scanned > 50,
+        "the walk found only {scanned} files under {crates:?}"
+    );
     assert!(
         found.is_empty(),
         "outbound connections must go through adf-egress (agent_client / service_client / Policy::admit):\n{}",

@@ -116,7 +116,12 @@ fn srv_23_served_origin_allows_its_prefix_only() {
     );
     assert!(
         served
-            .check_address(ip, 8080, "GET", &url("http://10.1.2.3:8080/agents/other/card"))
+            .check_address(
+                ip,
+                8080,
+                "GET",
+                &url("http://10.1.2.3:8080/agents/other/card")
+            )
             .is_err()
     );
 }
@@ -143,7 +148,8 @@ async fn srv_19_every_resolved_address_is_checked_and_the_admitted_ones_pinned()
         .admit("GET", &url("http://LOOP.test:81/x"), &names, &pins)
         .await
         .unwrap();
-    let expected: Vec<SocketAddr> = vec!["127.0.0.1:81".parse().unwrap(), "[::1]:81".parse().unwrap()];
+    let expected: Vec<SocketAddr> =
+        vec!["127.0.0.1:81".parse().unwrap(), "[::1]:81".parse().unwrap()];
     assert_eq!(admitted, expected);
     assert_eq!(pins.get("loop.test"), Some(expected));
 }
@@ -167,7 +173,11 @@ async fn srv_24_an_allowed_private_address_is_never_dialed_by_a_test_build() {
 
 #[tokio::test]
 async fn srv_27_only_web_schemes_are_destinations() {
-    for text in ["file:///etc/passwd", "ftp://127.0.0.1/", "gopher://127.0.0.1/"] {
+    for text in [
+        "file:///etc/passwd",
+        "ftp://127.0.0.1/",
+        "gopher://127.0.0.1/",
+    ] {
         let error = policy(true)
             .admit("GET", &url(text), &table(&[]), &Pins::default())
             .await
@@ -191,25 +201,50 @@ async fn srv_22_a_control_api_is_refused_on_every_local_spelling_but_its_mesh_ro
         ("GET", format!("http://127.8.9.10:{port}/agents/x/config")),
         // The owner's inbox listing shares the inbox path; only POST is the mesh route.
         ("GET", format!("http://127.0.0.1:{port}/agents/x/inbox")),
-        ("POST", format!("http://127.0.0.1:{port}/agents/x/inbox?then=/stop")),
+        (
+            "POST",
+            format!("http://127.0.0.1:{port}/agents/x/inbox?then=/stop"),
+        ),
         ("POST", format!("http://127.0.0.1:{port}/agents/x/inbox/")),
         ("POST", format!("http://127.0.0.1:{port}/agents/x/y/inbox")),
-        ("POST", format!("http://127.0.0.1:{port}/agents/%2e%2e/inbox")),
-        ("POST", format!("http://127.0.0.1:{port}/agents/a%2Fb/inbox")),
+        (
+            "POST",
+            format!("http://127.0.0.1:{port}/agents/%2e%2e/inbox"),
+        ),
+        (
+            "POST",
+            format!("http://127.0.0.1:{port}/agents/a%2Fb/inbox"),
+        ),
         ("POST", format!("http://127.0.0.1:{port}//agents/x/inbox")),
     ] {
         let error = permissive
             .admit(method, &url(&text), &names, &Pins::default())
             .await
             .unwrap_err();
-        assert_eq!(error.kind, EgressErrorKind::Refused, "{method} {text}: {error}");
-        assert!(error.reason.contains("control API"), "{method} {text}: {error}");
+        assert_eq!(
+            error.kind,
+            EgressErrorKind::Refused,
+            "{method} {text}: {error}"
+        );
+        assert!(
+            error.reason.contains("control API"),
+            "{method} {text}: {error}"
+        );
     }
     for (method, text) in [
-        ("POST", format!("http://127.0.0.1:{port}/agents/other/inbox")),
-        ("post", format!("http://localhost:{port}/agents/did:key:z6Mk/inbox")),
+        (
+            "POST",
+            format!("http://127.0.0.1:{port}/agents/other/inbox"),
+        ),
+        (
+            "post",
+            format!("http://localhost:{port}/agents/did:key:z6Mk/inbox"),
+        ),
         ("GET", format!("http://127.0.0.1:{port}/agents/other/card")),
-        ("GET", format!("http://127.0.0.1:{port}/agents/other/health")),
+        (
+            "GET",
+            format!("http://127.0.0.1:{port}/agents/other/health"),
+        ),
     ] {
         let admitted = policy(false)
             .admit(method, &url(&text), &names, &Pins::default())
@@ -220,13 +255,31 @@ async fn srv_22_a_control_api_is_refused_on_every_local_spelling_but_its_mesh_ro
 
 #[test]
 fn public_mesh_routes_are_exact() {
-    assert!(is_public_mesh_route("POST", &url("http://h/agents/a/inbox")));
+    assert!(is_public_mesh_route(
+        "POST",
+        &url("http://h/agents/a/inbox")
+    ));
     assert!(is_public_mesh_route("GET", &url("http://h/agents/a/card")));
-    assert!(!is_public_mesh_route("GET", &url("http://h/agents/a/inbox")));
-    assert!(!is_public_mesh_route("POST", &url("http://h/agents/a/card")));
-    assert!(!is_public_mesh_route("DELETE", &url("http://h/agents/a/health")));
-    assert!(!is_public_mesh_route("POST", &url("http://h/agents/a/inbox#x")));
-    assert!(!is_public_mesh_route("POST", &url("http://h/agent/a/inbox")));
+    assert!(!is_public_mesh_route(
+        "GET",
+        &url("http://h/agents/a/inbox")
+    ));
+    assert!(!is_public_mesh_route(
+        "POST",
+        &url("http://h/agents/a/card")
+    ));
+    assert!(!is_public_mesh_route(
+        "DELETE",
+        &url("http://h/agents/a/health")
+    ));
+    assert!(!is_public_mesh_route(
+        "POST",
+        &url("http://h/agents/a/inbox#x")
+    ));
+    assert!(!is_public_mesh_route(
+        "POST",
+        &url("http://h/agent/a/inbox")
+    ));
 }
 
 #[tokio::test]

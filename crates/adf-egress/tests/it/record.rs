@@ -12,7 +12,10 @@ fn addr(text: &str) -> SocketAddr {
 fn a_record_round_trips_privately_and_is_removed_on_shutdown() {
     let home = tempfile::tempdir().unwrap();
     let path = home.path().join("nested").join(RECORD_FILE);
-    assert!(read_record(&path).unwrap().is_empty(), "no record, no addresses");
+    assert!(
+        read_record(&path).unwrap().is_empty(),
+        "no record, no addresses"
+    );
     write_record(&path, &[addr("127.0.0.1:7385"), addr("[::1]:7385")]).unwrap();
     assert_eq!(
         read_record(&path).unwrap(),

@@ -89,7 +89,13 @@ async fn a_panicking_detached_call_is_the_calls_error() {
     let (_dir, _path, mut file) = common::new_agent();
     let registry = registry();
     let outcome = registry
-        .call(&mut file, &Caller::Owner, "panics_detached", json!({}), &DenyAll)
+        .call(
+            &mut file,
+            &Caller::Owner,
+            "panics_detached",
+            json!({}),
+            &DenyAll,
+        )
         .unwrap();
     let CallOutcome::Deferred(call) = outcome else {
         panic!("a deferred tool must defer, got {outcome:?}");

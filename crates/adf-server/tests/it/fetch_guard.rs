@@ -106,7 +106,10 @@ async fn call_tool(
             .unwrap()
             .map(|entry| serde_json::from_slice::<serde_json::Value>(&entry.content).unwrap())
     };
-    common::wait_for("the lambda's call to finish", || async { read().await.is_some() }).await;
+    common::wait_for("the lambda's call to finish", || async {
+        read().await.is_some()
+    })
+    .await;
     read().await.unwrap()
 }
 
@@ -163,8 +166,20 @@ async fn did(agent: &adf_server::daemon::Agent) -> String {
 async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata_or_private_address()
  {
     let h = Harness::start().await;
-    let alice = h.server.daemon.load(&caller_agent(&h, "alice")).await.unwrap().agent;
-    let bob = h.server.daemon.load(&caller_agent(&h, "bob")).await.unwrap().agent;
+    let alice = h
+        .server
+        .daemon
+        .load(&caller_agent(&h, "alice"))
+        .await
+        .unwrap()
+        .agent;
+    let bob = h
+        .server
+        .daemon
+        .load(&caller_agent(&h, "bob"))
+        .await
+        .unwrap()
+        .agent;
     let bob_did = did(&bob).await;
     let stop_bob = format!("{}/agents/{}/stop", h.server.url(), bob.id);
     let cases = [
@@ -192,21 +207,34 @@ async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata
         )
         .await;
         let message = fetched["message"].as_str().unwrap_or_default();
-        assert!(message.contains("sys_fetch refused"), "sys_fetch {url}: {fetched}");
+        assert!(
+            message.contains("sys_fetch refused"),
+            "sys_fetch {url}: {fetched}"
+        );
         assert!(message.contains(why), "sys_fetch {url}: {fetched}");
     }
     // Every refused message ends failed, with its reason logged.
     let rows = outbox(&alice).await;
     assert_eq!(rows.len(), cases.len(), "{rows:?}");
-    assert!(rows.iter().all(|(status, _)| status == "failed"), "{rows:?}");
+    assert!(
+        rows.iter().all(|(status, _)| status == "failed"),
+        "{rows:?}"
+    );
     let reasons = delivery_failures(&alice).await;
     assert_eq!(reasons.len(), cases.len(), "{reasons:?}");
     for (_, why) in cases {
-        assert!(reasons.iter().any(|r| r.contains(why)), "{why}: {reasons:?}");
+        assert!(
+            reasons.iter().any(|r| r.contains(why)),
+            "{why}: {reasons:?}"
+        );
     }
     // Bob was never stopped: still loaded, still answering, and still reachable through the
     // public mesh inbox on the very port whose control routes were refused.
-    let status = h.client.get(&format!("/agents/{}/status", bob.id)).await.unwrap();
+    let status = h
+        .client
+        .get(&format!("/agents/{}/status", bob.id))
+        .await
+        .unwrap();
     assert!(status.is_object(), "{status}");
     let delivered = call_tool(
         &h,
@@ -223,8 +251,20 @@ async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_29_a_send_to_an_unreachable_port_fails_and_the_agent_keeps_answering() {
     let h = Harness::start().await;
-    let alice = h.server.daemon.load(&caller_agent(&h, "alice")).await.unwrap().agent;
-    let bob = h.server.daemon.load(&caller_agent(&h, "bob")).await.unwrap().agent;
+    let alice = h
+        .server
+        .daemon
+        .load(&caller_agent(&h, "alice"))
+        .await
+        .unwrap()
+        .agent;
+    let bob = h
+        .server
+        .daemon
+        .load(&caller_agent(&h, "bob"))
+        .await
+        .unwrap()
+        .agent;
     let bob_did = did(&bob).await;
     // A loopback port nobody listens on: bound, then given back.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -239,15 +279,28 @@ async fn msg_29_a_send_to_an_unreachable_port_fails_and_the_agent_keeps_answerin
     )
     .await;
     assert!(
-        sent["message"].as_str().unwrap_or_default().contains("cannot reach"),
+        sent["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot reach"),
         "{sent}"
     );
-    assert_eq!(outbox(&alice).await, vec![("failed".to_owned(), "anyone?".to_owned())]);
+    assert_eq!(
+        outbox(&alice).await,
+        vec![("failed".to_owned(), "anyone?".to_owned())]
+    );
     let reasons = delivery_failures(&alice).await;
     assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert!(reasons[0].contains(&format!("127.0.0.1:{port}")), "{reasons:?}");
+    assert!(
+        reasons[0].contains(&format!("127.0.0.1:{port}")),
+        "{reasons:?}"
+    );
     // The agent keeps serving: its API answers and its next send, by handle, is delivered.
-    let status = h.client.get(&format!("/agents/{}/status", alice.id)).await.unwrap();
+    let status = h
+        .client
+        .get(&format!("/agents/{}/status", alice.id))
+        .await
+        .unwrap();
     assert!(status.is_object(), "{status}");
     let next = call_tool(
         &h,
