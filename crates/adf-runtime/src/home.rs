@@ -5,6 +5,8 @@
 //! - `owner.json`: the owner keystore (the `adf-crypto` keystore document plus the BIP-39
 //!   `mnemonic`, so the owner can export it for backup or another machine).
 //! - `runtime.json`: the runtime keystore, generated on first use.
+//! - `daemon.json`: the control API addresses of the daemons running from this home, which no
+//!   agent may reach (written by `adf-egress` when a daemon binds, removed when it stops).
 //!
 //! The directory is created at mode 0700 and both files at 0600; files are written to a temporary
 //! name and then renamed (or hard-linked, when an existing file must not be replaced), so a crash
@@ -138,6 +140,12 @@ impl RuntimeHome {
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where daemons on this machine record their control API addresses (rule 2 of §5.6
+    /// holds in every process that reads it; see `adf_egress::control`).
+    pub fn daemon_record_path(&self) -> PathBuf {
+        self.dir.join(adf_egress::control::RECORD_FILE)
     }
 
     fn owner_path(&self) -> PathBuf {

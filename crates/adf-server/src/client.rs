@@ -35,13 +35,8 @@ pub struct Client {
 impl Client {
     /// `base` like `http://127.0.0.1:7385`; a trailing `/` is dropped.
     pub fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
-        // reqwest is built without a default TLS provider (CRATES.md pitfall 8); installing
-        // fails harmlessly when another part of the process already did.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("adf/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ClientError::Other(format!("cannot build the HTTP client: {e}")))?;
+        let http = adf_egress::service_client(adf_egress::ClientOptions::default())
+            .map_err(|e| ClientError::Other(e.to_string()))?;
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             token: token.filter(|t| !t.is_empty()),

@@ -123,8 +123,13 @@ impl RunningServer {
         if front.insecure_loopback && !addr.ip().is_loopback() {
             return Err(insecure_off_loopback(addr.ip()));
         }
-        // §5.6 rule 2: no agent's sys_fetch or native fetch may reach this API.
-        adf_runtime::fetch::protect_control_api(addr);
+        // §5.6 rule 2: no agent may reach this API — in this process (the registry), nor in
+        // any other that runs agent code from this home (the record).
+        adf_egress::protect_control_api(addr);
+        let record = daemon.home().daemon_record_path();
+        if let Err(error) = adf_egress::control::write_record(&record, &[addr]) {
+            tracing::warn!(%error, "cannot record the control API address; `adf code`, `adf tool` and `adf run` will not know to refuse it");
+        }
         daemon.mesh().set_base_url(format!("http://{addr}"));
         let gate = Arc::new(Gate::new(
             front.token,
@@ -210,6 +215,10 @@ impl RunningServer {
             .await
             .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
         self.daemon.shutdown().await;
+        let record = self.daemon.home().daemon_record_path();
+        if let Err(error) = adf_egress::control::remove_record(&record) {
+            tracing::warn!(%error, "cannot remove the control API record (a stale one is harmless)");
+        }
         served?;
         Ok(())
     }

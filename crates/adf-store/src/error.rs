@@ -121,6 +121,11 @@ pub enum StoreError {
     #[error("the store thread has stopped")]
     WorkerGone,
 
+    /// A job on a [`crate::StoreHandle`] panicked: that job failed, its open transaction was
+    /// rolled back, and the worker keeps serving the next job.
+    #[error("the operation stopped on an internal error ({0}); its changes were rolled back")]
+    JobPanicked(String),
+
     /// The file was closed while idle ([`crate::IdleRelease`]) and the job that needed it
     /// could not reopen it (deleted, replaced or damaged meanwhile).
     #[error(

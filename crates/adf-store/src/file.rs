@@ -400,6 +400,16 @@ impl AdfFile {
         }
     }
 
+    /// Rolls back a transaction left open by work that stopped half way (a panic caught by
+    /// the store worker), so the next job starts from the last committed state.
+    pub(crate) fn abandon_open_transaction(&mut self) {
+        if !self.conn.is_autocommit()
+            && let Err(error) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(path = %self.path.display(), %error, "cannot roll back after a panic");
+        }
+    }
+
     /// Every write path calls this first: it refuses writes in inspect mode and removes the
     /// clean-close marker before the session's first write.
     pub(crate) fn ensure_writable(&self) -> Result<()> {

@@ -282,7 +282,7 @@ impl StoreHandle {
     ) -> Result<oneshot::Receiver<Result<R>>> {
         let (reply, receiver) = oneshot::channel();
         let job: Job = Box::new(move |file| {
-            let _ignored = reply.send(file.and_then(job));
+            let _ignored = reply.send(file.and_then(|file| run_guarded(file, job)));
         });
         self.send(Command::Run(job))?;
         Ok(receiver)
@@ -331,6 +331,25 @@ impl StoreHandle {
                 error.map_or(Ok(()), Err)
             }
             State::Closed => Err(StoreError::WorkerGone),
+        }
+    }
+}
+
+/// Runs one job so that its panic is its own error: the transaction it left open is rolled
+/// back and the worker, with every later job of the agent, carries on.
+fn run_guarded<R>(file: &mut AdfFile, job: impl FnOnce(&mut AdfFile) -> Result<R>) -> Result<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut *file))) {
+        Ok(result) => result,
+        Err(payload) => {
+            file.abandon_open_transaction();
+            let message = if let Some(text) = payload.downcast_ref::<&str>() {
+                (*text).to_owned()
+            } else if let Some(text) = payload.downcast_ref::<String>() {
+                text.clone()
+            } else {
+                "a panic without a message".to_owned()
+            };
+            Err(StoreError::JobPanicked(message))
         }
     }
 }

@@ -7,6 +7,7 @@ mod chat;
 mod code_commands;
 mod common;
 mod daemon_clients;
+mod egress;
 mod file_commands;
 mod identity_commands;
 mod review_cli;

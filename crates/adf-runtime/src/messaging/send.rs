@@ -15,7 +15,6 @@
 //! - No retry: a failed delivery stays `failed` (§11.2).
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use adf_crypto::alf;
@@ -564,20 +563,14 @@ pub fn tombstoned(message: &Value) -> Value {
     copy
 }
 
-fn http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(DELIVERY_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default()
-    })
-}
-
 /// Carries a prepared message to its recipient: the hosted agent, or an HTTP POST whose 2xx
-/// answer (202 per ALF) means accepted. Never retries.
-pub async fn deliver(prepared: &Prepared, mesh: Option<&dyn Mesh>) -> Delivery {
+/// answer (202 per ALF) means accepted. Never retries. The POST goes only where the sending
+/// agent's egress `policy` admits it (§5.6, as for `sys_fetch`), and follows no redirect.
+pub async fn deliver(
+    prepared: &Prepared,
+    mesh: Option<&dyn Mesh>,
+    policy: &adf_egress::Policy,
+) -> Delivery {
     match &prepared.route {
         Route::Local { handle, sender } => {
             let target: Option<LocalAgent> = mesh.and_then(|m| m.find(handle, None));
@@ -592,27 +585,48 @@ pub async fn deliver(prepared: &Prepared, mesh: Option<&dyn Mesh>) -> Delivery {
                 ),
             }
         }
-        Route::Http { url } => {
-            let response = http_client().post(url).json(&prepared.message).send().await;
-            match response {
-                Ok(response) if response.status().is_success() => {
-                    Delivery::accepted(response.status().as_u16())
-                }
-                Ok(response) => {
-                    let status = response.status();
-                    let body = response.text().await.unwrap_or_default();
-                    let reason = serde_json::from_str::<Value>(&body)
-                        .ok()
-                        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-                        .unwrap_or_else(|| body.chars().take(200).collect());
-                    Delivery::failed(
-                        Some(status.as_u16()),
-                        format!("{url} refused the message ({status}): {reason}"),
-                    )
-                }
-                Err(error) => Delivery::failed(None, format!("cannot reach {url}: {error}")),
-            }
+        Route::Http { url } => post(url, &prepared.message, policy).await,
+    }
+}
+
+/// The HTTP half of [`deliver`]: admitted by the policy, then one POST with no redirect.
+async fn post(url: &str, message: &Value, policy: &adf_egress::Policy) -> Delivery {
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(error) => return Delivery::failed(None, format!("'{url}' is not a URL: {error}")),
+    };
+    let pins = adf_egress::Pins::default();
+    if let Err(error) = policy
+        .admit("POST", &parsed, &adf_egress::SystemLookup, &pins)
+        .await
+    {
+        return Delivery::failed(None, format!("msg_send to {url}: {error}"));
+    }
+    let options = adf_egress::ClientOptions {
+        timeout: Some(DELIVERY_TIMEOUT),
+        ..adf_egress::ClientOptions::default()
+    };
+    let client = match adf_egress::agent_client(&pins, options) {
+        Ok(client) => client,
+        Err(error) => return Delivery::failed(None, error.to_string()),
+    };
+    match client.post(parsed).json(message).send().await {
+        Ok(response) if response.status().is_success() => {
+            Delivery::accepted(response.status().as_u16())
         }
+        Ok(response) => {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            let reason = serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_else(|| body.chars().take(200).collect());
+            Delivery::failed(
+                Some(status.as_u16()),
+                format!("{url} refused the message ({status}): {reason}"),
+            )
+        }
+        Err(error) => Delivery::failed(None, format!("cannot reach {url}: {error}")),
     }
 }
 

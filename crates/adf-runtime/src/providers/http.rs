@@ -52,20 +52,18 @@ pub(crate) fn non_empty(k: Option<ApiKey>) -> Option<ApiKey> {
 const READ_TIMEOUT: Duration = Duration::from_secs(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The process-wide client. reqwest is built with `rustls-no-provider`, so the ring provider
-/// must be installed before the first client is built (CRATES.md pitfall 8); installing fails
-/// harmlessly when another part of the process already did it.
+/// The process-wide client, from the workspace's one constructor (which installs the rustls
+/// provider first).
 pub(crate) fn client(provider: &str) -> Result<reqwest::Client, ProviderError> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .read_timeout(READ_TIMEOUT)
-                .user_agent(concat!("adf/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| e.to_string())
+            adf_egress::service_client(adf_egress::ClientOptions {
+                timeout: None,
+                connect_timeout: Some(CONNECT_TIMEOUT),
+                read_timeout: Some(READ_TIMEOUT),
+            })
+            .map_err(|e| e.to_string())
         })
         .clone()
         .map_err(|message| ProviderError::Config {

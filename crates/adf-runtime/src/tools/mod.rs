@@ -536,6 +536,7 @@ impl ToolRegistry {
     pub fn detach(&self, call: &DeferredCall, config: &Value, caller: &Caller) -> Option<Detached> {
         self.get(&call.tool)?
             .detach(config, caller, call.args.clone())
+            .map(unwinding_to_error)
     }
 
     /// Carries out a deferred call of a [`Tool::detach`] tool and records its outcome on the
@@ -641,7 +642,7 @@ impl ToolRegistry {
                 approval_task: Some(task_id.to_owned()),
             };
             return Ok(match tool.detach(&config, caller, call.args.clone()) {
-                Some(future) => TaskRun::Detached(future),
+                Some(future) => TaskRun::Detached(unwinding_to_error(future)),
                 None => TaskRun::Code(call),
             });
         }
@@ -711,6 +712,8 @@ impl ToolRegistry {
 }
 
 /// Runs `work` with a [`ToolContext`] inside one transaction: an error rolls every write back.
+/// A panicking tool is that call's error (its writes rolled back), never the end of the
+/// thread that holds the agent's file.
 fn in_transaction<T>(
     file: &mut AdfFile,
     caller: &Caller,
@@ -720,14 +723,41 @@ fn in_transaction<T>(
     work: impl FnOnce(&mut ToolContext<'_>) -> Result<T, ToolError>,
 ) -> Result<T, ToolError> {
     file.atomically(|file| {
-        work(&mut ToolContext {
+        let mut cx = ToolContext {
             file,
             caller,
             config,
             protection_override,
             full,
-        })
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut cx)))
+            .unwrap_or_else(|payload| Err(panicked(payload.as_ref())))
     })
+}
+
+/// The error of a tool call that panicked.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> ToolError {
+    ToolError::new(
+        ErrorCode::InternalError,
+        format!(
+            "the tool stopped on an internal error ({}); its writes were rolled back",
+            adf_egress::panic_message(payload)
+        ),
+    )
+}
+
+/// A detached call's future whose panic becomes its error result.
+fn unwinding_to_error(future: Detached) -> Detached {
+    use futures::FutureExt as _;
+    Box::pin(
+        std::panic::AssertUnwindSafe(future)
+            .catch_unwind()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|payload| {
+                    DetachedOutcome::from(Err(panicked(payload.as_ref())))
+                })
+            }),
+    )
 }
 
 fn denied(name: &str, reason: &str) -> ToolError {

@@ -379,3 +379,34 @@ fn a_requested_release_returns_at_once_and_yields_to_queued_jobs() {
     assert_cleanly_closed(&path);
     handle.close().unwrap();
 }
+
+#[test]
+fn a_panicking_job_fails_alone_rolls_back_and_the_worker_keeps_serving() {
+    let (_dir, path) = closed_file("panic");
+    let handle = StoreHandle::open(&path).unwrap();
+    handle.call(|f| append(f, 1)).unwrap();
+    let worker = handle.call(|_| Ok(std::thread::current().id())).unwrap();
+    // Half a transaction, then a panic: the write must not survive, nor the open transaction.
+    let error = handle
+        .call(|f| -> adf_store::Result<()> {
+            f.atomically(|f| -> adf_store::Result<()> {
+                append(f, 2)?;
+                panic!("boom in the middle of a write");
+            })
+        })
+        .unwrap_err();
+    match &error {
+        StoreError::JobPanicked(message) => assert!(message.contains("boom"), "{message}"),
+        other => panic!("expected JobPanicked, got {other:?}"),
+    }
+    // The same worker answers the next jobs, and sees only the committed write.
+    assert_eq!(
+        handle.call(|_| Ok(std::thread::current().id())).unwrap(),
+        worker
+    );
+    assert_eq!(order(&handle), vec![1]);
+    handle.call(|f| append(f, 3)).unwrap();
+    assert_eq!(order(&handle), vec![1, 3]);
+    handle.close().unwrap();
+    assert_cleanly_closed(&path);
+}

@@ -8,16 +8,19 @@
 //! copy connected to its [`Mesh`] for same-runtime agents and bare handles.
 //! `agent_discover` exists only with a mesh: elsewhere it answers `MESH_NOT_ENABLED`.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::FutureExt as _;
 use serde_json::{Value, json};
 
 use crate::home::RuntimeHome;
 use crate::identity::LocalKeys;
 use crate::messaging::send::{self, Prepared, SendContext};
-use crate::messaging::{Mesh, Origin};
+use crate::messaging::{Delivery, Mesh, Origin};
 use crate::tools::{
-    Caller, DeliveryRecord, Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError,
+    Caller, DeliveryRecord, Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolContext,
+    ToolError,
 };
 
 /// The tools of this family every runtime has.
@@ -107,8 +110,17 @@ impl Tool for MsgSend {
             .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))
     }
 
-    fn detach(&self, _config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
         let mesh = self.mesh.clone();
+        // The same §5.6 policy as sys_fetch (without fetch middleware, which is for fetches).
+        let policy = adf_egress::Policy {
+            allow_local: config
+                .pointer("/security/allow_local_fetch")
+                .and_then(Value::as_bool)
+                == Some(true),
+            served_origins: Vec::new(),
+            control_apis: crate::fetch::recorded_control_apis(self.home.as_ref()),
+        };
         Some(Box::pin(async move {
             let prepared: Prepared = match serde_json::from_value(args) {
                 Ok(prepared) => prepared,
@@ -119,10 +131,38 @@ impl Tool for MsgSend {
                     )));
                 }
             };
-            let delivery = send::deliver(&prepared, mesh.as_deref()).await;
+            // A panic while delivering is that delivery's failure: the outbox row still
+            // reaches its final status and the caller's worker carries on.
+            let delivery = AssertUnwindSafe(send::deliver(&prepared, mesh.as_deref(), &policy))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|payload| {
+                    Delivery::failed(
+                        None,
+                        format!(
+                            "the delivery stopped on an internal error: {}",
+                            adf_egress::panic_message(payload.as_ref())
+                        ),
+                    )
+                });
+            let logs = match (&delivery.delivered, &delivery.error) {
+                (false, Some(reason)) => vec![LogRow {
+                    level: "warn",
+                    origin: "mesh",
+                    event: "delivery_failed",
+                    target: Some(prepared.outbox_id.clone()),
+                    message: reason.clone(),
+                    data: Some(json!({
+                        "message_id": prepared.message_id,
+                        "recipient": prepared.recipient,
+                        "status_code": delivery.status_code,
+                    })),
+                }],
+                _ => Vec::new(),
+            };
             DetachedOutcome {
                 result: send::result(&prepared, &delivery),
-                logs: Vec::new(),
+                logs,
                 deliveries: vec![DeliveryRecord {
                     outbox_id: prepared.outbox_id.clone(),
                     delivered: delivery.delivered,

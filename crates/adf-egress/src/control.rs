@@ -1,0 +1,170 @@
+//! Rule 2's registry: the control APIs no agent may reach.
+//!
+//! Two sources, both consulted by every [`crate::Policy`]:
+//! - the addresses this process serves its control API on ([`protect_control_api`], called
+//!   by the daemon when it binds);
+//! - the record daemons on this machine keep in the runtime home (`$ADF_HOME/daemon.json`,
+//!   [`write_record`] at bind, [`remove_record`] on clean shutdown), which every other process
+//!   that runs agent code (`adf code`, `adf run`, `adf tool`, `adf chat`) reads into its
+//!   policy ([`read_record`]) — so the control API is out of reach there too.
+//!
+//! A record left behind by a daemon that died is harmless: refusing a dead port costs nothing.
+//! A control API bound to `0.0.0.0`/`::` is reached through every address of this machine, so
+//! each of them is refused on its port.
+
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::rules::{canonical, is_this_machine};
+
+/// File name of the record in the runtime home.
+pub const RECORD_FILE: &str = "daemon.json";
+
+/// Control API addresses of this process.
+static IN_PROCESS: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
+
+/// Registers an address this process serves its control API on: from now on no policy
+/// allows it (on any loopback, unspecified or local spelling of its port).
+pub fn protect_control_api(addr: SocketAddr) {
+    let mut apis = IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner);
+    if !apis.contains(&addr) {
+        apis.push(addr);
+    }
+}
+
+/// The control APIs this process registered.
+pub fn in_process() -> Vec<SocketAddr> {
+    IN_PROCESS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Whether a connection to `ip:port` may reach one of `apis`: the API's own address, or any
+/// address of this machine on an API's port (a loopback bind is reached through every loopback
+/// spelling, an unspecified bind through every local address; refusing the few local
+/// spellings that would not reach a specific bind costs nothing).
+pub fn reaches(apis: &[SocketAddr], ip: IpAddr, port: u16) -> bool {
+    let ip = canonical(ip);
+    let on_port: Vec<IpAddr> = apis
+        .iter()
+        .filter(|api| api.port() == port)
+        .map(|api| canonical(api.ip()))
+        .collect();
+    !on_port.is_empty() && (on_port.contains(&ip) || is_this_machine(ip))
+}
+
+/// What went wrong with the record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a daemon record: {detail}")]
+    Malformed { path: String, detail: String },
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Record {
+    daemons: Vec<Entry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    pid: u32,
+    addrs: Vec<SocketAddr>,
+}
+
+/// The control API addresses recorded at `path`; none when there is no record.
+pub fn read_record(path: &Path) -> Result<Vec<SocketAddr>, RecordError> {
+    Ok(load(path)?
+        .daemons
+        .into_iter()
+        .flat_map(|entry| entry.addrs)
+        .collect())
+}
+
+/// Records that this process serves its control API on `addrs` (replacing what it recorded
+/// before; other daemons' entries stay). Written atomically at mode 0600.
+pub fn write_record(path: &Path, addrs: &[SocketAddr]) -> Result<(), RecordError> {
+    let mut record = load(path).unwrap_or_default();
+    let pid = std::process::id();
+    record.daemons.retain(|entry| entry.pid != pid);
+    record.daemons.push(Entry {
+        pid,
+        addrs: addrs.to_vec(),
+    });
+    store(path, &record)
+}
+
+/// Removes this process's entry (the file when no entry is left). A missing record is fine.
+pub fn remove_record(path: &Path) -> Result<(), RecordError> {
+    let mut record = match load(path) {
+        Ok(record) => record,
+        // Nothing of ours can be recovered from a damaged record; it is left for the owner.
+        Err(RecordError::Malformed { .. }) => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let pid = std::process::id();
+    record.daemons.retain(|entry| entry.pid != pid);
+    if record.daemons.is_empty() {
+        return match std::fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(io_error("removing", path, source)),
+        };
+    }
+    store(path, &record)
+}
+
+fn io_error(action: &'static str, path: &Path, source: std::io::Error) -> RecordError {
+    RecordError::Io {
+        action,
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn load(path: &Path) -> Result<Record, RecordError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Record::default()),
+        Err(source) => return Err(io_error("reading", path, source)),
+    };
+    serde_json::from_str(&text).map_err(|e| RecordError::Malformed {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })
+}
+
+fn store(path: &Path, record: &Record) -> Result<(), RecordError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
+    let temporary = path.with_extension(format!("json.tmp-{}", std::process::id()));
+    let text = serde_json::to_vec_pretty(record).map_err(|e| RecordError::Malformed {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let written = (|| {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&temporary)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if let Err(source) = written {
+        let _ignored = std::fs::remove_file(&temporary);
+        return Err(io_error("writing", path, source));
+    }
+    Ok(())
+}
