@@ -1,7 +1,7 @@
 //! Helpers shared by the runtime's integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolError, ToolRegistry};
