@@ -23,6 +23,13 @@ words) proves a feature is missing, so it credits no ID: name such tests
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args
+        .iter()
+        .any(|a| a == "--help" || a == "-h" || a == "help")
+    {
+        println!("{USAGE}");
+        return Ok(());
+    }
     match args.first().map(String::as_str) {
         Some("conformance") => conformance(
             args.iter().any(|a| a == "--missing"),
