@@ -1,22 +1,41 @@
 //! Project chores. `cargo xtask conformance [--missing] [--json]` prints which conformance
-//! checklist IDs (`../shared/spec/conformance-checklist.md`) have tests.
+//! checklist IDs (`docs/spec/conformance-checklist.md`) have tests.
 //!
 //! A test proves an ID by carrying it in its function name: `fn sto_14_schema_matches()`,
-//! several IDs in a row (`fn sto_16_sto_17_checks()`), or a range (`fn def_02_to_def_09_x()`).
+//! several IDs in a row (`fn sto_16_sto_17_checks()`, `fn msg_04_05_06_vectors()`), or a range
+//! (`fn def_02_to_def_09_x()`, `fn sto_01_to_05_x()`). A test of a feature's absence
+//! (`not_supported`, `unsupported` or `absent` in its name) credits nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
+const USAGE: &str = "\
+usage: cargo xtask conformance [--missing] [--json]
+
+Counts the checklist IDs (docs/spec/conformance-checklist.md) that tests name in their function
+names: sto_14_x; msg_04_05_06_x (MSG-04, MSG-05, MSG-06); idn_20_idn_26_x (mixed prefixes
+too); def_02_to_def_09_x and sto_01_to_05_x (ranges). Only numbers that are IDs of the
+checklist count. A test whose name contains `not_supported`, `unsupported` or `absent` (whole
+words) proves a feature is missing, so it credits no ID: name such tests
+`not_supported_yet_<feature>` until the real behaviour has a real test.";
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args
+        .iter()
+        .any(|a| a == "--help" || a == "-h" || a == "help")
+    {
+        println!("{USAGE}");
+        return Ok(());
+    }
     match args.first().map(String::as_str) {
         Some("conformance") => conformance(
             args.iter().any(|a| a == "--missing"),
             args.iter().any(|a| a == "--json"),
         ),
-        _ => bail!("usage: cargo xtask conformance [--missing] [--json]"),
+        _ => bail!("{USAGE}"),
     }
 }
 
@@ -58,33 +77,97 @@ fn checklist(path: &Path) -> Result<Vec<(String, Vec<String>)>> {
     Ok(sections)
 }
 
-/// IDs named by one test function name.
-fn ids_in_name(name: &str, prefixes: &BTreeSet<String>) -> Vec<String> {
+/// Words that mark a test of a feature's absence ("not supported yet"): such a test names no
+/// requirement it proves, so it credits nothing, whatever IDs its name carries.
+const ABSENCE_MARKERS: [&[&str]; 3] = [&["not", "supported"], &["unsupported"], &["absent"]];
+
+/// Checklist IDs by prefix and number (`("STO", 1)` → `STO-01`), so a name's numbers are
+/// matched by value and only numbers that are real IDs count.
+type KnownIds = BTreeMap<(String, u32), String>;
+
+fn known_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> KnownIds {
+    ids.into_iter()
+        .filter_map(|id| {
+            let (prefix, number) = id.split_once('-')?;
+            Some(((prefix.to_owned(), number.parse().ok()?), id.clone()))
+        })
+        .collect()
+}
+
+fn is_number(part: &str) -> bool {
+    !part.is_empty() && part.chars().all(|c| c.is_ascii_digit())
+}
+
+/// True when the name carries an absence marker as whole words.
+fn marks_absence(parts: &[&str]) -> bool {
+    ABSENCE_MARKERS
+        .iter()
+        .any(|marker| parts.windows(marker.len()).any(|w| w == *marker))
+}
+
+/// The longest range a name may spell (`sto_01_to_05`), so a stray number cannot credit a
+/// whole section.
+const MAX_RANGE: u32 = 30;
+
+/// IDs named by one test function name: `sto_14_x`; lists with the prefix repeated
+/// (`sto_16_sto_17_x`, mixed prefixes too: `idn_20_msg_26_x`) or not (`msg_04_05_06_x`);
+/// ranges (`def_02_to_def_09_x`, `sto_01_to_05_x`). Numbers that are not IDs of the checklist
+/// are ignored; a name with an absence marker names none.
+fn ids_in_name(name: &str, known: &KnownIds) -> Vec<String> {
     let parts: Vec<&str> = name.split('_').collect();
-    let mut ids = Vec::new();
+    if marks_absence(&parts) {
+        return Vec::new();
+    }
+    let prefixes: BTreeSet<&str> = known.keys().map(|(p, _)| p.as_str()).collect();
+    let mut numbers: Vec<(String, u32)> = Vec::new();
+    // The prefix of the list being read, with its last number, while numbers keep following.
+    let mut current: Option<(String, u32)> = None;
     let mut i = 0;
-    while i + 1 < parts.len() {
-        let prefix = parts[i].to_ascii_uppercase();
-        let number = parts[i + 1];
-        if prefixes.contains(&prefix)
-            && !number.is_empty()
-            && number.chars().all(|c| c.is_ascii_digit())
-        {
-            let start: u32 = number.parse().unwrap_or(0);
-            let width = number.len();
-            // `x_02_to_x_09`: every ID in the range.
-            let range_end = (i + 4 < parts.len()
-                && parts[i + 2] == "to"
-                && parts[i + 3].eq_ignore_ascii_case(&prefix))
-            .then(|| parts[i + 4].parse::<u32>().ok())
-            .flatten();
-            let end = range_end.unwrap_or(start);
-            for n in start..=end.max(start) {
-                ids.push(format!("{prefix}-{n:0width$}"));
+    while i < parts.len() {
+        let part = parts[i];
+        let upper = part.to_ascii_uppercase();
+        let next_is_number = parts.get(i + 1).is_some_and(|n| is_number(n));
+        if prefixes.contains(upper.as_str()) && next_is_number {
+            let n = parts[i + 1].parse().unwrap_or(0);
+            numbers.push((upper.clone(), n));
+            current = Some((upper, n));
+            i += 2;
+            continue;
+        }
+        if let Some((prefix, last)) = current.clone() {
+            if is_number(part) {
+                let n = part.parse().unwrap_or(0);
+                numbers.push((prefix.clone(), n));
+                current = Some((prefix, n));
+                i += 1;
+                continue;
             }
-            i += if range_end.is_some() { 5 } else { 2 };
-        } else {
-            i += 1;
+            // `to_05` or `to_sto_05`: the range from the last number.
+            let same_prefix = parts
+                .get(i + 1)
+                .is_some_and(|p| p.eq_ignore_ascii_case(&prefix));
+            let end_at = if same_prefix { i + 2 } else { i + 1 };
+            if part == "to"
+                && let Some(end) = parts.get(end_at).filter(|n| is_number(n))
+            {
+                let end: u32 = end.parse().unwrap_or(0);
+                if end > last && end - last <= MAX_RANGE {
+                    numbers.extend((last + 1..=end).map(|n| (prefix.clone(), n)));
+                }
+                current = Some((prefix, end));
+                i = end_at + 1;
+                continue;
+            }
+        }
+        current = None;
+        i += 1;
+    }
+    let mut ids: Vec<String> = Vec::new();
+    for key in numbers {
+        if let Some(id) = known.get(&key)
+            && !ids.contains(id)
+        {
+            ids.push(id.clone());
         }
     }
     ids
@@ -112,13 +195,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn conformance(missing: bool, json: bool) -> Result<()> {
     let root = repo_root();
     let sections = checklist(&root.join("docs/spec/conformance-checklist.md"))?;
-    let prefixes: BTreeSet<String> = sections
-        .iter()
-        .flat_map(|(_, ids)| {
-            ids.iter()
-                .filter_map(|id| id.split('-').next().map(str::to_owned))
-        })
-        .collect();
+    let known = known_ids(sections.iter().flat_map(|(_, ids)| ids.iter()));
 
     let mut files = Vec::new();
     rust_files(&root.join("crates"), &mut files);
@@ -152,7 +229,7 @@ fn conformance(missing: bool, json: bool) -> Result<()> {
                 .to_string();
             let in_tests = relative.contains("/tests/") || previous_was_test;
             if in_tests {
-                for id in ids_in_name(&name, &prefixes) {
+                for id in ids_in_name(&name, &known) {
                     covered
                         .entry(id)
                         .or_default()
@@ -255,25 +332,109 @@ mod serde_like {
 mod tests {
     use super::*;
 
+    fn known(ids: &[&str]) -> KnownIds {
+        let owned: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+        known_ids(&owned)
+    }
+
+    fn checklist_like() -> KnownIds {
+        let mut ids: Vec<String> = Vec::new();
+        for prefix in ["STO", "DEF", "MET", "MSG", "IDN", "SRV"] {
+            ids.extend((1..=40).map(|n| format!("{prefix}-{n:02}")));
+        }
+        known_ids(&ids)
+    }
+
     #[test]
     fn names_ranges_and_lists() {
-        let prefixes: BTreeSet<String> = ["STO", "DEF", "MET"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        assert_eq!(ids_in_name("sto_14_schema", &prefixes), vec!["STO-14"]);
+        let k = checklist_like();
+        assert_eq!(ids_in_name("sto_14_schema", &k), vec!["STO-14"]);
         assert_eq!(
-            ids_in_name("sto_16_sto_17_checks", &prefixes),
+            ids_in_name("sto_16_sto_17_checks", &k),
             vec!["STO-16", "STO-17"]
         );
         assert_eq!(
-            ids_in_name("def_02_to_def_04_x", &prefixes),
+            ids_in_name("def_02_to_def_04_x", &k),
             vec!["DEF-02", "DEF-03", "DEF-04"]
         );
+        assert_eq!(ids_in_name("met_11_store_handle", &k), vec!["MET-11"]);
+        assert!(ids_in_name("handles_are_slugs", &k).is_empty());
+    }
+
+    #[test]
+    fn shorthand_lists_credit_every_number() {
+        let k = checklist_like();
         assert_eq!(
-            ids_in_name("met_11_store_handle", &prefixes),
-            vec!["MET-11"]
+            ids_in_name("msg_04_05_06_x", &k),
+            vec!["MSG-04", "MSG-05", "MSG-06"]
         );
-        assert!(ids_in_name("handles_are_slugs", &prefixes).is_empty());
+        assert_eq!(
+            ids_in_name("idn_13_15_12_injected_dek_envelope_vectors", &k),
+            vec!["IDN-13", "IDN-15", "IDN-12"]
+        );
+        // A list ends at the first word that is not a number.
+        assert_eq!(
+            ids_in_name("msg_05_06_alf_roundtrip_level2_and_tamper_07", &k),
+            vec!["MSG-05", "MSG-06"]
+        );
+    }
+
+    #[test]
+    fn shorthand_ranges_credit_every_id_between() {
+        let k = checklist_like();
+        assert_eq!(
+            ids_in_name("sto_01_to_05_x", &k),
+            vec!["STO-01", "STO-02", "STO-03", "STO-04", "STO-05"]
+        );
+        assert_eq!(
+            ids_in_name("def_12_to_def_14_def_20_x", &k),
+            vec!["DEF-12", "DEF-13", "DEF-14", "DEF-20"]
+        );
+        // A backwards or runaway range credits only its start.
+        assert_eq!(ids_in_name("sto_05_to_01_x", &k), vec!["STO-05"]);
+        assert_eq!(ids_in_name("sto_01_to_99_x", &k), vec!["STO-01"]);
+    }
+
+    #[test]
+    fn mixed_prefixes_each_keep_their_own() {
+        let k = checklist_like();
+        assert_eq!(
+            ids_in_name("idn_20_idn_26_claim", &k),
+            vec!["IDN-20", "IDN-26"]
+        );
+        assert_eq!(
+            ids_in_name("cod_35_msg_08_09_idn_10_x", &k),
+            vec!["MSG-08", "MSG-09", "IDN-10"],
+            "COD is not in this checklist"
+        );
+        assert_eq!(
+            ids_in_name("srv_19_then_met_3_x", &k),
+            vec!["SRV-19", "MET-03"],
+            "numbers match by value, not by spelling"
+        );
+    }
+
+    #[test]
+    fn only_numbers_that_are_checklist_ids_count() {
+        let k = known(&["MSG-04", "MSG-06", "STO-02"]);
+        assert_eq!(ids_in_name("msg_04_05_06_x", &k), vec!["MSG-04", "MSG-06"]);
+        assert_eq!(ids_in_name("sto_01_to_03_x", &k), vec!["STO-02"]);
+        assert!(ids_in_name("msg_400_bad_request", &k).is_empty());
+    }
+
+    #[test]
+    fn absence_tests_credit_nothing() {
+        let k = checklist_like();
+        for name in [
+            "srv_30_fetch_middleware_is_refused_as_not_supported_yet",
+            "not_supported_yet_srv_30_fetch_middleware",
+            "absent_srv_30_fetch_middleware",
+            "msg_13_unsupported_algorithm",
+        ] {
+            assert!(ids_in_name(name, &k).is_empty(), "{name}");
+        }
+        // Whole words only: these name their IDs.
+        assert_eq!(ids_in_name("sto_01_absentee_x", &k), vec!["STO-01"]);
+        assert_eq!(ids_in_name("sto_02_supported_x", &k), vec!["STO-02"]);
     }
 }

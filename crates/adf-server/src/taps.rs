@@ -246,16 +246,16 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn new(rate: f64) -> Self {
+    /// A full bucket at `now`; the time is a parameter so tests can drive the refill.
+    fn new(rate: f64, now: Instant) -> Self {
         Self {
             rate,
             tokens: rate.max(1.0),
-            last: Instant::now(),
+            last: now,
         }
     }
 
-    fn take(&mut self) -> bool {
-        let now = Instant::now();
+    fn take(&mut self, now: Instant) -> bool {
         let refill = now.duration_since(self.last).as_secs_f64() * self.rate;
         self.tokens = (self.tokens + refill).min(self.rate.max(1.0));
         self.last = now;
@@ -401,14 +401,15 @@ impl Daemon {
                 }
                 let allowed = {
                     let mut state = agent.taps().lock();
+                    let now = Instant::now();
                     let bucket = state
                         .buckets
                         .entry(tap.name.clone())
-                        .or_insert_with(|| Bucket::new(tap.max_rate_per_sec));
+                        .or_insert_with(|| Bucket::new(tap.max_rate_per_sec, now));
                     if bucket.rate != tap.max_rate_per_sec {
-                        *bucket = Bucket::new(tap.max_rate_per_sec);
+                        *bucket = Bucket::new(tap.max_rate_per_sec, now);
                     }
-                    let allowed = bucket.take();
+                    let allowed = bucket.take(now);
                     if allowed {
                         state.delivered += 1;
                     } else {
@@ -553,6 +554,7 @@ impl Daemon {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn cfg_41_wildcards_need_allow_wildcard_and_defaults_apply() {
@@ -581,9 +583,27 @@ mod tests {
 
     #[test]
     fn a_bucket_holds_one_second_of_events() {
-        let mut bucket = Bucket::new(3.0);
-        assert!(bucket.take() && bucket.take() && bucket.take());
-        assert!(!bucket.take());
+        let start = Instant::now();
+        let mut bucket = Bucket::new(3.0, start);
+        assert!(bucket.take(start) && bucket.take(start) && bucket.take(start));
+        assert!(!bucket.take(start));
+        // A third of a second refills one event at 3/s, no more.
+        let third = start + Duration::from_millis(334);
+        assert!(bucket.take(third));
+        assert!(!bucket.take(third));
+        // A long quiet spell refills one second's worth, not more.
+        let later = third + Duration::from_secs(60);
+        assert!(bucket.take(later) && bucket.take(later) && bucket.take(later));
+        assert!(!bucket.take(later));
+    }
+
+    #[test]
+    fn a_bucket_below_one_event_per_second_still_holds_one() {
+        let start = Instant::now();
+        let mut bucket = Bucket::new(0.5, start);
+        assert!(bucket.take(start));
+        assert!(!bucket.take(start + Duration::from_secs(1)));
+        assert!(bucket.take(start + Duration::from_secs(2)));
     }
 
     #[test]

@@ -200,6 +200,23 @@ impl MockProvider {
         self
     }
 
+    /// Returns once `count` requests have arrived in total (at once when they already have): the
+    /// event to wait on instead of polling [`request_count`](Self::request_count).
+    pub async fn requests_arrived(&self, count: usize) {
+        let count = u64::try_from(count).unwrap_or(u64::MAX);
+        let mut arrived = self.inner.arrived.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive: the channel cannot close.
+        let _ = arrived.wait_for(|n| *n >= count).await;
+    }
+
+    /// Stops the server and returns once its listener is closed, so a connection to
+    /// [`addr`](Self::addr) is refused from then on (dropping the mock only asks it to stop).
+    pub async fn shutdown(mut self) {
+        self.task.abort();
+        // The task ends (cancelled) only after its future, listener included, is dropped.
+        let _ = (&mut self.task).await;
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.inner.requests).clone()

@@ -5,7 +5,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adf_store::{AdfFile, ConfigAction, CreateOptions};
 use adf_testkit::{MockProvider, Turn};
@@ -212,11 +212,10 @@ async fn stl_crash_kill_9_mid_turn_keeps_completed_steps_and_does_not_replay() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while mock.request_count() < 2 {
-        assert!(Instant::now() < deadline, "the second request never came");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The second request's arrival, not a poll; the timeout only turns a hang into a failure.
+    tokio::time::timeout(Duration::from_secs(60), mock.requests_arrived(2))
+        .await
+        .expect("the second request never came");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
@@ -299,6 +298,7 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
         .unwrap();
     let loaded = daemon.load(&agent.file).await.unwrap().agent;
     let id = loaded.id.clone();
+    let mut published = daemon.events().watch();
     let mut cmd = adf(&agent);
     cmd.args(["--url", &server.url(), "chat", &id, "Say hello."]);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
@@ -310,25 +310,29 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
         "{}",
         text(&out.stdout)
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let replied = loaded
-            .store()
-            .run(|file| {
-                Ok(file.connection().query_row(
-                    "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%Hello from the daemon.%'",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )?)
-            })
-            .await
-            .unwrap();
-        if replied == 1 {
-            break;
+    // Checked again on every event the daemon publishes (the turn's end is one); the timeout
+    // only turns a hang into a failure.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let replied = loaded
+                .store()
+                .run(|file| {
+                    Ok(file.connection().query_row(
+                        "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%Hello from the daemon.%'",
+                        [],
+                        |r| r.get::<_, i64>(0),
+                    )?)
+                })
+                .await
+                .unwrap();
+            if replied == 1 {
+                break;
+            }
+            published.changed().await.unwrap();
         }
-        assert!(Instant::now() < deadline, "the daemon turn never replied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
+    .expect("the daemon turn never replied");
     assert_eq!(mock.request_count(), 1);
     server.shutdown().await.unwrap();
 }

@@ -6,7 +6,8 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use adf_store::{AdfFile, ConfigAction, CreateOptions};
 use adf_testkit::{MockProvider, Turn};
@@ -108,13 +109,64 @@ fn client(daemon: &Daemon, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
 }
 
-/// Polls `check` (a failure guard, not a timing assumption).
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
+/// The daemon's event stream, read by `adf events --json` (a child process) line by line.
+struct Events {
+    child: Child,
+    frames: mpsc::Receiver<Value>,
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
+}
+
+/// Follows the daemon's events (it runs one agent); the stream replays the daemon's ring first,
+/// so nothing published before the command connects is missed.
+fn events(daemon: &Daemon) -> Events {
+    let mut child = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", &daemon.home)
+        .args(["events", "--url", &daemon.url, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (sender, frames) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let frame = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if sender.send(frame).is_err() {
+                break;
+            }
+        }
+    });
+    Events { child, frames }
+}
+
+impl Events {
+    /// Reads the stream up to the next event of `event_type`. The timeout only turns a hang
+    /// into a failure: each read waits for the daemon to publish.
+    fn next_of(&self, event_type: &str) -> Value {
+        loop {
+            let frame = self
+                .frames
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("no {event_type} event: {e}"));
+            if frame["event"]["event_type"] == event_type {
+                return frame["event"].clone();
+            }
+        }
+    }
+}
+
+/// Returns once the mock has received `count` requests (a failure after a minute, not a
+/// timing assumption: the wait ends on the request's arrival).
+async fn requests_arrived(mock: &MockProvider, count: usize) {
+    tokio::time::timeout(Duration::from_secs(60), mock.requests_arrived(count))
+        .await
+        .unwrap_or_else(|_| panic!("the mock never received {count} requests"));
 }
 
 fn request_text(mock: &MockProvider, i: usize) -> String {
@@ -131,24 +183,25 @@ async fn asks_and_answer_settle_a_question_the_daemon_turn_waits_on() {
         Turn::text("Green it is."),
     ]);
     let daemon = start(&mock);
+    let events = events(&daemon);
     client(&daemon, &["chat", "helper", "Pick a colour"]);
-    let mut asks = Value::Null;
-    wait_for("the pending question", || {
-        asks = client(&daemon, &["asks", "helper"]);
-        asks["asks"].as_array().is_some_and(|a| !a.is_empty())
-    });
+    let requested = events.next_of("ask.requested");
+    let asks = client(&daemon, &["asks", "helper"]);
+    assert!(
+        asks["asks"].as_array().is_some_and(|a| !a.is_empty()),
+        "{asks}"
+    );
     assert_eq!(asks["asks"][0]["question"], "Which colour?");
     let request = asks["asks"][0]["requestId"].as_str().unwrap().to_owned();
+    assert_eq!(requested["payload"]["request_id"], request.as_str());
     let answered = client(&daemon, &["answer", "helper", &request, "green", "please"]);
     assert_eq!(answered["answered"], true, "{answered}");
     // The model's next request carries the answer as the ask's result.
-    wait_for("the turn to continue", || mock.request_count() >= 2);
+    requests_arrived(&mock, 2).await;
     assert!(request_text(&mock, 1).contains("green please"));
-    wait_for("the question to be gone", || {
-        client(&daemon, &["asks", "helper"])["asks"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-    });
+    events.next_of("ask.resolved");
+    let asks = client(&daemon, &["asks", "helper"]);
+    assert!(asks["asks"].as_array().is_some_and(Vec::is_empty), "{asks}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,21 +212,22 @@ async fn abort_ends_a_waiting_turn_and_the_agent_takes_the_next_chat() {
         Turn::text("Back to work."),
     ]);
     let daemon = start(&mock);
+    let events = events(&daemon);
     client(&daemon, &["chat", "helper", "Check in"]);
-    wait_for("the pending question", || {
-        client(&daemon, &["asks", "helper"])["asks"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty())
-    });
+    events.next_of("ask.requested");
+    let asks = client(&daemon, &["asks", "helper"]);
+    assert!(
+        asks["asks"].as_array().is_some_and(|a| !a.is_empty()),
+        "{asks}"
+    );
     client(&daemon, &["abort", "helper"]);
-    wait_for("the aborted turn's question to go", || {
-        client(&daemon, &["asks", "helper"])["asks"]
-            .as_array()
-            .is_some_and(Vec::is_empty)
-    });
+    let resolved = events.next_of("ask.resolved");
+    assert_eq!(resolved["payload"]["has_response"], false, "{resolved}");
+    let asks = client(&daemon, &["asks", "helper"]);
+    assert!(asks["asks"].as_array().is_some_and(Vec::is_empty), "{asks}");
     // The agent is still loaded and runs the next chat (the second scripted turn).
     client(&daemon, &["chat", "helper", "Carry on"]);
-    wait_for("the next turn's request", || mock.request_count() >= 2);
+    requests_arrived(&mock, 2).await;
     let next = request_text(&mock, 1);
     assert!(next.contains("Carry on"), "{next}");
     let status = client(&daemon, &["status", "helper"]);

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use serde_json::Value;
 
-fn adf() -> Command {
+/// `adf` with its runtime home in `home`; each test makes `adf()` from its own fresh home.
+fn adf_in(home: &Path) -> Command {
     let mut cmd = Command::cargo_bin("adf").unwrap();
-    cmd.env("ADF_HOME", std::env::temp_dir().join("adf-cli-tests-home"));
+    cmd.env("ADF_HOME", home);
     cmd
 }
 
@@ -83,6 +84,8 @@ fn dump_row_counts(dump: &Path) -> BTreeMap<String, usize> {
 
 #[test]
 fn sto_47_each_reference_fixture_migrates_and_keeps_every_row() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     for name in ["minimal-headless", "studio-identity", "populated-runtime"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(format!("{name}.adf"));
@@ -157,6 +160,8 @@ fn sto_47_each_reference_fixture_migrates_and_keeps_every_row() {
 
 #[test]
 fn check_exits_1_on_a_spec_violation() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.adf");
     std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
@@ -193,6 +198,8 @@ fn check_exits_1_on_a_spec_violation() {
 
 #[test]
 fn sto_29_every_command_refuses_a_newer_schema_and_leaves_it_byte_identical() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("future.adf");
     std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
@@ -252,6 +259,8 @@ fn sto_29_every_command_refuses_a_newer_schema_and_leaves_it_byte_identical() {
 
 #[test]
 fn bad_files_give_short_errors_and_stay_unchanged() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.adf");
     std::fs::write(&empty, b"").unwrap();
@@ -281,6 +290,8 @@ fn bad_files_give_short_errors_and_stay_unchanged() {
 
 #[test]
 fn new_put_cat_files_meta_config_round_trip() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("Helper Bot.adf");
     let out = adf()
@@ -435,6 +446,8 @@ fn new_put_cat_files_meta_config_round_trip() {
 
 #[test]
 fn listing_commands_show_fixture_records() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.adf");
     std::fs::copy(fixture("populated-runtime.adf"), &path).unwrap();
@@ -496,6 +509,8 @@ fn listing_commands_show_fixture_records() {
 
 #[test]
 fn every_command_has_help() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let top = adf().arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&top.stdout).into_owned();
     let commands: Vec<String> = text
@@ -519,6 +534,8 @@ fn every_command_has_help() {
 
 #[test]
 fn the_demo_runs_to_completion_and_leaves_a_valid_agent() {
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let dir = tempfile::tempdir().unwrap();
     let out = adf()
         .args(["--json", "demo", "--dir"])

@@ -1,8 +1,8 @@
 //! `adf tool`, `adf approve`, `adf deny`, `adf tasks` as separate processes: a model call to a
 //! restricted tool waits for the owner's decision made from another shell.
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, ChildStderr, Command as Process, Stdio};
 
 use assert_cmd::Command;
 use serde_json::Value;
@@ -45,27 +45,41 @@ fn spawn_tool(agent: &Agent, name: &str, args: &str) -> Child {
         .unwrap()
 }
 
-/// Waits until the file shows a task awaiting approval; the other process writes it.
-fn pending_task(file: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let conn =
-            rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .unwrap();
-        let found: Option<String> = conn
-            .query_row(
-                "SELECT id FROM adf_tasks WHERE status = 'pending_approval'",
-                [],
-                |r| r.get(0),
-            )
-            .ok();
-        drop(conn);
-        if let Some(id) = found {
-            return id;
+/// Reads the waiting call's stderr up to its announcement (`waiting for approval of … (task
+/// ID): …`, printed once the task is stored) and returns the task id, checked against the
+/// file, with the rest of the stderr to read after the call ends.
+fn pending_task(file: &Path, child: &mut Child) -> (String, BufReader<ChildStderr>) {
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let id = loop {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).unwrap();
+        assert!(
+            read > 0,
+            "the call ended without asking for approval: {seen}"
+        );
+        seen.push_str(&line);
+        if let Some(rest) = line.split_once("(task ").map(|(_, rest)| rest) {
+            break rest.split(')').next().unwrap_or_default().to_owned();
         }
-        assert!(Instant::now() < deadline, "no approval request appeared");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    let conn =
+        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let status: String = conn
+        .query_row("SELECT status FROM adf_tasks WHERE id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(status, "pending_approval", "{seen}");
+    (id, stderr)
+}
+
+/// Waits for the call to end; its stderr is the part [`pending_task`] did not read.
+fn finish(child: Child, mut stderr: BufReader<ChildStderr>) -> std::process::Output {
+    let mut out = child.wait_with_output().unwrap();
+    stderr.read_to_end(&mut out.stderr).unwrap();
+    out
 }
 
 fn config_value(agent: &Agent, path: &str) -> String {
@@ -81,12 +95,12 @@ fn config_value(agent: &Agent, path: &str) -> String {
 #[test]
 fn tol_08_model_call_waits_for_approve_from_another_shell() {
     let agent = agent();
-    let child = spawn_tool(
+    let mut child = spawn_tool(
         &agent,
         "sys_update_config",
         r#"{"path":"description","value":"approved edit","_reason":"update my card"}"#,
     );
-    let task = pending_task(&agent.file);
+    let (task, stderr) = pending_task(&agent.file, &mut child);
     let listed = adf(&agent)
         .args(["--json", "tasks"])
         .arg(&agent.file)
@@ -104,7 +118,7 @@ fn tol_08_model_call_waits_for_approve_from_another_shell() {
         .arg(&task)
         .assert()
         .success();
-    let out = child.wait_with_output().unwrap();
+    let out = finish(child, stderr);
     assert!(
         out.status.success(),
         "{}",
@@ -128,12 +142,12 @@ fn tol_08_model_call_waits_for_approve_from_another_shell() {
 fn denied_from_another_shell_the_call_fails_and_nothing_changes() {
     let agent = agent();
     let before = config_value(&agent, "description");
-    let child = spawn_tool(
+    let mut child = spawn_tool(
         &agent,
         "sys_update_config",
         r#"{"path":"description","value":"nope"}"#,
     );
-    let task = pending_task(&agent.file);
+    let (task, stderr) = pending_task(&agent.file, &mut child);
     adf(&agent)
         .arg("deny")
         .arg(&agent.file)
@@ -141,7 +155,7 @@ fn denied_from_another_shell_the_call_fails_and_nothing_changes() {
         .arg("not today")
         .assert()
         .success();
-    let out = child.wait_with_output().unwrap();
+    let out = finish(child, stderr);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -844,7 +844,7 @@ async fn srv_27_body_capped_while_streaming() {
 }
 
 #[tokio::test]
-async fn srv_30_fetch_middleware_is_refused_as_not_supported_yet() {
+async fn not_supported_yet_fetch_middleware_refuses_every_fetch() {
     let server = Server::start().await;
     let (_d, _p, mut file) = new_agent();
     owner_set(
@@ -874,7 +874,7 @@ async fn srv_30_fetch_middleware_is_refused_as_not_supported_yet() {
 // ---------- native fetch (COD-16) ----------
 
 #[tokio::test]
-async fn cod_16_native_fetch_absent_without_network() {
+async fn cod_16_native_fetch_is_undefined_without_network() {
     let server = Server::start().await;
     let (_d, _p, mut file) = new_agent();
     let env = env_with(ToolRegistry::with_builtins()).await;

@@ -95,7 +95,7 @@ fn timer_event(text: &str) -> Trigger {
 // ---------- STL-02: start_in_state ----------
 
 #[test]
-fn stl_02_start_in_state_accepts_active_idle_hibernate_and_is_absent_by_default() {
+fn stl_02_start_in_state_accepts_active_idle_hibernate_and_is_unset_by_default() {
     let (_dir, _path, mut file) = common::new_agent();
     // Absent on a new file, and the agent starts active (missing-tables §5.3: absent ⇒ active).
     let config = file.config().unwrap();

@@ -8,6 +8,7 @@ mod common;
 mod executor;
 mod fetch;
 mod identity;
+mod ingress;
 mod loops_states;
 mod panics;
 mod pipeline;

@@ -850,8 +850,7 @@ async fn an_exhausted_script_fails_obviously() {
 async fn connection_refused_is_transient() {
     let mock = MockProvider::openai().await;
     let cfg = config(&mock, "openai", json!({"model_id": "m"}));
-    drop(mock);
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    mock.shutdown().await;
     let m = resolver().resolve(&cfg, Some(ApiKey::new(KEY))).unwrap();
     let err = m
         .provider

@@ -812,7 +812,7 @@ fn tol_50_location_is_a_directory_below_the_parent_and_collisions_are_refused() 
 }
 
 #[test]
-fn tol_49_autostart_is_stored_and_the_result_says_it_was_not_started() {
+fn not_supported_yet_autostart_of_a_created_child_is_stored_and_reported_as_not_started() {
     let mut env = Env::new();
     let result = env
         .create(json!({ "name": "auto", "autostart": true, "autonomous": true }))

@@ -646,7 +646,14 @@ fn tol_26_tol_29_met_22_sto_23_hostile_sql_is_refused_and_leaves_the_file_unchan
     }
     assert!(HOSTILE.len() >= 40, "at least 40 distinct attacks");
     assert!(attempts >= 3 * (HOSTILE.len() + 72));
-    assert!(!std::path::Path::new("/tmp/adf-db-attack.db").exists());
+    // ATTACH into this test's own directory: refused, and nothing is created there.
+    let attached = dir.path().join("attack.db");
+    let sql = format!("ATTACH DATABASE 'file:{}' AS x", attached.display());
+    let error = exec(&mut file, &code(), &sql, json!([])).unwrap_err();
+    assert_eq!(error.code, ErrorCode::WriteError, "{error}");
+    assert!(error.message.contains("ATTACH is not allowed"), "{error}");
+    assert!(!attached.exists());
+    assert_eq!(digest(&file), before);
 
     // VACUUM INTO would copy every table, secrets included, to a file of the agent's choosing.
     let target = dir.path().join("copy.db");

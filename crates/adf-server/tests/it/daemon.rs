@@ -361,21 +361,23 @@ async fn executor_operations_answer_without_a_turn_chat_needs_a_model_and_trigge
     // The fixture's missed `once` timer (agent scope) fires on load, a turn in the background;
     // its `timer.fired` is published once that job is over, so wait for it before asserting
     // that no turn is in flight (otherwise abort may find that turn).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !h
-        .server
-        .daemon
-        .events()
-        .since(0)
-        .iter()
-        .any(|f| f.event.event_type == "timer.fired" && f.event.payload["timer_id"] == 1)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the missed timer never fired"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut published = h.server.daemon.events().watch();
+    let fired = || {
+        h.server
+            .daemon
+            .events()
+            .since(0)
+            .iter()
+            .any(|f| f.event.event_type == "timer.fired" && f.event.payload["timer_id"] == 1)
+    };
+    // Checked again on every publish; the timeout only turns a hang into a failure.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !fired() {
+            published.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the missed timer never fired");
     // With no turn in flight: abort has nothing to abort, no ask is pending, the agent is
     // not suspended (tests/hil.rs drives each with a running turn).
     for (route, body, status, expected) in [

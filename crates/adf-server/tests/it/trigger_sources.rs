@@ -125,20 +125,31 @@ async fn trg_17_trg_01_aud_17_a_chat_turn_raises_on_chat_on_tool_call_on_task_cr
     assert_eq!(status, 202, "{body}");
     // The owner denies the restricted call the turn is waiting on (over HTTP: the waiting
     // turn holds the agent's worker).
-    let pending = format!("/agents/{}/tasks?status=pending_approval", agent.id);
-    let task_id = {
-        let mut found = None;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while found.is_none() {
-            assert!(std::time::Instant::now() < deadline, "no pending approval");
-            let tasks = h.client.get(&pending).await.unwrap();
-            found = tasks["tasks"][0]["id"].as_str().map(str::to_owned);
-            if found.is_none() {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        }
-        found.unwrap()
+    // The daemon publishes `hil.requested` once the task awaits the owner.
+    let requested = |after: u64| {
+        h.server
+            .daemon
+            .events()
+            .since(after)
+            .iter()
+            .find(|f| f.event.event_type == "hil.requested")
+            .and_then(|f| f.event.payload["task_id"].as_str().map(str::to_owned))
     };
+    let mut published = h.server.daemon.events().watch();
+    let announced = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            if let Some(id) = requested(0) {
+                return id;
+            }
+            published.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("no pending approval");
+    let pending = format!("/agents/{}/tasks?status=pending_approval", agent.id);
+    let tasks = h.client.get(&pending).await.unwrap();
+    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(task_id, announced, "{tasks}");
     let (status, body) = h
         .client
         .raw(
@@ -723,7 +734,7 @@ async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trg_37_command_targets_are_skipped_with_one_warning_until_the_shell_exists() {
+async fn not_supported_yet_command_targets_are_skipped_with_one_warning() {
     let h = Harness::start().await;
     let path = agent_file(
         h.dir.path(),

@@ -71,11 +71,6 @@ impl Host for TestHost {
                 )),
                 "bytes" => Ok(json!({ "body": bytes_value(&[0, 1, 2, 255]), "status": 200 })),
                 "never" => futures::future::pending().await,
-                "sleep" => {
-                    tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(10)))
-                        .await;
-                    Ok(json!("slept"))
-                }
                 "sys_lambda" => {
                     let sandbox =
                         sandbox.ok_or_else(|| HostError::new("INTERNAL_ERROR", "no sandbox"))?;
