@@ -9,6 +9,7 @@ mod executor;
 mod fetch;
 mod identity;
 mod loops_states;
+mod middleware;
 mod pipeline;
 mod prompt;
 mod prompt_config;
