@@ -22,4 +22,5 @@ mod tools_messages;
 mod tools_meta;
 mod tools_state;
 mod tools_timers;
+mod unsupported_tools;
 mod triggers;

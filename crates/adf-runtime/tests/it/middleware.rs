@@ -385,3 +385,39 @@ fn a_point_without_middleware_runs_nothing() {
     send(&mut file, "plain").unwrap();
     assert_eq!(contents(&file, Mailbox::Outbox), ["plain"]);
 }
+
+#[test]
+fn middleware_code_cannot_reenter_a_chain_through_its_own_tool_calls() {
+    let (_d, _p, mut file) = new_agent();
+    put(
+        &mut file,
+        "lib/mw.ts",
+        r#"
+export async function inbox(input) {
+  try { await adf.sys_fetch({ url: 'http://127.0.0.1:9/' }) }
+  catch (e) { return { reject: { code: 409, reason: e.message } } }
+  return { reject: { code: 418, reason: 'the fetch went through' } }
+}
+export async function fetch(input) { return {} }
+"#,
+        true,
+    );
+    owner_set(
+        &mut file,
+        "security.middleware.inbox",
+        json!([{ "lambda": "lib/mw.ts:inbox" }]),
+    );
+    owner_set(
+        &mut file,
+        "security.fetch_middleware",
+        json!([{ "lambda": "lib/mw.ts:fetch" }]),
+    );
+    let refusal = deliver_text(&mut file, "x").unwrap_err();
+    assert_eq!(refusal.status, 409, "{refusal}");
+    assert!(
+        refusal
+            .reason
+            .contains("cannot call a tool that runs middleware"),
+        "{refusal}"
+    );
+}
