@@ -518,6 +518,17 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
                     text(&body["agentId"]),
                     text(&body["filePath"])
                 );
+                for section in body["summary"]["notRunYet"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    say!(
+                        "not run by this runtime yet: {} ({})",
+                        text(&section["path"]),
+                        text(&section["what"])
+                    );
+                }
                 match serde_json::to_string_pretty(&body["summary"]) {
                     Ok(summary) => say!("{summary}"),
                     Err(_) => say!("{}", body["summary"]),

@@ -170,6 +170,16 @@ pub(crate) fn open(path: &Path) -> Result<AdfFile> {
     Ok(file)
 }
 
+/// Tells the owner, on stderr, which configured sections this runtime will not run (`adf chat`,
+/// `adf run`, `adf code`): accepting them silently would look like they took effect.
+pub(crate) fn warn_not_run(file: &AdfFile) {
+    if let Ok(config) = file.config_shared()
+        && let Some(line) = adf_store::unsupported::warning_line(&config)
+    {
+        eprintln!("warning: {line}");
+    }
+}
+
 fn done(out: Output, message: &str, action: impl FnOnce() -> Result<()>) -> Result<ExitCode> {
     action()?;
     out.emit(&json!({ "ok": true, "message": message }), || {

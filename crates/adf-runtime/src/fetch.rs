@@ -16,7 +16,8 @@
 //! resolves to several addresses is refused when any one of them is refused; a 301/302 POST
 //! and any 303 become a GET without body (as browsers do) and a cross-origin hop drops the
 //! `Authorization`, `Cookie` and `Proxy-Authorization` headers. `security.fetch_middleware`
-//! is not run yet: a configured one refuses the fetch (never a silent skip).
+//! runs in the `sys_fetch` tool before this engine; a fetch that did not pass it (native
+//! `fetch`) is refused while one is configured (never a silent skip).
 //!
 //! Failures are [`FetchError`]s: a [`ToolError`] for the caller and one `adf_logs` row (origin
 //! `sys_fetch`, event `rejected`, `error` or `timeout`) for the caller to write once it holds
@@ -84,9 +85,9 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The policy of an agent config. A configured `security.fetch_middleware` refuses every
-    /// fetch: middleware lambdas are not run yet, and skipping them would bypass the owner's
-    /// egress rules.
+    /// The policy of an agent config. A configured `security.fetch_middleware` refuses the
+    /// fetch: only `sys_fetch` runs the chain (and hands this a config without it), and
+    /// skipping it would bypass the owner's egress rules.
     pub fn from_config(config: &Value) -> Result<Policy, FetchError> {
         let middleware = config.pointer("/security/fetch_middleware");
         let configured = match middleware {
@@ -97,7 +98,7 @@ impl Policy {
         if configured {
             return Err(FetchError::new(
                 FetchErrorKind::Rejected,
-                "security.fetch_middleware is configured, but this runtime does not run fetch middleware yet; the request is refused rather than sent without it",
+                "security.fetch_middleware is configured and native fetch does not run it; use adf.sys_fetch, which does (the request is refused rather than sent without it)",
             ));
         }
         Ok(Policy {

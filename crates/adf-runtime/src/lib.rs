@@ -13,6 +13,7 @@
 //!   runtime identities, kept outside every agent file.
 //! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
 //!   `adf-crypto` and `adf-store`.
+//! - [`middleware`]: the §12.3 middleware chains at the inbox, outbox and fetch points.
 //! - [`prompt`]: system prompt assembly and templating, and the per-turn dynamic instructions.
 //! - [`providers`]: model providers (Anthropic, OpenAI, OpenRouter, OpenAI-compatible) behind
 //!   one streaming trait, with resolution from the config and retries per `recovery`.
@@ -26,6 +27,7 @@ pub mod fetch;
 pub mod home;
 pub mod identity;
 pub mod messaging;
+pub mod middleware;
 pub mod prompt;
 pub mod providers;
 pub mod schedule;

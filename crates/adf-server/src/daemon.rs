@@ -326,6 +326,7 @@ impl Daemon {
             .run(|file| {
                 enter_start_state(file)?;
                 let config = file.config()?;
+                log_sections_not_run(file, &config);
                 let handle_meta = file.meta_get("adf_handle")?.map(|m| m.value);
                 let did = adf_runtime::messaging::agent_did(file)?;
                 let seq = file
@@ -595,4 +596,28 @@ fn enter_start_state(file: &mut adf_store::AdfFile) -> Result<(), adf_store::Sto
         adf_store::ConfigAction::Set,
         serde_json::json!(start),
     )
+}
+
+/// Names, at load, the configured sections this daemon stores but does not run (a `tracing`
+/// warning and a `warn` row, origin `runtime`, event `config_not_run`), so none is accepted
+/// silently. A row that cannot be written leaves the warning.
+fn log_sections_not_run(file: &mut adf_store::AdfFile, config: &Value) {
+    let sections = adf_store::unsupported::unsupported_sections(config);
+    let Some(line) = adf_store::unsupported::warning_line(config) else {
+        return;
+    };
+    tracing::warn!(path = %file.path().display(), "{line}");
+    let paths: Vec<&str> = sections.iter().map(|s| s.path.as_str()).collect();
+    let data = json!({ "sections": paths });
+    if let Err(error) = file.log(&adf_store::NewLog {
+        level: "warn",
+        origin: Some("runtime"),
+        event: Some("config_not_run"),
+        target: None,
+        message: &line,
+        data: Some(&data),
+        r#loop: None,
+    }) {
+        tracing::warn!(%error, "cannot log the sections not run");
+    }
 }

@@ -13,7 +13,9 @@
 //! — and the digest covers what the owner saw that decides what the agent can do on its own:
 //! its id, `autostart`, enabled and restricted tools, trigger targets, umbilical taps, serving
 //! routes, MCP servers, `code_execution`, and every authorized file with the SHA-256 of its
-//! content. A file whose digest differs from the accepted one needs review again. Left out of
+//! content. A file whose digest differs from the accepted one needs review again. The summary
+//! also lists `notRunYet`: configured sections this runtime does not run (`adf_store::
+//! unsupported`), so the owner does not accept a route or MCP server believing it runs. Left out of
 //! the digest (still shown): name, handle, description, state and timers — the agent changes
 //! its own timers as it runs, and what a timer lambda may do is decided by the authorized
 //! files, which are in the digest.
@@ -256,6 +258,9 @@ pub fn summarize(file: &AdfFile) -> Result<(String, Value, String), StoreError> 
         "description": text(config.get("description")),
         "state": text(config.get("state")),
         "timers": timers,
+        // Declared but not run by this runtime (outside the digest: it follows from the
+        // config the digest already covers and from this runtime's version).
+        "notRunYet": adf_store::unsupported::unsupported_sections(&config),
     });
     if let (Value::Object(out), Value::Object(gated)) = (&mut summary, gated) {
         out.extend(gated);

@@ -160,6 +160,7 @@ impl AdfFile {
         check_schema(conn, &mut report)?;
         check_meta(self, &mut report)?;
         check_config(self, &mut report)?;
+        check_unsupported_sections(self, &mut report);
         check_files(self, &mut report)?;
         check_rows(conn, &mut report)?;
         check_identity(self, &mut report)?;
@@ -386,6 +387,23 @@ fn check_config(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A warning per configured section this runtime stores but does not run (see
+/// [`crate::unsupported`]); a config that does not parse is `check_config`'s finding.
+fn check_unsupported_sections(file: &AdfFile, report: &mut CheckReport) {
+    let Ok(config) = file.config() else {
+        return;
+    };
+    for section in crate::unsupported::unsupported_sections(&config) {
+        report.warn(
+            "§15",
+            format!(
+                "config {} is declared but this runtime does not run it yet: {}",
+                section.path, section.what
+            ),
+        );
+    }
 }
 
 fn check_files(file: &AdfFile, report: &mut CheckReport) -> Result<()> {

@@ -36,6 +36,7 @@ pub mod tasks;
 pub mod time;
 pub mod timers;
 pub mod transcript;
+pub mod unsupported;
 mod vec_ext;
 
 pub use access::{Caller, WriteOutcome};

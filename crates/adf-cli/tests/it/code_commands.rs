@@ -170,3 +170,68 @@ fn cod_09_adf_tool_sys_code_and_unauthorized_sys_lambda_need_no_prompt() {
     assert!(ok, "{v}");
     assert_eq!(v["result"], json!({ "result": 42, "logs": ["x"] }));
 }
+
+#[test]
+fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
+    let agent = agent();
+    put(
+        &agent,
+        "lib/hello.ts",
+        "export async function main() { return 'hi' }",
+    );
+    let quiet = adf(&agent)
+        .arg("run")
+        .arg(&agent.file)
+        .arg("lib/hello.ts")
+        .output()
+        .unwrap();
+    assert!(quiet.status.success());
+    assert!(
+        !String::from_utf8_lossy(&quiet.stderr).contains("does not run"),
+        "the defaults warn about nothing"
+    );
+
+    adf(&agent)
+        .args(["config", "set"])
+        .arg(&agent.file)
+        .args([
+            "mcp.servers",
+            r#"[{"name":"docs","transport":"http","url":"https://mcp.invalid/mcp"}]"#,
+        ])
+        .assert()
+        .success();
+    let warned = adf(&agent)
+        .arg("run")
+        .arg(&agent.file)
+        .arg("lib/hello.ts")
+        .output()
+        .unwrap();
+    assert!(warned.status.success());
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(stderr.contains("warning:"), "{stderr}");
+    assert!(stderr.contains("mcp.servers"), "{stderr}");
+
+    // `adf chat` warns before it reaches for a model (none is configured here).
+    let chat = adf(&agent)
+        .arg("chat")
+        .arg(&agent.file)
+        .arg("hello")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&chat.stderr);
+    assert!(
+        stderr.contains("warning:") && stderr.contains("mcp.servers"),
+        "{stderr}"
+    );
+
+    let (_, report) = json_out(adf(&agent).args(["--json", "check"]).arg(&agent.file));
+    assert!(
+        report
+            .to_string()
+            .contains("config mcp.servers is declared"),
+        "{report}"
+    );
+}

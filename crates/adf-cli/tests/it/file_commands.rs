@@ -577,6 +577,8 @@ fn the_demo_runs_to_completion_and_leaves_a_valid_agent() {
 #[test]
 fn rm_keeps_a_protected_file_unless_forced() {
     let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let adf = || adf_in(home.path());
     let path = dir.path().join("keep.adf");
     std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
     adf().arg("migrate").arg(&path).assert().success();

@@ -122,6 +122,28 @@ fn adf_review_accept_lets_daemon_track_start_the_reviewed_autostart_agent_only()
         assert_eq!(accepted["reviewed"], true, "{accepted}");
         let other = client(&home, &daemon, &["review", unreviewed.to_str().unwrap()]);
         assert_eq!(other["reviewed"], false);
+        // The human summary names configured sections this runtime does not run.
+        let declared = agent(&dir.path().join("elsewhere"), "declared");
+        let mut file = AdfFile::open(&declared).unwrap();
+        file.config_set_path(
+            adf_store::Caller::Owner,
+            "mcp.servers",
+            ConfigAction::Set,
+            json!([{ "name": "docs", "transport": "http", "url": "https://mcp.invalid/mcp" }]),
+        )
+        .unwrap();
+        file.close().unwrap();
+        let out = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+            .env("ADF_HOME", &home)
+            .args(["review", declared.to_str().unwrap(), "--url", &daemon.url])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout
+                .contains("not run by this runtime yet: mcp.servers (MCP servers are not started)"),
+            "{stdout}"
+        );
         // Nothing was loaded by reviewing.
         assert_eq!(client(&home, &daemon, &["agents"]), json!([]));
     }

@@ -59,6 +59,7 @@ use crate::providers::Resolver;
 use crate::tools::approval::{self, Decision};
 use crate::tools::{Approver, Caller, DeferredCall, ErrorCode, ToolError, ToolRegistry};
 
+pub(crate) use runner::lambda_file;
 use runner::{Frame, Runner};
 
 /// The default of `limits.execution_timeout_ms` (§5.7).

@@ -18,7 +18,9 @@
 //!
 //! Ingress (`receive::accept`) is the reverse pipeline of Appendix A.7 — receive flag,
 //! visibility, sender lists, message signature, decryption, payload signature, trust-key
-//! stripping — then one inbox row (plus its audit snapshot) in one transaction. It needs only
+//! stripping, inbox middleware ([`crate::middleware`]) — then one inbox row (plus its audit
+//! snapshot) in one transaction. Outbox middleware runs in [`send::prepare`] before signing.
+//! Ingress needs only
 //! an [`adf_store::AdfFile`]: the daemon runs it on a guest connection so that a delivery never
 //! waits for a turn that holds the recipient's worker (two agents sending to each other while
 //! both are mid-turn would otherwise wait on each other forever).

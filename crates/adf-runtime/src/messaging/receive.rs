@@ -5,8 +5,10 @@
 //! signature (400 for a bad algorithm or DID, 403 when invalid or required and missing) → `to`
 //! names this agent (403) → `allow_list` / `block_list` (403) → decryption (403 when it fails)
 //! → the payload signature (403) → a duplicate ALF id is accepted again without a second row →
-//! inline attachments written under `imports/{sender}/` → the row and its `inbox_message`
-//! audit snapshot, in one transaction. A refusal leaves the file unchanged.
+//! `security.middleware.inbox` (§12.3: the ALF message before storage; a `reject` is the
+//! answer, a changed message is what is stored) → inline attachments written under
+//! `imports/{sender}/` → the row and its `inbox_message` audit snapshot, in one transaction.
+//! A refusal stores no message (the middleware's own log rows stay).
 //!
 //! Decisions where the sources leave room:
 //! - Unsigned messages are refused when `security.require_signature` is true or
@@ -203,6 +205,7 @@ pub fn accept(
             duplicate: true,
         });
     }
+    let verified = inbox_middleware(file, verified, arrival)?;
     // Attachments and the row land together or not at all.
     let inbox_id = file.atomically(|file| {
         let row = project(file, &verified, arrival)?;
@@ -214,6 +217,45 @@ pub fn accept(
         message_id,
         duplicate: false,
     })
+}
+
+/// Runs `security.middleware.inbox` over the verified, decrypted message, with the runtime's
+/// trust stamps and the transport as `meta` (read-only: the stored stamps stay the runtime's).
+/// A `reject` answers its code when it is a 4xx/5xx status (403 otherwise) with its reason; a
+/// failing chain answers 500 without its details, which are in the agent's log. The ALF `id`
+/// must stay: it is what deduplicates deliveries.
+fn inbox_middleware(
+    file: &mut AdfFile,
+    mut verified: alf::Verified,
+    arrival: &Arrival<'_>,
+) -> Result<alf::Verified, Refusal> {
+    use crate::middleware::{self, Point};
+    let config = file.config_shared()?;
+    if !middleware::configured(&config, Point::Inbox) {
+        return Ok(verified);
+    }
+    let mut meta = verified.stamps();
+    meta.insert("transport".into(), arrival.transport.into());
+    let outcome = middleware::run_chain(file, Point::Inbox, verified.message.clone(), meta)
+        .map_err(|rejection| match rejection.code {
+            _ if rejection.failed => Refusal::new(500, "this agent's inbox middleware failed"),
+            code @ 400..=599 => Refusal::new(code, rejection.reason),
+            _ => Refusal::new(403, rejection.reason),
+        })?;
+    if !outcome.data.is_object() {
+        return Err(Refusal::new(
+            500,
+            "this agent's inbox middleware returned no message",
+        ));
+    }
+    if outcome.data.get("id") != verified.message.get("id") {
+        return Err(Refusal::new(
+            500,
+            "this agent's inbox middleware changed the message id",
+        ));
+    }
+    verified.message = outcome.data;
+    Ok(verified)
 }
 
 /// The inbox row of a verified message (missing-tables §11.1 "Flattening into rows").

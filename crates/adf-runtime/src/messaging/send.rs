@@ -405,6 +405,39 @@ pub fn prepare(
         "payload": payload,
     });
 
+    // Outbox middleware sees the egress context before signing (§12.3); the stored rows
+    // follow what it let through.
+    let plain = outbox_middleware(file, plain, &route, &from)?;
+    let sent = plain.get("payload").cloned().unwrap_or(Value::Null);
+    send.content = match sent.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) if !other.is_null() => other.to_string(),
+        _ => String::new(),
+    };
+    send.subject = sent
+        .get("subject")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let content_type = sent
+        .get("content_type")
+        .and_then(Value::as_str)
+        .map_or(content_type, str::to_owned);
+    check_content_type(&content_type, &send.content)?;
+    let thread_id = sent
+        .get("thread_id")
+        .and_then(Value::as_str)
+        .map_or(thread_id, str::to_owned);
+    let payload_meta = sent
+        .get("meta")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let attachments = sent
+        .get("attachments")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+
     let level = super::security_level(config);
     let key = if level >= 1 {
         Some(super::agent_key(file, cx.keys).map_err(|why| {
@@ -503,6 +536,53 @@ pub fn prepare(
         route,
         message: wire,
     })
+}
+
+/// Runs `security.middleware.outbox` over the egress context
+/// `{message, transport: {address, method}, agent: {did}}` (missing-tables §12.3) and returns
+/// the message to sign. A rejection fails the call (nothing is stored). The message's `id`,
+/// `from` and `to` and the transport stay as they were: the outbox row and the route were
+/// decided from them, and choosing another transport is not supported yet.
+fn outbox_middleware(
+    file: &mut AdfFile,
+    plain: Value,
+    route: &Route,
+    from: &str,
+) -> Result<Value, ToolError> {
+    use crate::middleware::{self, Point};
+    let config = file.config_shared()?;
+    if !middleware::configured(&config, Point::Outbox) {
+        return Ok(plain);
+    }
+    let method = match route {
+        Route::Local { .. } => "local",
+        Route::Http { .. } => "http",
+    };
+    let transport = json!({ "address": route.address(), "method": method });
+    let context =
+        json!({ "message": plain.clone(), "transport": transport, "agent": { "did": from } });
+    let outcome = middleware::run_chain(file, Point::Outbox, context, Map::new())
+        .map_err(|rejection| ToolError::failed(rejection.to_string()))?;
+    let refuse =
+        |why: &str| ToolError::failed(format!("outbox middleware {why}; the message was not sent"));
+    let changed = outcome.data;
+    if changed.get("transport") != Some(&transport) {
+        return Err(refuse(
+            "changed the transport, and choosing another transport is not supported yet",
+        ));
+    }
+    let Some(message) = changed.get("message").filter(|m| m.is_object()) else {
+        return Err(refuse("returned data without a `message` object"));
+    };
+    for key in ["id", "from", "to"] {
+        if message.get(key) != plain.get(key) {
+            return Err(refuse(&format!("changed the message's `{key}`")));
+        }
+    }
+    if !message.get("payload").is_some_and(Value::is_object) {
+        return Err(refuse("returned a message without a `payload` object"));
+    }
+    Ok(message.clone())
 }
 
 fn not_supported_adapter(adapter: &str) -> ToolError {

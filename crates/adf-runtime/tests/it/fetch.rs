@@ -843,32 +843,149 @@ async fn srv_27_body_capped_while_streaming() {
     assert_eq!(events(&file), ["error", "error", "error"]);
 }
 
+/// Stores an authorized lambda file as the owner.
+fn put_authorized(file: &mut AdfFile, path: &str, source: &str) {
+    file.file_write(
+        adf_store::Caller::Owner,
+        path,
+        source.as_bytes(),
+        &adf_store::FileWrite::default(),
+    )
+    .unwrap();
+    file.file_set_authorized(adf_store::Caller::Owner, path, true)
+        .unwrap();
+}
+
+const FETCH_MIDDLEWARE: &str = r#"
+export async function gate(input) {
+  if (input.data.url.includes('/json')) {
+    return { reject: { code: 403, reason: 'no JSON for you: ' + input.point } }
+  }
+}
+export async function marker(input) {
+  await adf.fs_write({ path: 'ran/marker.txt', content: 'ran', mode: 'write' })
+}
+export async function rewrite(input) {
+  await adf.fs_write({ path: 'seen/fetch.json', content: JSON.stringify(input), mode: 'write' })
+  const data = { ...input.data, url: input.meta.target ?? input.data.url.replace('/png', '/echo'),
+                 method: 'POST', body: 'from middleware', headers: { authorization: 'Bearer mw' } }
+  return { data }
+}
+export async function toControl(input) {
+  return { meta: { target: input.data.url.replace(/:\d+\//, ':' + input.data.headers['x-port'] + '/') } }
+}
+"#;
+
 #[tokio::test]
-async fn not_supported_yet_fetch_middleware_refuses_every_fetch() {
+async fn srv_30_srv_15_fetch_middleware_rejection_is_the_sys_fetch_error_and_stops_the_chain() {
     let server = Server::start().await;
     let (_d, _p, mut file) = new_agent();
+    put_authorized(&mut file, "lib/mw.ts", FETCH_MIDDLEWARE);
     owner_set(
         &mut file,
         "security.fetch_middleware",
-        json!([{ "lambda": "lib/mw.ts:fetch" }]),
+        json!([{ "lambda": "lib/mw.ts:gate" }, { "lambda": "lib/mw.ts:marker" }]),
     );
     owner_set(&mut file, "code_execution.network", json!(true));
     let error = model_fetch(&mut file, json!({ "url": server.url("/json") }))
         .await
-        .expect_err("middleware configured");
+        .expect_err("middleware rejects");
     assert_eq!(error.code, ErrorCode::ToolError);
-    assert!(error.message.contains("fetch middleware"), "{error}");
-    assert!(error.message.contains("yet"), "{error}");
-    // Native fetch is not a way around it.
+    assert!(error.message.contains("no JSON for you: fetch"), "{error}");
+    assert!(error.message.contains("403"), "{error}");
+    assert!(server.hits().is_empty());
+    assert!(
+        file.file_read("ran/marker.txt").unwrap().is_none(),
+        "the second middleware never ran"
+    );
+
+    // What the chain lets through is fetched, after every middleware ran.
+    let fetched = model_fetch(&mut file, json!({ "url": server.url("/noct") }))
+        .await
+        .unwrap();
+    assert_eq!(fetched["body"], "plain words");
+    assert!(file.file_read("ran/marker.txt").unwrap().is_some());
+
+    // Code's sys_fetch meets the same chain.
     let env = env_with(ToolRegistry::with_builtins()).await;
     let source = format!(
-        "try {{ await fetch('{}'); return 'fetched' }} catch (e) {{ return e.message }}",
+        "try {{ await adf.sys_fetch({{ url: '{}' }}); return 'fetched' }} catch (e) {{ return e.message }}",
         server.url("/json")
     );
     let v = ok(inline(&mut file, &env, &source).await);
-    assert!(v.as_str().unwrap().contains("fetch middleware"), "{v}");
-    assert!(server.hits().is_empty());
-    assert_eq!(events(&file), ["rejected", "rejected"]);
+    assert!(v.as_str().unwrap().contains("no JSON for you"), "{v}");
+    // Native fetch does not run the chain, so it stays refused while one is configured.
+    let source = format!(
+        "try {{ await fetch('{}'); return 'fetched' }} catch (e) {{ return e.message }}",
+        server.url("/noct")
+    );
+    let v = ok(inline(&mut file, &env, &source).await);
+    assert!(v.as_str().unwrap().contains("fetch_middleware"), "{v}");
+    assert_eq!(server.hits().len(), 1, "{:?}", server.hits());
+}
+
+#[tokio::test]
+async fn srv_30_srv_17_srv_18_fetch_middleware_gets_the_parameters_and_its_changes_are_the_request()
+{
+    let server = Server::start().await;
+    let (_d, _p, mut file) = new_agent();
+    put_authorized(&mut file, "lib/mw.ts", FETCH_MIDDLEWARE);
+    owner_set(
+        &mut file,
+        "security.fetch_middleware",
+        json!([{ "lambda": "lib/mw.ts:rewrite" }]),
+    );
+    let echoed = model_fetch(&mut file, json!({ "url": server.url("/png") }))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(echoed["body"].as_str().unwrap()).unwrap(),
+        json!({ "method": "POST", "authorization": "Bearer mw", "body": "from middleware" })
+    );
+    assert_eq!(server.hits().len(), 1);
+    let seen: Value =
+        serde_json::from_slice(&file.file_read("seen/fetch.json").unwrap().unwrap().content)
+            .unwrap();
+    assert_eq!(
+        seen,
+        json!({ "point": "fetch", "data": { "url": server.url("/png") }, "meta": {} })
+    );
+
+    // A URL the middleware chose still meets the address rules: here the control API.
+    let control = control_api().local_addr().unwrap();
+    owner_set(
+        &mut file,
+        "security.fetch_middleware",
+        json!([{ "lambda": "lib/mw.ts:toControl" }, { "lambda": "lib/mw.ts:rewrite" }]),
+    );
+    let refused = model_fetch(
+        &mut file,
+        json!({ "url": server.url("/png"), "headers": { "x-port": control.port().to_string() } }),
+    )
+    .await;
+    assert_refused(refused, "the control API");
+    assert_eq!(server.hits().len(), 1);
+
+    // Parameters sys_fetch does not take are refused.
+    file.file_write(
+        adf_store::Caller::Owner,
+        "lib/bad.ts",
+        b"export async function main(input) { return { data: { url: 42 } } }",
+        &adf_store::FileWrite::default(),
+    )
+    .unwrap();
+    file.file_set_authorized(adf_store::Caller::Owner, "lib/bad.ts", true)
+        .unwrap();
+    owner_set(
+        &mut file,
+        "security.fetch_middleware",
+        json!([{ "lambda": "lib/bad.ts:main" }]),
+    );
+    let error = model_fetch(&mut file, json!({ "url": server.url("/noct") }))
+        .await
+        .expect_err("bad parameters");
+    assert_eq!(error.code, ErrorCode::InvalidInput, "{error}");
+    assert_eq!(server.hits().len(), 1);
 }
 
 // ---------- native fetch (COD-16) ----------

@@ -784,3 +784,123 @@ async fn mesh_endpoints_need_no_bearer_token_and_the_control_api_still_does() {
     }
     h.stop().await;
 }
+
+/// Adds `lib/mw.ts` to an agent file that is not loaded yet, authorized.
+fn with_middleware(path: &std::path::Path, source: &str) {
+    let mut file = adf_store::AdfFile::open(path).unwrap();
+    file.file_write(
+        adf_store::Caller::Owner,
+        "lib/mw.ts",
+        source.as_bytes(),
+        &adf_store::FileWrite::default(),
+    )
+    .unwrap();
+    file.file_set_authorized(adf_store::Caller::Owner, "lib/mw.ts", true)
+        .unwrap();
+    file.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_15_srv_17_srv_18_inbox_middleware_over_http_answers_the_reject_code_and_changes_what_is_stored()
+ {
+    let h = Harness::start().await;
+    let path = messaging_agent(
+        &h,
+        "guarded",
+        &[(
+            "security.middleware.inbox",
+            json!([{ "lambda": "lib/mw.ts:gate" }, { "lambda": "lib/mw.ts:tag" }]),
+        )],
+    );
+    with_middleware(
+        &path,
+        r#"
+export async function gate(input) {
+  if (input.data.payload.content.includes('spam')) return { reject: { code: 429, reason: 'slow down' } }
+}
+export async function tag(input) {
+  await adf.fs_write({ path: 'tagged.txt', content: input.data.payload.content, mode: 'append' })
+  input.data.payload.content += ' (checked)'
+  return { data: input.data }
+}
+"#,
+    );
+    let guarded = load(&h, &path).await;
+    let to = did(&guarded).await;
+
+    let (mut spam, _) = foreign_message(&to, false, json!({}), json!({}));
+    spam["payload"]["content"] = json!("spam please");
+    let (status, body) = h
+        .client
+        .raw(Method::POST, "/agents/guarded/inbox", Some(&spam))
+        .await
+        .unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert!(body.to_string().contains("slow down"), "{body}");
+    assert!(rows(&guarded, Mailbox::Inbox).await.is_empty());
+    assert!(
+        json_file(&guarded, "tagged.txt").await.is_none(),
+        "the chain stopped at the rejection"
+    );
+
+    let (hello, _) = foreign_message(&to, true, json!({}), json!({}));
+    let (status, body) = h
+        .client
+        .raw(Method::POST, "/agents/guarded/inbox", Some(&hello))
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let inbox = rows(&guarded, Mailbox::Inbox).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["content"], "hi (checked)");
+    assert_eq!(parsed(&inbox[0], "meta")["message_verified"], true);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_17_srv_18_outbox_middleware_changes_the_message_before_it_is_signed() {
+    let h = Harness::start().await;
+    let sender_path = messaging_agent(
+        &h,
+        "stamper",
+        &[(
+            "security.middleware.outbox",
+            json!([{ "lambda": "lib/mw.ts:stamp" }]),
+        )],
+    );
+    with_middleware(
+        &sender_path,
+        r#"
+export async function stamp(input) {
+  if (input.point !== 'outbox' || input.data.transport.method !== 'local') {
+    return { reject: { code: 400, reason: 'unexpected input ' + JSON.stringify(input) } }
+  }
+  input.data.message.payload.content += ' [stamped]'
+  return { data: input.data }
+}
+"#,
+    );
+    let sender = load(&h, &sender_path).await;
+    let receiver = load(&h, &messaging_agent(&h, "reader", &[])).await;
+    let out = send(
+        &h,
+        &sender,
+        "one",
+        json!({ "recipient": "reader", "content": "hello" }),
+    )
+    .await;
+    assert_eq!(out["status"], "delivered", "{out}");
+    assert_eq!(
+        rows(&sender, Mailbox::Outbox).await[0]["content"],
+        "hello [stamped]"
+    );
+    let inbox = rows(&receiver, Mailbox::Inbox).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["content"], "hello [stamped]");
+    // The receiver verified the sender's signatures over the stamped message: the
+    // middleware ran before signing.
+    let meta = parsed(&inbox[0], "meta");
+    assert_eq!(meta["message_verified"], true, "{meta}");
+    assert_eq!(meta["payload_verified"], true, "{meta}");
+    h.stop().await;
+}

@@ -402,3 +402,48 @@ async fn tracked_directories_come_from_the_settings_start_reviewed_agents_and_se
     assert_eq!(status, 404);
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_and_load_name_the_configured_sections_this_runtime_does_not_run() {
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), "agents/declared.adf", "declared01", false);
+    let plain = h.client.get(&review_path(&path)).await.unwrap();
+    assert_eq!(plain["summary"]["notRunYet"], json!([]));
+
+    edit(&path, |file| {
+        file.config_set_path(
+            Caller::Owner,
+            "serving.api",
+            ConfigAction::Set,
+            json!([{ "method": "GET", "path": "/s", "lambda": "lib/trusted.ts:main" }]),
+        )
+        .unwrap();
+    });
+    let info = h.client.get(&review_path(&path)).await.unwrap();
+    let not_run = info["summary"]["notRunYet"].as_array().unwrap();
+    assert_eq!(not_run.len(), 1, "{not_run:?}");
+    assert_eq!(not_run[0]["path"], "serving.api");
+    assert!(
+        not_run[0]["what"].as_str().unwrap().contains("not served"),
+        "{not_run:?}"
+    );
+
+    let (status, body) = load(&h, &path, false).await;
+    assert_eq!(status, 200, "{body}");
+    let agent = h.server.daemon.agents().remove(0);
+    let logged: Vec<(String, String)> = agent
+        .store()
+        .run(|file| {
+            let mut stmt = file.connection().prepare(
+                "SELECT level, message FROM adf_logs WHERE origin = 'runtime' AND event = 'config_not_run'",
+            )?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0].0, "warn");
+    assert!(logged[0].1.contains("serving.api"), "{}", logged[0].1);
+    h.stop().await;
+}

@@ -11,3 +11,4 @@ mod identity;
 mod migrate;
 mod open;
 mod protection;
+mod unsupported;

@@ -8,13 +8,24 @@
 //! [`crate::fetch`]; this module maps arguments in and shapes the result: a binary body is
 //! bytes for code (a `Uint8Array` that `fs_write` stores as binary) and base64 with
 //! `_body_encoding: "base64"` for the model.
+//!
+//! `security.fetch_middleware` (§12.3, SRV-30) runs in [`Tool::prepare`], before the engine:
+//! its `data` is the call's parameters, a rejection is the call's error, and what the chain
+//! lets through (checked against the schema again) is the request; a changed URL still meets
+//! the address rules in the engine. `prepare` hands the request on as
+//! `{"request": params, "middleware_applied": true}`, and only such arguments make `detach`
+//! send while fetch middleware is configured; any other path to the engine still refuses.
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::fetch::{self, FetchSettings, Policy};
+use crate::middleware::{self, Point};
 use crate::tools::{Caller, Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError};
+
+/// The marker `prepare` sets on the arguments it hands to `detach`.
+const MIDDLEWARE_APPLIED: &str = "middleware_applied";
 
 /// The tools of this family.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
@@ -77,7 +88,35 @@ impl Tool for SysFetch {
         true
     }
 
+    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        let request = middleware::run_chain(cx.file, Point::Fetch, args, Map::new())
+            .map_err(|rejection| ToolError::new(ErrorCode::ToolError, rejection.to_string()))?
+            .data;
+        crate::tools::validate::validate(&self.parameters(), &request).map_err(|why| {
+            ToolError::invalid(format!(
+                "fetch middleware returned parameters sys_fetch does not take: {why}"
+            ))
+        })?;
+        Ok(json!({ "request": request, MIDDLEWARE_APPLIED: true }))
+    }
+
     fn detach(&self, config: &Value, caller: &Caller, args: Value) -> Option<Detached> {
+        let (args, config) = match args {
+            Value::Object(mut prepared)
+                if prepared.get(MIDDLEWARE_APPLIED) == Some(&json!(true)) =>
+            {
+                let request = prepared.remove("request").unwrap_or(Value::Null);
+                let mut config = config.clone();
+                if let Some(security) = config.get_mut("security").and_then(Value::as_object_mut) {
+                    // The chain ran in `prepare`; the engine's own refusal is for fetches
+                    // that did not pass it.
+                    security.remove("fetch_middleware");
+                }
+                (request, std::borrow::Cow::Owned(config))
+            }
+            unprepared => (unprepared, std::borrow::Cow::Borrowed(config)),
+        };
+        let config = config.as_ref();
         let for_code = matches!(caller, Caller::Code { .. });
         let method = args
             .get("method")

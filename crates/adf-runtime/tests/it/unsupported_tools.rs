@@ -1,0 +1,28 @@
+//! `adf_store::unsupported::UNIMPLEMENTED_TOOLS` (what `adf check`, `adf review` and the
+//! load warnings call "not implemented") matches the registry: every default tool is either
+//! registered or on the list, and nothing on the list is registered.
+use adf_runtime::tools::ToolRegistry;
+use adf_store::defaults::DEFAULT_TOOLS;
+use adf_store::unsupported::UNIMPLEMENTED_TOOLS;
+
+#[test]
+fn the_unimplemented_tool_list_matches_the_registry() {
+    let registry = ToolRegistry::with_builtins();
+    let registered: Vec<&str> = registry.names().collect();
+    for name in UNIMPLEMENTED_TOOLS {
+        assert!(
+            !registered.contains(&name),
+            "{name} is implemented now: take it off UNIMPLEMENTED_TOOLS"
+        );
+    }
+    for (name, ..) in DEFAULT_TOOLS {
+        // agent_discover exists only with a mesh (the daemon's registry).
+        if name == "agent_discover" {
+            continue;
+        }
+        assert!(
+            registered.contains(&name) || UNIMPLEMENTED_TOOLS.contains(&name),
+            "{name} is neither registered nor listed as unimplemented"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! The one list of config sections this runtime stores but does not act on yet.
+//!
+//! A file may declare MCP servers, channel adapters, served routes, WebSocket connections,
+//! stream bindings, a pre-LLM hook and more (spec §5.11–§5.24). The runtime keeps every such
+//! declaration (§15: they are declarations stored in the file) but does not run them yet, and
+//! accepting them silently would let an owner believe, say, a route's auth middleware guards
+//! something. Each surface that shows an agent to its owner names what is not run: the daemon
+//! and `adf chat`/`adf run` warn when they open the file, `adf check` reports a finding and
+//! `adf review` lists them. They all read [`unsupported_sections`], so the list lives here
+//! only (adf-store is the crate every one of those surfaces depends on).
+//!
+//! A section counts only when it would do something: a non-empty list, an `enabled: true`
+//! switch, a set hook. The defaults a new file is written with never count.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Tool names a config may declare (§14.3 defaults) for which this runtime has no
+/// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
+/// the model to have it); `chat_info` is enabled but invisible by default, which is not.
+/// Calling one fails with "unknown tool".
+pub const UNIMPLEMENTED_TOOLS: [&str; 14] = [
+    "chat_info",
+    "adf_shell",
+    "ws_connect",
+    "ws_disconnect",
+    "ws_connections",
+    "ws_send",
+    "stream_bind",
+    "stream_unbind",
+    "stream_bindings",
+    "fs_transfer",
+    "compute_exec",
+    "mcp_install",
+    "mcp_restart",
+    "mcp_uninstall",
+];
+
+/// One declared section the runtime does not run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnsupportedSection {
+    /// The config path, such as `mcp.servers` or `tools.ws_connect`.
+    pub path: String,
+    /// What is not run, for the owner.
+    pub what: &'static str,
+}
+
+impl std::fmt::Display for UnsupportedSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.path, self.what)
+    }
+}
+
+fn non_empty_array(config: &Value, pointer: &str) -> bool {
+    config
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .is_some_and(|items| !items.is_empty())
+}
+
+fn is_true(config: &Value, pointer: &str) -> bool {
+    config.pointer(pointer).and_then(Value::as_bool) == Some(true)
+}
+
+/// A value that says something: not absent, null, `false`, `""`, `[]` or `{}`.
+fn is_set(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(s)) => !s.trim().is_empty(),
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(Value::Object(map)) => !map.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// Every section of `config` that declares something this runtime does not run yet, in
+/// config order of the spec's §5.
+pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
+    let mut found = Vec::new();
+    let mut add = |path: &str, what: &'static str| {
+        found.push(UnsupportedSection {
+            path: path.to_owned(),
+            what,
+        });
+    };
+    if non_empty_array(config, "/code_execution/packages") {
+        add(
+            "code_execution.packages",
+            "npm packages are not installed; code can import only the agent's own files",
+        );
+    }
+    if non_empty_array(config, "/mcp/servers") {
+        add("mcp.servers", "MCP servers are not started");
+    }
+    if is_true(config, "/compute/enabled") {
+        add("compute", "compute environments are not run");
+    }
+    if let Some(adapters) = config.get("adapters").and_then(Value::as_object) {
+        for (name, adapter) in adapters {
+            if adapter.get("enabled").and_then(Value::as_bool) != Some(false) {
+                add(
+                    &format!("adapters.{name}"),
+                    "channel adapters are not started",
+                );
+            }
+        }
+    }
+    if is_true(config, "/serving/public/enabled") {
+        add("serving.public", "public/ files are not served");
+    }
+    if is_true(config, "/serving/shared/enabled") {
+        add("serving.shared", "shared files are not served");
+    }
+    if non_empty_array(config, "/serving/api") {
+        add(
+            "serving.api",
+            "API and WebSocket routes are not served, so their route middleware never runs",
+        );
+    }
+    if let Some(connections) = config.get("ws_connections").and_then(Value::as_array)
+        && connections
+            .iter()
+            .any(|c| c.get("enabled").and_then(Value::as_bool) != Some(false))
+    {
+        add(
+            "ws_connections",
+            "outbound WebSocket connections are not opened",
+        );
+    }
+    if non_empty_array(config, "/stream_bindings") {
+        add("stream_bindings", "stream bindings are not connected");
+    }
+    if is_set(config.get("pre_llm_hook")) {
+        add(
+            "pre_llm_hook",
+            "the hook is not called; model requests go out untransformed",
+        );
+    }
+    if is_true(config, "/umbilical/stream_deltas") {
+        add(
+            "umbilical.stream_deltas",
+            "streaming deltas are not emitted as events",
+        );
+    }
+    if is_true(config, "/umbilical/log/enabled") {
+        add(
+            "umbilical.log",
+            "per-agent replay options are not applied; the daemon keeps one shared event window",
+        );
+    }
+    for tool in config
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+        let on = |flag: &str| tool.get(flag).and_then(Value::as_bool) == Some(true);
+        if UNIMPLEMENTED_TOOLS.contains(&name) && on("enabled") && on("visible") {
+            add(
+                &format!("tools.{name}"),
+                "this tool is not implemented: the model is not offered it and a call fails as an unknown tool",
+            );
+        }
+    }
+    found
+}
+
+/// One line naming every section, for a warning; `None` when there is none.
+pub fn warning_line(config: &Value) -> Option<String> {
+    let sections = unsupported_sections(config);
+    if sections.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = sections.iter().map(ToString::to_string).collect();
+    Some(format!(
+        "this runtime does not run these configured sections yet: {}",
+        listed.join("; ")
+    ))
+}
