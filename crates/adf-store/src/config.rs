@@ -708,7 +708,6 @@ impl AdfFile {
     /// Replaces the whole config as `caller`. Rejected when it adds a schema violation; keeps
     /// `adf_name`, `adf_handle`, `adf_updated_at` and `metadata.updated_at` in step.
     pub fn config_replace(&mut self, caller: Caller, mut config: Value) -> Result<()> {
-        self.ensure_writable()?;
         if caller != Caller::Owner {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "replace the whole config".into(),
@@ -726,6 +725,7 @@ impl AdfFile {
                 return Err(StoreError::invalid(format!("config.{fixed} never changes")));
             }
         }
+        self.ensure_writable()?;
         self.persist_config(&mut config)
     }
 
@@ -738,7 +738,6 @@ impl AdfFile {
         action: ConfigAction,
         value: Value,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if caller != Caller::Owner {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "edit the config directly (agents use sys_update_config)".into(),
@@ -757,6 +756,7 @@ impl AdfFile {
                 violations: added.iter().map(ToString::to_string).collect(),
             });
         }
+        self.ensure_writable()?;
         self.persist_config(&mut after)
     }
 

@@ -27,7 +27,6 @@ impl AdfFile {
         mut config: Value,
         bypassed_lock: Option<&str>,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if let Some(target) = bypassed_lock
             && caller.is_bound_by_protection()
         {

@@ -74,7 +74,7 @@ pub struct AdfFile {
     /// The clean-close marker is still in the file and nothing has been written since open.
     /// The marker stays truthful until the first write, which removes it first (§3.3): a
     /// session that only reads leaves the file exactly as it found it.
-    marker_pending: Cell<bool>,
+    pub(crate) marker_pending: Cell<bool>,
     /// The last parsed config, reused until `adf_config` may have changed.
     pub(crate) config_cache: crate::config::ConfigCache,
 }
@@ -367,8 +367,7 @@ impl AdfFile {
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {
-        // Consume the marker outside the transaction, so a rolled-back call cannot resurrect it.
-        self.ensure_writable()?;
+        self.check_writable()?;
         // At the top level the write lock is taken up front (see `write_tx`); nested inside a
         // caller's transaction a savepoint is enough.
         let top = self.conn.is_autocommit();
@@ -382,6 +381,19 @@ impl AdfFile {
             )
         };
         self.conn.execute_batch(begin).map_err(StoreError::from)?;
+        // The marker goes inside the transaction: a refused or failed call rolls its removal
+        // back with everything else, and the file stays byte-identical (a clean close would
+        // otherwise re-stamp it).
+        let marker_was_pending = self.marker_pending.get();
+        if let Err(error) = consume_marker(&self.conn, &self.marker_pending) {
+            self.marker_pending.set(marker_was_pending);
+            if !self.conn.is_autocommit() {
+                self.conn
+                    .execute_batch(rollback)
+                    .map_err(StoreError::from)?;
+            }
+            return Err(error.into());
+        }
         match work(self) {
             Ok(value) => {
                 self.conn.execute_batch(commit).map_err(StoreError::from)?;
@@ -395,27 +407,59 @@ impl AdfFile {
                         .execute_batch(rollback)
                         .map_err(StoreError::from)?;
                 }
+                // Either rollback undid the marker's removal along with the call's writes.
+                self.marker_pending.set(marker_was_pending);
                 Err(error)
             }
         }
     }
 
-    /// Every write path calls this first: it refuses writes in inspect mode and removes the
-    /// clean-close marker before the session's first write.
+    /// Every write path calls this after validating its input and before its first write: it
+    /// refuses writes in inspect mode and removes the clean-close marker before the session's
+    /// first write. Input is validated first so that a refused write leaves the file
+    /// byte-identical (no marker removed, so none re-stamped on close).
     pub(crate) fn ensure_writable(&self) -> Result<()> {
+        self.check_writable()?;
+        consume_marker(&self.conn, &self.marker_pending)
+    }
+
+    /// Runs one UPDATE that must find its row. When it changes nothing (an unknown id or
+    /// key), its transaction is rolled back marker removal included, so the refusal leaves
+    /// the file byte-identical. Returns the number of rows changed.
+    pub(crate) fn update_existing(
+        &mut self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<usize> {
+        self.check_writable()?;
+        let tx = write_tx(&mut self.conn)?;
+        let changed = tx.execute(sql, params)?;
+        if changed > 0 {
+            consume_marker(&tx, &self.marker_pending)?;
+            tx.commit()?;
+        }
+        Ok(changed)
+    }
+
+    /// Refuses writes in inspect mode, without touching the marker.
+    pub(crate) fn check_writable(&self) -> Result<()> {
         match self.mode {
-            OpenMode::ReadWrite | OpenMode::Guest => {
-                if self.marker_pending.get() {
-                    self.conn.execute(DELETE_MARKER, [])?;
-                    self.marker_pending.set(false);
-                }
-                Ok(())
-            }
+            OpenMode::ReadWrite | OpenMode::Guest => Ok(()),
             OpenMode::Inspect => Err(StoreError::ReadOnly {
                 path: self.path.clone(),
             }),
         }
     }
+}
+
+/// Removes the clean-close marker if it is still pending, on `conn` (which may be inside the
+/// write's own transaction, so validation failing after a read inside it changes nothing).
+pub(crate) fn consume_marker(conn: &Connection, marker_pending: &Cell<bool>) -> Result<()> {
+    if marker_pending.get() {
+        conn.execute(DELETE_MARKER, [])?;
+        marker_pending.set(false);
+    }
+    Ok(())
 }
 
 impl Drop for AdfFile {

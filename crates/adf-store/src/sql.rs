@@ -834,17 +834,24 @@ impl AdfFile {
         params: &[SqlValue],
         limits: &SqlLimits,
     ) -> Result<ExecuteOutput, SqlError> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let policy = Policy::new(Mode::Execute, caller, self.table_protections()?);
         self.conn.execute_batch("SAVEPOINT adf_sql")?;
-        let result = execute_policed(&mut self.conn, policy, sql, params, limits).and_then(
-            |(output, bypassed)| {
+        // The marker is removed inside the savepoint, so a refused or failed statement rolls
+        // its removal back too and the file stays byte-identical.
+        let marker_was_pending = self.marker_pending.get();
+        let result = crate::file::consume_marker(&self.conn, &self.marker_pending)
+            .map_err(SqlError::from)
+            .and_then(|()| execute_policed(&mut self.conn, policy, sql, params, limits))
+            .and_then(|(output, bypassed)| {
                 for table in bypassed {
                     log_bypass(&self.conn, ProtectedKind::Table, &table, "authorized")?;
                 }
                 Ok(output)
-            },
-        );
+            });
+        if result.is_err() {
+            self.marker_pending.set(marker_was_pending);
+        }
         if self.conn.is_autocommit() {
             // SQLite already rolled the whole transaction back: an interrupted write (the
             // timeout) or an I/O error ends every enclosing transaction, not just the statement.
