@@ -12,7 +12,9 @@ fn fixture(name: &str) -> PathBuf {
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest_dir.join("../../testdata/reference-v0.4.2").join(name)
+    manifest_dir
+        .join("../../testdata/reference-v0.4.2")
+        .join(name)
 }
 
 fn benches(c: &mut Criterion) {

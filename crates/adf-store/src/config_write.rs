@@ -36,6 +36,7 @@ impl AdfFile {
                 level: "locked".into(),
             });
         }
+        crate::config_depth::check_depth(&config)?;
         let before = self.config()?;
         for fixed in ["id", "adf_version"] {
             if before.get(fixed) != config.get(fixed) {

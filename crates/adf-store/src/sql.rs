@@ -836,6 +836,7 @@ impl AdfFile {
     ) -> Result<ExecuteOutput, SqlError> {
         self.check_writable()?;
         let policy = Policy::new(Mode::Execute, caller, self.table_protections()?);
+        let top = self.conn.is_autocommit();
         self.conn.execute_batch("SAVEPOINT adf_sql")?;
         // The marker is removed inside the savepoint, so a refused or failed statement rolls
         // its removal back too and the file stays byte-identical.
@@ -857,10 +858,13 @@ impl AdfFile {
             // timeout) or an I/O error ends every enclosing transaction, not just the statement.
             return result;
         }
-        let end = if result.is_ok() {
-            "RELEASE adf_sql"
-        } else {
-            "ROLLBACK TO adf_sql; RELEASE adf_sql"
+        // At the top level a failure ends with ROLLBACK: rolling back to the savepoint and
+        // releasing it would commit an empty write transaction, which still bumps the file's
+        // change counter.
+        let end = match (result.is_ok(), top) {
+            (true, _) => "RELEASE adf_sql",
+            (false, true) => "ROLLBACK",
+            (false, false) => "ROLLBACK TO adf_sql; RELEASE adf_sql",
         };
         self.conn.execute_batch(end)?;
         result
