@@ -7,7 +7,7 @@ use crate::common;
 
 use adf_store::config_depth::MAX_CONFIG_DEPTH;
 use adf_store::messages::{Mailbox, MessageFilter};
-use adf_store::sql::{SqlLimits, SqlValue};
+use adf_store::sql::{SqlError, SqlLimits, SqlValue};
 use adf_store::tables::NewLoopRow;
 use adf_store::{
     AdfFile, Caller, ConfigAction, FileProtection, FileWrite, MetaProtection, StoreError,
@@ -210,6 +210,14 @@ const REFUSALS: &[Refusal] = &[
             &SqlLimits::default(),
         ))
     }),
+    ("agent SQL making a value past the length limit", |f| {
+        err(f.sql_execute(
+            Caller::Agent,
+            "CREATE TABLE local_big AS SELECT randomblob(20000000) AS b",
+            &[],
+            &SqlLimits::default(),
+        ))
+    }),
     ("a refused call inside atomically", |f| {
         f.atomically(|f| {
             f.file_write(Caller::Agent, "locked.md", b"x", &FileWrite::default())
@@ -379,4 +387,112 @@ fn sto_missing_config_is_a_check_finding_not_an_abort() {
             report.findings
         );
     }
+}
+
+fn agent_query(
+    file: &mut AdfFile,
+    sql: &str,
+    limits: &SqlLimits,
+) -> Result<adf_store::sql::QueryOutput, SqlError> {
+    file.sql_query(sql, &[], limits)
+}
+
+#[test]
+fn tol_agent_sql_cannot_exhaust_memory_or_time() {
+    let (_dir, path, mut file) = common::new_file("budget");
+    // The query of the issue peaked at 5.9 GB: each value is refused before it is allocated.
+    let error = agent_query(
+        &mut file,
+        "SELECT randomblob(999999999), randomblob(999999999), randomblob(999999999)",
+        &SqlLimits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(error, SqlError::LimitExceeded(_)), "{error:?}");
+    assert!(error.to_string().contains("SQLITE_LIMIT_LENGTH"), "{error}");
+
+    let deep_expression = format!("SELECT {}1", "1+".repeat(200));
+    let error = agent_query(&mut file, &deep_expression, &SqlLimits::default()).unwrap_err();
+    assert!(error.to_string().contains("depth"), "{error}");
+    let wide = format!("SELECT {}", vec!["1"; 150].join(", "));
+    let error = agent_query(&mut file, &wide, &SqlLimits::default()).unwrap_err();
+    assert!(error.to_string().contains("columns"), "{error}");
+
+    // A runaway statement stops at a step budget, whatever the clock says.
+    let runaway = "WITH RECURSIVE local_c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM local_c) SELECT count(*) FROM local_c";
+    let error = agent_query(
+        &mut file,
+        runaway,
+        &SqlLimits {
+            max_steps: Some(20),
+            ..SqlLimits::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(error, SqlError::LimitExceeded(_)), "{error:?}");
+    assert!(error.to_string().contains("budget of 20 steps"), "{error}");
+
+    // Normal large reads still work: thousands of rows and a value of several MB.
+    file.sql_execute(
+        Caller::Agent,
+        "CREATE TABLE local_t (id INTEGER PRIMARY KEY, body TEXT)",
+        &[],
+        &SqlLimits::default(),
+    )
+    .unwrap();
+    file.sql_execute(
+        Caller::Agent,
+        "INSERT INTO local_t (body) WITH RECURSIVE local_c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM local_c WHERE x < 5000) SELECT printf('%.1000c', 'x') FROM local_c",
+        &[],
+        &SqlLimits::default(),
+    )
+    .unwrap();
+    let all = agent_query(
+        &mut file,
+        "SELECT id, body FROM local_t",
+        &SqlLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(all.rows.len(), 5000);
+    let big = agent_query(
+        &mut file,
+        "SELECT randomblob(6000000) AS b",
+        &SqlLimits::default(),
+    )
+    .unwrap();
+    assert!(matches!(&big.rows[0][0], SqlValue::Blob(bytes) if bytes.len() == 6_000_000));
+    // The accumulated result is capped.
+    let error = agent_query(
+        &mut file,
+        "SELECT id, body FROM local_t",
+        &SqlLimits {
+            max_result_bytes: Some(100_000),
+            ..SqlLimits::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("exceeds 100000 bytes"),
+        "{error}"
+    );
+
+    // The limits held only while the agent's statements ran: the owner still writes a file
+    // larger than an agent value may be.
+    let large = vec![b'a'; 12 * 1024 * 1024];
+    file.file_write(Caller::Owner, "large.bin", &large, &FileWrite::default())
+        .unwrap();
+    assert_eq!(
+        file.file_read("large.bin").unwrap().unwrap().content.len(),
+        large.len()
+    );
+    file.close().unwrap();
+    let reopened = AdfFile::open(&path).unwrap();
+    assert_eq!(
+        reopened
+            .file_read("large.bin")
+            .unwrap()
+            .unwrap()
+            .content
+            .len(),
+        large.len()
+    );
 }
