@@ -184,6 +184,9 @@ impl AdfFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         check_header(&path)?;
+        if let Some(detail) = not_writable(&path) {
+            return Err(StoreError::NotWritable { path, detail });
+        }
         vec_ext::ensure_registered();
         let had_sidecar = sidecar(&path, "-wal").exists();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -268,6 +271,28 @@ impl AdfFile {
             marker_pending: Cell::new(clean_close),
             config_cache,
         })
+    }
+
+    /// Opens a file for a command that only reads it: like [`AdfFile::open`] when the file can
+    /// be written, else read-only as [`AdfFile::inspect`] does (no sidecar left behind), which
+    /// needs a file already at the current schema since nothing may migrate it.
+    pub fn open_for_reading(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        check_header(path)?;
+        let Some(detail) = not_writable(path) else {
+            return Self::open(path);
+        };
+        let file = Self::inspect(path)?;
+        let found = file.report.schema_found;
+        if found < SCHEMA_VERSION {
+            return Err(StoreError::NotWritable {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "{detail}, and at schema {found} it needs a migration to {SCHEMA_VERSION} before it can be read; make it writable and run `adf migrate`"
+                ),
+            });
+        }
+        Ok(file)
     }
 
     /// Opens a file read-only exactly as it is, for `info` and `check`: no migration, no marker
@@ -579,6 +604,33 @@ fn check_header(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Why a writer may not open `path`, judged from the permission bits: a file with no write
+/// bit, or a directory with none (a writer's `-wal`/`-shm` live there). The bits are read
+/// rather than tried, so a read-only file is respected even by root, whom the kernel would
+/// let write anyway.
+fn not_writable(path: &Path) -> Option<String> {
+    // On Unix `readonly()` means no write bit for anyone (mode & 0o222 == 0).
+    let no_write_bit = |target: &Path| {
+        fs::metadata(target)
+            .map(|meta| meta.permissions().readonly())
+            .unwrap_or(false)
+    };
+    if no_write_bit(path) {
+        return Some("it has no write permission".into());
+    }
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if no_write_bit(directory) {
+        return Some(format!(
+            "its directory {} has no write permission, and a writer keeps its -wal/-shm there",
+            directory.display()
+        ));
+    }
+    None
+}
+
 fn classify(path: &Path, error: rusqlite::Error) -> StoreError {
     use rusqlite::ffi::ErrorCode;
     match error.sqlite_error_code() {
@@ -592,6 +644,10 @@ fn classify(path: &Path, error: rusqlite::Error) -> StoreError {
         },
         Some(ErrorCode::CannotOpen) if !path.exists() => StoreError::FileNotFound {
             path: path.to_path_buf(),
+        },
+        Some(ErrorCode::ReadOnly) => StoreError::NotWritable {
+            path: path.to_path_buf(),
+            detail: error.to_string(),
         },
         _ => StoreError::Sqlite(error),
     }
