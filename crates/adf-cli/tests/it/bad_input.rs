@@ -70,7 +70,7 @@ fn assert_same(path: &Path, before: &[u8], what: &str) {
 }
 
 #[test]
-fn sto_config_set_refuses_a_path_deeper_than_a_parser_reads_and_check_and_set_repair_one() {
+fn config_set_refuses_a_path_deeper_than_a_parser_reads_and_check_and_set_repair_one() {
     let sandbox = Sandbox::new();
     let path = sandbox.agent("deep");
     let before = std::fs::read(&path).unwrap();
@@ -111,7 +111,7 @@ fn sto_config_set_refuses_a_path_deeper_than_a_parser_reads_and_check_and_set_re
 }
 
 #[test]
-fn met_owner_meta_set_of_managed_registry_keys_points_at_the_right_command() {
+fn owner_meta_set_of_managed_registry_keys_points_at_the_right_command() {
     let sandbox = Sandbox::new();
     let path = sandbox.agent("keys");
     let before = std::fs::read(&path).unwrap();
@@ -187,7 +187,7 @@ fn reads_work_and_writes_refuse(sandbox: &Sandbox, path: &Path, what: &str) {
 }
 
 #[test]
-fn sto_read_only_files_and_directories_are_read_and_never_written() {
+fn read_only_files_and_directories_are_read_and_never_written() {
     // Tests run as root, whom the kernel lets write anyway: adf reads the permission bits
     // itself, so these cases exercise the behaviour for every user.
     let sandbox = Sandbox::new();
@@ -206,7 +206,7 @@ fn sto_read_only_files_and_directories_are_read_and_never_written() {
 }
 
 #[test]
-fn sto_damaged_files_are_reported_not_fatal() {
+fn sto_27_damaged_files_are_reported_not_fatal() {
     let sandbox = Sandbox::new();
     // No adf_config at all: a finding of `adf check`.
     let path = sandbox.agent("noconfig");

@@ -1422,7 +1422,7 @@ fn bytes_and_sidecars(path: &std::path::Path) -> (Vec<u8>, bool) {
 }
 
 #[test]
-fn tol_model_sql_past_the_agent_limits_is_a_clear_error_and_the_file_stays_byte_identical() {
+fn model_sql_past_the_agent_limits_is_a_clear_error_and_the_file_stays_byte_identical() {
     let (_dir, path, file) = agent();
     file.close().unwrap();
     let before = bytes_and_sidecars(&path);

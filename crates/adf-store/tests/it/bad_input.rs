@@ -228,7 +228,7 @@ const REFUSALS: &[Refusal] = &[
 ];
 
 #[test]
-fn sto_refused_writes_leave_the_file_byte_identical() {
+fn sto_46_cfg_03_refused_writes_leave_the_file_byte_identical() {
     let (_dir, path) = closed_file();
     let before = std::fs::read(&path).unwrap();
     for (what, refusal) in REFUSALS {
@@ -258,7 +258,7 @@ fn store_deep_config(path: &Path, levels: usize) {
 }
 
 #[test]
-fn sto_config_deeper_than_the_parse_limit_is_refused_reported_and_repairable() {
+fn config_deeper_than_the_parse_limit_is_refused_reported_and_repairable() {
     let (_dir, path, mut file) = common::new_file("deep");
     // The 130-segment path of the issue, and the boundary: 63 segments is the most a path
     // may have, and that leaf then holds a scalar at level 63.
@@ -348,7 +348,7 @@ fn set_schema_version(path: &Path, value: rusqlite::types::Value) {
 }
 
 #[test]
-fn sto_schema_far_beyond_ours_is_reported_as_newer_with_the_path() {
+fn sto_27_schema_far_beyond_ours_is_reported_as_newer_with_the_path() {
     for version in [
         rusqlite::types::Value::Integer(9999),
         rusqlite::types::Value::Integer(i64::MAX),
@@ -373,7 +373,7 @@ fn sto_schema_far_beyond_ours_is_reported_as_newer_with_the_path() {
 }
 
 #[test]
-fn sto_missing_config_is_a_check_finding_not_an_abort() {
+fn missing_config_is_a_check_finding_not_an_abort() {
     for damage in ["DELETE FROM adf_config", "DROP TABLE adf_config"] {
         let (_dir, path, file) = common::new_file("noconfig");
         file.close().unwrap();
@@ -398,7 +398,7 @@ fn agent_query(
 }
 
 #[test]
-fn tol_agent_sql_cannot_exhaust_memory_or_time() {
+fn agent_sql_cannot_exhaust_memory_or_time() {
     let (_dir, path, mut file) = common::new_file("budget");
     // The query of the issue peaked at 5.9 GB: each value is refused before it is allocated.
     let error = agent_query(
