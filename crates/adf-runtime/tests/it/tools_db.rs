@@ -1471,3 +1471,72 @@ fn model_sql_past_the_agent_limits_is_a_clear_error_and_the_file_stays_byte_iden
         "bad args: the file changed"
     );
 }
+
+#[test]
+fn refused_tool_calls_leave_a_cleanly_closed_file_byte_identical() {
+    let (_dir, path, mut file) = agent();
+    file.meta_set(
+        adf_store::Caller::Owner,
+        "pinned",
+        "1",
+        Some(adf_store::MetaProtection::Readonly),
+    )
+    .unwrap();
+    file.close().unwrap();
+    let before = bytes_and_sidecars(&path);
+    let deep_path = vec!["a"; 130].join(".");
+    // sys_update_config is restricted: the model's call becomes an approval request, a
+    // recorded task even when denied, so its bad input is sent by authorized code instead.
+    let refused: Vec<(Caller, &str, Value)> = vec![
+        (
+            model(),
+            "sys_set_meta",
+            json!({ "key": "adf_did", "value": "did:key:x" }),
+        ),
+        (model(), "sys_set_meta", json!({ "key": "" })),
+        (model(), "sys_delete_meta", json!({ "key": "adf_name" })),
+        (model(), "sys_delete_meta", json!({ "key": "missing" })),
+        (
+            authorized(),
+            "sys_update_config",
+            json!({ "path": "model.temperature", "value": 99 }),
+        ),
+        (
+            authorized(),
+            "sys_update_config",
+            json!({ "path": deep_path, "value": 1 }),
+        ),
+        (
+            authorized(),
+            "sys_update_config",
+            json!({ "path": "id", "value": "x" }),
+        ),
+        (
+            model(),
+            "fs_write",
+            json!({ "path": "../escape.md", "content": "x" }),
+        ),
+        (model(), "fs_delete", json!({ "path": "missing.md" })),
+        (model(), "no_such_tool", json!({})),
+        (
+            model(),
+            "db_query",
+            json!({ "sql": "SELECT * FROM adf_meta" }),
+        ),
+        (
+            model(),
+            "db_query",
+            json!({ "sql": "SELECT 1", "extra": true }),
+        ),
+    ];
+    for (caller, tool, args) in refused {
+        let mut file = AdfFile::open(&path).unwrap();
+        let outcome = call(&mut file, &caller, tool, args.clone());
+        assert!(outcome.is_err(), "{tool} {args}: {outcome:?}");
+        file.close().unwrap();
+        assert!(
+            bytes_and_sidecars(&path) == before,
+            "{tool} {args}: the file changed"
+        );
+    }
+}
