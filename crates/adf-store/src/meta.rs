@@ -331,6 +331,11 @@ impl AdfFile {
     /// Writes a registry key as the runtime (identity provisioning, config sync); creates it
     /// with its registry protection and keeps that protection on update.
     pub fn meta_set_runtime(&mut self, key: &str, value: &str) -> Result<()> {
+        if key.starts_with("adf_") && registry_protection(key).is_none() {
+            return Err(StoreError::invalid(format!(
+                "'{key}' is not in the adf_ key registry"
+            )));
+        }
         self.ensure_writable()?;
         set_runtime_key(&self.conn, key, value)
     }
