@@ -104,8 +104,10 @@ pub fn check_depth(config: &Value) -> Result<()> {
 
 /// Refuses a dot path with more segments than a config can nest, before anything is built.
 pub(crate) fn check_path_depth(path: &str) -> Result<()> {
+    // `n` segments reach level `n` with a scalar at the end, so more than the maximum can
+    // never fit.
     let segments = path.split('.').count();
-    if segments >= MAX_CONFIG_DEPTH {
+    if segments > MAX_CONFIG_DEPTH {
         return Err(StoreError::invalid(format!(
             "the config path has {segments} segments; a config nests at most {MAX_CONFIG_DEPTH} levels"
         )));

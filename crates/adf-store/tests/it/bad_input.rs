@@ -266,6 +266,23 @@ fn config_deeper_than_the_parse_limit_is_refused_reported_and_repairable() {
         .config_set_path(Caller::Owner, &deep_path(130), ConfigAction::Set, json!(1))
         .unwrap_err();
     assert!(error.to_string().contains("at most 64"), "{error}");
+    // 64 segments ending in a scalar are 64 levels: the most there may be.
+    file.config_set_path(
+        Caller::Owner,
+        &format!("y.{}", deep_path(MAX_CONFIG_DEPTH - 1)),
+        ConfigAction::Set,
+        json!(1),
+    )
+    .unwrap();
+    let error = file
+        .config_set_path(
+            Caller::Owner,
+            &format!("y.{}", deep_path(MAX_CONFIG_DEPTH)),
+            ConfigAction::Set,
+            json!(1),
+        )
+        .unwrap_err();
+    assert!(error.to_string().contains("65 segments"), "{error}");
     file.config_set_path(
         Caller::Owner,
         &format!("x.{}", deep_path(MAX_CONFIG_DEPTH - 2)),
