@@ -158,6 +158,11 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
 /// Opens a file for reading and writing, saying on stderr when it was migrated.
 pub(crate) fn open(path: &Path) -> Result<AdfFile> {
     let file = AdfFile::open(path)?;
+    say_if_migrated(path, &file);
+    Ok(file)
+}
+
+fn say_if_migrated(path: &Path, file: &AdfFile) {
     let report = file.open_report();
     if let (Some(first), Some(last)) = (report.migrated_steps.first(), report.migrated_steps.last())
     {
@@ -167,6 +172,13 @@ pub(crate) fn open(path: &Path) -> Result<AdfFile> {
             report.schema_found
         );
     }
+}
+
+/// Opens a file for a command that only reads it: a read-only file (or one in a read-only
+/// directory) is read as it is, leaving no `-wal`/`-shm` behind.
+pub(crate) fn open_read(path: &Path) -> Result<AdfFile> {
+    let file = AdfFile::open_for_reading(path)?;
+    say_if_migrated(path, &file);
     Ok(file)
 }
 
@@ -382,7 +394,7 @@ fn migrate(path: &Path, out: Output) -> Result<ExitCode> {
 }
 
 fn files(path: &Path, prefix: &str, out: Output) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let list = file.file_list(prefix)?;
     out.emit(&list, || {
         let mut table = Table::new(&["path", "size", "protection", "auth", "mime", "updated"]);
@@ -406,7 +418,7 @@ fn files(path: &Path, prefix: &str, out: Output) -> Result<ExitCode> {
 }
 
 fn cat(path: &Path, inner: &str) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let entry = file.file_read(inner)?.with_context(|| {
         format!(
             "no file '{inner}' in {}; list them with `adf files`",
@@ -468,13 +480,13 @@ fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
             file,
             key: Some(key),
         } => {
-            let entry = open(&file)?
+            let entry = open_read(&file)?
                 .meta_get(&key)?
                 .with_context(|| format!("no meta key '{key}'"))?;
             out.emit(&entry, || println!("{}", entry.value))?;
         }
         MetaCommand::Get { file, key: None } => {
-            let entries = open(&file)?.meta_list()?;
+            let entries = open_read(&file)?.meta_list()?;
             out.emit(&entries, || {
                 let mut table = Table::new(&["key", "protection", "value"]);
                 for entry in &entries {
@@ -492,7 +504,9 @@ fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
             key,
             value,
             protection,
+            force,
         } => {
+            refuse_managed_key(&file, &key, force)?;
             let protection = protection
                 .as_deref()
                 .map(MetaProtection::parse)
@@ -500,7 +514,8 @@ fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
             open(&file)?.meta_set(Caller::Owner, &key, &value, protection)?;
             out.emit(&json!({ "ok": true, "key": key }), || println!("set {key}"))?;
         }
-        MetaCommand::Rm { file, key } => {
+        MetaCommand::Rm { file, key, force } => {
+            refuse_managed_key(&file, &key, force)?;
             open(&file)?.meta_delete(Caller::Owner, &key)?;
             out.emit(&json!({ "ok": true, "key": key }), || {
                 println!("removed {key}")
@@ -508,6 +523,41 @@ fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command that keeps a readonly registry key right, for the keys an owner's hand-written
+/// value would leave out of step with the rest of the file (§3.3 registry, §4.4).
+fn managed_key_command(key: &str) -> Option<&'static str> {
+    let base = key.split_once(':').map_or(key, |(base, _)| base);
+    Some(match base {
+        "adf_did" | "adf_did_history" | "adf_owner_did" | "adf_runtime_did" => {
+            "the identity commands: `adf claim <file>` takes ownership (new DID, history kept), `adf identity status <file>` provisions a file without one"
+        }
+        "adf_handle" => "`adf config set <file> handle <value>`, which keeps config.handle in step",
+        "adf_name" => "`adf config set <file> name <value>`, which keeps config.name in step",
+        "adf_updated_at" => "any config write (`adf config set`), which stamps it",
+        "adf_created_at" | "adf_parent_did" => "nothing: it is fixed when the file is created",
+        "adf_effective_runtime" | "adf_runtime_turn_checkpoint" => {
+            "the runtime, which writes it while the agent runs"
+        }
+        "adf_template_shipped" | "adf_template_description" | "adf_template_warning" => {
+            "the template build, and instantiating the template removes it"
+        }
+        _ => return None,
+    })
+}
+
+/// Refuses a hand write of a managed registry key unless `--force` says the owner means it.
+/// Checked before the file is opened, so the refusal leaves it untouched.
+fn refuse_managed_key(file: &Path, key: &str, force: bool) -> Result<()> {
+    match managed_key_command(key) {
+        Some(command) if !force => anyhow::bail!(
+            "{}: '{key}' is a registry key other state depends on; change it with {command}. \
+             Writing it by hand leaves a file `adf check` reports as broken; pass --force to do it anyway",
+            file.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// A command-line value: JSON when it parses, otherwise the text as a JSON string.
@@ -518,7 +568,7 @@ fn parse_value(text: &str) -> Value {
 fn config(command: ConfigCommand, out: Output) -> Result<ExitCode> {
     match command {
         ConfigCommand::Get { file, path } => {
-            let config = open(&file)?.config()?;
+            let config = open_read(&file)?.config()?;
             let value = match &path {
                 Some(path) => store_config::get_path(&config, path)?
                     .cloned()
@@ -600,7 +650,7 @@ fn block_text(block: &Value) -> String {
 }
 
 fn show_loop(path: &Path, loop_name: &str, context: bool, out: Output) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let rows = file.loop_rows(loop_name)?;
     out.emit(&rows, || {
         if rows.is_empty() {
@@ -643,7 +693,7 @@ fn field(row: &serde_json::Map<String, Value>, key: &str) -> String {
 }
 
 fn messages(path: &Path, table_name: &str, limit: usize, out: Output) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let rows = file.table_rows(table_name, limit)?;
     out.emit(&rows, || {
         let peer = if table_name == "adf_inbox" {
@@ -677,7 +727,7 @@ fn messages(path: &Path, table_name: &str, limit: usize, out: Output) -> Result<
 }
 
 fn timers(path: &Path, out: Output) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let timers = file.timers()?;
     out.emit(&timers, || {
         let mut table = Table::new(&["id", "mode", "next", "runs", "scope", "lambda", "flags"]);
@@ -713,7 +763,7 @@ fn timers(path: &Path, out: Output) -> Result<ExitCode> {
 }
 
 fn tasks(path: &Path, status: Option<&str>, out: Output) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let tasks = file.tasks(status)?;
     out.emit(&tasks, || {
         let mut table = Table::new(&["id", "tool", "status", "created", "origin"]);
@@ -732,7 +782,7 @@ fn tasks(path: &Path, status: Option<&str>, out: Output) -> Result<ExitCode> {
 }
 
 fn logs(path: &Path, limit: usize, out: Output) -> Result<ExitCode> {
-    let file = open(path)?;
+    let file = open_read(path)?;
     let rows = file.table_rows("adf_logs", limit)?;
     out.emit(&rows, || {
         let mut table = Table::new(&["time", "level", "origin", "event", "message"]);

@@ -306,9 +306,19 @@ pub(crate) enum MetaCommand {
         value: String,
         #[arg(long)]
         protection: Option<String>,
+        /// Write a registry key that another command keeps in step (identity DIDs, name,
+        /// handle, …) anyway; `adf check` may then call the file broken.
+        #[arg(long)]
+        force: bool,
     },
     /// Delete a key.
-    Rm { file: PathBuf, key: String },
+    Rm {
+        file: PathBuf,
+        key: String,
+        /// Delete a registry key that another command keeps in step anyway.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -159,8 +159,10 @@ impl AdfFile {
 
         check_schema(conn, &mut report)?;
         check_meta(self, &mut report)?;
-        check_config(self, &mut report)?;
-        check_unsupported_sections(self, &mut report);
+        if check_config_depth(self, &mut report)? {
+            check_config(self, &mut report)?;
+            check_unsupported_sections(self, &mut report);
+        }
         check_files(self, &mut report)?;
         check_rows(conn, &mut report)?;
         check_identity(self, &mut report)?;
@@ -404,6 +406,49 @@ fn check_unsupported_sections(file: &AdfFile, report: &mut CheckReport) {
             ),
         );
     }
+}
+
+/// A config nested deeper than [`MAX_CONFIG_DEPTH`] is an error of its own, measured on the
+/// stored text (no parser reads it); the other config checks need a parse and are skipped.
+/// Returns whether they can run (not when the table itself is missing).
+fn check_config_depth(file: &AdfFile, report: &mut CheckReport) -> Result<bool> {
+    use crate::config_depth::{MAX_CONFIG_DEPTH, raw_depth};
+    use rusqlite::OptionalExtension as _;
+    let table_exists: bool = file.conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'adf_config')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !table_exists {
+        // `check_schema` reported the missing table; there is no config to check.
+        return Ok(false);
+    }
+    let text: Option<String> = file
+        .conn
+        .query_row(
+            "SELECT config_json FROM adf_config WHERE id = 1",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let Some(text) = text else {
+        return Ok(true);
+    };
+    let (depth, key) = raw_depth(&text);
+    if depth <= MAX_CONFIG_DEPTH {
+        return Ok(true);
+    }
+    let repair = match key {
+        Some(key) => {
+            format!(" (deepest under '{key}'; replace it with `adf config set <file> {key} null`)")
+        }
+        None => String::new(),
+    };
+    report.error(
+        "§5",
+        format!("config nested {depth} levels deep, deeper than {MAX_CONFIG_DEPTH}{repair}"),
+    );
+    Ok(false)
 }
 
 fn check_files(file: &AdfFile, report: &mut CheckReport) -> Result<()> {

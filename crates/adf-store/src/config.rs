@@ -131,6 +131,7 @@ pub fn apply_path(
     action: ConfigAction,
     value: Value,
 ) -> Result<()> {
+    crate::config_depth::check_path_depth(path)?;
     let segments = resolve_segments(config, &parse_path(path)?)?;
     let Some((last, parents)) = segments.split_last() else {
         return Err(StoreError::invalid("empty config path"));
@@ -664,6 +665,20 @@ pub(crate) fn violations_on_open(conn: &rusqlite::Connection) -> Result<Vec<Viol
     })
 }
 
+fn parse_config(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| {
+        let depth = crate::config_depth::raw_depth(text).0;
+        if depth > crate::config_depth::MAX_CONFIG_DEPTH {
+            StoreError::Malformed(format!(
+                "config_json is nested {depth} levels deep, more than the {} a config may have ({e}); `adf check` names the key and `adf config set` can replace it",
+                crate::config_depth::MAX_CONFIG_DEPTH
+            ))
+        } else {
+            StoreError::Malformed(format!("config_json is not valid JSON: {e}"))
+        }
+    })
+}
+
 /// The violations `after` has that `before` did not (§5.17 step 12).
 pub fn new_violations(before: &Value, after: &Value) -> Vec<Violation> {
     let old: BTreeSet<Violation> = validate(before).into_iter().collect();
@@ -696,24 +711,27 @@ impl AdfFile {
     }
 
     pub fn config(&self) -> Result<Value> {
-        let text: String = self.conn.query_row(
+        parse_config(&self.config_text()?)
+    }
+
+    /// The stored config text, unparsed.
+    pub fn config_text(&self) -> Result<String> {
+        Ok(self.conn.query_row(
             "SELECT config_json FROM adf_config WHERE id = 1",
             [],
             |row| row.get(0),
-        )?;
-        serde_json::from_str(&text)
-            .map_err(|e| StoreError::Malformed(format!("config_json is not valid JSON: {e}")))
+        )?)
     }
 
     /// Replaces the whole config as `caller`. Rejected when it adds a schema violation; keeps
     /// `adf_name`, `adf_handle`, `adf_updated_at` and `metadata.updated_at` in step.
     pub fn config_replace(&mut self, caller: Caller, mut config: Value) -> Result<()> {
-        self.ensure_writable()?;
         if caller != Caller::Owner {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "replace the whole config".into(),
             });
         }
+        crate::config_depth::check_depth(&config)?;
         let before = self.config()?;
         let added = new_violations(&before, &config);
         if !added.is_empty() {
@@ -726,6 +744,7 @@ impl AdfFile {
                 return Err(StoreError::invalid(format!("config.{fixed} never changes")));
             }
         }
+        self.ensure_writable()?;
         self.persist_config(&mut config)
     }
 
@@ -738,7 +757,6 @@ impl AdfFile {
         action: ConfigAction,
         value: Value,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if caller != Caller::Owner {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "edit the config directly (agents use sys_update_config)".into(),
@@ -748,15 +766,26 @@ impl AdfFile {
         if matches!(first, "id" | "adf_version") {
             return Err(StoreError::invalid(format!("config.{first} never changes")));
         }
-        let before = self.config()?;
+        crate::config_depth::check_path_depth(path)?;
+        let text = self.config_text()?;
+        if crate::config_depth::needs_repair_path(&text) {
+            // The owner's repair path for a config stored deeper than any reader parses.
+            let mut after =
+                crate::config_depth::repair_deep_config(text, path.to_owned(), action, value)?;
+            self.ensure_writable()?;
+            return self.persist_config(&mut after);
+        }
+        let before = parse_config(&text)?;
         let mut after = before.clone();
         apply_path(&mut after, path, action, value)?;
+        crate::config_depth::check_depth(&after)?;
         let added = new_violations(&before, &after);
         if !added.is_empty() {
             return Err(StoreError::ConfigRejected {
                 violations: added.iter().map(ToString::to_string).collect(),
             });
         }
+        self.ensure_writable()?;
         self.persist_config(&mut after)
     }
 

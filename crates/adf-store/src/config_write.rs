@@ -27,7 +27,6 @@ impl AdfFile {
         mut config: Value,
         bypassed_lock: Option<&str>,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if let Some(target) = bypassed_lock
             && caller.is_bound_by_protection()
         {
@@ -37,6 +36,7 @@ impl AdfFile {
                 level: "locked".into(),
             });
         }
+        crate::config_depth::check_depth(&config)?;
         let before = self.config()?;
         for fixed in ["id", "adf_version"] {
             if before.get(fixed) != config.get(fixed) {

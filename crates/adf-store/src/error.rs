@@ -96,6 +96,14 @@ pub enum StoreError {
     #[error("{}: opened read-only; this operation writes", path.display())]
     ReadOnly { path: PathBuf },
 
+    /// The file cannot be written where it is (no write permission on it or on its directory,
+    /// where SQLite keeps the `-wal`/`-shm` sidecars of a writer).
+    #[error(
+        "{}: the file is read-only ({detail}); commands that only read it still work",
+        path.display()
+    )]
+    NotWritable { path: PathBuf, detail: String },
+
     #[error("{what} not found: {name}")]
     NotFound { what: &'static str, name: String },
 

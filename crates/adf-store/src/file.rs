@@ -74,7 +74,7 @@ pub struct AdfFile {
     /// The clean-close marker is still in the file and nothing has been written since open.
     /// The marker stays truthful until the first write, which removes it first (§3.3): a
     /// session that only reads leaves the file exactly as it found it.
-    marker_pending: Cell<bool>,
+    pub(crate) marker_pending: Cell<bool>,
     /// The last parsed config, reused until `adf_config` may have changed.
     pub(crate) config_cache: crate::config::ConfigCache,
 }
@@ -184,6 +184,9 @@ impl AdfFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         check_header(&path)?;
+        if let Some(detail) = not_writable(&path) {
+            return Err(StoreError::NotWritable { path, detail });
+        }
         vec_ext::ensure_registered();
         let had_sidecar = sidecar(&path, "-wal").exists();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -268,6 +271,28 @@ impl AdfFile {
             marker_pending: Cell::new(clean_close),
             config_cache,
         })
+    }
+
+    /// Opens a file for a command that only reads it: like [`AdfFile::open`] when the file can
+    /// be written, else read-only as [`AdfFile::inspect`] does (no sidecar left behind), which
+    /// needs a file already at the current schema since nothing may migrate it.
+    pub fn open_for_reading(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        check_header(path)?;
+        let Some(detail) = not_writable(path) else {
+            return Self::open(path);
+        };
+        let file = Self::inspect(path)?;
+        let found = file.report.schema_found;
+        if found < SCHEMA_VERSION {
+            return Err(StoreError::NotWritable {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "{detail}, and at schema {found} it needs a migration to {SCHEMA_VERSION} before it can be read; make it writable and run `adf migrate`"
+                ),
+            });
+        }
+        Ok(file)
     }
 
     /// Opens a file read-only exactly as it is, for `info` and `check`: no migration, no marker
@@ -367,8 +392,7 @@ impl AdfFile {
         &mut self,
         work: impl FnOnce(&mut Self) -> Result<T, E>,
     ) -> Result<T, E> {
-        // Consume the marker outside the transaction, so a rolled-back call cannot resurrect it.
-        self.ensure_writable()?;
+        self.check_writable()?;
         // At the top level the write lock is taken up front (see `write_tx`); nested inside a
         // caller's transaction a savepoint is enough.
         let top = self.conn.is_autocommit();
@@ -382,6 +406,19 @@ impl AdfFile {
             )
         };
         self.conn.execute_batch(begin).map_err(StoreError::from)?;
+        // The marker goes inside the transaction: a refused or failed call rolls its removal
+        // back with everything else, and the file stays byte-identical (a clean close would
+        // otherwise re-stamp it).
+        let marker_was_pending = self.marker_pending.get();
+        if let Err(error) = consume_marker(&self.conn, &self.marker_pending) {
+            self.marker_pending.set(marker_was_pending);
+            if !self.conn.is_autocommit() {
+                self.conn
+                    .execute_batch(rollback)
+                    .map_err(StoreError::from)?;
+            }
+            return Err(error.into());
+        }
         match work(self) {
             Ok(value) => {
                 self.conn.execute_batch(commit).map_err(StoreError::from)?;
@@ -395,6 +432,8 @@ impl AdfFile {
                         .execute_batch(rollback)
                         .map_err(StoreError::from)?;
                 }
+                // Either rollback undid the marker's removal along with the call's writes.
+                self.marker_pending.set(marker_was_pending);
                 Err(error)
             }
         }
@@ -408,24 +447,60 @@ impl AdfFile {
         {
             tracing::warn!(path = %self.path.display(), %error, "cannot roll back after a panic");
         }
+        // The rollback may have restored a clean-close marker the abandoned work had removed;
+        // the next write must remove it again, or a crash after it would pass for a clean close.
+        if self.mode == OpenMode::ReadWrite {
+            let marker_present = has_clean_close_marker(&self.conn, &self.path).unwrap_or(false);
+            self.marker_pending.set(marker_present);
+        }
     }
 
-    /// Every write path calls this first: it refuses writes in inspect mode and removes the
-    /// clean-close marker before the session's first write.
+    /// Every write path calls this after validating its input and before its first write: it
+    /// refuses writes in inspect mode and removes the clean-close marker before the session's
+    /// first write. Input is validated first so that a refused write leaves the file
+    /// byte-identical (no marker removed, so none re-stamped on close).
     pub(crate) fn ensure_writable(&self) -> Result<()> {
+        self.check_writable()?;
+        consume_marker(&self.conn, &self.marker_pending)
+    }
+
+    /// Runs one UPDATE that must find its row. When it changes nothing (an unknown id or
+    /// key), its transaction is rolled back marker removal included, so the refusal leaves
+    /// the file byte-identical. Returns the number of rows changed.
+    pub(crate) fn update_existing(
+        &mut self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<usize> {
+        self.check_writable()?;
+        let tx = write_tx(&mut self.conn)?;
+        let changed = tx.execute(sql, params)?;
+        if changed > 0 {
+            consume_marker(&tx, &self.marker_pending)?;
+            tx.commit()?;
+        }
+        Ok(changed)
+    }
+
+    /// Refuses writes in inspect mode, without touching the marker.
+    pub(crate) fn check_writable(&self) -> Result<()> {
         match self.mode {
-            OpenMode::ReadWrite | OpenMode::Guest => {
-                if self.marker_pending.get() {
-                    self.conn.execute(DELETE_MARKER, [])?;
-                    self.marker_pending.set(false);
-                }
-                Ok(())
-            }
+            OpenMode::ReadWrite | OpenMode::Guest => Ok(()),
             OpenMode::Inspect => Err(StoreError::ReadOnly {
                 path: self.path.clone(),
             }),
         }
     }
+}
+
+/// Removes the clean-close marker if it is still pending, on `conn` (which may be inside the
+/// write's own transaction, so validation failing after a read inside it changes nothing).
+pub(crate) fn consume_marker(conn: &Connection, marker_pending: &Cell<bool>) -> Result<()> {
+    if marker_pending.get() {
+        conn.execute(DELETE_MARKER, [])?;
+        marker_pending.set(false);
+    }
+    Ok(())
 }
 
 impl Drop for AdfFile {
@@ -545,6 +620,33 @@ fn check_header(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Why a writer may not open `path`, judged from the permission bits: a file with no write
+/// bit, or a directory with none (a writer's `-wal`/`-shm` live there). The bits are read
+/// rather than tried, so a read-only file is respected even by root, whom the kernel would
+/// let write anyway.
+fn not_writable(path: &Path) -> Option<String> {
+    // On Unix `readonly()` means no write bit for anyone (mode & 0o222 == 0).
+    let no_write_bit = |target: &Path| {
+        fs::metadata(target)
+            .map(|meta| meta.permissions().readonly())
+            .unwrap_or(false)
+    };
+    if no_write_bit(path) {
+        return Some("it has no write permission".into());
+    }
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if no_write_bit(directory) {
+        return Some(format!(
+            "its directory {} has no write permission, and a writer keeps its -wal/-shm there",
+            directory.display()
+        ));
+    }
+    None
+}
+
 fn classify(path: &Path, error: rusqlite::Error) -> StoreError {
     use rusqlite::ffi::ErrorCode;
     match error.sqlite_error_code() {
@@ -558,6 +660,10 @@ fn classify(path: &Path, error: rusqlite::Error) -> StoreError {
         },
         Some(ErrorCode::CannotOpen) if !path.exists() => StoreError::FileNotFound {
             path: path.to_path_buf(),
+        },
+        Some(ErrorCode::ReadOnly) => StoreError::NotWritable {
+            path: path.to_path_buf(),
+            detail: error.to_string(),
         },
         _ => StoreError::Sqlite(error),
     }

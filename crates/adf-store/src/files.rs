@@ -214,7 +214,7 @@ impl AdfFile {
         content: &[u8],
         options: &FileWrite,
     ) -> Result<WriteOutcome> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let path = self.resolve_path(path)?;
         validate_path(&path)?;
         if path == skills::REGISTRY_PATH {
@@ -277,6 +277,7 @@ impl AdfFile {
         if skills::affects_registry(&path) {
             skills::reindex(&tx)?;
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(outcome)
     }
@@ -284,7 +285,7 @@ impl AdfFile {
     /// Deletes a file for `caller` (§4.2): an agent cannot delete `read_only` or `no_delete`
     /// files. With `audit.files` on, the file is snapshotted into `adf_audit` first.
     pub fn file_delete(&mut self, caller: Caller, path: &str) -> Result<WriteOutcome> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let path = self.resolve_path(path)?;
         if path == skills::REGISTRY_PATH && caller != Caller::Owner {
             return Err(protected_file(
@@ -327,6 +328,7 @@ impl AdfFile {
         if skills::affects_registry(&path) || path == skills::REGISTRY_PATH {
             skills::reindex(&tx)?;
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(outcome)
     }
@@ -338,14 +340,13 @@ impl AdfFile {
         path: &str,
         protection: FileProtection,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if !caller.may_grant_trust() {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "change file protection".into(),
             });
         }
         let path = self.resolve_path(path)?;
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_files SET protection = ?2 WHERE path = ?1",
             params![path, protection.as_str()],
         )?;
@@ -362,14 +363,13 @@ impl AdfFile {
         path: &str,
         authorized: bool,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if !caller.may_grant_trust() {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "authorize files".into(),
             });
         }
         let path = self.resolve_path(path)?;
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_files SET authorized = ?2 WHERE path = ?1",
             params![path, authorized],
         )?;

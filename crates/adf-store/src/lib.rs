@@ -16,6 +16,7 @@ mod access;
 pub mod audit;
 pub mod check;
 pub mod config;
+pub mod config_depth;
 pub mod config_write;
 pub mod defaults;
 pub mod error;

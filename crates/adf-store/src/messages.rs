@@ -245,7 +245,7 @@ impl AdfFile {
         ids: &[String],
         status: &str,
     ) -> Result<usize> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         if !mailbox.statuses().contains(&status) {
             return Err(StoreError::invalid(format!(
                 "{} status must be one of {}, not '{status}'",
@@ -260,13 +260,14 @@ impl AdfFile {
                 return Err(StoreError::not_found("message", id.clone()));
             }
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(ids.len())
     }
 
     /// Deletes the messages `ids`. Every id must exist, or nothing is deleted.
     pub fn messages_delete_ids(&mut self, mailbox: Mailbox, ids: &[String]) -> Result<usize> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let tx = crate::file::write_tx(&mut self.conn)?;
         let sql = format!("DELETE FROM {} WHERE id = ?1", mailbox.table());
         for id in ids {
@@ -274,6 +275,7 @@ impl AdfFile {
                 return Err(StoreError::not_found("message", id.clone()));
             }
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(ids.len())
     }
@@ -281,7 +283,6 @@ impl AdfFile {
     /// Deletes every message matching `filter` and returns how many. An empty filter is
     /// refused: it would empty the table.
     pub fn messages_delete(&mut self, mailbox: Mailbox, filter: &MessageFilter) -> Result<usize> {
-        self.ensure_writable()?;
         if filter.fields().is_empty() {
             return Err(StoreError::invalid(format!(
                 "at least one filter field is required ({}) so a delete cannot empty the {}",
@@ -290,6 +291,7 @@ impl AdfFile {
             )));
         }
         let (clause, values) = filter.to_sql(mailbox)?;
+        self.ensure_writable()?;
         Ok(self.conn.execute(
             &format!("DELETE FROM {} WHERE {clause}", mailbox.table()),
             params_from_iter(values.iter()),
@@ -312,7 +314,7 @@ impl AdfFile {
         row: &Map<String, Value>,
         audit: Option<(&str, &Value)>,
     ) -> Result<String> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let audited = match audit {
             Some(_) => self.audit_enabled(mailbox.as_str())?,
             None => false,
@@ -363,6 +365,7 @@ impl AdfFile {
             };
             crate::audit::insert_snapshot(&tx, source, None, Some(alf_id), 1, message)?;
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(id)
     }
@@ -376,13 +379,12 @@ impl AdfFile {
         status_code: Option<i64>,
         delivered_at: Option<i64>,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if !matches!(status, "pending" | "delivered" | "failed") {
             return Err(StoreError::invalid(format!(
                 "an outbox delivery ends delivered or failed, not '{status}'"
             )));
         }
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_outbox SET status = ?2, status_code = ?3, delivered_at = ?4 WHERE id = ?1",
             rusqlite::params![id, status, status_code, delivered_at],
         )?;

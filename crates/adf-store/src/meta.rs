@@ -141,7 +141,7 @@ impl AdfFile {
         value: &str,
         protection: Option<MetaProtection>,
     ) -> Result<WriteOutcome> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         check_key(key)?;
         let tx = crate::file::write_tx(&mut self.conn)?;
         let existing: Option<(String, String)> = tx
@@ -199,6 +199,7 @@ impl AdfFile {
                 outcome.created = true;
             }
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(outcome)
     }
@@ -206,7 +207,7 @@ impl AdfFile {
     /// Adds `delta` to a numeric meta value atomically, creating the key at `delta` when missing
     /// (tools guide `sys_set_meta` `inc`). Returns the new value as stored.
     pub fn meta_increment(&mut self, caller: Caller, key: &str, delta: f64) -> Result<String> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         check_key(key)?;
         if !delta.is_finite() {
             return Err(StoreError::invalid("the increment must be a finite number"));
@@ -264,13 +265,14 @@ impl AdfFile {
                 text
             }
         };
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(new_value)
     }
 
     /// Deletes a meta key for `caller`; readonly and increment keys are the agent's to keep.
     pub fn meta_delete(&mut self, caller: Caller, key: &str) -> Result<WriteOutcome> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let tx = crate::file::write_tx(&mut self.conn)?;
         let level: String = tx
             .query_row(
@@ -294,6 +296,7 @@ impl AdfFile {
             }
         }
         tx.execute("DELETE FROM adf_meta WHERE key = ?1", [key])?;
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(outcome)
     }
@@ -305,7 +308,6 @@ impl AdfFile {
         key: &str,
         protection: MetaProtection,
     ) -> Result<()> {
-        self.ensure_writable()?;
         if !caller.may_grant_trust() {
             return Err(StoreError::RequiresAuthorizedCode {
                 action: "change meta protection".into(),
@@ -316,7 +318,7 @@ impl AdfFile {
                 "'{key}' keeps its registry protection"
             )));
         }
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_meta SET protection = ?2 WHERE key = ?1",
             params![key, protection.as_str()],
         )?;
@@ -329,6 +331,11 @@ impl AdfFile {
     /// Writes a registry key as the runtime (identity provisioning, config sync); creates it
     /// with its registry protection and keeps that protection on update.
     pub fn meta_set_runtime(&mut self, key: &str, value: &str) -> Result<()> {
+        if key.starts_with("adf_") && registry_protection(key).is_none() {
+            return Err(StoreError::invalid(format!(
+                "'{key}' is not in the adf_ key registry"
+            )));
+        }
         self.ensure_writable()?;
         set_runtime_key(&self.conn, key, value)
     }

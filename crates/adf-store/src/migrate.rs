@@ -86,9 +86,19 @@ pub fn read_schema_version(conn: &Connection) -> Result<Option<u32>> {
 }
 
 fn parse_version(key: &str, value: &SqlValue) -> Result<u32> {
+    // A version beyond u32 is still a version, just one far newer than ours: it saturates at
+    // u32::MAX so the caller reports it as newer (with the path) instead of as malformed.
+    let saturate = |wide: u128| u32::try_from(wide).unwrap_or(u32::MAX);
     let parsed = match value {
-        SqlValue::Integer(i) => u32::try_from(*i).ok(),
-        SqlValue::Text(s) => s.trim().parse::<u32>().ok(),
+        SqlValue::Integer(i) => u128::try_from(*i).ok().map(saturate),
+        SqlValue::Text(s) => {
+            let digits = s.trim();
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                Some(digits.parse::<u128>().map_or(u32::MAX, saturate))
+            } else {
+                None
+            }
+        }
         // A JSON-minded writer may have stored 28.0; accept whole numbers only.
         SqlValue::Real(f) if f.fract() == 0.0 && *f >= 0.0 && *f <= f64::from(u32::MAX) => {
             // In range and whole, so the cast is exact.

@@ -30,14 +30,24 @@
 //! - A new table may not declare a foreign key to a table outside `local_*`: such a key would
 //!   let agent rows block or cascade into the runtime's own writes.
 //! - One statement per call; a failing write leaves the file unchanged (its own savepoint).
+//! - Resources: while the statement is prepared and runs, the connection carries the
+//!   [`AGENT_SQLITE_LIMITS`] (value size, columns, expression depth, compound terms, function
+//!   arguments, LIKE pattern, variables, SQL length, trigger depth), restored afterwards since
+//!   the store's own writes go up to `limits.max_file_size`; a progress handler enforces the
+//!   caller's deadline and step budget; a query's returned values are capped at
+//!   [`SqlLimits::max_result_bytes`]. Each refusal is a [`SqlError::LimitExceeded`] naming the
+//!   limit, and nothing is kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use rusqlite::config::DbConfig;
 use rusqlite::fallible_iterator::FallibleIterator;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Batch, Connection, ErrorCode};
 use serde_json::Value;
@@ -137,13 +147,82 @@ impl rusqlite::ToSql for SqlValue {
 }
 
 /// Bounds on one statement.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SqlLimits {
     /// Rows returned by a query; the rest are counted, not returned. `None` returns all.
     pub max_rows: Option<usize>,
     /// Wall-clock budget of the statement; it is interrupted when exceeded.
     pub timeout: Option<Duration>,
+    /// Virtual-machine steps the statement may take, counted in units of
+    /// [`PROGRESS_PERIOD`] instructions; it is interrupted when exceeded. A budget that does not
+    /// depend on the clock (tests use a tiny one).
+    pub max_steps: Option<u64>,
+    /// Bytes of values a query may return (text and blobs by length, other values as 8); the
+    /// query fails past it instead of growing without bound. Default
+    /// [`DEFAULT_MAX_RESULT_BYTES`].
+    pub max_result_bytes: Option<usize>,
 }
+
+impl Default for SqlLimits {
+    fn default() -> Self {
+        Self {
+            max_rows: None,
+            timeout: None,
+            max_steps: None,
+            max_result_bytes: Some(DEFAULT_MAX_RESULT_BYTES),
+        }
+    }
+}
+
+/// Default of [`SqlLimits::max_result_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Virtual-machine instructions between two progress-handler calls; one step of
+/// [`SqlLimits::max_steps`].
+pub const PROGRESS_PERIOD: i32 = 1000;
+
+/// The largest string or blob an agent statement may make or read: 8 MiB.
+pub const AGENT_MAX_VALUE_BYTES: i32 = 8 * 1024 * 1024;
+
+/// SQLite limits on the connection while an agent statement is prepared and runs. With a
+/// value at most 8 MiB and at most 100 result columns, one row stays within 800 MiB even when
+/// every column is as large as allowed (SQLite's defaults, 1 GB values and 2000 columns, let
+/// `SELECT randomblob(999999999), …` take gigabytes).
+pub const AGENT_SQLITE_LIMITS: [(Limit, i32, &str); 9] = [
+    (
+        Limit::SQLITE_LIMIT_LENGTH,
+        AGENT_MAX_VALUE_BYTES,
+        "bytes per string or blob value",
+    ),
+    (
+        Limit::SQLITE_LIMIT_SQL_LENGTH,
+        1_000_000,
+        "bytes of SQL text",
+    ),
+    (Limit::SQLITE_LIMIT_COLUMN, 100, "columns"),
+    (
+        Limit::SQLITE_LIMIT_EXPR_DEPTH,
+        100,
+        "levels of expression depth",
+    ),
+    (
+        Limit::SQLITE_LIMIT_COMPOUND_SELECT,
+        64,
+        "terms of a compound SELECT",
+    ),
+    (Limit::SQLITE_LIMIT_FUNCTION_ARG, 64, "function arguments"),
+    (
+        Limit::SQLITE_LIMIT_LIKE_PATTERN_LENGTH,
+        1000,
+        "bytes of LIKE/GLOB pattern",
+    ),
+    (Limit::SQLITE_LIMIT_VARIABLE_NUMBER, 1000, "parameters"),
+    (
+        Limit::SQLITE_LIMIT_TRIGGER_DEPTH,
+        10,
+        "levels of trigger recursion",
+    ),
+];
 
 /// The result of a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -221,6 +300,11 @@ pub enum SqlError {
 
     #[error("the statement ran longer than {} ms and was interrupted", .0.as_millis())]
     Timeout(Duration),
+
+    /// A resource bound of agent SQL (an SQLite limit, the step budget, the result size) was
+    /// reached; nothing was kept. The message names the limit.
+    #[error("{0}")]
+    LimitExceeded(String),
 
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -623,7 +707,15 @@ struct Policed<'c> {
     conn: &'c mut Connection,
     policy: Shared,
     was_defensive: bool,
+    /// The connection's own limits, put back on drop.
+    saved_limits: Vec<(Limit, i32)>,
+    /// Why the progress handler interrupted the statement, if it did.
+    interrupted: Arc<AtomicU8>,
 }
+
+const NOT_INTERRUPTED: u8 = 0;
+const INTERRUPTED_BY_DEADLINE: u8 = 1;
+const INTERRUPTED_BY_STEPS: u8 = 2;
 
 impl<'c> Policed<'c> {
     fn install(
@@ -633,11 +725,17 @@ impl<'c> Policed<'c> {
     ) -> Result<Self, SqlError> {
         let was_defensive = conn.db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE)?;
         // Built first, so a failure while installing still uninstalls everything on drop.
-        let policed = Self {
+        let mut policed = Self {
             conn,
             policy: Arc::new(Mutex::new(policy)),
             was_defensive,
+            saved_limits: Vec::new(),
+            interrupted: Arc::new(AtomicU8::new(NOT_INTERRUPTED)),
         };
+        for (limit, value, _) in AGENT_SQLITE_LIMITS {
+            let previous = policed.conn.set_limit(limit, value)?;
+            policed.saved_limits.push((limit, previous));
+        }
         policed
             .conn
             .set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
@@ -647,11 +745,26 @@ impl<'c> Policed<'c> {
             .authorizer(Some(move |context: AuthContext<'_>| {
                 lock(&hook).decide(&context)
             }))?;
-        if let Some(timeout) = limits.timeout {
-            let deadline = Instant::now() + timeout;
-            policed
-                .conn
-                .progress_handler(1000, Some(move || Instant::now() >= deadline))?;
+        if limits.timeout.is_some() || limits.max_steps.is_some() {
+            let deadline = limits.timeout.map(|timeout| Instant::now() + timeout);
+            let max_steps = limits.max_steps;
+            let interrupted = Arc::clone(&policed.interrupted);
+            let mut steps: u64 = 0;
+            policed.conn.progress_handler(
+                PROGRESS_PERIOD,
+                Some(move || {
+                    steps += 1;
+                    let reason = if max_steps.is_some_and(|max| steps > max) {
+                        INTERRUPTED_BY_STEPS
+                    } else if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        INTERRUPTED_BY_DEADLINE
+                    } else {
+                        return false;
+                    };
+                    interrupted.store(reason, Ordering::Relaxed);
+                    true
+                }),
+            )?;
         }
         Ok(policed)
     }
@@ -662,6 +775,22 @@ impl<'c> Policed<'c> {
 
     fn take_refusal(&self) -> Option<SqlError> {
         lock(&self.policy).refusal.take()
+    }
+
+    /// The error of a statement that failed while running: the policy's refusal, a resource
+    /// bound that interrupted it, or SQLite's own error.
+    fn run_failure(&self, error: rusqlite::Error, limits: &SqlLimits) -> SqlError {
+        if let Some(refusal) = self.take_refusal() {
+            return refusal;
+        }
+        match self.interrupted.load(Ordering::Relaxed) {
+            INTERRUPTED_BY_STEPS => SqlError::LimitExceeded(format!(
+                "the statement took more than its budget of {} steps of {PROGRESS_PERIOD} instructions and was interrupted",
+                limits.max_steps.unwrap_or_default()
+            )),
+            INTERRUPTED_BY_DEADLINE => SqlError::Timeout(limits.timeout.unwrap_or_default()),
+            _ => run_error(error, limits),
+        }
     }
 }
 
@@ -674,6 +803,11 @@ impl Drop for Policed<'_> {
             .and_then(|_| {
                 self.conn
                     .set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, self.was_defensive)
+            })
+            .and_then(|_| {
+                self.saved_limits
+                    .iter()
+                    .try_for_each(|(limit, value)| self.conn.set_limit(*limit, *value).map(drop))
             });
         if let Err(error) = removed {
             tracing::error!(%error, "removing the agent SQL authorizer failed");
@@ -706,7 +840,22 @@ fn prepare_one<'c>(
     }
 }
 
+/// SQLite's "string or blob too big", said with the limit it hit.
+fn too_big(error: &rusqlite::Error) -> Option<SqlError> {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) if failure.code == ErrorCode::TooBig => {
+            Some(SqlError::LimitExceeded(format!(
+                "a value, row or statement of this statement exceeds the agent SQL limit of {AGENT_MAX_VALUE_BYTES} bytes per string or blob (SQLITE_LIMIT_LENGTH); nothing was kept"
+            )))
+        }
+        _ => None,
+    }
+}
+
 fn prepare_error(error: &rusqlite::Error) -> SqlError {
+    if let Some(exceeded) = too_big(error) {
+        return exceeded;
+    }
     SqlError::Invalid(match error {
         rusqlite::Error::SqliteFailure(_, Some(message)) => message.clone(),
         other => other.to_string(),
@@ -714,6 +863,9 @@ fn prepare_error(error: &rusqlite::Error) -> SqlError {
 }
 
 fn run_error(error: rusqlite::Error, limits: &SqlLimits) -> SqlError {
+    if let Some(exceeded) = too_big(&error) {
+        return exceeded;
+    }
     match (&error, limits.timeout) {
         (rusqlite::Error::SqliteFailure(failure, _), Some(timeout))
             if failure.code == ErrorCode::OperationInterrupted =>
@@ -801,15 +953,12 @@ impl AdfFile {
             truncated: false,
         };
         let mut rows = statement.raw_query();
+        let mut result_bytes: usize = 0;
         loop {
             let row = match rows.next() {
                 Ok(Some(row)) => row,
                 Ok(None) => break,
-                Err(error) => {
-                    return Err(policed
-                        .take_refusal()
-                        .unwrap_or_else(|| run_error(error, limits)));
-                }
+                Err(error) => return Err(policed.run_failure(error, limits)),
             };
             output.total_rows += 1;
             if limits.max_rows.is_some_and(|max| output.rows.len() >= max) {
@@ -818,7 +967,20 @@ impl AdfFile {
             }
             let mut values = Vec::with_capacity(output.columns.len());
             for index in 0..output.columns.len() {
-                values.push(SqlValue::from_ref(row.get_ref(index)?));
+                let value = row.get_ref(index)?;
+                result_bytes = result_bytes.saturating_add(match value {
+                    ValueRef::Text(bytes) | ValueRef::Blob(bytes) => bytes.len(),
+                    _ => 8,
+                });
+                if let Some(max) = limits.max_result_bytes
+                    && result_bytes > max
+                {
+                    return Err(SqlError::LimitExceeded(format!(
+                        "the result exceeds {max} bytes after {} rows; select fewer rows or columns (LIMIT/OFFSET, substr)",
+                        output.rows.len()
+                    )));
+                }
+                values.push(SqlValue::from_ref(value));
             }
             output.rows.push(values);
         }
@@ -834,26 +996,37 @@ impl AdfFile {
         params: &[SqlValue],
         limits: &SqlLimits,
     ) -> Result<ExecuteOutput, SqlError> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let policy = Policy::new(Mode::Execute, caller, self.table_protections()?);
+        let top = self.conn.is_autocommit();
         self.conn.execute_batch("SAVEPOINT adf_sql")?;
-        let result = execute_policed(&mut self.conn, policy, sql, params, limits).and_then(
-            |(output, bypassed)| {
+        // The marker is removed inside the savepoint, so a refused or failed statement rolls
+        // its removal back too and the file stays byte-identical.
+        let marker_was_pending = self.marker_pending.get();
+        let result = crate::file::consume_marker(&self.conn, &self.marker_pending)
+            .map_err(SqlError::from)
+            .and_then(|()| execute_policed(&mut self.conn, policy, sql, params, limits))
+            .and_then(|(output, bypassed)| {
                 for table in bypassed {
                     log_bypass(&self.conn, ProtectedKind::Table, &table, "authorized")?;
                 }
                 Ok(output)
-            },
-        );
+            });
+        if result.is_err() {
+            self.marker_pending.set(marker_was_pending);
+        }
         if self.conn.is_autocommit() {
             // SQLite already rolled the whole transaction back: an interrupted write (the
             // timeout) or an I/O error ends every enclosing transaction, not just the statement.
             return result;
         }
-        let end = if result.is_ok() {
-            "RELEASE adf_sql"
-        } else {
-            "ROLLBACK TO adf_sql; RELEASE adf_sql"
+        // At the top level a failure ends with ROLLBACK: rolling back to the savepoint and
+        // releasing it would commit an empty write transaction, which still bumps the file's
+        // change counter.
+        let end = match (result.is_ok(), top) {
+            (true, _) => "RELEASE adf_sql",
+            (false, true) => "ROLLBACK",
+            (false, false) => "ROLLBACK TO adf_sql; RELEASE adf_sql",
         };
         self.conn.execute_batch(end)?;
         result
@@ -910,11 +1083,7 @@ fn execute_policed(
             // RETURNING rows are not part of db_execute's result.
             Ok(Some(_)) => {}
             Ok(None) => break,
-            Err(error) => {
-                return Err(policed
-                    .take_refusal()
-                    .unwrap_or_else(|| run_error(error, limits)));
-            }
+            Err(error) => return Err(policed.run_failure(error, limits)),
         }
     }
     drop(rows);

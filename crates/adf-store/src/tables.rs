@@ -170,7 +170,6 @@ pub const LISTABLE: [&str; 8] = [
 impl AdfFile {
     /// Appends a transcript row and returns its `seq`.
     pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
-        self.ensure_writable()?;
         if !matches!(row.role, "user" | "assistant") {
             return Err(StoreError::invalid(format!(
                 "loop role must be user or assistant, not '{}'",
@@ -182,6 +181,7 @@ impl AdfFile {
                 "loop content must be an array of content blocks",
             ));
         }
+        self.ensure_writable()?;
         self.conn.execute(
             "INSERT INTO adf_loop (role, content_json, model, tokens, created_at, loop) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -385,7 +385,7 @@ impl AdfFile {
     /// Writes identity rows as the runtime, in one transaction; an existing row keeps its
     /// `code_access` flag (§3.3: overwriting never changes it).
     pub fn identity_put(&mut self, rows: &[IdentityRow]) -> Result<()> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let tx = crate::file::write_tx(&mut self.conn)?;
         for row in rows {
             tx.execute(
@@ -396,18 +396,20 @@ impl AdfFile {
                 params![row.purpose, row.value, row.encryption_algo, row.salt, row.kdf_params, row.code_access],
             )?;
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(())
     }
 
     /// Removes identity rows by purpose; returns how many existed.
     pub fn identity_delete(&mut self, purposes: &[&str]) -> Result<usize> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let tx = crate::file::write_tx(&mut self.conn)?;
         let mut removed = 0;
         for purpose in purposes {
             removed += tx.execute("DELETE FROM adf_identity WHERE purpose = ?1", [purpose])?;
         }
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(removed)
     }
@@ -438,7 +440,7 @@ impl AdfFile {
     /// exists; `owner`/`operator` rows replace earlier rows of that role (§3.3 lifecycle).
     /// Returns whether a row was inserted.
     pub fn attestation_insert(&mut self, row: &AttestationRow) -> Result<bool> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         let tx = crate::file::write_tx(&mut self.conn)?;
         let duplicate = tx
             .query_row(
@@ -459,6 +461,7 @@ impl AdfFile {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             params![row.issuer, row.subject, row.role, row.issued_at, row.expires_at, row.scope, row.signature, row.raw_json],
         )?;
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(true)
     }

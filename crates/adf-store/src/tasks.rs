@@ -39,7 +39,6 @@ pub struct NewTask<'a> {
 impl AdfFile {
     /// Creates a task and returns its id (`task_` + 12-character nanoid).
     pub fn task_create(&mut self, task: &NewTask<'_>) -> Result<String> {
-        self.ensure_writable()?;
         if !TASK_STATUSES.contains(&task.status) || is_terminal(task.status) {
             return Err(StoreError::invalid(format!(
                 "a new task cannot start as '{}'",
@@ -47,6 +46,7 @@ impl AdfFile {
             )));
         }
         let id = format!("task_{}", defaults::random_id(12));
+        self.ensure_writable()?;
         self.conn.execute(
             "INSERT INTO adf_tasks (id, tool, args, status, created_at, origin, requires_authorization,
                                     executor_managed, approval_meta, loop)
@@ -76,7 +76,7 @@ impl AdfFile {
         result: Option<&str>,
         error: Option<&str>,
     ) -> Result<()> {
-        self.ensure_writable()?;
+        self.check_writable()?;
         if !TASK_STATUSES.contains(&status) {
             return Err(StoreError::invalid(format!(
                 "unknown task status '{status}'"
@@ -101,14 +101,14 @@ impl AdfFile {
              WHERE id = ?1",
             params![id, status, result, error, completed_at],
         )?;
+        crate::file::consume_marker(&tx, &self.marker_pending)?;
         tx.commit()?;
         Ok(())
     }
 
     /// Sets `requires_authorization` on a task; the flag only goes from 0 to 1 (§3.3).
     pub fn task_require_authorization(&mut self, id: &str) -> Result<()> {
-        self.ensure_writable()?;
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_tasks SET requires_authorization = 1 WHERE id = ?1",
             [id],
         )?;
@@ -120,8 +120,7 @@ impl AdfFile {
 
     /// Replaces a pending task's arguments (`task_resolve` with `modified_args`).
     pub fn task_set_args(&mut self, id: &str, args: &Value) -> Result<()> {
-        self.ensure_writable()?;
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_tasks SET args = ?2 WHERE id = ?1 AND status IN ('pending', 'pending_approval')",
             params![id, args.to_string()],
         )?;

@@ -87,8 +87,8 @@ fn check_new_timer(timer: &NewTimer<'_>) -> Result<()> {
 impl AdfFile {
     /// Creates a timer and returns its id.
     pub fn timer_insert(&mut self, timer: &NewTimer<'_>) -> Result<i64> {
-        self.ensure_writable()?;
         check_new_timer(timer)?;
+        self.ensure_writable()?;
         self.conn.execute(
             "INSERT INTO adf_timers (schedule_json, next_wake_at, payload, scope, lambda, warm, created_at, locked, loop)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -124,7 +124,6 @@ impl AdfFile {
     /// gives locks "human-only semantics" everywhere (a lock is how the owner pins a timer the
     /// agent's own code must not clear).
     pub fn timer_delete(&mut self, caller: Caller, id: i64) -> Result<()> {
-        self.ensure_writable()?;
         let timer = self
             .timer(id)?
             .ok_or_else(|| StoreError::not_found("timer", id.to_string()))?;
@@ -135,6 +134,7 @@ impl AdfFile {
                 level: "locked".to_owned(),
             });
         }
+        self.ensure_writable()?;
         self.conn
             .execute("DELETE FROM adf_timers WHERE id = ?1", [id])?;
         Ok(())
@@ -150,8 +150,7 @@ impl AdfFile {
         last_fired_at: i64,
         expired: bool,
     ) -> Result<()> {
-        self.ensure_writable()?;
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_timers SET next_wake_at = ?2, run_count = ?3, last_fired_at = ?4, expired = ?5
              WHERE id = ?1",
             rusqlite::params![id, next_wake_at, run_count, last_fired_at, expired],
@@ -165,8 +164,7 @@ impl AdfFile {
     /// Re-arms a `once` timer whose fire could not be delivered, so it fires later (§7.7,
     /// TRG-29): `expired` back to 0 and the wake time set to `retry_at`.
     pub fn timer_rearm(&mut self, id: i64, retry_at: i64) -> Result<()> {
-        self.ensure_writable()?;
-        let changed = self.conn.execute(
+        let changed = self.update_existing(
             "UPDATE adf_timers SET expired = 0, next_wake_at = ?2 WHERE id = ?1",
             rusqlite::params![id, retry_at],
         )?;

@@ -164,13 +164,13 @@ impl AdfFile {
     /// Writes a `loop:<name>` snapshot of `rows` (loop deletion archives whatever
     /// `audit.loop` says, §6.4).
     pub fn audit_loop_rows(&mut self, loop_name: &str, rows: &[LoopRow]) -> Result<i64> {
-        self.ensure_writable()?;
         let (Some(first), Some(last)) = (
             rows.iter().map(|r| r.seq).min(),
             rows.iter().map(|r| r.seq).max(),
         ) else {
             return Err(StoreError::invalid("nothing to audit"));
         };
+        self.ensure_writable()?;
         audit::insert_snapshot(
             &self.conn,
             &format!("loop:{loop_name}"),

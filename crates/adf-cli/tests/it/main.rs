@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bad_input;
 mod chat;
 mod code_commands;
 mod common;

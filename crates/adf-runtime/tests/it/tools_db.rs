@@ -1389,6 +1389,7 @@ fn tol_29_a_runaway_write_is_interrupted_and_nothing_is_kept() {
     let limits = SqlLimits {
         max_rows: None,
         timeout: Some(Duration::from_millis(200)),
+        ..SqlLimits::default()
     };
     let error = file
         .sql_execute(adf_store::Caller::Agent, runaway, &[], &limits)
@@ -1417,4 +1418,132 @@ fn tol_29_a_runaway_write_is_interrupted_and_nothing_is_kept() {
     )
     .unwrap();
     assert_eq!(rows["rows"], json!([{"n": 3}]));
+}
+
+/// The file's bytes, and whether a sidecar is left beside it.
+fn bytes_and_sidecars(path: &std::path::Path) -> (Vec<u8>, bool) {
+    let sidecars = ["-wal", "-shm"]
+        .iter()
+        .any(|suffix| adf_store::sidecar(path, suffix).exists());
+    (std::fs::read(path).unwrap(), sidecars)
+}
+
+#[test]
+fn model_sql_past_the_agent_limits_is_a_clear_error_and_the_file_stays_byte_identical() {
+    let (_dir, path, file) = agent();
+    file.close().unwrap();
+    let before = bytes_and_sidecars(&path);
+    assert!(!before.1);
+    let refused: [(&str, &str, &str); 6] = [
+        (
+            "db_query",
+            "SELECT randomblob(999999999), randomblob(999999999), randomblob(999999999)",
+            "SQLITE_LIMIT_LENGTH",
+        ),
+        (
+            "db_execute",
+            "INSERT INTO local_t (v) VALUES (zeroblob(999999999))",
+            "SQLITE_LIMIT_LENGTH",
+        ),
+        ("db_execute", "DELETE FROM adf_meta", "adf_meta"),
+        ("db_query", "SELECT * FROM adf_identity", "adf_identity"),
+        (
+            "db_query",
+            "SELECT 1 FROM local_t WHERE v LIKE ?1",
+            "parameter",
+        ),
+        (
+            "db_execute",
+            "INSERT INTO local_t (v) VALUES ('a')",
+            "UNIQUE",
+        ),
+    ];
+    for (tool, sql, fragment) in refused {
+        let mut file = AdfFile::open(&path).unwrap();
+        let error = call(&mut file, &model(), tool, json!({ "sql": sql })).unwrap_err();
+        assert!(error.message.contains(fragment), "{sql}: {error}");
+        file.close().unwrap();
+        assert!(
+            bytes_and_sidecars(&path) == before,
+            "{sql}: the file changed"
+        );
+    }
+    // Bad arguments never reach SQLite, and leave the file as it was too.
+    let mut file = AdfFile::open(&path).unwrap();
+    let error = call(&mut file, &model(), "db_query", json!({ "sql": 5 })).unwrap_err();
+    assert_eq!(error.code, ErrorCode::InvalidInput);
+    file.close().unwrap();
+    assert!(
+        bytes_and_sidecars(&path) == before,
+        "bad args: the file changed"
+    );
+}
+
+#[test]
+fn refused_tool_calls_leave_a_cleanly_closed_file_byte_identical() {
+    let (_dir, path, mut file) = agent();
+    file.meta_set(
+        adf_store::Caller::Owner,
+        "pinned",
+        "1",
+        Some(adf_store::MetaProtection::Readonly),
+    )
+    .unwrap();
+    file.close().unwrap();
+    let before = bytes_and_sidecars(&path);
+    let deep_path = vec!["a"; 130].join(".");
+    // sys_update_config is restricted: the model's call becomes an approval request, a
+    // recorded task even when denied, so its bad input is sent by authorized code instead.
+    let refused: Vec<(Caller, &str, Value)> = vec![
+        (
+            model(),
+            "sys_set_meta",
+            json!({ "key": "adf_did", "value": "did:key:x" }),
+        ),
+        (model(), "sys_set_meta", json!({ "key": "" })),
+        (model(), "sys_delete_meta", json!({ "key": "adf_name" })),
+        (model(), "sys_delete_meta", json!({ "key": "missing" })),
+        (
+            authorized(),
+            "sys_update_config",
+            json!({ "path": "model.temperature", "value": 99 }),
+        ),
+        (
+            authorized(),
+            "sys_update_config",
+            json!({ "path": deep_path, "value": 1 }),
+        ),
+        (
+            authorized(),
+            "sys_update_config",
+            json!({ "path": "id", "value": "x" }),
+        ),
+        (
+            model(),
+            "fs_write",
+            json!({ "path": "../escape.md", "content": "x" }),
+        ),
+        (model(), "fs_delete", json!({ "path": "missing.md" })),
+        (model(), "no_such_tool", json!({})),
+        (
+            model(),
+            "db_query",
+            json!({ "sql": "SELECT * FROM adf_meta" }),
+        ),
+        (
+            model(),
+            "db_query",
+            json!({ "sql": "SELECT 1", "extra": true }),
+        ),
+    ];
+    for (caller, tool, args) in refused {
+        let mut file = AdfFile::open(&path).unwrap();
+        let outcome = call(&mut file, &caller, tool, args.clone());
+        assert!(outcome.is_err(), "{tool} {args}: {outcome:?}");
+        file.close().unwrap();
+        assert!(
+            bytes_and_sidecars(&path) == before,
+            "{tool} {args}: the file changed"
+        );
+    }
 }

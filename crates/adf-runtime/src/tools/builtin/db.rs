@@ -17,7 +17,9 @@
 //! embedding is only noise in a context window. Non-finite reals come back as strings.
 //!
 //! A statement runs for at most `limits.execution_timeout_ms` (60000), the budget of one code
-//! execution.
+//! execution, under the store's agent SQL limits (values of at most 8 MiB, 100 columns, a
+//! 64 MiB result, …: `adf_store::sql::AGENT_SQLITE_LIMITS`); reaching one is an
+//! `INVALID_INPUT` error naming the limit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +78,7 @@ impl Tool for DbQuery {
         let limits = SqlLimits {
             max_rows: (!cx.full).then_some(MAX_QUERY_ROWS),
             timeout: Some(timeout(cx)),
+            ..SqlLimits::default()
         };
         let output = cx
             .file
@@ -134,6 +137,7 @@ impl Tool for DbExecute {
         let limits = SqlLimits {
             max_rows: None,
             timeout: Some(timeout(cx)),
+            ..SqlLimits::default()
         };
         let caller = cx.store_caller();
         let output = cx
@@ -224,9 +228,9 @@ fn unique_keys(columns: &[String]) -> Vec<String> {
 fn tool_error(error: SqlError) -> ToolError {
     let message = error.to_string();
     match error {
-        SqlError::Refused { write: false, .. } | SqlError::Invalid(_) => {
-            ToolError::new(ErrorCode::InvalidInput, message)
-        }
+        SqlError::Refused { write: false, .. }
+        | SqlError::Invalid(_)
+        | SqlError::LimitExceeded(_) => ToolError::new(ErrorCode::InvalidInput, message),
         SqlError::Refused { write: true, .. } | SqlError::Protected { .. } => {
             // Table protections are hard refusals (§5.6), not owner-approvable overrides, so
             // the error carries no protection hit.
