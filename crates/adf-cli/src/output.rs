@@ -73,7 +73,9 @@ impl Table {
     }
 }
 
-/// Shortens text to `max` characters for a table cell, on one line.
+/// Shortens text to at most `max` characters (an ellipsis marking the cut) on one line, for a
+/// table cell or a one-line summary of a tool call. Control characters become spaces, so text
+/// from a model or a file cannot break the line or move the cursor.
 pub fn clip(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()

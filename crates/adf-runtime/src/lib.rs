@@ -14,11 +14,12 @@
 //! - [`identity`]: provisioning, unlocking, sealing and claiming agent identities on top of
 //!   `adf-crypto` and `adf-store`.
 //! - [`prompt`]: system prompt assembly and templating, and the per-turn dynamic instructions.
-//! - [`providers`]: model providers (Anthropic, OpenAI, OpenRouter, OpenAI-compatible) behind
-//!   one streaming trait, with resolution from the config and retries per `recovery`.
 //! - [`triggers`]: trigger targets, filters, timing windows, state gating and timer firing.
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
 //!   locked, authorized code, approvals).
+//!
+//! Model requests go through the `adf-providers` crate (`Provider`, `Resolver`), which knows
+//! nothing of agent files: the executor hands it the config and the unsealed key.
 
 pub mod code;
 pub mod executor;
@@ -27,7 +28,6 @@ pub mod home;
 pub mod identity;
 pub mod messaging;
 pub mod prompt;
-pub mod providers;
 pub mod schedule;
 pub mod tools;
 pub mod triggers;

@@ -12,7 +12,6 @@ mod loops_states;
 mod pipeline;
 mod prompt;
 mod prompt_config;
-mod providers;
 mod tools_config;
 mod tools_create_adf;
 mod tools_db;
