@@ -105,3 +105,21 @@ pub fn format_size(bytes: i64) -> String {
         b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_stays_within_max_on_one_line() {
+        assert_eq!(clip("short", 10), "short");
+        let clipped = clip("abcdefghij-tail", 8);
+        assert_eq!(clipped.chars().count(), 8);
+        assert!(
+            clipped.starts_with("abcdefg") && clipped.ends_with('…'),
+            "{clipped}"
+        );
+        // A model's output with a carriage return or an escape must not redraw the terminal line.
+        assert_eq!(clip("a\nb\r\tc\u{1b}[2K", 40), "a b  c [2K");
+    }
+}
