@@ -17,16 +17,16 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
+use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{
     Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost, TurnOutcome,
 };
-use adf_runtime::providers::{ApiKey, Resolver};
 use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result, anyhow};
 use serde_json::{Value, json};
 
-use crate::output::Output;
+use crate::output::{Output, clip};
 
 /// How approvals are decided in a chat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,17 +194,6 @@ fn without_reason(input: &Value) -> String {
         o.remove("_reason");
     }
     input.to_string()
-}
-
-fn clip(text: &str, max: usize) -> String {
-    let one_line = text.replace('\n', " ");
-    if one_line.chars().count() > max {
-        let mut out: String = one_line.chars().take(max).collect();
-        out.push('…');
-        out
-    } else {
-        one_line
-    }
 }
 
 /// The agent's own key for its provider, when the file holds one this installation can open.

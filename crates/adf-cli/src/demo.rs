@@ -490,7 +490,7 @@ fn model_turn(
     )?;
     let config = file.config()?;
     let retries = adf_runtime::executor::RetryLog::default();
-    let resolved = match adf_runtime::providers::Resolver::new()
+    let resolved = match adf_providers::Resolver::new()
         .with_retry_observer(retries.observer())
         .resolve(&config, None)
     {

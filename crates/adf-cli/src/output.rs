@@ -73,7 +73,9 @@ impl Table {
     }
 }
 
-/// Shortens text to `max` characters for a table cell, on one line.
+/// Shortens text to at most `max` characters (an ellipsis marking the cut) on one line, for a
+/// table cell or a one-line summary of a tool call. Control characters become spaces, so text
+/// from a model or a file cannot break the line or move the cursor.
 pub fn clip(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
@@ -101,5 +103,23 @@ pub fn format_size(bytes: i64) -> String {
         b if b < 1024 => format!("{b} B"),
         b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
         b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_stays_within_max_on_one_line() {
+        assert_eq!(clip("short", 10), "short");
+        let clipped = clip("abcdefghij-tail", 8);
+        assert_eq!(clipped.chars().count(), 8);
+        assert!(
+            clipped.starts_with("abcdefg") && clipped.ends_with('…'),
+            "{clipped}"
+        );
+        // A model's output with a carriage return or an escape must not redraw the terminal line.
+        assert_eq!(clip("a\nb\r\tc\u{1b}[2K", 40), "a b  c [2K");
     }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnHost};
 use std::sync::Arc;
 
-use adf_runtime::providers::{
+use adf_providers::{
     AssistantMessage, ChatRequest, ContentBlock, EventStream, ModelParams, Provider, ProviderError,
     Resolver, StopReason, StreamEvent, Usage,
 };

@@ -15,11 +15,12 @@
 //!   `adf-crypto` and `adf-store`.
 //! - [`middleware`]: the §12.3 middleware chains at the inbox, outbox and fetch points.
 //! - [`prompt`]: system prompt assembly and templating, and the per-turn dynamic instructions.
-//! - [`providers`]: model providers (Anthropic, OpenAI, OpenRouter, OpenAI-compatible) behind
-//!   one streaming trait, with resolution from the config and retries per `recovery`.
 //! - [`triggers`]: trigger targets, filters, timing windows, state gating and timer firing.
 //! - [`tools`]: the tool registry and the access model (enabled / visible / restricted /
 //!   locked, authorized code, approvals).
+//!
+//! Model requests go through the `adf-providers` crate (`Provider`, `Resolver`), which knows
+//! nothing of agent files: the executor hands it the config and the unsealed key.
 
 pub mod code;
 pub mod executor;
@@ -29,7 +30,6 @@ pub mod identity;
 pub mod messaging;
 pub mod middleware;
 pub mod prompt;
-pub mod providers;
 pub mod schedule;
 pub mod tools;
 pub mod triggers;

@@ -819,7 +819,7 @@ impl Daemon {
             .job(|file| file.config())
             .await
             .map_err(|e| e.to_string())?;
-        adf_runtime::providers::Resolver::new()
+        adf_providers::Resolver::new()
             .resolve(&config, None)
             .map_err(|e| e.to_string())?;
         let chat = TriggerEvent::new(

@@ -50,11 +50,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use adf_providers::Resolver;
 use adf_runtime::code::{
     self, Authorization, CodeEnv, LambdaRef, RunOptions, Sandbox, SandboxConfig,
 };
 use adf_runtime::executor::{Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost};
-use adf_runtime::providers::Resolver;
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{
@@ -779,7 +779,7 @@ impl Recorder<'_> {
         }
     }
 
-    fn llm_call(&self, source: &str, usage: Option<&adf_runtime::providers::Usage>) {
+    fn llm_call(&self, source: &str, usage: Option<&adf_providers::Usage>) {
         let mut data = json!({
             "source": source,
             "provider": self.provider,

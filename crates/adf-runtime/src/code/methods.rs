@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use adf_crypto::provision::{self, Deks, is_protected_purpose};
 use adf_crypto::{Attestation, EnvelopeName, EnvelopeState};
+use adf_providers::{ApiKey, ChatRequest, ContentBlock, Message, Resolver, Role};
 use adf_store::{AdfFile, FileProtection, IdentityRow, MetaProtection, NewLog};
 use serde_json::{Value, json};
 
 use super::runner::{Frame, Reply, Runner};
 use super::{CallRecord, InjectMode, Injection};
 use crate::identity;
-use crate::providers::{ApiKey, ChatRequest, ContentBlock, Message, Resolver, Role};
 use crate::tools::approval::{self, Resolution};
 use crate::tools::{ErrorCode, ToolError};
 
@@ -172,7 +172,7 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
     };
     let provider = resolved.provider.clone();
     Ok(Reply::Model(Box::pin(async move {
-        use crate::providers::Provider as _;
+        use adf_providers::Provider as _;
         let mut record = CallRecord::Model {
             provider: provider_id,
             model: request.model.clone(),

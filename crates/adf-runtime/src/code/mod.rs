@@ -48,6 +48,7 @@ mod runner;
 use std::sync::Arc;
 use std::time::Duration;
 
+use adf_providers::Resolver;
 use adf_sandbox::{Entry, Request, SandboxError};
 pub use adf_sandbox::{LogEntry, LogLevel, Sandbox, SandboxConfig};
 use adf_store::{AdfFile, NewLog};
@@ -55,7 +56,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::identity::LocalKeys;
-use crate::providers::Resolver;
 use crate::tools::approval::{self, Decision};
 use crate::tools::{Approver, Caller, DeferredCall, ErrorCode, ToolError, ToolRegistry};
 

@@ -9,11 +9,11 @@
 //! [`PRESERVE_ROWS`] rows. A tail never starts with a tool result whose call would be gone.
 //! The prompt and the summary format are ours (Appendix B #9).
 
+use adf_providers::{ChatRequest, Message};
 use adf_store::AdfFile;
 
 use super::request::is_system_prompt_row;
 use super::{Executor, ExecutorError, Session};
-use crate::providers::{ChatRequest, Message};
 
 /// Rows automatic compaction keeps verbatim.
 pub const PRESERVE_ROWS: usize = 4;

@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 
+use adf_providers::{ContentBlock, InputAudio, MediaUrl, Message, ToolResultContent};
 use adf_store::{AdfFile, StoreError};
 use base64::Engine as _;
 use serde_json::Value;
 
 use crate::prompt;
-use crate::providers::{ContentBlock, InputAudio, MediaUrl, Message, ToolResultContent};
 
 /// The native block for the file an `fs_read` call named, or `None` when it is not media, its
 /// modality is off or it is over its size limit (then the model has the metadata only).

@@ -49,16 +49,16 @@ pub mod request;
 
 use std::sync::{Arc, Mutex};
 
+use adf_providers::{
+    AssistantMessage, ChatRequest, ContentBlock, Message, ModelParams, Provider, ProviderError,
+    ReplyBuilder, ResolvedModel, RetryNotice, RetryObserver, Role, StreamEvent, ToolCall, ToolSpec,
+};
 use adf_store::skills::REGISTRY_PATH;
 use adf_store::{AdfFile, NewLog, NewLoopRow, StoreError};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::prompt::{self, LoopView, PromptTexts, SystemPrompt, TurnFacts};
-use crate::providers::{
-    AssistantMessage, ChatRequest, ContentBlock, Message, ModelParams, Provider, ProviderError,
-    ResolvedModel, RetryNotice, RetryObserver, Role, StreamEvent, ToolCall, ToolSpec,
-};
 use crate::tools::builtin::loops::{effective_loop_tools, loop_config};
 use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
 
@@ -234,7 +234,7 @@ impl std::fmt::Debug for RetryLog {
 }
 
 impl RetryLog {
-    /// The observer to hand to [`crate::providers::Resolver::with_retry_observer`].
+    /// The observer to hand to [`adf_providers::Resolver::with_retry_observer`].
     pub fn observer(&self) -> RetryObserver {
         let inner = self.0.clone();
         Arc::new(move |notice: &RetryNotice| {
@@ -453,7 +453,7 @@ impl Executor {
             .get("provider")
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty());
-        if provider.is_some_and(|p| p != crate::providers::Resolver::provider_id(config)) {
+        if provider.is_some_and(|p| p != adf_providers::Resolver::provider_id(config)) {
             return None;
         }
         let (declarations, _) = crate::tools::access::declarations(config);
@@ -1194,15 +1194,7 @@ impl Executor {
         host: &dyn TurnHost,
     ) -> Result<AssistantMessage, ProviderError> {
         let mut stream = self.provider.stream(req).await?;
-        let mut msg = AssistantMessage::default();
-        let mut text = String::new();
-        fn flush(text: &mut String, content: &mut Vec<ContentBlock>) {
-            if !text.is_empty() {
-                content.push(ContentBlock::Text {
-                    text: std::mem::take(text),
-                });
-            }
-        }
+        let mut reply = ReplyBuilder::default();
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(event) => event,
@@ -1212,39 +1204,14 @@ impl Executor {
                 }
                 Err(error) => return Err(error),
             };
-            match event {
-                StreamEvent::TextDelta(t) => {
-                    host.event(&TurnEvent::TextDelta(&t));
-                    text.push_str(&t);
-                }
-                StreamEvent::ThinkingDelta(t) => host.event(&TurnEvent::ThinkingDelta(&t)),
-                StreamEvent::Thinking { text: t, signature } => {
-                    flush(&mut text, &mut msg.content);
-                    msg.content.push(ContentBlock::Thinking {
-                        thinking: t,
-                        signature,
-                        reasoning_details: None,
-                    });
-                }
-                StreamEvent::RedactedThinking(data) => {
-                    flush(&mut text, &mut msg.content);
-                    msg.content.push(ContentBlock::RedactedThinking { data });
-                }
-                StreamEvent::ToolCall(c) => {
-                    flush(&mut text, &mut msg.content);
-                    msg.content.push(ContentBlock::ToolUse {
-                        id: c.id,
-                        name: c.name,
-                        input: c.input,
-                    });
-                }
-                StreamEvent::Usage(u) => msg.usage = u,
-                StreamEvent::Stop(r) => msg.stop_reason = r,
+            match &event {
+                StreamEvent::TextDelta(t) => host.event(&TurnEvent::TextDelta(t)),
+                StreamEvent::ThinkingDelta(t) => host.event(&TurnEvent::ThinkingDelta(t)),
                 _ => {}
             }
+            reply.push(event);
         }
-        flush(&mut text, &mut msg.content);
-        Ok(msg)
+        Ok(reply.finish())
     }
 
     /// Writes the retries the provider scheduled as `provider_error` warnings (§6.2, STL-11).

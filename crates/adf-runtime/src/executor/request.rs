@@ -16,10 +16,9 @@
 
 use std::collections::HashSet;
 
+use adf_providers::{ContentBlock, Message, Role};
 use adf_store::LoopRow;
 use serde_json::Value;
-
-use crate::providers::{ContentBlock, Message, Role};
 
 /// The marker of system prompt snapshot rows.
 pub const SYSTEM_PROMPT_MARKER: &str = "[Context: system_prompt] ";

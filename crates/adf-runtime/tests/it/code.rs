@@ -6,10 +6,10 @@ use crate::common;
 
 use std::sync::Arc;
 
+use adf_providers::Resolver;
 use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, InjectMode, LambdaRef, RunOptions};
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::{self, LocalKeys};
-use adf_runtime::providers::Resolver;
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolRegistry};
 use adf_store::tasks::NewTask;

@@ -7,11 +7,11 @@ use crate::common;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{
     ExecState, Executor, ExecutorError, LoopPool, RetryLog, Session, Trigger, TurnEnd, TurnEvent,
     TurnHost, TurnOutcome,
 };
-use adf_runtime::providers::{ApiKey, Resolver};
 use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
 use adf_store::{AdfFile, ConfigAction, LoopRow};
 use adf_testkit::{MockProvider, Turn, Wire};

@@ -8,8 +8,8 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost};
-use adf_runtime::providers::{ApiKey, Resolver};
 use adf_runtime::tools::builtin::loops::effective_loop_tools;
 use adf_runtime::tools::{ApprovalRequest, Approver, Caller, Decision, ToolError};
 use adf_store::{AdfFile, ConfigAction, LoopRow};

@@ -15,7 +15,6 @@ mod panics;
 mod pipeline;
 mod prompt;
 mod prompt_config;
-mod providers;
 mod tools_config;
 mod tools_create_adf;
 mod tools_db;

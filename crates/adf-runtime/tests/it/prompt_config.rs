@@ -5,11 +5,11 @@ use crate::common;
 
 use std::sync::Arc;
 
+use adf_providers::{ApiKey, Resolver};
 use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, LambdaRef, RunOptions};
 use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnEvent, TurnHost};
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::{self, LocalKeys};
-use adf_runtime::providers::{ApiKey, Resolver};
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{Approver, Caller};
 use adf_store::{AdfFile, ConfigAction, FileWrite};
@@ -220,8 +220,7 @@ async fn cfg_33_thinking_budget_is_folded_into_reasoning() {
             [],
         )
         .unwrap();
-    let params =
-        adf_runtime::providers::ModelParams::from_model_config(&file.config().unwrap()["model"]);
+    let params = adf_providers::ModelParams::from_model_config(&file.config().unwrap()["model"]);
     let reasoning = params.reasoning.expect("reasoning is on");
     assert_eq!(reasoning.enabled, Some(true));
     assert_eq!(reasoning.max_tokens, Some(2048));
@@ -243,15 +242,6 @@ async fn cfg_33_thinking_budget_is_folded_into_reasoning() {
         body["thinking"],
         json!({"type": "enabled", "budget_tokens": 2048})
     );
-}
-
-#[test]
-fn cfg_33_an_explicit_reasoning_wins_over_thinking_budget() {
-    let params = adf_runtime::providers::ModelParams::from_model_config(&json!({
-        "thinking_budget": 2048,
-        "reasoning": { "enabled": false }
-    }));
-    assert!(params.reasoning.is_none());
 }
 
 // ---------- CFG-44 ----------

@@ -1,8 +1,11 @@
-//! Model providers: the only way the runtime talks to a model vendor (DESIGN.md invariant).
+//! `adf-providers`: model providers, the only way the runtime talks to a model vendor
+//! (DESIGN.md invariant). It knows nothing of `.adf` files: callers hand it the agent config as
+//! a `serde_json::Value` and any key they unsealed.
 //!
 //! - [`Provider`] is the one trait, streaming first: [`Provider::stream`] yields
 //!   [`StreamEvent`]s (text and thinking deltas, complete tool calls, usage, stop reason);
-//!   [`Provider::complete`] collects them into an [`AssistantMessage`].
+//!   [`Provider::complete`] collects them into an [`AssistantMessage`]; [`ReplyBuilder`] is
+//!   that fold, for callers that show the events as they arrive.
 //! - [`HttpProvider`] implements it for the two wire formats: Anthropic Messages
 //!   (`anthropic.rs`) and OpenAI Chat Completions (`openai.rs`, also used by OpenRouter and any
 //!   OpenAI-compatible `baseUrl` such as Ollama, llama.cpp, LM Studio or vLLM).
@@ -131,45 +134,70 @@ pub trait Provider: Send + Sync + fmt::Debug {
 /// thinking and tool calls come from their complete events, so blocks keep the order the model
 /// produced them in.
 pub async fn collect(mut stream: EventStream) -> Result<AssistantMessage, ProviderError> {
-    let mut msg = AssistantMessage::default();
-    let mut text = String::new();
-    let flush = |text: &mut String, content: &mut Vec<ContentBlock>| {
-        if !text.is_empty() {
-            content.push(ContentBlock::Text {
-                text: std::mem::take(text),
-            });
-        }
-    };
-    while let Some(ev) = stream.next().await {
-        match ev? {
-            StreamEvent::TextDelta(t) => text.push_str(&t),
-            StreamEvent::Thinking { text: t, signature } => {
-                flush(&mut text, &mut msg.content);
-                msg.content.push(ContentBlock::Thinking {
-                    thinking: t,
+    let mut reply = ReplyBuilder::default();
+    while let Some(event) = stream.next().await {
+        reply.push(event?);
+    }
+    Ok(reply.finish())
+}
+
+/// Builds an [`AssistantMessage`] from [`StreamEvent`]s one at a time: the fold behind
+/// [`collect`], for callers that also act on each event (showing deltas as they arrive).
+#[derive(Debug, Default)]
+pub struct ReplyBuilder {
+    message: AssistantMessage,
+    pending_text: String,
+}
+
+impl ReplyBuilder {
+    /// Adds one event. Deltas of thinking and the start of a tool call carry nothing the final
+    /// message keeps: their complete events follow.
+    pub fn push(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::TextDelta(t) => self.pending_text.push_str(&t),
+            StreamEvent::Thinking { text, signature } => {
+                self.flush_text();
+                self.message.content.push(ContentBlock::Thinking {
+                    thinking: text,
                     signature,
                     reasoning_details: None,
                 });
             }
             StreamEvent::RedactedThinking(data) => {
-                flush(&mut text, &mut msg.content);
-                msg.content.push(ContentBlock::RedactedThinking { data });
+                self.flush_text();
+                self.message
+                    .content
+                    .push(ContentBlock::RedactedThinking { data });
             }
             StreamEvent::ToolCall(c) => {
-                flush(&mut text, &mut msg.content);
-                msg.content.push(ContentBlock::ToolUse {
+                self.flush_text();
+                self.message.content.push(ContentBlock::ToolUse {
                     id: c.id,
                     name: c.name,
                     input: c.input,
                 });
             }
-            StreamEvent::Usage(u) => msg.usage = u,
-            StreamEvent::Stop(r) => msg.stop_reason = r,
+            StreamEvent::Usage(u) => self.message.usage = u,
+            StreamEvent::Stop(r) => self.message.stop_reason = r,
             StreamEvent::ThinkingDelta(_) | StreamEvent::ToolCallStarted { .. } => {}
         }
     }
-    flush(&mut text, &mut msg.content);
-    Ok(msg)
+
+    /// The message so far, with any trailing text as its last block.
+    pub fn finish(mut self) -> AssistantMessage {
+        self.flush_text();
+        self.message
+    }
+
+    /// Closes the current run of text deltas into one text block, so a block that follows
+    /// lands after it.
+    fn flush_text(&mut self) {
+        if !self.pending_text.is_empty() {
+            self.message.content.push(ContentBlock::Text {
+                text: std::mem::take(&mut self.pending_text),
+            });
+        }
+    }
 }
 
 /// A provider reached over HTTP in one of the two wire formats.

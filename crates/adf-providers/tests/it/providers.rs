@@ -4,9 +4,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use adf_runtime::providers::{
-    ApiKey, ChatRequest, ContentBlock, Message, Provider, ProviderError, ResolvedModel, Resolver,
-    RetryNotice, Role, StopReason, StreamEvent, ToolResultContent, ToolSpec, Usage, collect,
+use adf_providers::{
+    ApiKey, ChatRequest, ContentBlock, Message, Provider, ProviderError, ReplyBuilder,
+    ResolvedModel, Resolver, RetryNotice, Role, StopReason, StreamEvent, ToolCall,
+    ToolResultContent, ToolSpec, Usage, collect,
 };
 use adf_testkit::{MockProvider, Turn, Usage as MockUsage, Wire};
 use futures::StreamExt;
@@ -925,7 +926,7 @@ fn unknown_or_empty_providers_are_config_errors() {
 #[test]
 fn runtime_providers_and_url_ids_resolve() {
     let r = Resolver::new().with_env(|_| None).with_runtime_provider(
-        adf_runtime::providers::ProviderConfig::from_json(&json!({
+        adf_providers::ProviderConfig::from_json(&json!({
             "id": "mock-local", "type": "openai-compatible",
             "baseUrl": "http://127.0.0.1:9999/v1", "defaultModel": "mock-model"
         }))
@@ -949,7 +950,7 @@ fn runtime_providers_and_url_ids_resolve() {
 
 #[test]
 fn model_params_fold_thinking_budget_and_defaults() {
-    use adf_runtime::providers::ModelParams;
+    use adf_providers::ModelParams;
     let p = ModelParams::from_model_config(&json!({"thinking_budget": 8000}));
     assert_eq!(p.temperature, Some(0.7));
     assert_eq!(p.max_tokens, Some(4096));
@@ -958,6 +959,71 @@ fn model_params_fold_thinking_budget_and_defaults() {
     let p =
         ModelParams::from_model_config(&json!({"reasoning": {"enabled": false, "effort": "high"}}));
     assert!(p.reasoning.is_none(), "enabled:false turns reasoning off");
+}
+
+#[test]
+fn cfg_33_an_explicit_reasoning_wins_over_thinking_budget() {
+    let params = adf_providers::ModelParams::from_model_config(&json!({
+        "thinking_budget": 2048,
+        "reasoning": { "enabled": false }
+    }));
+    assert!(params.reasoning.is_none());
+}
+
+#[test]
+fn reply_builder_keeps_block_order_and_joins_text_deltas() {
+    let mut reply = ReplyBuilder::default();
+    for event in [
+        StreamEvent::ThinkingDelta("hm".into()),
+        StreamEvent::Thinking {
+            text: "plan".into(),
+            signature: Some("sig".into()),
+        },
+        StreamEvent::TextDelta("Wri".into()),
+        StreamEvent::TextDelta("ting.".into()),
+        StreamEvent::ToolCallStarted {
+            id: "c1".into(),
+            name: "fs_write".into(),
+        },
+        StreamEvent::ToolCall(ToolCall {
+            id: "c1".into(),
+            name: "fs_write".into(),
+            input: json!({"path": "a.md"}),
+        }),
+        StreamEvent::TextDelta("Done".into()),
+        StreamEvent::Usage(Usage {
+            input: 7,
+            output: 3,
+            ..Usage::default()
+        }),
+        StreamEvent::Stop(StopReason::ToolUse),
+    ] {
+        reply.push(event);
+    }
+    let message = reply.finish();
+    assert_eq!(
+        message.content,
+        vec![
+            ContentBlock::Thinking {
+                thinking: "plan".into(),
+                signature: Some("sig".into()),
+                reasoning_details: None,
+            },
+            ContentBlock::Text {
+                text: "Writing.".into()
+            },
+            ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "fs_write".into(),
+                input: json!({"path": "a.md"}),
+            },
+            ContentBlock::Text {
+                text: "Done".into()
+            },
+        ]
+    );
+    assert_eq!((message.usage.input, message.usage.output), (7, 3));
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
 }
 
 #[test]
