@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use adf_store::check::Severity;
 use adf_store::config::{self as store_config, ConfigAction};
-use adf_store::{AdfFile, Caller, CreateOptions, FileProtection, FileWrite, MetaProtection};
+use adf_store::{
+    AdfFile, Caller, CreateOptions, FileProtection, FileWrite, MetaProtection, StoreError,
+};
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
 
@@ -87,19 +89,13 @@ pub fn run(command: Command, out: Output) -> Result<ExitCode> {
             mime,
         } => put(&file, &path, source.as_deref(), protection, mime, out),
         Command::Rm { file, path, force } => done(out, &format!("removed {path}"), || {
-            let mut file = open(&file)?;
-            // The owner may delete anything; a protected file asks for --force first.
-            if !force
-                && let Some(entry) = file.file_read(&path)?
-                && entry.info.protection != "none"
-            {
-                anyhow::bail!(
-                    "{path} is {}; use --force to delete it",
-                    entry.info.protection
-                );
+            // The owner may delete anything; the store refuses a protected file until --force.
+            match open(&file)?.file_delete_as_owner(&path, force) {
+                Err(StoreError::Protected { level, .. }) => {
+                    anyhow::bail!("{path} is {level}; use --force to delete it")
+                }
+                other => other.map(drop).map_err(Into::into),
             }
-            file.file_delete(Caller::Owner, &path)?;
-            Ok(())
         }),
         Command::Authorize { file, path } => done(out, &format!("authorized {path}"), || {
             open(&file)?.file_set_authorized(Caller::Owner, &path, true)?;
@@ -254,18 +250,9 @@ fn info(path: &Path, out: Output) -> Result<ExitCode> {
     let file = AdfFile::inspect(path)?;
     let meta = |key: &str| -> Result<Option<String>> { Ok(file.meta_get(key)?.map(|e| e.value)) };
     let config = file.config().unwrap_or(Value::Null);
-    let count =
-        |sql: &str| -> Result<i64> { Ok(file.connection().query_row(sql, [], |row| row.get(0))?) };
     let schema = file.schema_version()?;
     let counts = if schema == adf_store::schema::SCHEMA_VERSION {
-        json!({
-            "files": count("SELECT COUNT(*) FROM adf_files")?,
-            "loop_rows": count("SELECT COUNT(*) FROM adf_loop")?,
-            "inbox_unread": count("SELECT COUNT(*) FROM adf_inbox WHERE status = 'unread'")?,
-            "outbox": count("SELECT COUNT(*) FROM adf_outbox")?,
-            "timers": count("SELECT COUNT(*) FROM adf_timers WHERE expired = 0")?,
-            "tasks_pending": count("SELECT COUNT(*) FROM adf_tasks WHERE status IN ('pending', 'pending_approval', 'running')")?,
-        })
+        serde_json::to_value(file.record_counts()?)?
     } else {
         Value::Null
     };

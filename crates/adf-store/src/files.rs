@@ -285,6 +285,24 @@ impl AdfFile {
     /// Deletes a file for `caller` (§4.2): an agent cannot delete `read_only` or `no_delete`
     /// files. With `audit.files` on, the file is snapshotted into `adf_audit` first.
     pub fn file_delete(&mut self, caller: Caller, path: &str) -> Result<WriteOutcome> {
+        self.delete_file(caller, path, true)
+    }
+
+    /// Deletes a file as the owner from an owner surface (`adf rm`, the daemon's
+    /// `DELETE /files/content`). The owner may delete anything, but a `read_only` or
+    /// `no_delete` file is refused with [`StoreError::Protected`] unless `force` says the
+    /// owner means it; the refusal is decided in the delete's own transaction, so the
+    /// protection cannot change in between, and it leaves the file untouched.
+    pub fn file_delete_as_owner(&mut self, path: &str, force: bool) -> Result<WriteOutcome> {
+        self.delete_file(Caller::Owner, path, force)
+    }
+
+    fn delete_file(
+        &mut self,
+        caller: Caller,
+        path: &str,
+        owner_force: bool,
+    ) -> Result<WriteOutcome> {
         self.check_writable()?;
         let path = self.resolve_path(path)?;
         if path == skills::REGISTRY_PATH && caller != Caller::Owner {
@@ -307,7 +325,8 @@ impl AdfFile {
         };
         let mut outcome = WriteOutcome::default();
         if level != "none" {
-            if caller.is_bound_by_protection() {
+            let owner_unconfirmed = caller == Caller::Owner && !owner_force;
+            if caller.is_bound_by_protection() || owner_unconfirmed {
                 return Err(protected_file(&path, &level));
             }
             if caller.records_bypass() {

@@ -39,6 +39,7 @@ pub mod timers;
 pub mod transcript;
 pub mod unsupported;
 mod vec_ext;
+pub mod views;
 
 pub use access::{Caller, WriteOutcome};
 pub use config::{ConfigAction, Violation};

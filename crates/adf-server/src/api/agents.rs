@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
-use adf_store::{AdfFile, LoopRow, StoreError};
+use adf_store::LoopRow;
 
 use super::{AppState, body_json, find, text_field};
 use crate::daemon::{Agent, DISPLAY_STATES, Daemon};
@@ -41,13 +41,7 @@ pub(super) async fn get_ref(
 /// `AgentStatus`. `runtimeState` is the executor state as far as the daemon sees it:
 /// `awaiting_approval`, `awaiting_ask`, `thinking` while a turn runs, else `idle`.
 pub(crate) async fn status_value(agent: &Agent) -> ApiResult<Value> {
-    let loop_count: i64 = agent
-        .job(|file| {
-            Ok(file
-                .connection()
-                .query_row("SELECT COUNT(*) FROM adf_loop", [], |row| row.get(0))?)
-        })
-        .await?;
+    let loop_count: i64 = agent.job(|file| file.loop_row_count()).await?;
     let mut status = agent.summary();
     if let Some(object) = status.as_object_mut() {
         object.insert("runtimeState".into(), json!(agent.hil().runtime_state()));
@@ -159,9 +153,9 @@ pub(super) async fn chat_read(
     let loop_name = loop_param(&params);
     let (total, rows) = agent
         .job(move |file| {
-            let total = loop_total(file, &loop_name)?;
+            let total = file.loop_row_count_in(&loop_name)?;
             let offset = total.saturating_sub(limit);
-            Ok((total, loop_page(file, &loop_name, limit, offset)?))
+            Ok((total, file.loop_page(&loop_name, limit, offset)?))
         })
         .await?;
     let ui_log: Vec<Value> = rows.iter().flat_map(ui_entries).collect();
@@ -200,9 +194,9 @@ pub(super) async fn loop_read(
     let loop_name = loop_param(&params);
     let (total, offset, rows) = agent
         .job(move |file| {
-            let total = loop_total(file, &loop_name)?;
+            let total = file.loop_row_count_in(&loop_name)?;
             let offset = offset.unwrap_or_else(|| total.saturating_sub(limit).max(0));
-            Ok((total, offset, loop_page(file, &loop_name, limit, offset)?))
+            Ok((total, offset, file.loop_page(&loop_name, limit, offset)?))
         })
         .await?;
     let entries: Vec<Value> = rows
@@ -250,42 +244,6 @@ fn loop_param(params: &HashMap<String, String>) -> String {
         .filter(|l| !l.is_empty())
         .cloned()
         .unwrap_or_else(|| "main".to_owned())
-}
-
-fn loop_total(file: &AdfFile, loop_name: &str) -> Result<i64, StoreError> {
-    Ok(file.connection().query_row(
-        "SELECT COUNT(*) FROM adf_loop WHERE loop = ?1",
-        [loop_name],
-        |row| row.get(0),
-    )?)
-}
-
-/// One page of a loop in transcript order (`COALESCE(ord, seq), seq`, as the store reads it).
-fn loop_page(
-    file: &AdfFile,
-    loop_name: &str,
-    limit: i64,
-    offset: i64,
-) -> Result<Vec<LoopRow>, StoreError> {
-    let mut stmt = file.connection().prepare(
-        "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
-         WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq LIMIT ?2 OFFSET ?3",
-    )?;
-    let parse = |text: Option<String>| text.and_then(|t| serde_json::from_str::<Value>(&t).ok());
-    let rows = stmt.query_map((loop_name, limit, offset), |row| {
-        let content: Option<String> = row.get(2)?;
-        Ok(LoopRow {
-            seq: row.get(0)?,
-            role: row.get(1)?,
-            content: parse(content.clone()).unwrap_or_else(|| json!(content)),
-            model: row.get(3)?,
-            tokens: parse(row.get(4)?),
-            created_at: row.get(5)?,
-            ord: row.get(6)?,
-            r#loop: row.get(7)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// The display entries of one transcript row, one per content block: `user` (owner text),

@@ -21,6 +21,7 @@ use adf_runtime::tools::access::Caller as ToolCaller;
 use adf_runtime::tools::approval::{Resolution, resolve_task};
 use adf_store::messages::{Mailbox, MessageFilter};
 use adf_store::timers::NewTimer;
+use adf_store::views::LogFilter;
 use adf_store::{Caller, FileProtection, FileWrite, MetaProtection, StoreError, TaskRow, TimerRow};
 
 use super::{AppState, body_json, find, success, text_field};
@@ -250,9 +251,8 @@ fn flag(params: &HashMap<String, String>, name: &str) -> ApiResult<bool> {
 }
 
 /// Deletes a file as the owner. A `read_only` or `no_delete` file is kept unless the request
-/// says `force=true` (409 otherwise, with `success: false` as the reference answers): the
-/// store lets the owner delete anything, so this is the owner's confirmation, asked for in
-/// the same job as the delete so the protection cannot change in between.
+/// says `force=true` (409 otherwise, with `success: false` as the reference answers); the
+/// store makes that decision (`file_delete_as_owner`), in the delete's own transaction.
 pub(super) async fn file_delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -263,32 +263,18 @@ pub(super) async fn file_delete(
     let force = flag(&params, "force")?;
     let target = path.clone();
     let deleted = agent
-        .job(move |file| {
-            let Some(entry) = file.file_read(&target)? else {
-                return Err(StoreError::NotFound {
-                    what: "file",
-                    name: target,
-                });
-            };
-            if entry.info.protection != "none" && !force {
-                return Ok(Some(entry.info.protection));
-            }
-            file.file_delete(Caller::Owner, &target)?;
-            Ok(None)
-        })
+        .job(move |file| file.file_delete_as_owner(&target, force))
         .await;
     match deleted {
-        Ok(None) => {}
-        Ok(Some(protection)) => {
+        Ok(_) => {}
+        Err(StoreError::Protected { level, .. }) => {
             let mut refusal = ApiError::new(
                 StatusCode::CONFLICT,
-                format!(
-                    "file \"{path}\" is {protection}; delete it with force=true if you mean to"
-                ),
+                format!("file \"{path}\" is {level}; delete it with force=true if you mean to"),
             );
             refusal.details = json!({
                 "code": "FILE_PROTECTED",
-                "protection": protection,
+                "protection": level,
                 "agentId": agent.id,
                 "success": false,
             })
@@ -845,21 +831,6 @@ fn resolve_live(agent: &Agent, task_id: &str, resolution: &Resolution) -> Option
 
 // ---------------------------------------------------------------------------------- logs
 
-const LOG_COLUMNS: &str = "id, level, origin, event, target, message, data, created_at";
-
-fn log_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
-    Ok(json!({
-        "id": row.get::<_, i64>(0)?,
-        "level": row.get::<_, Option<String>>(1)?,
-        "origin": row.get::<_, Option<String>>(2)?,
-        "event": row.get::<_, Option<String>>(3)?,
-        "target": row.get::<_, Option<String>>(4)?,
-        "message": row.get::<_, Option<String>>(5)?,
-        "data": row.get::<_, Option<String>>(6)?,
-        "created_at": row.get::<_, Option<i64>>(7)?,
-    }))
-}
-
 /// Recent log rows, newest first; reads go through the store's read-only connection.
 pub(super) async fn logs(
     State(state): State<AppState>,
@@ -868,18 +839,12 @@ pub(super) async fn logs(
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let limit = parse_limit(&params, 100)? as i64;
-    let origin = params.get("origin").cloned();
-    let event = params.get("event").cloned();
+    let filter = LogFilter {
+        origin: params.get("origin").cloned(),
+        event: params.get("event").cloned(),
+    };
     let logs = agent
-        .job(move |file| {
-            let mut stmt = file.connection().prepare(&format!(
-                "SELECT {LOG_COLUMNS} FROM adf_logs
-                 WHERE (?1 IS NULL OR origin = ?1) AND (?2 IS NULL OR event = ?2)
-                 ORDER BY id DESC LIMIT ?3"
-            ))?;
-            let rows = stmt.query_map((origin, event, limit), log_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
+        .job(move |file| file.logs_recent(&filter, limit))
         .await?;
     Ok(Json(json!({ "agentId": agent.id, "logs": logs })).into_response())
 }
@@ -895,14 +860,6 @@ pub(super) async fn logs_after(
         .ok_or_else(|| ApiError::bad_request("afterId is required"))?
         .parse()
         .map_err(|_| ApiError::bad_request("afterId must be an integer"))?;
-    let logs = agent
-        .job(move |file| {
-            let mut stmt = file.connection().prepare(&format!(
-                "SELECT {LOG_COLUMNS} FROM adf_logs WHERE id > ?1 ORDER BY id LIMIT 1000"
-            ))?;
-            let rows = stmt.query_map([after], log_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await?;
+    let logs = agent.job(move |file| file.logs_after(after, 1000)).await?;
     Ok(Json(json!({ "agentId": agent.id, "logs": logs })).into_response())
 }
