@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 use axum::Json;
-use axum::body::Bytes;
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
@@ -16,7 +15,7 @@ use serde_json::{Value, json};
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_store::LoopRow;
 
-use super::{AppState, body_json, find, text_field};
+use super::{AppState, JsonBody, find, text_field};
 use crate::daemon::{Agent, DISPLAY_STATES, Daemon};
 use crate::error::{ApiError, ApiResult, ServerError};
 
@@ -59,8 +58,10 @@ pub(super) async fn status(
     Ok(Json(status_value(&agent).await?).into_response())
 }
 
-pub(super) async fn load(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body = body_json(&body)?;
+pub(super) async fn load(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
     let Some(path) = text_field(&body, "filePath") else {
         return Err(ApiError::bad_request("filePath is required"));
     };
@@ -110,10 +111,9 @@ pub(super) async fn stop(
 pub(super) async fn set_state(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let Some(new_state) = body
         .get("state")
         .and_then(Value::as_str)
@@ -312,10 +312,9 @@ fn context_category(text: &str) -> Option<(&str, &str)> {
 pub(super) async fn chat_post(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let Some(text) = text_field(&body, "text") else {
         return Err(ApiError::bad_request("text is required"));
     };
@@ -403,10 +402,9 @@ const TRIGGER_TYPES: [&str; 11] = [
 pub(super) async fn trigger(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let event = body.get("event").unwrap_or(&body);
     let source = event
         .pointer("/data/message/source")
@@ -473,10 +471,9 @@ pub(super) async fn asks(
 pub(super) async fn ask_respond(
     State(state): State<AppState>,
     Path((id, request_id)): Path<(String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let Some(answer) = body.get("answer").and_then(Value::as_str) else {
         return Err(ApiError::bad_request("answer is required (a string)"));
     };
@@ -497,10 +494,9 @@ pub(super) async fn ask_respond(
 pub(super) async fn suspend_respond(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let Some(resume) = body.get("resume").and_then(Value::as_bool) else {
         return Err(ApiError::bad_request("resume is required (a boolean)"));
     };

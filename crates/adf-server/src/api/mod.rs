@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::Request;
+use axum::extract::{FromRequest, Request};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -161,9 +161,28 @@ pub(crate) fn text_field<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
         .filter(|text| !text.is_empty())
 }
 
+/// A request body parsed as a JSON object (see [`body_json`]): the one way handlers take a
+/// body. Whether the content type is JSON is the front door's decision (its 415), made
+/// before any handler runs; a body over axum's limit keeps axum's own rejection.
+#[derive(Debug)]
+pub(crate) struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        body_json(&bytes)
+            .map(Self)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
 /// Parses a JSON body; an empty body is `{}`. Bad JSON is a 400 in the reference's shape
 /// rather than axum's plain-text rejection.
-pub(crate) fn body_json(bytes: &Bytes) -> ApiResult<Value> {
+fn body_json(bytes: &Bytes) -> ApiResult<Value> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }

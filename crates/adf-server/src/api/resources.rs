@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -24,7 +23,7 @@ use adf_store::timers::NewTimer;
 use adf_store::views::LogFilter;
 use adf_store::{Caller, FileProtection, FileWrite, MetaProtection, StoreError, TaskRow, TimerRow};
 
-use super::{AppState, body_json, find, success, text_field};
+use super::{AppState, JsonBody, find, success, text_field};
 use crate::daemon::{Agent, info_from_config};
 use crate::error::{ApiError, ApiResult};
 use crate::hil::Verdict;
@@ -48,10 +47,9 @@ pub(super) async fn config_get(
 pub(super) async fn config_put(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(new_config): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let new_config = body_json(&body)?;
     let (before, after, handle_meta) = state
         .daemon
         .run_observed(&agent, move |file| {
@@ -180,11 +178,10 @@ pub(super) async fn file_put(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(params): Params,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let path = required_path(&params)?;
-    let body = body_json(&body)?;
     let text = |key: &str| body.get(key).and_then(Value::as_str);
     let content: Vec<u8> = if let Some(encoded) = text("content_base64").or(text("contentBase64")) {
         BASE64
@@ -303,10 +300,9 @@ pub(super) async fn file_delete(
 pub(super) async fn file_protection(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let path = text_field(&body, "path");
     let level = body
         .get("protection")
@@ -329,10 +325,9 @@ pub(super) async fn file_protection(
 pub(super) async fn file_authorized(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let path = text_field(&body, "path");
     let authorized = body.get("authorized").and_then(Value::as_bool);
     let (Some(path), Some(authorized)) = (path, authorized) else {
@@ -373,10 +368,9 @@ fn parse_meta_protection(value: Option<&Value>) -> ApiResult<Option<MetaProtecti
 pub(super) async fn meta_put(
     State(state): State<AppState>,
     Path((id, key)): Path<(String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let value = match body.get("value") {
         Some(Value::String(s)) => s.clone(),
         // Counters and flags arrive as numbers or booleans from some clients; meta stores text.
@@ -404,10 +398,9 @@ pub(super) async fn meta_delete(
 pub(super) async fn meta_protection(
     State(state): State<AppState>,
     Path((id, key)): Path<(String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let protection = parse_meta_protection(body.get("protection"))?
         .ok_or_else(|| ApiError::bad_request("protection is required"))?;
     agent
@@ -487,10 +480,9 @@ fn schedule_input(body: &Value) -> ApiResult<Value> {
 pub(super) async fn timer_add(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let input = schedule_input(&body)?;
     let (schedule, next_wake_at) = Schedule::resolve(&input, adf_store::time::now_ms())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -692,10 +684,9 @@ pub(super) async fn task_get(
 pub(super) async fn task_resolve(
     State(state): State<AppState>,
     Path((id, task_id)): Path<(String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
-    let body = body_json(&body)?;
     let action = body.get("action").and_then(Value::as_str).unwrap_or("");
     let reason = text_field(&body, "reason").map(str::to_owned);
     let modified_args = body

@@ -6,12 +6,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use super::{AppState, body_json};
+use super::{AppState, JsonBody};
 use crate::error::{ApiError, ApiResult};
 use crate::review::DEFAULT_MAX_DEPTH;
 
@@ -37,15 +36,19 @@ pub(super) async fn get(
     Ok(Json(review.to_json()).into_response())
 }
 
-pub(super) async fn accept(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body = body_json(&body)?;
+pub(super) async fn accept(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
     let path = file_path(body.get("filePath"))?;
     let review = state.daemon.accept_review(&path).await?;
     Ok(Json(review.to_json()).into_response())
 }
 
-pub(super) async fn autostart(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body = body_json(&body)?;
+pub(super) async fn autostart(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
     let dirs: Vec<PathBuf> = match body.get("trackedDirs") {
         Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
             .iter()

@@ -3,12 +3,11 @@
 //! known keys only (`settings::KNOWN_KEYS`), with the shapes the daemon reads.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use super::{AppState, body_json};
+use super::{AppState, JsonBody};
 use crate::error::{ApiError, ApiResult};
 use crate::settings::Settings;
 
@@ -32,8 +31,11 @@ pub(super) async fn get_all(State(state): State<AppState>) -> ApiResult<Response
     Ok(answer(&settings, values))
 }
 
-pub(super) async fn patch(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let Value::Object(changes) = body_json(&body)? else {
+pub(super) async fn patch(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
+    let Value::Object(changes) = body else {
         return Err(ApiError::bad_request("body must be a JSON object"));
     };
     let refused: Vec<String> = changes
@@ -65,9 +67,8 @@ pub(super) async fn get_one(
 pub(super) async fn put_one(
     State(state): State<AppState>,
     Path(key): Path<String>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let body = body_json(&body)?;
     let Some(value) = body.get("value").cloned() else {
         return Err(ApiError::bad_request("value is required"));
     };
