@@ -225,8 +225,8 @@ fn end_label(end: &TurnEnd) -> String {
 
 /// Runs `adf chat`.
 pub fn run(path: &Path, options: ChatOptions, out: Output) -> Result<ExitCode> {
-    let mut file = crate::file_cmds::open(path)?;
-    crate::file_cmds::warn_not_run(&file);
+    let mut file = crate::session::open(path)?;
+    crate::session::warn_not_run(&file);
     let config = file.config()?;
     let key = agent_key(&mut file, &config);
     let retries = RetryLog::default();

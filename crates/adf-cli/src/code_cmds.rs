@@ -58,8 +58,8 @@ async fn env() -> Result<CodeEnv, ToolError> {
 
 /// `adf run` and `adf code`.
 pub fn run(path: &Path, job: Job, timeout_ms: Option<u64>, out: Output) -> Result<ExitCode> {
-    let mut file = crate::file_cmds::open(path)?;
-    crate::file_cmds::warn_not_run(&file);
+    let mut file = crate::session::open(path)?;
+    crate::session::warn_not_run(&file);
     let options = RunOptions {
         timeout: timeout_ms.map(Duration::from_millis),
         ..RunOptions::default()

@@ -13,179 +13,38 @@ use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
 
 use crate::output::{Output, Table, clip, format_ms, format_size};
-use crate::{Command, ConfigCommand, MetaCommand};
+use crate::session::{open, open_read};
+use crate::{ConfigCommand, MetaCommand};
 
-/// Runs one file command and returns the process exit code.
-pub fn run(command: Command, out: Output) -> Result<ExitCode> {
-    match command {
-        Command::Demo {
-            dir,
-            provider_url,
-            model,
-        } => crate::demo::run(
-            dir,
-            crate::demo::ProviderChoice {
-                url: provider_url,
-                model,
-            },
-            out,
-        ),
-        Command::Tool {
-            file,
-            name,
-            args,
-            call_as,
-            approve_all,
-            deny_all,
-        } => {
-            let policy = match (approve_all, deny_all) {
-                (true, _) => crate::tool_cmds::ApprovalPolicy::ApproveAll,
-                (_, true) => crate::tool_cmds::ApprovalPolicy::DenyAll,
-                _ => crate::tool_cmds::ApprovalPolicy::Ask,
-            };
-            crate::tool_cmds::tool(&file, &name, args.as_deref(), call_as, policy, out)
-        }
-        Command::Chat {
-            file,
-            message,
-            loop_name,
-            approve_all,
-            deny_all,
-            answer,
-        } => {
-            let approvals = match (approve_all, deny_all) {
-                (true, _) => crate::chat_cmds::ChatApprovals::ApproveAll,
-                (_, true) => crate::chat_cmds::ChatApprovals::DenyAll,
-                _ => crate::chat_cmds::ChatApprovals::Ask,
-            };
-            let options = crate::chat_cmds::ChatOptions {
-                message,
-                loop_name,
-                approvals,
-                answer,
-            };
-            crate::chat_cmds::run(&file, options, out)
-        }
-        Command::Approve { file, task } => crate::tool_cmds::resolve(&file, &task, true, None, out),
-        Command::Deny { file, task, reason } => {
-            crate::tool_cmds::resolve(&file, &task, false, reason, out)
-        }
-        Command::New {
-            file,
-            name,
-            description,
-            handle,
-        } => new(&file, name, description, handle, out),
-        Command::Info { file } => info(&file, out),
-        Command::Check { file } => check(&file, out),
-        Command::Migrate { file } => migrate(&file, out),
-        Command::Files { file, prefix } => files(&file, prefix.as_deref().unwrap_or(""), out),
-        Command::Cat { file, path } => cat(&file, &path),
-        Command::Put {
-            file,
-            path,
-            source,
-            protection,
-            mime,
-        } => put(&file, &path, source.as_deref(), protection, mime, out),
-        Command::Rm { file, path, force } => done(out, &format!("removed {path}"), || {
-            // The owner may delete anything; the store refuses a protected file until --force.
-            match open(&file)?.file_delete_as_owner(&path, force) {
-                Err(StoreError::Protected { level, .. }) => {
-                    anyhow::bail!("{path} is {level}; use --force to delete it")
-                }
-                other => other.map(drop).map_err(Into::into),
+/// `adf rm`: the owner may delete anything, but the store refuses a protected file until
+/// `--force` says the owner means it.
+pub(crate) fn rm(file: &Path, path: &str, force: bool, out: Output) -> Result<ExitCode> {
+    done(out, &format!("removed {path}"), || {
+        match open(file)?.file_delete_as_owner(path, force) {
+            Err(StoreError::Protected { level, .. }) => {
+                anyhow::bail!("{path} is {level}; use --force to delete it")
             }
-        }),
-        Command::Authorize { file, path } => done(out, &format!("authorized {path}"), || {
-            open(&file)?.file_set_authorized(Caller::Owner, &path, true)?;
-            Ok(())
-        }),
-        Command::Unauthorize { file, path } => done(out, &format!("unauthorized {path}"), || {
-            open(&file)?.file_set_authorized(Caller::Owner, &path, false)?;
-            Ok(())
-        }),
-        Command::Meta(command) => meta(command, out),
-        Command::Config(command) => config(command, out),
-        Command::Loop {
-            file,
-            loop_name,
-            context,
-        } => show_loop(&file, &loop_name, context, out),
-        Command::Inbox { file, limit } => messages(&file, "adf_inbox", limit, out),
-        Command::Outbox { file, limit } => messages(&file, "adf_outbox", limit, out),
-        Command::Timers { file } => timers(&file, out),
-        Command::Tasks { file, status } => tasks(&file, status.as_deref(), out),
-        Command::Logs { file, limit } => logs(&file, limit, out),
-        Command::Run {
-            file,
-            lambda,
-            args,
-            timeout,
-        } => crate::code_cmds::run(
-            &file,
-            crate::code_cmds::Job::Lambda {
-                source: lambda,
-                args,
-            },
-            timeout,
-            out,
-        ),
-        Command::Code {
-            file,
-            code,
-            ts,
-            timeout,
-        } => crate::code_cmds::run(
-            &file,
-            crate::code_cmds::Job::Inline {
-                code,
-                typescript: ts,
-            },
-            timeout,
-            out,
-        ),
-        command @ (Command::Owner(_) | Command::Identity(_) | Command::Claim { .. }) => {
-            crate::identity_cmds::run(command, out)
+            other => other.map(drop).map_err(Into::into),
         }
-    }
+    })
 }
 
-/// Opens a file for reading and writing, saying on stderr when it was migrated.
-pub(crate) fn open(path: &Path) -> Result<AdfFile> {
-    let file = AdfFile::open(path)?;
-    say_if_migrated(path, &file);
-    Ok(file)
-}
-
-fn say_if_migrated(path: &Path, file: &AdfFile) {
-    let report = file.open_report();
-    if let (Some(first), Some(last)) = (report.migrated_steps.first(), report.migrated_steps.last())
-    {
-        eprintln!(
-            "migrated {} from schema {} to {last} (steps {first}..={last})",
-            path.display(),
-            report.schema_found
-        );
-    }
-}
-
-/// Opens a file for a command that only reads it: a read-only file (or one in a read-only
-/// directory) is read as it is, leaving no `-wal`/`-shm` behind.
-pub(crate) fn open_read(path: &Path) -> Result<AdfFile> {
-    let file = AdfFile::open_for_reading(path)?;
-    say_if_migrated(path, &file);
-    Ok(file)
-}
-
-/// Tells the owner, on stderr, which configured sections this runtime will not run (`adf chat`,
-/// `adf run`, `adf code`): accepting them silently would look like they took effect.
-pub(crate) fn warn_not_run(file: &AdfFile) {
-    if let Ok(config) = file.config_shared()
-        && let Some(line) = adf_store::unsupported::warning_line(&config)
-    {
-        eprintln!("warning: {line}");
-    }
+/// `adf authorize` / `adf unauthorize`: the owner's trust in a file as code (§4.3).
+pub(crate) fn set_authorized(
+    file: &Path,
+    path: &str,
+    authorized: bool,
+    out: Output,
+) -> Result<ExitCode> {
+    let verb = if authorized {
+        "authorized"
+    } else {
+        "unauthorized"
+    };
+    done(out, &format!("{verb} {path}"), || {
+        open(file)?.file_set_authorized(Caller::Owner, path, authorized)?;
+        Ok(())
+    })
 }
 
 fn done(out: Output, message: &str, action: impl FnOnce() -> Result<()>) -> Result<ExitCode> {
@@ -196,7 +55,7 @@ fn done(out: Output, message: &str, action: impl FnOnce() -> Result<()>) -> Resu
     Ok(ExitCode::SUCCESS)
 }
 
-fn new(
+pub(crate) fn new(
     path: &Path,
     name: Option<String>,
     description: Option<String>,
@@ -246,7 +105,7 @@ fn new(
     Ok(ExitCode::SUCCESS)
 }
 
-fn info(path: &Path, out: Output) -> Result<ExitCode> {
+pub(crate) fn info(path: &Path, out: Output) -> Result<ExitCode> {
     let file = AdfFile::inspect(path)?;
     let meta = |key: &str| -> Result<Option<String>> { Ok(file.meta_get(key)?.map(|e| e.value)) };
     let config = file.config().unwrap_or(Value::Null);
@@ -324,7 +183,7 @@ fn info(path: &Path, out: Output) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(path: &Path, out: Output) -> Result<ExitCode> {
+pub(crate) fn check(path: &Path, out: Output) -> Result<ExitCode> {
     let file = AdfFile::inspect(path)?;
     let mut report = file.check()?;
     report
@@ -353,7 +212,7 @@ fn check(path: &Path, out: Output) -> Result<ExitCode> {
     })
 }
 
-fn migrate(path: &Path, out: Output) -> Result<ExitCode> {
+pub(crate) fn migrate(path: &Path, out: Output) -> Result<ExitCode> {
     let file = AdfFile::open(path)?;
     let report = file.open_report().clone();
     file.close()?;
@@ -380,7 +239,7 @@ fn migrate(path: &Path, out: Output) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn files(path: &Path, prefix: &str, out: Output) -> Result<ExitCode> {
+pub(crate) fn files(path: &Path, prefix: &str, out: Output) -> Result<ExitCode> {
     let file = open_read(path)?;
     let list = file.file_list(prefix)?;
     out.emit(&list, || {
@@ -404,7 +263,7 @@ fn files(path: &Path, prefix: &str, out: Output) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cat(path: &Path, inner: &str) -> Result<ExitCode> {
+pub(crate) fn cat(path: &Path, inner: &str) -> Result<ExitCode> {
     let file = open_read(path)?;
     let entry = file.file_read(inner)?.with_context(|| {
         format!(
@@ -416,7 +275,7 @@ fn cat(path: &Path, inner: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn put(
+pub(crate) fn put(
     path: &Path,
     inner: &str,
     source: Option<&Path>,
@@ -461,7 +320,7 @@ fn put(
     Ok(ExitCode::SUCCESS)
 }
 
-fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
+pub(crate) fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
     match command {
         MetaCommand::Get {
             file,
@@ -552,7 +411,7 @@ fn parse_value(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
-fn config(command: ConfigCommand, out: Output) -> Result<ExitCode> {
+pub(crate) fn config(command: ConfigCommand, out: Output) -> Result<ExitCode> {
     match command {
         ConfigCommand::Get { file, path } => {
             let config = open_read(&file)?.config()?;
@@ -636,7 +495,12 @@ fn block_text(block: &Value) -> String {
     }
 }
 
-fn show_loop(path: &Path, loop_name: &str, context: bool, out: Output) -> Result<ExitCode> {
+pub(crate) fn show_loop(
+    path: &Path,
+    loop_name: &str,
+    context: bool,
+    out: Output,
+) -> Result<ExitCode> {
     let file = open_read(path)?;
     let rows = file.loop_rows(loop_name)?;
     out.emit(&rows, || {
@@ -679,7 +543,12 @@ fn field(row: &serde_json::Map<String, Value>, key: &str) -> String {
     }
 }
 
-fn messages(path: &Path, table_name: &str, limit: usize, out: Output) -> Result<ExitCode> {
+pub(crate) fn messages(
+    path: &Path,
+    table_name: &str,
+    limit: usize,
+    out: Output,
+) -> Result<ExitCode> {
     let file = open_read(path)?;
     let rows = file.table_rows(table_name, limit)?;
     out.emit(&rows, || {
@@ -713,7 +582,7 @@ fn messages(path: &Path, table_name: &str, limit: usize, out: Output) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
-fn timers(path: &Path, out: Output) -> Result<ExitCode> {
+pub(crate) fn timers(path: &Path, out: Output) -> Result<ExitCode> {
     let file = open_read(path)?;
     let timers = file.timers()?;
     out.emit(&timers, || {
@@ -749,7 +618,7 @@ fn timers(path: &Path, out: Output) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn tasks(path: &Path, status: Option<&str>, out: Output) -> Result<ExitCode> {
+pub(crate) fn tasks(path: &Path, status: Option<&str>, out: Output) -> Result<ExitCode> {
     let file = open_read(path)?;
     let tasks = file.tasks(status)?;
     out.emit(&tasks, || {
@@ -768,7 +637,7 @@ fn tasks(path: &Path, status: Option<&str>, out: Output) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn logs(path: &Path, limit: usize, out: Output) -> Result<ExitCode> {
+pub(crate) fn logs(path: &Path, limit: usize, out: Output) -> Result<ExitCode> {
     let file = open_read(path)?;
     let rows = file.table_rows("adf_logs", limit)?;
     out.emit(&rows, || {

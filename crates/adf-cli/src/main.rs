@@ -1,17 +1,20 @@
 //! `adf`: the command line of the ADF runtime.
 //!
-//! Principal pieces: [`Cli`] (the clap command tree), `file_cmds` (commands that act on a file
-//! directly, as its owner), `client_cmds` (`adf daemon` and the clients of a running daemon;
-//! shared names such as `files` go to the daemon when their argument is not an existing file)
-//! and `output` (tables and `--json`).
+//! Principal pieces: [`Cli`] (the clap command tree), `dispatch` (which module runs each command
+//! that acts on a file directly), `file_cmds` (the owner's file commands), `session` (opening a
+//! file, shared by the command modules), `client_cmds` (`adf daemon` and the clients of a
+//! running daemon; shared names such as `files` go to the daemon when their argument is not an
+//! existing file) and `output` (tables and `--json`).
 
 mod chat_cmds;
 mod client_cmds;
 mod code_cmds;
 mod demo;
+mod dispatch;
 mod file_cmds;
 mod identity_cmds;
 mod output;
+mod session;
 mod tool_cmds;
 
 use std::path::PathBuf;
@@ -354,7 +357,7 @@ fn main() -> ExitCode {
             client_cmds::Routed::File(command) => command,
         },
     };
-    match file_cmds::run(command, out) {
+    match dispatch::run(command, out) {
         Ok(code) => code,
         Err(error) => {
             if out.json {

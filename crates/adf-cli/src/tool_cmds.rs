@@ -150,7 +150,7 @@ pub fn tool(
             .with_context(|| format!("--args is not valid JSON: {text}"))?,
         None => json!({}),
     };
-    let mut file = crate::file_cmds::open(path)?;
+    let mut file = crate::session::open(path)?;
     let registry = ToolRegistry::with_builtins();
     let caller = call_as.caller();
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
@@ -211,7 +211,7 @@ pub fn resolve(
     reason: Option<String>,
     out: Output,
 ) -> Result<ExitCode> {
-    let mut file = crate::file_cmds::open(path)?;
+    let mut file = crate::session::open(path)?;
     if file.task(task_id)?.is_none() {
         bail!(
             "no task {task_id} in {}; list them with `adf tasks '{}'`",
