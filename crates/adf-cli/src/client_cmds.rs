@@ -282,129 +282,183 @@ fn client_call(call: Call, url: Option<&str>, out: Output) -> Result<ExitCode> {
     runtime()?.block_on(async move {
         match call {
             Call::Chat(agent, message, loop_name) => {
-                let body = client
-                    .post(
-                        &format!("/agents/{}/chat", encode(&agent)),
-                        Some(&serde_json::json!({ "text": message, "loop": loop_name })),
-                    )
-                    .await?;
-                print_json_or(out, &body, || {
-                    println!(
-                        "accepted: {} (the turn runs in the daemon; follow it with `adf events {agent}`)",
-                        body["turnId"].as_str().unwrap_or_default()
-                    );
-                });
+                daemon_chat(&client, agent, message, loop_name, out).await?
             }
-            Call::Rm(agent, path, force) => {
-                let force = if force { "&force=true" } else { "" };
-                let body = match client
-                    .delete(&format!(
-                        "/agents/{}/files/content?path={}{force}",
-                        encode(&agent),
-                        encode(&path)
-                    ))
-                    .await
-                {
-                    Err(adf_server::client::ClientError::Http { status: 409, message }) => {
-                        anyhow::bail!("{message} (adf rm: use --force)")
-                    }
-                    other => other?,
-                };
-                print_json_or(out, &body, || say!("removed {path}"));
-            }
-            Call::Files(agent) => {
-                let body = client
-                    .get(&format!("/agents/{}/files", encode(&agent)))
-                    .await?;
-                print_json_or(out, &body, || {
-                    table(
-                        &["path", "size", "mime", "protection"],
-                        &rows(&body["files"], &["path", "size", "mime_type", "protection"]),
-                    );
-                });
-            }
-            Call::Mailbox(agent, which) => {
-                let body = client
-                    .get(&format!("/agents/{}/{which}", encode(&agent)))
-                    .await?;
-                let party = if which == "inbox" { "from" } else { "to" };
-                print_json_or(out, &body, || {
-                    table(
-                        &["id", "status", party, "content"],
-                        &rows(&body["messages"], &["id", "status", party, "content"]),
-                    );
-                });
-            }
-            Call::Timers(agent) => {
-                let body = client
-                    .get(&format!("/agents/{}/timers", encode(&agent)))
-                    .await?;
-                print_json_or(out, &body, || {
-                    let mut cells = rows(
-                        &body["timers"],
-                        &["id", "next_wake_at", "run_count", "payload"],
-                    );
-                    for row in &mut cells {
-                        if let Ok(ms) = row[1].parse::<i64>() {
-                            row[1] = iso_ms(ms);
-                        }
-                    }
-                    table(&["id", "next_wake_at", "runs", "payload"], &cells);
-                });
-            }
-            Call::Tasks(agent, status) => {
-                let query = status.map_or(String::new(), |s| format!("?status={}", encode(&s)));
-                let body = client
-                    .get(&format!("/agents/{}/tasks{query}", encode(&agent)))
-                    .await?;
-                print_json_or(out, &body, || {
-                    table(
-                        &["id", "status", "tool", "origin", "auth"],
-                        &rows(
-                            &body["tasks"],
-                            &["id", "status", "tool", "origin", "requires_authorization"],
-                        ),
-                    );
-                });
-            }
-            Call::Logs(agent, limit) => {
-                let body = client
-                    .get(&format!("/agents/{}/logs?limit={limit}", encode(&agent)))
-                    .await?;
-                print_json_or(out, &body, || {
-                    table(
-                        &["id", "level", "origin", "event", "message"],
-                        &rows(
-                            &body["logs"],
-                            &["id", "level", "origin", "event", "message"],
-                        ),
-                    );
-                });
-            }
+            Call::Rm(agent, path, force) => daemon_rm(&client, agent, path, force, out).await?,
+            Call::Files(agent) => daemon_files(&client, agent, out).await?,
+            Call::Mailbox(agent, which) => daemon_mailbox(&client, agent, which, out).await?,
+            Call::Timers(agent) => daemon_timers(&client, agent, out).await?,
+            Call::Tasks(agent, status) => daemon_tasks(&client, agent, status, out).await?,
+            Call::Logs(agent, limit) => daemon_logs(&client, agent, limit, out).await?,
             Call::Resolve(agent, task, reason) => {
-                let body = match &reason {
-                    None => json!({ "action": "approve" }),
-                    Some(reason) if reason.is_empty() => json!({ "action": "deny" }),
-                    Some(reason) => json!({ "action": "deny", "reason": reason }),
-                };
-                let answer = client
-                    .post(
-                        &format!("/agents/{}/tasks/{}/resolve", encode(&agent), encode(&task)),
-                        Some(&body),
-                    )
-                    .await?;
-                let verb = if reason.is_none() {
-                    "Approved"
-                } else {
-                    "Denied"
-                };
-                print_json_or(out, &answer, || {
-                    say!("{verb} {task} ({})", text(&answer["task"]["status"]));
-                });
+                daemon_resolve(&client, agent, task, reason, out).await?
             }
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+async fn daemon_chat(
+    client: &Client,
+    agent: String,
+    message: String,
+    loop_name: String,
+    out: Output,
+) -> Result<()> {
+    let body = client
+        .post(
+            &format!("/agents/{}/chat", encode(&agent)),
+            Some(&serde_json::json!({ "text": message, "loop": loop_name })),
+        )
+        .await?;
+    print_json_or(out, &body, || {
+        println!(
+            "accepted: {} (the turn runs in the daemon; follow it with `adf events {agent}`)",
+            body["turnId"].as_str().unwrap_or_default()
+        );
+    });
+    Ok(())
+}
+
+async fn daemon_rm(
+    client: &Client,
+    agent: String,
+    path: String,
+    force: bool,
+    out: Output,
+) -> Result<()> {
+    let force = if force { "&force=true" } else { "" };
+    let body = match client
+        .delete(&format!(
+            "/agents/{}/files/content?path={}{force}",
+            encode(&agent),
+            encode(&path)
+        ))
+        .await
+    {
+        Err(adf_server::client::ClientError::Http {
+            status: 409,
+            message,
+        }) => {
+            anyhow::bail!("{message} (adf rm: use --force)")
+        }
+        other => other?,
+    };
+    print_json_or(out, &body, || say!("removed {path}"));
+    Ok(())
+}
+
+async fn daemon_files(client: &Client, agent: String, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!("/agents/{}/files", encode(&agent)))
+        .await?;
+    print_json_or(out, &body, || {
+        table(
+            &["path", "size", "mime", "protection"],
+            &rows(&body["files"], &["path", "size", "mime_type", "protection"]),
+        );
+    });
+    Ok(())
+}
+
+async fn daemon_mailbox(client: &Client, agent: String, which: &str, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!("/agents/{}/{which}", encode(&agent)))
+        .await?;
+    let party = if which == "inbox" { "from" } else { "to" };
+    print_json_or(out, &body, || {
+        table(
+            &["id", "status", party, "content"],
+            &rows(&body["messages"], &["id", "status", party, "content"]),
+        );
+    });
+    Ok(())
+}
+
+async fn daemon_timers(client: &Client, agent: String, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!("/agents/{}/timers", encode(&agent)))
+        .await?;
+    print_json_or(out, &body, || {
+        let mut cells = rows(
+            &body["timers"],
+            &["id", "next_wake_at", "run_count", "payload"],
+        );
+        for row in &mut cells {
+            if let Ok(ms) = row[1].parse::<i64>() {
+                row[1] = iso_ms(ms);
+            }
+        }
+        table(&["id", "next_wake_at", "runs", "payload"], &cells);
+    });
+    Ok(())
+}
+
+async fn daemon_tasks(
+    client: &Client,
+    agent: String,
+    status: Option<String>,
+    out: Output,
+) -> Result<()> {
+    let query = status.map_or(String::new(), |s| format!("?status={}", encode(&s)));
+    let body = client
+        .get(&format!("/agents/{}/tasks{query}", encode(&agent)))
+        .await?;
+    print_json_or(out, &body, || {
+        table(
+            &["id", "status", "tool", "origin", "auth"],
+            &rows(
+                &body["tasks"],
+                &["id", "status", "tool", "origin", "requires_authorization"],
+            ),
+        );
+    });
+    Ok(())
+}
+
+async fn daemon_logs(client: &Client, agent: String, limit: usize, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!("/agents/{}/logs?limit={limit}", encode(&agent)))
+        .await?;
+    print_json_or(out, &body, || {
+        table(
+            &["id", "level", "origin", "event", "message"],
+            &rows(
+                &body["logs"],
+                &["id", "level", "origin", "event", "message"],
+            ),
+        );
+    });
+    Ok(())
+}
+
+async fn daemon_resolve(
+    client: &Client,
+    agent: String,
+    task: String,
+    reason: Option<String>,
+    out: Output,
+) -> Result<()> {
+    let body = match &reason {
+        None => json!({ "action": "approve" }),
+        Some(reason) if reason.is_empty() => json!({ "action": "deny" }),
+        Some(reason) => json!({ "action": "deny", "reason": reason }),
+    };
+    let answer = client
+        .post(
+            &format!("/agents/{}/tasks/{}/resolve", encode(&agent), encode(&task)),
+            Some(&body),
+        )
+        .await?;
+    let verb = if reason.is_none() {
+        "Approved"
+    } else {
+        "Denied"
+    };
+    print_json_or(out, &answer, || {
+        say!("{verb} {task} ({})", text(&answer["task"]["status"]));
+    });
+    Ok(())
 }
 
 async fn client_command(client: &Client, command: ClientCommand, out: Output) -> Result<ExitCode> {
@@ -418,27 +472,7 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
                 );
             });
         }
-        ClientCommand::Status { agent } => {
-            let body = client
-                .get(&format!("/agents/{}/status", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                let fields = [
-                    "id",
-                    "handle",
-                    "name",
-                    "runtimeState",
-                    "targetState",
-                    "loopCount",
-                    "filePath",
-                ];
-                let cells: Vec<Vec<String>> = fields
-                    .iter()
-                    .map(|f| vec![(*f).to_owned(), text(&body[*f])])
-                    .collect();
-                table(&["field", "value"], &cells);
-            });
-        }
+        ClientCommand::Status { agent } => show_status(client, agent, out).await?,
         ClientCommand::Start { agent } => {
             let body = client
                 .post(&format!("/agents/{}/start", encode(&agent)), None)
@@ -457,113 +491,15 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
                 .await?;
             print_json_or(out, &body, || say!("Aborted {agent}'s turn"));
         }
-        ClientCommand::Asks { agent } => {
-            let body = client
-                .get(&format!("/agents/{}/asks", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                if body["asks"].as_array().is_none_or(Vec::is_empty) {
-                    say!("No pending questions.");
-                } else {
-                    table(
-                        &["requestId", "question"],
-                        &rows(&body["asks"], &["requestId", "question"]),
-                    );
-                }
-            });
-        }
+        ClientCommand::Asks { agent } => show_asks(client, agent, out).await?,
         ClientCommand::Answer {
             agent,
             request,
             text,
-        } => {
-            let body = client
-                .post(
-                    &format!(
-                        "/agents/{}/asks/{}/respond",
-                        encode(&agent),
-                        encode(&request)
-                    ),
-                    Some(&json!({ "answer": text.join(" ") })),
-                )
-                .await?;
-            print_json_or(out, &body, || say!("Answered {request}"));
-        }
-        ClientCommand::Review { file, accept } => {
-            let absolute = std::path::absolute(&file)
-                .with_context(|| format!("cannot resolve {}", file.display()))?;
-            let body = if accept {
-                client
-                    .post(
-                        "/agents/review/accept",
-                        Some(&json!({ "filePath": absolute })),
-                    )
-                    .await?
-            } else {
-                client
-                    .get(&format!(
-                        "/agents/review?filePath={}",
-                        encode(&absolute.display().to_string())
-                    ))
-                    .await?
-            };
-            print_json_or(out, &body, || {
-                let state = if body["reviewed"] == true {
-                    "reviewed"
-                } else {
-                    "NOT reviewed"
-                };
-                say!(
-                    "{} ({}): {state}",
-                    text(&body["agentId"]),
-                    text(&body["filePath"])
-                );
-                for section in body["summary"]["notRunYet"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                {
-                    say!(
-                        "not run by this runtime yet: {} ({})",
-                        text(&section["path"]),
-                        text(&section["what"])
-                    );
-                }
-                match serde_json::to_string_pretty(&body["summary"]) {
-                    Ok(summary) => say!("{summary}"),
-                    Err(_) => say!("{}", body["summary"]),
-                }
-            });
-        }
-        ClientCommand::Load { path } => {
-            // The daemon resolves relative paths against its own folder; send an absolute one.
-            let absolute = std::path::absolute(&path)
-                .with_context(|| format!("cannot resolve {}", path.display()))?;
-            let body = client
-                .post("/agents/load", Some(&json!({ "filePath": absolute })))
-                .await?;
-            print_json_or(out, &body, || {
-                say!("Loaded {} ({})", text(&body["id"]), text(&body["filePath"]));
-            });
-        }
-        ClientCommand::File { agent, path } => {
-            let body = client
-                .get(&format!(
-                    "/agents/{}/files/content?path={}",
-                    encode(&agent),
-                    encode(&path)
-                ))
-                .await?;
-            print_json_or(out, &body, || {
-                match body.get("content").and_then(Value::as_str) {
-                    Some(content) => {
-                        use std::io::Write as _;
-                        let _ = write!(std::io::stdout(), "{content}");
-                    }
-                    None => say!("{}", text(&body["content_base64"])),
-                }
-            });
-        }
+        } => answer_ask(client, agent, request, text, out).await?,
+        ClientCommand::Review { file, accept } => review(client, file, accept, out).await?,
+        ClientCommand::Load { path } => load(client, path, out).await?,
+        ClientCommand::File { agent, path } => show_file(client, agent, path, out).await?,
         ClientCommand::Task { agent, task } => {
             let body = client
                 .get(&format!(
@@ -580,40 +516,185 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
                 .await?;
             say!("{}", serde_json::to_string_pretty(&body)?);
         }
-        ClientCommand::Events { agent } => {
-            let path = agent.map_or_else(
-                || "/events".to_owned(),
-                |a| format!("/events?agentId={}", encode(&a)),
-            );
-            let mut stream = Box::pin(client.events(&path).await?);
-            while let Some(data) = stream.next().await {
-                let data = data?;
-                if out.json {
-                    say!("{data}");
-                    continue;
-                }
-                let frame: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
-                let event = &frame["event"];
-                let detail = event["payload"]
-                    .get("message")
-                    .or(event["payload"].get("type"))
-                    .map(text);
-                let mut line = format!(
-                    "[{}] {} {}",
-                    text(&frame["cursor"]),
-                    text(&event["event_type"]),
-                    text(&event["agent_id"])
-                );
-                if let Some(detail) = detail {
-                    line.push(' ');
-                    line.push_str(&detail);
-                }
-                say!("{}", line.trim_end());
-            }
-        }
+        ClientCommand::Events { agent } => follow_events(client, agent, out).await?,
         ClientCommand::Daemon { .. } | ClientCommand::Bench(_) => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn show_status(client: &Client, agent: String, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!("/agents/{}/status", encode(&agent)))
+        .await?;
+    print_json_or(out, &body, || {
+        let fields = [
+            "id",
+            "handle",
+            "name",
+            "runtimeState",
+            "targetState",
+            "loopCount",
+            "filePath",
+        ];
+        let cells: Vec<Vec<String>> = fields
+            .iter()
+            .map(|f| vec![(*f).to_owned(), text(&body[*f])])
+            .collect();
+        table(&["field", "value"], &cells);
+    });
+    Ok(())
+}
+
+async fn show_asks(client: &Client, agent: String, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!("/agents/{}/asks", encode(&agent)))
+        .await?;
+    print_json_or(out, &body, || {
+        if body["asks"].as_array().is_none_or(Vec::is_empty) {
+            say!("No pending questions.");
+        } else {
+            table(
+                &["requestId", "question"],
+                &rows(&body["asks"], &["requestId", "question"]),
+            );
+        }
+    });
+    Ok(())
+}
+
+async fn answer_ask(
+    client: &Client,
+    agent: String,
+    request: String,
+    text: Vec<String>,
+    out: Output,
+) -> Result<()> {
+    let body = client
+        .post(
+            &format!(
+                "/agents/{}/asks/{}/respond",
+                encode(&agent),
+                encode(&request)
+            ),
+            Some(&json!({ "answer": text.join(" ") })),
+        )
+        .await?;
+    print_json_or(out, &body, || say!("Answered {request}"));
+    Ok(())
+}
+
+async fn review(client: &Client, file: PathBuf, accept: bool, out: Output) -> Result<()> {
+    let absolute =
+        std::path::absolute(&file).with_context(|| format!("cannot resolve {}", file.display()))?;
+    let body = if accept {
+        client
+            .post(
+                "/agents/review/accept",
+                Some(&json!({ "filePath": absolute })),
+            )
+            .await?
+    } else {
+        client
+            .get(&format!(
+                "/agents/review?filePath={}",
+                encode(&absolute.display().to_string())
+            ))
+            .await?
+    };
+    print_json_or(out, &body, || {
+        let state = if body["reviewed"] == true {
+            "reviewed"
+        } else {
+            "NOT reviewed"
+        };
+        say!(
+            "{} ({}): {state}",
+            text(&body["agentId"]),
+            text(&body["filePath"])
+        );
+        for section in body["summary"]["notRunYet"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            say!(
+                "not run by this runtime yet: {} ({})",
+                text(&section["path"]),
+                text(&section["what"])
+            );
+        }
+        match serde_json::to_string_pretty(&body["summary"]) {
+            Ok(summary) => say!("{summary}"),
+            Err(_) => say!("{}", body["summary"]),
+        }
+    });
+    Ok(())
+}
+
+async fn load(client: &Client, path: PathBuf, out: Output) -> Result<()> {
+    // The daemon resolves relative paths against its own folder; send an absolute one.
+    let absolute =
+        std::path::absolute(&path).with_context(|| format!("cannot resolve {}", path.display()))?;
+    let body = client
+        .post("/agents/load", Some(&json!({ "filePath": absolute })))
+        .await?;
+    print_json_or(out, &body, || {
+        say!("Loaded {} ({})", text(&body["id"]), text(&body["filePath"]));
+    });
+    Ok(())
+}
+
+async fn show_file(client: &Client, agent: String, path: String, out: Output) -> Result<()> {
+    let body = client
+        .get(&format!(
+            "/agents/{}/files/content?path={}",
+            encode(&agent),
+            encode(&path)
+        ))
+        .await?;
+    print_json_or(out, &body, || {
+        match body.get("content").and_then(Value::as_str) {
+            Some(content) => {
+                use std::io::Write as _;
+                let _ = write!(std::io::stdout(), "{content}");
+            }
+            None => say!("{}", text(&body["content_base64"])),
+        }
+    });
+    Ok(())
+}
+
+async fn follow_events(client: &Client, agent: Option<String>, out: Output) -> Result<()> {
+    let path = agent.map_or_else(
+        || "/events".to_owned(),
+        |a| format!("/events?agentId={}", encode(&a)),
+    );
+    let mut stream = Box::pin(client.events(&path).await?);
+    while let Some(data) = stream.next().await {
+        let data = data?;
+        if out.json {
+            say!("{data}");
+            continue;
+        }
+        let frame: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+        let event = &frame["event"];
+        let detail = event["payload"]
+            .get("message")
+            .or(event["payload"].get("type"))
+            .map(text);
+        let mut line = format!(
+            "[{}] {} {}",
+            text(&frame["cursor"]),
+            text(&event["event_type"]),
+            text(&event["agent_id"])
+        );
+        if let Some(detail) = detail {
+            line.push(' ');
+            line.push_str(&detail);
+        }
+        say!("{}", line.trim_end());
+    }
+    Ok(())
 }
 
 /// Who may use the daemon beyond its token-holders (`adf daemon` flags).
