@@ -56,15 +56,7 @@ pub struct ProviderChoice {
 
 /// Runs the tour in `dir` (a fresh temporary folder when `None`).
 pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Result<ExitCode> {
-    let dir = match dir {
-        Some(dir) => {
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            dir
-        }
-        None => std::env::temp_dir().join(format!("adf-demo-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&dir)?;
+    let dir = demo_dir(dir)?;
     let path = dir.join("Demo Agent.adf");
     if path.exists() {
         std::fs::remove_file(&path)?;
@@ -74,10 +66,37 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
             println!("{text}");
         }
     };
+    let mut file = create_agent(&dir, &path, &say)?;
+    let registry = add_code_and_skill(&mut file, &say)?;
+    let counted = show_protections(&mut file, &say)?;
+    show_tools(&mut file, &say)?;
+    edit_config(&mut file, &say)?;
+    let errors = close_and_check(file, &path, &say)?;
+    let live = live(&dir, &path, &provider, &say)?;
+    print_summary(out, &path, registry, counted, errors, &live)?;
+    Ok(ExitCode::SUCCESS)
+}
 
+/// The tour's folder: `dir` when given (created if needed), else a fresh one under the
+/// system's temporary folder.
+fn demo_dir(dir: Option<PathBuf>) -> Result<PathBuf> {
+    let dir = match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            dir
+        }
+        None => std::env::temp_dir().join(format!("adf-demo-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Step 1: a new agent file with its identity, keys kept in the tour's own folder.
+fn create_agent(dir: &Path, path: &Path, say: &dyn Fn(&str)) -> Result<AdfFile> {
     say("1. Creating an agent: one SQLite file holds its config, memory, files and records.");
     let mut file = AdfFile::create(
-        &path,
+        path,
         &CreateOptions {
             description: Some("Shows what an .adf file holds".into()),
             ..CreateOptions::default()
@@ -103,6 +122,11 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
             .unwrap_or_default()
     ));
 
+    Ok(file)
+}
+
+/// Steps 2 and 3: an authorized lambda and a skill; returns the skills registry it produced.
+fn add_code_and_skill(file: &mut AdfFile, say: &dyn Fn(&str)) -> Result<Value> {
     say("2. Giving it a lambda and trusting it as code (the owner authorizes files, §4.3).");
     file.file_write(
         adf_store::Caller::Owner,
@@ -129,6 +153,11 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
     )?;
     say(&format!("   catalog: {}", registry["skills"]));
 
+    Ok(registry)
+}
+
+/// Step 4: protections stop the agent and not the owner; returns the visit counter.
+fn show_protections(file: &mut AdfFile, say: &dyn Fn(&str)) -> Result<String> {
     say("4. Protections hold for the agent and give way to the owner:");
     file.meta_set(
         adf_store::Caller::Owner,
@@ -150,13 +179,18 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
         "   agent deleting README.md (no_delete) refused: {readme_kept}"
     ));
 
+    Ok(counted)
+}
+
+/// Step 5: tool calls through the one pipeline, with its access rules.
+fn show_tools(file: &mut AdfFile, say: &dyn Fn(&str)) -> Result<()> {
     say("5. The model's hands: tools run through one pipeline with the access rules of spec §8.7:");
     let tools = ToolRegistry::with_builtins();
     let model = Caller::Model {
         loop_name: "main".into(),
     };
     let wrote = tools.call(
-        &mut file,
+        file,
         &model,
         "fs_write",
         json!({ "path": "data/notes.md", "mode": "write", "content": "# Notes\nfirst entry\n" }),
@@ -167,7 +201,7 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
         outcome_text(wrote)
     ));
     let hidden = tools.call(
-        &mut file,
+        file,
         &model,
         "fs_delete",
         json!({ "path": "data/notes.md" }),
@@ -178,7 +212,7 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
         outcome_text(hidden)
     ));
     let restricted = tools.call(
-        &mut file,
+        file,
         &model,
         "sys_update_config",
         json!({ "path": "description", "value": "Edited by the agent", "_reason": "keep my card accurate" }),
@@ -196,6 +230,11 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
         ));
     }
 
+    Ok(())
+}
+
+/// Step 6: config edits by dot path.
+fn edit_config(file: &mut AdfFile, say: &dyn Fn(&str)) -> Result<()> {
     say("6. Editing config with a dot path; unknown fields survive, invalid values are refused:");
     file.config_set_path(
         adf_store::Caller::Owner,
@@ -215,15 +254,20 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
         "   temperature 0.3 accepted; 5 refused: {invalid}"
     ));
 
+    Ok(())
+}
+
+/// Step 7: close cleanly, reopen and check; returns the check's errors.
+fn close_and_check(file: AdfFile, path: &Path, say: &dyn Fn(&str)) -> Result<Vec<String>> {
     say("7. Closing cleanly (no -wal/-shm left), reopening and validating against the spec:");
     file.close()?;
     let sidecars = [
-        adf_store::sidecar(&path, "-wal"),
-        adf_store::sidecar(&path, "-shm"),
+        adf_store::sidecar(path, "-wal"),
+        adf_store::sidecar(path, "-shm"),
     ]
     .iter()
     .any(|p| p.exists());
-    let file = AdfFile::open(&path)?;
+    let file = AdfFile::open(path)?;
     let report = file.check()?;
     let errors: Vec<String> = report.errors().map(|f| f.message.clone()).collect();
     say(&format!(
@@ -240,8 +284,18 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
     }
     drop(file);
 
-    let live = live(&dir, &path, &provider, &say)?;
+    Ok(errors)
+}
 
+/// The tour's summary: JSON with `--json`, else what happened and where to look next.
+fn print_summary(
+    out: Output,
+    path: &Path,
+    registry: Value,
+    counted: String,
+    errors: Vec<String>,
+    live: &Live,
+) -> Result<()> {
     let shown = path.display().to_string();
     let summary = json!({
         "file": shown,
@@ -277,7 +331,7 @@ pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Resul
             }
         }
     })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn outcome_text(outcome: Result<CallOutcome, ToolError>) -> String {
@@ -298,68 +352,12 @@ struct Live {
 /// on the terminal, then (with a provider) one model turn.
 fn live(dir: &Path, path: &Path, provider: &ProviderChoice, say: &dyn Fn(&str)) -> Result<Live> {
     say("8. Two agents living on their own in the daemon (no model, no key):");
-    let now = adf_store::time::now_ms();
-    {
-        let mut file = AdfFile::open(path)?;
-        let owner = adf_store::Caller::Owner;
-        for (lib, source) in [
-            ("lib/timer-report.ts", TIMER_LAMBDA),
-            ("lib/digest.ts", DIGEST_LAMBDA),
-        ] {
-            file.file_write(owner, lib, source.as_bytes(), &FileWrite::default())?;
-        }
-        file.config_set_path(
-            owner,
-            "triggers.on_timer",
-            ConfigAction::Set,
-            json!({ "enabled": true, "targets": [{ "scope": "system" }] }),
-        )?;
-        file.config_set_path(
-            owner,
-            "triggers.on_file_change",
-            ConfigAction::Set,
-            json!({ "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/digest.ts:main",
-                     "filter": { "watch": "data/report.md", "include_self": true } }] }),
-        )?;
-        file.timer_insert(&adf_store::timers::NewTimer {
-            schedule: &json!({ "mode": "interval", "every_ms": 300, "max_runs": 2 }),
-            next_wake_at: now + 300,
-            payload: Some("write the report"),
-            scope: &json!(["system"]),
-            lambda: Some("lib/timer-report.ts:main"),
-            warm: false,
-            locked: false,
-            r#loop: None,
-        })?;
-        file.close()?;
-    }
+    add_timer_and_reaction(path)?;
     let helper = dir.join("Helper.adf");
     if helper.exists() {
         std::fs::remove_file(&helper)?;
     }
-    {
-        let mut file = AdfFile::create(
-            &helper,
-            &CreateOptions {
-                description: Some("Greets when the daemon loads it".into()),
-                ..CreateOptions::default()
-            },
-        )?;
-        let owner = adf_store::Caller::Owner;
-        file.file_write(
-            owner,
-            "lib/hello.ts",
-            HELLO_LAMBDA.as_bytes(),
-            &FileWrite::default(),
-        )?;
-        file.config_set_path(
-            owner,
-            "triggers.on_startup",
-            ConfigAction::Set,
-            json!({ "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/hello.ts:main" }] }),
-        )?;
-        file.close()?;
-    }
+    create_helper(&helper)?;
     say("   timer: every 300 ms, twice -> lib/timer-report.ts writes data/report.md");
     say(
         "   on_file_change data/report.md (include_self: writes by this agent's other lambdas count)",
@@ -367,14 +365,113 @@ fn live(dir: &Path, path: &Path, provider: &ProviderChoice, say: &dyn Fn(&str)) 
     say("     -> lib/digest.ts appends to data/digest.md");
     say("   Helper.adf: on_startup -> lib/hello.ts writes hello.md");
 
+    let (events, fires, digested) = watch_daemon(dir, path, &helper, say)?;
+    let mut story = Vec::new();
+    story.push(format!(
+        "the timer fired {fires} time(s); each fire ran lib/timer-report.ts, which wrote data/report.md"
+    ));
+    story.push(format!(
+        "{digested} report write(s) woke lib/digest.ts (on_file_change), which appended to data/digest.md; its own writes did not wake it"
+    ));
+    story.push("loading Helper.adf fired on_startup: lib/hello.ts wrote hello.md".into());
+    story.push(format!(
+        "{events} events streamed; every file was closed cleanly at shutdown"
+    ));
+
+    let model = model_turn(path, provider, say)?;
+    if let Some(line) = &model {
+        story.push(line.clone());
+    } else {
+        story.push("no model turn: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --provider-url, to add one".into());
+    }
+    Ok(Live {
+        summary: json!({ "timer_fires": fires, "digest_lines": digested, "events": events, "model_turn": model }),
+        story,
+        helper,
+    })
+}
+
+/// The demo agent's part of step 8: a timer whose lambda writes the report, and an
+/// `on_file_change` lambda that digests each report write.
+fn add_timer_and_reaction(path: &Path) -> Result<()> {
+    let now = adf_store::time::now_ms();
+    let mut file = AdfFile::open(path)?;
+    let owner = adf_store::Caller::Owner;
+    for (lib, source) in [
+        ("lib/timer-report.ts", TIMER_LAMBDA),
+        ("lib/digest.ts", DIGEST_LAMBDA),
+    ] {
+        file.file_write(owner, lib, source.as_bytes(), &FileWrite::default())?;
+    }
+    file.config_set_path(
+        owner,
+        "triggers.on_timer",
+        ConfigAction::Set,
+        json!({ "enabled": true, "targets": [{ "scope": "system" }] }),
+    )?;
+    file.config_set_path(
+        owner,
+        "triggers.on_file_change",
+        ConfigAction::Set,
+        json!({ "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/digest.ts:main",
+                 "filter": { "watch": "data/report.md", "include_self": true } }] }),
+    )?;
+    file.timer_insert(&adf_store::timers::NewTimer {
+        schedule: &json!({ "mode": "interval", "every_ms": 300, "max_runs": 2 }),
+        next_wake_at: now + 300,
+        payload: Some("write the report"),
+        scope: &json!(["system"]),
+        lambda: Some("lib/timer-report.ts:main"),
+        warm: false,
+        locked: false,
+        r#loop: None,
+    })?;
+    file.close()?;
+    Ok(())
+}
+
+/// The second agent: an `on_startup` lambda greets when the daemon loads it.
+fn create_helper(helper: &Path) -> Result<()> {
+    let mut file = AdfFile::create(
+        helper,
+        &CreateOptions {
+            description: Some("Greets when the daemon loads it".into()),
+            ..CreateOptions::default()
+        },
+    )?;
+    let owner = adf_store::Caller::Owner;
+    file.file_write(
+        owner,
+        "lib/hello.ts",
+        HELLO_LAMBDA.as_bytes(),
+        &FileWrite::default(),
+    )?;
+    file.config_set_path(
+        owner,
+        "triggers.on_startup",
+        ConfigAction::Set,
+        json!({ "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/hello.ts:main" }] }),
+    )?;
+    file.close()?;
+    Ok(())
+}
+
+/// Runs the daemon in-process with both agents until the timer is done and its writes are
+/// digested (or 8 s pass), printing its events; returns (events seen, timer fires, digest
+/// lines).
+fn watch_daemon(
+    dir: &Path,
+    path: &Path,
+    helper: &Path,
+    say: &dyn Fn(&str),
+) -> Result<(usize, i64, usize)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     let home = adf_runtime::home::RuntimeHome::at(dir.join("home"));
-    let mut story = Vec::new();
     let front = adf_server::FrontDoor::for_home(&home, None)?;
-    let (events, fires, digested) = runtime.block_on(async {
+    runtime.block_on(async {
         let daemon = adf_server::Daemon::new(home);
         let server =
             adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, front).await?;
@@ -383,7 +480,7 @@ fn live(dir: &Path, path: &Path, provider: &ProviderChoice, say: &dyn Fn(&str)) 
             server.url()
         ));
         let main = daemon.load(path).await?.agent;
-        daemon.load(&helper).await?;
+        daemon.load(helper).await?;
         let mut cursor = 0;
         let mut seen = 0_usize;
         let mut fires: i64;
@@ -425,28 +522,6 @@ fn live(dir: &Path, path: &Path, provider: &ProviderChoice, say: &dyn Fn(&str)) 
         }
         server.shutdown().await?;
         anyhow::Ok((seen, fires, digested))
-    })?;
-    story.push(format!(
-        "the timer fired {fires} time(s); each fire ran lib/timer-report.ts, which wrote data/report.md"
-    ));
-    story.push(format!(
-        "{digested} report write(s) woke lib/digest.ts (on_file_change), which appended to data/digest.md; its own writes did not wake it"
-    ));
-    story.push("loading Helper.adf fired on_startup: lib/hello.ts wrote hello.md".into());
-    story.push(format!(
-        "{events} events streamed; every file was closed cleanly at shutdown"
-    ));
-
-    let model = model_turn(path, provider, say)?;
-    if let Some(line) = &model {
-        story.push(line.clone());
-    } else {
-        story.push("no model turn: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --provider-url, to add one".into());
-    }
-    Ok(Live {
-        summary: json!({ "timer_fires": fires, "digest_lines": digested, "events": events, "model_turn": model }),
-        story,
-        helper,
     })
 }
 
