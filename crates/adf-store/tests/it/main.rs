@@ -12,5 +12,6 @@ mod handle;
 mod identity;
 mod migrate;
 mod open;
+mod owner_views;
 mod protection;
 mod unsupported;

@@ -1,0 +1,164 @@
+//! The named reads and the owner's delete that the daemon's handlers and the CLI use instead
+//! of SQL (views.rs, `file_delete_as_owner`).
+use crate::common;
+
+use adf_store::tables::NewLoopRow;
+use adf_store::views::LogFilter;
+use adf_store::{Caller, FileProtection, FileWrite, NewLog, StoreError};
+use serde_json::json;
+
+fn append(file: &mut adf_store::AdfFile, loop_name: &str, role: &str, text: &str) -> i64 {
+    file.loop_append(&NewLoopRow {
+        r#loop: loop_name,
+        role,
+        content: &json!([{ "type": "text", "text": text }]),
+        model: None,
+        tokens: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn loop_counts_and_pages_follow_transcript_order() {
+    let (_dir, _path, mut file) = common::new_file("views-loop");
+    let first = append(&mut file, "main", "user", "one");
+    let second = append(&mut file, "main", "assistant", "two");
+    let third = append(&mut file, "main", "user", "three");
+    append(&mut file, "side", "user", "elsewhere");
+
+    assert_eq!(file.loop_row_count().unwrap(), 4);
+    assert_eq!(file.loop_row_count_in("main").unwrap(), 3);
+    assert_eq!(file.loop_row_count_in("nowhere").unwrap(), 0);
+
+    let page = file.loop_page("main", 2, 1).unwrap();
+    let seqs: Vec<i64> = page.iter().map(|row| row.seq).collect();
+    assert_eq!(seqs, vec![second, third]);
+    assert_eq!(page[0].role, "assistant");
+    assert_eq!(
+        page[1].content,
+        json!([{ "type": "text", "text": "three" }])
+    );
+    assert!(page.iter().all(|row| row.r#loop == "main"));
+    assert_eq!(file.loop_page("main", 1, 0).unwrap()[0].seq, first);
+}
+
+#[test]
+fn logs_recent_filters_newest_first_and_logs_after_reads_on() {
+    let (_dir, _path, mut file) = common::new_file("views-logs");
+    let mut ids = Vec::new();
+    for (origin, event, message) in [
+        ("alpha", "start", "a1"),
+        ("beta", "start", "b1"),
+        ("alpha", "stop", "a2"),
+    ] {
+        let id = file
+            .log(&NewLog {
+                level: "warn",
+                origin: Some(origin),
+                event: Some(event),
+                target: None,
+                message,
+                data: None,
+                r#loop: None,
+            })
+            .unwrap()
+            .expect("a warn row is kept at the default level");
+        ids.push(id);
+    }
+
+    let alpha = LogFilter {
+        origin: Some("alpha".into()),
+        event: None,
+    };
+    let messages: Vec<Option<String>> = file
+        .logs_recent(&alpha, 10)
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.message)
+        .collect();
+    assert_eq!(messages, vec![Some("a2".to_owned()), Some("a1".to_owned())]);
+
+    let starts = LogFilter {
+        origin: None,
+        event: Some("start".into()),
+    };
+    let newest_start = file.logs_recent(&starts, 1).unwrap();
+    assert_eq!(newest_start.len(), 1);
+    assert_eq!(newest_start[0].origin.as_deref(), Some("beta"));
+
+    let after: Vec<i64> = file
+        .logs_after(ids[0], 10)
+        .unwrap()
+        .iter()
+        .map(|entry| entry.id)
+        .collect();
+    assert_eq!(after, vec![ids[1], ids[2]]);
+    assert_eq!(file.logs_after(ids[0], 1).unwrap().len(), 1);
+}
+
+#[test]
+fn record_counts_follow_the_records() {
+    let (_dir, _path, mut file) = common::new_file("views-counts");
+    let before = file.record_counts().unwrap();
+    assert_eq!(before.files as usize, file.file_list("").unwrap().len());
+    assert_eq!(before.loop_rows, 0);
+
+    file.file_write(Caller::Owner, "notes.md", b"hi", &FileWrite::default())
+        .unwrap();
+    append(&mut file, "main", "user", "hello");
+    let after = file.record_counts().unwrap();
+    assert_eq!(after.files, before.files + 1);
+    assert_eq!(after.loop_rows, 1);
+    assert_eq!(after.inbox_unread, before.inbox_unread);
+}
+
+#[test]
+fn owner_delete_of_a_protected_file_needs_force() {
+    let (_dir, _path, mut file) = common::new_file("views-delete");
+    for (path, level) in [
+        ("kept.md", FileProtection::NoDelete),
+        ("fixed.md", FileProtection::ReadOnly),
+    ] {
+        file.file_write(
+            Caller::Owner,
+            path,
+            b"keep me",
+            &FileWrite {
+                mime_type: None,
+                protection_if_new: Some(level),
+            },
+        )
+        .unwrap();
+    }
+    file.file_write(Caller::Owner, "free.md", b"x", &FileWrite::default())
+        .unwrap();
+
+    for (path, level) in [("kept.md", "no_delete"), ("fixed.md", "read_only")] {
+        match file.file_delete_as_owner(path, false) {
+            Err(StoreError::Protected {
+                target,
+                level: found,
+                ..
+            }) => {
+                assert_eq!(target, path);
+                assert_eq!(found, level);
+            }
+            other => panic!("{path}: expected a protection refusal, got {other:?}"),
+        }
+        let entry = file
+            .file_read(path)
+            .unwrap()
+            .expect("refused delete keeps the file");
+        assert_eq!(entry.content, b"keep me");
+        assert_eq!(entry.info.protection, level);
+    }
+
+    file.file_delete_as_owner("free.md", false).unwrap();
+    assert!(file.file_read("free.md").unwrap().is_none());
+    file.file_delete_as_owner("kept.md", true).unwrap();
+    assert!(file.file_read("kept.md").unwrap().is_none());
+    assert!(matches!(
+        file.file_delete_as_owner("missing.md", true),
+        Err(StoreError::NotFound { .. })
+    ));
+}
