@@ -21,7 +21,7 @@ use crate::tools::builtin::loops::loop_config;
 
 /// Turns one call of [`LoopPool::run_many`] may run before it stops, so loops that keep
 /// waking each other cannot spin forever.
-pub const MAX_WAKE_TURNS: usize = 32;
+pub(crate) const MAX_WAKE_TURNS: usize = 32;
 
 /// What each turn of a round did, by loop name, in the order they were asked for.
 pub type LoopResults = Vec<(String, Result<TurnOutcome, ExecutorError>)>;
@@ -33,6 +33,7 @@ pub struct LoopPool {
 }
 
 impl LoopPool {
+    /// A pool with no session open yet.
     pub fn new() -> Self {
         Self::default()
     }
