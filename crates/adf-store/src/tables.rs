@@ -18,7 +18,7 @@ use crate::time;
 pub struct LoopRow {
     /// Position in the whole transcript, unique across loops; assigned by SQLite on insert.
     pub seq: i64,
-    /// Who wrote the row: `user`, `assistant` or `system`.
+    /// Who the row speaks for, e.g. `user` or `assistant`.
     pub role: String,
     /// The content blocks, parsed; a malformed row keeps its text as a JSON string.
     pub content: Value,
@@ -40,7 +40,7 @@ pub struct LoopRow {
 pub struct NewLoopRow<'a> {
     /// The loop to append to.
     pub r#loop: &'a str,
-    /// `user`, `assistant` or `system`.
+    /// Who the row speaks for, e.g. `user` or `assistant`.
     pub role: &'a str,
     /// The content blocks, stored as JSON text.
     pub content: &'a Value,

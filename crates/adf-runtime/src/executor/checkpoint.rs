@@ -35,7 +35,7 @@ pub struct Checkpoint {
     pub started_at: i64,
     /// When the record last changed, in Unix milliseconds.
     pub updated_at: i64,
-    /// When the turn finished or was found interrupted, in Unix milliseconds.
+    /// When the turn finished (completed or failed), in Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<i64>,
     /// What woke the loop: `chat`, `loop_send`, `wake`, a trigger type.

@@ -79,7 +79,7 @@ fn block_text(block: &serde_json::Value) -> String {
 
 impl Executor {
     /// Compacts `session`'s loop. `tail_from` is the `seq` of the first row to keep (the
-    /// step that called `loop_compact`); `None` keeps the last [`PRESERVE_ROWS`] rows.
+    /// step that called `loop_compact`); `None` keeps the last `PRESERVE_ROWS` rows.
     /// Returns `None` when there is nothing to summarize.
     pub async fn compact(
         &self,

@@ -84,7 +84,7 @@ impl LoopPool {
     }
 
     /// Runs `turns` side by side (one round), then the rounds of wakes they cause, up to
-    /// [`MAX_WAKE_TURNS`] turns. A second trigger for a loop already in a round waits for the
+    /// `MAX_WAKE_TURNS` turns. A second trigger for a loop already in a round waits for the
     /// next round. A wake for a loop that does not exist or is disabled is dropped and logged
     /// `loop_dispatch_dropped` (§6.4); it never goes to main. Each loop runs with its own
     /// model when it names one ([`Executor::for_loop`]).
