@@ -30,7 +30,7 @@ use crate::output::{Output, clip};
 
 /// How approvals are decided in a chat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChatApprovals {
+pub(crate) enum ChatApprovals {
     /// Ask on the terminal (the next stdin line: y/yes approves).
     Ask,
     ApproveAll,
@@ -39,7 +39,7 @@ pub enum ChatApprovals {
 
 /// Options of `adf chat`.
 #[derive(Debug, Clone)]
-pub struct ChatOptions {
+pub(crate) struct ChatOptions {
     pub message: Option<String>,
     pub loop_name: String,
     pub approvals: ChatApprovals,
@@ -224,7 +224,7 @@ fn end_label(end: &TurnEnd) -> String {
 }
 
 /// Runs `adf chat`.
-pub fn run(path: &Path, options: ChatOptions, out: Output) -> Result<ExitCode> {
+pub(crate) fn run(path: &Path, options: ChatOptions, out: Output) -> Result<ExitCode> {
     let mut file = crate::session::open(path)?;
     crate::session::warn_not_run(&file);
     let config = file.config()?;

@@ -24,7 +24,7 @@ use crate::output::Output;
 
 /// What `adf run` / `adf code` execute.
 #[derive(Debug)]
-pub enum Job {
+pub(crate) enum Job {
     Lambda {
         source: String,
         args: Option<String>,
@@ -57,7 +57,7 @@ async fn env() -> Result<CodeEnv, ToolError> {
 }
 
 /// `adf run` and `adf code`.
-pub fn run(path: &Path, job: Job, timeout_ms: Option<u64>, out: Output) -> Result<ExitCode> {
+pub(crate) fn run(path: &Path, job: Job, timeout_ms: Option<u64>, out: Output) -> Result<ExitCode> {
     let mut file = crate::session::open(path)?;
     crate::session::warn_not_run(&file);
     let options = RunOptions {
@@ -166,7 +166,7 @@ fn tool_runtime() -> Result<tokio::runtime::Runtime, ToolError> {
 
 /// Runs a queued (`_async`) task to its end: the command line has no background to leave it
 /// to. Detached tools run on a runtime made for the call, code tools through the code runner.
-pub fn run_queued(
+pub(crate) fn run_queued(
     file: &mut AdfFile,
     registry: &ToolRegistry,
     caller: &Caller,
@@ -188,7 +188,7 @@ pub fn run_queued(
 
 /// Carries out a deferred call of a tool that runs outside the store transaction
 /// (`Tool::detach`, e.g. `sys_fetch`).
-pub fn run_detached(
+pub(crate) fn run_detached(
     file: &mut AdfFile,
     registry: &ToolRegistry,
     caller: &Caller,
@@ -198,7 +198,7 @@ pub fn run_detached(
     runtime.block_on(registry.run_detached(file, caller, call))
 }
 
-pub fn run_deferred(
+pub(crate) fn run_deferred(
     file: &mut AdfFile,
     caller: &Caller,
     call: &DeferredCall,

@@ -22,7 +22,7 @@ use crate::output::{Output, Table};
 use crate::{Command, IdentityCommand, OwnerCommand};
 
 /// Runs one identity command and returns the process exit code.
-pub fn run(command: Command, out: Output) -> Result<ExitCode> {
+pub(crate) fn run(command: Command, out: Output) -> Result<ExitCode> {
     match command {
         Command::Owner(c) => owner(c, out),
         Command::Identity(IdentityCommand::Status { file }) => status(&file, out),
@@ -73,7 +73,7 @@ fn read_secret_stdin(what: &str) -> Result<Zeroizing<String>> {
 
 /// The keys `adf new` provisions with: the owner is created on first use, with a one-line hint
 /// on stderr to back up its recovery phrase (nothing extra on stdout, so `--json` stays clean).
-pub fn keys_for_new() -> Result<LocalKeys> {
+pub(crate) fn keys_for_new() -> Result<LocalKeys> {
     let home = home()?;
     let (owner, created) = home.ensure_owner()?;
     if created {
@@ -88,7 +88,7 @@ pub fn keys_for_new() -> Result<LocalKeys> {
 
 /// The identity findings `adf check` adds. Read-only: keys are used only if they already exist
 /// in the home, and public facts are verified without them.
-pub fn check_findings(file: &AdfFile) -> Result<Vec<Finding>> {
+pub(crate) fn check_findings(file: &AdfFile) -> Result<Vec<Finding>> {
     // Older schemas lack the identity tables' current shape; check already says to migrate.
     if file.schema_version()? != adf_store::schema::SCHEMA_VERSION {
         return Ok(Vec::new());

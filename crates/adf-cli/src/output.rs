@@ -5,13 +5,13 @@ use serde::Serialize;
 
 /// Where a command's result goes.
 #[derive(Debug, Clone, Copy)]
-pub struct Output {
+pub(crate) struct Output {
     pub json: bool,
 }
 
 impl Output {
     /// Prints `value` as JSON when `--json` is set; otherwise calls `human`.
-    pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce()) -> anyhow::Result<()> {
+    pub(crate) fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce()) -> anyhow::Result<()> {
         if self.json {
             println!("{}", serde_json::to_string_pretty(value)?);
         } else {
@@ -23,24 +23,24 @@ impl Output {
 
 /// A plain-text table with aligned columns.
 #[derive(Debug, Default)]
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Self {
             header: header.iter().map(|h| (*h).to_owned()).collect(),
             rows: Vec::new(),
         }
     }
 
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
-    pub fn print(&self) {
+    pub(crate) fn print(&self) {
         if self.rows.is_empty() {
             println!("(none)");
             return;
@@ -76,7 +76,7 @@ impl Table {
 /// Shortens text to at most `max` characters (an ellipsis marking the cut) on one line, for a
 /// table cell or a one-line summary of a tool call. Control characters become spaces, so text
 /// from a model or a file cannot break the line or move the cursor.
-pub fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -91,14 +91,14 @@ pub fn clip(text: &str, max: usize) -> String {
 }
 
 /// Epoch milliseconds as a UTC timestamp for humans.
-pub fn format_ms(ms: i64) -> String {
+pub(crate) fn format_ms(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
         .unwrap_or_else(|| ms.to_string())
 }
 
 /// Byte counts for humans.
-pub fn format_size(bytes: i64) -> String {
+pub(crate) fn format_size(bytes: i64) -> String {
     match bytes {
         b if b < 1024 => format!("{b} B"),
         b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),

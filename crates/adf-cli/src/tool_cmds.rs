@@ -20,7 +20,7 @@ use crate::output::Output;
 
 /// Who `adf tool --as` runs a call as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CallAs {
+pub(crate) enum CallAs {
     /// The model in the main loop: restricted tools ask the owner first.
     Model,
     /// Unauthorized agent code.
@@ -52,7 +52,7 @@ impl CallAs {
 
 /// How approvals requested during `adf tool` are answered.
 #[derive(Debug, Clone, Copy)]
-pub enum ApprovalPolicy {
+pub(crate) enum ApprovalPolicy {
     /// Ask on the terminal when there is one; otherwise wait for `adf approve` / `adf deny`.
     Ask,
     ApproveAll,
@@ -137,7 +137,7 @@ fn args_without_reason(args: &Value) -> String {
 }
 
 /// `adf tool FILE NAME [--args JSON] [--as ...]`.
-pub fn tool(
+pub(crate) fn tool(
     path: &Path,
     name: &str,
     args: Option<&str>,
@@ -204,7 +204,7 @@ pub fn tool(
 }
 
 /// `adf approve FILE TASK` and `adf deny FILE TASK [REASON]`, as the owner.
-pub fn resolve(
+pub(crate) fn resolve(
     path: &Path,
     task_id: &str,
     approve: bool,

@@ -351,10 +351,10 @@ pub fn slip10_derive_ed25519(
 mod b64_32 {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&crate::keys::b64(v))
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
         let s = String::deserialize(d)?;
         crate::keys::b64_array::<32>(&s, "encryption_public_key").map_err(serde::de::Error::custom)
     }

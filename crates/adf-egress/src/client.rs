@@ -17,6 +17,7 @@ use crate::{EgressError, EgressErrorKind};
 pub struct ClientOptions {
     /// The whole request, connect to last body byte.
     pub timeout: Option<Duration>,
+    /// Establishing the TCP (and TLS) connection.
     pub connect_timeout: Option<Duration>,
     /// Between two reads of the response.
     pub read_timeout: Option<Duration>,

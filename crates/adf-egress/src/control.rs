@@ -61,14 +61,24 @@ pub fn reaches(apis: &[SocketAddr], ip: IpAddr, port: u16) -> bool {
 /// What went wrong with the record.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The record file could not be read, written or removed, or its directory created.
     #[error("{action} {path}: {source}")]
     Io {
+        /// The operation that failed, e.g. "reading" or "writing".
         action: &'static str,
+        /// The record file, or its directory.
         path: String,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The record file exists but does not parse as a daemon record (or could not be encoded).
     #[error("{path} is not a daemon record: {detail}")]
-    Malformed { path: String, detail: String },
+    Malformed {
+        /// The record file.
+        path: String,
+        /// The JSON error.
+        detail: String,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -59,12 +59,16 @@ pub enum EgressErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.describe())]
 pub struct EgressError {
+    /// Whether the URL was invalid, the policy refused it, or the lookup failed.
     pub kind: EgressErrorKind,
+    /// The refused destination, when the policy refused one address.
     pub subject: Option<String>,
+    /// Why, in words for the caller.
     pub reason: String,
 }
 
 impl EgressError {
+    /// An error of `kind` with no subject.
     pub fn new(kind: EgressErrorKind, reason: impl Into<String>) -> Self {
         EgressError {
             kind,

@@ -53,7 +53,9 @@ pub use adf_egress::{Lookup, SystemLookup};
 /// are the guide's; tests lower the cap or inject names.
 #[derive(Clone)]
 pub struct FetchSettings {
+    /// Largest response body read, in bytes; a longer body fails the fetch.
     pub max_body_bytes: usize,
+    /// The DNS resolver whose answers the egress policy checks before connecting.
     pub lookup: Arc<dyn Lookup>,
 }
 
@@ -143,11 +145,15 @@ pub fn recorded_control_apis(home: Option<&crate::home::RuntimeHome>) -> Vec<Soc
 /// One request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchRequest {
+    /// The absolute `http` or `https` URL to fetch.
     pub url: String,
+    /// The HTTP method, e.g. `GET` or `POST`.
     pub method: String,
     /// Header names and values in the caller's order.
     pub headers: Vec<(String, String)>,
+    /// The request body, if any.
     pub body: Option<Vec<u8>>,
+    /// Deadline for the whole fetch, redirects and body included.
     pub timeout: Duration,
 }
 
@@ -167,10 +173,13 @@ impl FetchRequest {
 /// A response read to the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchResponse {
+    /// The HTTP status code of the last hop.
     pub status: u16,
+    /// The reason phrase for `status`, e.g. `Not Found`.
     pub status_text: String,
     /// Lower-case names; repeated headers joined with `", "`.
     pub headers: Vec<(String, String)>,
+    /// The whole body, at most `max_body_bytes`.
     pub body: Vec<u8>,
     /// The URL of the last hop.
     pub url: String,
@@ -269,7 +278,9 @@ pub enum FetchErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct FetchError {
+    /// Which class of failure, which picks the error code and log event.
     pub kind: FetchErrorKind,
+    /// What went wrong, for the caller to read.
     pub message: String,
     /// The URL concerned, without query or credentials (for the log row).
     pub url: Option<String>,

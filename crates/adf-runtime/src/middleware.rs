@@ -62,6 +62,7 @@ pub enum Point {
 }
 
 impl Point {
+    /// The point's name as the config and the lambda input spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Point::Inbox => "inbox",
@@ -106,7 +107,9 @@ pub fn configured(config: &Value, point: Point) -> bool {
 /// What a chain let through.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MiddlewareOutcome {
+    /// The payload as the last lambda left it (message, egress context or fetch parameters).
     pub data: Value,
+    /// Side information the lambdas passed along the chain, as the last one left it.
     pub meta: Map<String, Value>,
     /// Sources (`path:function`) that ran, in order.
     pub ran: Vec<String>,
@@ -118,10 +121,13 @@ pub struct MiddlewareOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{point} middleware {source_ref} rejected ({code}): {reason}")]
 pub struct Rejection {
+    /// `inbox`, `outbox` or `fetch`.
     pub point: &'static str,
     /// `path:function`, or the reference as configured when it did not parse.
     pub source_ref: String,
+    /// The HTTP-style status the rejection carries (500 when the chain failed).
     pub code: u16,
+    /// Why, as the lambda or the failure put it.
     pub reason: String,
     /// The chain itself failed (fail closed) rather than a lambda rejecting.
     pub failed: bool,

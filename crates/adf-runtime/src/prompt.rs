@@ -23,15 +23,25 @@ use crate::tools::access;
 /// removes its section (§5.1: omit empty sections).
 #[derive(Debug, Clone)]
 pub struct PromptTexts {
+    /// The base prompt, included unless `include_base_prompt` is false.
     pub base: String,
+    /// Tool advice, used when `adf_shell` is not enabled.
     pub tool_best_practices: String,
+    /// Shell advice, used instead of the tool advice when `adf_shell` is enabled.
     pub shell: String,
+    /// Added when `sys_code` or `sys_lambda` is enabled.
     pub code: String,
+    /// Added when any messaging tool is enabled.
     pub messaging: String,
+    /// Added when `db_query` or `db_execute` is enabled.
     pub database: String,
+    /// Added when the agent serves HTTP routes.
     pub serving: String,
+    /// How to find and use file-backed skills; always added.
     pub skills: String,
+    /// Added when `loop_manage` is enabled.
     pub inner_loops: String,
+    /// Added to the main loop's prompt when `config.autonomous` is true.
     pub autonomous: String,
 }
 
@@ -88,6 +98,7 @@ done, then call sys_set_state with \"idle\" so you stop using turns."
 /// A resolved system prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SystemPrompt {
+    /// The prompt text sent to the model.
     pub text: String,
     /// Every `{{path}}` the prompt referenced, in order, resolved or not: the session snapshot
     /// and the prompt cache key depend on these files (PRM-28).
@@ -97,12 +108,14 @@ pub struct SystemPrompt {
 /// Which loop the prompt is for.
 #[derive(Debug, Clone, Copy)]
 pub struct LoopView<'a> {
+    /// The loop's name (`main` for the main loop).
     pub name: &'a str,
     /// The loop's own `instructions` from `config.loops` (inner loops only).
     pub instructions: Option<&'a str>,
 }
 
 impl LoopView<'_> {
+    /// The main loop, which has no loop instructions of its own.
     pub fn main() -> Self {
         LoopView {
             name: "main",

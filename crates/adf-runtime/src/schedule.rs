@@ -38,19 +38,30 @@ use serde_json::{Map, Value, json};
 #[derive(Clone)]
 pub enum Schedule {
     /// Fires once at `at`.
-    Once { at: i64 },
+    Once {
+        /// When to fire, in Unix milliseconds.
+        at: i64,
+    },
     /// Fires at `start_at` (or one interval after creation), then every `every_ms`.
     Interval {
+        /// Time between fires, in milliseconds.
         every_ms: i64,
+        /// First fire, in Unix milliseconds.
         start_at: Option<i64>,
+        /// No fire after this time, in Unix milliseconds.
         end_at: Option<i64>,
+        /// The timer expires after this many fires.
         max_runs: Option<i64>,
     },
     /// Fires at each match of a five-field cron expression.
     Cron {
+        /// The expression as the caller wrote it, stored back unchanged.
         expression: String,
+        /// The parsed expression that computes the next match.
         parsed: Box<Cron>,
+        /// No fire after this time, in Unix milliseconds.
         end_at: Option<i64>,
+        /// The timer expires after this many fires.
         max_runs: Option<i64>,
     },
 }

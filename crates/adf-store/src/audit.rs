@@ -13,13 +13,21 @@ use crate::time;
 /// One audit row without its blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditInfo {
+    /// Row id assigned by SQLite.
     pub id: i64,
+    /// What was removed: `loop:<name>` for transcript rows, `file` for a deleted file.
     pub source: String,
+    /// First transcript `seq` in the snapshot, for loop snapshots.
     pub start_seq: Option<i64>,
+    /// Last transcript `seq` in the snapshot, for loop snapshots.
     pub end_seq: Option<i64>,
+    /// What the snapshot refers to besides a seq range, e.g. the deleted file's path.
     pub r#ref: Option<String>,
+    /// How many records the snapshot holds.
     pub entry_count: i64,
+    /// Size of the uncompressed snapshot JSON, in UTF-8 bytes.
     pub size_bytes: i64,
+    /// When the snapshot was taken, in Unix milliseconds.
     pub created_at: i64,
 }
 

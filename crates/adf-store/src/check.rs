@@ -22,38 +22,46 @@ use crate::skills;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
+    /// The file breaks a MUST of the spec or cannot be read as ADF.
     Error,
+    /// The file is usable but deviates from a SHOULD (journal mode, config violations, ...).
     Warning,
 }
 
 /// One problem found in a file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Finding {
+    /// How bad the problem is.
     pub severity: Severity,
     /// Spec section the rule comes from, such as `§3.2`.
     pub rule: &'static str,
+    /// What is wrong, for a human to read.
     pub message: String,
 }
 
 /// Everything `check` found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CheckReport {
+    /// Every finding, errors and warnings together.
     pub findings: Vec<Finding>,
 }
 
 impl CheckReport {
+    /// The findings that break a MUST.
     pub fn errors(&self) -> impl Iterator<Item = &Finding> {
         self.findings
             .iter()
             .filter(|f| f.severity == Severity::Error)
     }
 
+    /// The findings that are only warnings.
     pub fn warnings(&self) -> impl Iterator<Item = &Finding> {
         self.findings
             .iter()
             .filter(|f| f.severity == Severity::Warning)
     }
 
+    /// No finding is an error (warnings allowed).
     pub fn is_ok(&self) -> bool {
         self.errors().next().is_none()
     }

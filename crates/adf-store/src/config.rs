@@ -17,7 +17,9 @@ use crate::{meta, time};
 /// violations can be compared across edits (§5.17 step 12).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Violation {
+    /// The dot path of the offending value, array indices collapsed to `[]`.
     pub path: String,
+    /// What is wrong with the value there.
     pub message: String,
 }
 
@@ -30,9 +32,15 @@ impl std::fmt::Display for Violation {
 /// What `config_set_path` does at the target (§5.17 `action`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigAction {
+    /// Write the value at the path, replacing what is there.
     Set,
+    /// Push the value onto the array at the path.
     Append,
-    Remove { index: usize },
+    /// Delete the element at `index` from the array at the path.
+    Remove {
+        /// Zero-based position of the element to delete.
+        index: usize,
+    },
 }
 
 /// Arrays whose elements are addressed by `id` rather than `name` in dot paths.
@@ -41,7 +49,9 @@ const ID_KEYED: [&str; 3] = ["providers", "ws_connections", "stream_bindings"];
 /// A parsed dot path segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Segment {
+    /// An object key.
     Key(String),
+    /// An array index.
     Index(usize),
 }
 
@@ -710,6 +720,8 @@ impl AdfFile {
         Ok(value)
     }
 
+    /// The agent config parsed from `adf_config.config_json`; fails if the stored JSON is
+    /// malformed.
     pub fn config(&self) -> Result<Value> {
         parse_config(&self.config_text()?)
     }

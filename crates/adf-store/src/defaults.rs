@@ -110,10 +110,15 @@ pub fn default_triggers() -> Value {
 /// Everything a new agent's config needs to know that is not a default.
 #[derive(Debug, Clone)]
 pub struct NewAgent<'a> {
+    /// The agent id (a nanoid unless the caller fixed one).
     pub id: &'a str,
+    /// Display name.
     pub name: &'a str,
+    /// The agent's handle, used in its address.
     pub handle: &'a str,
+    /// The free-text description shown on the agent card.
     pub description: &'a str,
+    /// Creation time as an ISO-8601 timestamp, stamped into the config and metadata.
     pub now_iso: &'a str,
 }
 
@@ -178,13 +183,16 @@ pub fn default_config(agent: &NewAgent<'_>) -> Value {
 /// A reserved file (§4.1) and the content a new file gets.
 #[derive(Debug, Clone)]
 pub struct ReservedFile {
+    /// Path in the virtual filesystem.
     pub path: &'static str,
+    /// The content a newly created file gets.
     pub content: String,
 }
 
 /// The four core files every agent has, all created `no_delete` (§4.1, §14.1).
 pub const CORE_FILES: [&str; 4] = ["README.md", "mind.md", "mind/log.md", "soul.md"];
 
+/// The initial `mind.md`: an empty index of memory pages, read on every turn.
 pub const MIND_SKELETON: &str = "# Mind\n\n\
 This index is read on every turn, so keep it short: one line per page, details live under `mind/`.\n\n\
 ## Always\n\n\
@@ -192,11 +200,13 @@ This index is read on every turn, so keep it short: one line per page, details l
 ## Pages\n\n\
 <!-- - [Title](mind/page.md): what the page holds and when to read it. -->\n";
 
+/// The initial `mind/log.md`: the change log of memory pages, newest first.
 pub const MIND_LOG: &str = "# Mind Log\n\n\
 <!-- Newest first. Add an entry whenever a page under mind/ changes:\n\
 ## [YYYY-MM-DD] ingest|update|lint | title\n\
 One or two lines on what changed and why. -->\n";
 
+/// The initial `soul.md`: the agent's persona, filled in by the owner.
 pub const SOUL: &str = "# Soul\n\n\
 How this agent sounds. Replace this text with concrete rules and short samples of real writing;\n\
 adjectives alone do not shape a voice.\n\n\

@@ -56,6 +56,7 @@ pub struct OpenReport {
 pub struct CreateOptions {
     /// Display name; defaults to the file stem.
     pub name: Option<String>,
+    /// Free-text description for the config and agent card; empty when not given.
     pub description: Option<String>,
     /// Handle; defaults to the slug of the name.
     pub handle: Option<String>,

@@ -14,12 +14,16 @@ use crate::{audit, skills, time};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileProtection {
+    /// Agent tools may neither write nor delete the file.
     ReadOnly,
+    /// Agent tools may write the file but not delete it.
     NoDelete,
+    /// No protection: agent tools may write and delete the file.
     None,
 }
 
 impl FileProtection {
+    /// The level as `adf_files.protection` stores it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ReadOnly => "read_only",
@@ -28,6 +32,7 @@ impl FileProtection {
         }
     }
 
+    /// Parses a stored or requested level; anything else is invalid input.
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "read_only" => Ok(Self::ReadOnly),
@@ -43,20 +48,29 @@ impl FileProtection {
 /// A file's row without its content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileInfo {
+    /// Path inside the virtual filesystem, e.g. `mind/log.md`.
     pub path: String,
+    /// The MIME type recorded at write time, if any.
     pub mime_type: Option<String>,
+    /// Content length in bytes.
     pub size: i64,
+    /// `read_only`, `no_delete` or `none` (§4.2).
     pub protection: String,
+    /// The owner trusts the file as code (§4.3); cleared whenever an agent writes it.
     pub authorized: bool,
+    /// When the file was created, as an ISO-8601 timestamp.
     pub created_at: String,
+    /// When the content last changed, as an ISO-8601 timestamp.
     pub updated_at: String,
 }
 
 /// A file with its content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileEntry {
+    /// Everything but the content.
     #[serde(flatten)]
     pub info: FileInfo,
+    /// The raw bytes; never serialized, so listings stay small.
     #[serde(skip)]
     pub content: Vec<u8>,
 }
@@ -71,10 +85,10 @@ pub struct FileWrite {
 }
 
 /// Longest path the store accepts.
-pub const MAX_PATH_LEN: usize = 1024;
+pub(crate) const MAX_PATH_LEN: usize = 1024;
 
 /// Checks that `path` is a relative, normalized path of the flat namespace.
-pub fn validate_path(path: &str) -> Result<()> {
+pub(crate) fn validate_path(path: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(StoreError::invalid(format!(
             "invalid file path '{path}': {why}"

@@ -19,7 +19,9 @@ use crate::file::AdfFile;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mailbox {
+    /// `adf_inbox`: received messages.
     Inbox,
+    /// `adf_outbox`: sent and queued messages.
     Outbox,
 }
 
@@ -33,6 +35,7 @@ impl Mailbox {
         }
     }
 
+    /// The table's short name, `inbox` or `outbox`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Inbox => "inbox",
@@ -75,6 +78,8 @@ impl Mailbox {
 /// A conjunction of message conditions; `None` fields do not constrain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MessageFilter {
+    /// Only rows with this `status` (inbox `unread`/`read`/`archived`; outbox
+    /// `pending`/`sent`/`delivered`/`failed`).
     pub status: Option<String>,
     /// Sender (`"from"` column); inbox only.
     pub from: Option<String>,
@@ -82,6 +87,7 @@ pub struct MessageFilter {
     pub source: Option<String>,
     /// Rows whose timestamp (inbox `received_at`, outbox `created_at`) is before this epoch ms.
     pub before: Option<i64>,
+    /// Only rows of this conversation thread.
     pub thread_id: Option<String>,
 }
 
@@ -160,8 +166,11 @@ impl MessageFilter {
 /// Inbox counts by status (`msg_list`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct InboxCounts {
+    /// Inbox rows the agent has not read.
     pub unread: i64,
+    /// Inbox rows read but kept.
     pub read: i64,
+    /// Inbox rows moved out of the active view.
     pub archived: i64,
     /// Every inbox row.
     pub total: i64,

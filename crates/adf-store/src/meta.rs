@@ -11,12 +11,16 @@ use crate::file::AdfFile;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MetaProtection {
+    /// Agent tools may change and delete the key.
     None,
+    /// Agent tools may not change or delete the key.
     Readonly,
+    /// Agent tools may only replace the value with a strictly greater number.
     Increment,
 }
 
 impl MetaProtection {
+    /// The level as `adf_meta.protection` stores it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::None => "none",
@@ -25,6 +29,7 @@ impl MetaProtection {
         }
     }
 
+    /// Parses a stored or requested level; anything else is invalid input.
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "none" => Ok(Self::None),
@@ -75,8 +80,11 @@ pub fn registry_protection(key: &str) -> Option<MetaProtection> {
 /// One `adf_meta` row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MetaEntry {
+    /// The meta key.
     pub key: String,
+    /// The stored text value.
     pub value: String,
+    /// `none`, `readonly` or `increment` (§4.4).
     pub protection: String,
 }
 

@@ -19,11 +19,18 @@ use serde_json::{Map, Value, json};
 use crate::error::Result;
 use crate::time;
 
+/// Path of the runtime-owned skills registry in the virtual filesystem.
 pub const REGISTRY_PATH: &str = "skills-registry.json";
+/// Path of the mute list, `{"schema":1,"disabled":[...]}`: skills listed there are indexed
+/// but disabled.
 pub const STATE_PATH: &str = "skills-state.json";
+/// Largest `SKILL.md` manifest accepted, in bytes.
 pub const MAX_SKILL_BYTES: usize = 64 * 1024;
+/// Most skills the registry lists.
 pub const MAX_SKILLS: usize = 128;
+/// Largest serialized registry, in bytes.
 pub const MAX_REGISTRY_BYTES: usize = 64 * 1024;
+/// Most rejected manifests the registry reports.
 pub const MAX_REJECTED: usize = 32;
 const MAX_DESCRIPTION_CHARS: usize = 1024;
 

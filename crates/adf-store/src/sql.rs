@@ -111,10 +111,15 @@ pub const DENIED_FUNCTIONS: [&str; 2] = ["load_extension", "fts3_tokenizer"];
 /// One SQL value, as bound or returned.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SqlValue {
+    /// SQL `NULL`.
     Null,
+    /// An SQLite `INTEGER` (64-bit signed).
     Integer(i64),
+    /// An SQLite `REAL` (64-bit float).
     Real(f64),
+    /// An SQLite `TEXT` value, UTF-8.
     Text(String),
+    /// An SQLite `BLOB`, raw bytes.
     Blob(Vec<u8>),
 }
 
@@ -227,10 +232,13 @@ pub const AGENT_SQLITE_LIMITS: [(Limit, i32, &str); 9] = [
 /// The result of a query.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryOutput {
+    /// Result column names, in statement order.
     pub columns: Vec<String>,
+    /// The returned rows, each with one value per column; at most `max_rows` of them.
     pub rows: Vec<Vec<SqlValue>>,
     /// Every row the statement produced, returned or not.
     pub total_rows: u64,
+    /// More rows were produced than the row limit let through, so `rows` is a prefix.
     pub truncated: bool,
 }
 
@@ -239,14 +247,18 @@ pub struct QueryOutput {
 pub struct ExecuteOutput {
     /// Rows inserted, updated or deleted by the statement (0 for schema changes).
     pub changes: u64,
+    /// SQLite's rowid of the last row inserted on this connection (unchanged by non-inserts).
     pub last_insert_rowid: i64,
 }
 
 /// A `security.table_protections` level (§5.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableProtection {
+    /// Agent statements may read and write the table freely.
     None,
+    /// Rows may be inserted but never updated, deleted or replaced.
     AppendOnly,
+    /// Only authorized code may write the table.
     Authorized,
 }
 
@@ -261,6 +273,7 @@ impl TableProtection {
         }
     }
 
+    /// The level as `security.table_protections` spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::None => "none",
@@ -276,19 +289,32 @@ impl TableProtection {
 pub enum SqlError {
     /// The policy refused a read, a write or a statement kind. Nothing ran.
     #[error("{message}")]
-    Refused { message: String, write: bool },
+    Refused {
+        /// What was refused and why, for the agent to read.
+        message: String,
+        /// The refused operation was a write rather than a read.
+        write: bool,
+    },
 
     /// A `table_protections` level refused the write.
     #[error("table '{table}' is {}: {action} refused", level.as_str())]
     Protected {
+        /// The protected `local_*` table.
         table: String,
+        /// The level that refused the write.
         level: TableProtection,
+        /// The refused change, e.g. "delete from" or "replace rows in".
         action: &'static str,
     },
 
     /// An `authorized` table written by a caller that is not authorized code.
     #[error("table '{table}' is authorized: only authorized code may {action} it")]
-    RequiresAuthorizedCode { table: String, action: &'static str },
+    RequiresAuthorizedCode {
+        /// The `authorized` table.
+        table: String,
+        /// The refused change, e.g. "insert into".
+        action: &'static str,
+    },
 
     /// SQLite could not prepare the statement (syntax, unknown table, wrong parameter count).
     #[error("{0}")]
@@ -298,6 +324,7 @@ pub enum SqlError {
     #[error("{0}")]
     Failed(String),
 
+    /// The statement ran past its time limit and SQLite was interrupted; nothing was kept.
     #[error("the statement ran longer than {} ms and was interrupted", .0.as_millis())]
     Timeout(Duration),
 
@@ -306,6 +333,7 @@ pub enum SqlError {
     #[error("{0}")]
     LimitExceeded(String),
 
+    /// The store itself failed (opening, a connection error) rather than the agent statement.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

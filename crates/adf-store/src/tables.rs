@@ -16,60 +16,101 @@ use crate::time;
 /// One transcript row (§3.3 `adf_loop`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoopRow {
+    /// Position in the whole transcript, unique across loops; assigned by SQLite on insert.
     pub seq: i64,
+    /// Who the row speaks for, e.g. `user` or `assistant`.
     pub role: String,
     /// The content blocks, parsed; a malformed row keeps its text as a JSON string.
     pub content: Value,
+    /// The model that produced an assistant row, as its provider names it.
     pub model: Option<String>,
+    /// Token usage the provider reported for the turn, as stored JSON.
     pub tokens: Option<Value>,
+    /// When the row was appended, in Unix milliseconds.
     pub created_at: i64,
+    /// Ordering key that overrides `seq` when set, so a compaction summary sorts before the
+    /// rows it preserved.
     pub ord: Option<i64>,
+    /// The loop this row belongs to (`main` unless an inner loop wrote it).
     pub r#loop: String,
 }
 
 /// A transcript row to append.
 #[derive(Debug, Clone)]
 pub struct NewLoopRow<'a> {
+    /// The loop to append to.
     pub r#loop: &'a str,
+    /// Who the row speaks for, e.g. `user` or `assistant`.
     pub role: &'a str,
+    /// The content blocks, stored as JSON text.
     pub content: &'a Value,
+    /// The model that produced an assistant row.
     pub model: Option<&'a str>,
+    /// Token usage the provider reported, stored as JSON text.
     pub tokens: Option<&'a Value>,
 }
 
 /// One task row (§3.3 `adf_tasks`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskRow {
+    /// The task id the runtime generated, also handed to the model.
     pub id: String,
+    /// The tool the call runs or waits to run.
     pub tool: String,
+    /// The tool arguments, parsed from the stored JSON.
     pub args: Value,
+    /// Lifecycle state: `pending`, `pending_approval`, `running`, `completed`, `failed`,
+    /// `denied` or `cancelled`.
     pub status: String,
+    /// The tool's output once the task completed.
     pub result: Option<String>,
+    /// Why the task failed or was denied.
     pub error: Option<String>,
+    /// When the task was created, in Unix milliseconds.
     pub created_at: i64,
+    /// When the task reached a final status, in Unix milliseconds.
     pub completed_at: Option<i64>,
+    /// Who started the call (a loop, a lambda, the owner); `None` when the writer did not say.
     pub origin: Option<String>,
+    /// Only the owner or authorized code may approve or deny the task (§13.4).
     pub requires_authorization: bool,
+    /// The executor runs this task and resumes the turn when it settles, rather than a lambda
+    /// resolving it.
     pub executor_managed: bool,
+    /// What the approval prompt showed the owner (reason, arguments summary), as JSON.
     pub approval_meta: Option<Value>,
+    /// The loop that created the task; `None` means `main`.
     pub r#loop: Option<String>,
 }
 
 /// One timer row (§3.3 `adf_timers`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimerRow {
+    /// Row id assigned by SQLite; the handle timer tools take.
     pub id: i64,
+    /// The resolved schedule (`mode` is `once`, `interval` or `cron`, §7.6).
     pub schedule: Value,
+    /// When the timer fires next, in Unix milliseconds.
     pub next_wake_at: i64,
+    /// Text delivered with the timer event.
     pub payload: Option<String>,
+    /// The trigger scopes the timer fires for, a JSON array such as `["system","agent"]`.
     pub scope: Value,
+    /// The `path:function` lambda a system-scope fire calls, if any.
     pub lambda: Option<String>,
+    /// Keep the lambda's sandbox alive between fires.
     pub warm: bool,
+    /// How many times the timer has fired.
     pub run_count: i64,
+    /// When the timer was created, in Unix milliseconds.
     pub created_at: i64,
+    /// When the timer last fired, in Unix milliseconds.
     pub last_fired_at: Option<i64>,
+    /// Owner lock: the agent cannot change or delete the timer.
     pub locked: bool,
+    /// The timer will not fire again; it is kept as history (§7.7).
     pub expired: bool,
+    /// The loop an agent-scope fire wakes; `None` means `main`.
     pub r#loop: Option<String>,
 }
 
@@ -106,23 +147,38 @@ fn min_log_rank(logging: Option<&Value>, origin: &str) -> u8 {
 /// A log row to append (§3.3 `adf_logs`).
 #[derive(Debug, Clone, Default)]
 pub struct NewLog<'a> {
+    /// `debug`, `info`, `warn` or `error`; rows below the configured minimum are dropped.
     pub level: &'a str,
+    /// The subsystem that logged, such as `executor` or `loop_inject`; matched by
+    /// `logging.rules`.
     pub origin: Option<&'a str>,
+    /// A short machine-readable event name.
     pub event: Option<&'a str>,
+    /// What the event concerns, such as a tool name or file path.
     pub target: Option<&'a str>,
+    /// The human-readable log line.
     pub message: &'a str,
+    /// Structured detail, stored as JSON text.
     pub data: Option<&'a Value>,
+    /// The loop the event happened in; `None` means `main` or no loop.
     pub r#loop: Option<&'a str>,
 }
 
 /// One `adf_identity` row. `value` is never exposed through `Debug` or serialization.
 #[derive(Clone, PartialEq, Eq)]
 pub struct IdentityRow {
+    /// What the entry is for, e.g. `crypto:signing:private_key` or a provider key name; the
+    /// primary key.
     pub purpose: String,
+    /// The stored bytes: plaintext when `encryption_algo` is `plain`, otherwise sealed ciphertext.
     pub value: Vec<u8>,
+    /// `plain`, or `env:identity` / `env:credentials` naming the envelope that sealed `value`.
     pub encryption_algo: String,
+    /// Key-derivation salt stored with a sealed entry, if its scheme uses one.
     pub salt: Option<Vec<u8>>,
+    /// Key-derivation parameters stored with a sealed entry, as JSON text.
     pub kdf_params: Option<String>,
+    /// Lambdas may read this entry through `get_identity`.
     pub code_access: bool,
 }
 
@@ -140,14 +196,23 @@ impl std::fmt::Debug for IdentityRow {
 /// One `adf_attestations` row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AttestationRow {
+    /// Row id assigned by SQLite.
     pub id: i64,
+    /// The DID that signed the statement.
     pub issuer: String,
+    /// The DID the statement is about (this agent).
     pub subject: String,
+    /// `owner`, `operator`, or a past-event role such as `clone` or `rotation`.
     pub role: String,
+    /// When the statement was signed, as an ISO-8601 text timestamp.
     pub issued_at: String,
+    /// When the statement stops holding, if it expires.
     pub expires_at: Option<String>,
+    /// What the statement permits, if it is scoped.
     pub scope: Option<String>,
+    /// The issuer's signature over the statement.
     pub signature: String,
+    /// The full signed statement as received, kept so the signature can be rechecked.
     pub raw_json: String,
 }
 

@@ -26,13 +26,21 @@ pub fn is_terminal(status: &str) -> bool {
 /// A task to create.
 #[derive(Debug, Clone)]
 pub struct NewTask<'a> {
+    /// The tool the task runs or waits to run.
     pub tool: &'a str,
+    /// The tool arguments, stored as JSON text.
     pub args: &'a Value,
+    /// The initial status, usually `pending` or `pending_approval`.
     pub status: &'a str,
+    /// Who started the call (a loop, a lambda, the owner).
     pub origin: Option<&'a str>,
+    /// Only the owner or authorized code may approve or deny the task (§13.4).
     pub requires_authorization: bool,
+    /// The executor runs the task and resumes the turn when it settles.
     pub executor_managed: bool,
+    /// What the approval prompt shows the owner, as JSON.
     pub approval_meta: Option<&'a Value>,
+    /// The loop that created the task; `None` means `main`.
     pub r#loop: Option<&'a str>,
 }
 

@@ -21,13 +21,19 @@ use crate::time;
 pub struct NewTimer<'a> {
     /// The resolved schedule as stored: `{mode: once|interval|cron, ...}`.
     pub schedule: &'a Value,
+    /// When the timer first fires, in Unix milliseconds.
     pub next_wake_at: i64,
+    /// Text delivered with the timer event.
     pub payload: Option<&'a str>,
     /// JSON array of `system` / `agent`.
     pub scope: &'a Value,
+    /// The `path:function` lambda a system-scope fire calls, if any.
     pub lambda: Option<&'a str>,
+    /// Keep the lambda's sandbox alive between fires.
     pub warm: bool,
+    /// Owner lock: the agent cannot change or delete the timer.
     pub locked: bool,
+    /// The loop an agent-scope fire wakes; `None` means `main`.
     pub r#loop: Option<&'a str>,
 }
 

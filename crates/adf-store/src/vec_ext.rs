@@ -9,7 +9,7 @@ static REGISTERED: OnceLock<bool> = OnceLock::new();
 
 /// Registers sqlite-vec as an SQLite auto-extension once per process, before any connection
 /// opens. Returns whether the extension is available.
-pub fn ensure_registered() -> bool {
+pub(crate) fn ensure_registered() -> bool {
     *REGISTERED.get_or_init(|| {
         // SAFETY: sqlite-vec declares its entry point as `fn()` for portability; its real
         // signature is the standard extension entry point `RawAutoExtension` expects. Both are

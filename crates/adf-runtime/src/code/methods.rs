@@ -39,7 +39,7 @@ const CODE_METHODS: [&str; 13] = [
 ];
 
 /// Longest `loop_inject` content, in characters (also bounded by the tool-result limit).
-pub const MAX_INJECT_CHARS: usize = 48_000;
+pub(crate) const MAX_INJECT_CHARS: usize = 48_000;
 
 pub(crate) fn is_code_method(name: &str) -> bool {
     CODE_METHODS.contains(&name)

@@ -141,10 +141,12 @@ impl CodeEnv {
         self.events.as_deref()
     }
 
+    /// The JavaScript sandbox that runs agent code.
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
     }
 
+    /// The tools agent code may call through `adf.*`.
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry
     }
@@ -153,7 +155,9 @@ impl CodeEnv {
 /// A lambda reference: `path:function`, the function defaulting to `main`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LambdaRef {
+    /// The source file in the virtual filesystem, e.g. `lib/router.ts`.
     pub path: String,
+    /// The exported function to call; `main` when the reference names none.
     pub function: String,
 }
 
@@ -197,11 +201,17 @@ pub enum Authorization {
 pub enum InjectMode {
     /// Append each one to this loop's transcript at once: nothing is in flight (triggers,
     /// timers, the command line).
-    Immediate { loop_name: String },
+    Immediate {
+        /// The loop whose transcript receives the contexts.
+        loop_name: String,
+    },
     /// Keep them in [`CodeRun::injections`] (keyed ones coalesced): the run is part of a model
     /// turn's tool batch, and the executor appends them after the batch's results with
     /// [`store_injections`], so a context never splits a `tool_use`/`tool_result` pair.
-    Collect { loop_name: String },
+    Collect {
+        /// The loop whose transcript receives the contexts after the batch.
+        loop_name: String,
+    },
 }
 
 /// Options of one top-level run.
@@ -211,6 +221,7 @@ pub struct RunOptions {
     pub warm: bool,
     /// A time limit below `limits.execution_timeout_ms` (never above it).
     pub timeout: Option<Duration>,
+    /// Where the run's `loop_inject` contexts go.
     pub inject: InjectMode,
     /// Which `code_execution` the code runs under.
     pub profile: CodeProfile,
@@ -291,12 +302,15 @@ pub fn inner_loop_view(config: &Value) -> Value {
 /// A `loop_inject` context (§9 code-only methods).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Injection {
+    /// The loop whose transcript receives the context.
     pub loop_name: String,
     /// Lowercase provenance category (`loop_inject` by default).
     pub category: String,
+    /// A pending context with the same key is replaced by this one (coalescing).
     pub key: Option<String>,
     /// The code that injected it (`lib/a.ts:main`, `sys_code`).
     pub origin: String,
+    /// The context text the model reads after the `[Context: ...]` marker.
     pub content: String,
 }
 
@@ -335,6 +349,7 @@ pub struct CodeRun {
     pub result: Result<Value, ToolError>,
     /// Console output; nested lambdas' lines are prefixed with `[path:function]`.
     pub logs: Vec<LogEntry>,
+    /// The sandbox's console cap was hit, so `logs` is missing later lines.
     pub logs_truncated: bool,
     /// `loop_inject` contexts kept for the executor ([`InjectMode::Collect`]).
     pub injections: Vec<Injection>,
@@ -348,13 +363,23 @@ pub struct CodeRun {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CallRecord {
     /// A tool through the pipeline: `completed`, `failed` or `denied`.
-    Tool { tool: String, status: &'static str },
+    Tool {
+        /// The tool's name.
+        tool: String,
+        /// `completed`, `failed` or `denied`.
+        status: &'static str,
+    },
     /// A `model_invoke` request that got an answer (or failed: `ok` false).
     Model {
+        /// The provider id from `config.providers`.
         provider: String,
+        /// The model the request named.
         model: String,
+        /// Prompt tokens the provider reported (0 when it failed).
         input_tokens: u64,
+        /// Completion tokens the provider reported (0 when it failed).
         output_tokens: u64,
+        /// The request got an answer.
         ok: bool,
     },
 }

@@ -27,11 +27,15 @@ pub fn key(loop_name: &str) -> String {
 /// The checkpoint JSON ([C28] shape).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
+    /// A random id of this turn's record.
     pub id: String,
     /// `in_progress`, `completed`, `interrupted` or `failed`.
     pub status: String,
+    /// When the turn started, in Unix milliseconds.
     pub started_at: i64,
+    /// When the record last changed, in Unix milliseconds.
     pub updated_at: i64,
+    /// When the turn finished (completed or failed), in Unix milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<i64>,
     /// What woke the loop: `chat`, `loop_send`, `wake`, a trigger type.
@@ -40,6 +44,7 @@ pub struct Checkpoint {
     pub scope: String,
     /// `not_attempted` while nothing needed replaying, `not_replayed` after a recovery.
     pub replay: String,
+    /// Why the turn failed or was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -84,7 +89,9 @@ impl Checkpoint {
 /// What a recovery found for one loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovered {
+    /// The loop whose turn was cut short.
     pub loop_name: String,
+    /// Its record as rewritten by the recovery (status `interrupted`).
     pub checkpoint: Checkpoint,
     /// Tool calls that got an "interrupted" error result.
     pub closed_calls: Vec<String>,

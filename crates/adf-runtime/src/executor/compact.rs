@@ -16,7 +16,7 @@ use super::request::is_system_prompt_row;
 use super::{Executor, ExecutorError, Session};
 
 /// Rows automatic compaction keeps verbatim.
-pub const PRESERVE_ROWS: usize = 4;
+pub(crate) const PRESERVE_ROWS: usize = 4;
 /// Longest text of one block shown to the summarizer.
 const BLOCK_CHARS: usize = 4_000;
 
@@ -31,6 +31,7 @@ rows as [S<seq>] where it helps. Reply with the briefing only.";
 /// What a compaction did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactOutcome {
+    /// The loop whose transcript was compacted.
     pub loop_name: String,
     /// Rows deleted.
     pub removed: usize,
@@ -78,7 +79,7 @@ fn block_text(block: &serde_json::Value) -> String {
 
 impl Executor {
     /// Compacts `session`'s loop. `tail_from` is the `seq` of the first row to keep (the
-    /// step that called `loop_compact`); `None` keeps the last [`PRESERVE_ROWS`] rows.
+    /// step that called `loop_compact`); `None` keeps the last `PRESERVE_ROWS` rows.
     /// Returns `None` when there is nothing to summarize.
     pub async fn compact(
         &self,

@@ -73,6 +73,7 @@ pub struct SharedFile<'a> {
 }
 
 impl<'a> SharedFile<'a> {
+    /// Shares the borrowed file; loops take turns with it through [`Self::lock`].
     pub fn new(file: &'a mut AdfFile) -> Self {
         SharedFile {
             file: tokio::sync::Mutex::new(file),
@@ -96,10 +97,18 @@ pub enum Trigger {
     /// The owner's chat message (`event_type` `chat`). Resets the `max_active_turns` count.
     Owner(String),
     /// A trigger whose text becomes the turn's first row (`event_type` names it).
-    Event { event_type: String, text: String },
+    Event {
+        /// The trigger type, e.g. `on_inbox` or `on_timer`, recorded with the turn.
+        event_type: String,
+        /// The formatted trigger message the loop reads.
+        text: String,
+    },
     /// A wake for rows already in the loop (`loop_send` with `wake: true`, an autostart kick):
     /// nothing new is recorded, the loop reads what is waiting.
-    Wake { event_type: String },
+    Wake {
+        /// What woke the loop, e.g. `loop_send`.
+        event_type: String,
+    },
 }
 
 impl Trigger {
@@ -121,13 +130,21 @@ impl Trigger {
 /// The in-memory executor state of a loop (§6.1); never stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecState {
+    /// No turn is running; the loop waits for a trigger.
     Idle,
+    /// A model request is in flight.
     Thinking,
+    /// The model's tool calls are running.
     ToolUse,
+    /// A restricted call waits for the owner's approval.
     AwaitingApproval,
+    /// An `ask` waits for the owner's answer.
     AwaitingAsk,
+    /// `max_active_turns` was reached; no turn starts until the owner resumes the agent.
     Suspended,
+    /// The last turn failed on a non-transient error.
     Error,
+    /// An inner loop set itself `off`; it runs no more turns.
     Stopped,
 }
 
@@ -145,8 +162,11 @@ pub enum TurnEvent<'a> {
     ToolCall(&'a ToolCall),
     /// A tool call finished; `content` is what the model will read.
     ToolResult {
+        /// The call that finished.
         call: &'a ToolCall,
+        /// The result text as the model reads it.
         content: &'a str,
+        /// The call failed or was refused; `content` explains why.
         is_error: bool,
     },
     /// `say`.
@@ -194,6 +214,7 @@ pub enum TurnEnd {
 /// The result of a turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnOutcome {
+    /// Why the turn stopped.
     pub end: TurnEnd,
     /// Model requests made (compaction requests not counted).
     pub steps: u32,
@@ -207,15 +228,23 @@ pub struct TurnOutcome {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExecutorError {
+    /// Reading or writing the agent file failed; the turn stopped where it was.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The model request failed after the provider's retries.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// A tool failure the turn could not hand back to the model (it ended the turn).
     #[error(transparent)]
     Tool(#[from] ToolError),
     /// The agent's stored state does not allow a turn.
     #[error("the agent is {state}; {fix}")]
-    NotRunnable { state: String, fix: String },
+    NotRunnable {
+        /// The state that refuses turns, e.g. `off` or `suspended`.
+        state: String,
+        /// What the owner can do about it.
+        fix: String,
+    },
     /// The loop is not declared or is disabled; the dispatch was dropped and logged.
     #[error("loop '{0}' does not exist or is disabled; the dispatch was dropped")]
     LoopUnavailable(String),

@@ -21,7 +21,7 @@ use crate::tools::builtin::loops::loop_config;
 
 /// Turns one call of [`LoopPool::run_many`] may run before it stops, so loops that keep
 /// waking each other cannot spin forever.
-pub const MAX_WAKE_TURNS: usize = 32;
+pub(crate) const MAX_WAKE_TURNS: usize = 32;
 
 /// What each turn of a round did, by loop name, in the order they were asked for.
 pub type LoopResults = Vec<(String, Result<TurnOutcome, ExecutorError>)>;
@@ -33,6 +33,7 @@ pub struct LoopPool {
 }
 
 impl LoopPool {
+    /// A pool with no session open yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -83,7 +84,7 @@ impl LoopPool {
     }
 
     /// Runs `turns` side by side (one round), then the rounds of wakes they cause, up to
-    /// [`MAX_WAKE_TURNS`] turns. A second trigger for a loop already in a round waits for the
+    /// `MAX_WAKE_TURNS` turns. A second trigger for a loop already in a round waits for the
     /// next round. A wake for a loop that does not exist or is disabled is dropped and logged
     /// `loop_dispatch_dropped` (§6.4); it never goes to main. Each loop runs with its own
     /// model when it names one ([`Executor::for_loop`]).

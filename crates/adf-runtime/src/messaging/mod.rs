@@ -98,6 +98,7 @@ impl Tier {
         }
     }
 
+    /// The tier as `messaging.visibility` spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Off => "off",
@@ -133,7 +134,10 @@ impl Tier {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     /// An agent of this runtime (its file path).
-    SameRuntime { sender: PathBuf },
+    SameRuntime {
+        /// The sending agent's `.adf` file, whose directory decides the `directory` tier.
+        sender: PathBuf,
+    },
     /// Another process on this machine (a loopback peer address).
     Loopback,
     /// A private-network peer.
@@ -164,11 +168,15 @@ impl Origin {
 /// An agent of this runtime, as a sender may see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalAgent {
+    /// The agent's handle, which same-runtime senders address it by.
     pub handle: String,
     /// `None` for an agent without identity.
     pub did: Option<String>,
+    /// The description from its config, shown in discovery.
     pub description: String,
+    /// The agent's `.adf` file.
     pub path: PathBuf,
+    /// Its `messaging.visibility`, which decides who may reach and discover it.
     pub tier: Tier,
     /// Its mesh inbox URL on this runtime.
     pub inbox_url: String,
@@ -188,6 +196,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A delivery the recipient accepted with `status_code`.
     pub fn accepted(status_code: u16) -> Self {
         Delivery {
             delivered: true,
@@ -196,6 +205,7 @@ impl Delivery {
         }
     }
 
+    /// A delivery that failed; `status_code` is the recipient's answer if there was one.
     pub fn failed(status_code: Option<u16>, error: impl Into<String>) -> Self {
         Delivery {
             delivered: false,

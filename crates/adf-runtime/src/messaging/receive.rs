@@ -37,6 +37,7 @@ pub const RESERVED_ALIASES: [&str; 3] = ["owner", "system", "user"];
 pub struct Arrival<'a> {
     /// The raw body (JSON).
     pub wire: &'a [u8],
+    /// Where the message came from, which the recipient's tier must admit.
     pub origin: Origin,
     /// `http` or `local`.
     pub transport: &'static str,
@@ -50,6 +51,7 @@ pub struct Arrival<'a> {
 pub struct Refusal {
     /// The HTTP status a transport answers with.
     pub status: u16,
+    /// Why the message was refused, for the sender to read.
     pub reason: String,
 }
 

@@ -51,10 +51,13 @@ pub struct SendContext<'a> {
 /// Serializable because it travels as the deferred call's arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prepared {
+    /// The `adf_outbox` row whose status the delivery updates.
     pub outbox_id: String,
+    /// The ALF message id, the same in the sender's outbox and the recipient's inbox.
     pub message_id: String,
     /// Who the message is for, as the sender named it after resolution.
     pub recipient: String,
+    /// How the message travels.
     pub route: Route,
     /// The wire message (signed, encrypted when the level asks for it).
     pub message: Value,
@@ -65,9 +68,17 @@ pub struct Prepared {
 #[serde(tag = "via", rename_all = "snake_case")]
 pub enum Route {
     /// An agent of this runtime.
-    Local { handle: String, sender: PathBuf },
+    Local {
+        /// The recipient's handle on this runtime.
+        handle: String,
+        /// The sending agent's `.adf` file, which decides the tier the recipient must admit.
+        sender: PathBuf,
+    },
     /// HTTP POST to an inbox URL.
-    Http { url: String },
+    Http {
+        /// The recipient's inbox URL.
+        url: String,
+    },
 }
 
 impl Route {

@@ -9,11 +9,16 @@ use serde_json::Value;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Caller {
     /// The model, from a turn of `loop_name`.
-    Model { loop_name: String },
+    Model {
+        /// The loop whose turn made the call (`main` for the main loop).
+        loop_name: String,
+    },
     /// Agent code: `sys_code`, a lambda, a trigger or a route. `authorized` is the source
     /// file's flag (§8.6); `source` names the lambda (`path:function`) when there is one.
     Code {
+        /// The source file is authorized (§4.3), so restricted tools run without approval.
         authorized: bool,
+        /// The lambda reference (`path:function`); `None` for inline `sys_code`.
         source: Option<String>,
     },
     /// The owner (CLI, Studio, daemon API) or the runtime acting for it.
@@ -21,10 +26,12 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// The call comes from a model turn.
     pub fn is_model(&self) -> bool {
         matches!(self, Self::Model { .. })
     }
 
+    /// The call comes from code whose source file is authorized.
     pub fn is_authorized_code(&self) -> bool {
         matches!(
             self,
@@ -75,10 +82,15 @@ impl Caller {
 /// One effective tool declaration after duplicates collapsed (§5.4).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Declaration {
+    /// The tool's name, e.g. `fs_read`.
     pub name: String,
+    /// The tool may be called at all.
     pub enabled: bool,
+    /// The tool is advertised to the model (when also enabled).
     pub visible: bool,
+    /// A call needs the owner's approval unless authorized code makes it.
     pub restricted: bool,
+    /// Owner lock: the agent cannot change this declaration.
     pub locked: bool,
 }
 
@@ -135,9 +147,11 @@ pub const MODEL_MAY_CALL_INVISIBLE_TOOLS: bool = true;
 /// What the access model says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
+    /// The call runs now.
     Allowed,
     /// The call may run once the owner (or authorized code) approves it (HIL).
     NeedsApproval,
+    /// The call is refused with this code and the message the caller reads.
     Refused(super::ErrorCode, String),
 }
 

@@ -13,7 +13,9 @@ use super::{Caller, ErrorCode, ToolError, ToolRegistry};
 /// An approval the owner is asked for; the task row holds the same facts.
 #[derive(Debug, Clone, Serialize)]
 pub struct ApprovalRequest {
+    /// The `adf_tasks` row (status `pending_approval`) that records the request.
     pub task_id: String,
+    /// The tool waiting to run.
     pub tool: String,
     /// The arguments, with the model's `_reason` when it gave one.
     pub args: Value,
@@ -24,13 +26,16 @@ pub struct ApprovalRequest {
 /// The owner's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// The call may run.
     Approved,
+    /// The call is refused, for this reason.
     Denied(String),
 }
 
 /// Something that obtains the owner's decision on a pending approval and blocks until it has
 /// one: a terminal prompt, a UI, or a wait for another process to resolve the task.
 pub trait Approver {
+    /// The owner's decision on `request`; an error when the task cannot be read or vanished.
     fn decide(&self, file: &mut AdfFile, request: &ApprovalRequest) -> Result<Decision, ToolError>;
 }
 
@@ -59,6 +64,7 @@ impl Approver for DenyAll {
 /// WAL mode lets the other process write while this one reads.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitForResolution {
+    /// How long to wait between reads of the task row.
     pub poll: Duration,
 }
 
@@ -153,10 +159,14 @@ pub fn approved_args(
 /// How a task is resolved (`task_resolve` actions).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolution {
+    /// Let the call run.
     Approve {
+        /// Arguments that replace the requested ones, if the approver changed them.
         modified_args: Option<Value>,
     },
+    /// Refuse the call.
     Deny {
+        /// Why, for the caller to read.
         reason: Option<String>,
     },
     /// Send the task (back) to the owner: status `pending_approval`.

@@ -28,18 +28,24 @@ pub enum ErrorCode {
     InvalidInput,
     /// A task that is not pending cannot be resolved.
     InvalidState,
+    /// A `model_invoke` request failed at the provider (unknown provider, HTTP or stream error).
     ModelError,
+    /// The model answered but returned no text.
     ModelRefused,
+    /// The runtime itself failed (sandbox bridge, serialization), not the caller's input.
     InternalError,
     /// A write the protection rules refused, or that failed in the database.
     WriteError,
+    /// A mesh tool was called while messaging is not enabled for the agent.
     MeshNotEnabled,
+    /// The call ran past its time limit (code execution, SQL statement, fetch).
     Timeout,
     /// The owner denied an approval request.
     Denied,
 }
 
 impl ErrorCode {
+    /// The code as callers see it, e.g. `NOT_FOUND`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::NotFound => "NOT_FOUND",
@@ -74,7 +80,9 @@ impl std::fmt::Display for ErrorCode {
 pub struct ProtectionHit {
     /// `file`, `meta key`, `config path`, ...
     pub kind: String,
+    /// The protected path, key or id.
     pub target: String,
+    /// The level that refused the call, e.g. `read_only` or `locked`.
     pub level: String,
 }
 
@@ -82,7 +90,9 @@ pub struct ProtectionHit {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
 #[error("{code}: {message}")]
 pub struct ToolError {
+    /// The stable code callers branch on.
     pub code: ErrorCode,
+    /// What went wrong, for the model or the code to read.
     pub message: String,
     /// Set when the refusal came from a protection that an owner may override once.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,6 +100,7 @@ pub struct ToolError {
 }
 
 impl ToolError {
+    /// An error with this code and message and no protection hit.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
@@ -98,14 +109,17 @@ impl ToolError {
         }
     }
 
+    /// An [`ErrorCode::InvalidInput`] error: the caller's arguments are wrong.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidInput, message)
     }
 
+    /// An [`ErrorCode::ToolError`] error: the tool ran and failed.
     pub fn failed(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::ToolError, message)
     }
 
+    /// An [`ErrorCode::NotFound`] error: the named tool, task, key or file does not exist.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::NotFound, message)
     }

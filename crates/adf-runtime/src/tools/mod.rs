@@ -96,7 +96,9 @@ pub type Detached = futures::future::BoxFuture<'static, DetachedOutcome>;
 /// file; `sys_fetch` records its refusals, errors and timeouts this way).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DetachedOutcome {
+    /// What the call returns to its caller.
     pub result: Result<Value, ToolError>,
+    /// Log rows to append once the file is held again.
     pub logs: Vec<LogRow>,
     /// How the deliveries of `msg_send` ended, for their outbox rows.
     pub deliveries: Vec<DeliveryRecord>,
@@ -129,12 +131,16 @@ impl DetachedOutcome {
 /// How one outbox row's delivery ended (§11.2): written by whoever holds the file afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryRecord {
+    /// The `adf_outbox` row the delivery was for.
     pub outbox_id: String,
+    /// The recipient accepted the message; otherwise the row is marked `failed`.
     pub delivered: bool,
+    /// The HTTP status the recipient answered with, if it answered.
     pub status_code: Option<u16>,
 }
 
 impl DeliveryRecord {
+    /// Sets the outbox row's status (`delivered` with a timestamp, or `failed`) and status code.
     pub fn write(&self, file: &mut AdfFile) -> Result<(), adf_store::StoreError> {
         let (status, delivered_at) = if self.delivered {
             ("delivered", Some(adf_store::time::now_ms()))
@@ -155,10 +161,15 @@ impl DeliveryRecord {
 pub struct LogRow {
     /// `debug`, `info`, `warn` or `error`.
     pub level: &'static str,
+    /// The subsystem that logged, e.g. `sys_fetch`.
     pub origin: &'static str,
+    /// A short machine-readable event name.
     pub event: &'static str,
+    /// What the event concerns, e.g. a URL or tool name.
     pub target: Option<String>,
+    /// The human-readable log line.
     pub message: String,
+    /// Structured detail, stored as JSON text.
     pub data: Option<Value>,
 }
 
@@ -191,7 +202,9 @@ pub fn write_logs(file: &mut AdfFile, logs: &[LogRow]) {
 /// What a running tool may see and use.
 #[derive(Debug)]
 pub struct ToolContext<'a> {
+    /// The agent file the call reads and writes.
     pub file: &'a mut AdfFile,
+    /// Who made the call: the model, a lambda (authorized or not), or the owner.
     pub caller: &'a Caller,
     /// The config as it was when the call started.
     pub config: &'a Value,
@@ -227,7 +240,12 @@ pub enum CallOutcome {
     Done(Value),
     /// `_async`: the call became a task that runs in the background (status `running`) or
     /// waits for approval (`pending_approval`).
-    Queued { task_id: String, status: String },
+    Queued {
+        /// The `adf_tasks` id the caller polls or waits on.
+        task_id: String,
+        /// The task's status when it was created.
+        status: String,
+    },
     /// A [`Tool::deferred`] call that passed access and approval; the caller runs it and
     /// reports the outcome with [`ToolRegistry::finish_deferred`].
     Deferred(DeferredCall),
@@ -236,6 +254,7 @@ pub enum CallOutcome {
 /// A validated call the pipeline's caller must carry out itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeferredCall {
+    /// The tool to run.
     pub tool: String,
     /// The arguments without the cross-cutting parameters.
     pub args: Value,
@@ -323,10 +342,12 @@ impl ToolRegistry {
         self.tools.insert(tool.name(), tool);
     }
 
+    /// The registered tool with this name.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// The names of every registered tool.
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.tools.keys().copied()
     }

@@ -8,11 +8,15 @@ use crate::schedule::{Schedule, ScheduleError, next_fire_after};
 /// The row update one fire makes, decided before the fire is delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerFire {
+    /// The `adf_timers` row that fires.
     pub timer_id: i64,
     /// The next wake time; unchanged (the fire time) when the timer expired.
     pub next_wake_at: i64,
+    /// The row's fire count including this fire.
     pub run_count: i64,
+    /// This fire's time, in Unix milliseconds.
     pub last_fired_at: i64,
+    /// The schedule has no next time, so the timer stays as history and never fires again.
     pub expired: bool,
 }
 

@@ -26,20 +26,32 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TriggerKind {
+    /// The agent was started.
     OnStartup,
+    /// A message was stored in `adf_inbox`.
     OnInbox,
+    /// A message was queued in `adf_outbox`.
     OnOutbox,
+    /// A file of the virtual filesystem was created, written or deleted.
     OnFileChange,
+    /// The owner sent a chat message.
     OnChat,
+    /// A timer came due (§7.7).
     OnTimer,
+    /// A tool call was made (its status says how it went).
     OnToolCall,
+    /// A row was added to `adf_tasks`.
     OnTaskCreate,
+    /// A task reached a final status.
     OnTaskComplete,
+    /// A row was written to `adf_logs`.
     OnLogs,
+    /// A model request completed.
     OnLlmCall,
 }
 
 impl TriggerKind {
+    /// Every trigger type, in the order of `config.triggers`.
     pub const ALL: [TriggerKind; 11] = [
         Self::OnStartup,
         Self::OnInbox,
@@ -54,6 +66,7 @@ impl TriggerKind {
         Self::OnLlmCall,
     ];
 
+    /// The key under `config.triggers`, e.g. `on_inbox`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OnStartup => "on_startup",
@@ -70,6 +83,7 @@ impl TriggerKind {
         }
     }
 
+    /// The trigger type a `config.triggers` key names; `None` for an unknown key.
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
@@ -94,22 +108,28 @@ pub enum Producer {
     /// The agent's own model turn.
     Agent,
     /// A lambda of this agent, by reference (`path:function`).
-    Lambda { source: String },
+    Lambda {
+        /// The lambda's `path:function` reference.
+        source: String,
+    },
 }
 
 /// One event on its way to the trigger handlers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TriggerEvent {
+    /// Which trigger type the event belongs to.
     pub kind: TriggerKind,
     /// Epoch milliseconds.
     pub timestamp: i64,
     /// Per-type facts: `path` for file changes, `from`/`source` for inbox rows, `tool` and
     /// `status` for tool calls and tasks, `level`/`origin`/`event` for logs, ...
     pub data: Value,
+    /// Who caused the event, so a handler is not woken by its own writes.
     pub producer: Producer,
 }
 
 impl TriggerEvent {
+    /// An event with an external producer; chain [`Self::produced_by`] otherwise.
     pub fn new(kind: TriggerKind, timestamp: i64, data: Value) -> Self {
         Self {
             kind,
@@ -119,6 +139,7 @@ impl TriggerEvent {
         }
     }
 
+    /// The same event, attributed to `producer`.
     pub fn produced_by(mut self, producer: Producer) -> Self {
         self.producer = producer;
         self
@@ -134,24 +155,47 @@ impl TriggerEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum Timing {
+    /// Fire on every event as it arrives.
     Immediate,
-    Debounce { ms: u64 },
-    Interval { ms: u64 },
-    Batch { ms: u64, count: Option<u64> },
+    /// Fire once the events stop arriving for `ms` (`debounce_ms`).
+    Debounce {
+        /// Quiet time before the fire, in milliseconds.
+        ms: u64,
+    },
+    /// Fire at most once per `ms` (`interval_ms`).
+    Interval {
+        /// Length of one interval, in milliseconds.
+        ms: u64,
+    },
+    /// Collect events and fire them together after `ms`, or sooner at `count` events.
+    Batch {
+        /// How long the batch collects after its first event, in milliseconds (`batch_ms`).
+        ms: u64,
+        /// Fire early once this many events are held (`batch_count`).
+        count: Option<u64>,
+    },
 }
 
 /// One configured handler of one trigger type.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Target {
+    /// The trigger type this target is configured under.
     pub kind: TriggerKind,
     /// Position in `triggers.<kind>.targets`, for logs and timing state.
     pub index: usize,
+    /// Whether the handler is code (system) or a model turn (agent).
     pub scope: Scope,
+    /// The `path:function` lambda a system target calls.
     pub lambda: Option<String>,
+    /// The command a system target runs instead of a lambda.
     pub command: Option<String>,
+    /// Keep the lambda's sandbox alive between fires.
     pub warm: bool,
+    /// The §7.4 filter keys this target set; an event must match all of them.
     pub filter: Map<String, Value>,
+    /// How fires are spaced (debounce, interval, batch).
     pub timing: Timing,
+    /// Owner lock: the agent cannot change or remove this target.
     pub locked: bool,
     /// The loop an agent-scope fire wakes (`main` when absent).
     pub loop_name: String,
@@ -160,7 +204,9 @@ pub struct Target {
 /// A configuration problem with one target; the target is skipped, the rest still work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TargetProblem {
+    /// The config path of the skipped entry, e.g. `triggers.on_inbox.targets.2`.
     pub path: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -24,6 +24,7 @@ pub struct Window {
 }
 
 impl Window {
+    /// An empty window for a target of `kind` with `timing`.
     pub fn new(timing: Timing, kind: TriggerKind) -> Self {
         Self {
             timing,

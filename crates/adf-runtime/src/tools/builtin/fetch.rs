@@ -40,6 +40,7 @@ pub struct SysFetch {
 }
 
 impl SysFetch {
+    /// A `sys_fetch` with these settings instead of the defaults.
     pub fn with_settings(settings: FetchSettings) -> Self {
         SysFetch { settings }
     }

@@ -37,7 +37,7 @@ const POSITIVE_LIMITS: [&str; 10] = [
 ];
 
 /// The first leaf rule the change breaks, as an error message.
-pub fn leaf_error(before: &Value, after: &Value) -> Option<String> {
+pub(crate) fn leaf_error(before: &Value, after: &Value) -> Option<String> {
     let changed = |pointer: &str| {
         let value = after.pointer(pointer);
         (value != before.pointer(pointer)).then_some(value)
@@ -110,7 +110,7 @@ fn name_error(name: Option<&Value>) -> Option<String> {
 }
 
 /// The structural violations `after` has and `before` had not.
-pub fn new_structural(before: &Value, after: &Value) -> Vec<String> {
+pub(crate) fn new_structural(before: &Value, after: &Value) -> Vec<String> {
     let old: BTreeSet<String> = structural(before).into_iter().collect();
     structural(after)
         .into_iter()
