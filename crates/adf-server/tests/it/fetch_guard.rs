@@ -165,6 +165,16 @@ async fn did(agent: &adf_server::daemon::Agent) -> String {
         .unwrap()
 }
 
+/// The agent's status route still answers with its status object.
+async fn still_answers(h: &Harness, agent: &Agent) {
+    let status = h
+        .client
+        .get(&format!("/agents/{}/status", agent.id))
+        .await
+        .unwrap();
+    assert!(status.is_object(), "{status}");
+}
+
 /// Loads the two caller agents every mesh test here uses: alice sends, bob receives.
 async fn alice_and_bob(h: &Harness) -> (Arc<Agent>, Arc<Agent>, String) {
     let mut loaded = Vec::new();
@@ -238,12 +248,7 @@ async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata
     }
     // Bob was never stopped: still loaded, still answering, and still reachable through the
     // public mesh inbox on the very port whose control routes were refused.
-    let status = h
-        .client
-        .get(&format!("/agents/{}/status", bob.id))
-        .await
-        .unwrap();
-    assert!(status.is_object(), "{status}");
+    still_answers(&h, &bob).await;
     let delivered = call_tool(
         &h,
         &alice,
@@ -290,12 +295,7 @@ async fn msg_29_a_send_to_an_unreachable_port_fails_and_the_agent_keeps_answerin
         "{reasons:?}"
     );
     // The agent keeps serving: its API answers and its next send, by handle, is delivered.
-    let status = h
-        .client
-        .get(&format!("/agents/{}/status", alice.id))
-        .await
-        .unwrap();
-    assert!(status.is_object(), "{status}");
+    still_answers(&h, &alice).await;
     let next = call_tool(
         &h,
         &alice,

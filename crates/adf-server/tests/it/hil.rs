@@ -46,11 +46,12 @@ async fn post(h: &Harness, path: &str, body: Value) -> (u16, Value) {
 
 /// A daemon whose agent `name` is in a turn that waits for the owner on a restricted
 /// `sys_update_config` called with `args`; the model answers `reply` once the call is settled.
+/// Returns the pending task too.
 async fn awaiting_description_update(
     name: &str,
     args: Value,
     reply: &str,
-) -> (MockProvider, Harness, Arc<Agent>) {
+) -> (MockProvider, Harness, Arc<Agent>, Value) {
     let mock = MockProvider::start(Wire::OpenAi).await;
     mock.push_all([
         Turn::tool_call("sys_update_config", args),
@@ -60,7 +61,8 @@ async fn awaiting_description_update(
     let path = new_agent(h.dir.path(), &mock, name, &[]);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     chat(&h, &agent, "update your description").await;
-    (mock, h, agent)
+    let task = pending_task(&h, &agent).await;
+    (mock, h, agent, task)
 }
 
 /// The owner resolves the pending task `task_id` with `resolution`; the daemon answers 200.
@@ -132,7 +134,7 @@ async fn description(h: &Harness, agent: &Agent) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_continues_once_approved()
 {
-    let (_mock, h, agent) = awaiting_description_update(
+    let (_mock, h, agent, task) = awaiting_description_update(
         "approver",
         json!({ "path": "description", "value": "approved by the owner", "_reason": "tidy up" }),
         "Done.",
@@ -140,7 +142,6 @@ async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_conti
     .await;
 
     // TOL-08: the row, read over HTTP while the turn holds the worker.
-    let task = pending_task(&h, &agent).await;
     assert_eq!(task["tool"], "sys_update_config");
     assert_eq!(task["executor_managed"], true);
     assert_eq!(task["requires_authorization"], true);
@@ -195,13 +196,12 @@ async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_conti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tol_08_approve_with_modified_args_runs_the_owners_arguments() {
-    let (_mock, h, agent) = awaiting_description_update(
+    let (_mock, h, agent, task) = awaiting_description_update(
         "modified",
         json!({ "path": "description", "value": "the model's text" }),
         "Done.",
     )
     .await;
-    let task = pending_task(&h, &agent).await;
     let task_id = task["id"].as_str().unwrap();
     resolve(&h, &agent, task_id, json!({ "action": "approve", "modified_args": { "path": "description", "value": "the owner's text" } })).await;
     wait_for("the turn continued", || has_text(&agent, "main", "Done.")).await;
@@ -211,13 +211,12 @@ async fn tol_08_approve_with_modified_args_runs_the_owners_arguments() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tol_08_a_denied_call_tells_the_model_why_and_changes_nothing() {
-    let (mock, h, agent) = awaiting_description_update(
+    let (mock, h, agent, task) = awaiting_description_update(
         "denier",
         json!({ "path": "description", "value": "never" }),
         "Understood.",
     )
     .await;
-    let task = pending_task(&h, &agent).await;
     let task_id = task["id"].as_str().unwrap();
     let body = resolve(
         &h,
