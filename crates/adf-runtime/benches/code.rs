@@ -11,26 +11,15 @@
 //! one `sys_code` execution, divided by N. Results go to BENCHMARKS.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use adf_runtime::code::{self, Authorization, CodeEnv, LambdaRef, RunOptions};
 use adf_runtime::tools::approval::DenyAll;
 use adf_store::{AdfFile, CreateOptions, FileWrite};
+use common::{arg, median};
 use serde_json::json;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
 
 /// Runs `body` `calls` times in one `sys_code` execution; the time per iteration.
 async fn per_call(file: &mut AdfFile, env: &CodeEnv, calls: usize, body: String) -> Duration {

@@ -11,7 +11,9 @@
 //! Results go to BENCHMARKS.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Instant;
 
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::{self, LocalKeys};
@@ -19,21 +21,8 @@ use adf_runtime::messaging::receive::{self, Arrival};
 use adf_runtime::messaging::send::{self, SendContext};
 use adf_runtime::messaging::{Origin, agent_did};
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions};
+use common::{arg, median};
 use serde_json::json;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
 
 fn agent(dir: &std::path::Path, name: &str, keys: &LocalKeys, level: u8) -> AdfFile {
     let mut file = AdfFile::create(

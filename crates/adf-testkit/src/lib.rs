@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+pub mod fixtures;
 mod server;
 mod turn;
 mod wire;

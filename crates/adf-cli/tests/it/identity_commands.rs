@@ -6,15 +6,11 @@ use std::path::{Path, PathBuf};
 use adf_crypto::envelope::{EnvelopeDescriptor, EnvelopeName, Slot, SlotKind};
 use adf_crypto::keys::b64;
 use adf_store::AdfFile;
+use adf_testkit::fixtures::{
+    MINIMAL_DID, STUDIO_DID, STUDIO_OWNER_DID, STUDIO_PROVIDER_KEY, TEST_MNEMONIC,
+};
 use assert_cmd::Command;
 use serde_json::Value;
-
-const TEST_MNEMONIC: &str =
-    "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
-const STUDIO_OWNER_DID: &str = "did:key:z6Mkg8Z7cTsSo5m83tXmY93GiVPBFR2fePK84cdj2nC7AjoU";
-const STUDIO_DID: &str = "did:key:z6MktLg6r34FahyHfjyQsW9QWJqccDDKhucyQrJGbJqiBVGe";
-const MINIMAL_DID: &str = "did:key:z6MktBqvVtR8pFeAnweZr4BSH3Gs66CZsvH6LpdPgD2Kai7s";
-const STUDIO_PROVIDER_KEY: &str = "sk-golden-test-key-not-real";
 
 fn fixture(name: &str) -> PathBuf {
     crate::common::fixture(name)
@@ -73,6 +69,28 @@ impl Sandbox {
             )
         })
     }
+}
+
+/// Runs `adf <args> <path>` in `sandbox` with `stdin`; the command must succeed.
+fn succeeds_with_stdin(
+    sandbox: &Sandbox,
+    args: &[&str],
+    path: &Path,
+    stdin: &str,
+) -> std::process::Output {
+    let out = sandbox
+        .adf()
+        .args(args)
+        .arg(path)
+        .write_stdin(stdin.to_owned())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 fn descriptor(path: &Path, e: EnvelopeName) -> (Vec<u8>, EnvelopeDescriptor) {
@@ -378,17 +396,11 @@ fn idn_15_idn_16_idn_20_share_adds_a_password_slot_to_credentials_only_and_claim
         .assert()
         .success();
     let (identity_before, _) = descriptor(&path, EnvelopeName::Identity);
-    let out = sender
-        .adf()
-        .args(["--json", "identity", "share"])
-        .arg(&path)
-        .write_stdin("a long share password\n")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds_with_stdin(
+        &sender,
+        &["--json", "identity", "share"],
+        &path,
+        "a long share password\n",
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("a long share password"));
     let (identity_after, d) = descriptor(&path, EnvelopeName::Identity);
@@ -422,17 +434,11 @@ fn idn_15_idn_16_idn_20_share_adds_a_password_slot_to_credentials_only_and_claim
     recipient.adf().args(["owner", "init"]).assert().success();
     let status = recipient.json(&["identity", "status"], Some(&path));
     assert_eq!(status["credentials"]["state"], "locked");
-    let out = recipient
-        .adf()
-        .args(["--json", "claim", "--password-stdin"])
-        .arg(&path)
-        .write_stdin("a long share password\n")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds_with_stdin(
+        &recipient,
+        &["--json", "claim", "--password-stdin"],
+        &path,
+        "a long share password\n",
     );
     let body: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["credentials_adopted"], true);

@@ -18,15 +18,29 @@ struct Fixture {
     attestations: Vec<AttestationRecord>,
 }
 
+/// Every row `sql` selects, each turned into a value by `map`.
+fn select<T, C: FromIterator<T>>(
+    conn: &Connection,
+    sql: &str,
+    map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> C {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], map)
+        .unwrap()
+        .collect::<Result<C, _>>()
+        .unwrap()
+}
+
 fn load() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("studio-identity.adf");
     std::fs::copy(fixtures_dir().join("studio-identity.adf"), &path).unwrap();
     let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let identity = conn
-        .prepare("SELECT purpose, value, encryption_algo, salt, kdf_params, code_access FROM adf_identity")
-        .unwrap()
-        .query_map([], |r| {
+    let identity = select(
+        &conn,
+        "SELECT purpose, value, encryption_algo, salt, kdf_params, code_access FROM adf_identity",
+        |r| {
             Ok(IdentityRow {
                 purpose: r.get(0)?,
                 value: r.get(1)?,
@@ -35,21 +49,15 @@ fn load() -> Fixture {
                 kdf_params: r.get(4)?,
                 code_access: r.get::<_, i64>(5)? != 0,
             })
-        })
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let meta = conn
-        .prepare("SELECT key, value FROM adf_meta")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let attestations = conn
-        .prepare("SELECT issuer, subject, role, issued_at, expires_at, scope, signature, raw_json FROM adf_attestations ORDER BY id")
-        .unwrap()
-        .query_map([], |r| {
+        },
+    );
+    let meta = select(&conn, "SELECT key, value FROM adf_meta", |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    });
+    let attestations = select(
+        &conn,
+        "SELECT issuer, subject, role, issued_at, expires_at, scope, signature, raw_json FROM adf_attestations ORDER BY id",
+        |r| {
             Ok(AttestationRecord {
                 issuer: r.get(0)?,
                 subject: r.get(1)?,
@@ -60,10 +68,8 @@ fn load() -> Fixture {
                 signature: r.get(6)?,
                 raw_json: r.get(7)?,
             })
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+        },
+    );
     Fixture {
         _dir: dir,
         identity,

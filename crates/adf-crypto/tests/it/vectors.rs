@@ -391,42 +391,28 @@ fn msg_04_05_06_07_13_14_alf_vectors() {
     );
 
     // (c) tampered variants.
-    expect_rejected(
-        alf::ingress_bytes(
-            s(case("tampered_payload"), "wire_json").as_bytes(),
+    for (name, at, status, message) in [
+        ("tampered_payload", &at_b, 403, "Invalid message signature"),
+        (
+            "tampered_payload_resigned_outer",
             &at_b,
-            &policy(),
+            403,
+            "Invalid payload signature",
         ),
-        403,
-        "Invalid message signature",
-    );
-    expect_rejected(
-        alf::ingress_bytes(
-            s(case("tampered_payload_resigned_outer"), "wire_json").as_bytes(),
+        ("to_rewritten", &at_c, 403, "Invalid message signature"),
+        (
+            "unsigned_level0",
             &at_b,
-            &policy(),
+            403,
+            "Message signature required but missing",
         ),
-        403,
-        "Invalid payload signature",
-    );
-    expect_rejected(
-        alf::ingress_bytes(
-            s(case("to_rewritten"), "wire_json").as_bytes(),
-            &at_c,
-            &policy(),
-        ),
-        403,
-        "Invalid message signature",
-    );
-    expect_rejected(
-        alf::ingress_bytes(
-            s(case("unsigned_level0"), "wire_json").as_bytes(),
-            &at_b,
-            &policy(),
-        ),
-        403,
-        "Message signature required but missing",
-    );
+    ] {
+        expect_rejected(
+            alf::ingress_bytes(s(case(name), "wire_json").as_bytes(), at, &policy()),
+            status,
+            message,
+        );
+    }
     let t = alf::ingress_bytes(
         s(case("transit_added"), "wire_json").as_bytes(),
         &at_b,
@@ -440,24 +426,26 @@ fn msg_04_05_06_07_13_14_alf_vectors() {
 
     // Deliberate deviation: a message for B delivered to C is refused (the reference accepts
     // level 1 and fails level 2 only at decryption). Both are 403 here, before decryption.
-    expect_rejected(
-        alf::ingress_bytes(
-            s(case("wrong_recipient"), "wire_json").as_bytes(),
+    for (name, at, status, message) in [
+        (
+            "wrong_recipient",
             &at_c,
-            &policy(),
+            403,
+            "addressed to a different agent",
         ),
-        403,
-        "addressed to a different agent",
-    );
-    expect_rejected(
-        alf::ingress_bytes(
-            s(case("level1_delivered_to_c"), "wire_json").as_bytes(),
+        (
+            "level1_delivered_to_c",
             &at_c,
-            &policy(),
+            403,
+            "addressed to a different agent",
         ),
-        403,
-        "addressed to a different agent",
-    );
+    ] {
+        expect_rejected(
+            alf::ingress_bytes(s(case(name), "wire_json").as_bytes(), at, &policy()),
+            status,
+            message,
+        );
+    }
     // ...while C's key indeed cannot decrypt B's payload.
     assert!(alf::decrypt_payload(wire["payload"].as_object().unwrap(), &ck).is_err());
 }

@@ -84,25 +84,37 @@ fn text_of(events: &[StreamEvent]) -> String {
         .collect()
 }
 
-// ---------------------------------------------------------------------------------------------
-// Anthropic
-// ---------------------------------------------------------------------------------------------
+/// Token counts in the order input, output, cache read, cache write, reasoning.
+fn usage(input: u64, output: u64, cache_read: u64, cache_write: u64, reasoning: u64) -> Usage {
+    Usage {
+        input,
+        output,
+        cache_read,
+        cache_write,
+        reasoning,
+    }
+}
 
-#[tokio::test]
-async fn anthropic_streams_text_with_usage_and_sends_exact_body() {
-    let mock = MockProvider::anthropic().await;
-    mock.push(Turn::text("Hello there, owner!").with_usage(MockUsage {
-        input: 120,
-        output: 9,
-        cache_read: 1000,
-        cache_write: 50,
-        reasoning: 0,
-    }));
-    let m = resolve(
-        &mock,
-        "anthropic",
-        json!({"model_id": "claude-test", "temperature": 0.3, "max_tokens": 1000, "top_p": 0.9}),
-    );
+/// Streams the golden conversation from `mock`, which answers "Hello there, owner!" in several
+/// deltas, reporting `expected` usage except for `sent_input` input tokens (OpenAI counts cached
+/// tokens as input; the adapter takes them out): the text arrives whole and the stream ends with
+/// `expected` usage and an end-of-turn stop.
+async fn golden_hello(
+    mock: &MockProvider,
+    ty: &str,
+    model: Value,
+    sent_input: u64,
+    expected: Usage,
+) {
+    let sent = MockUsage {
+        input: sent_input,
+        output: expected.output,
+        cache_read: expected.cache_read,
+        cache_write: expected.cache_write,
+        reasoning: expected.reasoning,
+    };
+    mock.push(Turn::text("Hello there, owner!").with_usage(sent));
+    let m = resolve(mock, ty, model);
     let req = m.request(
         Some("You are a test agent.".into()),
         golden_messages(),
@@ -115,20 +127,30 @@ async fn anthropic_streams_text_with_usage_and_sends_exact_body() {
         .count();
     assert!(deltas > 1, "text arrives in several deltas: {evs:?}");
     assert_eq!(text_of(&evs), "Hello there, owner!");
-    let usage = Usage {
-        input: 120,
-        output: 9,
-        cache_read: 1000,
-        cache_write: 50,
-        reasoning: 0,
-    };
     assert_eq!(
         evs[evs.len() - 2..],
         [
-            StreamEvent::Usage(usage),
+            StreamEvent::Usage(expected),
             StreamEvent::Stop(StopReason::EndTurn)
         ]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn anthropic_streams_text_with_usage_and_sends_exact_body() {
+    let mock = MockProvider::anthropic().await;
+    golden_hello(
+        &mock,
+        "anthropic",
+        json!({"model_id": "claude-test", "temperature": 0.3, "max_tokens": 1000, "top_p": 0.9}),
+        120,
+        usage(120, 9, 1000, 50, 0),
+    )
+    .await;
 
     let reqs = mock.requests();
     assert_eq!(reqs.len(), 1);
@@ -321,47 +343,16 @@ async fn anthropic_thinking_is_requested_and_streamed_with_signature() {
 #[tokio::test]
 async fn openai_streams_text_with_usage_and_sends_exact_body() {
     let mock = MockProvider::openai().await;
-    mock.push(Turn::text("Hello there, owner!").with_usage(MockUsage {
-        input: 1200,
-        output: 9,
-        cache_read: 1000,
-        cache_write: 0,
-        reasoning: 4,
-    }));
-    let m = resolve(
+    golden_hello(
         &mock,
         "openai",
         json!({"model_id": "gpt-test", "temperature": 0.3, "max_tokens": 1000,
                "params": [{"key": "frequency_penalty", "value": "0.5"}, {"key": "user", "value": "agent-1"}],
                "provider_params": {"metadata": {"run": "t1"}}}),
-    );
-    let req = m.request(
-        Some("You are a test agent.".into()),
-        golden_messages(),
-        vec![fs_write_tool()],
-    );
-    let evs = events(m.provider.as_ref(), &req).await;
-    assert!(
-        evs.iter()
-            .filter(|e| matches!(e, StreamEvent::TextDelta(_)))
-            .count()
-            > 1
-    );
-    assert_eq!(text_of(&evs), "Hello there, owner!");
-    let usage = Usage {
-        input: 200,
-        output: 9,
-        cache_read: 1000,
-        cache_write: 0,
-        reasoning: 4,
-    };
-    assert_eq!(
-        evs[evs.len() - 2..],
-        [
-            StreamEvent::Usage(usage),
-            StreamEvent::Stop(StopReason::EndTurn)
-        ]
-    );
+        1200,
+        usage(200, 9, 1000, 0, 4),
+    )
+    .await;
 
     let r = &mock.requests()[0];
     assert_eq!(

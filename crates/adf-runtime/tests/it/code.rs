@@ -77,6 +77,12 @@ async fn lambda(file: &mut AdfFile, env: &CodeEnv, source: &str, input: Value) -
     .await
 }
 
+/// Runs `code` inline in a fresh environment; the run must succeed. Returns its value.
+async fn run_ok(file: &mut AdfFile, code: &str) -> Value {
+    let env = env().await;
+    ok(inline(file, &env, code).await)
+}
+
 fn ok(run: CodeRun) -> Value {
     match run.result {
         Ok(v) => v,
@@ -124,18 +130,12 @@ fn task_rows(file: &AdfFile) -> Vec<(String, String)> {
 #[tokio::test]
 async fn cod_01_one_object_argument() {
     let (_d, _p, mut file) = new_agent();
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        r#"
+    let v = run_ok(&mut file, r#"
         const codes = [];
         for (const bad of [() => adf.fs_read('config.json'), () => adf.fs_read({path: 'a'}, {}), () => adf.fs_read([1])]) {
           try { await bad(); codes.push('ok') } catch (e) { codes.push(e.code) }
         }
-        return codes"#,
-    )
-    .await);
+        return codes"#).await;
     assert_eq!(
         v,
         json!(["INVALID_INPUT", "INVALID_INPUT", "INVALID_INPUT"])
@@ -167,15 +167,9 @@ async fn cod_02_calling_convention_example_results_parsed() {
 #[tokio::test]
 async fn cod_03_say_and_ask_excluded() {
     let (_d, _p, mut file) = new_agent();
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        r#"const out = [];
+    let v = run_ok(&mut file, r#"const out = [];
         for (const m of ['say', 'ask']) { try { await adf[m]({message: 'x', question: 'y'}) } catch (e) { out.push(e.code) } }
-        return out"#,
-    )
-    .await);
+        return out"#).await;
     assert_eq!(v, json!(["EXCLUDED_TOOL", "EXCLUDED_TOOL"]));
 }
 
@@ -314,10 +308,8 @@ async fn cod_39_fs_read_examples() {
         &FileWrite::default(),
     )
     .unwrap();
-    let env = env().await;
-    let v = ok(inline(
+    let v = run_ok(
         &mut file,
-        &env,
         r#"
         const result = await adf.fs_read({ path: 'README.md' })
         const text = result.content  // raw text
@@ -327,7 +319,7 @@ async fn cod_39_fs_read_examples() {
         const base64 = img.content  // base64-encoded binary
         return { text: typeof text, sliced: slicedText.trim().split('\n').length, base64 }"#,
     )
-    .await);
+    .await;
     assert_eq!(v["text"], "string");
     assert_eq!(v["sliced"], 100);
     assert_eq!(v["base64"], "iVBORwABAg==");
@@ -388,17 +380,15 @@ async fn cod_03_fs_list_and_fs_delete_examples() {
     common::enable(&mut file, "fs_delete");
     put(&mut file, "lib/a.ts", "export const a = 1", false);
     put(&mut file, "temp/scratch.txt", "x", false);
-    let env = env().await;
-    let v = ok(inline(
+    let v = run_ok(
         &mut file,
-        &env,
         r#"
         const files = await adf.fs_list({})
         const libFiles = await adf.fs_list({ prefix: 'lib/' })
         await adf.fs_delete({ path: 'temp/scratch.txt' })
         return { files, libFiles }"#,
     )
-    .await);
+    .await;
     assert!(v["libFiles"].to_string().contains("lib/a.ts"));
     assert!(!v["libFiles"].to_string().contains("README.md"));
     assert!(v["files"].to_string().contains("README.md"));
@@ -411,11 +401,7 @@ async fn cod_03_fs_list_and_fs_delete_examples() {
 async fn cod_38_db_examples_iterate_rows_and_full() {
     let (_d, _p, mut file) = new_agent();
     common::enable(&mut file, "db_execute");
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        r#"
+    let v = run_ok(&mut file, r#"
         await adf.db_execute({
           sql: 'CREATE TABLE IF NOT EXISTS local_events (id TEXT PRIMARY KEY, data TEXT, ts INTEGER)'
         })
@@ -431,9 +417,7 @@ async fn cod_38_db_examples_iterate_rows_and_full() {
         for (const row of await adf.db_query({ sql: 'SELECT * FROM local_events', _full: true })) {
           ids.push(row.id)
         }
-        return { capped: rows.length, all: allRows.length, ids }"#,
-    )
-    .await);
+        return { capped: rows.length, all: allRows.length, ids }"#).await;
     assert_eq!(
         v["capped"], 500,
         "the default cap applies to code without _full"
@@ -453,16 +437,14 @@ async fn cod_13_sys_lambda_example_and_default_main() {
         "export function add({ a, b }: { a: number; b: number }): number { return a + b }\nexport function main(args: any) { return { got: args } }",
         false,
     );
-    let env = env().await;
-    let v = ok(inline(
+    let v = run_ok(
         &mut file,
-        &env,
         r#"
         const result = await adf.sys_lambda({ source: 'lib/math.ts:add', args: { a: 1, b: 2 } })
         const main = await adf.sys_lambda({ source: 'lib/math.ts', args: { x: 1 } })
         return { result, main }"#,
     )
-    .await);
+    .await;
     assert_eq!(v, json!({ "result": 3, "main": { "got": { "x": 1 } } }));
 }
 
@@ -475,11 +457,7 @@ async fn cod_03_config_and_timer_examples() {
         "export function checkHealth() { return 'ok' }",
         false,
     );
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        r#"
+    let v = run_ok(&mut file, r#"
         const config = await adf.sys_get_config({})
         await adf.sys_set_timer({
           schedule: { type: 'interval', every_ms: 60000 },
@@ -492,28 +470,20 @@ async fn cod_03_config_and_timer_examples() {
         const list = Array.isArray(timers) ? timers : timers.timers
         await adf.sys_delete_timer({ id: String(list[0].id) })
         const after = await adf.sys_list_timers({})
-        return { name: typeof config, count: list.length, after: (Array.isArray(after) ? after : after.timers).length }"#,
-    )
-    .await);
+        return { name: typeof config, count: list.length, after: (Array.isArray(after) ? after : after.timers).length }"#).await;
     assert_eq!(v, json!({ "name": "object", "count": 1, "after": 0 }));
 }
 
 #[tokio::test]
 async fn cod_37_async_example_polls_the_task() {
     let (_d, _p, mut file) = new_agent();
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        r#"
+    let v = run_ok(&mut file, r#"
         const task = await adf.fs_write({ mode: 'write', path: 'big.txt', content: 'Large dataset ready', _async: true })
         const result = await adf.db_query({
           sql: 'SELECT status, result, error FROM adf_tasks WHERE id = ?',
           params: [task.task_id]
         })
-        return { task, row: result[0] }"#,
-    )
-    .await);
+        return { task, row: result[0] }"#).await;
     assert_eq!(v["task"]["status"], "running");
     assert_eq!(v["task"]["tool"], "fs_write");
     assert!(v["task"]["task_id"].as_str().unwrap().starts_with("task_"));
@@ -1005,13 +975,11 @@ async fn cod_20_restricted_methods_list_replaces_the_default() {
         "code_execution.restricted_methods",
         json!(["identity_status"]),
     );
-    let env = env().await;
-    let v = ok(inline(
+    let v = run_ok(
         &mut file,
-        &env,
         "try { await adf.identity_status({}) } catch (e) { return e.code }",
     )
-    .await);
+    .await;
     assert_eq!(v, "REQUIRES_AUTHORIZED_CODE");
 }
 
@@ -1241,10 +1209,8 @@ async fn cod_26_cod_28_cod_29_loop_inject_refuses_other_roles_bad_categories_and
 #[tokio::test]
 async fn cod_35_identity_methods_without_an_identity_store_plain() {
     let (_d, _p, mut file) = new_agent();
-    let env = env().await;
-    let v = ok(inline(
+    let v = run_ok(
         &mut file,
-        &env,
         r#"
         const status = await adf.identity_status({})
         // Store a credential from code...
@@ -1256,7 +1222,7 @@ async fn cod_35_identity_methods_without_an_identity_store_plain() {
         const pin = await adf.get_identity({ purpose: 'adapter:pin' })
         return { status, email, pin: [typeof pin, pin] }"#,
     )
-    .await);
+    .await;
     assert_eq!(v["pin"], json!(["string", "1234"]));
     assert_eq!(
         v["status"],
@@ -1469,13 +1435,7 @@ async fn idn_36_attestation_add_refuses_an_expired_attestation_and_keeps_a_curre
 #[tokio::test]
 async fn cod_46_emit_event_is_recorded() {
     let (_d, _p, mut file) = new_agent();
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        "const r = await adf.emit_event({ type: 'custom.deployed', payload: { v: 2 } }); let bad; try { await adf.emit_event({ type: 'deployed' }) } catch (e) { bad = e.code } return [r, bad]",
-    )
-    .await);
+    let v = run_ok(&mut file, "const r = await adf.emit_event({ type: 'custom.deployed', payload: { v: 2 } }); let bad; try { await adf.emit_event({ type: 'deployed' }) } catch (e) { bad = e.code } return [r, bad]").await;
     assert_eq!(v[0]["type"], "custom.deployed");
     assert_eq!(v[1], "INVALID_INPUT");
     let logs = file.table_rows("adf_logs", 100).unwrap();
@@ -1911,16 +1871,10 @@ async fn cod_37_aud_16_async_code_tools_from_code_run_beside_the_caller_and_reco
         "export async function main({ n }) { return n * 2 }",
         false,
     );
-    let env = env().await;
-    let v = ok(inline(
-        &mut file,
-        &env,
-        r#"
+    let v = run_ok(&mut file, r#"
         const code = await adf.sys_code({ code: 'console.log("bg"); return 6 * 7', _async: true })
         const lambda = await adf.sys_lambda({ source: 'lib/slow.ts', args: { n: 21 }, _async: true })
-        return { code, lambda }"#,
-    )
-    .await);
+        return { code, lambda }"#).await;
     assert_eq!(v["code"]["status"], "running", "returned at once: {v}");
     assert_eq!(v["lambda"]["status"], "running", "returned at once: {v}");
     // The run reports once its background tasks ended, so the rows are final.

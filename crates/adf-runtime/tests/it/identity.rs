@@ -9,14 +9,10 @@ use adf_runtime::home::{HomeError, RuntimeHome};
 use adf_runtime::identity::{self, IdentityError, LocalKeys, Provisioned};
 use adf_store::check::Severity;
 use adf_store::{AdfFile, CreateOptions};
+use adf_testkit::fixtures::{
+    MINIMAL_DID, STUDIO_DID, STUDIO_OWNER_DID, STUDIO_PROVIDER_KEY, TEST_MNEMONIC,
+};
 use serde_json::Value;
-
-const TEST_MNEMONIC: &str =
-    "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
-const STUDIO_OWNER_DID: &str = "did:key:z6Mkg8Z7cTsSo5m83tXmY93GiVPBFR2fePK84cdj2nC7AjoU";
-const STUDIO_DID: &str = "did:key:z6MktLg6r34FahyHfjyQsW9QWJqccDDKhucyQrJGbJqiBVGe";
-const MINIMAL_DID: &str = "did:key:z6MktBqvVtR8pFeAnweZr4BSH3Gs66CZsvH6LpdPgD2Kai7s";
-const STUDIO_PROVIDER_KEY: &str = "sk-golden-test-key-not-real";
 
 fn fixture(name: &str) -> PathBuf {
     crate::common::fixture(name)

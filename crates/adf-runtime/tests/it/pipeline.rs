@@ -395,21 +395,27 @@ fn tol_09_reserved_parameters_stripped_and_arguments_validated() {
     assert_eq!(unknown.code, ErrorCode::NotFound);
 }
 
-#[test]
-fn async_calls_become_tasks_and_resolve_by_the_rules() {
-    let (_dir, mut file, registry) = setup();
+/// The model calls `tool` with `_async: true`; the call must be queued. Its task id and status.
+fn queue(registry: &ToolRegistry, file: &mut AdfFile, tool: &str, value: &str) -> (String, String) {
     let queued = registry
         .call(
-            &mut file,
+            file,
             &common::model(),
-            "probe_4",
-            json!({ "value": "bg", "_async": true }),
+            tool,
+            json!({ "value": value, "_async": true }),
             &DenyAll,
         )
         .unwrap();
     let CallOutcome::Queued { task_id, status } = queued else {
         panic!("not queued")
     };
+    (task_id, status)
+}
+
+#[test]
+fn async_calls_become_tasks_and_resolve_by_the_rules() {
+    let (_dir, mut file, registry) = setup();
+    let (task_id, status) = queue(&registry, &mut file, "probe_4", "bg");
     assert_eq!(status, "running");
     assert!(
         file.meta_get("ran_probe_4").unwrap().is_none(),
@@ -422,18 +428,7 @@ fn async_calls_become_tasks_and_resolve_by_the_rules() {
     assert_eq!(file.task(&task_id).unwrap().unwrap().status, "completed");
 
     // A restricted `_async` call waits for approval without blocking the caller.
-    let queued = registry
-        .call(
-            &mut file,
-            &common::model(),
-            "probe_5",
-            json!({ "value": "later", "_async": true }),
-            &DenyAll,
-        )
-        .unwrap();
-    let CallOutcome::Queued { task_id, status } = queued else {
-        panic!("not queued")
-    };
+    let (task_id, status) = queue(&registry, &mut file, "probe_5", "later");
     assert_eq!(status, "pending_approval");
     // Unauthorized code may only escalate it; the owner approves, which runs it.
     let refused = resolve_task(
@@ -477,18 +472,7 @@ fn async_calls_become_tasks_and_resolve_by_the_rules() {
 #[test]
 fn task_resolve_deny_and_escalate() {
     let (_dir, mut file, registry) = setup();
-    let queued = registry
-        .call(
-            &mut file,
-            &common::model(),
-            "probe_4",
-            json!({ "value": "v", "_async": true }),
-            &DenyAll,
-        )
-        .unwrap();
-    let CallOutcome::Queued { task_id, .. } = queued else {
-        panic!("not queued")
-    };
+    let (task_id, _) = queue(&registry, &mut file, "probe_4", "v");
     // `running` tasks are not resolvable.
     let error = resolve_task(
         &registry,
@@ -501,18 +485,7 @@ fn task_resolve_deny_and_escalate() {
     .unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidState);
 
-    let queued = registry
-        .call(
-            &mut file,
-            &common::model(),
-            "probe_5",
-            json!({ "value": "v", "_async": true }),
-            &DenyAll,
-        )
-        .unwrap();
-    let CallOutcome::Queued { task_id, .. } = queued else {
-        panic!("not queued")
-    };
+    let (task_id, _) = queue(&registry, &mut file, "probe_5", "v");
     let escalated = resolve_task(
         &registry,
         &mut file,

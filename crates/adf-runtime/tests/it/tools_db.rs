@@ -49,6 +49,15 @@ fn query(
         json!({ "sql": sql, "params": params }),
     )
 }
+/// The model runs `sql` through db_execute, without parameters.
+fn model_exec(file: &mut AdfFile, sql: &str) -> Result<Value, ToolError> {
+    exec(file, &model(), sql, json!([]))
+}
+
+/// The model runs `sql` through db_query, without parameters.
+fn model_query(file: &mut AdfFile, sql: &str) -> Result<Value, ToolError> {
+    query(file, &model(), sql, json!([]))
+}
 
 fn set_config(file: &mut AdfFile, path: &str, value: Value) {
     file.config_set_path(adf_store::Caller::Owner, path, ConfigAction::Set, value)
@@ -708,13 +717,7 @@ fn tol_26_db_query_reads_local_and_listed_system_tables() {
         .unwrap_or_else(|e| panic!("{table}: {e}"));
         assert_eq!(result["truncated"], json!(false), "{table}");
     }
-    let result = query(
-        &mut file,
-        &model(),
-        "SELECT id, v FROM local_t ORDER BY id",
-        json!([]),
-    )
-    .unwrap();
+    let result = model_query(&mut file, "SELECT id, v FROM local_t ORDER BY id").unwrap();
     assert_eq!(
         result,
         json!({
@@ -736,63 +739,42 @@ fn tol_26_db_query_reads_local_and_listed_system_tables() {
     assert_eq!(files["rows"], json!([{"path": "mind.md"}]));
 
     // The schema is visible (names and DDL), the data of secret tables is not.
-    let schema = query(
+    let schema = model_query(
         &mut file,
-        &model(),
         "SELECT name FROM sqlite_master WHERE name IN ('adf_meta', 'local_t') ORDER BY name",
-        json!([]),
     )
     .unwrap();
     assert_eq!(
         schema["rows"],
         json!([{"name": "adf_meta"}, {"name": "local_t"}])
     );
-    let columns = query(
-        &mut file,
-        &model(),
-        "SELECT name FROM pragma_table_info('local_t')",
-        json!([]),
-    )
-    .unwrap();
+    let columns = model_query(&mut file, "SELECT name FROM pragma_table_info('local_t')").unwrap();
     assert_eq!(columns["rows"], json!([{"name": "id"}, {"name": "v"}]));
 
     // A trailing semicolon and comment are not a second statement.
-    let trailing = query(&mut file, &model(), "SELECT 1 AS x; -- done\n", json!([])).unwrap();
+    let trailing = model_query(&mut file, "SELECT 1 AS x; -- done\n").unwrap();
     assert_eq!(trailing["rows"], json!([{"x": 1}]));
 
     // Recursive CTEs, VALUES and table-valued JSON functions are reads too.
-    let values = query(&mut file, &model(), "VALUES (1, 'x')", json!([])).unwrap();
+    let values = model_query(&mut file, "VALUES (1, 'x')").unwrap();
     assert_eq!(values["rows"], json!([{"column1": 1, "column2": "x"}]));
-    let series = query(
-        &mut file,
-        &model(),
-        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) SELECT sum(x) AS s FROM c",
-        json!([]),
-    )
+    let series = model_query(&mut file, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) SELECT sum(x) AS s FROM c")
     .unwrap();
     assert_eq!(series["rows"], json!([{"s": 6}]));
-    let each = query(
-        &mut file,
-        &model(),
-        "SELECT value FROM json_each('[7, 8]')",
-        json!([]),
-    )
-    .unwrap();
+    let each = model_query(&mut file, "SELECT value FROM json_each('[7, 8]')").unwrap();
     assert_eq!(each["rows"], json!([{"value": 7}, {"value": 8}]));
 
     // A repeated column name keeps both values.
-    let joined = query(
+    let joined = model_query(
         &mut file,
-        &model(),
         "SELECT a.id, b.id FROM local_t a JOIN local_t b ON b.id = a.id + 1",
-        json!([]),
     )
     .unwrap();
     assert_eq!(joined["columns"], json!(["id", "id:2"]));
     assert_eq!(joined["rows"], json!([{"id": 1, "id:2": 2}]));
 
     // A write through db_query is refused.
-    let error = query(&mut file, &model(), "UPDATE local_t SET v = 'z'", json!([])).unwrap_err();
+    let error = model_query(&mut file, "UPDATE local_t SET v = 'z'").unwrap_err();
     assert_eq!(error.code, ErrorCode::WriteError);
 }
 
@@ -840,13 +822,7 @@ fn tol_27_db_query_caps_at_500_rows_with_a_footer_and_full_returns_all() {
     assert!(full.get("footer").is_none());
 
     // Exactly 500 rows is not truncated.
-    let exact = query(
-        &mut file,
-        &model(),
-        "SELECT n FROM local_n LIMIT 500",
-        json!([]),
-    )
-    .unwrap();
+    let exact = model_query(&mut file, "SELECT n FROM local_n LIMIT 500").unwrap();
     assert_eq!(
         (exact["row_count"].clone(), exact["truncated"].clone()),
         (json!(500), json!(false))
@@ -856,11 +832,9 @@ fn tol_27_db_query_caps_at_500_rows_with_a_footer_and_full_returns_all() {
 #[test]
 fn tol_28_params_bind_positionally() {
     let (_dir, _path, mut file) = agent();
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "CREATE TABLE local_p (a TEXT, b INTEGER, c REAL, d BLOB, e TEXT, f INTEGER)",
-        json!([]),
     )
     .unwrap();
     let inserted = exec(
@@ -891,26 +865,14 @@ fn tol_28_params_bind_positionally() {
         }])
     );
     // The model sees a BLOB's size, not its bytes.
-    let for_model = query(&mut file, &model(), "SELECT d FROM local_p", json!([])).unwrap();
+    let for_model = model_query(&mut file, "SELECT d FROM local_p").unwrap();
     assert_eq!(for_model["rows"], json!([{"d": {"$blob_bytes": 3}}]));
     // local_t survived the string that looked like SQL.
-    let count = query(
-        &mut file,
-        &model(),
-        "SELECT count(*) AS n FROM local_t",
-        json!([]),
-    )
-    .unwrap();
+    let count = model_query(&mut file, "SELECT count(*) AS n FROM local_t").unwrap();
     assert_eq!(count["rows"], json!([{"n": 2}]));
 
     let before = digest(&file);
-    let error = query(
-        &mut file,
-        &model(),
-        "SELECT * FROM local_p WHERE a = ?",
-        json!([]),
-    )
-    .unwrap_err();
+    let error = model_query(&mut file, "SELECT * FROM local_p WHERE a = ?").unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidInput);
     assert!(error.message.contains("1 parameter(s) but 0"), "{error}");
     let error = exec(
@@ -943,91 +905,47 @@ fn tol_28_params_bind_positionally() {
 #[test]
 fn tol_29_sto_24_db_execute_writes_local_tables_only() {
     let (_dir, _path, mut file) = agent();
-    let created = exec(
-        &mut file,
-        &model(),
-        "CREATE TABLE local_foo (x INTEGER)",
-        json!([]),
-    )
-    .unwrap();
+    let created = model_exec(&mut file, "CREATE TABLE local_foo (x INTEGER)").unwrap();
     assert_eq!(created["changes"], json!(0));
-    let inserted = exec(
-        &mut file,
-        &model(),
-        "INSERT INTO local_foo (x) VALUES (1), (2), (3)",
-        json!([]),
-    )
-    .unwrap();
+    let inserted = model_exec(&mut file, "INSERT INTO local_foo (x) VALUES (1), (2), (3)").unwrap();
     assert_eq!(inserted, json!({"changes": 3, "last_insert_rowid": 3}));
-    let updated = exec(
-        &mut file,
-        &model(),
-        "UPDATE local_foo SET x = x * 10 WHERE x > 1",
-        json!([]),
-    )
-    .unwrap();
+    let updated = model_exec(&mut file, "UPDATE local_foo SET x = x * 10 WHERE x > 1").unwrap();
     assert_eq!(updated["changes"], json!(2));
-    let deleted = exec(
-        &mut file,
-        &model(),
-        "DELETE FROM local_foo WHERE x = 1",
-        json!([]),
-    )
-    .unwrap();
+    let deleted = model_exec(&mut file, "DELETE FROM local_foo WHERE x = 1").unwrap();
     assert_eq!(deleted["changes"], json!(1));
-    exec(
+    model_exec(&mut file, "CREATE INDEX local_foo_x ON local_foo (x)").unwrap();
+    model_exec(&mut file, "DROP INDEX local_foo_x").unwrap();
+    model_exec(
         &mut file,
-        &model(),
-        "CREATE INDEX local_foo_x ON local_foo (x)",
-        json!([]),
-    )
-    .unwrap();
-    exec(&mut file, &model(), "DROP INDEX local_foo_x", json!([])).unwrap();
-    exec(
-        &mut file,
-        &model(),
         "CREATE TABLE IF NOT EXISTS local_foo (x INTEGER)",
-        json!([]),
     )
     .unwrap();
-    let returning = exec(
+    let returning = model_exec(
         &mut file,
-        &model(),
         "INSERT INTO local_foo (x) VALUES (7) RETURNING x",
-        json!([]),
     )
     .unwrap();
     assert_eq!(returning["changes"], json!(1));
     // A local table that references another local table is fine.
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "CREATE TABLE local_child (t INTEGER REFERENCES local_t (id))",
-        json!([]),
     )
     .unwrap();
-    exec(&mut file, &model(), "DROP TABLE local_child", json!([])).unwrap();
+    model_exec(&mut file, "DROP TABLE local_child").unwrap();
     // Dropping an AUTOINCREMENT table also drops its counter.
-    exec(&mut file, &model(), "DROP TABLE local_t", json!([])).unwrap();
-    let gone = query(
+    model_exec(&mut file, "DROP TABLE local_t").unwrap();
+    let gone = model_query(
         &mut file,
-        &model(),
         "SELECT count(*) AS n FROM sqlite_sequence WHERE name = 'local_t'",
-        json!([]),
     )
     .unwrap();
     assert_eq!(gone["rows"], json!([{"n": 0}]));
 
     let before = digest(&file);
-    let error = exec(&mut file, &model(), "CREATE TABLE foo (x)", json!([])).unwrap_err();
+    let error = model_exec(&mut file, "CREATE TABLE foo (x)").unwrap_err();
     assert_eq!(error.code, ErrorCode::WriteError);
-    let error = exec(
-        &mut file,
-        &model(),
-        "UPDATE adf_files SET content = 'x'",
-        json!([]),
-    )
-    .unwrap_err();
+    let error = model_exec(&mut file, "UPDATE adf_files SET content = 'x'").unwrap_err();
     assert_eq!(error.code, ErrorCode::WriteError);
     assert_eq!(digest(&file), before);
 }
@@ -1056,27 +974,19 @@ fn db_execute_failure_mid_statement_leaves_the_file_unchanged() {
     let (_dir, _path, mut file) = agent();
     let before = digest(&file);
     // The third row violates UNIQUE(v): the two before it must not stay.
-    let error = exec(
+    let error = model_exec(
         &mut file,
-        &model(),
         "INSERT INTO local_t (v) VALUES ('c'), ('d'), ('a')",
-        json!([]),
     )
     .unwrap_err();
     assert_eq!(error.code, ErrorCode::ToolError);
     assert!(error.message.contains("UNIQUE"), "{error}");
-    let error = exec(
-        &mut file,
-        &model(),
-        "INSERT INTO local_missing VALUES (1)",
-        json!([]),
-    )
-    .unwrap_err();
+    let error = model_exec(&mut file, "INSERT INTO local_missing VALUES (1)").unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidInput);
     assert!(error.message.contains("no such table"), "{error}");
-    let error = exec(&mut file, &model(), "INSERT INTO", json!([])).unwrap_err();
+    let error = model_exec(&mut file, "INSERT INTO").unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidInput);
-    let error = exec(&mut file, &model(), "  -- nothing\n", json!([])).unwrap_err();
+    let error = model_exec(&mut file, "  -- nothing\n").unwrap_err();
     assert_eq!(error.code, ErrorCode::InvalidInput);
     assert_eq!(digest(&file), before);
 }
@@ -1131,11 +1041,9 @@ fn tol_30_table_protections_append_only() {
         }
     }
     // INSERT OR IGNORE keeps history and is allowed; the owner is not bound.
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "INSERT OR IGNORE INTO local_ledger (id, entry) VALUES (1, 'dup')",
-        json!([]),
     )
     .unwrap();
     exec(
@@ -1146,7 +1054,7 @@ fn tol_30_table_protections_append_only() {
     )
     .unwrap();
     // An unlisted table stays writable.
-    exec(&mut file, &model(), "DELETE FROM local_t", json!([])).unwrap();
+    model_exec(&mut file, "DELETE FROM local_t").unwrap();
 }
 
 #[test]
@@ -1154,20 +1062,12 @@ fn tol_30_table_protections_authorized() {
     let (_dir, _path, mut file) = agent();
     protect(&mut file, "local_secret", "authorized");
     // CREATE is the one write open to everyone.
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "CREATE TABLE local_secret (k TEXT PRIMARY KEY, v TEXT)",
-        json!([]),
     )
     .unwrap();
-    exec(
-        &mut file,
-        &model(),
-        "CREATE INDEX local_secret_v ON local_secret (v)",
-        json!([]),
-    )
-    .unwrap();
+    model_exec(&mut file, "CREATE INDEX local_secret_v ON local_secret (v)").unwrap();
     let before = digest(&file);
     for caller in [model(), code()] {
         for sql in [
@@ -1186,7 +1086,7 @@ fn tol_30_table_protections_authorized() {
         }
     }
     // Reading stays open.
-    query(&mut file, &model(), "SELECT * FROM local_secret", json!([])).unwrap();
+    model_query(&mut file, "SELECT * FROM local_secret").unwrap();
 
     let logs_before = bypass_logs(&mut file);
     exec(
@@ -1239,11 +1139,9 @@ fn bypass_logs(file: &mut AdfFile) -> i64 {
 fn sto_25_vec0_create_insert_and_knn_query_through_the_tools() {
     let (_dir, _path, mut file) = new_agent();
     enable(&mut file, "db_execute");
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "CREATE VIRTUAL TABLE local_docs USING vec0(embedding float[3])",
-        json!([]),
     )
     .unwrap();
     for (id, vector) in [
@@ -1269,13 +1167,7 @@ fn sto_25_vec0_create_insert_and_knn_query_through_the_tools() {
     .unwrap();
     assert_eq!(nearest["rows"], json!([{"rowid": 1}, {"rowid": 3}]));
     // The extension maintains its shadow tables itself; deleting through the table works.
-    let deleted = exec(
-        &mut file,
-        &model(),
-        "DELETE FROM local_docs WHERE rowid = 1",
-        json!([]),
-    )
-    .unwrap();
+    let deleted = model_exec(&mut file, "DELETE FROM local_docs WHERE rowid = 1").unwrap();
     assert_eq!(deleted["changes"], json!(1));
     let nearest = query(
         &mut file,
@@ -1285,12 +1177,10 @@ fn sto_25_vec0_create_insert_and_knn_query_through_the_tools() {
     )
     .unwrap();
     assert_eq!(nearest["rows"], json!([{"rowid": 3}]));
-    exec(&mut file, &model(), "DROP TABLE local_docs", json!([])).unwrap();
-    let left = query(
+    model_exec(&mut file, "DROP TABLE local_docs").unwrap();
+    let left = model_query(
         &mut file,
-        &model(),
         "SELECT count(*) AS n FROM sqlite_master WHERE name LIKE 'local_docs%'",
-        json!([]),
     )
     .unwrap();
     assert_eq!(left["rows"], json!([{"n": 0}]));
@@ -1328,24 +1218,20 @@ fn met_22_a_local_full_text_index_over_adf_meta_still_cannot_read_it() {
     let (_dir, _path, mut file) = agent();
     // Creating an external-content index reads nothing; every later read of the content table
     // happens inside a policed statement and is refused there.
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "CREATE VIRTUAL TABLE local_f USING fts5(value, content='adf_meta')",
-        json!([]),
     )
     .unwrap();
     let before = digest(&file);
-    let error = query(&mut file, &model(), "SELECT value FROM local_f", json!([])).unwrap_err();
+    let error = model_query(&mut file, "SELECT value FROM local_f").unwrap_err();
     assert!(
         error.message.contains("adf_meta is not readable"),
         "{error}"
     );
-    let error = exec(
+    let error = model_exec(
         &mut file,
-        &model(),
         "INSERT INTO local_f (local_f) VALUES ('rebuild')",
-        json!([]),
     )
     .unwrap_err();
     assert!(
@@ -1354,25 +1240,19 @@ fn met_22_a_local_full_text_index_over_adf_meta_still_cannot_read_it() {
     );
     assert_eq!(digest(&file), before);
     // An ordinary full-text table works.
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "CREATE VIRTUAL TABLE local_notes USING fts5(body)",
-        json!([]),
     )
     .unwrap();
-    exec(
+    model_exec(
         &mut file,
-        &model(),
         "INSERT INTO local_notes (body) VALUES ('the quick brown fox'), ('lazy dog')",
-        json!([]),
     )
     .unwrap();
-    let hits = query(
+    let hits = model_query(
         &mut file,
-        &model(),
         "SELECT body FROM local_notes WHERE local_notes MATCH 'fox'",
-        json!([]),
     )
     .unwrap();
     assert_eq!(hits["rows"], json!([{"body": "the quick brown fox"}]));

@@ -2,10 +2,10 @@
 //! `fs_delete` for the model, unauthorized code and authorized code (FIL-04..FIL-19, TOL-15..25).
 use crate::common;
 
-use adf_runtime::tools::ErrorCode;
+use adf_runtime::tools::{Caller, ErrorCode};
 use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
 use base64::Engine as _;
-use common::{authorized, call, call_approved, code, digest, model, new_agent};
+use common::{authorized, call, call_approved, code, digest, model, new_agent, refused};
 use serde_json::{Value, json};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -96,6 +96,16 @@ fn bypass_logs(file: &AdfFile, target: &str) -> i64 {
 
 fn write(path: &str, content: &str) -> Value {
     json!({ "mode": "write", "path": path, "content": content })
+}
+
+/// `caller` writes `content` to `path` with fs_write; the write must succeed. Returns its result.
+fn write_as(file: &mut AdfFile, caller: &Caller, path: &str, content: &str) -> Value {
+    call(file, caller, "fs_write", write(path, content)).unwrap()
+}
+
+/// `caller` reads `path` with fs_read; the read must succeed.
+fn read_as(file: &mut AdfFile, caller: &Caller, path: &str) -> Value {
+    call(file, caller, "fs_read", json!({ "path": path })).unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -196,14 +206,12 @@ fn fil_05_fil_13_read_only_write_refused_for_agents_bypassed_visibly_by_authoriz
     assert_eq!(digest_without_tasks(&file), before);
     assert_eq!(tasks(&file)[0].2["reason"], "protection");
 
-    let before = digest(&file);
-    let error = call(&mut file, &code(), "fs_write", write("locked.json", "[1]")).unwrap_err();
+    let error = refused(&mut file, &code(), "fs_write", write("locked.json", "[1]"));
     assert_eq!(error.code, ErrorCode::WriteError);
     assert_eq!(
         error.message,
         "Cannot write to \"locked.json\": file is read_only."
     );
-    assert_eq!(digest(&file), before);
 
     let result = call(
         &mut file,
@@ -265,14 +273,12 @@ fn fil_06_read_only_and_no_delete_files_refuse_agent_delete() {
     owner_put(&mut file, "nd.txt", b"n", FileProtection::NoDelete);
     owner_put(&mut file, "free.txt", b"f", FileProtection::None);
     for (path, level) in [("ro.txt", "read_only"), ("nd.txt", "no_delete")] {
-        let before = digest(&file);
-        let error = call(&mut file, &code(), "fs_delete", json!({ "path": path })).unwrap_err();
+        let error = refused(&mut file, &code(), "fs_delete", json!({ "path": path }));
         assert_eq!(error.code, ErrorCode::WriteError);
         assert_eq!(
             error.message,
             format!("Cannot delete \"{path}\": file is {level}.")
         );
-        assert_eq!(digest(&file), before);
         let result = call(
             &mut file,
             &authorized(),
@@ -296,29 +302,20 @@ fn fil_06_read_only_and_no_delete_files_refuse_agent_delete() {
     )
     .unwrap();
     assert_eq!(result, json!("Deleted free.txt."));
-    let before = digest(&file);
-    let error = call(
+    let error = refused(
         &mut file,
         &model(),
         "fs_delete",
         json!({ "path": "free.txt" }),
-    )
-    .unwrap_err();
+    );
     assert_eq!(error.code, ErrorCode::NotFound);
-    assert_eq!(digest(&file), before);
 }
 
 #[test]
 fn fil_07_read_only_files_are_readable_by_the_agent() {
     let (_dir, _path, mut file) = new_agent();
     owner_put(&mut file, "rules.md", b"be kind", FileProtection::ReadOnly);
-    let result = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "rules.md" }),
-    )
-    .unwrap();
+    let result = read_as(&mut file, &model(), "rules.md");
     assert_eq!(result["content"], "be kind");
     assert_eq!(result["protection"], "read_only");
     assert_eq!(result["mime_type"], "text/markdown");
@@ -346,13 +343,7 @@ fn fil_07_read_only_files_are_readable_by_the_agent() {
 #[test]
 fn fil_08_no_delete_files_are_writable_by_the_agent() {
     let (_dir, _path, mut file) = new_agent();
-    let result = call(
-        &mut file,
-        &model(),
-        "fs_write",
-        write("mind.md", "# mind\n"),
-    )
-    .unwrap();
+    let result = write_as(&mut file, &model(), "mind.md", "# mind\n");
     assert_eq!(result, json!("Wrote mind.md (7 bytes)."));
     assert_eq!(content_of(&file, "mind.md").unwrap(), b"# mind\n");
     assert_eq!(
@@ -366,10 +357,8 @@ fn fil_09_allow_protected_writes_changes_nothing() {
     let (_dir, _path, mut file) = new_agent();
     owner_put(&mut file, "locked.md", b"v0", FileProtection::ReadOnly);
     owner_config(&mut file, "security.allow_protected_writes", json!(true));
-    let before = digest(&file);
-    let error = call(&mut file, &code(), "fs_write", write("locked.md", "v1")).unwrap_err();
+    let error = refused(&mut file, &code(), "fs_write", write("locked.md", "v1"));
     assert_eq!(error.code, ErrorCode::WriteError);
-    assert_eq!(digest(&file), before);
 }
 
 #[test]
@@ -386,13 +375,7 @@ fn fil_10_fil_11_agent_writes_clear_authorized_and_failed_writes_do_not() {
         file.file_set_authorized(adf_store::Caller::Owner, path, true)
             .unwrap();
     }
-    call(
-        &mut file,
-        &model(),
-        "fs_write",
-        write("lib/tool.ts", "export const x = 1"),
-    )
-    .unwrap();
+    write_as(&mut file, &model(), "lib/tool.ts", "export const x = 1");
     assert!(
         !file
             .file_read("lib/tool.ts")
@@ -435,7 +418,7 @@ fn fil_14_protection_parameter_applies_to_new_files_only() {
         "read_only"
     );
 
-    call(&mut file, &model(), "fs_write", write("notes/b.md", "x")).unwrap();
+    write_as(&mut file, &model(), "notes/b.md", "x");
     let mut args = write("notes/b.md", "y");
     args["protection"] = json!("read_only");
     assert_eq!(
@@ -462,13 +445,7 @@ fn fil_17_fil_18_free_layout_and_size_in_bytes() {
         let info = file.file_read(path).unwrap().unwrap().info;
         assert_eq!(info.size, 3, "size counts bytes of {path}");
     }
-    let read = call(
-        &mut file,
-        &code(),
-        "fs_read",
-        json!({ "path": "data/x.csv" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &code(), "data/x.csv");
     assert_eq!(read["size"], 3);
     assert_eq!(read["content"], "€");
     assert_eq!(read["mime_type"], "text/csv");
@@ -477,29 +454,11 @@ fn fil_17_fil_18_free_layout_and_size_in_bytes() {
 #[test]
 fn fil_19_document_md_aliases_readme() {
     let (_dir, _path, mut file) = new_agent();
-    call(
-        &mut file,
-        &model(),
-        "fs_write",
-        write("README.md", "# Primary\n"),
-    )
-    .unwrap();
-    let read = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "document.md" }),
-    )
-    .unwrap();
+    write_as(&mut file, &model(), "README.md", "# Primary\n");
+    let read = read_as(&mut file, &model(), "document.md");
     assert_eq!(read["path"], "README.md");
     assert_eq!(read["content"], "# Primary\n");
-    let result = call(
-        &mut file,
-        &model(),
-        "fs_write",
-        write("document.md", "# Renamed\n"),
-    )
-    .unwrap();
+    let result = write_as(&mut file, &model(), "document.md", "# Renamed\n");
     assert_eq!(result, json!("Wrote README.md (10 bytes)."));
     assert_eq!(content_of(&file, "README.md").unwrap(), b"# Renamed\n");
     assert!(
@@ -537,13 +496,7 @@ fn tol_15_model_read_of_a_long_file_shows_a_50_line_preview() {
         FileProtection::None,
     );
 
-    let read = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "data/long.txt" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &model(), "data/long.txt");
     let head: String = (1..=50).map(|n| format!("line {n}\n")).collect();
     let tokens = text.chars().count().div_ceil(4);
     assert_eq!(
@@ -556,13 +509,7 @@ fn tol_15_model_read_of_a_long_file_shows_a_50_line_preview() {
     assert_eq!(read["size"], text.len());
 
     // Code always gets everything.
-    let read = call(
-        &mut file,
-        &code(),
-        "fs_read",
-        json!({ "path": "data/long.txt" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &code(), "data/long.txt");
     assert_eq!(read["content"], json!(text));
 
     // An explicit range is what the model asked for: no preview.
@@ -584,13 +531,7 @@ fn tol_15_model_read_of_a_long_file_shows_a_50_line_preview() {
         text300.as_bytes(),
         FileProtection::None,
     );
-    let read = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "data/300.txt" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &model(), "data/300.txt");
     assert_eq!(read["content"], json!(text300));
 }
 
@@ -605,13 +546,7 @@ fn tol_15_model_read_over_the_token_limit_is_truncated_with_the_full_size() {
         text.as_bytes(),
         FileProtection::None,
     );
-    let read = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "data/big.txt" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &model(), "data/big.txt");
     assert_eq!(
         read["content"],
         json!(format!(
@@ -627,13 +562,7 @@ fn tol_15_model_read_over_the_token_limit_is_truncated_with_the_full_size() {
         "y".repeat(400).as_bytes(),
         FileProtection::None,
     );
-    let read = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "data/400.txt" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &model(), "data/400.txt");
     assert_eq!(read["content"], json!("y".repeat(400)));
     // Ranges do not escape the token limit.
     let read = call(
@@ -645,13 +574,7 @@ fn tol_15_model_read_over_the_token_limit_is_truncated_with_the_full_size() {
     .unwrap();
     assert!(read["content"].as_str().unwrap().contains("[Truncated:"));
     // Code is never truncated.
-    let read = call(
-        &mut file,
-        &code(),
-        "fs_read",
-        json!({ "path": "data/big.txt" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &code(), "data/big.txt");
     assert_eq!(read["content"], json!(text));
 }
 
@@ -724,24 +647,12 @@ fn tol_17_tol_23_binary_round_trips_as_base64_and_reaches_the_model_as_metadata(
     );
     assert_eq!(content_of(&file, "img/pixel.png").unwrap(), png);
 
-    let read = call(
-        &mut file,
-        &code(),
-        "fs_read",
-        json!({ "path": "img/pixel.png" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &code(), "img/pixel.png");
     assert_eq!(read["content"], json!(B64.encode(&png)));
     assert_eq!(read["mime_type"], "image/png");
     assert_eq!(read["size"], png.len());
 
-    let read = call(
-        &mut file,
-        &model(),
-        "fs_read",
-        json!({ "path": "img/pixel.png" }),
-    )
-    .unwrap();
+    let read = read_as(&mut file, &model(), "img/pixel.png");
     assert_eq!(read["content"], Value::Null);
     assert_eq!(read["mime_type"], "image/png");
     assert_eq!(read["size"], png.len());
@@ -751,25 +662,13 @@ fn tol_17_tol_23_binary_round_trips_as_base64_and_reaches_the_model_as_metadata(
         "mode": "write", "path": "blob.bin", "content": B64.encode(b"abc"), "encoding": "base64"
     });
     call(&mut file, &code(), "fs_write", args).unwrap();
-    let read = call(&mut file, &code(), "fs_read", json!({ "path": "blob.bin" })).unwrap();
+    let read = read_as(&mut file, &code(), "blob.bin");
     assert_eq!(read["content"], json!(B64.encode(b"abc")));
     assert_eq!(read["mime_type"], "application/octet-stream");
 
     // A text write to an unknown extension is text.
-    call(
-        &mut file,
-        &code(),
-        "fs_write",
-        write("notes/TODO", "buy milk"),
-    )
-    .unwrap();
-    let read = call(
-        &mut file,
-        &code(),
-        "fs_read",
-        json!({ "path": "notes/TODO" }),
-    )
-    .unwrap();
+    write_as(&mut file, &code(), "notes/TODO", "buy milk");
+    let read = read_as(&mut file, &code(), "notes/TODO");
     assert_eq!(read["content"], "buy milk");
     assert_eq!(read["mime_type"], "text/plain");
 
@@ -869,20 +768,17 @@ fn tol_18_mode_is_required_and_parameters_must_fit_it() {
 fn tol_19_write_size_cap_with_core_files_exempt() {
     let (_dir, _path, mut file) = new_agent();
     let max = 5_000_000usize;
-    let before = digest(&file);
-    let error = call(
+    let error = refused(
         &mut file,
         &code(),
         "fs_write",
         write("data/x", &"a".repeat(max + 1)),
-    )
-    .unwrap_err();
+    );
     assert_eq!(error.code, ErrorCode::ToolError);
     assert_eq!(
         error.message,
         "Write rejected: data/x would be 5000001 bytes but limits.max_file_write_bytes is 5000000."
     );
-    assert_eq!(digest(&file), before);
 
     call(
         &mut file,
@@ -902,7 +798,7 @@ fn tol_19_write_size_cap_with_core_files_exempt() {
 
     // A configured cap, and append measured on the resulting size.
     owner_config(&mut file, "limits.max_file_write_bytes", json!(10));
-    call(&mut file, &code(), "fs_write", write("small.txt", "123456")).unwrap();
+    write_as(&mut file, &code(), "small.txt", "123456");
     let before = digest(&file);
     let append = json!({ "mode": "append", "path": "small.txt", "content": "78901" });
     let error = call(&mut file, &code(), "fs_write", append).unwrap_err();
@@ -1017,10 +913,8 @@ fn tol_21_batch_edits_apply_in_order_and_atomically() {
             "edits[1]: old_text not found in config.md. Use fs_read to check the current content. Batch aborted, file unchanged.",
         ),
     ] {
-        let before = digest(&file);
-        let error = call(&mut file, &model(), "fs_write", batch(edits)).unwrap_err();
+        let error = refused(&mut file, &model(), "fs_write", batch(edits));
         assert_eq!(error.message, message);
-        assert_eq!(digest(&file), before);
     }
 
     let result = call(

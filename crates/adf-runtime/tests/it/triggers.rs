@@ -100,117 +100,58 @@ fn trg_06_trg_16_target_validation() {
 
 #[test]
 fn trg_15_filters_per_trigger() {
-    let inbox = target(
+    let inbox = (
         "on_inbox",
         json!({ "scope": "agent", "filter": { "source": ["telegram", "mesh"], "sender": "did:key:z6MkA" } }),
     );
-    assert!(accepts(
-        &inbox,
-        &event(
-            TriggerKind::OnInbox,
-            0,
-            json!({ "source": "mesh", "from": "did:key:z6MkA" })
-        )
-    ));
-    assert!(!accepts(
-        &inbox,
-        &event(
-            TriggerKind::OnInbox,
-            0,
-            json!({ "source": "email", "from": "did:key:z6MkA" })
-        )
-    ));
-    assert!(!accepts(
-        &inbox,
-        &event(
-            TriggerKind::OnInbox,
-            0,
-            json!({ "source": "mesh", "from": "did:key:z6MkB" })
-        )
-    ));
-    let outbox = target(
+    let outbox = (
         "on_outbox",
         json!({ "scope": "agent", "filter": { "to": "did:key:z6MkC" } }),
     );
-    assert!(accepts(
-        &outbox,
-        &event(TriggerKind::OnOutbox, 0, json!({ "to": "did:key:z6MkC" }))
-    ));
-    assert!(!accepts(
-        &outbox,
-        &event(TriggerKind::OnOutbox, 0, json!({ "to": "did:key:z6MkD" }))
-    ));
-    let tools = target(
+    let tools = (
         "on_tool_call",
         json!({ "scope": "system", "lambda": "lib/t.ts", "filter": { "tools": ["fs_*"] } }),
     );
-    assert!(accepts(
-        &tools,
-        &event(TriggerKind::OnToolCall, 0, json!({ "tool": "fs_write" }))
-    ));
-    assert!(!accepts(
-        &tools,
-        &event(TriggerKind::OnToolCall, 0, json!({ "tool": "db_query" }))
-    ));
-    let done = target(
+    let done = (
         "on_task_complete",
         json!({ "scope": "agent", "filter": { "status": ["failed"] } }),
     );
-    assert!(accepts(
-        &done,
-        &event(
-            TriggerKind::OnTaskComplete,
-            0,
-            json!({ "tool": "x", "status": "failed" })
-        )
-    ));
-    assert!(!accepts(
-        &done,
-        &event(
-            TriggerKind::OnTaskComplete,
-            0,
-            json!({ "tool": "x", "status": "completed" })
-        )
-    ));
-    let logs = target(
+    let logs = (
         "on_logs",
         json!({ "scope": "system", "lambda": "lib/l.ts", "filter": { "level": ["error"], "origin": ["mcp*"] } }),
     );
-    assert!(accepts(
-        &logs,
-        &event(
-            TriggerKind::OnLogs,
-            0,
-            json!({ "level": "error", "origin": "mcp:github" })
-        )
-    ));
-    assert!(!accepts(
-        &logs,
-        &event(
-            TriggerKind::OnLogs,
-            0,
-            json!({ "level": "warn", "origin": "mcp:github" })
-        )
-    ));
-    let llm = target(
+    let llm = (
         "on_llm_call",
         json!({ "scope": "system", "lambda": "lib/m.ts", "filter": { "source": ["compaction"] } }),
     );
-    assert!(accepts(
-        &llm,
-        &event(TriggerKind::OnLlmCall, 0, json!({ "source": "compaction" }))
-    ));
-    assert!(!accepts(
-        &llm,
-        &event(TriggerKind::OnLlmCall, 0, json!({ "source": "turn" }))
-    ));
-    assert!(
-        !accepts(
-            &llm,
-            &event(TriggerKind::OnLogs, 0, json!({ "source": "compaction" }))
-        ),
-        "other kinds never match"
-    );
+    use TriggerKind::*;
+    // One row per case: (target, event kind, event data, accepted).
+    #[rustfmt::skip]
+    let cases = [
+        (&inbox, OnInbox, json!({ "source": "mesh", "from": "did:key:z6MkA" }), true),
+        (&inbox, OnInbox, json!({ "source": "email", "from": "did:key:z6MkA" }), false),
+        (&inbox, OnInbox, json!({ "source": "mesh", "from": "did:key:z6MkB" }), false),
+        (&outbox, OnOutbox, json!({ "to": "did:key:z6MkC" }), true),
+        (&outbox, OnOutbox, json!({ "to": "did:key:z6MkD" }), false),
+        (&tools, OnToolCall, json!({ "tool": "fs_write" }), true),
+        (&tools, OnToolCall, json!({ "tool": "db_query" }), false),
+        (&done, OnTaskComplete, json!({ "tool": "x", "status": "failed" }), true),
+        (&done, OnTaskComplete, json!({ "tool": "x", "status": "completed" }), false),
+        (&logs, OnLogs, json!({ "level": "error", "origin": "mcp:github" }), true),
+        (&logs, OnLogs, json!({ "level": "warn", "origin": "mcp:github" }), false),
+        (&llm, OnLlmCall, json!({ "source": "compaction" }), true),
+        (&llm, OnLlmCall, json!({ "source": "turn" }), false),
+        // Other kinds never match.
+        (&llm, OnLogs, json!({ "source": "compaction" }), false),
+    ];
+    for ((trigger, raw), kind, data, expected) in cases {
+        let subject = target(trigger, raw.clone());
+        assert_eq!(
+            accepts(&subject, &event(kind, 0, data.clone())),
+            expected,
+            "{trigger} {raw} on {kind:?} {data}"
+        );
+    }
 }
 
 #[test]

@@ -6,6 +6,15 @@ use adf_sandbox::{Entry, LogLevel, Request, SandboxError, bytes_value, value_byt
 use common::*;
 use serde_json::json;
 
+/// Runs `code` inline in a fresh sandbox whose host has no files; the run must succeed.
+async fn run_inline(code: &str) -> serde_json::Value {
+    let sb = sandbox().await;
+    sb.run(inline(code), TestHost::new(&[]))
+        .await
+        .unwrap()
+        .value
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_round_trip_records_calls_and_parses_results() {
     let sb = sandbox().await;
@@ -58,31 +67,15 @@ async fn cod_01_calls_take_one_object_argument() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cod_02_text_results_are_parsed_when_json_else_raw() {
-    let sb = sandbox().await;
-    let host = TestHost::new(&[]);
-    let out = sb
-        .run(
-            inline("return [await adf.text({ text: '{\"a\":1}' }), await adf.text({ text: 'plain words' }), await adf.text({ text: '[1,2]' })];"),
-            host,
-        )
-        .await
-        .unwrap();
-    assert_eq!(out.value, json!([{"a": 1}, "plain words", [1, 2]]));
+    let value = run_inline("return [await adf.text({ text: '{\"a\":1}' }), await adf.text({ text: 'plain words' }), await adf.text({ text: '[1,2]' })];").await;
+    assert_eq!(value, json!([{"a": 1}, "plain words", [1, 2]]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cod_02_raw_text_answers_stay_strings_even_when_they_look_like_json() {
-    let sb = sandbox().await;
-    let host = TestHost::new(&[]);
-    let out = sb
-        .run(
-            inline("const out = [];\nfor (const text of ['42', '{\"a\":1}', 'true', 'plain']) out.push(await adf.raw({ text }));\nreturn out.map((v) => [typeof v, v]);"),
-            host,
-        )
-        .await
-        .unwrap();
+    let value = run_inline("const out = [];\nfor (const text of ['42', '{\"a\":1}', 'true', 'plain']) out.push(await adf.raw({ text }));\nreturn out.map((v) => [typeof v, v]);").await;
     assert_eq!(
-        out.value,
+        value,
         json!([
             ["string", "42"],
             ["string", "{\"a\":1}"],

@@ -8,56 +8,25 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use adf_server::Agent;
-use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions};
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, wait_for};
+use common::{Harness, agent_file, chat, loop_texts, model_config, wait_for};
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn new_agent(dir: &Path, mock: &MockProvider) -> PathBuf {
-    let path = dir.join("agents").join("talker.adf");
-    let mut file = AdfFile::create(
-        &path,
-        &CreateOptions {
-            name: Some("talker".into()),
-            ..CreateOptions::default()
-        },
-    )
-    .unwrap();
-    let mut set = |key: &str, value: Value| {
-        file.config_set_path(Caller::Owner, key, ConfigAction::Set, value)
-            .unwrap();
-    };
-    set(
-        "providers",
-        json!([{ "id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": mock.base_url() }]),
-    );
-    set("model.provider", json!("mock"));
-    set("model.model_id", json!("mock-model"));
-    set(
-        "recovery",
-        json!({ "auto_retry": true, "max_attempts": 2, "base_delay_ms": 1, "max_delay_ms": 5 }),
-    );
-    set(
-        "triggers.on_inbox",
-        json!({ "enabled": true, "targets": [{ "scope": "agent" }] }),
-    );
-    file.close().unwrap();
-    path
-}
-
-async fn loop_texts(agent: &Agent) -> Vec<String> {
-    agent
-        .store()
-        .run(|file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT content_json FROM adf_loop ORDER BY seq")?;
-            let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
+    let mut config = model_config(mock);
+    config.retain(|(key, _)| *key != "recovery");
+    config.extend([
+        (
+            "recovery",
+            json!({ "auto_retry": true, "max_attempts": 2, "base_delay_ms": 1, "max_delay_ms": 5 }),
+        ),
+        (
+            "triggers.on_inbox",
+            json!({ "enabled": true, "targets": [{ "scope": "agent" }] }),
+        ),
+    ]);
+    agent_file(dir, "talker", &[], &config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,16 +43,7 @@ async fn trg_13_chat_starts_an_owner_turn_and_an_agent_scope_trigger_starts_a_tu
     let h = Harness::start().await;
     let path = new_agent(h.dir.path(), &mock);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    let (status, body) = h
-        .client
-        .raw(
-            Method::POST,
-            &format!("/agents/{}/chat", agent.id),
-            Some(&json!({ "text": "write a note" })),
-        )
-        .await
-        .unwrap();
-    assert_eq!(status, 202, "{body}");
+    let body = chat(&h, &agent, "write a note").await;
     assert!(body["turnId"].as_str().unwrap().starts_with("turn_"));
     wait_for("the reply", || async {
         loop_texts(&agent)

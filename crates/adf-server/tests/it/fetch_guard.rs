@@ -7,6 +7,9 @@
 use crate::common;
 
 use adf_runtime::fetch::{self, FetchErrorKind, FetchRequest, FetchSettings, Policy};
+use std::sync::Arc;
+
+use adf_server::daemon::Agent;
 use common::Harness;
 
 #[tokio::test]
@@ -162,25 +165,40 @@ async fn did(agent: &adf_server::daemon::Agent) -> String {
         .unwrap()
 }
 
+/// The agent's status route still answers with its status object.
+async fn still_answers(h: &Harness, agent: &Agent) {
+    let status = h
+        .client
+        .get(&format!("/agents/{}/status", agent.id))
+        .await
+        .unwrap();
+    assert!(status.is_object(), "{status}");
+}
+
+/// Loads the two caller agents every mesh test here uses: alice sends, bob receives.
+async fn alice_and_bob(h: &Harness) -> (Arc<Agent>, Arc<Agent>, String) {
+    let mut loaded = Vec::new();
+    for name in ["alice", "bob"] {
+        let agent = h
+            .server
+            .daemon
+            .load(&caller_agent(h, name))
+            .await
+            .unwrap()
+            .agent;
+        loaded.push(agent);
+    }
+    let bob = loaded.pop().unwrap();
+    let alice = loaded.pop().unwrap();
+    let bob_did = did(&bob).await;
+    (alice, bob, bob_did)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata_or_private_address()
  {
     let h = Harness::start().await;
-    let alice = h
-        .server
-        .daemon
-        .load(&caller_agent(&h, "alice"))
-        .await
-        .unwrap()
-        .agent;
-    let bob = h
-        .server
-        .daemon
-        .load(&caller_agent(&h, "bob"))
-        .await
-        .unwrap()
-        .agent;
-    let bob_did = did(&bob).await;
+    let (alice, bob, bob_did) = alice_and_bob(&h).await;
     let stop_bob = format!("{}/agents/{}/stop", h.server.url(), bob.id);
     let cases = [
         (stop_bob.as_str(), "control API"),
@@ -230,12 +248,7 @@ async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata
     }
     // Bob was never stopped: still loaded, still answering, and still reachable through the
     // public mesh inbox on the very port whose control routes were refused.
-    let status = h
-        .client
-        .get(&format!("/agents/{}/status", bob.id))
-        .await
-        .unwrap();
-    assert!(status.is_object(), "{status}");
+    still_answers(&h, &bob).await;
     let delivered = call_tool(
         &h,
         &alice,
@@ -251,21 +264,7 @@ async fn srv_21_srv_22_srv_25_msg_29_daemon_code_reaches_no_control_api_metadata
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_29_a_send_to_an_unreachable_port_fails_and_the_agent_keeps_answering() {
     let h = Harness::start().await;
-    let alice = h
-        .server
-        .daemon
-        .load(&caller_agent(&h, "alice"))
-        .await
-        .unwrap()
-        .agent;
-    let bob = h
-        .server
-        .daemon
-        .load(&caller_agent(&h, "bob"))
-        .await
-        .unwrap()
-        .agent;
-    let bob_did = did(&bob).await;
+    let (alice, _, bob_did) = alice_and_bob(&h).await;
     // A loopback port nobody listens on: bound, then given back.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
@@ -296,12 +295,7 @@ async fn msg_29_a_send_to_an_unreachable_port_fails_and_the_agent_keeps_answerin
         "{reasons:?}"
     );
     // The agent keeps serving: its API answers and its next send, by handle, is delivered.
-    let status = h
-        .client
-        .get(&format!("/agents/{}/status", alice.id))
-        .await
-        .unwrap();
-    assert!(status.is_object(), "{status}");
+    still_answers(&h, &alice).await;
     let next = call_tool(
         &h,
         &alice,

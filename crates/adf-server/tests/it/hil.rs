@@ -13,42 +13,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adf_server::Agent;
-use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions};
+use adf_store::AdfFile;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, wait_for};
+use common::{Harness, agent_file, chat, has_text, loop_texts_in, model_config, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 /// Creates an agent pointed at `mock`, with `config` set path by path.
 fn new_agent(dir: &Path, mock: &MockProvider, name: &str, config: &[(&str, Value)]) -> PathBuf {
-    let path = dir.join("agents").join(format!("{name}.adf"));
-    let mut file = AdfFile::create(
-        &path,
-        &CreateOptions {
-            name: Some(name.to_owned()),
-            ..CreateOptions::default()
-        },
-    )
-    .unwrap();
-    let mut set = |key: &str, value: Value| {
-        file.config_set_path(Caller::Owner, key, ConfigAction::Set, value)
-            .unwrap();
-    };
-    set(
-        "providers",
-        json!([{ "id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": mock.base_url() }]),
-    );
-    set("model.provider", json!("mock"));
-    set("model.model_id", json!("mock-model"));
-    set(
-        "recovery",
-        json!({ "auto_retry": false, "max_attempts": 1, "base_delay_ms": 1, "max_delay_ms": 5 }),
-    );
-    for (key, value) in config {
-        set(key, value.clone());
-    }
-    file.close().unwrap();
-    path
+    let mut all = model_config(mock);
+    all.extend(config.iter().cloned());
+    agent_file(dir, name, &[], &all)
 }
 
 /// `GET path`, failing the test when the daemon does not answer within 10 s.
@@ -69,35 +44,37 @@ async fn post(h: &Harness, path: &str, body: Value) -> (u16, Value) {
     .unwrap()
 }
 
-async fn loop_texts(agent: &Agent, loop_name: &str) -> Vec<String> {
-    let loop_name = loop_name.to_owned();
-    agent
-        .job(move |file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT content_json FROM adf_loop WHERE loop = ?1 ORDER BY seq")?;
-            let rows = stmt.query_map([loop_name], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
+/// A daemon whose agent `name` is in a turn that waits for the owner on a restricted
+/// `sys_update_config` called with `args`; the model answers `reply` once the call is settled.
+/// Returns the pending task too.
+async fn awaiting_description_update(
+    name: &str,
+    args: Value,
+    reply: &str,
+) -> (MockProvider, Harness, Arc<Agent>, Value) {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("sys_update_config", args),
+        Turn::text(reply),
+    ]);
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock, name, &[]);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    chat(&h, &agent, "update your description").await;
+    let task = pending_task(&h, &agent).await;
+    (mock, h, agent, task)
 }
 
-async fn has_text(agent: &Agent, loop_name: &str, needle: &str) -> bool {
-    loop_texts(agent, loop_name)
-        .await
-        .iter()
-        .any(|t| t.contains(needle))
-}
-
-async fn chat(h: &Harness, agent: &Agent, text: &str) {
+/// The owner resolves the pending task `task_id` with `resolution`; the daemon answers 200.
+async fn resolve(h: &Harness, agent: &Agent, task_id: &str, resolution: Value) -> Value {
     let (status, body) = post(
         h,
-        &format!("/agents/{}/chat", agent.id),
-        json!({ "text": text }),
+        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+        resolution,
     )
     .await;
-    assert_eq!(status, 202, "{body}");
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 /// The first task waiting for approval, once there is one (read over HTTP while the turn
@@ -157,21 +134,14 @@ async fn description(h: &Harness, agent: &Agent) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_continues_once_approved()
 {
-    let mock = MockProvider::start(Wire::OpenAi).await;
-    mock.push_all([
-        Turn::tool_call(
-            "sys_update_config",
-            json!({ "path": "description", "value": "approved by the owner", "_reason": "tidy up" }),
-        ),
-        Turn::text("Done."),
-    ]);
-    let h = Harness::start().await;
-    let path = new_agent(h.dir.path(), &mock, "approver", &[]);
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    chat(&h, &agent, "update your description").await;
+    let (_mock, h, agent, task) = awaiting_description_update(
+        "approver",
+        json!({ "path": "description", "value": "approved by the owner", "_reason": "tidy up" }),
+        "Done.",
+    )
+    .await;
 
     // TOL-08: the row, read over HTTP while the turn holds the worker.
-    let task = pending_task(&h, &agent).await;
     assert_eq!(task["tool"], "sys_update_config");
     assert_eq!(task["executor_managed"], true);
     assert_eq!(task["requires_authorization"], true);
@@ -180,13 +150,7 @@ async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_conti
     assert_eq!(description(&h, &agent).await, "", "nothing ran yet");
 
     let task_id = task["id"].as_str().unwrap();
-    let (status, body) = post(
-        &h,
-        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
-        json!({ "action": "approve" }),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let body = resolve(&h, &agent, task_id, json!({ "action": "approve" })).await;
     assert_eq!(body["resolution"]["status"], "approved");
     assert_eq!(body["task"]["status"], "running");
     assert_eq!(body["taskId"], task_id);
@@ -232,27 +196,14 @@ async fn tol_08_a_restricted_call_in_a_daemon_turn_waits_for_the_owner_and_conti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tol_08_approve_with_modified_args_runs_the_owners_arguments() {
-    let mock = MockProvider::start(Wire::OpenAi).await;
-    mock.push_all([
-        Turn::tool_call(
-            "sys_update_config",
-            json!({ "path": "description", "value": "the model's text" }),
-        ),
-        Turn::text("Done."),
-    ]);
-    let h = Harness::start().await;
-    let path = new_agent(h.dir.path(), &mock, "modified", &[]);
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    chat(&h, &agent, "update your description").await;
-    let task = pending_task(&h, &agent).await;
-    let task_id = task["id"].as_str().unwrap();
-    let (status, body) = post(
-        &h,
-        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
-        json!({ "action": "approve", "modified_args": { "path": "description", "value": "the owner's text" } }),
+    let (_mock, h, agent, task) = awaiting_description_update(
+        "modified",
+        json!({ "path": "description", "value": "the model's text" }),
+        "Done.",
     )
     .await;
-    assert_eq!(status, 200, "{body}");
+    let task_id = task["id"].as_str().unwrap();
+    resolve(&h, &agent, task_id, json!({ "action": "approve", "modified_args": { "path": "description", "value": "the owner's text" } })).await;
     wait_for("the turn continued", || has_text(&agent, "main", "Done.")).await;
     assert_eq!(description(&h, &agent).await, "the owner's text");
     h.stop().await;
@@ -260,27 +211,20 @@ async fn tol_08_approve_with_modified_args_runs_the_owners_arguments() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tol_08_a_denied_call_tells_the_model_why_and_changes_nothing() {
-    let mock = MockProvider::start(Wire::OpenAi).await;
-    mock.push_all([
-        Turn::tool_call(
-            "sys_update_config",
-            json!({ "path": "description", "value": "never" }),
-        ),
-        Turn::text("Understood."),
-    ]);
-    let h = Harness::start().await;
-    let path = new_agent(h.dir.path(), &mock, "denier", &[]);
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    chat(&h, &agent, "update your description").await;
-    let task = pending_task(&h, &agent).await;
+    let (mock, h, agent, task) = awaiting_description_update(
+        "denier",
+        json!({ "path": "description", "value": "never" }),
+        "Understood.",
+    )
+    .await;
     let task_id = task["id"].as_str().unwrap();
-    let (status, body) = post(
+    let body = resolve(
         &h,
-        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+        &agent,
+        task_id,
         json!({ "action": "deny", "reason": "not today" }),
     )
     .await;
-    assert_eq!(status, 200, "{body}");
     assert_eq!(body["resolution"]["status"], "denied");
     assert_eq!(body["task"]["status"], "denied");
     wait_for("the model replied", || {
@@ -437,7 +381,7 @@ async fn abort_of_a_turn_waiting_for_approval_denies_it_and_the_next_chat_recove
     mock.push(Turn::text("Fresh start."));
     chat(&h, &agent, "second message").await;
     wait_for("the next turn", || has_text(&agent, "main", "Fresh start.")).await;
-    let texts = loop_texts(&agent, "main").await;
+    let texts = loop_texts_in(&agent, "main").await;
     assert_eq!(
         texts.iter().filter(|t| t.contains("first message")).count(),
         1,
@@ -483,7 +427,7 @@ async fn abort_of_a_turn_waiting_for_a_slow_provider_frees_the_agent() {
     wait_for("the next turn", || has_text(&agent, "main", "Here now.")).await;
     assert!(!has_text(&agent, "main", "too late").await);
     assert_eq!(
-        loop_texts(&agent, "main")
+        loop_texts_in(&agent, "main")
             .await
             .iter()
             .filter(|t| t.contains("take your time"))
@@ -509,7 +453,7 @@ async fn loop_pages_default_to_the_last_page_and_chat_history_has_the_reference_
     chat(&h, &agent, "second").await;
     wait_for("two", || has_text(&agent, "main", "two")).await;
     turn_ended(&h, &agent).await;
-    let total = loop_texts(&agent, "main").await.len() as i64;
+    let total = loop_texts_in(&agent, "main").await.len() as i64;
 
     let page = get(&h, &format!("/agents/{}/loop?limit=2", agent.id)).await;
     assert_eq!(page["total"], total);
@@ -575,7 +519,7 @@ async fn aud_18_delete_chat_clears_the_transcript_with_an_audit_snapshot() {
     chat(&h, &agent, "hello").await;
     wait_for("the reply", || has_text(&agent, "main", "remember me")).await;
     turn_ended(&h, &agent).await;
-    let rows = loop_texts(&agent, "main").await.len() as i64;
+    let rows = loop_texts_in(&agent, "main").await.len() as i64;
     assert!(rows >= 2);
 
     let (status, body) = h
@@ -587,7 +531,7 @@ async fn aud_18_delete_chat_clears_the_transcript_with_an_audit_snapshot() {
     assert_eq!(body["success"], true);
     assert_eq!(body["removed"], rows);
     assert_eq!(body["audited"], true);
-    assert!(loop_texts(&agent, "main").await.is_empty());
+    assert!(loop_texts_in(&agent, "main").await.is_empty());
     let (source, count): (String, i64) = agent
         .job(|file| {
             Ok(file.connection().query_row(
@@ -695,7 +639,7 @@ async fn stl_44_an_autostart_loop_is_kicked_when_the_agent_loads_active() {
     );
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     turn_ended(&h, &agent).await;
-    assert!(loop_texts(&agent, "worker").await.is_empty());
+    assert!(loop_texts_in(&agent, "worker").await.is_empty());
     assert_eq!(mock.request_count(), 0);
     h.stop().await;
 }

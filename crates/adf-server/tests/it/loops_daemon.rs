@@ -9,57 +9,11 @@ use std::time::Duration;
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, agent_file, model_config, paths, wait_for};
+use common::{
+    Harness, agent_file, drained, has_text, loop_texts_in, model_config, paths, set_state, wait_for,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-/// The text of every transcript row of `loop_name`, in order.
-async fn loop_texts(agent: &Agent, loop_name: &str) -> Vec<String> {
-    let loop_name = loop_name.to_owned();
-    agent
-        .store()
-        .run(move |file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT content_json FROM adf_loop WHERE loop = ?1 ORDER BY seq")?;
-            let rows = stmt.query_map([loop_name], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
-}
-
-async fn has_text(agent: &Agent, loop_name: &str, needle: &str) -> bool {
-    loop_texts(agent, loop_name)
-        .await
-        .iter()
-        .any(|t| t.contains(needle))
-}
-
-async fn drained(agent: &Agent) {
-    wait_for("the trigger queue drained", || async {
-        !agent.triggers().stats().draining
-    })
-    .await;
-}
-
-async fn set_state(h: &Harness, agent: &Agent, state: &str) {
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
-    config["state"] = json!(state);
-    h.client
-        .call(
-            Method::PUT,
-            &format!("/agents/{}/config", agent.id),
-            Some(&config),
-        )
-        .await
-        .unwrap();
-}
 
 fn triage_loop() -> (&'static str, Value) {
     (
@@ -104,7 +58,7 @@ async fn stl_33_an_inbox_trigger_wakes_main_and_the_loop_its_target_names() {
     // One turn each: the targeted loop got its own trigger row, main its own.
     assert_eq!(mock.request_count(), 2);
     for name in ["main", "triage"] {
-        let texts = loop_texts(&agent, name).await;
+        let texts = loop_texts_in(&agent, name).await;
         assert_eq!(
             texts
                 .iter()

@@ -97,6 +97,19 @@ async fn send(h: &Harness, agent: &Arc<Agent>, name: &str, args: Value) -> Value
     json_file(agent, &outcome).await.unwrap()
 }
 
+/// Sends `args` through `agent`'s msg_send and checks the outcome's `field` is `expected`.
+async fn check_send(
+    h: &Harness,
+    agent: &Arc<Agent>,
+    name: &str,
+    args: Value,
+    field: &str,
+    expected: &str,
+) {
+    let out = send(h, agent, name, args).await;
+    assert_eq!(out[field], expected, "{name}: {out}");
+}
+
 /// A JSON file of the agent, once it exists.
 async fn json_file(agent: &Arc<Agent>, path: &str) -> Option<Value> {
     let path = path.to_owned();
@@ -142,14 +155,7 @@ async fn msg_01_msg_03_msg_09_msg_29_msg_34_msg_49_a_local_send_by_handle_is_sig
         &messaging_agent(&h, "bob", &[("context.audit.inbox", json!(true))]),
     )
     .await;
-    let out = send(
-        &h,
-        &alice,
-        "hello",
-        json!({ "recipient": "bob", "content": "Hello Bob", "subject": "Hi", "meta": { "k": 1, "message_verified": true } }),
-    )
-    .await;
-    assert_eq!(out["status"], "delivered", "{out}");
+    check_send(&h, &alice, "hello", json!({ "recipient": "bob", "content": "Hello Bob", "subject": "Hi", "meta": { "k": 1, "message_verified": true } }), "status", "delivered").await;
 
     // The sender's outbox row: delivered, plaintext, original tombstoned.
     let outbox = rows(&alice, Mailbox::Outbox).await;
@@ -252,14 +258,7 @@ async fn msg_02_msg_05_msg_06_msg_08_msg_16_msg_24_msg_29_an_http_send_at_level_
     );
     tokio::spawn(async move { axum::serve(capture, app).await });
 
-    let out = send(
-        &h,
-        &alice,
-        "secret",
-        json!({ "recipient": bob_did, "address": capture_url, "content": "the plan", "meta": { "private": true }, "message_meta": { "priority": "high", "identity_verified": true } }),
-    )
-    .await;
-    assert_eq!(out["status"], "delivered", "{out}");
+    check_send(&h, &alice, "secret", json!({ "recipient": bob_did, "address": capture_url, "content": "the plan", "meta": { "private": true }, "message_meta": { "priority": "high", "identity_verified": true } }), "status", "delivered").await;
     let wire = rx.await.unwrap();
     // MSG-02: the ALF shape.
     for field in [
@@ -305,14 +304,7 @@ async fn msg_02_msg_05_msg_06_msg_08_msg_16_msg_24_msg_29_an_http_send_at_level_
     assert_eq!(rows(&bob, Mailbox::Inbox).await.len(), 1);
 
     // MSG-29: a delivery nobody accepts fails, stays failed, and is not retried.
-    let out = send(
-        &h,
-        &alice,
-        "lost",
-        json!({ "recipient": bob_did, "address": "http://127.0.0.1:9/agents/bob/inbox", "content": "anyone?" }),
-    )
-    .await;
-    assert_eq!(out["code"], "TOOL_ERROR", "{out}");
+    check_send(&h, &alice, "lost", json!({ "recipient": bob_did, "address": "http://127.0.0.1:9/agents/bob/inbox", "content": "anyone?" }), "code", "TOOL_ERROR").await;
     let outbox = rows(&alice, Mailbox::Outbox).await;
     let lost = outbox.iter().find(|r| r["content"] == "anyone?").unwrap();
     assert_eq!(lost["status"], "failed");
@@ -534,52 +526,57 @@ async fn msg_20_msg_21_msg_27_msg_30_replies_modes_and_visibility() {
     .await;
 
     // MSG-27: respond_only cannot start a conversation, listen_only never sends.
-    let out = send(
+    check_send(
         &h,
         &bob,
         "first",
         json!({ "recipient": "alice", "content": "hi" }),
+        "code",
+        "DISABLED",
     )
     .await;
-    assert_eq!(out["code"], "DISABLED", "{out}");
-    let out = send(
+    check_send(
         &h,
         &quiet,
         "any",
         json!({ "recipient": "alice", "content": "hi" }),
+        "code",
+        "DISABLED",
     )
     .await;
-    assert_eq!(out["code"], "DISABLED", "{out}");
 
     // MSG-30: an `off` agent is unreachable but can still send.
-    let out = send(
+    check_send(
         &h,
         &alice,
         "to-hermit",
         json!({ "recipient": "hermit", "content": "hi" }),
+        "code",
+        "DENIED",
     )
     .await;
-    assert_eq!(out["code"], "DENIED", "{out}");
     assert!(rows(&hermit, Mailbox::Inbox).await.is_empty());
-    let out = send(
+    check_send(
         &h,
         &hermit,
         "out",
         json!({ "recipient": "alice", "content": "from the dark" }),
+        "status",
+        "delivered",
     )
     .await;
-    assert_eq!(out["status"], "delivered", "{out}");
 
     // A hosted agent's DID needs no address: it is found on this runtime.
     let bob_did = did(&bob).await;
-    let out = send(
+    check_send(
         &h,
         &alice,
         "by-did",
         json!({ "recipient": bob_did, "content": "by did" }),
+        "status",
+        "delivered",
     )
     .await;
-    assert_eq!(out["status"], "delivered", "{out}");
     assert!(
         rows(&bob, Mailbox::Inbox)
             .await
@@ -588,45 +585,49 @@ async fn msg_20_msg_21_msg_27_msg_30_replies_modes_and_visibility() {
     );
     // An unknown DID without an address cannot be delivered anywhere.
     let stranger = adf_crypto::did_from_public(&foreign_key().verifying_key());
-    let out = send(
+    check_send(
         &h,
         &alice,
         "stranger",
         json!({ "recipient": stranger, "content": "hi" }),
+        "code",
+        "INVALID_INPUT",
     )
     .await;
-    assert_eq!(out["code"], "INVALID_INPUT", "{out}");
 
     // MSG-21: a handle no local agent has is an error, not a remote lookup.
-    let out = send(
+    check_send(
         &h,
         &alice,
         "ghost",
         json!({ "recipient": "ghost", "content": "hi" }),
+        "code",
+        "NOT_FOUND",
     )
     .await;
-    assert_eq!(out["code"], "NOT_FOUND", "{out}");
 
     // MSG-20: bob replies by parent_id only; the reply lands at alice in the same thread.
-    let out = send(
+    check_send(
         &h,
         &alice,
         "ask",
         json!({ "recipient": "bob", "content": "status?", "thread_id": "t-1" }),
+        "status",
+        "delivered",
     )
     .await;
-    assert_eq!(out["status"], "delivered", "{out}");
     let inbox = rows(&bob, Mailbox::Inbox).await;
     let parent = inbox.iter().find(|r| r["content"] == "status?").unwrap();
     let parent_id = parent["id"].as_str().unwrap().to_owned();
-    let out = send(
+    check_send(
         &h,
         &bob,
         "reply",
         json!({ "parent_id": parent_id, "content": "all good" }),
+        "status",
+        "delivered",
     )
     .await;
-    assert_eq!(out["status"], "delivered", "{out}");
     let alice_inbox = rows(&alice, Mailbox::Inbox).await;
     let reply = alice_inbox
         .iter()
@@ -882,14 +883,15 @@ export async function stamp(input) {
     );
     let sender = load(&h, &sender_path).await;
     let receiver = load(&h, &messaging_agent(&h, "reader", &[])).await;
-    let out = send(
+    check_send(
         &h,
         &sender,
         "one",
         json!({ "recipient": "reader", "content": "hello" }),
+        "status",
+        "delivered",
     )
     .await;
-    assert_eq!(out["status"], "delivered", "{out}");
     assert_eq!(
         rows(&sender, Mailbox::Outbox).await[0]["content"],
         "hello [stamped]"

@@ -9,7 +9,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
-use common::Harness;
+use common::{Harness, text_pairs};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -431,17 +431,11 @@ async fn review_and_load_name_the_configured_sections_this_runtime_does_not_run(
     let (status, body) = load(&h, &path, false).await;
     assert_eq!(status, 200, "{body}");
     let agent = h.server.daemon.agents().remove(0);
-    let logged: Vec<(String, String)> = agent
-        .store()
-        .run(|file| {
-            let mut stmt = file.connection().prepare(
-                "SELECT level, message FROM adf_logs WHERE origin = 'runtime' AND event = 'config_not_run'",
-            )?;
-            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap();
+    let logged: Vec<(String, String)> = text_pairs(
+        &agent,
+        "SELECT level, message FROM adf_logs WHERE origin = 'runtime' AND event = 'config_not_run'",
+    )
+    .await;
     assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!(logged[0].0, "warn");
     assert!(logged[0].1.contains("serving.api"), "{}", logged[0].1);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
-use common::{Harness, wait_for};
+use common::{Harness, chat, text_pairs, wait_for};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -305,17 +305,11 @@ async fn srv_43_max_rate_per_sec_drops_a_bursts_excess_and_logs_it_once() {
         seen_by(&agent, "burst").await.len() as u64 == stats.delivered
     })
     .await;
-    let rows: Vec<(String, String)> = agent
-        .store()
-        .run(|file| {
-            let mut stmt = file.connection().prepare(
-                "SELECT level, data FROM adf_logs WHERE origin = 'umbilical_tap' AND event = 'tap_rate_limited'",
-            )?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap();
+    let rows: Vec<(String, String)> = text_pairs(
+        &agent,
+        "SELECT level, data FROM adf_logs WHERE origin = 'umbilical_tap' AND event = 'tap_rate_limited'",
+    )
+    .await;
     // One row per burst (a burst ends when the tap queue drains), not one per drop.
     assert!(
         !rows.is_empty() && (rows.len() as u64) < stats.rate_dropped,
@@ -367,16 +361,7 @@ async fn cod_46_emit_event_from_a_model_turns_code_reaches_the_bus() {
         file.close().unwrap();
     }
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    let (status, body) = h
-        .client
-        .raw(
-            Method::POST,
-            &format!("/agents/{}/chat", agent.id),
-            Some(&json!({ "text": "announce it" })),
-        )
-        .await
-        .unwrap();
-    assert_eq!(status, 202, "{body}");
+    chat(&h, &agent, "announce it").await;
     wait_for("the tap saw the turn's custom event", || async {
         !seen_by(&agent, "hello").await.is_empty()
     })

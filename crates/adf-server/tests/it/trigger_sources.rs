@@ -16,30 +16,11 @@ use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_server::Agent;
 use adf_server::dispatch::QUEUE_CAPACITY;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, agent_file, model_config, paths, wait_for};
+use common::{
+    Harness, agent_file, chat, drained, loop_texts, model_config, paths, set_state, wait_for,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-async fn loop_texts(agent: &Agent) -> Vec<String> {
-    agent
-        .store()
-        .run(|file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT content_json FROM adf_loop ORDER BY seq")?;
-            let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
-}
-
-async fn drained(agent: &Agent) {
-    wait_for("the trigger queue drained", || async {
-        !agent.triggers().stats().draining
-    })
-    .await;
-}
 
 async fn put_file(h: &Harness, agent: &Agent, path: &str, content: &str) {
     h.client
@@ -113,16 +94,7 @@ async fn trg_17_trg_01_aud_17_a_chat_turn_raises_on_chat_on_tool_call_on_task_cr
     ));
     let path = agent_file(h.dir.path(), "caller", &[("lib/seen.ts", SEEN)], &config);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    let (status, body) = h
-        .client
-        .raw(
-            Method::POST,
-            &format!("/agents/{}/chat", agent.id),
-            Some(&json!({ "text": "tidy up" })),
-        )
-        .await
-        .unwrap();
-    assert_eq!(status, 202, "{body}");
+    chat(&h, &agent, "tidy up").await;
     // The owner denies the restricted call the turn is waiting on (over HTTP: the waiting
     // turn holds the agent's worker).
     // The daemon publishes `hil.requested` once the task awaits the owner.
@@ -579,24 +551,6 @@ export async function main(event) {
   await adf.fs_write({ path: `seen/${event.data.id}.md`, content: event.data.to, mode: 'write' });
 }
 "#;
-
-async fn set_state(h: &Harness, agent: &Agent, state: &str) {
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
-    config["state"] = json!(state);
-    h.client
-        .call(
-            Method::PUT,
-            &format!("/agents/{}/config", agent.id),
-            Some(&config),
-        )
-        .await
-        .unwrap();
-}
 
 fn outbox_row(id: &str) -> String {
     format!(

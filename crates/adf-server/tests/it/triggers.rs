@@ -18,6 +18,18 @@ fn new_agent(dir: &Path, name: &str, files: &[(&str, &str)], triggers: Value) ->
     agent_file(dir, name, files, &[("triggers", triggers)])
 }
 
+/// A daemon with one loaded agent whose file is `new_agent(name, files, triggers)`.
+async fn loaded_agent(
+    name: &str,
+    files: &[(&str, &str)],
+    triggers: Value,
+) -> (Harness, PathBuf, Arc<Agent>) {
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), name, files, triggers);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    (h, path, agent)
+}
+
 const REPORTER: &str = r#"
 export async function main(event) {
   await adf.fs_write({ path: `reports/run-${event.data.run_count}.md`, content: 'report', mode: 'write' });
@@ -43,9 +55,7 @@ export async function main(event) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_02_trg_03_trg_13_file_changes_from_the_owner_and_from_a_timer_lambda_reach_an_on_file_change_lambda_but_not_its_own_writes()
  {
-    let h = Harness::start().await;
-    let path = new_agent(
-        h.dir.path(),
+    let (h, _, agent) = loaded_agent(
         "watcher",
         &[
             ("lib/report.ts", REPORTER),
@@ -59,8 +69,8 @@ async fn trg_02_trg_03_trg_13_file_changes_from_the_owner_and_from_a_timer_lambd
                 { "scope": "system", "lambda": "lib/react.ts:main", "filter": { "watch": "reports/**", "include_self": true } }
             ] },
         }),
-    );
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    )
+    .await;
     // on_startup ran its lambda.
     wait_for("startup", || async {
         paths(&agent, "started.md").await.len() == 1
@@ -116,9 +126,7 @@ async fn trg_02_trg_03_trg_13_file_changes_from_the_owner_and_from_a_timer_lambd
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_10000_inbox_events_is_bounded_by_the_queue_and_never_blocks_a_concurrent_request()
  {
-    let h = Harness::start().await;
-    let path = new_agent(
-        h.dir.path(),
+    let (h, _, agent) = loaded_agent(
         "busy",
         &[(
             "lib/inbox.ts",
@@ -127,8 +135,8 @@ async fn a_burst_of_10000_inbox_events_is_bounded_by_the_queue_and_never_blocks_
         json!({
             "on_inbox": { "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/inbox.ts:main" }] },
         }),
-    );
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    )
+    .await;
     const BURST: u64 = 10_000;
     for n in 0..BURST {
         let event = TriggerEvent::new(
@@ -182,9 +190,7 @@ export async function main(event) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_07_a_debounced_target_fires_once_with_the_quiet_periods_events() {
-    let h = Harness::start().await;
-    let path = new_agent(
-        h.dir.path(),
+    let (h, _, agent) = loaded_agent(
         "debounced",
         &[("lib/batch.ts", BATCHER)],
         json!({
@@ -192,8 +198,8 @@ async fn trg_07_a_debounced_target_fires_once_with_the_quiet_periods_events() {
                 { "scope": "system", "lambda": "lib/batch.ts:main", "debounce_ms": 500, "filter": { "watch": "docs/**" } }
             ] },
         }),
-    );
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    )
+    .await;
     for n in 0..5 {
         let event = TriggerEvent::new(
             TriggerKind::OnFileChange,

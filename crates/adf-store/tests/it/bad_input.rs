@@ -257,47 +257,44 @@ fn store_deep_config(path: &Path, levels: usize) {
         .unwrap();
 }
 
+/// The owner sets config `path` to `value`.
+fn owner_set(file: &mut AdfFile, path: &str, value: Value) -> adf_store::Result<()> {
+    file.config_set_path(Caller::Owner, path, ConfigAction::Set, value)
+}
+
 #[test]
 fn config_deeper_than_the_parse_limit_is_refused_reported_and_repairable() {
     let (_dir, path, mut file) = common::new_file("deep");
     // The 130-segment path of the issue, and the boundary: 63 segments is the most a path
     // may have, and that leaf then holds a scalar at level 63.
-    let error = file
-        .config_set_path(Caller::Owner, &deep_path(130), ConfigAction::Set, json!(1))
-        .unwrap_err();
+    let error = owner_set(&mut file, &deep_path(130), json!(1)).unwrap_err();
     assert!(error.to_string().contains("at most 64"), "{error}");
     // 64 segments ending in a scalar are 64 levels: the most there may be.
-    file.config_set_path(
-        Caller::Owner,
+    owner_set(
+        &mut file,
         &format!("y.{}", deep_path(MAX_CONFIG_DEPTH - 1)),
-        ConfigAction::Set,
         json!(1),
     )
     .unwrap();
-    let error = file
-        .config_set_path(
-            Caller::Owner,
-            &format!("y.{}", deep_path(MAX_CONFIG_DEPTH)),
-            ConfigAction::Set,
-            json!(1),
-        )
-        .unwrap_err();
+    let error = owner_set(
+        &mut file,
+        &format!("y.{}", deep_path(MAX_CONFIG_DEPTH)),
+        json!(1),
+    )
+    .unwrap_err();
     assert!(error.to_string().contains("65 segments"), "{error}");
-    file.config_set_path(
-        Caller::Owner,
+    owner_set(
+        &mut file,
         &format!("x.{}", deep_path(MAX_CONFIG_DEPTH - 2)),
-        ConfigAction::Set,
         json!(1),
     )
     .unwrap();
-    let error = file
-        .config_set_path(
-            Caller::Owner,
-            &format!("x.{}", deep_path(MAX_CONFIG_DEPTH - 2)),
-            ConfigAction::Set,
-            json!({ "one": { "more": 1 } }),
-        )
-        .unwrap_err();
+    let error = owner_set(
+        &mut file,
+        &format!("x.{}", deep_path(MAX_CONFIG_DEPTH - 2)),
+        json!({ "one": { "more": 1 } }),
+    )
+    .unwrap_err();
     assert!(error.to_string().contains("nested 65 levels"), "{error}");
     assert!(file.config().is_ok());
     file.close().unwrap();
@@ -320,14 +317,7 @@ fn config_deeper_than_the_parse_limit_is_refused_reported_and_repairable() {
             .contains("adf config set")
     );
     // An edit that leaves the deep key in place is refused and names it.
-    let error = file
-        .config_set_path(
-            Caller::Owner,
-            "description",
-            ConfigAction::Set,
-            json!("still deep"),
-        )
-        .unwrap_err();
+    let error = owner_set(&mut file, "description", json!("still deep")).unwrap_err();
     assert!(error.to_string().contains("'deep'"), "{error}");
     // Replacing the deep key repairs the file; everything else in the config survives.
     let id_before: String = file
@@ -338,8 +328,7 @@ fn config_deeper_than_the_parse_limit_is_refused_reported_and_repairable() {
             |r| r.get(0),
         )
         .unwrap();
-    file.config_set_path(Caller::Owner, "deep", ConfigAction::Set, Value::Null)
-        .unwrap();
+    owner_set(&mut file, "deep", Value::Null).unwrap();
     let config = file.config().unwrap();
     assert_eq!(config["deep"], Value::Null);
     assert_eq!(config["id"], json!(id_before));

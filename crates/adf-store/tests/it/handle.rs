@@ -37,6 +37,13 @@ fn append(file: &mut AdfFile, n: usize) -> adf_store::Result<std::thread::Thread
     Ok(std::thread::current().id())
 }
 
+/// The value of meta `key`, read through a job on `handle` (which may reopen the file).
+fn meta_value(handle: &StoreHandle, key: &'static str) -> Option<String> {
+    handle
+        .call(move |f| Ok(f.meta_get(key)?.map(|m| m.value)))
+        .unwrap()
+}
+
 fn order(handle: &StoreHandle) -> Vec<usize> {
     let text = handle
         .call(|f| Ok(f.meta_get("order")?.map(|m| m.value).unwrap_or_default()))
@@ -141,9 +148,7 @@ fn idle_release_closes_the_file_cleanly_and_the_next_job_reopens_it() {
     copied.close().unwrap();
 
     // The next job reopens transparently and sees the earlier write.
-    let value = handle
-        .call(|f| Ok(f.meta_get("kept")?.map(|m| m.value)))
-        .unwrap();
+    let value = meta_value(&handle, "kept");
     assert_eq!(value.as_deref(), Some("yes"));
     assert!(handle.wait_until_released(GUARD), "never released again");
     assert_cleanly_closed(&path);
@@ -212,9 +217,7 @@ fn concurrent_submitters_lose_nothing_while_the_worker_releases() {
     });
     let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{failures:#?}");
-    let hits = handle
-        .call(|f| Ok(f.meta_get("hits")?.map(|m| m.value)))
-        .unwrap();
+    let hits = meta_value(&handle, "hits");
     assert_eq!(
         hits.as_deref(),
         Some((THREADS * ROUNDS * JOBS).to_string().as_str())
@@ -250,9 +253,7 @@ fn reopening_a_deleted_file_fails_the_job_clearly_and_recovers_when_it_is_back()
     assert!(!path.exists(), "a failed reopen must not create the file");
 
     std::fs::rename(&aside, &path).unwrap();
-    let value = handle
-        .call(|f| Ok(f.meta_get("kept")?.map(|m| m.value)))
-        .unwrap();
+    let value = meta_value(&handle, "kept");
     assert_eq!(value.as_deref(), Some("yes"));
     handle.close().unwrap();
     assert_cleanly_closed(&path);
@@ -302,9 +303,7 @@ fn release_never_happens_while_a_job_runs() {
     job.join().unwrap().unwrap();
     release.join().unwrap().unwrap();
     assert!(handle.wait_until_released(GUARD), "never released");
-    let value = handle
-        .call(|f| Ok(f.meta_get("after_wait")?.map(|m| m.value)))
-        .unwrap();
+    let value = meta_value(&handle, "after_wait");
     assert_eq!(value.as_deref(), Some("1"));
     handle.close().unwrap();
     assert_cleanly_closed(&path);

@@ -78,6 +78,23 @@ fn table_info(conn: &Connection, table: &str) -> Vec<Column> {
     .unwrap()
 }
 
+/// Column `name` of `table` exists with this declared type, NOT NULL flag and default.
+fn check_column(conn: &Connection, table: &str, name: &str, expected: (&str, bool, Option<&str>)) {
+    let column = table_info(conn, table)
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("{table}.{name} is missing"));
+    assert_eq!(
+        (
+            column.decl_type.as_str(),
+            column.notnull,
+            column.default.as_deref()
+        ),
+        expected,
+        "{table}.{name}"
+    );
+}
+
 fn objects(conn: &Connection, kind: &str) -> BTreeMap<String, Option<String>> {
     let mut stmt = conn
         .prepare("SELECT name, sql FROM sqlite_master WHERE type = ?1 AND name NOT LIKE 'sqlite_%'")
@@ -612,18 +629,7 @@ fn sto_31_loop_column_added_and_rows_become_main() {
     assert!(loop_rows > 0, "the fixture has a transcript");
     migrate(&mut conn, 28);
 
-    let loop_col = table_info(&conn, "adf_loop")
-        .into_iter()
-        .find(|c| c.name == "loop")
-        .unwrap();
-    assert_eq!(
-        (
-            loop_col.decl_type.as_str(),
-            loop_col.notnull,
-            loop_col.default.as_deref()
-        ),
-        ("TEXT", true, Some("'main'"))
-    );
+    check_column(&conn, "adf_loop", "loop", ("TEXT", true, Some("'main'")));
     let mains: i64 = conn
         .query_row(
             "SELECT COUNT(*) FROM adf_loop WHERE loop = 'main'",
@@ -1369,18 +1375,7 @@ fn sto_44_timers_below_26_get_expired() {
             .any(|c| c.name == "expired")
     );
     migrate(&mut conn, 25);
-    let expired = table_info(&conn, "adf_timers")
-        .into_iter()
-        .find(|c| c.name == "expired")
-        .unwrap();
-    assert_eq!(
-        (
-            expired.decl_type.as_str(),
-            expired.notnull,
-            expired.default.as_deref()
-        ),
-        ("INTEGER", true, Some("0"))
-    );
+    check_column(&conn, "adf_timers", "expired", ("INTEGER", true, Some("0")));
     let value: i64 = conn
         .query_row("SELECT expired FROM adf_timers", [], |r| r.get(0))
         .unwrap();

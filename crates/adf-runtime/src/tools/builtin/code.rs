@@ -32,16 +32,10 @@ fn not_here(name: &str) -> ToolError {
 struct SysCode;
 
 impl Tool for SysCode {
-    fn name(&self) -> &'static str {
-        "sys_code"
-    }
-
-    fn description(&self) -> &'static str {
-        "Run JavaScript or TypeScript in the agent's sandbox (globals persist between calls). The adf object calls tools (await adf.fs_read({path})); return a value and it is the result; console output is returned too."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_code",
+        description: "Run JavaScript or TypeScript in the agent's sandbox (globals persist between calls). The adf object calls tools (await adf.fs_read({path})); return a value and it is the result; console output is returned too.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "code": { "type": "string", "minLength": 1, "description": "The code: the body of an async function (top-level await and return work)." },
@@ -50,7 +44,7 @@ impl Tool for SysCode {
             },
             "required": ["code"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
@@ -65,16 +59,10 @@ impl Tool for SysCode {
 struct SysLambda;
 
 impl Tool for SysLambda {
-    fn name(&self) -> &'static str {
-        "sys_lambda"
-    }
-
-    fn description(&self) -> &'static str {
-        "Call an exported function of an agent file: source 'path/file.ts:functionName' (function defaults to main), args passed as its single argument."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_lambda",
+        description: "Call an exported function of an agent file: source 'path/file.ts:functionName' (function defaults to main), args passed as its single argument.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "source": { "type": "string", "minLength": 1, "description": "\"lib/file.ts:functionName\"; the function defaults to main." },
@@ -82,7 +70,7 @@ impl Tool for SysLambda {
             },
             "required": ["source"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {

@@ -61,16 +61,10 @@ fn sql_parameters(sql_description: &str) -> Value {
 struct DbQuery;
 
 impl Tool for DbQuery {
-    fn name(&self) -> &'static str {
-        "db_query"
-    }
-
-    fn description(&self) -> &'static str {
-        "Run one read-only SELECT on local_* tables or adf_loop, adf_inbox, adf_outbox, adf_timers, adf_files, adf_audit, adf_logs, adf_tasks. At most 500 rows are returned; add LIMIT/OFFSET for more."
-    }
-
-    fn parameters(&self) -> Value {
-        sql_parameters("One SELECT (or WITH … SELECT, VALUES) statement")
+    declare_tool! {
+        name: "db_query",
+        description: "Run one read-only SELECT on local_* tables or adf_loop, adf_inbox, adf_outbox, adf_timers, adf_files, adf_audit, adf_logs, adf_tasks. At most 500 rows are returned; add LIMIT/OFFSET for more.",
+        parameters: sql_parameters("One SELECT (or WITH … SELECT, VALUES) statement"),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -120,16 +114,10 @@ impl Tool for DbQuery {
 struct DbExecute;
 
 impl Tool for DbExecute {
-    fn name(&self) -> &'static str {
-        "db_execute"
-    }
-
-    fn description(&self) -> &'static str {
-        "Run one INSERT, UPDATE, DELETE, CREATE TABLE, CREATE INDEX, CREATE VIRTUAL TABLE (vec0) or DROP TABLE on local_* tables. System adf_* tables cannot be changed."
-    }
-
-    fn parameters(&self) -> Value {
-        sql_parameters("One statement on local_* tables")
+    declare_tool! {
+        name: "db_execute",
+        description: "Run one INSERT, UPDATE, DELETE, CREATE TABLE, CREATE INDEX, CREATE VIRTUAL TABLE (vec0) or DROP TABLE on local_* tables. System adf_* tables cannot be changed.",
+        parameters: sql_parameters("One statement on local_* tables"),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

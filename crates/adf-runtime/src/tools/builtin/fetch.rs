@@ -47,16 +47,10 @@ impl SysFetch {
 }
 
 impl Tool for SysFetch {
-    fn name(&self) -> &'static str {
-        "sys_fetch"
-    }
-
-    fn description(&self) -> &'static str {
-        "Make an HTTP request (http/https only). Returns {status, status_text, ok, headers, body, url}; text bodies are strings, binary bodies base64 with _body_encoding: \"base64\". Private and link-local addresses are refused; bodies are capped at 25 MB."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_fetch",
+        description: "Make an HTTP request (http/https only). Returns {status, status_text, ok, headers, body, url}; text bodies are strings, binary bodies base64 with _body_encoding: \"base64\". Private and link-local addresses are refused; bodies are capped at 25 MB.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "url": { "type": "string", "minLength": 1, "description": "The http or https URL." },
@@ -72,7 +66,7 @@ impl Tool for SysFetch {
             },
             "required": ["url"],
             "additionalProperties": false
-        })
+        }),
     }
 
     /// Never reached: the pipeline hands deferred tools back (`CallOutcome::Deferred`) and

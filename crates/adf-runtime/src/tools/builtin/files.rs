@@ -137,16 +137,10 @@ struct ReadArgs {
 }
 
 impl Tool for FsRead {
-    fn name(&self) -> &'static str {
-        "fs_read"
-    }
-
-    fn description(&self) -> &'static str {
-        "Read a file from the virtual filesystem. Returns the file record {path, content, mime_type, size, protection, created_at, updated_at}. Use start_line/end_line (1-based, inclusive) for large text files. Binary files return metadata only here; use code execution to process them."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "fs_read",
+        description: "Read a file from the virtual filesystem. Returns the file record {path, content, mime_type, size, protection, created_at, updated_at}. Use start_line/end_line (1-based, inclusive) for large text files. Binary files return metadata only here; use code execution to process them.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "path": { "type": "string", "minLength": 1, "description": "File path, e.g. README.md or data/x.csv." },
@@ -155,7 +149,7 @@ impl Tool for FsRead {
             },
             "required": ["path"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -288,42 +282,38 @@ struct WriteArgs {
 }
 
 impl Tool for FsWrite {
-    fn name(&self) -> &'static str {
-        "fs_write"
-    }
-
-    fn description(&self) -> &'static str {
-        "Write, edit or append to a file. mode=\"write\" + content creates or overwrites; mode=\"append\" + content adds to the end (creating the file if absent); mode=\"edit\" + old_text/new_text replaces a unique match (replace_all for every match), or edits=[{old_text,new_text,replace_all?}] applies a batch in order, atomically. protection applies to new files only; encoding=\"base64\" (+ mime_type) writes binary."
-    }
-
-    fn parameters(&self) -> Value {
-        let edit = json!({
-            "type": "object",
-            "properties": {
-                "old_text": { "type": "string", "minLength": 1 },
-                "new_text": { "type": "string" },
-                "replace_all": { "type": "boolean" }
-            },
-            "required": ["old_text", "new_text"],
-            "additionalProperties": false
-        });
-        json!({
-            "type": "object",
-            "properties": {
-                "mode": { "type": "string", "enum": ["write", "edit", "append"], "description": "write: create/overwrite; edit: find and replace; append: add to the end." },
-                "path": { "type": "string", "minLength": 1, "description": "File path, e.g. notes/today.md." },
-                "content": { "type": "string", "description": "write/append: the content (base64 when encoding is base64)." },
-                "old_text": { "type": "string", "minLength": 1, "description": "edit: exact text to find; must match once unless replace_all." },
-                "new_text": { "type": "string", "description": "edit: replacement text (\"\" deletes)." },
-                "replace_all": { "type": "boolean", "description": "edit: replace every occurrence." },
-                "edits": { "type": "array", "items": edit, "description": "edit: a batch of replacements applied in order; if any fails, nothing changes." },
-                "protection": { "type": "string", "enum": ["read_only", "no_delete", "none"], "description": "Protection of a newly created file; ignored for existing files." },
-                "encoding": { "type": "string", "enum": ["utf8", "base64"], "description": "write/append: base64 for binary content." },
-                "mime_type": { "type": "string", "description": "MIME type, e.g. image/png." }
-            },
-            "required": ["mode", "path"],
-            "additionalProperties": false
-        })
+    declare_tool! {
+        name: "fs_write",
+        description: "Write, edit or append to a file. mode=\"write\" + content creates or overwrites; mode=\"append\" + content adds to the end (creating the file if absent); mode=\"edit\" + old_text/new_text replaces a unique match (replace_all for every match), or edits=[{old_text,new_text,replace_all?}] applies a batch in order, atomically. protection applies to new files only; encoding=\"base64\" (+ mime_type) writes binary.",
+        parameters: {
+            let edit = json!({
+                "type": "object",
+                "properties": {
+                    "old_text": { "type": "string", "minLength": 1 },
+                    "new_text": { "type": "string" },
+                    "replace_all": { "type": "boolean" }
+                },
+                "required": ["old_text", "new_text"],
+                "additionalProperties": false
+            });
+            json!({
+                "type": "object",
+                "properties": {
+                    "mode": { "type": "string", "enum": ["write", "edit", "append"], "description": "write: create/overwrite; edit: find and replace; append: add to the end." },
+                    "path": { "type": "string", "minLength": 1, "description": "File path, e.g. notes/today.md." },
+                    "content": { "type": "string", "description": "write/append: the content (base64 when encoding is base64)." },
+                    "old_text": { "type": "string", "minLength": 1, "description": "edit: exact text to find; must match once unless replace_all." },
+                    "new_text": { "type": "string", "description": "edit: replacement text (\"\" deletes)." },
+                    "replace_all": { "type": "boolean", "description": "edit: replace every occurrence." },
+                    "edits": { "type": "array", "items": edit, "description": "edit: a batch of replacements applied in order; if any fails, nothing changes." },
+                    "protection": { "type": "string", "enum": ["read_only", "no_delete", "none"], "description": "Protection of a newly created file; ignored for existing files." },
+                    "encoding": { "type": "string", "enum": ["utf8", "base64"], "description": "write/append: base64 for binary content." },
+                    "mime_type": { "type": "string", "description": "MIME type, e.g. image/png." }
+                },
+                "required": ["mode", "path"],
+                "additionalProperties": false
+            })
+        },
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -599,22 +589,16 @@ fn check_size(
 struct FsList;
 
 impl Tool for FsList {
-    fn name(&self) -> &'static str {
-        "fs_list"
-    }
-
-    fn description(&self) -> &'static str {
-        "List files in the virtual filesystem with their metadata (mime_type, size, protection, authorized, timestamps). Optionally only paths starting with prefix, e.g. \"lib/\"."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "fs_list",
+        description: "List files in the virtual filesystem with their metadata (mime_type, size, protection, authorized, timestamps). Optionally only paths starting with prefix, e.g. \"lib/\".",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "prefix": { "type": "string", "description": "Only list paths starting with this, e.g. lib/." }
             },
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -634,23 +618,13 @@ impl Tool for FsList {
 struct FsDelete;
 
 impl Tool for FsDelete {
-    fn name(&self) -> &'static str {
-        "fs_delete"
-    }
-
-    fn description(&self) -> &'static str {
-        "Delete a file. Files with read_only or no_delete protection cannot be deleted."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": { "type": "string", "minLength": 1, "description": "Path of the file to delete." }
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
+    declare_tool! {
+        name: "fs_delete",
+        description: "Delete a file. Files with read_only or no_delete protection cannot be deleted.",
+        parameters: super::one_argument(
+            "path",
+            json!({ "type": "string", "minLength": 1, "description": "Path of the file to delete." }),
+        ),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

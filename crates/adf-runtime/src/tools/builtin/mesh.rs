@@ -57,16 +57,10 @@ pub struct MsgSend {
 }
 
 impl Tool for MsgSend {
-    fn name(&self) -> &'static str {
-        "msg_send"
-    }
-
-    fn description(&self) -> &'static str {
-        "Send a message to another agent. Reply with parent_id (recipient, address and thread come from that inbox message); or give recipient as a local agent's handle; or give recipient as a DID plus address (its inbox URL from agent_discover). Returns delivered, or an error saying why it was not."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "msg_send",
+        description: "Send a message to another agent. Reply with parent_id (recipient, address and thread come from that inbox message); or give recipient as a local agent's handle; or give recipient as a DID plus address (its inbox URL from agent_discover). Returns delivered, or an error saying why it was not.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "recipient": { "type": "string", "description": "A DID (did:key:…) or the handle of an agent on this runtime." },
@@ -81,7 +75,7 @@ impl Tool for MsgSend {
                 "meta": { "type": "object", "description": "Private metadata for the recipient (encrypted with the content at security level 2)." },
                 "message_meta": { "type": "object", "description": "Cleartext routing metadata on the outer message." }
             }
-        })
+        }),
     }
 
     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
@@ -180,16 +174,10 @@ pub struct AgentDiscover {
 }
 
 impl Tool for AgentDiscover {
-    fn name(&self) -> &'static str {
-        "agent_discover"
-    }
-
-    fn description(&self) -> &'static str {
-        "List the agents you can message: their signed cards (handle, description, DID, endpoints, policies) with visibility, in_subdirectory and source. You only see agents you could also message."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "agent_discover",
+        description: "List the agents you can message: their signed cards (handle, description, DID, endpoints, policies) with visibility, in_subdirectory and source. You only see agents you could also message.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "scope": { "type": "string", "enum": ["local", "all"], "description": "local (default): this runtime's agents. all: also LAN peers (none are discovered yet)." },
@@ -198,7 +186,7 @@ impl Tool for AgentDiscover {
                 "description": { "type": "string", "description": "Case-insensitive substring of the description." },
                 "include_subdirectories": { "type": "boolean", "description": "Include agents in subdirectories of yours (default true)." }
             }
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

@@ -57,23 +57,17 @@ fn message_view(mut row: Map<String, Value>, include_original: bool) -> Value {
 struct MsgRead;
 
 impl Tool for MsgRead {
-    fn name(&self) -> &'static str {
-        "msg_read"
-    }
-
-    fn description(&self) -> &'static str {
-        "Read messages from your inbox, newest first, with sender, content, source and metadata. Reading unread messages (the default) marks them read. The raw platform payload (original_message) is left out unless include_original is true."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "msg_read",
+        description: "Read messages from your inbox, newest first, with sender, content, source and metadata. Reading unread messages (the default) marks them read. The raw platform payload (original_message) is left out unless include_original is true.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "status": { "type": "string", "enum": ["unread", "read", "archived"], "description": "Which messages. Default unread." },
                 "limit": { "type": "integer", "minimum": 1, "description": "At most this many messages. Default all." },
                 "include_original": { "type": "boolean", "description": "Include the raw platform message (original_message). Large. Default false." }
             }
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -115,16 +109,12 @@ impl Tool for MsgRead {
 struct MsgList;
 
 impl Tool for MsgList {
-    fn name(&self) -> &'static str {
-        "msg_list"
-    }
-
-    fn description(&self) -> &'static str {
-        "Check your inbox without reading it: counts of unread, read and archived messages, and the total."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({ "type": "object", "properties": {} })
+    declare_tool! {
+        name: "msg_list",
+        description: "Check your inbox without reading it: counts of unread, read and archived messages, and the total.",
+        parameters: {
+            json!({ "type": "object", "properties": {} })
+        },
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
@@ -188,16 +178,10 @@ fn plural(count: usize, word: &str) -> String {
 struct MsgUpdate;
 
 impl Tool for MsgUpdate {
-    fn name(&self) -> &'static str {
-        "msg_update"
-    }
-
-    fn description(&self) -> &'static str {
-        "Update the status of one or more inbox messages: \"read\", \"archived\", or \"delete\" (only for messages already archived). message_ids is one id or an array. All ids must exist, or nothing changes."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "msg_update",
+        description: "Update the status of one or more inbox messages: \"read\", \"archived\", or \"delete\" (only for messages already archived). message_ids is one id or an array. All ids must exist, or nothing changes.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "message_ids": {
@@ -213,7 +197,7 @@ impl Tool for MsgUpdate {
                 "status": { "type": "string", "enum": ["read", "archived", "delete"], "description": "New status; delete removes messages that are already archived." }
             },
             "required": ["status"]
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -272,16 +256,10 @@ impl Tool for MsgUpdate {
 struct MsgDelete;
 
 impl Tool for MsgDelete {
-    fn name(&self) -> &'static str {
-        "msg_delete"
-    }
-
-    fn description(&self) -> &'static str {
-        "Delete inbox or outbox messages matching a filter. At least one filter field is required: inbox supports status, from, source, before (epoch ms), thread_id; outbox supports status, before, thread_id. Deletion is permanent."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "msg_delete",
+        description: "Delete inbox or outbox messages matching a filter. At least one filter field is required: inbox supports status, from, source, before (epoch ms), thread_id; outbox supports status, before, thread_id. Deletion is permanent.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "source": { "type": "string", "enum": ["inbox", "outbox"], "description": "Which message table." },
@@ -298,7 +276,7 @@ impl Tool for MsgDelete {
                 }
             },
             "required": ["source", "filter"]
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

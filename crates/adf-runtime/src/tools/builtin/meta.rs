@@ -75,22 +75,16 @@ fn marker(outcome: &WriteOutcome, overridden: Option<&str>) -> String {
 struct SysGetMeta;
 
 impl Tool for SysGetMeta {
-    fn name(&self) -> &'static str {
-        "sys_get_meta"
-    }
-
-    fn description(&self) -> &'static str {
-        "Read adf_meta. With key: just that value. Without: every entry as \"key<TAB>value\" lines. Query adf_meta protection levels with db_query."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_get_meta",
+        description: "Read adf_meta. With key: just that value. Without: every entry as \"key<TAB>value\" lines. Query adf_meta protection levels with db_query.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "key": { "type": "string", "minLength": 1, "description": "The key to read; omit to list every entry." }
             },
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -126,16 +120,10 @@ impl Tool for SysGetMeta {
 struct SysSetMeta;
 
 impl Tool for SysSetMeta {
-    fn name(&self) -> &'static str {
-        "sys_set_meta"
-    }
-
-    fn description(&self) -> &'static str {
-        "Write a key to adf_meta (created if missing, overwritten if present). For counters pass inc: true and a numeric value: it is added atomically (the key is created at value when missing) and the new total is returned. protection (none, readonly, increment) applies only when the key is created."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_set_meta",
+        description: "Write a key to adf_meta (created if missing, overwritten if present). For counters pass inc: true and a numeric value: it is added atomically (the key is created at value when missing) and the new total is returned. protection (none, readonly, increment) applies only when the key is created.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "key": { "type": "string", "minLength": 1, "maxLength": 256, "description": "The key." },
@@ -146,7 +134,7 @@ impl Tool for SysSetMeta {
             },
             "required": ["key"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -321,23 +309,13 @@ fn set(
 struct SysDeleteMeta;
 
 impl Tool for SysDeleteMeta {
-    fn name(&self) -> &'static str {
-        "sys_delete_meta"
-    }
-
-    fn description(&self) -> &'static str {
-        "Delete a key from adf_meta. Keys with readonly or increment protection cannot be deleted."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "key": { "type": "string", "minLength": 1, "description": "The key to delete." }
-            },
-            "required": ["key"],
-            "additionalProperties": false
-        })
+    declare_tool! {
+        name: "sys_delete_meta",
+        description: "Delete a key from adf_meta. Keys with readonly or increment protection cannot be deleted.",
+        parameters: super::one_argument(
+            "key",
+            json!({ "type": "string", "minLength": 1, "description": "The key to delete." }),
+        ),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

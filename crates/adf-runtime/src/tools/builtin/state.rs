@@ -36,23 +36,13 @@ pub fn tools() -> Vec<Arc<dyn Tool>> {
 struct SysSetState;
 
 impl Tool for SysSetState {
-    fn name(&self) -> &'static str {
-        "sys_set_state"
-    }
-
-    fn description(&self) -> &'static str {
-        "Change state and end the current turn: \"idle\" waits for any trigger (messages, file changes, timers), \"hibernate\" wakes only for timers, \"off\" stops the agent until the owner restarts it."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "state": { "type": "string", "enum": SETTABLE_STATES, "description": "idle, hibernate or off." }
-            },
-            "required": ["state"],
-            "additionalProperties": false
-        })
+    declare_tool! {
+        name: "sys_set_state",
+        description: "Change state and end the current turn: \"idle\" waits for any trigger (messages, file changes, timers), \"hibernate\" wakes only for timers, \"off\" stops the agent until the owner restarts it.",
+        parameters: super::one_argument(
+            "state",
+            json!({ "type": "string", "enum": SETTABLE_STATES, "description": "idle, hibernate or off." }),
+        ),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

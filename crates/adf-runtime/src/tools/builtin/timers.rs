@@ -123,16 +123,10 @@ pub fn parse_timer_id(value: Option<&Value>) -> Result<i64, ToolError> {
 struct SetTimer;
 
 impl Tool for SetTimer {
-    fn name(&self) -> &'static str {
-        "sys_set_timer"
-    }
-
-    fn description(&self) -> &'static str {
-        "Schedule a timer. Set schedule.type to \"once\" (at: epoch ms), \"delay\" (delay_ms), \"interval\" (every_ms, optional start_at/end_at/max_runs) or \"cron\" (5-field expression, optional end_at/max_runs). Scope \"agent\" starts a turn in this loop with the payload as its message; \"system\" runs the lambda without a turn. Returns the timer with its id and next fire time."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_set_timer",
+        description: "Schedule a timer. Set schedule.type to \"once\" (at: epoch ms), \"delay\" (delay_ms), \"interval\" (every_ms, optional start_at/end_at/max_runs) or \"cron\" (5-field expression, optional end_at/max_runs). Scope \"agent\" starts a turn in this loop with the payload as its message; \"system\" runs the lambda without a turn. Returns the timer with its id and next fire time.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "schedule": {
@@ -160,7 +154,7 @@ impl Tool for SetTimer {
                 "locked": { "type": "boolean", "description": "Lock the timer so the agent cannot delete it; only the owner can. Default false." }
             },
             "required": ["schedule"]
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -234,21 +228,15 @@ impl Tool for SetTimer {
 struct ListTimers;
 
 impl Tool for ListTimers {
-    fn name(&self) -> &'static str {
-        "sys_list_timers"
-    }
-
-    fn description(&self) -> &'static str {
-        "List scheduled timers with their schedules, next fire times and run counts. Expired timers are kept as history; pass include_expired: true to see them."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_list_timers",
+        description: "List scheduled timers with their schedules, next fire times and run counts. Expired timers are kept as history; pass include_expired: true to see them.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "include_expired": { "type": "boolean", "description": "Also list expired (finished) timers. Default false." }
             }
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -274,22 +262,16 @@ impl Tool for ListTimers {
 struct DeleteTimer;
 
 impl Tool for DeleteTimer {
-    fn name(&self) -> &'static str {
-        "sys_delete_timer"
-    }
-
-    fn description(&self) -> &'static str {
-        "Cancel and delete a timer by id (active or expired). Locked timers can only be deleted by the owner."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "sys_delete_timer",
+        description: "Cancel and delete a timer by id (active or expired). Locked timers can only be deleted by the owner.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "id": { "type": ["integer", "string"], "description": "The timer id from sys_list_timers." }
             },
             "required": ["id"]
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

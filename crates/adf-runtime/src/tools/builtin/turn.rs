@@ -25,8 +25,8 @@ use crate::tools::{Caller, Tool, ToolContext, ToolError};
 /// The tools of this family.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(Say),
-        Arc::new(Ask),
+        Arc::new(SAY),
+        Arc::new(ASK),
         Arc::new(LoopCompact),
         Arc::new(LoopClear),
     ]
@@ -39,75 +39,68 @@ fn string_arg(args: &Value, name: &str) -> Result<String, ToolError> {
         .ok_or_else(|| ToolError::invalid(format!("'{name}' must be a string")))
 }
 
-struct Say;
-
-impl Tool for Say {
-    fn name(&self) -> &'static str {
-        "say"
-    }
-
-    fn description(&self) -> &'static str {
-        "Show the owner a progress message without ending the turn."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": { "message": { "type": "string", "description": "The text to show." } },
-            "required": ["message"],
-            "additionalProperties": false
-        })
-    }
-
-    fn run(&self, _cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        Ok(json!({ "message": string_arg(&args, "message")? }))
-    }
+/// `say` and `ask` differ only in their words: each takes one required string and hands it back
+/// as `{argument: text}` for the executor to show or to ask.
+struct OwnerPrompt {
+    name: &'static str,
+    description: &'static str,
+    argument: &'static str,
+    argument_description: &'static str,
 }
 
-struct Ask;
+const SAY: OwnerPrompt = OwnerPrompt {
+    name: "say",
+    description: "Show the owner a progress message without ending the turn.",
+    argument: "message",
+    argument_description: "The text to show.",
+};
 
-impl Tool for Ask {
+const ASK: OwnerPrompt = OwnerPrompt {
+    name: "ask",
+    description: "Ask the owner a question and wait for the answer, which is returned as the result.",
+    argument: "question",
+    argument_description: "The question.",
+};
+
+impl Tool for OwnerPrompt {
     fn name(&self) -> &'static str {
-        "ask"
+        self.name
     }
 
     fn description(&self) -> &'static str {
-        "Ask the owner a question and wait for the answer, which is returned as the result."
+        self.description
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": { "question": { "type": "string", "description": "The question." } },
-            "required": ["question"],
-            "additionalProperties": false
-        })
+        super::one_argument(
+            self.argument,
+            json!({ "type": "string", "description": self.argument_description }),
+        )
     }
 
     fn run(&self, _cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        Ok(json!({ "question": string_arg(&args, "question")? }))
+        let mut result = serde_json::Map::new();
+        result.insert(
+            self.argument.to_owned(),
+            Value::String(string_arg(&args, self.argument)?),
+        );
+        Ok(Value::Object(result))
     }
 }
 
 struct LoopCompact;
 
 impl Tool for LoopCompact {
-    fn name(&self) -> &'static str {
-        "loop_compact"
-    }
-
-    fn description(&self) -> &'static str {
-        "Summarize this loop's transcript now and replace the old entries with the summary. Pass instructions to say what must survive verbatim."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "loop_compact",
+        description: "Summarize this loop's transcript now and replace the old entries with the summary. Pass instructions to say what must survive verbatim.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "instructions": { "type": "string", "description": "What the summary must keep." }
             },
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, _cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -138,23 +131,17 @@ pub fn python_slice(start: Option<i64>, end: Option<i64>, len: usize) -> std::op
 }
 
 impl Tool for LoopClear {
-    fn name(&self) -> &'static str {
-        "loop_clear"
-    }
-
-    fn description(&self) -> &'static str {
-        "Delete entries of this loop's transcript with a Python-style slice (start, end; negatives count from the end). No arguments clears everything."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "loop_clear",
+        description: "Delete entries of this loop's transcript with a Python-style slice (start, end; negatives count from the end). No arguments clears everything.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "start": { "type": "integer", "description": "First entry to delete (default 0)." },
                 "end": { "type": "integer", "description": "Entry to stop before (default: the end)." }
             },
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

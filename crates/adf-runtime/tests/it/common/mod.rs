@@ -46,6 +46,14 @@ pub fn call(
     call_with(file, caller, name, args, &DenyAll)
 }
 
+/// Calls a tool that must fail and leave the file byte-identical; returns the error.
+pub fn refused(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> ToolError {
+    let before = digest(file);
+    let error = call(file, caller, name, args).unwrap_err();
+    assert_eq!(digest(file), before, "a refused {name} changed the file");
+    error
+}
+
 /// Calls a tool with every approval granted.
 pub fn call_approved(
     file: &mut AdfFile,

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use adf_runtime::home::RuntimeHome;
+use adf_server::Agent;
 use adf_server::client::Client;
 use adf_server::{Daemon, FrontDoor, RunningServer};
 use tempfile::TempDir;
@@ -161,19 +162,112 @@ pub fn agent_file(
 }
 
 /// The paths of an agent's files under `prefix`, sorted.
-pub async fn paths(agent: &adf_server::daemon::Agent, prefix: &str) -> Vec<String> {
-    let like = format!("{prefix}%");
+pub async fn paths(agent: &Agent, prefix: &str) -> Vec<String> {
+    text_column(
+        agent,
+        "SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path",
+        vec![format!("{prefix}%")],
+    )
+    .await
+}
+
+/// The one text column `sql` selects from the agent's file, row by row; `params` bind ?1, ?2...
+/// Read through `Agent::job`, so it also answers while a turn waits for the owner.
+pub async fn text_column(agent: &Agent, sql: &'static str, params: Vec<String>) -> Vec<String> {
     agent
-        .store()
-        .run(move |file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path")?;
-            let rows = stmt.query_map([like], |row| row.get::<_, String>(0))?;
+        .job(move |file| {
+            let mut stmt = file.connection().prepare(sql)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(params), |row| {
+                row.get::<_, String>(0)
+            })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
         .unwrap()
+}
+
+/// The two text columns `sql` selects from the agent's file, row by row.
+pub async fn text_pairs(agent: &Agent, sql: &'static str) -> Vec<(String, String)> {
+    agent
+        .job(move |file| {
+            let mut stmt = file.connection().prepare(sql)?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap()
+}
+
+/// The text of every transcript row, in order, all loops together.
+pub async fn loop_texts(agent: &Agent) -> Vec<String> {
+    text_column(
+        agent,
+        "SELECT content_json FROM adf_loop ORDER BY seq",
+        Vec::new(),
+    )
+    .await
+}
+
+/// The text of every transcript row of `loop_name`, in order.
+pub async fn loop_texts_in(agent: &Agent, loop_name: &str) -> Vec<String> {
+    text_column(
+        agent,
+        "SELECT content_json FROM adf_loop WHERE loop = ?1 ORDER BY seq",
+        vec![loop_name.to_owned()],
+    )
+    .await
+}
+
+/// Whether a transcript row of `loop_name` contains `needle`.
+pub async fn has_text(agent: &Agent, loop_name: &str, needle: &str) -> bool {
+    loop_texts_in(agent, loop_name)
+        .await
+        .iter()
+        .any(|t| t.contains(needle))
+}
+
+/// `POST /agents/{id}/chat` with `text`; the daemon must accept it (202). Returns the body.
+pub async fn chat(h: &Harness, agent: &Agent, text: &str) -> serde_json::Value {
+    let (status, body) = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        h.client.raw(
+            reqwest::Method::POST,
+            &format!("/agents/{}/chat", agent.id),
+            Some(&serde_json::json!({ "text": text })),
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("POST chat did not answer"))
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    body
+}
+
+/// Waits until the agent's trigger queue has nothing left to drain.
+pub async fn drained(agent: &Agent) {
+    wait_for("the trigger queue drained", || async {
+        !agent.triggers().stats().draining
+    })
+    .await;
+}
+
+/// Sets the agent's `state` through the config API (read, change, `PUT` back).
+pub async fn set_state(h: &Harness, agent: &Agent, state: &str) {
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["state"] = serde_json::json!(state);
+    h.client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
 }
 
 /// The config paths that point an agent at the mock provider.
