@@ -52,6 +52,7 @@ use adf_runtime::triggers::{
     self, Producer, Scope, Target, TriggerEvent, TriggerKind, filter, gating, message, timing,
 };
 use adf_store::AdfFile;
+use adf_store::daemon_reads::ObservedTable;
 
 use crate::daemon::{Agent, Daemon};
 use crate::hil::TurnScope;
@@ -623,11 +624,11 @@ fn deliver_turn(
 }
 
 /// The tables whose new rows are trigger events, in [`RowMarks`] order.
-const OBSERVED: [(&str, TriggerKind); 4] = [
-    ("adf_tasks", TriggerKind::OnTaskCreate),
-    ("adf_logs", TriggerKind::OnLogs),
-    ("adf_inbox", TriggerKind::OnInbox),
-    ("adf_outbox", TriggerKind::OnOutbox),
+const OBSERVED: [(ObservedTable, TriggerKind); 4] = [
+    (ObservedTable::Tasks, TriggerKind::OnTaskCreate),
+    (ObservedTable::Logs, TriggerKind::OnLogs),
+    (ObservedTable::Inbox, TriggerKind::OnInbox),
+    (ObservedTable::Outbox, TriggerKind::OnOutbox),
 ];
 
 /// Most new rows of one table one sweep turns into events; beyond it the rows are skipped
@@ -635,75 +636,8 @@ const OBSERVED: [(&str, TriggerKind); 4] = [
 /// log rows costs one bounded read, not 100,000 events.
 const SWEEP_LIMIT: i64 = 256;
 
-fn max_rowid(file: &AdfFile, table: &str) -> i64 {
-    file.connection()
-        .query_row(
-            &format!("SELECT COALESCE(max(rowid), 0) FROM {table}"),
-            [],
-            |row| row.get(0),
-        )
-        .unwrap_or(0)
-}
-
 fn current_marks(file: &AdfFile) -> RowMarks {
-    OBSERVED.map(|(table, _)| max_rowid(file, table))
-}
-
-/// The event data of one new row: ids, names and states, never bodies (message content, log
-/// messages and task arguments stay in the file for the handler to read).
-fn row_data(kind: TriggerKind, row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
-    Ok(match kind {
-        TriggerKind::OnTaskCreate => json!({
-            "task_id": row.get::<_, String>(1)?,
-            "tool": row.get::<_, String>(2)?,
-            "status": row.get::<_, String>(3)?,
-            "origin": row.get::<_, Option<String>>(4)?,
-            "loop": row.get::<_, Option<String>>(5)?,
-        }),
-        TriggerKind::OnLogs => json!({
-            "log_id": row.get::<_, i64>(1)?,
-            "level": row.get::<_, String>(2)?,
-            "origin": row.get::<_, Option<String>>(3)?,
-            "event": row.get::<_, Option<String>>(4)?,
-            "target": row.get::<_, Option<String>>(5)?,
-            "loop": row.get::<_, Option<String>>(6)?,
-        }),
-        TriggerKind::OnInbox => json!({
-            "id": row.get::<_, String>(1)?,
-            "message_id": row.get::<_, Option<String>>(2)?,
-            "from": row.get::<_, String>(3)?,
-            "source": row.get::<_, Option<String>>(4)?,
-            "thread_id": row.get::<_, Option<String>>(5)?,
-            "status": row.get::<_, String>(6)?,
-        }),
-        _ => json!({
-            "id": row.get::<_, String>(1)?,
-            "message_id": row.get::<_, Option<String>>(2)?,
-            "to": row.get::<_, String>(3)?,
-            "status": row.get::<_, String>(4)?,
-        }),
-    })
-}
-
-fn row_query(kind: TriggerKind) -> &'static str {
-    match kind {
-        TriggerKind::OnTaskCreate => {
-            "SELECT rowid, id, tool, status, origin, loop FROM adf_tasks
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-        TriggerKind::OnLogs => {
-            "SELECT rowid, id, level, origin, event, target, loop FROM adf_logs
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-        TriggerKind::OnInbox => {
-            "SELECT rowid, id, message_id, \"from\", source, thread_id, status FROM adf_inbox
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-        _ => {
-            "SELECT rowid, id, message_id, \"to\", status FROM adf_outbox
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-    }
+    OBSERVED.map(|(table, _)| file.max_rowid(table).unwrap_or(0))
 }
 
 /// The rows added to the observed tables since the last sweep, as events of `producer`.
@@ -720,16 +654,11 @@ pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<T
     let mut events = Vec::new();
     let mut skipped = 0u64;
     for (slot, (table, kind)) in OBSERVED.iter().enumerate() {
-        let newest = max_rowid(file, table);
+        let newest = file.max_rowid(*table).unwrap_or(0);
         if newest <= marks[slot] {
             continue;
         }
-        let read = || -> rusqlite::Result<Vec<Value>> {
-            let mut stmt = file.connection().prepare_cached(row_query(*kind))?;
-            let rows = stmt.query_map((marks[slot], SWEEP_LIMIT), |row| row_data(*kind, row))?;
-            rows.collect()
-        };
-        match read() {
+        match file.observed_rows_after(*table, marks[slot], SWEEP_LIMIT) {
             Ok(rows) => {
                 skipped += u64::try_from(newest - marks[slot])
                     .unwrap_or(0)
@@ -740,7 +669,9 @@ pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<T
                     }),
                 );
             }
-            Err(error) => tracing::warn!(agent = %agent.id, table, %error, "cannot read new rows"),
+            Err(error) => {
+                tracing::warn!(agent = %agent.id, ?table, %error, "cannot read new rows");
+            }
         }
         marks[slot] = newest;
     }
@@ -779,14 +710,7 @@ fn lambda_input(kind: TriggerKind, events: &[TriggerEvent]) -> Value {
 }
 
 fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
-    let read = || -> rusqlite::Result<HashMap<String, (String, i64)>> {
-        let mut stmt = file
-            .connection()
-            .prepare("SELECT path, updated_at, size FROM adf_files")?;
-        let rows = stmt.query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))?;
-        rows.collect()
-    };
-    read().unwrap_or_default()
+    file.file_stamps().unwrap_or_default()
 }
 
 /// Runs `work` and returns, beside its result, the files it created or changed (path, size).

@@ -271,16 +271,11 @@ pub fn summarize(file: &AdfFile) -> Result<(String, Value, String), StoreError> 
 
 /// `[{path, sha256, size}]` of every authorized file, in path order.
 fn authorized_files(file: &AdfFile) -> Result<Vec<Value>, StoreError> {
-    let mut stmt = file
-        .connection()
-        .prepare("SELECT path, content, size FROM adf_files WHERE authorized = 1 ORDER BY path")?;
-    let rows = stmt.query_map([], |row| {
-        let path: String = row.get(0)?;
-        let content: Vec<u8> = row.get(1)?;
-        let size: i64 = row.get(2)?;
-        Ok(json!({ "path": path, "sha256": sha256_hex(&content), "size": size }))
+    let mut files = Vec::new();
+    file.for_each_authorized_file(|path, content, size| {
+        files.push(json!({ "path": path, "sha256": sha256_hex(content), "size": size }));
     })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    Ok(files)
 }
 
 async fn canonicalize(path: &Path) -> Result<PathBuf, ServerError> {

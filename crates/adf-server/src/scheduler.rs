@@ -379,14 +379,7 @@ fn nudge_due(file: &mut AdfFile, now: i64) -> Option<(i64, u64, triggers::Target
         .ok()
         .flatten()
         .and_then(|m| m.value.trim().parse::<i64>().ok());
-    let last_activity: Option<i64> = file
-        .connection()
-        .query_row(
-            "SELECT created_at FROM adf_loop ORDER BY seq DESC LIMIT 1",
-            [],
-            |row| row.get(0),
-        )
-        .ok();
+    let last_activity = file.last_loop_created_at().ok().flatten();
     match nudge::due_at(interval, last_nudge, last_activity) {
         Some(at) => Some((at, interval, target)),
         None => {
@@ -947,9 +940,7 @@ pub(crate) fn run_agent_turns(
         None => {
             // Cancelled between two awaits: no store step is half done, but a tool call's
             // transaction could be open if code was running.
-            if !file.connection().is_autocommit()
-                && let Err(error) = file.connection().execute_batch("ROLLBACK")
-            {
+            if let Err(error) = file.rollback_open_transaction() {
                 tracing::warn!(%error, "cannot roll back an aborted turn");
             }
             let message = "the owner aborted the turn; it is recovered (not replayed) when the loop runs next";
