@@ -438,11 +438,15 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
             if let Some(report) = handled.report {
                 crate::dispatch::publish_lambda(hub, agent, &report, kind.as_str()).await;
             }
-            if let Some(wake) = handled.wake {
-                crate::scheduler::set_wake(hub, agent, wake);
-            }
-            crate::dispatch::dispatch_writes(hub, agent, handled.written, handled.producer).await;
-            crate::dispatch::dispatch_all(hub, agent, handled.events).await;
+            dispatch_handled(
+                hub,
+                agent,
+                handled.wake,
+                handled.written,
+                handled.producer,
+                handled.events,
+            )
+            .await;
         }
         Err(error) => tracing::warn!(agent = %agent.id, %error, "trigger delivery failed"),
     }
@@ -505,6 +509,24 @@ pub(crate) async fn publish_lambda(
         done["error"] = json!(error);
     }
     hub.emit(agent, "lambda.completed", &source, done).await;
+}
+
+/// What follows every handler job (trigger delivery, tap, turn): the scheduler takes the
+/// wake the job computed (it may have set a timer or changed the state), then the files it
+/// wrote and the events it produced are dispatched.
+pub(crate) async fn dispatch_handled(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    wake: Option<Option<i64>>,
+    written: Vec<(String, i64)>,
+    producer: Producer,
+    events: Vec<TriggerEvent>,
+) {
+    if let Some(wake) = wake {
+        crate::scheduler::set_wake(hub, agent, wake);
+    }
+    dispatch_writes(hub, agent, written, producer).await;
+    dispatch_all(hub, agent, events).await;
 }
 
 /// Files written by agent code become `file.written` events and `on_file_change`

@@ -474,12 +474,9 @@ async fn run_tap(hub: &Arc<Hub>, agent: &Arc<Agent>, tap: &Tap, envelope: &Envel
             TAP_ORIGIN
                 .scope(tap.name.clone(), async {
                     crate::dispatch::publish_lambda(hub, agent, &report, "umbilical_tap").await;
-                    if let Some(wake) = wake {
-                        crate::scheduler::set_wake(hub, agent, wake);
-                    }
-                    crate::dispatch::dispatch_writes(hub, agent, report.written.clone(), producer)
+                    let written = report.written.clone();
+                    crate::dispatch::dispatch_handled(hub, agent, wake, written, producer, events)
                         .await;
-                    crate::dispatch::dispatch_all(hub, agent, events).await;
                 })
                 .await;
         }

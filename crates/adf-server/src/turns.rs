@@ -139,11 +139,15 @@ fn spawn_turns(
                     )
                     .await;
                 }
-                if let Some(wake) = wake {
-                    crate::scheduler::set_wake(&hub, &agent, wake);
-                }
-                crate::dispatch::dispatch_writes(&hub, &agent, written, Producer::Agent).await;
-                crate::dispatch::dispatch_all(&hub, &agent, events).await;
+                crate::dispatch::dispatch_handled(
+                    &hub,
+                    &agent,
+                    wake,
+                    written,
+                    Producer::Agent,
+                    events,
+                )
+                .await;
             }
             Err(error) => tracing::warn!(agent = %agent.id, %error, "turn job failed"),
         }
@@ -205,21 +209,8 @@ fn deliver_turn(
         event_type: kind.as_str().to_owned(),
         text,
     };
-    let mut turn_events = Vec::new();
-    let ((_outcome, written), mut events) = observe(file, observer, Producer::Agent, |file| {
-        with_written_files(file, |file| {
-            run_agent_turn(
-                file,
-                &config,
-                registry,
-                loop_name,
-                trigger,
-                scope,
-                &mut turn_events,
-            )
-        })
-    });
-    events.extend(turn_events);
+    let (written, events) =
+        run_observed_turn(file, observer, &config, registry, loop_name, trigger, scope);
     Ok(Handled {
         report: None,
         written,
@@ -229,7 +220,7 @@ fn deliver_turn(
     })
 }
 
-/// An agent-scope turn inside a timer fire: returns its writes, and its tool and model calls
+/// An agent-scope turn inside a handler job (a trigger delivery, a timer fire): returns its writes, and its tool and model calls
 /// and new rows, for their triggers. The outcome itself is in the file (transcript or a warn
 /// row).
 pub(crate) fn run_observed_turn(
