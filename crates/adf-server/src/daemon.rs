@@ -1,10 +1,8 @@
-//! [`Daemon`]: the public handle of the daemon, a thin composition of the [`AgentRegistry`]
+//! [`Daemon`]: the public handle of the daemon, a thin composition of the `AgentRegistry`
 //! (agents by id, handle and name, in load order; see `registry`) and the subsystems that
-//! share its [`Hub`]: trigger dispatch, the turn host, timers, HIL, taps, review and the mesh.
+//! share its `Hub`: trigger dispatch, the turn host, timers, HIL, taps, review and the mesh.
 //! Loading an agent is the registry's open, then each subsystem's start (timers re-armed,
 //! `on_startup` dispatched, autostart loops kicked); unloading is the reverse.
-//!
-//! [`AgentRegistry`]: crate::registry::AgentRegistry
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -202,7 +200,8 @@ impl Daemon {
         self.hub.emit_daemon(event_type, payload);
     }
 
-    /// Publishes an agent event with the agent's next `seq` (see [`Hub::emit`]).
+    /// Publishes an agent event with the agent's next `seq`, persisting a new block of numbers
+    /// first when the current one is used up, and offers it to the agent's taps.
     pub async fn emit(&self, agent: &Agent, event_type: &str, source: &str, payload: Value) {
         self.hub.emit(agent, event_type, source, payload).await;
     }

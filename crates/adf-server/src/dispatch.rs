@@ -27,7 +27,7 @@
 //! work turns rows someone else added meanwhile (another process) into external events, a
 //! sweep after it turns the work's own rows into events of its producer — so a lambda never
 //! receives the log rows it wrote (TRG-05). Owner HTTP writes sweep through
-//! [`run_observed`]. A sweep reads at most `SWEEP_LIMIT` rows per table and counts the
+//! `run_observed`. A sweep reads at most `SWEEP_LIMIT` rows per table and counts the
 //! rest as dropped. Event data are ids, names and states, never message bodies or log text.
 //!
 //! Turn sources: the executor's `TurnHost` events give `on_tool_call` (each finished call:
@@ -151,7 +151,7 @@ impl TriggerQueue {
         self.lock().pending.len() >= QUEUE_CAPACITY
     }
 
-    /// Counts deliveries dropped outside [`dispatch`] (a timer fire that found the queue
+    /// Counts deliveries dropped outside `dispatch` (a timer fire that found the queue
     /// full); they are logged with the next drain's `trigger_dispatch_dropped` row.
     pub(crate) fn count_dropped(&self, dropped: u64) {
         let mut state = self.lock();

@@ -3,7 +3,7 @@
 //!
 //! No polling: the task keeps, per agent, the earliest wake time of its live timers (one
 //! integer per agent with timers, nothing for an agent without), sleeps until the smallest, and
-//! is woken early only by [`rearm`] — called when an agent loads, when a timer
+//! is woken early only by `rearm` — called when an agent loads, when a timer
 //! is added or deleted through the API, and after every fire (a lambda or turn may have set or
 //! deleted timers through its tools).
 //!

@@ -7,7 +7,7 @@
 //! [`CustomEvents`] (the `EventSink` a daemon lambda run gets, so `adf.emit_event` becomes a
 //! real bus event).
 //!
-//! Flow. `Hub::emit` offers every agent event to [`offer`] right
+//! Flow. `Hub::emit` offers every agent event to `offer` right
 //! before it is published. That call never waits: when the agent is known to have no tap it
 //! returns at once (the parsed taps are cached until the agent's trigger targets are
 //! invalidated, i.e. until the config may have changed), otherwise the envelope joins the
