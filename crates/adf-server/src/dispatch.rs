@@ -54,8 +54,8 @@ use adf_store::AdfFile;
 use adf_store::daemon_reads::ObservedTable;
 
 use crate::hub::Hub;
+use crate::lambdas::{LambdaReport, run_system_lambda};
 use crate::registry::Agent;
-use crate::scheduler::{LambdaReport, run_system_lambda};
 
 /// Most deliveries one agent's trigger queue holds; beyond it deliveries are dropped.
 pub const QUEUE_CAPACITY: usize = 256;

@@ -23,6 +23,7 @@
 //!   bounded queue per agent to system lambdas and agent turns.
 //! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
 //!   of fires to system lambdas and agent turns.
+//! - `lambdas`: the system-scope lambda host (deliveries, timer fires and taps run there).
 //! - `turns`: the turn host; chat, trigger deliveries, timer fires and autostart loops all
 //!   start their turns there, and it runs and aborts them.
 //! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
@@ -45,6 +46,7 @@ pub mod events;
 pub mod frontdoor;
 pub mod hil;
 mod hub;
+mod lambdas;
 pub mod memory;
 pub mod mesh;
 pub mod openapi;

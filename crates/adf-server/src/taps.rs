@@ -48,8 +48,8 @@ use adf_runtime::triggers::Producer;
 use crate::dispatch::observe;
 use crate::events::Envelope;
 use crate::hub::Hub;
+use crate::lambdas::run_system_lambda;
 use crate::registry::Agent;
-use crate::scheduler::run_system_lambda;
 
 /// Most events one agent's tap queue holds; beyond it events are dropped (and counted).
 pub const TAP_QUEUE_CAPACITY: usize = 256;
