@@ -160,3 +160,55 @@ impl AdfFile {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::{CreateOptions, NewLog};
+
+    fn fresh(dir: &tempfile::TempDir) -> AdfFile {
+        AdfFile::create(dir.path().join("a.adf"), &CreateOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn new_log_rows_are_read_after_a_mark_without_their_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = fresh(&dir);
+        let mark = file.max_rowid(ObservedTable::Logs).unwrap();
+        for message in ["first secret", "second secret"] {
+            file.log(&NewLog {
+                level: "error",
+                origin: Some("test"),
+                event: Some("probe"),
+                target: None,
+                message,
+                data: None,
+                r#loop: None,
+            })
+            .unwrap();
+        }
+        assert_eq!(file.max_rowid(ObservedTable::Logs).unwrap(), mark + 2);
+        let first = file
+            .observed_rows_after(ObservedTable::Logs, mark, 1)
+            .unwrap();
+        assert_eq!(first.len(), 1, "the limit bounds the read");
+        assert_eq!(first[0]["event"], "probe");
+        assert_eq!(first[0]["level"], "error");
+        assert!(!first[0].to_string().contains("secret"));
+        let after_both = file
+            .observed_rows_after(ObservedTable::Logs, mark + 2, 10)
+            .unwrap();
+        assert!(after_both.is_empty());
+    }
+
+    #[test]
+    fn only_an_open_transaction_is_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = fresh(&dir);
+        assert!(!file.rollback_open_transaction().unwrap());
+        file.connection().execute_batch("BEGIN").unwrap();
+        assert!(file.rollback_open_transaction().unwrap());
+        assert!(file.connection().is_autocommit());
+    }
+}
