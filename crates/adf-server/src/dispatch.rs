@@ -27,7 +27,7 @@
 //! work turns rows someone else added meanwhile (another process) into external events, a
 //! sweep after it turns the work's own rows into events of its producer — so a lambda never
 //! receives the log rows it wrote (TRG-05). Owner HTTP writes sweep through
-//! [`Daemon::run_observed`]. A sweep reads at most `SWEEP_LIMIT` rows per table and counts the
+//! `run_observed`. A sweep reads at most `SWEEP_LIMIT` rows per table and counts the
 //! rest as dropped. Event data are ids, names and states, never message bodies or log text.
 //!
 //! Turn sources: the executor's `TurnHost` events give `on_tool_call` (each finished call:
@@ -47,15 +47,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use adf_runtime::code::LambdaRef;
-use adf_runtime::executor::Trigger;
 use adf_runtime::triggers::{
-    self, Producer, Scope, Target, TriggerEvent, TriggerKind, filter, gating, message, timing,
+    self, Producer, Scope, Target, TriggerEvent, TriggerKind, filter, gating, timing,
 };
 use adf_store::AdfFile;
+use adf_store::daemon_reads::ObservedTable;
 
-use crate::daemon::{Agent, Daemon};
-use crate::hil::TurnScope;
-use crate::scheduler::{LambdaReport, run_agent_turn, run_agent_turns, run_system_lambda};
+use crate::hub::Hub;
+use crate::lambdas::{LambdaReport, run_system_lambda};
+use crate::registry::Agent;
 
 /// Most deliveries one agent's trigger queue holds; beyond it deliveries are dropped.
 pub const QUEUE_CAPACITY: usize = 256;
@@ -64,7 +64,7 @@ pub const QUEUE_CAPACITY: usize = 256;
 #[derive(Debug)]
 struct Delivery {
     target: Target,
-    events: Vec<TriggerEvent>,
+    pub(crate) events: Vec<TriggerEvent>,
 }
 
 /// The parsed targets and stored state, cached until the config may have changed.
@@ -151,7 +151,7 @@ impl TriggerQueue {
         self.lock().pending.len() >= QUEUE_CAPACITY
     }
 
-    /// Counts deliveries dropped outside [`Daemon::dispatch`] (a timer fire that found the queue
+    /// Counts deliveries dropped outside `dispatch` (a timer fire that found the queue
     /// full); they are logged with the next drain's `trigger_dispatch_dropped` row.
     pub(crate) fn count_dropped(&self, dropped: u64) {
         let mut state = self.lock();
@@ -160,412 +160,419 @@ impl TriggerQueue {
     }
 }
 
-impl Daemon {
-    /// Dispatches `event` to `agent`'s trigger targets. Never blocks on the handlers: matching
-    /// deliveries are queued (or dropped when the queue is full) and run in the background.
-    pub async fn dispatch(&self, agent: &Arc<Agent>, event: TriggerEvent) {
-        let Some(cached) = self.cached_targets(agent).await else {
-            return;
-        };
-        let now = adf_store::time::now_ms();
-        for target in cached.targets.iter().filter(|t| t.kind == event.kind) {
-            if !gating::allows(&cached.state, target.scope, event.kind)
-                || !filter::accepts(target, &event)
-            {
-                continue;
-            }
-            let key = (target.kind, target.index);
-            let (ready, flush_at) = {
-                let mut state = agent.triggers().lock();
-                let window = state
-                    .windows
-                    .entry(key)
-                    .or_insert_with(|| timing::Window::new(target.timing, target.kind));
-                let ready = window.push(now, event.clone());
-                let deadline = window.deadline();
-                let flush_at = match deadline {
-                    Some(at) if state.flushing.insert(key) => Some(at),
-                    _ => None,
-                };
-                (ready, flush_at)
+/// Dispatches `event` to `agent`'s trigger targets. Never blocks on the handlers: matching
+/// deliveries are queued (or dropped when the queue is full) and run in the background.
+pub(crate) async fn dispatch(hub: &Arc<Hub>, agent: &Arc<Agent>, event: TriggerEvent) {
+    let Some(cached) = cached_targets(agent).await else {
+        return;
+    };
+    let now = adf_store::time::now_ms();
+    for target in cached.targets.iter().filter(|t| t.kind == event.kind) {
+        if !gating::allows(&cached.state, target.scope, event.kind)
+            || !filter::accepts(target, &event)
+        {
+            continue;
+        }
+        let key = (target.kind, target.index);
+        let (ready, flush_at) = {
+            let mut state = agent.triggers().lock();
+            let window = state
+                .windows
+                .entry(key)
+                .or_insert_with(|| timing::Window::new(target.timing, target.kind));
+            let ready = window.push(now, event.clone());
+            let deadline = window.deadline();
+            let flush_at = match deadline {
+                Some(at) if state.flushing.insert(key) => Some(at),
+                _ => None,
             };
-            if let Some(events) = ready {
-                self.enqueue(
-                    agent,
+            (ready, flush_at)
+        };
+        if let Some(events) = ready {
+            enqueue(
+                hub,
+                agent,
+                Delivery {
+                    target: target.clone(),
+                    events,
+                },
+            );
+        }
+        if flush_at.is_some() {
+            spawn_flush(hub, agent, target.clone());
+        }
+    }
+}
+
+/// Dispatches each of `events` in order (events observed after a job).
+pub(crate) async fn dispatch_all(hub: &Arc<Hub>, agent: &Arc<Agent>, events: Vec<TriggerEvent>) {
+    for event in events {
+        crate::dispatch::dispatch(hub, agent, event).await;
+    }
+}
+
+/// The agent's targets and state, read once and kept until the config changes. The first
+/// read (on load, with `on_startup`) also sets the row marks, so rows already in the file
+/// never become events.
+async fn cached_targets(agent: &Arc<Agent>) -> Option<Arc<Cached>> {
+    if let Some(cached) = agent.triggers().lock().cached.clone() {
+        return Some(cached);
+    }
+    let marker = Arc::clone(agent);
+    let read = agent
+        .job(move |file| {
+            if marker.triggers().lock().marks.is_none() {
+                let marks = current_marks(file);
+                marker.triggers().lock().marks = Some(marks);
+            }
+            file.config()
+        })
+        .await;
+    let config = match read {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, %error, "cannot read the config for triggers");
+            return None;
+        }
+    };
+    let cached = Arc::new(Cached {
+        targets: triggers::targets(&config).0,
+        state: config
+            .get("state")
+            .and_then(Value::as_str)
+            .unwrap_or("active")
+            .to_owned(),
+    });
+    agent.triggers().lock().cached = Some(Arc::clone(&cached));
+    Some(cached)
+}
+
+/// Logs, once per load, that a `command` target was skipped.
+async fn report_command_target(agent: &Arc<Agent>, target: &Target) {
+    {
+        let mut state = agent.triggers().lock();
+        if state.command_reported {
+            return;
+        }
+        state.command_reported = true;
+    }
+    let kind = target.kind.as_str();
+    let data = json!({ "trigger": kind, "command": target.command });
+    let logged = agent
+        .job(move |file| {
+            file.log(&adf_store::NewLog {
+                level: "warn",
+                origin: Some("trigger"),
+                event: Some("command_unsupported"),
+                target: Some(kind),
+                message: "a trigger target runs a shell command, which needs adf_shell; this runtime does not support it yet, so its deliveries are skipped (use a lambda target)",
+                data: Some(&data),
+                r#loop: None,
+            })
+        })
+        .await;
+    if let Err(error) = logged {
+        tracing::warn!(agent = %agent.id, %error, "cannot log a skipped command target");
+    }
+}
+
+/// Sleeps until the window's deadline (which a debounce may push back) and queues what is
+/// then due. One flush task per windowed target, only while it holds events.
+fn spawn_flush(hub: &Arc<Hub>, agent: &Arc<Agent>, target: Target) {
+    let hub = Arc::clone(hub);
+    let agent = Arc::clone(agent);
+    tokio::spawn(async move {
+        let key = (target.kind, target.index);
+        loop {
+            let deadline = {
+                let state = agent.triggers().lock();
+                state.windows.get(&key).and_then(timing::Window::deadline)
+            };
+            let Some(deadline) = deadline else { break };
+            let wait = u64::try_from(deadline - adf_store::time::now_ms()).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let due = {
+                let mut state = agent.triggers().lock();
+                state
+                    .windows
+                    .get_mut(&key)
+                    .and_then(|w| w.due(adf_store::time::now_ms()))
+            };
+            if let Some(events) = due {
+                enqueue(
+                    &hub,
+                    &agent,
                     Delivery {
                         target: target.clone(),
                         events,
                     },
                 );
             }
-            if flush_at.is_some() {
-                self.spawn_flush(agent, target.clone());
-            }
         }
-    }
+        agent.triggers().lock().flushing.remove(&key);
+    });
+}
 
-    /// Dispatches each of `events` in order (events observed after a job).
-    pub(crate) async fn dispatch_all(&self, agent: &Arc<Agent>, events: Vec<TriggerEvent>) {
-        for event in events {
-            self.dispatch(agent, event).await;
-        }
-    }
-
-    /// The agent's targets and state, read once and kept until the config changes. The first
-    /// read (on load, with `on_startup`) also sets the row marks, so rows already in the file
-    /// never become events.
-    async fn cached_targets(&self, agent: &Arc<Agent>) -> Option<Arc<Cached>> {
-        if let Some(cached) = agent.triggers().lock().cached.clone() {
-            return Some(cached);
-        }
-        let marker = Arc::clone(agent);
-        let read = agent
-            .job(move |file| {
-                if marker.triggers().lock().marks.is_none() {
-                    let marks = current_marks(file);
-                    marker.triggers().lock().marks = Some(marks);
-                }
-                file.config()
-            })
-            .await;
-        let config = match read {
-            Ok(config) => config,
-            Err(error) => {
-                tracing::warn!(agent = %agent.id, %error, "cannot read the config for triggers");
-                return None;
-            }
-        };
-        let cached = Arc::new(Cached {
-            targets: triggers::targets(&config).0,
-            state: config
-                .get("state")
-                .and_then(Value::as_str)
-                .unwrap_or("active")
-                .to_owned(),
-        });
-        agent.triggers().lock().cached = Some(Arc::clone(&cached));
-        Some(cached)
-    }
-
-    /// Logs, once per load, that a `command` target was skipped.
-    async fn report_command_target(&self, agent: &Arc<Agent>, target: &Target) {
-        {
-            let mut state = agent.triggers().lock();
-            if state.command_reported {
-                return;
-            }
-            state.command_reported = true;
-        }
-        let kind = target.kind.as_str();
-        let data = json!({ "trigger": kind, "command": target.command });
-        let logged = agent
-            .job(move |file| {
-                file.log(&adf_store::NewLog {
-                    level: "warn",
-                    origin: Some("trigger"),
-                    event: Some("command_unsupported"),
-                    target: Some(kind),
-                    message: "a trigger target runs a shell command, which needs adf_shell; this runtime does not support it yet, so its deliveries are skipped (use a lambda target)",
-                    data: Some(&data),
-                    r#loop: None,
-                })
-            })
-            .await;
-        if let Err(error) = logged {
-            tracing::warn!(agent = %agent.id, %error, "cannot log a skipped command target");
-        }
-    }
-
-    /// Sleeps until the window's deadline (which a debounce may push back) and queues what is
-    /// then due. One flush task per windowed target, only while it holds events.
-    fn spawn_flush(&self, agent: &Arc<Agent>, target: Target) {
-        let daemon = self.clone();
-        let agent = Arc::clone(agent);
-        tokio::spawn(async move {
-            let key = (target.kind, target.index);
-            loop {
-                let deadline = {
-                    let state = agent.triggers().lock();
-                    state.windows.get(&key).and_then(timing::Window::deadline)
-                };
-                let Some(deadline) = deadline else { break };
-                let wait = u64::try_from(deadline - adf_store::time::now_ms()).unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                let due = {
-                    let mut state = agent.triggers().lock();
-                    state
-                        .windows
-                        .get_mut(&key)
-                        .and_then(|w| w.due(adf_store::time::now_ms()))
-                };
-                if let Some(events) = due {
-                    daemon.enqueue(
-                        &agent,
-                        Delivery {
-                            target: target.clone(),
-                            events,
-                        },
-                    );
-                }
-            }
-            agent.triggers().lock().flushing.remove(&key);
-        });
-    }
-
-    fn enqueue(&self, agent: &Arc<Agent>, delivery: Delivery) {
-        let start = {
-            let mut state = agent.triggers().lock();
-            if state.pending.len() >= QUEUE_CAPACITY {
-                state.dropped += 1;
-                state.dropped_unlogged += 1;
-                return;
-            }
-            state.pending.push_back(delivery);
-            state.high_water = state.high_water.max(state.pending.len());
-            !std::mem::replace(&mut state.draining, true)
-        };
-        if start {
-            let daemon = self.clone();
-            let agent = Arc::clone(agent);
-            tokio::spawn(async move { daemon.drain(agent).await });
-        }
-    }
-
-    async fn drain(&self, agent: Arc<Agent>) {
-        loop {
-            let next = {
-                let mut state = agent.triggers().lock();
-                let next = state.pending.pop_front();
-                if next.is_none() {
-                    state.draining = false;
-                }
-                next
-            };
-            let Some(delivery) = next else {
-                let dropped = std::mem::take(&mut agent.triggers().lock().dropped_unlogged);
-                if dropped > 0 {
-                    self.log_dropped(&agent, dropped).await;
-                }
-                return;
-            };
-            self.deliver(&agent, delivery).await;
-            agent.triggers().lock().delivered += 1;
-        }
-    }
-
-    async fn log_dropped(&self, agent: &Agent, dropped: u64) {
-        let result = agent
-            .job(move |file| {
-                let data = json!({ "dropped": dropped, "capacity": QUEUE_CAPACITY });
-                file.log(&adf_store::NewLog {
-                    level: "warn",
-                    origin: Some("trigger"),
-                    event: Some("trigger_dispatch_dropped"),
-                    target: None,
-                    message: &format!(
-                        "{dropped} trigger deliveries dropped: the queue holds {QUEUE_CAPACITY}"
-                    ),
-                    data: Some(&data),
-                    r#loop: None,
-                })
-            })
-            .await;
-        if let Err(error) = result {
-            tracing::warn!(agent = %agent.id, %error, "cannot log dropped deliveries");
-        }
-    }
-
-    async fn deliver(&self, agent: &Arc<Agent>, delivery: Delivery) {
-        let registry = self.tools();
-        let kind = delivery.target.kind;
-        // Gated again now, not only at dispatch: a delivery that waited in a window or the
-        // queue must not run once the state forbids it (`off` stops pending triggers, §6.1).
-        if let Some(cached) = self.cached_targets(agent).await
-            && !gating::allows(&cached.state, delivery.target.scope, kind)
-        {
+fn enqueue(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
+    let start = {
+        let mut state = agent.triggers().lock();
+        if state.pending.len() >= QUEUE_CAPACITY {
+            state.dropped += 1;
+            state.dropped_unlogged += 1;
             return;
         }
-        let observer = Arc::clone(agent);
-        let outcome = match delivery.target.scope {
-            Scope::System => {
-                let Some(source) = delivery.target.lambda.clone() else {
-                    // `command` targets need the shell (`adf_shell`), which this runtime does
-                    // not have yet (TRG-37 "where supported"): skipped, and said once per load.
-                    self.report_command_target(agent, &delivery.target).await;
-                    return;
-                };
-                let lambda = match LambdaRef::parse(&source) {
-                    Ok(lambda) => lambda,
-                    Err(error) => {
-                        tracing::warn!(agent = %agent.id, %source, error = %error.message, "bad lambda");
-                        return;
-                    }
-                };
-                let input = lambda_input(kind, &delivery.events);
-                let warm = delivery.target.warm;
-                let producer = Producer::Lambda {
-                    source: source.clone(),
-                };
-                agent
-                    .store()
-                    .run(move |file| {
-                        let ((mut report, written), mut events) =
-                            observe(file, &observer, producer.clone(), |file| {
-                                with_written_files(file, |file| {
-                                    run_system_lambda(file, registry, lambda, input, warm)
-                                })
-                            });
-                        events.append(&mut report.call_events);
-                        Ok(Handled {
-                            report: Some(report),
-                            written,
-                            producer,
-                            events,
-                            wake: crate::scheduler::wake_of(file),
-                        })
-                    })
-                    .await
-            }
-            Scope::Agent => {
-                // TRG-36 applies to messages that are rows of the inbox; an event posted to
-                // `POST /trigger` names no row, and is delivered as given.
-                let inbox_rows = kind == TriggerKind::OnInbox
-                    && delivery.events.iter().any(|e| e.data.get("id").is_some());
-                let loop_name = delivery.target.loop_name.clone();
-                let text = message::format(&delivery.events);
-                let (scope, publisher) = TurnScope::new(self, agent);
-                let handled = agent
-                    .store()
-                    .run(move |file| {
-                        let handled = deliver_turn(
-                            file, &observer, &scope, registry, inbox_rows, &loop_name, kind, text,
-                        );
-                        scope.finish(file);
-                        handled
-                    })
-                    .await;
-                // The turn's owner events (approvals, asks) go out before its writes'.
-                let _ended = publisher.await;
-                handled
-            }
-        };
-        // The handler may have changed the config (targets, state).
-        agent.triggers().invalidate();
-        match outcome {
-            Ok(handled) => {
-                if let Some(report) = handled.report {
-                    self.publish_lambda(agent, &report, kind.as_str()).await;
-                }
-                if let Some(wake) = handled.wake {
-                    self.set_timer_wake(agent, wake);
-                }
-                self.dispatch_writes(agent, handled.written, handled.producer)
-                    .await;
-                self.dispatch_all(agent, handled.events).await;
-            }
-            Err(error) => tracing::warn!(agent = %agent.id, %error, "trigger delivery failed"),
-        }
+        state.pending.push_back(delivery);
+        state.high_water = state.high_water.max(state.pending.len());
+        !std::mem::replace(&mut state.draining, true)
+    };
+    if start {
+        let hub = Arc::clone(hub);
+        let agent = Arc::clone(agent);
+        tokio::spawn(async move { drain(&hub, agent).await });
     }
+}
 
-    /// Runs `work` as one owner job on the agent's worker (an HTTP write) and dispatches the
-    /// task, log, inbox and outbox rows that appeared by then, produced by nobody inside the
-    /// agent. Rows another process added since the agent's last job are caught here too.
-    pub(crate) async fn run_observed<R: Send + 'static>(
-        &self,
-        agent: &Arc<Agent>,
-        work: impl FnOnce(&mut AdfFile) -> Result<R, adf_store::StoreError> + Send + 'static,
-    ) -> Result<R, adf_store::StoreError> {
-        let observer = Arc::clone(agent);
-        let (result, events) = agent
-            .job(move |file| {
-                let result = work(file);
-                let events = sweep(file, &observer, &Producer::External);
-                Ok((result, events))
+async fn drain(hub: &Arc<Hub>, agent: Arc<Agent>) {
+    loop {
+        let next = {
+            let mut state = agent.triggers().lock();
+            let next = state.pending.pop_front();
+            if next.is_none() {
+                state.draining = false;
+            }
+            next
+        };
+        let Some(delivery) = next else {
+            let dropped = std::mem::take(&mut agent.triggers().lock().dropped_unlogged);
+            if dropped > 0 {
+                log_dropped(&agent, dropped).await;
+            }
+            return;
+        };
+        deliver(hub, &agent, delivery).await;
+        agent.triggers().lock().delivered += 1;
+    }
+}
+
+async fn log_dropped(agent: &Agent, dropped: u64) {
+    let result = agent
+        .job(move |file| {
+            let data = json!({ "dropped": dropped, "capacity": QUEUE_CAPACITY });
+            file.log(&adf_store::NewLog {
+                level: "warn",
+                origin: Some("trigger"),
+                event: Some("trigger_dispatch_dropped"),
+                target: None,
+                message: &format!(
+                    "{dropped} trigger deliveries dropped: the queue holds {QUEUE_CAPACITY}"
+                ),
+                data: Some(&data),
+                r#loop: None,
             })
-            .await?;
-        self.dispatch_all(agent, events).await;
-        result
+        })
+        .await;
+    if let Err(error) = result {
+        tracing::warn!(agent = %agent.id, %error, "cannot log dropped deliveries");
     }
+}
 
-    /// Notices rows other writers added to the agent's tasks, logs, inbox and outbox (another
-    /// process, a future mesh route) and dispatches them: one short job.
-    pub async fn notice_new_rows(&self, agent: &Arc<Agent>) {
-        if let Err(error) = self.run_observed(agent, |_| Ok(())).await {
-            tracing::warn!(agent = %agent.id, %error, "cannot read new rows");
-        }
+async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
+    let registry = hub.tools();
+    let kind = delivery.target.kind;
+    // Gated again now, not only at dispatch: a delivery that waited in a window or the
+    // queue must not run once the state forbids it (`off` stops pending triggers, §6.1).
+    if let Some(cached) = cached_targets(agent).await
+        && !gating::allows(&cached.state, delivery.target.scope, kind)
+    {
+        return;
     }
-
-    /// `lambda.started` / `lambda.completed` for a system-scope run.
-    pub(crate) async fn publish_lambda(&self, agent: &Agent, report: &LambdaReport, trigger: &str) {
-        let source = format!("lambda:{}", report.lambda.source());
-        let base = json!({
-            "lambda_path": report.lambda.path,
-            "function_name": report.lambda.function,
-            "kind": "system_scope",
-            "trigger": trigger,
-            "started_at": report.started_at,
-        });
-        self.emit(agent, "lambda.started", &source, base.clone())
-            .await;
-        // `adf.emit_event` calls of the run, in order, between its start and its end.
-        for custom in &report.custom {
-            let from = format!("lambda:{}", custom.source);
-            self.emit(agent, &custom.event_type, &from, custom.payload.clone())
-                .await;
+    let observer = Arc::clone(agent);
+    let outcome = match delivery.target.scope {
+        Scope::System => {
+            let Some(source) = delivery.target.lambda.clone() else {
+                // `command` targets need the shell (`adf_shell`), which this runtime does
+                // not have yet (TRG-37 "where supported"): skipped, and said once per load.
+                report_command_target(agent, &delivery.target).await;
+                return;
+            };
+            let lambda = match LambdaRef::parse(&source) {
+                Ok(lambda) => lambda,
+                Err(error) => {
+                    tracing::warn!(agent = %agent.id, %source, error = %error.message, "bad lambda");
+                    return;
+                }
+            };
+            let input = lambda_input(kind, &delivery.events);
+            let warm = delivery.target.warm;
+            let producer = Producer::Lambda {
+                source: source.clone(),
+            };
+            agent
+                .store()
+                .run(move |file| {
+                    let ((mut report, written), mut events) =
+                        observe(file, &observer, producer.clone(), |file| {
+                            with_written_files(file, |file| {
+                                run_system_lambda(file, registry, lambda, input, warm)
+                            })
+                        });
+                    events.append(&mut report.call_events);
+                    Ok(Handled {
+                        report: Some(report),
+                        written,
+                        producer,
+                        events,
+                        wake: crate::scheduler::wake_of(file),
+                    })
+                })
+                .await
         }
-        let mut done = base;
-        done["duration_ms"] = json!(report.duration_ms);
-        if let Some(error) = &report.error {
-            done["error"] = json!(error);
+        Scope::Agent => {
+            crate::turns::run_trigger_turn(hub, agent, &delivery.target, &delivery.events).await
         }
-        self.emit(agent, "lambda.completed", &source, done).await;
-    }
-
-    /// Files written by agent code become `file.written` events and `on_file_change`
-    /// triggers carrying who wrote them.
-    pub(crate) async fn dispatch_writes(
-        &self,
-        agent: &Arc<Agent>,
-        written: Vec<(String, i64)>,
-        producer: Producer,
-    ) {
-        let source = match &producer {
-            Producer::Lambda { source } => format!("lambda:{source}"),
-            Producer::Agent => "agent".to_owned(),
-            Producer::External => "system:daemon".to_owned(),
-        };
-        for (path, bytes) in written {
-            self.emit(
+    };
+    // The handler may have changed the config (targets, state).
+    agent.triggers().invalidate();
+    match outcome {
+        Ok(handled) => {
+            if let Some(report) = handled.report {
+                crate::dispatch::publish_lambda(hub, agent, &report, kind.as_str()).await;
+            }
+            dispatch_handled(
+                hub,
                 agent,
-                "file.written",
-                &source,
-                json!({ "path": path, "bytes": bytes }),
+                handled.wake,
+                handled.written,
+                handled.producer,
+                handled.events,
             )
             .await;
-            let event = TriggerEvent::new(
-                TriggerKind::OnFileChange,
-                adf_store::time::now_ms(),
-                json!({ "path": path, "operation": "write", "size": bytes }),
-            )
-            .produced_by(producer.clone());
-            self.dispatch(agent, event).await;
         }
+        Err(error) => tracing::warn!(agent = %agent.id, %error, "trigger delivery failed"),
+    }
+}
+
+/// Runs `work` as one owner job on the agent's worker (an HTTP write) and dispatches the
+/// task, log, inbox and outbox rows that appeared by then, produced by nobody inside the
+/// agent. Rows another process added since the agent's last job are caught here too.
+pub(crate) async fn run_observed<R: Send + 'static>(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    work: impl FnOnce(&mut AdfFile) -> Result<R, adf_store::StoreError> + Send + 'static,
+) -> Result<R, adf_store::StoreError> {
+    let observer = Arc::clone(agent);
+    let (result, events) = agent
+        .job(move |file| {
+            let result = work(file);
+            let events = sweep(file, &observer, &Producer::External);
+            Ok((result, events))
+        })
+        .await?;
+    crate::dispatch::dispatch_all(hub, agent, events).await;
+    result
+}
+
+/// Notices rows other writers added to the agent's tasks, logs, inbox and outbox (another
+/// process, a future mesh route) and dispatches them: one short job.
+pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
+    if let Err(error) = crate::dispatch::run_observed(hub, agent, |_| Ok(())).await {
+        tracing::warn!(agent = %agent.id, %error, "cannot read new rows");
+    }
+}
+
+/// `lambda.started` / `lambda.completed` for a system-scope run.
+pub(crate) async fn publish_lambda(
+    hub: &Arc<Hub>,
+    agent: &Agent,
+    report: &LambdaReport,
+    trigger: &str,
+) {
+    let source = format!("lambda:{}", report.lambda.source());
+    let base = json!({
+        "lambda_path": report.lambda.path,
+        "function_name": report.lambda.function,
+        "kind": "system_scope",
+        "trigger": trigger,
+        "started_at": report.started_at,
+    });
+    hub.emit(agent, "lambda.started", &source, base.clone())
+        .await;
+    // `adf.emit_event` calls of the run, in order, between its start and its end.
+    for custom in &report.custom {
+        let from = format!("lambda:{}", custom.source);
+        hub.emit(agent, &custom.event_type, &from, custom.payload.clone())
+            .await;
+    }
+    let mut done = base;
+    done["duration_ms"] = json!(report.duration_ms);
+    if let Some(error) = &report.error {
+        done["error"] = json!(error);
+    }
+    hub.emit(agent, "lambda.completed", &source, done).await;
+}
+
+/// What follows every handler job (trigger delivery, tap, turn): the scheduler takes the
+/// wake the job computed (it may have set a timer or changed the state), then the files it
+/// wrote and the events it produced are dispatched.
+pub(crate) async fn dispatch_handled(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    wake: Option<Option<i64>>,
+    written: Vec<(String, i64)>,
+    producer: Producer,
+    events: Vec<TriggerEvent>,
+) {
+    if let Some(wake) = wake {
+        crate::scheduler::set_wake(hub, agent, wake);
+    }
+    dispatch_writes(hub, agent, written, producer).await;
+    dispatch_all(hub, agent, events).await;
+}
+
+/// Files written by agent code become `file.written` events and `on_file_change`
+/// triggers carrying who wrote them.
+pub(crate) async fn dispatch_writes(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    written: Vec<(String, i64)>,
+    producer: Producer,
+) {
+    let source = match &producer {
+        Producer::Lambda { source } => format!("lambda:{source}"),
+        Producer::Agent => "agent".to_owned(),
+        Producer::External => "system:daemon".to_owned(),
+    };
+    for (path, bytes) in written {
+        hub.emit(
+            agent,
+            "file.written",
+            &source,
+            json!({ "path": path, "bytes": bytes }),
+        )
+        .await;
+        let event = TriggerEvent::new(
+            TriggerKind::OnFileChange,
+            adf_store::time::now_ms(),
+            json!({ "path": path, "operation": "write", "size": bytes }),
+        )
+        .produced_by(producer.clone());
+        crate::dispatch::dispatch(hub, agent, event).await;
     }
 }
 
 /// What one delivery job did, reported back to the async side.
-struct Handled {
-    report: Option<LambdaReport>,
-    written: Vec<(String, i64)>,
-    producer: Producer,
-    events: Vec<TriggerEvent>,
+pub(crate) struct Handled {
+    pub(crate) report: Option<LambdaReport>,
+    pub(crate) written: Vec<(String, i64)>,
+    pub(crate) producer: Producer,
+    pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer or nudge wake after the handler ran (it may have set a timer
     /// or changed the state); `None` when it could not be read.
-    wake: Option<Option<i64>>,
+    pub(crate) wake: Option<Option<i64>>,
 }
 
 impl Handled {
-    fn skipped() -> Self {
+    pub(crate) fn skipped() -> Self {
         Self {
             report: None,
             written: Vec::new(),
@@ -576,58 +583,12 @@ impl Handled {
     }
 }
 
-/// The body of an agent-scope delivery job: a turn with the formatted trigger message.
-#[allow(clippy::too_many_arguments)]
-fn deliver_turn(
-    file: &mut AdfFile,
-    observer: &Agent,
-    scope: &TurnScope,
-    registry: Arc<adf_runtime::tools::ToolRegistry>,
-    inbox_rows: bool,
-    loop_name: &str,
-    kind: TriggerKind,
-    text: String,
-) -> Result<Handled, adf_store::StoreError> {
-    // TRG-36: a system lambda may have read every new message already; a turn about an empty
-    // inbox would only cost tokens.
-    if inbox_rows && file.inbox_counts()?.unread == 0 {
-        return Ok(Handled::skipped());
-    }
-    let config = file.config()?;
-    let trigger = Trigger::Event {
-        event_type: kind.as_str().to_owned(),
-        text,
-    };
-    let mut turn_events = Vec::new();
-    let ((_outcome, written), mut events) = observe(file, observer, Producer::Agent, |file| {
-        with_written_files(file, |file| {
-            run_agent_turn(
-                file,
-                &config,
-                registry,
-                loop_name,
-                trigger,
-                scope,
-                &mut turn_events,
-            )
-        })
-    });
-    events.extend(turn_events);
-    Ok(Handled {
-        report: None,
-        written,
-        producer: Producer::Agent,
-        events,
-        wake: crate::scheduler::wake_of(file),
-    })
-}
-
 /// The tables whose new rows are trigger events, in [`RowMarks`] order.
-const OBSERVED: [(&str, TriggerKind); 4] = [
-    ("adf_tasks", TriggerKind::OnTaskCreate),
-    ("adf_logs", TriggerKind::OnLogs),
-    ("adf_inbox", TriggerKind::OnInbox),
-    ("adf_outbox", TriggerKind::OnOutbox),
+const OBSERVED: [(ObservedTable, TriggerKind); 4] = [
+    (ObservedTable::Tasks, TriggerKind::OnTaskCreate),
+    (ObservedTable::Logs, TriggerKind::OnLogs),
+    (ObservedTable::Inbox, TriggerKind::OnInbox),
+    (ObservedTable::Outbox, TriggerKind::OnOutbox),
 ];
 
 /// Most new rows of one table one sweep turns into events; beyond it the rows are skipped
@@ -635,75 +596,8 @@ const OBSERVED: [(&str, TriggerKind); 4] = [
 /// log rows costs one bounded read, not 100,000 events.
 const SWEEP_LIMIT: i64 = 256;
 
-fn max_rowid(file: &AdfFile, table: &str) -> i64 {
-    file.connection()
-        .query_row(
-            &format!("SELECT COALESCE(max(rowid), 0) FROM {table}"),
-            [],
-            |row| row.get(0),
-        )
-        .unwrap_or(0)
-}
-
 fn current_marks(file: &AdfFile) -> RowMarks {
-    OBSERVED.map(|(table, _)| max_rowid(file, table))
-}
-
-/// The event data of one new row: ids, names and states, never bodies (message content, log
-/// messages and task arguments stay in the file for the handler to read).
-fn row_data(kind: TriggerKind, row: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
-    Ok(match kind {
-        TriggerKind::OnTaskCreate => json!({
-            "task_id": row.get::<_, String>(1)?,
-            "tool": row.get::<_, String>(2)?,
-            "status": row.get::<_, String>(3)?,
-            "origin": row.get::<_, Option<String>>(4)?,
-            "loop": row.get::<_, Option<String>>(5)?,
-        }),
-        TriggerKind::OnLogs => json!({
-            "log_id": row.get::<_, i64>(1)?,
-            "level": row.get::<_, String>(2)?,
-            "origin": row.get::<_, Option<String>>(3)?,
-            "event": row.get::<_, Option<String>>(4)?,
-            "target": row.get::<_, Option<String>>(5)?,
-            "loop": row.get::<_, Option<String>>(6)?,
-        }),
-        TriggerKind::OnInbox => json!({
-            "id": row.get::<_, String>(1)?,
-            "message_id": row.get::<_, Option<String>>(2)?,
-            "from": row.get::<_, String>(3)?,
-            "source": row.get::<_, Option<String>>(4)?,
-            "thread_id": row.get::<_, Option<String>>(5)?,
-            "status": row.get::<_, String>(6)?,
-        }),
-        _ => json!({
-            "id": row.get::<_, String>(1)?,
-            "message_id": row.get::<_, Option<String>>(2)?,
-            "to": row.get::<_, String>(3)?,
-            "status": row.get::<_, String>(4)?,
-        }),
-    })
-}
-
-fn row_query(kind: TriggerKind) -> &'static str {
-    match kind {
-        TriggerKind::OnTaskCreate => {
-            "SELECT rowid, id, tool, status, origin, loop FROM adf_tasks
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-        TriggerKind::OnLogs => {
-            "SELECT rowid, id, level, origin, event, target, loop FROM adf_logs
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-        TriggerKind::OnInbox => {
-            "SELECT rowid, id, message_id, \"from\", source, thread_id, status FROM adf_inbox
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-        _ => {
-            "SELECT rowid, id, message_id, \"to\", status FROM adf_outbox
-             WHERE rowid > ?1 ORDER BY rowid LIMIT ?2"
-        }
-    }
+    OBSERVED.map(|(table, _)| file.max_rowid(table).unwrap_or(0))
 }
 
 /// The rows added to the observed tables since the last sweep, as events of `producer`.
@@ -720,16 +614,11 @@ pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<T
     let mut events = Vec::new();
     let mut skipped = 0u64;
     for (slot, (table, kind)) in OBSERVED.iter().enumerate() {
-        let newest = max_rowid(file, table);
+        let newest = file.max_rowid(*table).unwrap_or(0);
         if newest <= marks[slot] {
             continue;
         }
-        let read = || -> rusqlite::Result<Vec<Value>> {
-            let mut stmt = file.connection().prepare_cached(row_query(*kind))?;
-            let rows = stmt.query_map((marks[slot], SWEEP_LIMIT), |row| row_data(*kind, row))?;
-            rows.collect()
-        };
-        match read() {
+        match file.observed_rows_after(*table, marks[slot], SWEEP_LIMIT) {
             Ok(rows) => {
                 skipped += u64::try_from(newest - marks[slot])
                     .unwrap_or(0)
@@ -740,7 +629,9 @@ pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<T
                     }),
                 );
             }
-            Err(error) => tracing::warn!(agent = %agent.id, table, %error, "cannot read new rows"),
+            Err(error) => {
+                tracing::warn!(agent = %agent.id, ?table, %error, "cannot read new rows");
+            }
         }
         marks[slot] = newest;
     }
@@ -779,14 +670,7 @@ fn lambda_input(kind: TriggerKind, events: &[TriggerEvent]) -> Value {
 }
 
 fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
-    let read = || -> rusqlite::Result<HashMap<String, (String, i64)>> {
-        let mut stmt = file
-            .connection()
-            .prepare("SELECT path, updated_at, size FROM adf_files")?;
-        let rows = stmt.query_map([], |row| Ok((row.get(0)?, (row.get(1)?, row.get(2)?))))?;
-        rows.collect()
-    };
-    read().unwrap_or_default()
+    file.file_stamps().unwrap_or_default()
 }
 
 /// Runs `work` and returns, beside its result, the files it created or changed (path, size).
@@ -803,126 +687,4 @@ pub(crate) fn with_written_files<R>(
         .collect();
     written.sort();
     (result, written)
-}
-
-impl Daemon {
-    /// Starts an owner chat turn on `loop_name` in the background (`POST /agents/{id}/chat`).
-    /// The model is resolved first, so a missing provider or key is reported to the caller
-    /// instead of being accepted and then silently skipped.
-    pub async fn start_chat(
-        &self,
-        agent: &Arc<Agent>,
-        loop_name: String,
-        text: String,
-    ) -> Result<(), String> {
-        let config = agent
-            .job(|file| file.config())
-            .await
-            .map_err(|e| e.to_string())?;
-        adf_providers::Resolver::new()
-            .resolve(&config, None)
-            .map_err(|e| e.to_string())?;
-        let chat = TriggerEvent::new(
-            TriggerKind::OnChat,
-            adf_store::time::now_ms(),
-            json!({ "text": text, "loop": loop_name }),
-        );
-        self.spawn_turns(agent, vec![(loop_name, Trigger::Owner(text))], Some(chat));
-        Ok(())
-    }
-
-    /// Kicks the agent's autostart loops (STL-44): each enabled loop with `autostart` gets a
-    /// wake turn when the agent starts `active` (loading it is its start in this daemon).
-    pub(crate) async fn kick_autostart(&self, agent: &Arc<Agent>) {
-        let loops = match agent.job(|file| file.config()).await {
-            Ok(config) => adf_runtime::executor::autostart_loops(&config),
-            Err(error) => {
-                tracing::warn!(agent = %agent.id, %error, "cannot read the config for autostart");
-                return;
-            }
-        };
-        if !loops.is_empty() {
-            self.spawn_turns(agent, adf_runtime::executor::wakes(loops), None);
-        }
-    }
-
-    /// Runs `turns` (and the wakes they cause) as one job on the agent's worker, in the
-    /// background; `before` is dispatched from the spawned task first (`on_chat`), so the
-    /// request that started the turn never waits for its targets' config read.
-    fn spawn_turns(
-        &self,
-        agent: &Arc<Agent>,
-        turns: Vec<(String, Trigger)>,
-        before: Option<TriggerEvent>,
-    ) {
-        let daemon = self.clone();
-        let agent = Arc::clone(agent);
-        let registry = self.tools();
-        tokio::spawn(async move {
-            if let Some(event) = before {
-                daemon.dispatch(&agent, event).await;
-            }
-            let observer = Arc::clone(&agent);
-            let (scope, publisher) = TurnScope::new(&daemon, &agent);
-            let outcome = agent
-                .store()
-                .run(move |file| {
-                    let config = match file.config() {
-                        Ok(config) => config,
-                        Err(error) => {
-                            scope.finish(file);
-                            return Err(error);
-                        }
-                    };
-                    let mut turn_events = Vec::new();
-                    let ((results, written), mut events) =
-                        observe(file, &observer, Producer::Agent, |file| {
-                            with_written_files(file, |file| {
-                                run_agent_turns(
-                                    file,
-                                    &config,
-                                    registry,
-                                    turns,
-                                    &scope,
-                                    &mut turn_events,
-                                )
-                            })
-                        });
-                    events.extend(turn_events);
-                    let wake = crate::scheduler::wake_of(file);
-                    scope.finish(file);
-                    Ok((results, written, events, wake))
-                })
-                .await;
-            let _ended = publisher.await;
-            agent.triggers().invalidate();
-            match outcome {
-                Ok((results, written, events, wake)) => {
-                    for (loop_name, result) in results {
-                        let status = if result.is_ok() {
-                            "completed"
-                        } else {
-                            "failed"
-                        };
-                        daemon
-                            .emit(
-                                &agent,
-                                "turn.completed",
-                                "agent",
-                                json!({ "loop": loop_name, "status": status }),
-                            )
-                            .await;
-                    }
-                    if let Some(wake) = wake {
-                        daemon.set_timer_wake(&agent, wake);
-                    }
-                    daemon
-                        .dispatch_writes(&agent, written, Producer::Agent)
-                        .await;
-                    daemon.dispatch_all(&agent, events).await;
-                }
-                Err(error) => tracing::warn!(agent = %agent.id, %error, "turn job failed"),
-            }
-        });
-    }
 }

@@ -43,7 +43,8 @@ use tokio::sync::{Notify, mpsc as tmpsc};
 use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
 use adf_store::{AdfFile, StoreError, TaskRow};
 
-use crate::daemon::{Agent, Daemon};
+use crate::hub::Hub;
+use crate::registry::Agent;
 
 /// How often a waiting approval re-reads its task row for a resolution by another process.
 pub const EXTERNAL_CHECK: Duration = Duration::from_secs(1);
@@ -329,42 +330,40 @@ pub const DEFAULT_SUSPEND_TIMEOUT_MS: u64 = 1_200_000;
 /// `suspend.resolved{resumed, timed_out}`; false (and nothing changes) when it was not
 /// suspended.
 pub(crate) async fn answer_suspend(
-    daemon: &Daemon,
+    hub: &Arc<Hub>,
     agent: &Arc<Agent>,
     resume: bool,
     timed_out: bool,
 ) -> Result<bool, StoreError> {
     let target = if resume { "active" } else { "off" };
-    let moved = daemon
-        .run_observed(agent, move |file| {
-            let config = file.config()?;
-            if config.get("state").and_then(Value::as_str) != Some("suspended") {
-                return Ok(false);
-            }
-            file.config_set_path(
-                adf_store::Caller::Owner,
-                "state",
-                adf_store::ConfigAction::Set,
-                json!(target),
-            )?;
-            Ok(true)
-        })
-        .await?;
+    let moved = crate::dispatch::run_observed(hub, agent, move |file| {
+        let config = file.config()?;
+        if config.get("state").and_then(Value::as_str) != Some("suspended") {
+            return Ok(false);
+        }
+        file.config_set_path(
+            adf_store::Caller::Owner,
+            "state",
+            adf_store::ConfigAction::Set,
+            json!(target),
+        )?;
+        Ok(true)
+    })
+    .await?;
     if moved {
         agent
             .hil()
             .suspend_generation
             .fetch_add(1, Ordering::SeqCst);
         agent.triggers().invalidate();
-        daemon.rearm_timers(agent).await;
-        daemon
-            .emit(
-                agent,
-                "suspend.resolved",
-                "system:daemon",
-                json!({ "resumed": resume, "timed_out": timed_out }),
-            )
-            .await;
+        crate::scheduler::rearm(hub, agent).await;
+        hub.emit(
+            agent,
+            "suspend.resolved",
+            "system:daemon",
+            json!({ "resumed": resume, "timed_out": timed_out }),
+        )
+        .await;
     }
     Ok(moved)
 }
@@ -373,7 +372,7 @@ pub(crate) async fn answer_suspend(
 /// agent `off`. One sleeping task per suspension (never for an idle agent); the deadline is
 /// not persisted, so a daemon restart starts no new wait (the agent stays `suspended` until
 /// the owner answers).
-async fn suspend_watch(daemon: Daemon, agent: Arc<Agent>, generation: u64) {
+async fn suspend_watch(hub: Arc<Hub>, agent: Arc<Agent>, generation: u64) {
     let timeout = agent
         .job(|file| {
             Ok(file
@@ -385,7 +384,7 @@ async fn suspend_watch(daemon: Daemon, agent: Arc<Agent>, generation: u64) {
         .ok()
         .flatten()
         .unwrap_or(DEFAULT_SUSPEND_TIMEOUT_MS);
-    let mut shutdown = daemon.shutdown_signal();
+    let mut shutdown = hub.shutdown_signal();
     tokio::select! {
         () = tokio::time::sleep(Duration::from_millis(timeout)) => {}
         _ = shutdown.changed() => return,
@@ -393,7 +392,7 @@ async fn suspend_watch(daemon: Daemon, agent: Arc<Agent>, generation: u64) {
     if agent.hil().suspend_generation.load(Ordering::SeqCst) != generation {
         return;
     }
-    if let Err(error) = answer_suspend(&daemon, &agent, false, true).await {
+    if let Err(error) = answer_suspend(&hub, &agent, false, true).await {
         tracing::warn!(agent = %agent.id, %error, "cannot end an unanswered suspension");
     }
 }
@@ -406,7 +405,7 @@ pub const ORPHANED: &str = "orphaned: the turn waiting for this approval ended w
 /// `running` one (approved, outcome never recorded) `failed`. Without this an owner could
 /// approve a call no turn will ever make. Runs in the load's first job, before any turn of
 /// this process can exist; returns `(task_id, former status)` for
-/// [`Daemon::report_orphaned_approvals`].
+/// [`report_orphaned_approvals`].
 pub(crate) fn settle_orphaned_approvals(
     file: &mut AdfFile,
 ) -> Result<Vec<(String, &'static str)>, StoreError> {
@@ -422,42 +421,40 @@ pub(crate) fn settle_orphaned_approvals(
     Ok(settled)
 }
 
-impl Daemon {
-    /// `hil.resolved{orphaned: true}` for each approval [`settle_orphaned_approvals`] settled,
-    /// and one `loop.recovered{reason: "orphaned_tasks"}`.
-    pub(crate) async fn report_orphaned_approvals(
-        &self,
-        agent: &Agent,
-        settled: Vec<(String, &'static str)>,
-    ) {
-        if settled.is_empty() {
-            return;
-        }
-        for (task_id, _) in &settled {
-            self.emit(
-                agent,
-                "hil.resolved",
-                "system:runtime",
-                json!({ "request_id": task_id, "task_id": task_id, "approved": false, "orphaned": true }),
-            )
-            .await;
-        }
-        let awaiting = settled
-            .iter()
-            .filter(|(_, status)| *status == "pending_approval")
-            .count();
-        self.emit(
+/// `hil.resolved{orphaned: true}` for each approval [`settle_orphaned_approvals`] settled,
+/// and one `loop.recovered{reason: "orphaned_tasks"}`.
+pub(crate) async fn report_orphaned_approvals(
+    hub: &Arc<Hub>,
+    agent: &Agent,
+    settled: Vec<(String, &'static str)>,
+) {
+    if settled.is_empty() {
+        return;
+    }
+    for (task_id, _) in &settled {
+        hub.emit(
             agent,
-            "loop.recovered",
+            "hil.resolved",
             "system:runtime",
-            json!({
-                "reason": "orphaned_tasks",
-                "running": settled.len() - awaiting,
-                "awaiting_approval": awaiting,
-            }),
+            json!({ "request_id": task_id, "task_id": task_id, "approved": false, "orphaned": true }),
         )
         .await;
     }
+    let awaiting = settled
+        .iter()
+        .filter(|(_, status)| *status == "pending_approval")
+        .count();
+    hub.emit(
+        agent,
+        "loop.recovered",
+        "system:runtime",
+        json!({
+            "reason": "orphaned_tasks",
+            "running": settled.len() - awaiting,
+            "awaiting_approval": awaiting,
+        }),
+    )
+    .await;
 }
 
 /// What a turn job needs from the daemon: the agent (its registry) and an ordered event
@@ -491,10 +488,10 @@ impl TurnScope {
     /// before queueing the job: requests offered meanwhile are parked for the job instead of
     /// queueing behind it), and the task that publishes its events (await it after the job
     /// so they precede `turn.completed`).
-    pub(crate) fn new(daemon: &Daemon, agent: &Arc<Agent>) -> (Self, tokio::task::JoinHandle<()>) {
+    pub(crate) fn new(hub: &Arc<Hub>, agent: &Arc<Agent>) -> (Self, tokio::task::JoinHandle<()>) {
         let (turn, abort) = agent.hil().begin_turn();
         let (events, mut receiver) = tmpsc::unbounded_channel::<(String, Value)>();
-        let publisher = daemon.clone();
+        let publisher = Arc::clone(hub);
         let target = Arc::clone(agent);
         let task = tokio::spawn(async move {
             while let Some((event_type, payload)) = receiver.recv().await {

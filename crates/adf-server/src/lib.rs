@@ -2,9 +2,11 @@
 //! API (same paths, bodies and status codes) and its umbilical event stream.
 //!
 //! Principal pieces:
-//! - [`Daemon`] (daemon.rs): loaded agents by canonical path, each an actor owned by its
-//!   `StoreHandle`; load, unload, lookup by id/handle/name, clean shutdown, event emission
-//!   with per-agent `seq` persisted in meta `runtime_umbilical_next_seq`.
+//! - [`Daemon`] (daemon.rs): the public handle, a thin composition of the agent registry
+//!   (`registry`: loaded agents by canonical path, each an actor owned by its `StoreHandle`;
+//!   lookup by id/handle/name; the steps of load and unload) and the subsystems, which share
+//!   a `hub::Hub` (registry, event bus with per-agent `seq` persisted in meta
+//!   `runtime_umbilical_next_seq`, tools, timer wakes, shutdown) and never name `Daemon`.
 //! - [`events`]: the bounded ring of SSE frames with cursors, `since` replay and the `seq`
 //!   allocator.
 //! - `api`: the axum router and handlers (agents, config, files, meta, timers, inbox, outbox,
@@ -21,6 +23,9 @@
 //!   bounded queue per agent to system lambdas and agent turns.
 //! - [`scheduler`]: the due-time timer scheduler (one task for all agents) and the delivery
 //!   of fires to system lambdas and agent turns.
+//! - `lambdas`: the system-scope lambda host (deliveries, timer fires and taps run there).
+//! - `turns`: the turn host; chat, trigger deliveries, timer fires and autostart loops all
+//!   start their turns there, and it runs and aborts them.
 //! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
 //!   the home's settings) and the autostart scan of tracked directories.
 //! - [`taps`]: umbilical taps (§5.24) and `emit_event`'s `custom.*` events on the bus.
@@ -30,7 +35,7 @@
 //! `POST /agents/{id}/chat` starts an owner turn (202, or 503 when no model is reachable) and
 //! `POST /agents/{id}/trigger` dispatches an event (202); turns run through the executor's
 //! `LoopPool`, so `loop_send` wakes and autostart loops are served. What is not here yet:
-//! `on_inbox` from the mesh (`Daemon::dispatch` accepts it).
+//! `on_inbox` from the mesh (`dispatch::dispatch` accepts it).
 
 pub mod api;
 pub mod client;
@@ -40,15 +45,19 @@ pub mod error;
 pub mod events;
 pub mod frontdoor;
 pub mod hil;
+mod hub;
+mod lambdas;
 pub mod memory;
 pub mod mesh;
 pub mod openapi;
+mod registry;
 pub mod review;
 pub mod scheduler;
 pub mod serve;
 pub mod settings;
 pub mod taps;
 pub mod token;
+mod turns;
 
 pub use daemon::{Agent, Daemon, Loaded};
 pub use error::{ApiError, ServerError};

@@ -11,7 +11,7 @@
 //! reads of discovery therefore open the recipient's file as a short-lived guest connection
 //! (`AdfFile::open_guest`, SQLite's own locking orders it with the worker's short write
 //! transactions), and the recipient's worker notices the new inbox row through the trigger
-//! sweep (`Daemon::notice_new_rows`), which raises `on_inbox`.
+//! sweep (`dispatch::notice_new_rows`), which raises `on_inbox`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,8 @@ use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, car
 use adf_store::AdfFile;
 
 use crate::api::AppState;
-use crate::daemon::{Agent, WeakDaemon};
+use crate::hub::Hub;
+use crate::registry::Agent;
 
 /// Largest mesh request body: the ALF limit plus room for JSON framing.
 pub const MAX_BODY_BYTES: usize = adf_crypto::alf::MAX_MESSAGE_BYTES + 64 * 1024;
@@ -38,7 +39,7 @@ pub const MAX_BODY_BYTES: usize = adf_crypto::alf::MAX_MESSAGE_BYTES + 64 * 1024
 /// The agents a daemon hosts, as the mesh sees them.
 #[derive(Debug)]
 pub struct DaemonMesh {
-    daemon: WeakDaemon,
+    hub: std::sync::Weak<Hub>,
     home: RuntimeHome,
     /// `http://host:port` once the daemon serves HTTP.
     base_url: OnceLock<String>,
@@ -47,9 +48,9 @@ pub struct DaemonMesh {
 }
 
 impl DaemonMesh {
-    pub(crate) fn new(daemon: WeakDaemon, home: RuntimeHome) -> Self {
+    pub(crate) fn new(hub: std::sync::Weak<Hub>, home: RuntimeHome) -> Self {
         DaemonMesh {
-            daemon,
+            hub,
             home,
             base_url: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -139,10 +140,10 @@ impl DaemonMesh {
             reason: e.to_string(),
         })??;
         if !outcome.duplicate
-            && let (Some(daemon), Some(runtime)) = (self.daemon.upgrade(), &self.runtime)
+            && let (Some(daemon), Some(runtime)) = (self.hub.upgrade(), &self.runtime)
         {
             let agent = Arc::clone(agent);
-            runtime.spawn(async move { daemon.notice_new_rows(&agent).await });
+            runtime.spawn(async move { crate::dispatch::notice_new_rows(&daemon, &agent).await });
         }
         Ok(outcome)
     }
@@ -150,7 +151,7 @@ impl DaemonMesh {
 
 impl Mesh for DaemonMesh {
     fn reachable_agents(&self, sender: &Path) -> Vec<LocalAgent> {
-        let Some(daemon) = self.daemon.upgrade() else {
+        let Some(daemon) = self.hub.upgrade() else {
             return Vec::new();
         };
         let origin = Origin::SameRuntime {
@@ -166,7 +167,7 @@ impl Mesh for DaemonMesh {
     }
 
     fn find(&self, recipient: &str, address: Option<&str>) -> Option<LocalAgent> {
-        let daemon = self.daemon.upgrade()?;
+        let daemon = self.hub.upgrade()?;
         let handle = match address {
             Some(address) => Some(self.handle_of_url(address)?),
             None if !recipient.starts_with("did:") => Some(recipient),
@@ -196,7 +197,7 @@ impl Mesh for DaemonMesh {
         sender: &Path,
         message: Value,
     ) -> BoxFuture<'static, Delivery> {
-        let daemon = self.daemon.upgrade();
+        let daemon = self.hub.upgrade();
         let handle = target.handle.clone();
         let sender: PathBuf = sender.to_path_buf();
         Box::pin(async move {

@@ -3,8 +3,9 @@
 //!
 //! Principal items: [`Review`] (an agent file's summary, digest and review state),
 //! [`summarize`] (the summary, read from an [`AdfFile`] without writing to it),
-//! [`AutostartReport`] and the `Daemon` methods [`Daemon::review`],
-//! [`Daemon::accept_review`], [`Daemon::require_reviewed`] and [`Daemon::autostart`].
+//! [`AutostartReport`] and the functions `review`, `accept_review`, `require_reviewed`,
+//! `find_in_tracked` and `autostart` (the `Daemon` methods of the same names call them; the
+//! scan loads through the [`LoadAgent`] trait the daemon implements).
 //!
 //! Where "reviewed" is kept. The reference keeps a `reviewedAgents` set in its settings store
 //! and gates by agent id, so a reviewed agent whose file later gains a trigger, an authorized
@@ -34,6 +35,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -41,8 +43,10 @@ use sha2::{Digest as _, Sha256};
 
 use adf_store::{AdfFile, StoreError};
 
-use crate::daemon::Daemon;
+use adf_runtime::home::RuntimeHome;
+
 use crate::error::ServerError;
+use crate::hub::Hub;
 use crate::settings::Settings;
 
 /// The settings key holding the owner's accepted reviews.
@@ -157,84 +161,12 @@ pub fn summarize(file: &AdfFile) -> Result<(String, Value, String), StoreError> 
             .filter_map(|t| t.get("name").cloned())
             .collect()
     };
-    let mut triggers = Vec::new();
-    if let Some(kinds) = config.get("triggers").and_then(Value::as_object) {
-        for (kind, spec) in kinds {
-            if spec.get("enabled").and_then(Value::as_bool) == Some(false) {
-                continue;
-            }
-            for target in spec
-                .get("targets")
-                .and_then(Value::as_array)
-                .map_or(&[][..], Vec::as_slice)
-            {
-                if target.get("enabled").and_then(Value::as_bool) == Some(false) {
-                    continue;
-                }
-                let mut entry = pick(target, &["scope", "lambda", "command", "loop", "warm"]);
-                entry["event"] = json!(kind);
-                triggers.push(entry);
-            }
-        }
-    }
-    let taps: Vec<Value> = array(&config, "/umbilical_taps")
-        .iter()
-        .map(|tap| {
-            json!({
-                "name": text(tap.get("name")),
-                "lambda": text(tap.get("lambda")),
-                "eventTypes": tap.pointer("/filter/event_types").cloned().unwrap_or_else(|| json!(["*"])),
-                "allowWildcard": tap.pointer("/filter/allow_wildcard").cloned().unwrap_or(json!(false)),
-            })
-        })
-        .collect();
-    let routes: Vec<Value> = array(&config, "/serving/api")
-        .iter()
-        .map(|route| pick(route, &["method", "path", "lambda", "warm", "middleware"]))
-        .collect();
-    let serving = json!({
-        "api": routes,
-        "public": config.pointer("/serving/public/enabled").and_then(Value::as_bool).unwrap_or(false),
-        "shared": if config.pointer("/serving/shared/enabled").and_then(Value::as_bool) == Some(true) {
-            config.pointer("/serving/shared/patterns").cloned().unwrap_or_else(|| json!([]))
-        } else {
-            json!([])
-        },
-    });
-    // Server names, how they run and what they may reach; env values are never copied.
-    let mcp: Vec<Value> = array(&config, "/mcp/servers")
-        .iter()
-        .map(|server| {
-            pick(
-                server,
-                &[
-                    "name",
-                    "id",
-                    "type",
-                    "transport",
-                    "command",
-                    "args",
-                    "url",
-                    "restricted",
-                    "env_keys",
-                ],
-            )
-        })
-        .collect();
+    let triggers = trigger_targets(&config);
+    let taps = tap_summaries(&config);
+    let serving = serving_summary(&config);
+    let mcp = mcp_servers(&config);
     let authorized = authorized_files(file)?;
-    let timers: Vec<Value> = file
-        .timers()?
-        .iter()
-        .map(|t| {
-            json!({
-                "id": t.id,
-                "schedule": t.schedule,
-                "scope": t.scope,
-                "lambda": t.lambda,
-                "nextWakeAt": t.next_wake_at,
-            })
-        })
-        .collect();
+    let timers = timer_summaries(file)?;
     let autostart = config.get("autostart").and_then(Value::as_bool) == Some(true);
     let gated = json!({
         "id": id,
@@ -269,18 +201,120 @@ pub fn summarize(file: &AdfFile) -> Result<(String, Value, String), StoreError> 
     Ok((id, summary, digest))
 }
 
+/// The enabled targets of the enabled triggers, each with its event.
+fn trigger_targets(config: &Value) -> Vec<Value> {
+    let mut triggers = Vec::new();
+    if let Some(kinds) = config.get("triggers").and_then(Value::as_object) {
+        for (kind, spec) in kinds {
+            if spec.get("enabled").and_then(Value::as_bool) == Some(false) {
+                continue;
+            }
+            for target in spec
+                .get("targets")
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice)
+            {
+                if target.get("enabled").and_then(Value::as_bool) == Some(false) {
+                    continue;
+                }
+                let mut entry = pick(target, &["scope", "lambda", "command", "loop", "warm"]);
+                entry["event"] = json!(kind);
+                triggers.push(entry);
+            }
+        }
+    }
+    triggers
+}
+
+/// Each umbilical tap: name, lambda and filter.
+fn tap_summaries(config: &Value) -> Vec<Value> {
+    let taps: Vec<Value> = array(config, "/umbilical_taps")
+        .iter()
+        .map(|tap| {
+            json!({
+                "name": text(tap.get("name")),
+                "lambda": text(tap.get("lambda")),
+                "eventTypes": tap.pointer("/filter/event_types").cloned().unwrap_or_else(|| json!(["*"])),
+                "allowWildcard": tap.pointer("/filter/allow_wildcard").cloned().unwrap_or(json!(false)),
+            })
+        })
+        .collect();
+    taps
+}
+
+/// The serving routes, and whether public and shared serving are on.
+fn serving_summary(config: &Value) -> Value {
+    let routes: Vec<Value> = array(config, "/serving/api")
+        .iter()
+        .map(|route| pick(route, &["method", "path", "lambda", "warm", "middleware"]))
+        .collect();
+    let serving = json!({
+        "api": routes,
+        "public": config.pointer("/serving/public/enabled").and_then(Value::as_bool).unwrap_or(false),
+        "shared": if config.pointer("/serving/shared/enabled").and_then(Value::as_bool) == Some(true) {
+            config.pointer("/serving/shared/patterns").cloned().unwrap_or_else(|| json!([]))
+        } else {
+            json!([])
+        },
+    });
+    serving
+}
+
+/// Server names, how they run and what they may reach; env values are never copied.
+fn mcp_servers(config: &Value) -> Vec<Value> {
+    let mcp: Vec<Value> = array(config, "/mcp/servers")
+        .iter()
+        .map(|server| {
+            pick(
+                server,
+                &[
+                    "name",
+                    "id",
+                    "type",
+                    "transport",
+                    "command",
+                    "args",
+                    "url",
+                    "restricted",
+                    "env_keys",
+                ],
+            )
+        })
+        .collect();
+    mcp
+}
+
+/// Each timer: schedule, scope, lambda and next wake (shown, outside the digest).
+fn timer_summaries(file: &AdfFile) -> Result<Vec<Value>, StoreError> {
+    let timers: Vec<Value> = file
+        .timers()?
+        .iter()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "schedule": t.schedule,
+                "scope": t.scope,
+                "lambda": t.lambda,
+                "nextWakeAt": t.next_wake_at,
+            })
+        })
+        .collect();
+    Ok(timers)
+}
+
 /// `[{path, sha256, size}]` of every authorized file, in path order.
 fn authorized_files(file: &AdfFile) -> Result<Vec<Value>, StoreError> {
-    let mut stmt = file
-        .connection()
-        .prepare("SELECT path, content, size FROM adf_files WHERE authorized = 1 ORDER BY path")?;
-    let rows = stmt.query_map([], |row| {
-        let path: String = row.get(0)?;
-        let content: Vec<u8> = row.get(1)?;
-        let size: i64 = row.get(2)?;
-        Ok(json!({ "path": path, "sha256": sha256_hex(&content), "size": size }))
+    let mut files = Vec::new();
+    file.for_each_authorized_file(|path, content, size| {
+        files.push(json!({ "path": path, "sha256": sha256_hex(content), "size": size }));
     })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    Ok(files)
+}
+
+/// Loads an agent file with every subsystem started (the daemon's load), for the autostart
+/// scan, which must not name the daemon.
+pub(crate) trait LoadAgent {
+    async fn load_agent(&self, path: &Path) -> Result<crate::Loaded, ServerError>;
 }
 
 async fn canonicalize(path: &Path) -> Result<PathBuf, ServerError> {
@@ -293,216 +327,219 @@ async fn canonicalize(path: &Path) -> Result<PathBuf, ServerError> {
     }
 }
 
-impl Daemon {
-    /// The review state of the agent file at `path` (read-only).
-    pub async fn review(&self, path: &Path) -> Result<Review, ServerError> {
-        let canonical = canonicalize(path).await?;
-        let loaded = self.agents().into_iter().find(|a| a.path == canonical);
-        let (agent_id, summary, digest) = match loaded {
-            Some(agent) => agent.job(|file| summarize(file)).await?,
-            None => {
-                let opened = canonical.clone();
-                tokio::task::spawn_blocking(move || {
-                    let file = AdfFile::inspect(&opened)?;
-                    summarize(&file)
-                })
-                .await
-                .map_err(|e| ServerError::Io(std::io::Error::other(e)))??
-            }
-        };
-        let reviewed = {
-            let settings = Settings::in_home(self.home()).read()?;
-            settings
-                .get(REVIEWED_KEY)
-                .and_then(|r| r.get(&agent_id))
-                .and_then(|r| r.get("digest"))
-                .and_then(Value::as_str)
-                == Some(digest.as_str())
-        };
-        Ok(Review {
-            autostart: summary.get("autostart").and_then(Value::as_bool) == Some(true),
-            agent_id,
-            file_path: canonical.display().to_string(),
-            summary,
-            digest,
-            reviewed,
-        })
-    }
-
-    /// Records that the owner accepted what the file at `path` can do now.
-    pub async fn accept_review(&self, path: &Path) -> Result<Review, ServerError> {
-        let mut review = self.review(path).await?;
-        let _guard = self.settings_lock().lock().await;
-        let record = json!({
-            "digest": review.digest,
-            "filePath": review.file_path,
-            "reviewedAt": adf_store::time::now_ms(),
-        });
-        let id = review.agent_id.clone();
-        Settings::in_home(self.home()).update(move |settings| {
-            let reviewed = settings
-                .entry(REVIEWED_KEY)
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !reviewed.is_object() {
-                *reviewed = Value::Object(Map::new());
-            }
-            if let Some(map) = reviewed.as_object_mut() {
-                map.insert(id, record);
-            }
-        })?;
-        review.reviewed = true;
-        Ok(review)
-    }
-
-    /// `Ok` when the owner accepted the file's current digest, else
-    /// [`ServerError::ReviewRequired`] (403 `AGENT_REVIEW_REQUIRED`).
-    pub async fn require_reviewed(&self, path: &Path) -> Result<Review, ServerError> {
-        let review = self.review(path).await?;
-        if review.reviewed {
-            Ok(review)
-        } else {
-            Err(ServerError::ReviewRequired {
-                agent_id: review.agent_id,
-                file_path: review.file_path,
+/// The review state of the agent file at `path` (read-only).
+pub(crate) async fn review(hub: &Arc<Hub>, path: &Path) -> Result<Review, ServerError> {
+    let canonical = canonicalize(path).await?;
+    let loaded = hub.agents().into_iter().find(|a| a.path == canonical);
+    let (agent_id, summary, digest) = match loaded {
+        Some(agent) => agent.job(|file| summarize(file)).await?,
+        None => {
+            let opened = canonical.clone();
+            tokio::task::spawn_blocking(move || {
+                let file = AdfFile::inspect(&opened)?;
+                summarize(&file)
             })
+            .await
+            .map_err(|e| ServerError::Io(std::io::Error::other(e)))??
         }
-    }
+    };
+    let reviewed = {
+        let settings = Settings::in_home(hub.home()).read()?;
+        settings
+            .get(REVIEWED_KEY)
+            .and_then(|r| r.get(&agent_id))
+            .and_then(|r| r.get("digest"))
+            .and_then(Value::as_str)
+            == Some(digest.as_str())
+    };
+    Ok(Review {
+        autostart: summary.get("autostart").and_then(Value::as_bool) == Some(true),
+        agent_id,
+        file_path: canonical.display().to_string(),
+        summary,
+        digest,
+        reviewed,
+    })
+}
 
-    /// The tracked directories listed in the settings (`trackedDirectories`).
-    pub fn tracked_directories(&self) -> Vec<PathBuf> {
-        Settings::in_home(self.home())
-            .read()
-            .ok()
-            .and_then(|s| s.get(TRACKED_KEY).cloned())
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(Value::as_str)
-            .map(PathBuf::from)
-            .collect()
-    }
+/// Records that the owner accepted what the file at `path` can do now.
+pub(crate) async fn accept_review(hub: &Arc<Hub>, path: &Path) -> Result<Review, ServerError> {
+    let mut review = review(hub, path).await?;
+    let _guard = hub.settings_lock().lock().await;
+    let record = json!({
+        "digest": review.digest,
+        "filePath": review.file_path,
+        "reviewedAt": adf_store::time::now_ms(),
+    });
+    let id = review.agent_id.clone();
+    Settings::in_home(hub.home()).update(move |settings| {
+        let reviewed = settings
+            .entry(REVIEWED_KEY)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !reviewed.is_object() {
+            *reviewed = Value::Object(Map::new());
+        }
+        if let Some(map) = reviewed.as_object_mut() {
+            map.insert(id, record);
+        }
+    })?;
+    review.reviewed = true;
+    Ok(review)
+}
 
-    /// Loads the agent `key` (config id, then handle, then name, as `{id}` lookups rank
-    /// them) from the first file in the settings' tracked directories that declares it:
-    /// `POST /agents/{id}/start` of an agent that is neither loaded nor stopped in this
-    /// process. An explicit start by the owner, so not gated by review (like a load without
-    /// `requireReview`); files that cannot be read are passed over.
-    pub async fn start_from_tracked(&self, key: &str) -> Result<crate::Loaded, ServerError> {
-        let roots = self.tracked_directories();
-        let wanted = key.to_owned();
-        let found = tokio::task::spawn_blocking(move || {
-            let (candidates, _) = scan(&roots, DEFAULT_MAX_DEPTH);
-            let mut best: Option<(u8, PathBuf)> = None;
-            for path in candidates {
-                let Ok(config) = AdfFile::inspect(&path).and_then(|file| file.config()) else {
-                    continue;
-                };
-                let field = |name: &str| config.get(name).and_then(Value::as_str);
-                let rank = if field("id") == Some(wanted.as_str()) {
-                    0
-                } else if field("handle") == Some(wanted.as_str()) {
-                    1
-                } else if field("name") == Some(wanted.as_str()) {
-                    2
-                } else {
-                    continue;
-                };
-                if best.as_ref().is_none_or(|(r, _)| rank < *r) {
-                    best = Some((rank, path));
-                }
-            }
-            best.map(|(_, path)| path)
+/// `Ok` when the owner accepted the file's current digest, else
+/// [`ServerError::ReviewRequired`] (403 `AGENT_REVIEW_REQUIRED`).
+pub(crate) async fn require_reviewed(hub: &Arc<Hub>, path: &Path) -> Result<Review, ServerError> {
+    let review = review(hub, path).await?;
+    if review.reviewed {
+        Ok(review)
+    } else {
+        Err(ServerError::ReviewRequired {
+            agent_id: review.agent_id,
+            file_path: review.file_path,
         })
-        .await
-        .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
-        match found {
-            Some(path) => self.load(&path).await,
-            None => Err(ServerError::UnknownAgent(key.to_owned())),
-        }
     }
+}
 
-    /// Scans `dirs` and loads every reviewed `autostart: true` agent found there; emits
-    /// `daemon.autostart.report{report}`.
-    pub async fn autostart(&self, dirs: &[PathBuf], max_depth: usize) -> AutostartReport {
-        let mut report = AutostartReport::default();
-        let roots = dirs.to_vec();
-        let depth = max_depth.min(MAX_DEPTH_LIMIT);
-        let scan = tokio::task::spawn_blocking(move || scan(&roots, depth)).await;
-        let (candidates, unreadable) = match scan {
-            Ok(found) => found,
-            Err(error) => (Vec::new(), vec![(PathBuf::new(), error.to_string())]),
-        };
-        for (dir, error) in unreadable {
-            report
-                .failed
-                .push(json!({ "filePath": dir.display().to_string(), "error": error }));
-        }
-        report.scanned = candidates.len();
-        let mut seen = HashSet::new();
+/// The tracked directories listed in the settings (`trackedDirectories`).
+pub(crate) fn tracked_directories(home: &RuntimeHome) -> Vec<PathBuf> {
+    Settings::in_home(home)
+        .read()
+        .ok()
+        .and_then(|s| s.get(TRACKED_KEY).cloned())
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_str)
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Loads the agent `key` (config id, then handle, then name, as `{id}` lookups rank
+/// them) from the first file in the settings' tracked directories that declares it:
+/// `POST /agents/{id}/start` of an agent that is neither loaded nor stopped in this
+/// process. An explicit start by the owner, so not gated by review (like a load without
+/// `requireReview`); files that cannot be read are passed over.
+pub(crate) async fn find_in_tracked(
+    home: &RuntimeHome,
+    key: &str,
+) -> Result<Option<PathBuf>, ServerError> {
+    let roots = tracked_directories(home);
+    let wanted = key.to_owned();
+    let found = tokio::task::spawn_blocking(move || {
+        let (candidates, _) = scan(&roots, DEFAULT_MAX_DEPTH);
+        let mut best: Option<(u8, PathBuf)> = None;
         for path in candidates {
-            let shown = path.display().to_string();
-            let canonical = match canonicalize(&path).await {
-                Ok(p) => p,
-                Err(error) => {
-                    report
-                        .failed
-                        .push(json!({ "filePath": shown, "error": error.to_string() }));
-                    continue;
-                }
-            };
-            if !seen.insert(canonical.clone()) {
+            let Ok(config) = AdfFile::inspect(&path).and_then(|file| file.config()) else {
                 continue;
-            }
-            if let Some(agent) = self.agents().into_iter().find(|a| a.path == canonical) {
-                report.skipped.push(json!({
-                    "filePath": agent.file_path(), "agentId": agent.id, "reason": "already loaded",
-                }));
-                continue;
-            }
-            let review = match self.review(&canonical).await {
-                Ok(review) => review,
-                Err(error) => {
-                    report
-                        .failed
-                        .push(json!({ "filePath": shown, "error": error.to_string() }));
-                    continue;
-                }
             };
-            let skip = if !review.autostart {
-                Some("autostart is off")
-            } else if !review.reviewed {
-                Some("review required")
+            let field = |name: &str| config.get(name).and_then(Value::as_str);
+            let rank = if field("id") == Some(wanted.as_str()) {
+                0
+            } else if field("handle") == Some(wanted.as_str()) {
+                1
+            } else if field("name") == Some(wanted.as_str()) {
+                2
             } else {
-                None
-            };
-            if let Some(reason) = skip {
-                report.skipped.push(json!({
-                    "filePath": review.file_path, "agentId": review.agent_id, "reason": reason,
-                }));
                 continue;
-            }
-            match self.load(&canonical).await {
-                Ok(loaded) => report.started.push(json!({
-                    "filePath": loaded.agent.file_path(),
-                    "agentId": loaded.agent.id,
-                    "name": loaded.agent.info().name,
-                })),
-                Err(error) => report.failed.push(json!({
-                    "filePath": review.file_path, "agentId": review.agent_id, "error": error.to_string(),
-                })),
+            };
+            if best.as_ref().is_none_or(|(r, _)| rank < *r) {
+                best = Some((rank, path));
             }
         }
-        self.emit_daemon(
-            "daemon.autostart.report",
-            json!({ "report": {
-                "scanned": report.scanned,
-                "started": report.started.len(),
-                "skipped": report.skipped.len(),
-                "failed": report.failed.len(),
-            } }),
-        );
+        best.map(|(_, path)| path)
+    })
+    .await
+    .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    Ok(found)
+}
+
+/// Scans `dirs` and loads every reviewed `autostart: true` agent found there; emits
+/// `daemon.autostart.report{report}`.
+pub(crate) async fn autostart(
+    hub: &Arc<Hub>,
+    loader: &impl LoadAgent,
+    dirs: &[PathBuf],
+    max_depth: usize,
+) -> AutostartReport {
+    let mut report = AutostartReport::default();
+    let roots = dirs.to_vec();
+    let depth = max_depth.min(MAX_DEPTH_LIMIT);
+    let scan = tokio::task::spawn_blocking(move || scan(&roots, depth)).await;
+    let (candidates, unreadable) = match scan {
+        Ok(found) => found,
+        Err(error) => (Vec::new(), vec![(PathBuf::new(), error.to_string())]),
+    };
+    for (dir, error) in unreadable {
         report
+            .failed
+            .push(json!({ "filePath": dir.display().to_string(), "error": error }));
     }
+    report.scanned = candidates.len();
+    let mut seen = HashSet::new();
+    for path in candidates {
+        let shown = path.display().to_string();
+        let canonical = match canonicalize(&path).await {
+            Ok(p) => p,
+            Err(error) => {
+                report
+                    .failed
+                    .push(json!({ "filePath": shown, "error": error.to_string() }));
+                continue;
+            }
+        };
+        if !seen.insert(canonical.clone()) {
+            continue;
+        }
+        if let Some(agent) = hub.agents().into_iter().find(|a| a.path == canonical) {
+            report.skipped.push(json!({
+                "filePath": agent.file_path(), "agentId": agent.id, "reason": "already loaded",
+            }));
+            continue;
+        }
+        let review = match review(hub, &canonical).await {
+            Ok(review) => review,
+            Err(error) => {
+                report
+                    .failed
+                    .push(json!({ "filePath": shown, "error": error.to_string() }));
+                continue;
+            }
+        };
+        let skip = if !review.autostart {
+            Some("autostart is off")
+        } else if !review.reviewed {
+            Some("review required")
+        } else {
+            None
+        };
+        if let Some(reason) = skip {
+            report.skipped.push(json!({
+                "filePath": review.file_path, "agentId": review.agent_id, "reason": reason,
+            }));
+            continue;
+        }
+        match loader.load_agent(&canonical).await {
+            Ok(loaded) => report.started.push(json!({
+                "filePath": loaded.agent.file_path(),
+                "agentId": loaded.agent.id,
+                "name": loaded.agent.info().name,
+            })),
+            Err(error) => report.failed.push(json!({
+                "filePath": review.file_path, "agentId": review.agent_id, "error": error.to_string(),
+            })),
+        }
+    }
+    hub.emit_daemon(
+        "daemon.autostart.report",
+        json!({ "report": {
+            "scanned": report.scanned,
+            "started": report.started.len(),
+            "skipped": report.skipped.len(),
+            "failed": report.failed.len(),
+        } }),
+    );
+    report
 }
 
 /// The `*.adf` files under `roots` (breadth first, sorted per directory), and the roots or

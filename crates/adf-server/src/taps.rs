@@ -7,7 +7,7 @@
 //! [`CustomEvents`] (the `EventSink` a daemon lambda run gets, so `adf.emit_event` becomes a
 //! real bus event).
 //!
-//! Flow. [`crate::Daemon::emit`] offers every agent event to [`Daemon::offer_to_taps`] right
+//! Flow. `Hub::emit` offers every agent event to `offer` right
 //! before it is published. That call never waits: when the agent is known to have no tap it
 //! returns at once (the parsed taps are cached until the agent's trigger targets are
 //! invalidated, i.e. until the config may have changed), otherwise the envelope joins the
@@ -45,10 +45,11 @@ use serde_json::{Value, json};
 use adf_runtime::code::{EventSink, LambdaRef};
 use adf_runtime::triggers::Producer;
 
-use crate::daemon::{Agent, Daemon};
 use crate::dispatch::observe;
 use crate::events::Envelope;
-use crate::scheduler::run_system_lambda;
+use crate::hub::Hub;
+use crate::lambdas::run_system_lambda;
+use crate::registry::Agent;
 
 /// Most events one agent's tap queue holds; beyond it events are dropped (and counted).
 pub const TAP_QUEUE_CAPACITY: usize = 256;
@@ -331,222 +332,217 @@ impl Taps {
     }
 }
 
-impl Daemon {
-    /// Queues `envelope` for `agent`'s taps; never waits. Called by `emit` for every agent
-    /// event just before it is published.
-    pub(crate) fn offer_to_taps(&self, agent: &Agent, envelope: &Envelope) {
-        let generation = agent.triggers().generation();
-        let start = {
-            let mut state = agent.taps().lock();
-            if let Some((seen, taps)) = &state.cached
-                && *seen == generation
-                && taps.is_empty()
-            {
-                return;
-            }
-            if state.pending.len() >= TAP_QUEUE_CAPACITY {
-                state.queue_dropped += 1;
-                state.queue_dropped_unlogged += 1;
-                return;
-            }
-            state.pending.push_back(Queued {
-                envelope: envelope.clone(),
-                origin: TAP_ORIGIN.try_with(String::clone).ok(),
-            });
-            !std::mem::replace(&mut state.draining, true)
-        };
-        if !start {
+/// Queues `envelope` for `agent`'s taps; never waits. Called by `emit` for every agent
+/// event just before it is published.
+pub(crate) fn offer(hub: &Arc<Hub>, agent: &Agent, envelope: &Envelope) {
+    let generation = agent.triggers().generation();
+    let start = {
+        let mut state = agent.taps().lock();
+        if let Some((seen, taps)) = &state.cached
+            && *seen == generation
+            && taps.is_empty()
+        {
             return;
         }
-        // The queue task needs the shared handle; an agent being unloaded is not found, and
-        // its taps stop with it.
-        match self
-            .agent(&agent.id)
-            .ok()
-            .filter(|found| std::ptr::eq(Arc::as_ptr(found), agent))
-        {
-            Some(agent) => {
-                let daemon = self.clone();
-                tokio::spawn(async move { daemon.drain_taps(agent).await });
-            }
-            None => {
-                let mut state = agent.taps().lock();
-                state.pending.clear();
+        if state.pending.len() >= TAP_QUEUE_CAPACITY {
+            state.queue_dropped += 1;
+            state.queue_dropped_unlogged += 1;
+            return;
+        }
+        state.pending.push_back(Queued {
+            envelope: envelope.clone(),
+            origin: TAP_ORIGIN.try_with(String::clone).ok(),
+        });
+        !std::mem::replace(&mut state.draining, true)
+    };
+    if !start {
+        return;
+    }
+    // The queue task needs the shared handle; an agent being unloaded is not found, and
+    // its taps stop with it.
+    match hub
+        .agent(&agent.id)
+        .ok()
+        .filter(|found| std::ptr::eq(Arc::as_ptr(found), agent))
+    {
+        Some(agent) => {
+            let hub = Arc::clone(hub);
+            tokio::spawn(async move { drain_taps(&hub, agent).await });
+        }
+        None => {
+            let mut state = agent.taps().lock();
+            state.pending.clear();
+            state.draining = false;
+        }
+    }
+}
+
+async fn drain_taps(hub: &Arc<Hub>, agent: Arc<Agent>) {
+    loop {
+        let next = {
+            let mut state = agent.taps().lock();
+            let next = state.pending.pop_front();
+            if next.is_none() {
                 state.draining = false;
             }
-        }
-    }
-
-    async fn drain_taps(&self, agent: Arc<Agent>) {
-        loop {
-            let next = {
-                let mut state = agent.taps().lock();
-                let next = state.pending.pop_front();
-                if next.is_none() {
-                    state.draining = false;
-                }
-                next
-            };
-            let Some(queued) = next else {
-                self.log_tap_drops(&agent).await;
-                return;
-            };
-            let Some(taps) = self.current_taps(&agent).await else {
-                continue;
-            };
-            let event_type = queued.envelope.event_type.as_str();
-            for tap in taps.iter().filter(|tap| tap.matches(event_type)) {
-                if tap.exclude_own_origin && queued.origin.as_deref() == Some(tap.name.as_str()) {
-                    continue;
-                }
-                let allowed = {
-                    let mut state = agent.taps().lock();
-                    let now = Instant::now();
-                    let bucket = state
-                        .buckets
-                        .entry(tap.name.clone())
-                        .or_insert_with(|| Bucket::new(tap.max_rate_per_sec, now));
-                    if bucket.rate != tap.max_rate_per_sec {
-                        *bucket = Bucket::new(tap.max_rate_per_sec, now);
-                    }
-                    let allowed = bucket.take(now);
-                    if allowed {
-                        state.delivered += 1;
-                    } else {
-                        state.rate_dropped += 1;
-                        *state.unlogged.entry(tap.name.clone()).or_default() += 1;
-                    }
-                    allowed
-                };
-                if allowed {
-                    self.run_tap(&agent, tap, &queued.envelope).await;
-                }
-            }
-        }
-    }
-
-    /// The agent's taps, parsed from its config once per trigger generation (a config change
-    /// invalidates the targets, and with them these). An agent in state `off` has none.
-    async fn current_taps(&self, agent: &Arc<Agent>) -> Option<Arc<[Tap]>> {
-        let generation = agent.triggers().generation();
-        if let Some((seen, taps)) = &agent.taps().lock().cached
-            && *seen == generation
-        {
-            return Some(Arc::clone(taps));
-        }
-        let config = match agent.job(|file| file.config()).await {
-            Ok(config) => config,
-            Err(error) => {
-                tracing::warn!(agent = %agent.id, %error, "cannot read the config for taps");
-                return None;
-            }
+            next
         };
-        let taps = taps_of(&config, &agent.id);
-        agent.taps().lock().cached = Some((generation, Arc::clone(&taps)));
-        Some(taps)
-    }
-
-    /// Runs one tap's lambda with the envelope as input (one job), then reports the run with
-    /// the tap as origin of what it publishes.
-    async fn run_tap(&self, agent: &Arc<Agent>, tap: &Tap, envelope: &Envelope) {
-        let registry = self.tools();
-        let observer = Arc::clone(agent);
-        let lambda = tap.lambda.clone();
-        let producer = Producer::Lambda {
-            source: lambda.source(),
-        };
-        let input = serde_json::to_value(envelope).unwrap_or(Value::Null);
-        let job_producer = producer.clone();
-        let outcome = agent
-            .store()
-            .run(move |file| {
-                let (mut report, mut events) = observe(file, &observer, job_producer, |file| {
-                    run_system_lambda(file, registry, lambda, input, false)
-                });
-                events.append(&mut report.call_events);
-                Ok((report, events, crate::scheduler::wake_of(file)))
-            })
-            .await;
-        // The lambda may have changed the config (targets, taps, state).
-        agent.triggers().invalidate();
-        match outcome {
-            Ok((report, events, wake)) => {
-                TAP_ORIGIN
-                    .scope(tap.name.clone(), async {
-                        self.publish_lambda(agent, &report, "umbilical_tap").await;
-                        if let Some(wake) = wake {
-                            self.set_timer_wake(agent, wake);
-                        }
-                        self.dispatch_writes(agent, report.written.clone(), producer)
-                            .await;
-                        self.dispatch_all(agent, events).await;
-                    })
-                    .await;
-            }
-            Err(error) => {
-                tracing::warn!(agent = %agent.id, tap = %tap.name, %error, "tap run failed")
-            }
-        }
-    }
-
-    /// One `warn` row per tap that dropped events in the burst that just ended, and one for
-    /// events the full queue dropped.
-    async fn log_tap_drops(&self, agent: &Agent) {
-        let (per_tap, queue) = {
-            let mut state = agent.taps().lock();
-            let queue = std::mem::take(&mut state.queue_dropped_unlogged);
-            // Events queued before the config was read, for an agent that turned out to have
-            // no tap, lost nothing: no row for them.
-            let has_taps = state
-                .cached
-                .as_ref()
-                .is_some_and(|(_, taps)| !taps.is_empty());
-            (
-                std::mem::take(&mut state.unlogged),
-                if has_taps { queue } else { 0 },
-            )
-        };
-        if per_tap.is_empty() && queue == 0 {
+        let Some(queued) = next else {
+            log_tap_drops(&agent).await;
             return;
-        }
-        let result = agent
-            .job(move |file| {
-                let mut per_tap: Vec<(String, u64)> = per_tap.into_iter().collect();
-                per_tap.sort();
-                for (tap, dropped) in per_tap {
-                    let data = json!({ "tap": tap, "dropped": dropped });
-                    file.log(&adf_store::NewLog {
-                        level: "warn",
-                        origin: Some("umbilical_tap"),
-                        event: Some("tap_rate_limited"),
-                        target: Some(&tap),
-                        message: &format!(
-                            "{dropped} umbilical events dropped by tap {tap}: over its max_rate_per_sec"
-                        ),
-                        data: Some(&data),
-                        r#loop: None,
-                    })?;
+        };
+        let Some(taps) = current_taps(&agent).await else {
+            continue;
+        };
+        let event_type = queued.envelope.event_type.as_str();
+        for tap in taps.iter().filter(|tap| tap.matches(event_type)) {
+            if tap.exclude_own_origin && queued.origin.as_deref() == Some(tap.name.as_str()) {
+                continue;
+            }
+            let allowed = {
+                let mut state = agent.taps().lock();
+                let now = Instant::now();
+                let bucket = state
+                    .buckets
+                    .entry(tap.name.clone())
+                    .or_insert_with(|| Bucket::new(tap.max_rate_per_sec, now));
+                if bucket.rate != tap.max_rate_per_sec {
+                    *bucket = Bucket::new(tap.max_rate_per_sec, now);
                 }
-                if queue > 0 {
-                    let data = json!({ "dropped": queue, "capacity": TAP_QUEUE_CAPACITY });
-                    file.log(&adf_store::NewLog {
-                        level: "warn",
-                        origin: Some("umbilical_tap"),
-                        event: Some("tap_queue_dropped"),
-                        target: None,
-                        message: &format!(
-                            "{queue} umbilical events dropped: the tap queue holds {TAP_QUEUE_CAPACITY}"
-                        ),
-                        data: Some(&data),
-                        r#loop: None,
-                    })?;
+                let allowed = bucket.take(now);
+                if allowed {
+                    state.delivered += 1;
+                } else {
+                    state.rate_dropped += 1;
+                    *state.unlogged.entry(tap.name.clone()).or_default() += 1;
                 }
-                Ok(())
-            })
-            .await;
-        if let Err(error) = result {
-            tracing::warn!(agent = %agent.id, %error, "cannot log tap drops");
+                allowed
+            };
+            if allowed {
+                run_tap(hub, &agent, tap, &queued.envelope).await;
+            }
         }
+    }
+}
+
+/// The agent's taps, parsed from its config once per trigger generation (a config change
+/// invalidates the targets, and with them these). An agent in state `off` has none.
+async fn current_taps(agent: &Arc<Agent>) -> Option<Arc<[Tap]>> {
+    let generation = agent.triggers().generation();
+    if let Some((seen, taps)) = &agent.taps().lock().cached
+        && *seen == generation
+    {
+        return Some(Arc::clone(taps));
+    }
+    let config = match agent.job(|file| file.config()).await {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, %error, "cannot read the config for taps");
+            return None;
+        }
+    };
+    let taps = taps_of(&config, &agent.id);
+    agent.taps().lock().cached = Some((generation, Arc::clone(&taps)));
+    Some(taps)
+}
+
+/// Runs one tap's lambda with the envelope as input (one job), then reports the run with
+/// the tap as origin of what it publishes.
+async fn run_tap(hub: &Arc<Hub>, agent: &Arc<Agent>, tap: &Tap, envelope: &Envelope) {
+    let registry = hub.tools();
+    let observer = Arc::clone(agent);
+    let lambda = tap.lambda.clone();
+    let producer = Producer::Lambda {
+        source: lambda.source(),
+    };
+    let input = serde_json::to_value(envelope).unwrap_or(Value::Null);
+    let job_producer = producer.clone();
+    let outcome = agent
+        .store()
+        .run(move |file| {
+            let (mut report, mut events) = observe(file, &observer, job_producer, |file| {
+                run_system_lambda(file, registry, lambda, input, false)
+            });
+            events.append(&mut report.call_events);
+            Ok((report, events, crate::scheduler::wake_of(file)))
+        })
+        .await;
+    // The lambda may have changed the config (targets, taps, state).
+    agent.triggers().invalidate();
+    match outcome {
+        Ok((report, events, wake)) => {
+            TAP_ORIGIN
+                .scope(tap.name.clone(), async {
+                    crate::dispatch::publish_lambda(hub, agent, &report, "umbilical_tap").await;
+                    let written = report.written.clone();
+                    crate::dispatch::dispatch_handled(hub, agent, wake, written, producer, events)
+                        .await;
+                })
+                .await;
+        }
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, tap = %tap.name, %error, "tap run failed")
+        }
+    }
+}
+
+/// One `warn` row per tap that dropped events in the burst that just ended, and one for
+/// events the full queue dropped.
+async fn log_tap_drops(agent: &Agent) {
+    let (per_tap, queue) = {
+        let mut state = agent.taps().lock();
+        let queue = std::mem::take(&mut state.queue_dropped_unlogged);
+        // Events queued before the config was read, for an agent that turned out to have
+        // no tap, lost nothing: no row for them.
+        let has_taps = state
+            .cached
+            .as_ref()
+            .is_some_and(|(_, taps)| !taps.is_empty());
+        (
+            std::mem::take(&mut state.unlogged),
+            if has_taps { queue } else { 0 },
+        )
+    };
+    if per_tap.is_empty() && queue == 0 {
+        return;
+    }
+    let result = agent
+        .job(move |file| {
+            let mut per_tap: Vec<(String, u64)> = per_tap.into_iter().collect();
+            per_tap.sort();
+            for (tap, dropped) in per_tap {
+                let data = json!({ "tap": tap, "dropped": dropped });
+                file.log(&adf_store::NewLog {
+                    level: "warn",
+                    origin: Some("umbilical_tap"),
+                    event: Some("tap_rate_limited"),
+                    target: Some(&tap),
+                    message: &format!(
+                        "{dropped} umbilical events dropped by tap {tap}: over its max_rate_per_sec"
+                    ),
+                    data: Some(&data),
+                    r#loop: None,
+                })?;
+            }
+            if queue > 0 {
+                let data = json!({ "dropped": queue, "capacity": TAP_QUEUE_CAPACITY });
+                file.log(&adf_store::NewLog {
+                    level: "warn",
+                    origin: Some("umbilical_tap"),
+                    event: Some("tap_queue_dropped"),
+                    target: None,
+                    message: &format!(
+                        "{queue} umbilical events dropped: the tap queue holds {TAP_QUEUE_CAPACITY}"
+                    ),
+                    data: Some(&data),
+                    r#loop: None,
+                })?;
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(error) = result {
+        tracing::warn!(agent = %agent.id, %error, "cannot log tap drops");
     }
 }
 

@@ -18,6 +18,7 @@ pub mod check;
 pub mod config;
 pub mod config_depth;
 pub mod config_write;
+pub mod daemon_reads;
 pub mod defaults;
 pub mod error;
 mod file;

@@ -500,7 +500,7 @@ pub(super) async fn suspend_respond(
     let Some(resume) = body.get("resume").and_then(Value::as_bool) else {
         return Err(ApiError::bad_request("resume is required (a boolean)"));
     };
-    let resolved = crate::hil::answer_suspend(&state.daemon, &agent, resume, false).await?;
+    let resolved = state.daemon.answer_suspend(&agent, resume, false).await?;
     Ok(
         Json(json!({ "agentId": agent.id, "resume": resume, "resolved": resolved }))
             .into_response(),

@@ -1,0 +1,172 @@
+//! [`Hub`]: what the daemon's subsystems share, passed to them instead of the daemon — the
+//! agent registry, the umbilical event bus (and [`Hub::emit`], which numbers an agent's
+//! events and offers them to its taps), the tool registry, the timer scheduler's wake map,
+//! the mesh, the runtime home and the shutdown signal.
+//!
+//! Subsystems (`dispatch`, `turns`, `scheduler`, `hil`, `taps`, `review`, `mesh`) are
+//! functions and per-agent types that take an agent and a `&Arc<Hub>`; none names `Daemon`.
+//! `Daemon` (daemon.rs) is the public handle that owns the hub and composes the subsystems
+//! into load, unload and shutdown.
+
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use adf_runtime::home::RuntimeHome;
+use adf_runtime::tools::ToolRegistry;
+use adf_store::{Caller, MetaProtection};
+
+use crate::error::ServerError;
+use crate::events::{Envelope, EventBus};
+use crate::mesh::DaemonMesh;
+use crate::registry::{Agent, AgentRegistry, SEQ_META_KEY};
+use crate::scheduler::TimerWakes;
+
+/// The daemon's shared parts (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Hub {
+    agents: AgentRegistry,
+    events: EventBus,
+    home: RuntimeHome,
+    tools: Arc<ToolRegistry>,
+    mesh: Arc<DaemonMesh>,
+    settings_lock: tokio::sync::Mutex<()>,
+    started: Instant,
+    shutdown: watch::Sender<bool>,
+    timer_wakes: TimerWakes,
+}
+
+impl Hub {
+    /// A hub with no agents, keeping its settings in `home`.
+    pub(crate) fn new(home: RuntimeHome) -> Arc<Self> {
+        let (shutdown, _) = watch::channel(false);
+        // The mesh reaches back to the hub's agents, weakly, so the hub can drop.
+        Arc::new_cyclic(|weak: &Weak<Hub>| {
+            let mesh = Arc::new(DaemonMesh::new(weak.clone(), home.clone()));
+            let tools = ToolRegistry::with_builtins_and_mesh(
+                Arc::clone(&mesh) as Arc<dyn adf_runtime::messaging::Mesh>,
+                Some(home.clone()),
+            );
+            Hub {
+                agents: AgentRegistry::default(),
+                events: EventBus::new(),
+                home,
+                tools: Arc::new(tools),
+                mesh,
+                settings_lock: tokio::sync::Mutex::new(()),
+                started: Instant::now(),
+                shutdown,
+                timer_wakes: TimerWakes::default(),
+            }
+        })
+    }
+
+    pub(crate) fn registry(&self) -> &AgentRegistry {
+        &self.agents
+    }
+
+    /// Loaded agents in load order.
+    pub(crate) fn agents(&self) -> Vec<Arc<Agent>> {
+        self.agents.all()
+    }
+
+    /// The loaded agent whose id, handle or name is `key`.
+    pub(crate) fn agent(&self, key: &str) -> Result<Arc<Agent>, ServerError> {
+        self.agents.find(key)
+    }
+
+    pub(crate) fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    pub(crate) fn home(&self) -> &RuntimeHome {
+        &self.home
+    }
+
+    pub(crate) fn tools(&self) -> Arc<ToolRegistry> {
+        Arc::clone(&self.tools)
+    }
+
+    pub(crate) fn mesh(&self) -> &Arc<DaemonMesh> {
+        &self.mesh
+    }
+
+    pub(crate) fn settings_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.settings_lock
+    }
+
+    pub(crate) fn timer_wakes(&self) -> &TimerWakes {
+        &self.timer_wakes
+    }
+
+    pub(crate) fn uptime_secs(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Flips to `true` when the daemon shuts down; long-lived work (SSE, timers) ends then.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Publishes a daemon-scope event (`agent_id: null`, `seq: 0`).
+    pub(crate) fn emit_daemon(&self, event_type: &str, payload: Value) {
+        self.events.publish(Envelope {
+            event_type: event_type.to_owned(),
+            timestamp: adf_store::time::now_ms(),
+            source: "system:daemon".to_owned(),
+            agent_id: None,
+            payload,
+            seq: 0,
+        });
+    }
+
+    /// Publishes an agent event with the agent's next `seq`, persisting a new block of
+    /// numbers first when the current one is used up.
+    pub(crate) async fn emit(
+        self: &Arc<Self>,
+        agent: &Agent,
+        event_type: &str,
+        source: &str,
+        payload: Value,
+    ) {
+        let mut seq = agent.seq.lock().await;
+        let (number, persist) = seq.allocate();
+        if let Some(end) = persist {
+            // Through `job`: a turn waiting for the owner holds the worker.
+            let written = agent
+                .job(move |file| {
+                    file.meta_set(
+                        Caller::Owner,
+                        SEQ_META_KEY,
+                        &end.to_string(),
+                        Some(MetaProtection::None),
+                    )
+                })
+                .await;
+            if let Err(error) = written {
+                // The event still goes out: a read-only or closing file must not silence
+                // the stream. Numbers stay monotonic in this process; only their
+                // durability across a restart is lost, which the warning says.
+                tracing::warn!(agent = %agent.id, %error, "cannot persist {SEQ_META_KEY}");
+            }
+        }
+        let envelope = Envelope {
+            event_type: event_type.to_owned(),
+            timestamp: adf_store::time::now_ms(),
+            source: source.to_owned(),
+            agent_id: Some(agent.id.clone()),
+            payload,
+            seq: number,
+        };
+        // Never waits: the agent's umbilical taps get it through their bounded queue.
+        crate::taps::offer(self, agent, &envelope);
+        // Publishing while holding the allocator keeps seq order equal to cursor order.
+        self.events.publish(envelope);
+    }
+}
