@@ -8,6 +8,7 @@
 //! a failed flow leaves the file as it was. DEKs are held in [`OpenIdentity`] for as long as the
 //! caller keeps it and are never written anywhere unwrapped.
 
+use adf_crypto::IdentityRow as CryptoRow;
 use adf_crypto::attestation::to_iso8601;
 use adf_crypto::did::verifying_key_from_did;
 use adf_crypto::envelope::{
@@ -21,7 +22,6 @@ use adf_crypto::provision::{
 };
 use adf_crypto::rows::{append_did_history, meta_keys};
 use adf_crypto::{Attestation, OwnerIdentity, RuntimeIdentity};
-use adf_crypto::IdentityRow as CryptoRow;
 use adf_store::check::{Finding, Severity};
 use adf_store::{AdfFile, AttestationRow, IdentityWrite, StoreError};
 use serde::Serialize;
@@ -963,11 +963,13 @@ fn verify_private_key_row(rows: &[CryptoRow], public: Option<[u8; 32]>, out: &mu
                 ),
             ));
             match ed25519_from_pkcs8(&r.value) {
-                Ok(k) if public.is_some_and(|p| p != k.verifying_key().to_bytes()) => out.push(finding(
-                    Error,
-                    "§8.2",
-                    format!("{PRIVATE_KEY_PURPOSE} does not match {PUBLIC_KEY_PURPOSE}"),
-                )),
+                Ok(k) if public.is_some_and(|p| p != k.verifying_key().to_bytes()) => {
+                    out.push(finding(
+                        Error,
+                        "§8.2",
+                        format!("{PRIVATE_KEY_PURPOSE} does not match {PUBLIC_KEY_PURPOSE}"),
+                    ))
+                }
                 Ok(_) => {}
                 Err(e) => out.push(finding(
                     Error,
@@ -1020,10 +1022,7 @@ fn verify_sealed_rows(
     if unlock.deks.identity.is_some() {
         match provision::agent_signing_key(rows, &unlock.deks, None) {
             Err(e) => out.push(finding(Error, "§8.2", format!("the agent key: {e}"))),
-            Ok(k)
-                if !did.is_empty()
-                    && adf_crypto::did_from_public(&k.verifying_key()) != did =>
-            {
+            Ok(k) if !did.is_empty() && adf_crypto::did_from_public(&k.verifying_key()) != did => {
                 out.push(finding(
                     Error,
                     "§8.1",
