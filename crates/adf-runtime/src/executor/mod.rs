@@ -1286,26 +1286,19 @@ impl Executor {
             &HostApprover(host),
         );
         let value = match outcome {
-            Ok(crate::tools::CallOutcome::Deferred(deferred))
-                if matches!(deferred.tool.as_str(), "sys_code" | "sys_lambda") =>
-            {
-                let env = match self.code_env().await {
-                    Ok(env) => env,
-                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
-                };
-                let options = code_options(session);
-                let approver = HostApprover(host);
-                let run =
-                    crate::code::run_deferred(file, &env, &caller, &deferred, &approver, &options)
-                        .await;
-                injections.extend(run.injections.iter().cloned());
-                match run.tool_value() {
-                    Ok(value) => value,
-                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
-                }
-            }
             Ok(crate::tools::CallOutcome::Deferred(deferred)) => {
-                match self.registry.run_detached(file, &caller, &deferred).await {
+                let run = crate::code::drive_deferred(
+                    file,
+                    &self.registry,
+                    &caller,
+                    &deferred,
+                    self.code_env(),
+                    &HostApprover(host),
+                    &code_options(session),
+                )
+                .await;
+                injections.extend(run.injections);
+                match run.value {
                     Ok(value) => value,
                     Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                 }
