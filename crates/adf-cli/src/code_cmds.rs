@@ -152,8 +152,6 @@ fn report(run: &CodeRun, out: Output) -> Result<ExitCode> {
     })
 }
 
-/// Carries out a deferred `sys_code`/`sys_lambda` call of `adf tool` (blocking); the result is
-/// the tool result `{result, logs}`.
 /// The runtime a tool call from the command line runs on, its failure as a tool error.
 fn tool_runtime() -> Result<tokio::runtime::Runtime, ToolError> {
     runtime().map_err(|e| {
@@ -182,33 +180,22 @@ pub(crate) fn run_queued(
             registry.finish_task(file, task_id, &outcome.result)?;
             outcome.result
         }
-        TaskRun::Code(call) => run_deferred(file, caller, &call, approver),
+        TaskRun::Code(call) => drive_deferred(file, registry, caller, &call, approver),
     }
 }
 
-/// Carries out a deferred call of a tool that runs outside the store transaction
-/// (`Tool::detach`, e.g. `sys_fetch`).
-pub(crate) fn run_detached(
+/// Carries out a call the pipeline deferred, blocking, through the runtime's one driver
+/// (`code::drive_deferred`): code tools in the sandbox (the result is `{result, logs}`),
+/// network tools (`sys_fetch`) on a runtime made for this one call.
+pub(crate) fn drive_deferred(
     file: &mut AdfFile,
     registry: &ToolRegistry,
-    caller: &Caller,
-    call: &DeferredCall,
-) -> Result<Value, ToolError> {
-    let runtime = tool_runtime()?;
-    runtime.block_on(registry.run_detached(file, caller, call))
-}
-
-pub(crate) fn run_deferred(
-    file: &mut AdfFile,
     caller: &Caller,
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
     let runtime = tool_runtime()?;
-    runtime.block_on(async {
-        let env = env().await?;
-        code::run_deferred(file, &env, caller, call, approver, &RunOptions::default())
-            .await
-            .tool_value()
-    })
+    let options = RunOptions::default();
+    let run = code::drive_deferred(file, registry, caller, call, env(), approver, &options);
+    runtime.block_on(run).value
 }

@@ -169,15 +169,10 @@ pub(crate) fn tool(
                 |result| json!({ "task_id": task_id, "status": "completed", "result": result }),
             )
         }
-        // Code tools run here, through the runtime's code runner (§8.6 approvals included).
-        Ok(CallOutcome::Deferred(call))
-            if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") =>
-        {
-            crate::code_cmds::run_deferred(&mut file, &caller, &call, approver)
-        }
-        // Network tools (`sys_fetch`) run on a runtime made for this one call.
+        // Code tools run here, through the runtime's code runner (§8.6 approvals included);
+        // network tools (`sys_fetch`) on a runtime made for this one call.
         Ok(CallOutcome::Deferred(call)) => {
-            crate::code_cmds::run_detached(&mut file, &registry, &caller, &call)
+            crate::code_cmds::drive_deferred(&mut file, &registry, &caller, &call, approver)
         }
         Ok(other) => Ok(other.into_value()),
         Err(error) => Err(error),

@@ -244,6 +244,120 @@ fn stop_reason(s: &str) -> StopReason {
     }
 }
 
+impl Parser {
+    /// `content_block_start`: opens the block at `index`; a tool call and any opening text
+    /// are announced at once.
+    fn block_start(&mut self, v: &Value, index: u64, out: &mut VecDeque<StreamEvent>) {
+        let cb = v.get("content_block").cloned().unwrap_or(Value::Null);
+        let s = |k: &str| cb.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let block = match cb.get("type").and_then(Value::as_str) {
+            Some("thinking") => Block::Thinking {
+                text: s("thinking"),
+                signature: None,
+            },
+            Some("redacted_thinking") => Block::Redacted(s("data")),
+            Some("tool_use") | Some("server_tool_use") => {
+                out.push_back(StreamEvent::ToolCallStarted {
+                    id: s("id"),
+                    name: s("name"),
+                });
+                Block::ToolUse {
+                    id: s("id"),
+                    name: s("name"),
+                    json: String::new(),
+                }
+            }
+            _ => {
+                let text = s("text");
+                if !text.is_empty() {
+                    out.push_back(StreamEvent::TextDelta(text));
+                }
+                Block::Text
+            }
+        };
+        self.blocks.insert(index, block);
+    }
+
+    /// `content_block_delta`: text and thinking stream out; signatures and tool arguments
+    /// accumulate on their block.
+    fn block_delta(&mut self, v: &Value, index: u64, out: &mut VecDeque<StreamEvent>) {
+        let d = v.get("delta").cloned().unwrap_or(Value::Null);
+        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        match (
+            d.get("type").and_then(Value::as_str),
+            self.blocks.get_mut(&index),
+        ) {
+            (Some("text_delta"), _) => out.push_back(StreamEvent::TextDelta(s("text"))),
+            (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
+                let piece = s("thinking");
+                text.push_str(&piece);
+                out.push_back(StreamEvent::ThinkingDelta(piece));
+            }
+            (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
+                signature
+                    .get_or_insert_with(String::new)
+                    .push_str(&s("signature"));
+            }
+            (Some("input_json_delta"), Some(Block::ToolUse { json, .. })) => {
+                json.push_str(&s("partial_json"));
+            }
+            // Citations and future delta types carry nothing we store.
+            _ => {}
+        }
+    }
+
+    /// `content_block_stop`: a finished thinking block or tool call becomes its event.
+    fn block_stop(
+        &mut self,
+        index: u64,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), ProviderError> {
+        match self.blocks.remove(&index) {
+            Some(Block::Thinking { text, signature }) => {
+                out.push_back(StreamEvent::Thinking { text, signature })
+            }
+            Some(Block::Redacted(data)) => out.push_back(StreamEvent::RedactedThinking(data)),
+            Some(Block::ToolUse { id, name, json }) => {
+                let input = if json.trim().is_empty() {
+                    json!({})
+                } else {
+                    serde_json::from_str(&json).map_err(|e| {
+                        self.protocol(format!(
+                            "tool call {name:?} has arguments that are not JSON: {e}"
+                        ))
+                    })?
+                };
+                out.push_back(StreamEvent::ToolCall(ToolCall { id, name, input }));
+            }
+            Some(Block::Text) | None => {}
+        }
+        Ok(())
+    }
+
+    /// An `error` event: overload, API and rate-limit errors are transient.
+    fn stream_error(&self, v: &Value) -> ProviderError {
+        let kind = v
+            .pointer("/error/type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let message = v
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("error event in the stream")
+            .to_owned();
+        match kind {
+            "overloaded_error" | "api_error" | "rate_limit_error" => ProviderError::Transient {
+                provider: self.provider.clone(),
+                status: None,
+                message,
+                retry_after: None,
+                attempts: 1,
+            },
+            _ => self.protocol(format!("{kind}: {message}")),
+        }
+    }
+}
+
 impl SseParser for Parser {
     fn feed(
         &mut self,
@@ -261,80 +375,9 @@ impl SseParser for Parser {
                     self.read_usage(&u.clone());
                 }
             }
-            "content_block_start" => {
-                let cb = v.get("content_block").cloned().unwrap_or(Value::Null);
-                let s = |k: &str| cb.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-                let block = match cb.get("type").and_then(Value::as_str) {
-                    Some("thinking") => Block::Thinking {
-                        text: s("thinking"),
-                        signature: None,
-                    },
-                    Some("redacted_thinking") => Block::Redacted(s("data")),
-                    Some("tool_use") | Some("server_tool_use") => {
-                        out.push_back(StreamEvent::ToolCallStarted {
-                            id: s("id"),
-                            name: s("name"),
-                        });
-                        Block::ToolUse {
-                            id: s("id"),
-                            name: s("name"),
-                            json: String::new(),
-                        }
-                    }
-                    _ => {
-                        let text = s("text");
-                        if !text.is_empty() {
-                            out.push_back(StreamEvent::TextDelta(text));
-                        }
-                        Block::Text
-                    }
-                };
-                self.blocks.insert(index, block);
-            }
-            "content_block_delta" => {
-                let d = v.get("delta").cloned().unwrap_or(Value::Null);
-                let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-                match (
-                    d.get("type").and_then(Value::as_str),
-                    self.blocks.get_mut(&index),
-                ) {
-                    (Some("text_delta"), _) => out.push_back(StreamEvent::TextDelta(s("text"))),
-                    (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
-                        let piece = s("thinking");
-                        text.push_str(&piece);
-                        out.push_back(StreamEvent::ThinkingDelta(piece));
-                    }
-                    (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
-                        signature
-                            .get_or_insert_with(String::new)
-                            .push_str(&s("signature"));
-                    }
-                    (Some("input_json_delta"), Some(Block::ToolUse { json, .. })) => {
-                        json.push_str(&s("partial_json"));
-                    }
-                    // Citations and future delta types carry nothing we store.
-                    _ => {}
-                }
-            }
-            "content_block_stop" => match self.blocks.remove(&index) {
-                Some(Block::Thinking { text, signature }) => {
-                    out.push_back(StreamEvent::Thinking { text, signature })
-                }
-                Some(Block::Redacted(data)) => out.push_back(StreamEvent::RedactedThinking(data)),
-                Some(Block::ToolUse { id, name, json }) => {
-                    let input = if json.trim().is_empty() {
-                        json!({})
-                    } else {
-                        serde_json::from_str(&json).map_err(|e| {
-                            self.protocol(format!(
-                                "tool call {name:?} has arguments that are not JSON: {e}"
-                            ))
-                        })?
-                    };
-                    out.push_back(StreamEvent::ToolCall(ToolCall { id, name, input }));
-                }
-                Some(Block::Text) | None => {}
-            },
+            "content_block_start" => self.block_start(&v, index, out),
+            "content_block_delta" => self.block_delta(&v, index, out),
+            "content_block_stop" => self.block_stop(index, out)?,
             "message_delta" => {
                 if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop = Some(stop_reason(r));
@@ -347,29 +390,7 @@ impl SseParser for Parser {
                 self.done = true;
                 return Ok(true);
             }
-            "error" => {
-                let kind = v
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let message = v
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("error event in the stream")
-                    .to_owned();
-                return Err(match kind {
-                    "overloaded_error" | "api_error" | "rate_limit_error" => {
-                        ProviderError::Transient {
-                            provider: self.provider.clone(),
-                            status: None,
-                            message,
-                            retry_after: None,
-                            attempts: 1,
-                        }
-                    }
-                    _ => self.protocol(format!("{kind}: {message}")),
-                });
-            }
+            "error" => return Err(self.stream_error(&v)),
             // ping and future event types.
             _ => {}
         }

@@ -14,6 +14,9 @@
 //! - [`RetryPolicy`] is §5.20 `recovery`: transient errors (429, 5xx, timeouts, resets) retry
 //!   with doubling, jittered backoff and `Retry-After`; each retry is a `provider_error` warning.
 //!   Auth and request errors never retry and say what to fix ([`ProviderError`]).
+//! - Before each request the destination is checked against rule 2 of §5.6 (`control.rs`): a
+//!   provider URL comes from the agent's config, and a runtime control API on this machine is
+//!   never a model server.
 //!
 //! Retries happen before any event reaches the caller: [`Provider::stream`] retries until the
 //! response starts; [`Provider::complete`] retries the whole exchange, since nothing was shown
@@ -21,6 +24,7 @@
 //! the executor decides whether to retry the turn.
 
 mod anthropic;
+mod control;
 mod error;
 mod http;
 mod openai;
@@ -29,6 +33,7 @@ mod retry;
 mod types;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -210,6 +215,8 @@ pub struct HttpProvider {
     retry: RetryPolicy,
     request_delay: Duration,
     prompt_cache: bool,
+    /// The daemon record consulted before each request (rule 2 of §5.6).
+    daemon_record: Option<PathBuf>,
 }
 
 impl fmt::Debug for HttpProvider {
@@ -241,7 +248,15 @@ impl HttpProvider {
             retry: RetryPolicy::default(),
             request_delay: Duration::ZERO,
             prompt_cache: true,
+            daemon_record: control::daemon_record_path(&|name| std::env::var(name).ok()),
         }
+    }
+
+    /// Reads the daemon record at `path` (none: only this process's control APIs) before each
+    /// request, instead of the one in the process environment's runtime home.
+    pub fn with_daemon_record(mut self, path: Option<PathBuf>) -> Self {
+        self.daemon_record = path;
+        self
     }
 
     /// Sets the retry policy.
@@ -324,6 +339,7 @@ impl HttpProvider {
                 (url, rb)
             }
         };
+        control::refuse_control_api(&self.id, &url, self.daemon_record.as_deref()).await?;
         tracing::debug!(target: "adf::provider", provider = %self.id, %url, model = %req.model, "model request");
         let resp = rb
             .json(&body)

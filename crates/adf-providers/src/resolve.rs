@@ -271,7 +271,8 @@ impl Resolver {
         retry.observer = self.observer.clone();
         let provider = HttpProvider::new(id.clone(), pc.kind, &base_url, key)
             .with_retry(retry)
-            .with_request_delay(Duration::from_millis(pc.request_delay_ms));
+            .with_request_delay(Duration::from_millis(pc.request_delay_ms))
+            .with_daemon_record(super::control::daemon_record_path(&*self.env));
         Ok(ResolvedModel {
             provider: Arc::new(provider),
             model_id,

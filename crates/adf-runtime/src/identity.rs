@@ -8,6 +8,7 @@
 //! a failed flow leaves the file as it was. DEKs are held in [`OpenIdentity`] for as long as the
 //! caller keeps it and are never written anywhere unwrapped.
 
+use adf_crypto::IdentityRow as CryptoRow;
 use adf_crypto::attestation::to_iso8601;
 use adf_crypto::did::verifying_key_from_did;
 use adf_crypto::envelope::{
@@ -838,16 +839,27 @@ fn finding(severity: Severity, rule: &'static str, message: String) -> Finding {
 /// with `keys` the envelopes are opened in memory and the private key and sealed rows checked
 /// too. Findings name purposes and DIDs only, never values.
 pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> {
-    use Severity::{Error, Warning};
     let mut out = Vec::new();
     let rows = to_crypto_rows(file.identity_rows()?);
     let did = meta(file, meta_keys::DID)?.unwrap_or_default();
-    let find = |p: &str| rows.iter().find(|r| r.purpose == p);
+    let public = verify_public_key(&rows, &did, &mut out);
+    verify_envelopes(&rows, &mut out);
+    verify_private_key_row(&rows, public, &mut out);
+    warn_plain_secrets(&rows, &mut out);
+    // With this installation's keys: open the envelopes in memory only.
+    if let Some(keys) = keys {
+        verify_sealed_rows(&rows, &did, keys, &mut out)?;
+    }
+    verify_attestations(file, &did, &mut out)?;
+    Ok(out)
+}
 
-    // did:key ↔ public key row (IDN-03).
-    let public = match find(PUBLIC_KEY_PURPOSE) {
+/// did:key ↔ public key row (IDN-03); returns the public key's bytes when the row holds one.
+fn verify_public_key(rows: &[CryptoRow], did: &str, out: &mut Vec<Finding>) -> Option<[u8; 32]> {
+    use Severity::Error;
+    let public = match rows.iter().find(|r| r.purpose == PUBLIC_KEY_PURPOSE) {
         Some(r) if r.is_plain() => match ed25519_from_spki(&r.value) {
-            Ok(k) => Some(k),
+            Ok(k) => Some(k.to_bytes()),
             Err(e) => {
                 out.push(finding(Error, "§8.2", format!("{PUBLIC_KEY_PURPOSE}: {e}")));
                 None
@@ -867,11 +879,11 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
         None => None,
     };
     if !did.is_empty() {
-        match verifying_key_from_did(&did) {
+        match verifying_key_from_did(did) {
             Err(e) => out.push(finding(Error, "§8.1", format!("adf_did: {e}"))),
             Ok(k) => {
                 if let Some(p) = public
-                    && p != k
+                    && p != k.to_bytes()
                 {
                     out.push(finding(
                         Error,
@@ -882,11 +894,15 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
             }
         }
     }
+    public
+}
 
-    // Envelope descriptors and the rows sealed under them.
+/// Envelope descriptors and the layout of the rows sealed under them.
+fn verify_envelopes(rows: &[CryptoRow], out: &mut Vec<Finding>) {
+    use Severity::Error;
     let mut descriptors = [None, None];
     for (i, e) in EnvelopeName::ALL.into_iter().enumerate() {
-        match descriptor_from_rows(&rows, e) {
+        match descriptor_from_rows(rows, e) {
             Ok(d) => descriptors[i] = d,
             Err(err) => out.push(finding(
                 Error,
@@ -932,7 +948,12 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
             "the identity envelope has a password slot; copying the file must never transfer its identity".into(),
         ));
     }
-    if let Some(r) = find(PRIVATE_KEY_PURPOSE) {
+}
+
+/// The private key row: sealed in env:identity, or (warned) plain and matching the public key.
+fn verify_private_key_row(rows: &[CryptoRow], public: Option<[u8; 32]>, out: &mut Vec<Finding>) {
+    use Severity::{Error, Warning};
+    if let Some(r) = rows.iter().find(|r| r.purpose == PRIVATE_KEY_PURPOSE) {
         if r.is_plain() {
             out.push(finding(
                 Warning,
@@ -942,11 +963,13 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
                 ),
             ));
             match ed25519_from_pkcs8(&r.value) {
-                Ok(k) if public.is_some_and(|p| p != k.verifying_key()) => out.push(finding(
-                    Error,
-                    "§8.2",
-                    format!("{PRIVATE_KEY_PURPOSE} does not match {PUBLIC_KEY_PURPOSE}"),
-                )),
+                Ok(k) if public.is_some_and(|p| p != k.verifying_key().to_bytes()) => {
+                    out.push(finding(
+                        Error,
+                        "§8.2",
+                        format!("{PRIVATE_KEY_PURPOSE} does not match {PUBLIC_KEY_PURPOSE}"),
+                    ))
+                }
                 Ok(_) => {}
                 Err(e) => out.push(finding(
                     Error,
@@ -967,11 +990,15 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
             ));
         }
     }
-    for r in &rows {
+}
+
+/// Credentials stored unencrypted are a warning: copying the file would copy them.
+fn warn_plain_secrets(rows: &[CryptoRow], out: &mut Vec<Finding>) {
+    for r in rows {
         if r.is_plain() && EnvelopeName::for_purpose(&r.purpose) == Some(EnvelopeName::Credentials)
         {
             out.push(finding(
-                Warning,
+                Severity::Warning,
                 "§8.3",
                 format!(
                     "secret `{}` is stored unencrypted; seal it with `adf identity set FILE {}` (value on stdin) before sharing the file",
@@ -980,46 +1007,54 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
             ));
         }
     }
+}
 
-    // With this installation's keys: open the envelopes in memory only.
-    if let Some(keys) = keys {
-        let unlock = provision::unlock_file(&rows, &keys.unlock_keys(), None, &mut rand::rng())?;
-        if unlock.deks.identity.is_some() {
-            match provision::agent_signing_key(&rows, &unlock.deks, None) {
-                Err(e) => out.push(finding(Error, "§8.2", format!("the agent key: {e}"))),
-                Ok(k)
-                    if !did.is_empty()
-                        && adf_crypto::did_from_public(&k.verifying_key()) != did =>
-                {
-                    out.push(finding(
-                        Error,
-                        "§8.1",
-                        format!("the sealed private key does not belong to adf_did {did}"),
-                    ));
-                }
-                Ok(_) => {}
+/// Opens the envelopes with this installation's keys, in memory only: the sealed private key
+/// belongs to the DID and every sealed credential decrypts.
+fn verify_sealed_rows(
+    rows: &[CryptoRow],
+    did: &str,
+    keys: &LocalKeys,
+    out: &mut Vec<Finding>,
+) -> Result<()> {
+    use Severity::Error;
+    let unlock = provision::unlock_file(rows, &keys.unlock_keys(), None, &mut rand::rng())?;
+    if unlock.deks.identity.is_some() {
+        match provision::agent_signing_key(rows, &unlock.deks, None) {
+            Err(e) => out.push(finding(Error, "§8.2", format!("the agent key: {e}"))),
+            Ok(k) if !did.is_empty() && adf_crypto::did_from_public(&k.verifying_key()) != did => {
+                out.push(finding(
+                    Error,
+                    "§8.1",
+                    format!("the sealed private key does not belong to adf_did {did}"),
+                ));
             }
+            Ok(_) => {}
         }
-        if unlock.deks.credentials.is_some() {
-            for r in rows
-                .iter()
-                .filter(|r| r.encryption_algo == EnvelopeName::Credentials.encryption_algo())
-            {
-                if provision::open_row(r, &unlock.deks, None).is_err() {
-                    out.push(finding(
-                        Error,
-                        "§8.3",
-                        format!(
-                            "sealed credential `{}` does not decrypt with the credentials envelope's key",
-                            r.purpose
-                        ),
-                    ));
-                }
+    }
+    if unlock.deks.credentials.is_some() {
+        for r in rows
+            .iter()
+            .filter(|r| r.encryption_algo == EnvelopeName::Credentials.encryption_algo())
+        {
+            if provision::open_row(r, &unlock.deks, None).is_err() {
+                out.push(finding(
+                    Error,
+                    "§8.3",
+                    format!(
+                        "sealed credential `{}` does not decrypt with the credentials envelope's key",
+                        r.purpose
+                    ),
+                ));
             }
         }
     }
+    Ok(())
+}
 
-    // Attestations (IDN-35): signatures always; subject and issuer for the reserved roles.
+/// Attestations (IDN-35): signatures always; subject and issuer for the reserved roles.
+fn verify_attestations(file: &AdfFile, did: &str, out: &mut Vec<Finding>) -> Result<()> {
+    use Severity::{Error, Warning};
     let owner_did = meta(file, meta_keys::OWNER_DID)?.unwrap_or_default();
     let runtime_did = meta(file, meta_keys::RUNTIME_DID)?.unwrap_or_default();
     let now = chrono::Utc::now();
@@ -1057,5 +1092,5 @@ pub fn verify(file: &AdfFile, keys: Option<&LocalKeys>) -> Result<Vec<Finding>> 
             ));
         }
     }
-    Ok(out)
+    Ok(())
 }

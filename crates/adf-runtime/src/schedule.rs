@@ -135,6 +135,24 @@ fn positive(
     }
 }
 
+/// The schedule's type, from `type` or its alias `mode` (a `delay` given as `mode: once`
+/// agrees).
+fn schedule_kind(object: &Map<String, Value>) -> Result<&str, ScheduleError> {
+    match (
+        object.get("type").and_then(Value::as_str),
+        object.get("mode").and_then(Value::as_str),
+    ) {
+        (Some(t), Some(m)) if t != m && !(t == "delay" && m == "once") => Err(error(format!(
+            "schedule.type '{t}' and schedule.mode '{m}' disagree; give one"
+        ))),
+        (Some(t), _) => Ok(t),
+        (None, Some(m)) => Ok(m),
+        (None, None) => Err(error(
+            "schedule.type is required: once, delay, interval or cron",
+        )),
+    }
+}
+
 fn required(value: Option<i64>, key: &str, kind: &str) -> Result<i64, ScheduleError> {
     value.ok_or_else(|| error(format!("a {kind} schedule needs schedule.{key}")))
 }
@@ -162,23 +180,7 @@ impl Schedule {
         let object = input.as_object().ok_or_else(|| {
             error("schedule must be an object such as {\"type\": \"delay\", \"delay_ms\": 60000}")
         })?;
-        let kind = match (
-            object.get("type").and_then(Value::as_str),
-            object.get("mode").and_then(Value::as_str),
-        ) {
-            (Some(t), Some(m)) if t != m && !(t == "delay" && m == "once") => {
-                return Err(error(format!(
-                    "schedule.type '{t}' and schedule.mode '{m}' disagree; give one"
-                )));
-            }
-            (Some(t), _) => t,
-            (None, Some(m)) => m,
-            (None, None) => {
-                return Err(error(
-                    "schedule.type is required: once, delay, interval or cron",
-                ));
-            }
-        };
+        let kind = schedule_kind(object)?;
         let schedule = match kind {
             "once" if object.contains_key("delay_ms") && !object.contains_key("at") => {
                 Self::delay(object, now_ms)?
@@ -195,46 +197,8 @@ impl Schedule {
                 Self::Once { at }
             }
             "delay" => Self::delay(object, now_ms)?,
-            "interval" => {
-                let every_ms = required(
-                    positive(object, "every_ms", "milliseconds")?,
-                    "every_ms",
-                    "interval",
-                )?;
-                let start_at = positive(object, "start_at", "epoch milliseconds")?;
-                if let Some(start) = start_at
-                    && start <= now_ms
-                {
-                    return Err(error(format!(
-                        "schedule.start_at must be in the future: it is {start} ({}), now is {now_ms} ({})",
-                        iso(start),
-                        iso(now_ms)
-                    )));
-                }
-                Self::Interval {
-                    every_ms,
-                    start_at,
-                    end_at: positive(object, "end_at", "epoch milliseconds")?,
-                    max_runs: positive(object, "max_runs", "runs")?,
-                }
-            }
-            "cron" => {
-                let expression = object
-                    .get("cron")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        error("a cron schedule needs schedule.cron, e.g. \"0 9 * * 1-5\"")
-                    })?
-                    .trim()
-                    .to_owned();
-                let parsed = parse_cron(&expression)?;
-                Self::Cron {
-                    expression,
-                    parsed: Box::new(parsed),
-                    end_at: positive(object, "end_at", "epoch milliseconds")?,
-                    max_runs: positive(object, "max_runs", "runs")?,
-                }
-            }
+            "interval" => Self::interval(object, now_ms)?,
+            "cron" => Self::cron(object)?,
             other => {
                 return Err(error(format!(
                     "schedule.type must be once, delay, interval or cron, not '{other}'"
@@ -274,6 +238,49 @@ impl Schedule {
             })
         })?;
         Ok((schedule, first))
+    }
+
+    /// An `interval` schedule: `every_ms`, optionally from a future `start_at`, until
+    /// `end_at` or `max_runs`.
+    fn interval(object: &Map<String, Value>, now_ms: i64) -> Result<Self, ScheduleError> {
+        let every_ms = required(
+            positive(object, "every_ms", "milliseconds")?,
+            "every_ms",
+            "interval",
+        )?;
+        let start_at = positive(object, "start_at", "epoch milliseconds")?;
+        if let Some(start) = start_at
+            && start <= now_ms
+        {
+            return Err(error(format!(
+                "schedule.start_at must be in the future: it is {start} ({}), now is {now_ms} ({})",
+                iso(start),
+                iso(now_ms)
+            )));
+        }
+        Ok(Self::Interval {
+            every_ms,
+            start_at,
+            end_at: positive(object, "end_at", "epoch milliseconds")?,
+            max_runs: positive(object, "max_runs", "runs")?,
+        })
+    }
+
+    /// A `cron` schedule: its expression, until `end_at` or `max_runs`.
+    fn cron(object: &Map<String, Value>) -> Result<Self, ScheduleError> {
+        let expression = object
+            .get("cron")
+            .and_then(Value::as_str)
+            .ok_or_else(|| error("a cron schedule needs schedule.cron, e.g. \"0 9 * * 1-5\""))?
+            .trim()
+            .to_owned();
+        let parsed = parse_cron(&expression)?;
+        Ok(Self::Cron {
+            expression,
+            parsed: Box::new(parsed),
+            end_at: positive(object, "end_at", "epoch milliseconds")?,
+            max_runs: positive(object, "max_runs", "runs")?,
+        })
     }
 
     fn delay(object: &Map<String, Value>, now_ms: i64) -> Result<Self, ScheduleError> {

@@ -318,12 +318,31 @@ fn pointer(path: &str) -> String {
 /// Validates a config against the schema of §5; returns every violation, sorted.
 pub fn validate(config: &Value) -> Vec<Violation> {
     let mut c = Checker { found: Vec::new() };
-    let Some(object) = config.as_object() else {
+    if !config.is_object() {
         return vec![Violation {
             path: "".into(),
             message: "the config must be a JSON object".into(),
         }];
-    };
+    }
+    check_identity(&mut c, config);
+    check_lifecycle(&mut c, config);
+    check_model(&mut c, config);
+    check_tools(&mut c, config);
+    check_triggers(&mut c, config);
+    check_loops(&mut c, config);
+    check_security(&mut c, config);
+    check_limits(&mut c, config);
+    check_messaging(&mut c, config);
+    check_code_execution(&mut c, config);
+    check_providers(&mut c, config);
+    check_typed_only_sections(&mut c, config);
+    c.found.sort();
+    c.found.dedup();
+    c.found
+}
+
+/// The identity strings: their types; name and description lengths; the handle pattern.
+fn check_identity(c: &mut Checker, config: &Value) {
     for field in [
         "id",
         "name",
@@ -335,18 +354,18 @@ pub fn validate(config: &Value) -> Vec<Violation> {
     ] {
         c.kind(config, field, "string");
     }
-    if let Some(name) = object.get("name").and_then(Value::as_str) {
+    if let Some(name) = config.get("name").and_then(Value::as_str) {
         let length = name.chars().count();
         if !(1..=100).contains(&length) {
             c.push("name", "must be 1-100 characters");
         }
     }
-    if let Some(description) = object.get("description").and_then(Value::as_str)
+    if let Some(description) = config.get("description").and_then(Value::as_str)
         && description.chars().count() > 2000
     {
         c.push("description", "must be at most 2000 characters");
     }
-    if let Some(handle) = object.get("handle").and_then(Value::as_str) {
+    if let Some(handle) = config.get("handle").and_then(Value::as_str) {
         let valid = !handle.is_empty()
             && handle.len() <= 64
             && handle
@@ -363,6 +382,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             );
         }
     }
+}
+
+/// The lifecycle states and the start-up flags.
+fn check_lifecycle(c: &mut Checker, config: &Value) {
     c.one_of(
         config,
         "state",
@@ -377,6 +400,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
     ] {
         c.kind(config, field, "boolean");
     }
+}
+
+/// `model`: provider, model id and the sampling and reasoning settings.
+fn check_model(c: &mut Checker, config: &Value) {
     if c.kind(config, "model", "object") {
         c.kind(config, "model.provider", "string");
         c.kind(config, "model.model_id", "string");
@@ -396,7 +423,11 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             &["auto", "concise", "detailed"],
         );
     }
-    if let Some(tools) = object.get("tools") {
+}
+
+/// `tools[]`: every declaration is named and its flags are booleans.
+fn check_tools(c: &mut Checker, config: &Value) {
+    if let Some(tools) = config.get("tools") {
         match tools.as_array() {
             None => c.push("tools", "must be array"),
             Some(items) => {
@@ -414,7 +445,11 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             }
         }
     }
-    if let Some(triggers) = object.get("triggers") {
+}
+
+/// `triggers`: known trigger types, boolean `enabled`, target scopes.
+fn check_triggers(c: &mut Checker, config: &Value) {
+    if let Some(triggers) = config.get("triggers") {
         match triggers.as_object() {
             None => c.push("triggers", "must be object"),
             Some(map) => {
@@ -440,6 +475,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             }
         }
     }
+}
+
+/// `loops[]` and `locked_fields`.
+fn check_loops(c: &mut Checker, config: &Value) {
     if c.kind(config, "loops", "array") {
         // `main` always exists and is implicit (§6.4): a declared loop may not take its name.
         let loops = config.get("loops").and_then(Value::as_array);
@@ -453,13 +492,17 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             }
         }
     }
-    if let Some(fields) = object.get("locked_fields")
+    if let Some(fields) = config.get("locked_fields")
         && !fields
             .as_array()
             .is_some_and(|items| items.iter().all(Value::is_string))
     {
         c.push("locked_fields", "must be an array of strings");
     }
+}
+
+/// `security`: its flags and its level.
+fn check_security(c: &mut Checker, config: &Value) {
     if c.kind(config, "security", "object") {
         for flag in [
             "allow_unsigned",
@@ -473,8 +516,12 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             c.range(config, "security.level", 0.0, 3.0);
         }
     }
+}
+
+/// `limits`: the numeric limits (by suffix) are non-negative integers or null.
+fn check_limits(c: &mut Checker, config: &Value) {
     if c.kind(config, "limits", "object")
-        && let Some(limits) = object.get("limits").and_then(Value::as_object)
+        && let Some(limits) = config.get("limits").and_then(Value::as_object)
     {
         for (key, value) in limits {
             let numeric = key.ends_with("_ms")
@@ -490,6 +537,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             }
         }
     }
+}
+
+/// `messaging`, `logging` and `recovery`.
+fn check_messaging(c: &mut Checker, config: &Value) {
     if c.kind(config, "messaging", "object") {
         c.kind(config, "messaging.receive", "boolean");
         c.kind(config, "messaging.inbox_mode", "boolean");
@@ -518,6 +569,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
         c.range(config, "recovery.base_delay_ms", 0.0, 3_600_000.0);
         c.range(config, "recovery.max_delay_ms", 0.0, 86_400_000.0);
     }
+}
+
+/// `code_execution.restricted_methods` is an array of strings.
+fn check_code_execution(c: &mut Checker, config: &Value) {
     if c.kind(config, "code_execution", "object")
         && let Some(methods) = config.pointer("/code_execution/restricted_methods")
         && !methods
@@ -529,7 +584,11 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             "must be an array of strings",
         );
     }
-    if let Some(providers) = object.get("providers") {
+}
+
+/// `providers[]`: every provider has an id and a known type.
+fn check_providers(c: &mut Checker, config: &Value) {
+    if let Some(providers) = config.get("providers") {
         match providers.as_array() {
             None => c.push("providers", "must be array"),
             Some(items) => {
@@ -556,6 +615,10 @@ pub fn validate(config: &Value) -> Vec<Violation> {
             }
         }
     }
+}
+
+/// The sections validated only for their JSON type.
+fn check_typed_only_sections(c: &mut Checker, config: &Value) {
     for array in ["ws_connections", "stream_bindings", "umbilical_taps"] {
         c.kind(config, array, "array");
     }
@@ -571,9 +634,6 @@ pub fn validate(config: &Value) -> Vec<Violation> {
     ] {
         c.kind(config, object_field, "object");
     }
-    c.found.sort();
-    c.found.dedup();
-    c.found
 }
 
 /// Normalizes a config as the reference does on read (§5.4, DEF-23): default tools missing

@@ -466,18 +466,7 @@ impl Policy {
         let database = context.database_name.unwrap_or("main");
         match context.action {
             AuthAction::Select | AuthAction::Recursive => Authorization::Allow,
-            AuthAction::Read { table_name, .. } => {
-                let table = table_name.to_ascii_lowercase();
-                if is_readable(&table) {
-                    Authorization::Allow
-                } else {
-                    let message = unreadable_message(&table);
-                    self.refuse(SqlError::Refused {
-                        message,
-                        write: false,
-                    })
-                }
-            }
+            AuthAction::Read { table_name, .. } => self.read(&table_name.to_ascii_lowercase()),
             AuthAction::Function { function_name } => {
                 let name = function_name.to_ascii_lowercase();
                 if DENIED_FUNCTIONS.contains(&name.as_str()) {
@@ -489,28 +478,7 @@ impl Policy {
             AuthAction::Pragma {
                 pragma_name,
                 pragma_value,
-            } => {
-                let name = pragma_name.to_ascii_lowercase();
-                let target = pragma_value.map(str::to_ascii_lowercase);
-                match target {
-                    None if READ_ONLY_PRAGMAS.contains(&name.as_str()) => Authorization::Allow,
-                    Some(table) if SCHEMA_PRAGMAS.contains(&name.as_str()) => {
-                        if is_readable(&table) {
-                            Authorization::Allow
-                        } else {
-                            let message = unreadable_message(&table);
-                            self.refuse(SqlError::Refused {
-                                message,
-                                write: false,
-                            })
-                        }
-                    }
-                    _ => self.refuse_statement(format!(
-                        "PRAGMA {name} is not allowed; only {} of a readable table",
-                        SCHEMA_PRAGMAS.join(", ")
-                    )),
-                }
-            }
+            } => self.pragma(pragma_name, pragma_value),
             AuthAction::Insert { table_name } => {
                 self.write_rows(table_name, database, WriteKind::Insert)
             }
@@ -526,18 +494,7 @@ impl Policy {
             AuthAction::CreateIndex {
                 index_name,
                 table_name,
-            } => {
-                if !is_local(&table_name.to_ascii_lowercase()) {
-                    return self.refuse_write(&table_name.to_ascii_lowercase());
-                }
-                let decision = self.create(table_name, "", database, "CREATE INDEX");
-                if decision == Authorization::Allow {
-                    self.shape
-                        .created_indexes
-                        .insert(index_name.to_ascii_lowercase());
-                }
-                decision
-            }
+            } => self.create_index(index_name, table_name, database),
             // SQLite fills a new index through its REINDEX path.
             AuthAction::Reindex { index_name }
                 if self
@@ -550,17 +507,7 @@ impl Policy {
             AuthAction::CreateVtable {
                 table_name,
                 module_name,
-            } => {
-                let module = module_name.to_ascii_lowercase();
-                if ALLOWED_MODULES.contains(&module.as_str()) {
-                    self.create(table_name, "", database, "CREATE VIRTUAL TABLE")
-                } else {
-                    self.refuse_statement(format!(
-                        "virtual tables using {module} are not allowed; modules: {}",
-                        ALLOWED_MODULES.join(", ")
-                    ))
-                }
-            }
+            } => self.create_vtable(table_name, module_name, database),
             AuthAction::DropTable { table_name } | AuthAction::DropVtable { table_name, .. } => {
                 self.drop_table(table_name, database)
             }
@@ -580,6 +527,70 @@ impl Policy {
                      CREATE INDEX, CREATE VIRTUAL TABLE and DROP on local_* tables"
                 ))
             }
+        }
+    }
+
+    /// A read of `table` (lowercased): only the tables SQL may read (§10.3).
+    fn read(&mut self, table: &str) -> Authorization {
+        if is_readable(table) {
+            Authorization::Allow
+        } else {
+            let message = unreadable_message(table);
+            self.refuse(SqlError::Refused {
+                message,
+                write: false,
+            })
+        }
+    }
+
+    /// Read-only pragmas, and the schema pragmas of a readable table.
+    fn pragma(&mut self, pragma_name: &str, pragma_value: Option<&str>) -> Authorization {
+        let name = pragma_name.to_ascii_lowercase();
+        let target = pragma_value.map(str::to_ascii_lowercase);
+        match target {
+            None if READ_ONLY_PRAGMAS.contains(&name.as_str()) => Authorization::Allow,
+            Some(table) if SCHEMA_PRAGMAS.contains(&name.as_str()) => self.read(&table),
+            _ => self.refuse_statement(format!(
+                "PRAGMA {name} is not allowed; only {} of a readable table",
+                SCHEMA_PRAGMAS.join(", ")
+            )),
+        }
+    }
+
+    /// An index on a local table; remembered so SQLite's REINDEX that fills it is allowed.
+    fn create_index(
+        &mut self,
+        index_name: &str,
+        table_name: &str,
+        database: &str,
+    ) -> Authorization {
+        if !is_local(&table_name.to_ascii_lowercase()) {
+            return self.refuse_write(&table_name.to_ascii_lowercase());
+        }
+        let decision = self.create(table_name, "", database, "CREATE INDEX");
+        if decision == Authorization::Allow {
+            self.shape
+                .created_indexes
+                .insert(index_name.to_ascii_lowercase());
+        }
+        decision
+    }
+
+    /// A virtual table of an allowed module.
+    fn create_vtable(
+        &mut self,
+        table_name: &str,
+        module_name: &str,
+        database: &str,
+    ) -> Authorization {
+        let module = module_name.to_ascii_lowercase();
+        if ALLOWED_MODULES.contains(&module.as_str()) {
+            self.create(table_name, "", database, "CREATE VIRTUAL TABLE")
+        } else {
+            self.refuse_statement(format!(
+                "virtual tables using {module} are not allowed; modules: {}",
+                ALLOWED_MODULES.join(", ")
+            ))
         }
     }
 

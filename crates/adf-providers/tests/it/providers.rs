@@ -1032,3 +1032,61 @@ fn usage_serializes_in_the_adf_loop_tokens_shape() {
     );
     assert_eq!(u.prompt_tokens(), 13);
 }
+
+/// A config whose `model.provider` is the URL of a server on this machine.
+fn url_provider_config(url: &str) -> Value {
+    json!({
+        "model": {"provider": url, "model_id": "llama-test"},
+        "recovery": {"auto_retry": true, "max_attempts": 3, "base_delay_ms": 1, "max_delay_ms": 5},
+    })
+}
+
+/// A resolver whose runtime home (`ADF_HOME`, read through its environment) is `home`.
+fn resolver_with_home(home: &std::path::Path) -> Resolver {
+    let home = home.to_string_lossy().into_owned();
+    Resolver::new().with_env(move |name| (name == "ADF_HOME").then(|| home.clone()))
+}
+
+#[tokio::test]
+async fn srv_22_a_provider_url_that_is_a_recorded_daemon_control_api_is_refused_before_any_request()
+{
+    // The mock stands where a daemon's control API listens; the daemon record in the runtime
+    // home names its address, as a daemon writes it at bind.
+    let daemon = MockProvider::openai().await;
+    daemon.push(Turn::text("must not be reached"));
+    let home = tempfile::tempdir().unwrap();
+    adf_egress::control::write_record(
+        &home.path().join(adf_egress::control::RECORD_FILE),
+        &[daemon.addr()],
+    )
+    .unwrap();
+    let req_for = |m: &ResolvedModel| m.request(None, vec![Message::user_text("hi")], vec![]);
+
+    for url in [
+        daemon.base_url(),
+        format!("http://localhost:{}/v1", daemon.addr().port()),
+    ] {
+        let model = resolver_with_home(home.path())
+            .resolve(&url_provider_config(&url), None)
+            .unwrap();
+        let error = model.provider.complete(&req_for(&model)).await.unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::Config { message, .. } if message.contains("control API")),
+            "{url}: {error}"
+        );
+        assert!(!error.is_transient(), "a refusal is not retried");
+    }
+    assert!(
+        daemon.requests().is_empty(),
+        "no request reached the control API"
+    );
+
+    // The same loopback server, not recorded as a control API, is an ordinary local model.
+    let other_home = tempfile::tempdir().unwrap();
+    let model = resolver_with_home(other_home.path())
+        .resolve(&url_provider_config(&daemon.base_url()), None)
+        .unwrap();
+    let reply = model.provider.complete(&req_for(&model)).await.unwrap();
+    assert_eq!(reply.text(), "must not be reached");
+    assert_eq!(daemon.requests().len(), 1);
+}

@@ -573,6 +573,53 @@ pub async fn run_inline(
         .await
 }
 
+/// What carrying out a deferred call gave: the tool result its caller reports, and the
+/// `loop_inject` contexts code collected ([`InjectMode::Collect`]).
+#[derive(Debug)]
+pub struct DeferredRun {
+    pub value: Result<Value, ToolError>,
+    pub injections: Vec<Injection>,
+}
+
+/// The one driver of a call the pipeline returned as `CallOutcome::Deferred`: code tools
+/// (`sys_code`, `sys_lambda`) run in the sandbox `code_env` opens (awaited only for them; its
+/// failure is the call's error), every other deferred tool as its detached future
+/// ([`ToolRegistry::run_detached`]). Either way the outcome is recorded on the call's approval
+/// task. The executor, and the command line's `adf tool`, call this.
+pub async fn drive_deferred<E>(
+    file: &mut AdfFile,
+    registry: &ToolRegistry,
+    caller: &Caller,
+    call: &DeferredCall,
+    code_env: impl Future<Output = Result<E, ToolError>>,
+    approver: &(dyn Approver + Sync),
+    options: &RunOptions,
+) -> DeferredRun
+where
+    E: std::borrow::Borrow<CodeEnv>,
+{
+    if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
+        return DeferredRun {
+            value: registry.run_detached(file, caller, call).await,
+            injections: Vec::new(),
+        };
+    }
+    let env = match code_env.await {
+        Ok(env) => env,
+        Err(error) => {
+            return DeferredRun {
+                value: Err(error),
+                injections: Vec::new(),
+            };
+        }
+    };
+    let run = run_deferred(file, env.borrow(), caller, call, approver, options).await;
+    DeferredRun {
+        value: run.tool_value(),
+        injections: run.injections,
+    }
+}
+
 /// Carries out a `sys_code` or `sys_lambda` call the pipeline returned as
 /// `CallOutcome::Deferred` for `caller`, then records its outcome on the call's approval task.
 /// A model's `sys_lambda` on an authorized file asks `approver` first (§8.6) and the approved

@@ -593,35 +593,7 @@ impl Executor {
             }
             Err(e) => return Err(e),
         };
-        // The stored state is the agent's: off or suspended, no loop runs (§6.1). A loop that
-        // set itself off stays stopped until a restart (§6.4).
-        {
-            let state = config
-                .get("state")
-                .and_then(Value::as_str)
-                .unwrap_or("active");
-            match state {
-                "off" => {
-                    return Err(ExecutorError::NotRunnable {
-                        state: state.into(),
-                        fix: "the owner restarts it with `adf config set FILE state active`".into(),
-                    });
-                }
-                "suspended" => {
-                    return Err(ExecutorError::NotRunnable {
-                        state: state.into(),
-                        fix: "it was stopped for safety (max_active_turns); the owner resumes it with `adf config set FILE state active`".into(),
-                    });
-                }
-                _ => {}
-            }
-        }
-        if loop_name != "main" && session.state == ExecState::Stopped {
-            return Err(ExecutorError::NotRunnable {
-                state: "off".into(),
-                fix: format!("loop '{loop_name}' set itself off; it runs again after a restart"),
-            });
-        }
+        ensure_runnable(&config, session)?;
         if matches!(trigger, Trigger::Owner(_)) {
             session.active_turns = 0;
         }
@@ -662,42 +634,7 @@ impl Executor {
             .turn_body(shared, session, &facts, &mut checkpoint, host)
             .await;
         let mut guard = shared.lock().await;
-        let file: &mut AdfFile = &mut guard;
-        // A turn that ended on a text reply stored `completed` with that reply already.
-        let finished = checkpoint.status == "completed";
-        match &result {
-            Ok(_) => {
-                checkpoint.finish("completed", None);
-                if session.state != ExecState::Stopped && session.state != ExecState::Suspended {
-                    session.set_state(ExecState::Idle, host);
-                }
-            }
-            Err(error) => {
-                checkpoint.finish("failed", Some(error.to_string()));
-                let transient = matches!(error, ExecutorError::Provider(e) if e.is_transient());
-                let message = error.to_string();
-                // §6.2: transient failures return the loop to idle; anything else is an
-                // executor error (in memory only, never config.state).
-                let (level, event, state) = if transient {
-                    ("warn", "provider_error", ExecState::Idle)
-                } else {
-                    ("error", "turn_error", ExecState::Error)
-                };
-                session.set_state(state, host);
-                file.log(&NewLog {
-                    level,
-                    origin: Some("executor"),
-                    event: Some(event),
-                    target: Some(&loop_name),
-                    message: &message,
-                    data: None,
-                    r#loop: (loop_name != "main").then_some(loop_name.as_str()),
-                })?;
-            }
-        }
-        if !(finished && result.is_ok()) {
-            checkpoint.store(file, &loop_name)?;
-        }
+        close_turn(&mut guard, session, &mut checkpoint, &result, host)?;
         result
     }
 
@@ -775,7 +712,6 @@ impl Executor {
         checkpoint: &mut Checkpoint,
         host: &dyn TurnHost,
     ) -> Result<TurnOutcome, ExecutorError> {
-        let loop_name = session.loop_name.clone();
         let mut steps = 0u32;
         let mut wakes: Vec<String> = Vec::new();
         loop {
@@ -784,212 +720,287 @@ impl Executor {
             let config = file.config_shared()?;
             let system = self.ensure_prompt(file, session, &config, facts)?;
             self.deliver_catalog_change(file, session)?;
-            if session.context_tokens >= facts.threshold {
-                let outcome = self.compact(file, session, None, None).await?;
-                // Reset either way: with nothing left to summarize, compacting again before
-                // the next reply reports a new size would only repeat itself.
-                session.context_tokens = 0;
-                if let Some(outcome) = outcome {
-                    host.event(&TurnEvent::Compacted(&outcome));
-                    continue;
-                }
+            if self.compact_when_full(file, session, facts, host).await? {
+                continue;
             }
-            self.sync_messages(file, session)?;
-            let mut messages = request::assemble(&session.messages);
-            if messages.first().map(|m| m.role) != Some(Role::User) {
-                // After a loop_clear that took the whole conversation, the next request still
-                // needs a user message first; it is recorded like any runtime text (§1.5).
-                let note = format!(
-                    "{}The transcript before this point was cleared. Continue from here.",
-                    request::DYNAMIC_MARKER
-                );
-                append(
-                    file,
-                    &loop_name,
-                    "user",
-                    &json!([{ "type": "text", "text": note }]),
-                    None,
-                    None,
-                )?;
-                self.sync_messages(file, session)?;
-                messages = request::assemble(&session.messages);
-            }
-            media::attach(&mut messages, &mut session.media);
-            let req = ChatRequest {
-                model: self.model_id.clone(),
-                system: Some(system).filter(|s| !s.is_empty()),
-                messages,
-                tools: self.tool_specs(session, &config, facts),
-                params: self.params.clone(),
-            };
+            let req = self.next_request(file, session, &config, facts, system)?;
             session.set_state(ExecState::Thinking, host);
             // The model's answer is the long wait of a step: other loops use the file meanwhile.
             drop(guard);
             let reply = self.request_reply(&req, host).await;
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
-            self.log_retries(file, &loop_name, host)?;
+            self.log_retries(file, &session.loop_name, host)?;
             let reply = reply?;
             steps += 1;
             host.event(&TurnEvent::Reply(&reply));
-            let usage = reply.usage;
-            session.context_tokens = if usage.prompt_tokens() + usage.output > 0 {
-                usage.prompt_tokens() + usage.output
-            } else {
-                request::estimate_tokens(
-                    serde_json::to_string(&req.messages).map_or(0, |s| s.len()),
-                )
-            };
+            let assistant_seq =
+                self.record_reply(file, session, facts, checkpoint, &req, &reply)?;
             let calls = reply.tool_calls();
             let text = reply.text();
-            let content = serde_json::to_value(&reply.content).unwrap_or(Value::Array(Vec::new()));
-            let tokens = serde_json::to_value(usage).ok();
-            checkpoint.updated_at = adf_store::time::now_ms();
-            // An interactive text reply ends the turn: its row and the `completed` checkpoint
-            // are one transaction.
-            if calls.is_empty() && !facts.autonomous {
-                checkpoint.finish("completed", None);
-            }
-            let assistant_seq = file.atomically(|file| -> Result<i64, StoreError> {
-                checkpoint.store(file, &loop_name)?;
-                append(
+            let end = if calls.is_empty() {
+                self.after_text_reply(file, session, facts, host)?
+            } else {
+                session.text_only_streak = 0;
+                self.run_tool_batch(
                     file,
-                    &loop_name,
-                    "assistant",
-                    &content,
-                    Some(&self.model_id),
-                    tokens.as_ref(),
+                    session,
+                    facts,
+                    &config,
+                    &calls,
+                    assistant_seq,
+                    host,
+                    &mut wakes,
                 )
-            })?;
-
-            if calls.is_empty() {
-                if !facts.autonomous {
-                    return Ok(TurnOutcome {
-                        end: TurnEnd::Replied,
-                        steps,
-                        reply: text,
-                        wakes,
-                    });
-                }
-                session.text_only_streak += 1;
-                if session.text_only_streak >= AUTONOMOUS_TEXT_ONLY_LIMIT {
-                    self.go_idle(file, session, host)?;
-                    return Ok(TurnOutcome {
-                        end: TurnEnd::AutonomousIdle,
-                        steps,
-                        reply: text,
-                        wakes,
-                    });
-                }
-                if let Some(max) = facts.max_active_turns
-                    && session.active_turns >= max
-                {
-                    self.suspend(file, session, max, host)?;
-                    return Ok(TurnOutcome {
-                        end: TurnEnd::Suspended,
-                        steps,
-                        reply: text,
-                        wakes,
-                    });
-                }
-                session.active_turns += 1;
-                let reminder = format!(
-                    "{}You replied without calling a tool. You are running autonomously: continue the work with your tools, or call sys_set_state with \"idle\" when it is done.",
-                    request::DYNAMIC_MARKER
-                );
-                append(
-                    file,
-                    &loop_name,
-                    "user",
-                    &json!([{ "type": "text", "text": reminder }]),
-                    None,
-                    None,
-                )?;
-                continue;
-            }
-            session.text_only_streak = 0;
-
-            let mut end = None;
-            let mut compact = None;
-            let mut reset = false;
-            let mut injections = Vec::new();
-            let mut queued = Vec::new();
-            for call in &calls {
-                let (result, effect) = self
-                    .run_tool(file, session, facts, call, host, &mut injections)
-                    .await?;
-                let (content, is_error) = result;
-                if call.name == "fs_read"
-                    && !is_error
-                    && let Some(block) = media::block_for_read(file, &config, &call.input)?
-                {
-                    session.media.insert(call.id.clone(), vec![block]);
-                }
-                let row = json!([{
-                    "type": "tool_result",
-                    "tool_use_id": call.id,
-                    "content": content,
-                    "is_error": is_error,
-                }]);
-                append(file, &loop_name, "user", &row, None, None)?;
-                host.event(&TurnEvent::ToolResult {
-                    call,
-                    content: &content,
-                    is_error,
-                });
-                match effect {
-                    Effect::None => {}
-                    Effect::EndTurn(state) => end = Some(state),
-                    Effect::Compact(instructions) => compact = Some(instructions),
-                    Effect::Reset => reset = true,
-                    Effect::Wake(target) => {
-                        if !wakes.contains(&target) {
-                            wakes.push(target);
-                        }
-                    }
-                    Effect::RunTask(task_id) => queued.push(task_id),
-                }
-                // Code this call ran (`sys_code`, `sys_lambda`) may have set the agent `off`
-                // through `sys_set_state`; unlike idle/hibernate, off is never deferred to the
-                // end of the turn (AO:sys_set_state, §6.1): no further call and no request.
-                if end.is_none()
-                    && file.config_shared()?.get("state").and_then(Value::as_str) == Some("off")
-                {
-                    end = Some("off".to_owned());
-                    break;
-                }
-            }
-            for task_id in queued {
-                self.run_queued_task(file, session, &task_id, host, &mut injections)
-                    .await;
-            }
-            // `loop_inject` contexts from code run in this batch land after its results, so a
-            // context never splits a tool_use / tool_result pair.
-            if !injections.is_empty() {
-                crate::code::store_injections(file, &injections)?;
-            }
-            if reset {
-                session.reset();
-            }
-            if let Some(instructions) = compact
-                && let Some(outcome) = self
-                    .compact(file, session, instructions.as_deref(), Some(assistant_seq))
-                    .await?
-            {
-                host.event(&TurnEvent::Compacted(&outcome));
-            }
-            if let Some(state) = end {
-                if loop_name != "main" && state == "off" {
-                    session.set_state(ExecState::Stopped, host);
-                }
+                .await?
+            };
+            if let Some(end) = end {
                 return Ok(TurnOutcome {
-                    end: TurnEnd::StateSet(state),
+                    end,
                     steps,
                     reply: text,
                     wakes,
                 });
             }
         }
+    }
+
+    /// Compacts the loop when its context reached the threshold; `true` when it did, so the
+    /// step starts over on the compacted transcript.
+    async fn compact_when_full(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        host: &dyn TurnHost,
+    ) -> Result<bool, ExecutorError> {
+        if session.context_tokens < facts.threshold {
+            return Ok(false);
+        }
+        let outcome = self.compact(file, session, None, None).await?;
+        // Reset either way: with nothing left to summarize, compacting again before
+        // the next reply reports a new size would only repeat itself.
+        session.context_tokens = 0;
+        match outcome {
+            Some(outcome) => {
+                host.event(&TurnEvent::Compacted(&outcome));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The request of the next step: the loop's transcript (opening with a user message), its
+    /// media and the tools it may call.
+    fn next_request(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        config: &Value,
+        facts: &LoopFacts,
+        system: String,
+    ) -> Result<ChatRequest, ExecutorError> {
+        self.sync_messages(file, session)?;
+        let mut messages = request::assemble(&session.messages);
+        if messages.first().map(|m| m.role) != Some(Role::User) {
+            // After a loop_clear that took the whole conversation, the next request still
+            // needs a user message first; it is recorded like any runtime text (§1.5).
+            let note = format!(
+                "{}The transcript before this point was cleared. Continue from here.",
+                request::DYNAMIC_MARKER
+            );
+            append(
+                file,
+                &session.loop_name,
+                "user",
+                &json!([{ "type": "text", "text": note }]),
+                None,
+                None,
+            )?;
+            self.sync_messages(file, session)?;
+            messages = request::assemble(&session.messages);
+        }
+        media::attach(&mut messages, &mut session.media);
+        Ok(ChatRequest {
+            model: self.model_id.clone(),
+            system: Some(system).filter(|s| !s.is_empty()),
+            messages,
+            tools: self.tool_specs(session, config, facts),
+            params: self.params.clone(),
+        })
+    }
+
+    /// Stores the model's reply (and the checkpoint) and updates the context size; returns the
+    /// reply row's sequence number.
+    fn record_reply(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        checkpoint: &mut Checkpoint,
+        req: &ChatRequest,
+        reply: &AssistantMessage,
+    ) -> Result<i64, ExecutorError> {
+        let usage = reply.usage;
+        session.context_tokens = if usage.prompt_tokens() + usage.output > 0 {
+            usage.prompt_tokens() + usage.output
+        } else {
+            request::estimate_tokens(serde_json::to_string(&req.messages).map_or(0, |s| s.len()))
+        };
+        let content = serde_json::to_value(&reply.content).unwrap_or(Value::Array(Vec::new()));
+        let tokens = serde_json::to_value(usage).ok();
+        checkpoint.updated_at = adf_store::time::now_ms();
+        // An interactive text reply ends the turn: its row and the `completed` checkpoint
+        // are one transaction.
+        if reply.tool_calls().is_empty() && !facts.autonomous {
+            checkpoint.finish("completed", None);
+        }
+        let loop_name = &session.loop_name;
+        Ok(file.atomically(|file| -> Result<i64, StoreError> {
+            checkpoint.store(file, loop_name)?;
+            append(
+                file,
+                loop_name,
+                "assistant",
+                &content,
+                Some(&self.model_id),
+                tokens.as_ref(),
+            )
+        })?)
+    }
+
+    /// A reply without tool calls: it ends an interactive turn; an autonomous loop goes idle
+    /// after repeated text-only replies, is suspended at `max_active_turns`, or is reminded to
+    /// use its tools and continues (`None`).
+    fn after_text_reply(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        host: &dyn TurnHost,
+    ) -> Result<Option<TurnEnd>, ExecutorError> {
+        if !facts.autonomous {
+            return Ok(Some(TurnEnd::Replied));
+        }
+        session.text_only_streak += 1;
+        if session.text_only_streak >= AUTONOMOUS_TEXT_ONLY_LIMIT {
+            self.go_idle(file, session, host)?;
+            return Ok(Some(TurnEnd::AutonomousIdle));
+        }
+        if let Some(max) = facts.max_active_turns
+            && session.active_turns >= max
+        {
+            self.suspend(file, session, max, host)?;
+            return Ok(Some(TurnEnd::Suspended));
+        }
+        session.active_turns += 1;
+        let reminder = format!(
+            "{}You replied without calling a tool. You are running autonomously: continue the work with your tools, or call sys_set_state with \"idle\" when it is done.",
+            request::DYNAMIC_MARKER
+        );
+        append(
+            file,
+            &session.loop_name,
+            "user",
+            &json!([{ "type": "text", "text": reminder }]),
+            None,
+            None,
+        )?;
+        Ok(None)
+    }
+
+    /// Runs one reply's tool calls in order and records their results, then carries out the
+    /// queued `_async` tasks, the injected contexts, a reset or compaction they asked for.
+    /// Returns how the turn ends when a call set the state.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_tool_batch(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        config: &Value,
+        calls: &[ToolCall],
+        assistant_seq: i64,
+        host: &dyn TurnHost,
+        wakes: &mut Vec<String>,
+    ) -> Result<Option<TurnEnd>, ExecutorError> {
+        let loop_name = session.loop_name.clone();
+        let mut end = None;
+        let mut compact = None;
+        let mut reset = false;
+        let mut injections = Vec::new();
+        let mut queued = Vec::new();
+        for call in calls {
+            let (result, effect) = self
+                .run_tool(file, session, facts, call, host, &mut injections)
+                .await?;
+            let (content, is_error) = result;
+            if call.name == "fs_read"
+                && !is_error
+                && let Some(block) = media::block_for_read(file, config, &call.input)?
+            {
+                session.media.insert(call.id.clone(), vec![block]);
+            }
+            let row = json!([{
+                "type": "tool_result",
+                "tool_use_id": call.id,
+                "content": content,
+                "is_error": is_error,
+            }]);
+            append(file, &loop_name, "user", &row, None, None)?;
+            host.event(&TurnEvent::ToolResult {
+                call,
+                content: &content,
+                is_error,
+            });
+            match effect {
+                Effect::None => {}
+                Effect::EndTurn(state) => end = Some(state),
+                Effect::Compact(instructions) => compact = Some(instructions),
+                Effect::Reset => reset = true,
+                Effect::Wake(target) => {
+                    if !wakes.contains(&target) {
+                        wakes.push(target);
+                    }
+                }
+                Effect::RunTask(task_id) => queued.push(task_id),
+            }
+            // Code this call ran (`sys_code`, `sys_lambda`) may have set the agent `off`
+            // through `sys_set_state`; unlike idle/hibernate, off is never deferred to the
+            // end of the turn (AO:sys_set_state, §6.1): no further call and no request.
+            if end.is_none()
+                && file.config_shared()?.get("state").and_then(Value::as_str) == Some("off")
+            {
+                end = Some("off".to_owned());
+                break;
+            }
+        }
+        for task_id in queued {
+            self.run_queued_task(file, session, &task_id, host, &mut injections)
+                .await;
+        }
+        // `loop_inject` contexts from code run in this batch land after its results, so a
+        // context never splits a tool_use / tool_result pair.
+        if !injections.is_empty() {
+            crate::code::store_injections(file, &injections)?;
+        }
+        if reset {
+            session.reset();
+        }
+        if let Some(instructions) = compact
+            && let Some(outcome) = self
+                .compact(file, session, instructions.as_deref(), Some(assistant_seq))
+                .await?
+        {
+            host.event(&TurnEvent::Compacted(&outcome));
+        }
+        let Some(state) = end else {
+            return Ok(None);
+        };
+        if loop_name != "main" && state == "off" {
+            session.set_state(ExecState::Stopped, host);
+        }
+        Ok(Some(TurnEnd::StateSet(state)))
     }
 
     /// Carries out an `_async` call's `running` task and records its outcome on the task (the
@@ -1304,26 +1315,19 @@ impl Executor {
             &HostApprover(host),
         );
         let value = match outcome {
-            Ok(crate::tools::CallOutcome::Deferred(deferred))
-                if matches!(deferred.tool.as_str(), "sys_code" | "sys_lambda") =>
-            {
-                let env = match self.code_env().await {
-                    Ok(env) => env,
-                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
-                };
-                let options = code_options(session);
-                let approver = HostApprover(host);
-                let run =
-                    crate::code::run_deferred(file, &env, &caller, &deferred, &approver, &options)
-                        .await;
-                injections.extend(run.injections.iter().cloned());
-                match run.tool_value() {
-                    Ok(value) => value,
-                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
-                }
-            }
             Ok(crate::tools::CallOutcome::Deferred(deferred)) => {
-                match self.registry.run_detached(file, &caller, &deferred).await {
+                let run = crate::code::drive_deferred(
+                    file,
+                    &self.registry,
+                    &caller,
+                    &deferred,
+                    self.code_env(),
+                    &HostApprover(host),
+                    &code_options(session),
+                )
+                .await;
+                injections.extend(run.injections);
+                match run.value {
                     Ok(value) => value,
                     Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                 }
@@ -1438,6 +1442,87 @@ fn append(
         model,
         tokens,
     })
+}
+
+/// The stored state is the agent's: off or suspended, no loop runs (§6.1). A loop that
+/// set itself off stays stopped until a restart (§6.4).
+fn ensure_runnable(config: &Value, session: &Session) -> Result<(), ExecutorError> {
+    let state = config
+        .get("state")
+        .and_then(Value::as_str)
+        .unwrap_or("active");
+    match state {
+        "off" => {
+            return Err(ExecutorError::NotRunnable {
+                state: state.into(),
+                fix: "the owner restarts it with `adf config set FILE state active`".into(),
+            });
+        }
+        "suspended" => {
+            return Err(ExecutorError::NotRunnable {
+                state: state.into(),
+                fix: "it was stopped for safety (max_active_turns); the owner resumes it with `adf config set FILE state active`".into(),
+            });
+        }
+        _ => {}
+    }
+    let loop_name = &session.loop_name;
+    if loop_name != "main" && session.state == ExecState::Stopped {
+        return Err(ExecutorError::NotRunnable {
+            state: "off".into(),
+            fix: format!("loop '{loop_name}' set itself off; it runs again after a restart"),
+        });
+    }
+    Ok(())
+}
+
+/// Ends a turn: the loop's state and checkpoint follow the result, and a failure is logged
+/// (§6.2).
+fn close_turn(
+    file: &mut AdfFile,
+    session: &mut Session,
+    checkpoint: &mut Checkpoint,
+    result: &Result<TurnOutcome, ExecutorError>,
+    host: &dyn TurnHost,
+) -> Result<(), ExecutorError> {
+    let loop_name = session.loop_name.clone();
+    let loop_name = loop_name.as_str();
+    // A turn that ended on a text reply stored `completed` with that reply already.
+    let finished = checkpoint.status == "completed";
+    match result {
+        Ok(_) => {
+            checkpoint.finish("completed", None);
+            if session.state != ExecState::Stopped && session.state != ExecState::Suspended {
+                session.set_state(ExecState::Idle, host);
+            }
+        }
+        Err(error) => {
+            checkpoint.finish("failed", Some(error.to_string()));
+            let transient = matches!(error, ExecutorError::Provider(e) if e.is_transient());
+            let message = error.to_string();
+            // §6.2: transient failures return the loop to idle; anything else is an
+            // executor error (in memory only, never config.state).
+            let (level, event, state) = if transient {
+                ("warn", "provider_error", ExecState::Idle)
+            } else {
+                ("error", "turn_error", ExecState::Error)
+            };
+            session.set_state(state, host);
+            file.log(&NewLog {
+                level,
+                origin: Some("executor"),
+                event: Some(event),
+                target: Some(loop_name),
+                message: &message,
+                data: None,
+                r#loop: (loop_name != "main").then_some(loop_name),
+            })?;
+        }
+    }
+    if !(finished && result.is_ok()) {
+        checkpoint.store(file, loop_name)?;
+    }
+    Ok(())
 }
 
 /// Logs a dispatch to a loop that does not exist or is disabled (§6.4, STL-35).

@@ -228,6 +228,32 @@ pub fn prepare(
     cx: SendContext<'_>,
 ) -> Result<Prepared, ToolError> {
     let mut send = SendArgs::parse(args)?;
+    let mode = sending_mode(config)?;
+    let parent_alf_id = adopt_parent(file, &mut send, mode)?;
+    let recipient = send.recipient.clone().ok_or_else(|| {
+        ToolError::invalid("msg_send needs 'recipient' (a DID or a local handle) or 'parent_id'")
+    })?;
+    let addressed = resolve_route(file, &send, &recipient, cx)?;
+    let (mut draft, plain) = compose(file, config, &send, parent_alf_id, addressed, cx)?;
+
+    // Outbox middleware sees the egress context before signing (§12.3); the stored rows
+    // follow what it let through.
+    let plain = outbox_middleware(file, plain, &draft.addressed.route, &draft.from)?;
+    draft.follow_middleware(&plain)?;
+
+    let wire = sign(file, config, cx, &draft.addressed.route, &plain)?;
+    let outbox_id = store_rows(file, config, &draft, &plain, &wire)?;
+    Ok(Prepared {
+        outbox_id,
+        message_id: draft.message_id,
+        recipient,
+        route: draft.addressed.route,
+        message: wire,
+    })
+}
+
+/// `messaging.mode`, refusing to send at all under `listen_only`.
+fn sending_mode(config: &Value) -> Result<&str, ToolError> {
     let mode = config
         .pointer("/messaging/mode")
         .and_then(Value::as_str)
@@ -238,58 +264,78 @@ pub fn prepare(
             "messaging mode is listen_only: this agent cannot send messages",
         ));
     }
+    Ok(mode)
+}
 
-    // A reply takes what it lacks from the message it answers (§11.3).
-    let mut parent_alf_id = None;
-    if let Some(parent_id) = &send.parent_id {
-        let parent = file.message(Mailbox::Inbox, parent_id)?.ok_or_else(|| {
-            ToolError::not_found(format!(
-                "no inbox message with id '{parent_id}' to reply to (msg_read lists them)"
-            ))
-        })?;
-        let column = |name: &str| {
-            parent
-                .get(name)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        };
-        if let Some(source) = column("source")
-            && source != "mesh"
-        {
-            return Err(not_supported_adapter(&source));
+/// A reply takes what it lacks from the message it answers (§11.3); returns the parent's ALF
+/// id. Without a parent, `respond_only` refuses the send.
+fn adopt_parent(
+    file: &AdfFile,
+    send: &mut SendArgs,
+    mode: &str,
+) -> Result<Option<String>, ToolError> {
+    let Some(parent_id) = send.parent_id.clone() else {
+        if mode == "respond_only" {
+            return Err(ToolError::new(
+                ErrorCode::Disabled,
+                "messaging mode is respond_only: reply to an inbox message with parent_id",
+            ));
         }
-        if send.recipient.is_none() {
-            send.recipient = column("from").or_else(|| column("sender_alias"));
-        }
-        if send.address.is_none() {
-            send.address = column("reply_to").filter(|r| r.starts_with("http"));
-        }
-        if send.thread_id.is_none() {
-            send.thread_id = column("thread_id").or_else(|| Some(parent_id.clone()));
-        }
-        parent_alf_id = column("message_id").or_else(|| Some(parent_id.clone()));
-    } else if mode == "respond_only" {
-        return Err(ToolError::new(
-            ErrorCode::Disabled,
-            "messaging mode is respond_only: reply to an inbox message with parent_id",
-        ));
-    }
-    let recipient = send.recipient.clone().ok_or_else(|| {
-        ToolError::invalid("msg_send needs 'recipient' (a DID or a local handle) or 'parent_id'")
+        return Ok(None);
+    };
+    let parent = file.message(Mailbox::Inbox, &parent_id)?.ok_or_else(|| {
+        ToolError::not_found(format!(
+            "no inbox message with id '{parent_id}' to reply to (msg_read lists them)"
+        ))
     })?;
+    let column = |name: &str| {
+        parent
+            .get(name)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    if let Some(source) = column("source")
+        && source != "mesh"
+    {
+        return Err(not_supported_adapter(&source));
+    }
+    if send.recipient.is_none() {
+        send.recipient = column("from").or_else(|| column("sender_alias"));
+    }
+    if send.address.is_none() {
+        send.address = column("reply_to").filter(|r| r.starts_with("http"));
+    }
+    if send.thread_id.is_none() {
+        send.thread_id = column("thread_id").or_else(|| Some(parent_id.clone()));
+    }
+    Ok(column("message_id").or(Some(parent_id)))
+}
+
+/// Where a message goes and who it is addressed to on the wire.
+struct Addressed {
+    route: Route,
+    to: String,
+    recipient_alias: Option<String>,
+}
+
+/// Same runtime first (§12.2, visibility applied), then HTTP.
+fn resolve_route(
+    file: &AdfFile,
+    send: &SendArgs,
+    recipient: &str,
+    cx: SendContext<'_>,
+) -> Result<Addressed, ToolError> {
     let is_did = recipient.starts_with("did:");
     if !is_did && recipient.contains(':') && send.address.is_none() {
         let adapter = recipient.split(':').next().unwrap_or_default();
         return Err(not_supported_adapter(adapter));
     }
-
-    // Same runtime first (§12.2), then HTTP.
     let local = cx
         .mesh
-        .and_then(|mesh| mesh.find(&recipient, send.address.as_deref()));
+        .and_then(|mesh| mesh.find(recipient, send.address.as_deref()));
     let sender_path = file.path().to_path_buf();
-    let (route, to, recipient_alias) = match (&local, &send.address) {
+    match (&local, &send.address) {
         (Some(target), _) => {
             let origin = super::Origin::SameRuntime {
                 sender: sender_path.clone(),
@@ -304,35 +350,59 @@ pub fn prepare(
                     ),
                 ));
             }
-            let to = target.did.clone().unwrap_or_else(|| target.handle.clone());
-            (
-                Route::Local {
+            Ok(Addressed {
+                route: Route::Local {
                     handle: target.handle.clone(),
-                    sender: sender_path.clone(),
+                    sender: sender_path,
                 },
-                to,
-                Some(target.handle.clone()),
-            )
+                to: target.did.clone().unwrap_or_else(|| target.handle.clone()),
+                recipient_alias: Some(target.handle.clone()),
+            })
         }
-        (None, Some(address)) => (
-            Route::Http {
+        (None, Some(address)) => Ok(Addressed {
+            route: Route::Http {
                 url: http_url(address)?,
             },
-            recipient.clone(),
-            None,
-        ),
-        (None, None) if is_did => {
-            return Err(ToolError::invalid(format!(
-                "recipient {recipient} is not an agent of this runtime: give its inbox URL as 'address' (agent_discover lists endpoints)"
-            )));
-        }
-        (None, None) => {
-            return Err(ToolError::not_found(format!(
-                "no local agent with handle '{recipient}'; for a remote agent give its DID as 'recipient' and its inbox URL as 'address'"
-            )));
-        }
-    };
+            to: recipient.to_owned(),
+            recipient_alias: None,
+        }),
+        (None, None) if is_did => Err(ToolError::invalid(format!(
+            "recipient {recipient} is not an agent of this runtime: give its inbox URL as 'address' (agent_discover lists endpoints)"
+        ))),
+        (None, None) => Err(ToolError::not_found(format!(
+            "no local agent with handle '{recipient}'; for a remote agent give its DID as 'recipient' and its inbox URL as 'address'"
+        ))),
+    }
+}
 
+/// Everything the stored rows hold besides the wire form, as composed and then as the
+/// outbox middleware left it.
+struct Draft {
+    message_id: String,
+    from: String,
+    addressed: Addressed,
+    network: String,
+    thread_id: String,
+    parent_alf_id: Option<String>,
+    subject: Option<String>,
+    content: String,
+    content_type: String,
+    attachments: Vec<Value>,
+    payload_meta: Map<String, Value>,
+    sender_alias: String,
+    owner: Option<String>,
+    reply_url: Option<String>,
+}
+
+/// Builds the plaintext ALF message (envelope and payload) and the draft of its rows.
+fn compose(
+    file: &AdfFile,
+    config: &Value,
+    send: &SendArgs,
+    parent_alf_id: Option<String>,
+    addressed: Addressed,
+    cx: SendContext<'_>,
+) -> Result<(Draft, Value), ToolError> {
     let content_type = send
         .content_type
         .clone()
@@ -386,7 +456,7 @@ pub fn prepare(
     let mut payload = Map::new();
     payload.insert("meta".into(), Value::Object(payload_meta.clone()));
     payload.insert("sender_alias".into(), name.clone().into());
-    if let Some(alias) = &recipient_alias {
+    if let Some(alias) = &addressed.recipient_alias {
         payload.insert("recipient_alias".into(), alias.clone().into());
     }
     payload.insert("thread_id".into(), thread_id.clone().into());
@@ -410,45 +480,73 @@ pub fn prepare(
         "id": message_id,
         "timestamp": now,
         "from": from,
-        "to": to,
+        "to": addressed.to,
         "reply_to": reply_url.clone().unwrap_or_else(|| from.clone()),
         "meta": envelope_meta,
         "payload": payload,
     });
-
-    // Outbox middleware sees the egress context before signing (§12.3); the stored rows
-    // follow what it let through.
-    let plain = outbox_middleware(file, plain, &route, &from)?;
-    let sent = plain.get("payload").cloned().unwrap_or(Value::Null);
-    send.content = match sent.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) if !other.is_null() => other.to_string(),
-        _ => String::new(),
+    let draft = Draft {
+        message_id,
+        from,
+        addressed,
+        network,
+        thread_id,
+        parent_alf_id,
+        subject: send.subject.clone(),
+        content: send.content.clone(),
+        content_type,
+        attachments,
+        payload_meta,
+        sender_alias: name,
+        owner,
+        reply_url,
     };
-    send.subject = sent
-        .get("subject")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let content_type = sent
-        .get("content_type")
-        .and_then(Value::as_str)
-        .map_or(content_type, str::to_owned);
-    check_content_type(&content_type, &send.content)?;
-    let thread_id = sent
-        .get("thread_id")
-        .and_then(Value::as_str)
-        .map_or(thread_id, str::to_owned);
-    let payload_meta = sent
-        .get("meta")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let attachments = sent
-        .get("attachments")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    Ok((draft, plain))
+}
 
+impl Draft {
+    /// Takes the payload fields from the message the outbox middleware let through.
+    fn follow_middleware(&mut self, plain: &Value) -> Result<(), ToolError> {
+        let sent = plain.get("payload").cloned().unwrap_or(Value::Null);
+        self.content = match sent.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) if !other.is_null() => other.to_string(),
+            _ => String::new(),
+        };
+        self.subject = sent
+            .get("subject")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(content_type) = sent.get("content_type").and_then(Value::as_str) {
+            self.content_type = content_type.to_owned();
+        }
+        check_content_type(&self.content_type, &self.content)?;
+        if let Some(thread_id) = sent.get("thread_id").and_then(Value::as_str) {
+            self.thread_id = thread_id.to_owned();
+        }
+        self.payload_meta = sent
+            .get("meta")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        self.attachments = sent
+            .get("attachments")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(())
+    }
+}
+
+/// The wire form: signed at `security.level` ≥ 1, encrypted where the level and the route
+/// allow it.
+fn sign(
+    file: &mut AdfFile,
+    config: &Value,
+    cx: SendContext<'_>,
+    route: &Route,
+    plain: &Value,
+) -> Result<Value, ToolError> {
     let level = super::security_level(config);
     let key = if level >= 1 {
         Some(super::agent_key(file, cx.keys).map_err(|why| {
@@ -460,72 +558,31 @@ pub fn prepare(
         None
     };
     let encrypt_allowed = matches!(route, Route::Http { .. });
-    let wire = alf::egress(
+    alf::egress(
         plain.clone(),
         key.as_ref(),
         level,
         encrypt_allowed,
         &mut rand::rng(),
     )
-    .map_err(|e| ToolError::failed(format!("cannot sign the message: {e}")))?;
+    .map_err(|e| ToolError::failed(format!("cannot sign the message: {e}")))
+}
 
-    // The stored rows hold plaintext (§8.5); `original_message` is the wire form with its
-    // content and attachments flattened, as the reference stores it.
-    let mut row = Map::new();
-    row.insert("message_id".into(), message_id.clone().into());
-    row.insert("from".into(), from.clone().into());
-    row.insert("to".into(), to.clone().into());
-    row.insert("address".into(), route.address().into());
-    row.insert(
-        "reply_to".into(),
-        plain.get("reply_to").cloned().unwrap_or(Value::Null),
-    );
-    row.insert("network".into(), network.into());
-    row.insert("thread_id".into(), thread_id.into());
-    row.insert(
-        "parent_id".into(),
-        parent_alf_id.map_or(Value::Null, Value::String),
-    );
-    row.insert(
-        "subject".into(),
-        send.subject.clone().map_or(Value::Null, Value::String),
-    );
-    row.insert("content".into(), send.content.clone().into());
-    row.insert("content_type".into(), content_type.into());
-    row.insert(
-        "attachments".into(),
-        if attachments.is_empty() {
-            Value::Null
-        } else {
-            Value::String(Value::Array(flattened_attachments(&attachments)).to_string())
-        },
-    );
-    row.insert(
-        "meta".into(),
-        Value::String(Value::Object(payload_meta).to_string()),
-    );
-    row.insert("sender_alias".into(), name.into());
-    row.insert(
-        "recipient_alias".into(),
-        recipient_alias.map_or(Value::Null, Value::String),
-    );
-    row.insert("owner".into(), owner.map_or(Value::Null, Value::String));
-    row.insert(
-        "card".into(),
-        plain.pointer("/meta/card").cloned().unwrap_or(Value::Null),
-    );
-    row.insert(
-        "return_path".into(),
-        reply_url.map_or(Value::Null, Value::String),
-    );
-    row.insert(
-        "original_message".into(),
-        tombstoned(&wire).to_string().into(),
-    );
+/// Stores the `pending` outbox row and, with `messaging.inbox_mode`, the sender's own `read`
+/// inbox copy; returns the outbox row id.
+fn store_rows(
+    file: &mut AdfFile,
+    config: &Value,
+    draft: &Draft,
+    plain: &Value,
+    wire: &Value,
+) -> Result<String, ToolError> {
+    let row = message_row(draft, plain, wire);
     let mut outbox = row.clone();
     outbox.insert("created_at".into(), adf_store::time::now_ms().into());
     outbox.insert("status".into(), "pending".into());
-    let outbox_id = file.message_insert(Mailbox::Outbox, &outbox, Some((&message_id, &plain)))?;
+    let outbox_id =
+        file.message_insert(Mailbox::Outbox, &outbox, Some((&draft.message_id, plain)))?;
 
     let inbox_mode = config
         .pointer("/messaging/inbox_mode")
@@ -540,13 +597,56 @@ pub fn prepare(
         copy.insert("status".into(), "read".into());
         file.message_insert(Mailbox::Inbox, &copy, None)?;
     }
-    Ok(Prepared {
-        outbox_id,
-        message_id,
-        recipient,
-        route,
-        message: wire,
-    })
+    Ok(outbox_id)
+}
+
+/// The columns both stored copies share. They hold plaintext (§8.5); `original_message` is
+/// the wire form with its content and attachments flattened, as the reference stores it.
+fn message_row(draft: &Draft, plain: &Value, wire: &Value) -> Map<String, Value> {
+    let text = |v: &Option<String>| v.clone().map_or(Value::Null, Value::String);
+    let mut row = Map::new();
+    row.insert("message_id".into(), draft.message_id.clone().into());
+    row.insert("from".into(), draft.from.clone().into());
+    row.insert("to".into(), draft.addressed.to.clone().into());
+    row.insert("address".into(), draft.addressed.route.address().into());
+    row.insert(
+        "reply_to".into(),
+        plain.get("reply_to").cloned().unwrap_or(Value::Null),
+    );
+    row.insert("network".into(), draft.network.clone().into());
+    row.insert("thread_id".into(), draft.thread_id.clone().into());
+    row.insert("parent_id".into(), text(&draft.parent_alf_id));
+    row.insert("subject".into(), text(&draft.subject));
+    row.insert("content".into(), draft.content.clone().into());
+    row.insert("content_type".into(), draft.content_type.clone().into());
+    row.insert(
+        "attachments".into(),
+        if draft.attachments.is_empty() {
+            Value::Null
+        } else {
+            Value::String(Value::Array(flattened_attachments(&draft.attachments)).to_string())
+        },
+    );
+    row.insert(
+        "meta".into(),
+        Value::String(Value::Object(draft.payload_meta.clone()).to_string()),
+    );
+    row.insert("sender_alias".into(), draft.sender_alias.clone().into());
+    row.insert(
+        "recipient_alias".into(),
+        text(&draft.addressed.recipient_alias),
+    );
+    row.insert("owner".into(), text(&draft.owner));
+    row.insert(
+        "card".into(),
+        plain.pointer("/meta/card").cloned().unwrap_or(Value::Null),
+    );
+    row.insert("return_path".into(), text(&draft.reply_url));
+    row.insert(
+        "original_message".into(),
+        tombstoned(wire).to_string().into(),
+    );
+    row
 }
 
 /// Runs `security.middleware.outbox` over the egress context

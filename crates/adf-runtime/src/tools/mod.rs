@@ -7,8 +7,9 @@
 //!
 //! The pipeline of one call: look the tool up → read the effective declaration → strip the
 //! cross-cutting parameters (`_reason`, `_async`, `_full`) → validate the arguments → decide
-//! access (allowed / needs approval / refused) → run inside one store transaction. A model call
-//! refused by a protection the owner may lift becomes a one-time approval request.
+//! access (allowed / needs approval / refused) → for a call that needs approval, the tool's
+//! read-only [`Tool::check`] and then the owner's decision → run inside one store transaction.
+//! A model call refused by a protection the owner may lift becomes a one-time approval request.
 
 pub mod access;
 pub mod approval;
@@ -64,6 +65,14 @@ pub trait Tool: Send + Sync + 'static {
     fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
         let _ = cx;
         Ok(args)
+    }
+
+    /// Checks the arguments beyond their schema without writing anything, before the owner
+    /// is asked to approve the call: a call that would be refused anyway is refused without
+    /// an approval task, and the file stays byte-identical. Only reads; the default accepts.
+    fn check(&self, cx: &ToolContext<'_>, args: &Value) -> Result<(), ToolError> {
+        let _ = (cx, args);
+        Ok(())
     }
 }
 
@@ -429,118 +438,41 @@ impl ToolRegistry {
             return Err(ToolError::new(code, message));
         }
         let needs_approval = decision == Access::NeedsApproval;
-
+        if needs_approval {
+            check_before_approval(file, &tool, caller, &config, &args, cross.full)?;
+        }
         if cross.run_async {
-            let status = if needs_approval {
-                "pending_approval"
-            } else {
-                "running"
-            };
-            let stored = cross.with_reason(&args);
-            let origin = format!("agent:{}", caller.label());
-            let task_id = file.task_create(&NewTask {
-                tool: name,
-                args: &stored,
-                status,
-                origin: Some(&origin),
-                requires_authorization: needs_approval,
-                executor_managed: false,
-                approval_meta: needs_approval
-                    .then(|| json!({ "reason": "restricted" }))
-                    .as_ref(),
-                r#loop: caller.loop_name(),
-            })?;
-            return Ok(CallOutcome::Queued {
-                task_id,
-                status: status.to_owned(),
-            });
+            return queue_async(file, caller, name, &cross, &args, needs_approval);
         }
 
         let mut approved_task = None;
         if needs_approval {
-            let meta = json!({ "reason": "restricted" });
-            let (decision, task_id) = approval::request(
-                file,
-                approver,
-                caller,
-                name,
-                &cross.with_reason(&args),
-                &meta,
-            )?;
-            if let Decision::Denied(reason) = decision {
-                return Err(denied(name, &reason));
-            }
-            // The owner may approve with modified arguments (`modified_args`, written on the
-            // row): the call runs with those, checked like the model's.
-            if let Some(changed) =
-                approval::approved_args(file, &task_id, &cross.with_reason(&args))?
-            {
-                if let Err(message) = validate::validate(&tool.parameters(), &changed) {
-                    let error = ToolError::invalid(format!(
-                        "the approved arguments are invalid: {message}"
-                    ));
-                    file.task_update(&task_id, "failed", None, Some(&error.to_string()))?;
-                    return Err(error);
-                }
-                args = changed;
-            }
+            let (approved_args, task_id) =
+                approve_restricted(file, approver, caller, &tool, name, &cross, args)?;
+            args = approved_args;
             approved_task = Some(task_id);
         }
         if tool.deferred() {
-            let args = match self.prepare(file, &tool, caller, &config, args, cross.full) {
-                Ok(args) => args,
-                Err(error) => {
-                    if let Some(task_id) = &approved_task {
-                        file.task_update(task_id, "failed", None, Some(&error.to_string()))?;
-                    }
-                    return Err(error);
-                }
-            };
-            return Ok(CallOutcome::Deferred(DeferredCall {
-                tool: name.to_owned(),
-                args,
-                full: cross.full,
-                approval_task: approved_task,
-            }));
-        }
-        let mut result = self.execute(file, &tool, caller, &config, &args, false, cross.full);
-        if let Err(ToolError {
-            protection: Some(hit),
-            ..
-        }) = &result
-            && caller.is_model()
-        {
-            let meta = json!({
-                "reason": "protection",
-                "protection": {
-                    "kind": hit.kind,
-                    "target": hit.target,
-                    "level": hit.level,
-                    "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
-                }
-            });
-            if let Some(task_id) = approved_task.take() {
-                file.task_update(
-                    &task_id,
-                    "failed",
-                    None,
-                    Some(&format!("blocked by protection of {}", hit.target)),
-                )?;
-            }
-            let (decision, task_id) = approval::request(
+            return self.defer(
                 file,
-                approver,
+                &tool,
                 caller,
                 name,
-                &cross.with_reason(&args),
-                &meta,
-            )?;
-            if let Decision::Denied(reason) = decision {
-                return Err(denied(name, &reason));
-            }
-            approved_task = Some(task_id);
-            result = self.execute(file, &tool, caller, &config, &args, true, cross.full);
+                &config,
+                args,
+                &cross,
+                approved_task,
+            );
         }
+        let call = Invocation {
+            tool: &tool,
+            caller,
+            name,
+            config: &config,
+            args: &args,
+            cross: &cross,
+        };
+        let result = self.execute_or_ask_override(file, &call, approver, &mut approved_task)?;
         if let Some(task_id) = approved_task {
             match &result {
                 Ok(value) => file.task_update(&task_id, "completed", Some(&render(value)), None)?,
@@ -550,6 +482,99 @@ impl ToolRegistry {
             }
         }
         result.map(CallOutcome::Done)
+    }
+
+    /// A deferred tool's call: its `prepare` step runs now, inside the call's transaction,
+    /// and the rest is the caller's to drive. A failed prepare fails the approval task.
+    #[allow(clippy::too_many_arguments)]
+    fn defer(
+        &self,
+        file: &mut AdfFile,
+        tool: &Arc<dyn Tool>,
+        caller: &Caller,
+        name: &str,
+        config: &Value,
+        args: Value,
+        cross: &CrossCutting,
+        approved_task: Option<String>,
+    ) -> Result<CallOutcome, ToolError> {
+        let args = match self.prepare(file, tool, caller, config, args, cross.full) {
+            Ok(args) => args,
+            Err(error) => {
+                if let Some(task_id) = &approved_task {
+                    file.task_update(task_id, "failed", None, Some(&error.to_string()))?;
+                }
+                return Err(error);
+            }
+        };
+        Ok(CallOutcome::Deferred(DeferredCall {
+            tool: name.to_owned(),
+            args,
+            full: cross.full,
+            approval_task: approved_task,
+        }))
+    }
+
+    /// Runs the call. When a protection blocks a model's call, the owner is asked once to
+    /// override it (any earlier approval task is failed, the new one replaces it) and the
+    /// call reruns with the override. The outer error ends the pipeline (a store error, a
+    /// denial); the inner result is the tool's.
+    fn execute_or_ask_override(
+        &self,
+        file: &mut AdfFile,
+        call: &Invocation<'_>,
+        approver: &dyn Approver,
+        approved_task: &mut Option<String>,
+    ) -> Result<Result<Value, ToolError>, ToolError> {
+        let Invocation {
+            tool,
+            caller,
+            name,
+            config,
+            args,
+            cross,
+        } = *call;
+        let result = self.execute(file, tool, caller, config, args, false, cross.full);
+        let Err(ToolError {
+            protection: Some(hit),
+            ..
+        }) = &result
+        else {
+            return Ok(result);
+        };
+        if !caller.is_model() {
+            return Ok(result);
+        }
+        let meta = json!({
+            "reason": "protection",
+            "protection": {
+                "kind": hit.kind,
+                "target": hit.target,
+                "level": hit.level,
+                "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
+            }
+        });
+        if let Some(task_id) = approved_task.take() {
+            file.task_update(
+                &task_id,
+                "failed",
+                None,
+                Some(&format!("blocked by protection of {}", hit.target)),
+            )?;
+        }
+        let (decision, task_id) = approval::request(
+            file,
+            approver,
+            caller,
+            name,
+            &cross.with_reason(args),
+            &meta,
+        )?;
+        if let Decision::Denied(reason) = decision {
+            return Err(denied(name, &reason));
+        }
+        *approved_task = Some(task_id);
+        Ok(self.execute(file, tool, caller, config, args, true, cross.full))
     }
 
     /// The future that carries out a deferred call of a [`Tool::detach`] tool, or `None` when
@@ -779,6 +804,109 @@ fn unwinding_to_error(future: Detached) -> Detached {
                 })
             }),
     )
+}
+
+/// Runs [`Tool::check`] outside any transaction: it only reads, and a transaction would
+/// consume the clean-close marker and so change the file.
+fn check_before_approval(
+    file: &mut AdfFile,
+    tool: &Arc<dyn Tool>,
+    caller: &Caller,
+    config: &Value,
+    args: &Value,
+    full: bool,
+) -> Result<(), ToolError> {
+    let cx = ToolContext {
+        file,
+        caller,
+        config,
+        protection_override: false,
+        full,
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.check(&cx, args)))
+        .unwrap_or_else(|payload| Err(panicked(payload.as_ref())))
+}
+
+/// One call as the pipeline carries it to the tool.
+#[derive(Clone, Copy)]
+struct Invocation<'a> {
+    tool: &'a Arc<dyn Tool>,
+    caller: &'a Caller,
+    name: &'a str,
+    config: &'a Value,
+    args: &'a Value,
+    cross: &'a CrossCutting,
+}
+
+/// `_async`: the call becomes a task (`pending_approval` when restricted, else `running`)
+/// that the caller carries out after the turn.
+fn queue_async(
+    file: &mut AdfFile,
+    caller: &Caller,
+    name: &str,
+    cross: &CrossCutting,
+    args: &Value,
+    needs_approval: bool,
+) -> Result<CallOutcome, ToolError> {
+    let status = if needs_approval {
+        "pending_approval"
+    } else {
+        "running"
+    };
+    let stored = cross.with_reason(args);
+    let origin = format!("agent:{}", caller.label());
+    let task_id = file.task_create(&NewTask {
+        tool: name,
+        args: &stored,
+        status,
+        origin: Some(&origin),
+        requires_authorization: needs_approval,
+        executor_managed: false,
+        approval_meta: needs_approval
+            .then(|| json!({ "reason": "restricted" }))
+            .as_ref(),
+        r#loop: caller.loop_name(),
+    })?;
+    Ok(CallOutcome::Queued {
+        task_id,
+        status: status.to_owned(),
+    })
+}
+
+/// Asks the owner to approve a restricted call and waits; returns the arguments to run with
+/// (the owner may approve modified ones, checked like the model's) and the approval task.
+fn approve_restricted(
+    file: &mut AdfFile,
+    approver: &dyn Approver,
+    caller: &Caller,
+    tool: &Arc<dyn Tool>,
+    name: &str,
+    cross: &CrossCutting,
+    args: Value,
+) -> Result<(Value, String), ToolError> {
+    let meta = json!({ "reason": "restricted" });
+    let (decision, task_id) = approval::request(
+        file,
+        approver,
+        caller,
+        name,
+        &cross.with_reason(&args),
+        &meta,
+    )?;
+    if let Decision::Denied(reason) = decision {
+        return Err(denied(name, &reason));
+    }
+    // The owner may approve with modified arguments (`modified_args`, written on the
+    // row): the call runs with those, checked like the model's.
+    let Some(changed) = approval::approved_args(file, &task_id, &cross.with_reason(&args))? else {
+        return Ok((args, task_id));
+    };
+    if let Err(message) = validate::validate(&tool.parameters(), &changed) {
+        let error = ToolError::invalid(format!("the approved arguments are invalid: {message}"));
+        file.task_update(&task_id, "failed", None, Some(&error.to_string()))?;
+        return Err(error);
+    }
+    Ok((changed, task_id))
 }
 
 fn denied(name: &str, reason: &str) -> ToolError {

@@ -219,11 +219,78 @@ fn cfg_05_cfg_26_hard_denial_of_restricted_tool_creates_no_protection_request() 
     .unwrap_err();
     assert_hard(&error, &json!("tools.fs_read.restricted"));
     assert_eq!(config_text(&file), text);
-    // The one task is the approval of the restricted call itself; none asks to lift a lock.
+    // The tool's check refuses it before the restricted call is put to the owner: no task
+    // asks to approve the call, and none asks to lift a lock.
     let tasks = tasks(&file);
-    assert_eq!(tasks.len(), 1, "{tasks:?}");
-    assert_eq!(reason(&tasks[0]), "restricted");
-    assert_eq!(tasks[0].status, "failed");
+    assert!(tasks.is_empty(), "{tasks:?}");
+}
+
+/// Counts the approvals it is asked for, and approves them.
+#[derive(Default)]
+struct CountingOwner {
+    asked: std::cell::Cell<usize>,
+}
+
+impl Approver for CountingOwner {
+    fn decide(&self, _: &mut AdfFile, _: &ApprovalRequest) -> Result<Decision, ToolError> {
+        self.asked.set(self.asked.get() + 1);
+        Ok(Decision::Approved)
+    }
+}
+
+/// The file's bytes, with its WAL sidecar's when there is one.
+fn file_bytes(path: &std::path::Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
+    let wal = adf_store::sidecar(path, "-wal");
+    if wal.exists() {
+        bytes.extend(std::fs::read(wal).unwrap());
+    }
+    bytes
+}
+
+#[test]
+fn cfg_26_a_restricted_call_that_would_be_refused_is_refused_before_the_owner_is_asked() {
+    for args in [
+        // A schema violation (step 12), as a blocking call and as an `_async` task.
+        json!({ "path": "model.temperature", "value": 5 }),
+        json!({ "path": "model.temperature", "value": 5, "_async": true }),
+        // The typo guard (step 7) and a hard denial (step 3).
+        json!({ "path": "modle", "value": { "temperature": 1 } }),
+        json!({ "path": "tools.fs_read.restricted", "value": false }),
+    ] {
+        for owner_approves in [true, false] {
+            let (_dir, path, mut file) = new_agent();
+            let (before, bytes) = (digest(&file), file_bytes(&path));
+            let owner = CountingOwner::default();
+            let result = if owner_approves {
+                call_with(&mut file, &model(), UPDATE, args.clone(), &owner)
+            } else {
+                call_with(&mut file, &model(), UPDATE, args.clone(), &DenyAll)
+            };
+            let error = result.expect_err(&format!("{args} should be refused"));
+            assert_ne!(error.code, ErrorCode::Denied, "{args}: {error}");
+            assert_eq!(owner.asked.get(), 0, "{args}: the owner was asked");
+            assert!(tasks(&file).is_empty(), "{args}: a task was recorded");
+            assert!(digest(&file) == before, "{args}: a row changed");
+            assert!(
+                file_bytes(&path) == bytes,
+                "{args}: the file's bytes changed"
+            );
+        }
+    }
+    // A change that passes the rules is still put to the owner, once.
+    let (_dir, _, mut file) = new_agent();
+    let owner = CountingOwner::default();
+    call_with(
+        &mut file,
+        &model(),
+        UPDATE,
+        json!({ "path": "model.temperature", "value": 1.5 }),
+        &owner,
+    )
+    .unwrap();
+    assert_eq!(owner.asked.get(), 1);
+    assert_eq!(file.config().unwrap()["model"]["temperature"], json!(1.5));
 }
 
 #[test]

@@ -170,6 +170,16 @@ impl Tool for UpdateConfig {
         let request = Request::parse(&args)?;
         update(cx, request)
     }
+
+    /// Every rule but the write, so a change that would be refused is refused before the
+    /// owner is asked to approve it. A protection hit passes: lifting it is the owner's
+    /// one-time decision, asked when the call runs.
+    fn check(&self, cx: &ToolContext<'_>, args: &Value) -> Result<(), ToolError> {
+        match plan_update(cx, Request::parse(args)?) {
+            Err(error) if error.protection.is_none() => Err(error),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,7 +341,33 @@ fn key_of(segment: &Segment) -> Option<&str> {
     }
 }
 
+/// A config change that passed every rule and awaits only its write.
+struct PlannedUpdate {
+    after: Value,
+    /// The locked path an authorized or owner-approved write overrides.
+    bypassed: Option<String>,
+}
+
 fn update(cx: &mut ToolContext<'_>, request: Request) -> Result<Value, ToolError> {
+    let (path, action, index) = (request.path.clone(), request.action, request.index);
+    let PlannedUpdate { after, bypassed } = plan_update(cx, request)?;
+
+    // Step 13.
+    cx.file
+        .config_write_checked(cx.store_caller(), after, bypassed.as_deref())?;
+    let mut result = match action {
+        Action::Set => format!("Updated {path}."),
+        Action::Append => format!("Appended to {path}."),
+        Action::Remove => format!("Removed index {} from {path}.", index.unwrap_or_default()),
+    };
+    if bypassed.is_some() {
+        result.push_str(" ⚠ protection override");
+    }
+    Ok(Value::String(result))
+}
+
+/// Steps 2 to 12 of §5.17: everything but the write, reading the file only.
+fn plan_update(cx: &ToolContext<'_>, request: Request) -> Result<PlannedUpdate, ToolError> {
     let Request {
         path,
         value,
@@ -345,61 +381,11 @@ fn update(cx: &mut ToolContext<'_>, request: Request) -> Result<Value, ToolError
     let first = segments.first().and_then(key_of).unwrap_or_default();
 
     if bound_by_agent_rules {
-        // Step 3.
-        for key in segments.iter().filter_map(key_of) {
-            if OWNER_ONLY_SEGMENTS.contains(&key) {
-                let what = if key.starts_with("locked") {
-                    "locking"
-                } else {
-                    "restriction"
-                };
-                return Err(hard_denial(format!(
-                    "cannot modify {what} configuration ('{key}' is the owner's to change)"
-                )));
-            }
-        }
-        // Step 4.
-        if DENIED_TOP_LEVEL.contains(&first) {
-            return Err(hard_denial(format!(
-                "'{first}' cannot be modified by the agent; ask your owner to change it"
-            )));
-        }
-        // Step 5.
-        if first == "security" {
-            let switch = segments.get(1).and_then(key_of);
-            if segments.len() == 1 && action == Action::Set {
-                return Err(hard_denial(
-                    "the whole 'security' object cannot be replaced by the agent; change individual fields or ask your owner",
-                ));
-            }
-            if let Some(switch) = switch.filter(|s| GUARD_SWITCHES.contains(s)) {
-                return Err(hard_denial(format!(
-                    "'security.{switch}' decides what needs approval and is not agent-writable; ask your owner to change it in the app"
-                )));
-            }
-        }
+        agent_path_rules(&segments, first, action)?;
     } else if matches!(first, "id" | "adf_version") {
         return Err(ToolError::invalid(format!("config.{first} never changes")));
     }
-
-    // Step 6 (and its twin: set and append need something to write).
-    let store_action = match (action, index) {
-        (Action::Remove, None) => {
-            return Err(ToolError::invalid("action \"remove\" requires index"));
-        }
-        (Action::Remove, Some(index)) => ConfigAction::Remove { index },
-        (Action::Set, _) => ConfigAction::Set,
-        (Action::Append, _) => ConfigAction::Append,
-    };
-    let value = match (action, value) {
-        (Action::Remove, _) => Value::Null,
-        (_, Some(value)) => value,
-        (_, None) => {
-            return Err(ToolError::invalid(
-                "value is required for action \"set\" and \"append\"",
-            ));
-        }
-    };
+    let (store_action, value) = what_to_write(action, index, value)?;
 
     let before = cx.file.config()?;
 
@@ -422,37 +408,135 @@ fn update(cx: &mut ToolContext<'_>, request: Request) -> Result<Value, ToolError
         other => other.into(),
     })?;
 
-    // Step 9.
-    let mut bypassed = None;
-    if bound_by_agent_rules && let Some(locked) = lock_check(&before, &resolved, action, index)? {
-        match cx.store_caller() {
-            adf_store::Caller::AuthorizedCode | adf_store::Caller::OwnerApproved => {
-                bypassed = Some(path.clone());
-            }
-            _ => {
-                return Err(ToolError {
-                    code: ErrorCode::WriteError,
-                    message: format!(
-                        "{locked} Your owner may approve this change once; it was not applied."
-                    ),
-                    protection: Some(ProtectionHit {
-                        kind: "config path".into(),
-                        target: path.clone(),
-                        level: "locked".into(),
-                    }),
-                });
-            }
-        }
-    }
+    let bypassed = if bound_by_agent_rules {
+        lock_bypass(cx, &before, &resolved, action, index, &path)?
+    } else {
+        None
+    };
 
     let mut after = before.clone();
     apply(&mut after, &path, action, store_action, value)?;
+    check_written_config(
+        &before,
+        &after,
+        &resolved,
+        &path,
+        action,
+        bound_by_agent_rules,
+    )?;
+    Ok(PlannedUpdate { after, bypassed })
+}
 
+/// Steps 3 to 5: the paths an agent may never write, whatever the value.
+fn agent_path_rules(segments: &[Segment], first: &str, action: Action) -> Result<(), ToolError> {
+    // Step 3.
+    for key in segments.iter().filter_map(key_of) {
+        if OWNER_ONLY_SEGMENTS.contains(&key) {
+            let what = if key.starts_with("locked") {
+                "locking"
+            } else {
+                "restriction"
+            };
+            return Err(hard_denial(format!(
+                "cannot modify {what} configuration ('{key}' is the owner's to change)"
+            )));
+        }
+    }
+    // Step 4.
+    if DENIED_TOP_LEVEL.contains(&first) {
+        return Err(hard_denial(format!(
+            "'{first}' cannot be modified by the agent; ask your owner to change it"
+        )));
+    }
+    // Step 5.
+    if first == "security" {
+        let switch = segments.get(1).and_then(key_of);
+        if segments.len() == 1 && action == Action::Set {
+            return Err(hard_denial(
+                "the whole 'security' object cannot be replaced by the agent; change individual fields or ask your owner",
+            ));
+        }
+        if let Some(switch) = switch.filter(|s| GUARD_SWITCHES.contains(s)) {
+            return Err(hard_denial(format!(
+                "'security.{switch}' decides what needs approval and is not agent-writable; ask your owner to change it in the app"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Step 6 (and its twin: set and append need something to write).
+fn what_to_write(
+    action: Action,
+    index: Option<usize>,
+    value: Option<Value>,
+) -> Result<(ConfigAction, Value), ToolError> {
+    let store_action = match (action, index) {
+        (Action::Remove, None) => {
+            return Err(ToolError::invalid("action \"remove\" requires index"));
+        }
+        (Action::Remove, Some(index)) => ConfigAction::Remove { index },
+        (Action::Set, _) => ConfigAction::Set,
+        (Action::Append, _) => ConfigAction::Append,
+    };
+    let value = match (action, value) {
+        (Action::Remove, _) => Value::Null,
+        (_, Some(value)) => value,
+        (_, None) => {
+            return Err(ToolError::invalid(
+                "value is required for action \"set\" and \"append\"",
+            ));
+        }
+    };
+    Ok((store_action, value))
+}
+
+/// Step 9: a locked path refuses the agent, unless authorized code or the owner's approval
+/// is writing; then the write goes through and names the path it overrode.
+fn lock_bypass(
+    cx: &ToolContext<'_>,
+    before: &Value,
+    resolved: &[Segment],
+    action: Action,
+    index: Option<usize>,
+    path: &str,
+) -> Result<Option<String>, ToolError> {
+    let Some(locked) = lock_check(before, resolved, action, index)? else {
+        return Ok(None);
+    };
+    match cx.store_caller() {
+        adf_store::Caller::AuthorizedCode | adf_store::Caller::OwnerApproved => {
+            Ok(Some(path.to_owned()))
+        }
+        _ => Err(ToolError {
+            code: ErrorCode::WriteError,
+            message: format!(
+                "{locked} Your owner may approve this change once; it was not applied."
+            ),
+            protection: Some(ProtectionHit {
+                kind: "config path".into(),
+                target: path.to_owned(),
+                level: "locked".into(),
+            }),
+        }),
+    }
+}
+
+/// Steps 10 to 12: the changed config keeps its leaves' types, adds no structural error,
+/// loosens nothing the path rules protect (agents) and adds no schema violation.
+fn check_written_config(
+    before: &Value,
+    after: &Value,
+    resolved: &[Segment],
+    path: &str,
+    action: Action,
+    bound_by_agent_rules: bool,
+) -> Result<(), ToolError> {
     // Step 10.
-    if let Some(message) = rules::leaf_error(&before, &after) {
+    if let Some(message) = rules::leaf_error(before, after) {
         return Err(ToolError::invalid(message));
     }
-    let structural = rules::new_structural(&before, &after);
+    let structural = rules::new_structural(before, after);
     if !structural.is_empty() {
         return Err(ToolError::invalid(structural.join("; ")));
     }
@@ -461,28 +545,15 @@ fn update(cx: &mut ToolContext<'_>, request: Request) -> Result<Value, ToolError
     // rules protect.
     if bound_by_agent_rules {
         if action == Action::Set {
-            guard_values_kept(&before, &after, &resolved, &path)?;
+            guard_values_kept(before, after, resolved, path)?;
         }
         if action != Action::Remove {
-            declaration_integrity(&before, &after)?;
+            declaration_integrity(before, after)?;
         }
     }
 
     // Step 12.
-    reject_new_violations(&before, &after)?;
-
-    // Step 13.
-    cx.file
-        .config_write_checked(cx.store_caller(), after, bypassed.as_deref())?;
-    let mut result = match action {
-        Action::Set => format!("Updated {path}."),
-        Action::Append => format!("Appended to {path}."),
-        Action::Remove => format!("Removed index {} from {path}.", index.unwrap_or_default()),
-    };
-    if bypassed.is_some() {
-        result.push_str(" ⚠ protection override");
-    }
-    Ok(Value::String(result))
+    reject_new_violations(before, after)
 }
 
 /// Applies the change; `append` to a missing array creates it, as the reference does.

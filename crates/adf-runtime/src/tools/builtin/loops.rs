@@ -395,160 +395,182 @@ impl Tool for LoopManage {
                 "main is implicit: loop_manage cannot create, read, update or delete it",
             ));
         }
-        let mut loops = loops_of(cx.config);
+        let loops = loops_of(cx.config);
         let index = loops.iter().position(|l| loop_name_of(l) == name);
         if action != "get" && loops_locked(cx.config) {
             return Err(ToolError::new(ErrorCode::Disabled, "'loops' is locked."));
         }
+        let existing =
+            || index.ok_or_else(|| ToolError::not_found(format!("no loop named '{name}'")));
         match action {
-            "get" => {
-                let Some(i) = index else {
-                    return Err(ToolError::not_found(format!("no loop named '{name}'")));
-                };
-                let l = &loops[i];
-                Ok(json!({
-                    "loop": l,
-                    "effective_tools": effective_loop_tools(cx.config, l),
-                    "rows": cx.file.loop_rows(&name)?.len(),
-                }))
-            }
-            "create" => {
-                if index.is_some()
-                    || loops
-                        .iter()
-                        .any(|l| loop_name_of(l).eq_ignore_ascii_case(&name))
-                {
-                    return Err(ToolError::invalid(format!("a loop named '{name}' exists")));
-                }
-                if !valid_loop_name(&name) {
-                    return Err(ToolError::invalid(
-                        "loop names match ^[a-z0-9][a-z0-9_-]{0,31}$",
-                    ));
-                }
-                if loops.len() >= MAX_INNER_LOOPS {
-                    return Err(ToolError::invalid(format!(
-                        "an agent has at most {MAX_INNER_LOOPS} inner loops"
-                    )));
-                }
-                if !patch.contains_key("goal") {
-                    return Err(ToolError::invalid("config.goal is required"));
-                }
-                check_fields(cx.config, &patch)?;
-                let mut l = Map::new();
-                l.insert("name".into(), json!(name));
-                for key in PATCHABLE {
-                    if let Some(v) = patch.get(key) {
-                        l.insert(key.into(), v.clone());
-                    }
-                }
-                l.entry("enabled").or_insert(json!(true));
-                l.entry("autostart").or_insert(json!(true));
-                l.entry("tools").or_insert(json!(DEFAULT_LOOP_TOOLS));
-                let l = Value::Object(l);
-                loops.push(l.clone());
-                write_loops(cx, loops)?;
-                let autostart = l.get("autostart").and_then(Value::as_bool) == Some(true)
-                    && l.get("enabled").and_then(Value::as_bool) == Some(true);
-                if autostart {
-                    let goal = l.get("goal").and_then(Value::as_str).unwrap_or_default();
-                    let kickoff = json!([{ "type": "text", "text": format!("[from loop:main] You were just created. Your goal: {goal}") }]);
-                    cx.file.loop_append(&NewLoopRow {
-                        r#loop: &name,
-                        role: "user",
-                        content: &kickoff,
-                        model: None,
-                        tokens: None,
-                    })?;
-                }
-                Ok(json!({ "created": name, "loop": l, "wake": autostart }))
-            }
-            "update" => {
-                let Some(i) = index else {
-                    return Err(ToolError::not_found(format!("no loop named '{name}'")));
-                };
-                if let Some(new_name) = patch.get("name").and_then(Value::as_str)
-                    && new_name != name
-                {
-                    return Err(ToolError::invalid("loops cannot be renamed"));
-                }
-                if let Some(bad) = patch
-                    .keys()
-                    .find(|k| *k != "name" && !PATCHABLE.contains(&k.as_str()))
-                {
-                    return Err(ToolError::invalid(format!(
-                        "'{bad}' is not a loop field (patchable: {})",
-                        PATCHABLE.join(", ")
-                    )));
-                }
-                check_fields(cx.config, &patch)?;
-                if let Some(obj) = loops[i].as_object_mut() {
-                    for (k, v) in &patch {
-                        if k != "name" {
-                            obj.insert(k.clone(), v.clone());
-                        }
-                    }
-                }
-                let l = loops[i].clone();
-                write_loops(cx, loops)?;
-                let stopped = l.get("enabled").and_then(Value::as_bool) != Some(true);
-                Ok(json!({ "updated": name, "loop": l, "restarted": !stopped, "stopped": stopped }))
-            }
-            "delete" => {
-                let Some(i) = index else {
-                    return Err(ToolError::not_found(format!("no loop named '{name}'")));
-                };
-                loops.remove(i);
-                write_loops(cx, loops)?;
-                let archived = cx.file.loop_archive_and_delete(&name)?;
-                let mut dropped = 0;
-                let mut kept = 0;
-                for timer in cx.file.timers()? {
-                    if timer.r#loop.as_deref() != Some(name.as_str()) {
-                        continue;
-                    }
-                    if timer.locked {
-                        kept += 1;
-                    } else {
-                        cx.file.timer_delete(adf_store::Caller::Owner, timer.id)?;
-                        dropped += 1;
-                    }
-                }
-                if dropped > 0 || kept > 0 {
-                    cx.file.log(&NewLog {
-                        level: "info",
-                        origin: Some("executor"),
-                        event: Some("loop_timers_dropped"),
-                        target: Some(&name),
-                        message: &format!(
-                            "deleted {dropped} unlocked timer(s) of loop '{name}', kept {kept} locked"
-                        ),
-                        data: None,
-                        r#loop: None,
-                    })?;
-                }
-                cx.file.log(&NewLog {
-                    level: "info",
-                    origin: Some("executor"),
-                    event: Some("loop_torn_down"),
-                    target: Some(&name),
-                    message: &format!("loop '{name}' deleted; transcript archived"),
-                    data: None,
-                    r#loop: None,
-                })?;
-                Ok(json!({
-                    "deleted": name,
-                    "archived_rows": archived.removed,
-                    "audit_id": archived.audit_id,
-                    "timers_deleted": dropped,
-                    "timers_kept": kept,
-                    "stopped": true,
-                }))
-            }
+            "get" => get_loop(cx, &loops[existing()?], &name),
+            "create" => create_loop(cx, loops, index, &name, &patch),
+            "update" => update_loop(cx, loops, existing()?, &name, &patch),
+            "delete" => delete_loop(cx, loops, existing()?, &name),
             other => Err(ToolError::invalid(format!(
                 "action must be create, get, update or delete, not '{other}'"
             ))),
         }
     }
+}
+
+fn get_loop(cx: &mut ToolContext<'_>, l: &Value, name: &str) -> Result<Value, ToolError> {
+    Ok(json!({
+        "loop": l,
+        "effective_tools": effective_loop_tools(cx.config, l),
+        "rows": cx.file.loop_rows(name)?.len(),
+    }))
+}
+
+/// Declares a new inner loop (defaults: enabled, autostart, the default loop tools); an
+/// autostarting loop gets its kickoff message and is woken.
+fn create_loop(
+    cx: &mut ToolContext<'_>,
+    mut loops: Vec<Value>,
+    index: Option<usize>,
+    name: &str,
+    patch: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    if index.is_some()
+        || loops
+            .iter()
+            .any(|l| loop_name_of(l).eq_ignore_ascii_case(name))
+    {
+        return Err(ToolError::invalid(format!("a loop named '{name}' exists")));
+    }
+    if !valid_loop_name(name) {
+        return Err(ToolError::invalid(
+            "loop names match ^[a-z0-9][a-z0-9_-]{0,31}$",
+        ));
+    }
+    if loops.len() >= MAX_INNER_LOOPS {
+        return Err(ToolError::invalid(format!(
+            "an agent has at most {MAX_INNER_LOOPS} inner loops"
+        )));
+    }
+    if !patch.contains_key("goal") {
+        return Err(ToolError::invalid("config.goal is required"));
+    }
+    check_fields(cx.config, patch)?;
+    let mut l = Map::new();
+    l.insert("name".into(), json!(name));
+    for key in PATCHABLE {
+        if let Some(v) = patch.get(key) {
+            l.insert(key.into(), v.clone());
+        }
+    }
+    l.entry("enabled").or_insert(json!(true));
+    l.entry("autostart").or_insert(json!(true));
+    l.entry("tools").or_insert(json!(DEFAULT_LOOP_TOOLS));
+    let l = Value::Object(l);
+    loops.push(l.clone());
+    write_loops(cx, loops)?;
+    let autostart = l.get("autostart").and_then(Value::as_bool) == Some(true)
+        && l.get("enabled").and_then(Value::as_bool) == Some(true);
+    if autostart {
+        let goal = l.get("goal").and_then(Value::as_str).unwrap_or_default();
+        let kickoff = json!([{ "type": "text", "text": format!("[from loop:main] You were just created. Your goal: {goal}") }]);
+        cx.file.loop_append(&NewLoopRow {
+            r#loop: name,
+            role: "user",
+            content: &kickoff,
+            model: None,
+            tokens: None,
+        })?;
+    }
+    Ok(json!({ "created": name, "loop": l, "wake": autostart }))
+}
+
+/// Patches a loop's fields (never its name); the loop restarts, or stops when disabled.
+fn update_loop(
+    cx: &mut ToolContext<'_>,
+    mut loops: Vec<Value>,
+    i: usize,
+    name: &str,
+    patch: &Map<String, Value>,
+) -> Result<Value, ToolError> {
+    if let Some(new_name) = patch.get("name").and_then(Value::as_str)
+        && new_name != name
+    {
+        return Err(ToolError::invalid("loops cannot be renamed"));
+    }
+    if let Some(bad) = patch
+        .keys()
+        .find(|k| *k != "name" && !PATCHABLE.contains(&k.as_str()))
+    {
+        return Err(ToolError::invalid(format!(
+            "'{bad}' is not a loop field (patchable: {})",
+            PATCHABLE.join(", ")
+        )));
+    }
+    check_fields(cx.config, patch)?;
+    if let Some(obj) = loops[i].as_object_mut() {
+        for (k, v) in patch {
+            if k != "name" {
+                obj.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let l = loops[i].clone();
+    write_loops(cx, loops)?;
+    let stopped = l.get("enabled").and_then(Value::as_bool) != Some(true);
+    Ok(json!({ "updated": name, "loop": l, "restarted": !stopped, "stopped": stopped }))
+}
+
+/// Removes a loop: its transcript is archived, its unlocked timers deleted (locked ones
+/// kept), and both are logged.
+fn delete_loop(
+    cx: &mut ToolContext<'_>,
+    mut loops: Vec<Value>,
+    i: usize,
+    name: &str,
+) -> Result<Value, ToolError> {
+    loops.remove(i);
+    write_loops(cx, loops)?;
+    let archived = cx.file.loop_archive_and_delete(name)?;
+    let mut dropped = 0;
+    let mut kept = 0;
+    for timer in cx.file.timers()? {
+        if timer.r#loop.as_deref() != Some(name) {
+            continue;
+        }
+        if timer.locked {
+            kept += 1;
+        } else {
+            cx.file.timer_delete(adf_store::Caller::Owner, timer.id)?;
+            dropped += 1;
+        }
+    }
+    if dropped > 0 || kept > 0 {
+        cx.file.log(&NewLog {
+            level: "info",
+            origin: Some("executor"),
+            event: Some("loop_timers_dropped"),
+            target: Some(name),
+            message: &format!(
+                "deleted {dropped} unlocked timer(s) of loop '{name}', kept {kept} locked"
+            ),
+            data: None,
+            r#loop: None,
+        })?;
+    }
+    cx.file.log(&NewLog {
+        level: "info",
+        origin: Some("executor"),
+        event: Some("loop_torn_down"),
+        target: Some(name),
+        message: &format!("loop '{name}' deleted; transcript archived"),
+        data: None,
+        r#loop: None,
+    })?;
+    Ok(json!({
+        "deleted": name,
+        "archived_rows": archived.removed,
+        "audit_id": archived.audit_id,
+        "timers_deleted": dropped,
+        "timers_kept": kept,
+        "stopped": true,
+    }))
 }
 
 /// Writes `config.loops` as the runtime acting for the agent: `loop_manage` checked the lock
