@@ -9,15 +9,6 @@ const SQL_KEYWORDS: &[&str] = &["SELECT", "INSERT", "UPDATE", "DELETE", "ROLLBAC
 /// Crates whose source must hold no SQL text (paths from the workspace root).
 const CLOSED_CRATES: &[&str] = &["crates/adf-server/src", "crates/adf-cli/src"];
 
-/// TEMPORARY: adf-server files whose SQL moves into `adf-store/src/daemon_reads.rs` on the
-/// daemon branch, which is not merged into this one yet. Empty this list at that merge; the
-/// test then holds every file to the rule.
-const NOT_YET_CLEARED: &[&str] = &[
-    "crates/adf-server/src/dispatch.rs",
-    "crates/adf-server/src/review.rs",
-    "crates/adf-server/src/scheduler.rs",
-];
-
 /// A string literal of Rust source: the line it starts on and its text.
 #[derive(Debug)]
 struct Literal {
@@ -158,9 +149,6 @@ fn sql_findings(root: &Path, dir: &Path) -> Vec<String> {
             }
             let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
             let relative_text = relative.to_string_lossy().replace('\\', "/");
-            if NOT_YET_CLEARED.contains(&relative_text.as_str()) {
-                continue;
-            }
             let source = std::fs::read_to_string(&path).expect("readable source");
             for literal in string_literals(&source) {
                 for keyword in sql_keywords_in(&literal.text) {
@@ -194,17 +182,6 @@ fn server_and_cli_source_hold_no_sql_text() {
         "SQL text outside adf-store; add a named method to adf-store (views.rs) instead:\n{}",
         findings.join("\n")
     );
-}
-
-#[test]
-fn the_allowlist_names_only_files_that_exist() {
-    let root = workspace_root();
-    for file in NOT_YET_CLEARED {
-        assert!(
-            root.join(file).is_file(),
-            "{file} is allowlisted but gone: remove it from NOT_YET_CLEARED"
-        );
-    }
 }
 
 #[test]
