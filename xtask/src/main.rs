@@ -292,7 +292,7 @@ fn conformance(missing: bool, json: bool) -> Result<()> {
 
 /// A tiny JSON writer so xtask needs no serde.
 mod serde_like {
-    pub struct Section {
+    pub(super) struct Section {
         pub title: String,
         pub covered: Vec<String>,
         pub missing: Vec<String>,
@@ -309,7 +309,7 @@ mod serde_like {
         )
     }
 
-    pub fn to_json(sections: &[Section], hit: usize, total: usize) -> String {
+    pub(super) fn to_json(sections: &[Section], hit: usize, total: usize) -> String {
         let body: Vec<String> = sections
             .iter()
             .map(|s| {

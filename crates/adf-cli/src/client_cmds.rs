@@ -35,7 +35,7 @@ macro_rules! say {
 }
 
 /// The daemon URL when neither `--url` nor `ADF_DAEMON_URL` is given.
-pub const DEFAULT_URL: &str = "http://127.0.0.1:7385";
+pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:7385";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ClientCommand {
@@ -130,7 +130,7 @@ pub(crate) enum BenchCommand {
 /// `adf config AGENT` is the daemon's config; `adf config get|set FILE ...` the file's. Clap
 /// cannot have both a positional and subcommands here, so the daemon form is rewritten to
 /// the hidden `config-agent` before parsing.
-pub fn rewrite_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+pub(crate) fn rewrite_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let mut args: Vec<OsString> = args.into_iter().collect();
     let mut i = 1;
     while i < args.len() {

@@ -48,14 +48,14 @@ const HELLO_LAMBDA: &str = "export async function main(event: any) {\n\
 
 /// A model provider for the optional model turn.
 #[derive(Debug, Clone, Default)]
-pub struct ProviderChoice {
+pub(crate) struct ProviderChoice {
     /// Any OpenAI-compatible server (`http://localhost:11434/v1` for Ollama).
     pub url: Option<String>,
     pub model: Option<String>,
 }
 
 /// Runs the tour in `dir` (a fresh temporary folder when `None`).
-pub fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Result<ExitCode> {
+pub(crate) fn run(dir: Option<PathBuf>, provider: ProviderChoice, out: Output) -> Result<ExitCode> {
     let dir = demo_dir(dir)?;
     let path = dir.join("Demo Agent.adf");
     if path.exists() {

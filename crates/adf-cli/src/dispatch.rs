@@ -14,7 +14,7 @@ use crate::output::Output;
 use crate::tool_cmds::ApprovalPolicy;
 
 /// Runs one file command and returns the process exit code.
-pub fn run(command: Command, out: Output) -> Result<ExitCode> {
+pub(crate) fn run(command: Command, out: Output) -> Result<ExitCode> {
     match command {
         Command::Demo {
             dir,

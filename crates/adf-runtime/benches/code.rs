@@ -10,6 +10,8 @@
 //! Each figure is the median of R runs (default 15) of N sequential calls (default 2000) inside
 //! one `sys_code` execution, divided by N. Results go to BENCHMARKS.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 mod common;
 

@@ -18,6 +18,8 @@
 //! loop, standing in for the reference's compaction at 100 000 tokens, so the figure does not
 //! depend on how long the run lasts. Results go to BENCHMARKS.md.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,9 @@
 //! code in the persistent context, and the round trip of one `adf.*` call.
 //!
 //! `cargo bench -p adf-sandbox`
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 use std::collections::HashMap;
 use std::sync::Arc;

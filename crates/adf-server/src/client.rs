@@ -17,9 +17,22 @@ pub enum ClientError {
     /// The daemon answered with an error status; `message` is its `error` field or
     /// `HTTP <status> <reason>` as the reference CLI prints.
     #[error("{message}")]
-    Http { status: u16, message: String },
+    Http {
+        /// The HTTP status code the daemon answered with (4xx or 5xx).
+        status: u16,
+        /// What to show the user.
+        message: String,
+    },
+    /// The request or the event stream failed at the transport level (connection refused,
+    /// reset, timeout): no HTTP answer was read.
     #[error("cannot reach the daemon at {url}: {detail}")]
-    Network { url: String, detail: String },
+    Network {
+        /// The daemon's base URL the client was built with.
+        url: String,
+        /// The transport error's text.
+        detail: String,
+    },
+    /// The client could not be set up (the HTTP client failed to build); no request was sent.
     #[error("{0}")]
     Other(String),
 }
@@ -44,6 +57,7 @@ impl Client {
         })
     }
 
+    /// The base URL every request path is appended to, without a trailing `/`.
     pub fn base(&self) -> &str {
         &self.base
     }
@@ -115,14 +129,17 @@ impl Client {
         Err(ClientError::Http { status, message })
     }
 
+    /// `GET path`; an error status becomes [`ClientError::Http`].
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.call(Method::GET, path, None).await
     }
 
+    /// `POST path` with `body` as JSON when given; an error status becomes [`ClientError::Http`].
     pub async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
         self.call(Method::POST, path, body).await
     }
 
+    /// `DELETE path`; an error status becomes [`ClientError::Http`].
     pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
         self.call(Method::DELETE, path, None).await
     }

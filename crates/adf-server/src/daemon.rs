@@ -34,6 +34,7 @@ pub struct Daemon {
 /// The outcome of [`Daemon::load`].
 #[derive(Debug)]
 pub struct Loaded {
+    /// The agent hosting the file, new or already loaded.
     pub agent: Arc<Agent>,
     /// False when the file was already loaded (loading is idempotent).
     pub newly_loaded: bool,
@@ -56,10 +57,13 @@ impl Daemon {
         Arc::clone(self.hub.mesh())
     }
 
+    /// The daemon-wide event bus that `GET /events` streams (agent state changes, loads,
+    /// unloads, logs).
     pub fn events(&self) -> &EventBus {
         self.hub.events()
     }
 
+    /// The ADF home the daemon keeps its settings, token and key material in.
     pub fn home(&self) -> &RuntimeHome {
         self.hub.home()
     }
@@ -72,6 +76,7 @@ impl Daemon {
         self.hub.settings_lock()
     }
 
+    /// Seconds since this daemon was created (monotonic clock, fractional).
     pub fn uptime_secs(&self) -> f64 {
         self.hub.uptime_secs()
     }

@@ -108,10 +108,13 @@ pub struct TriggerQueue {
 pub struct QueueStats {
     /// Deliveries waiting now.
     pub len: usize,
+    /// The most deliveries the queue holds ([`QUEUE_CAPACITY`]); beyond it they are dropped.
     pub capacity: usize,
     /// The most deliveries ever waiting at once (never above `capacity`).
     pub high_water: usize,
+    /// Deliveries dropped because the queue was full, since the agent loaded.
     pub dropped: u64,
+    /// Deliveries run to completion (lambda or turn finished), since the agent loaded.
     pub delivered: u64,
     /// Whether a task is draining the queue.
     pub draining: bool,
@@ -122,6 +125,7 @@ impl TriggerQueue {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A snapshot of the queue's counters, taken under its lock.
     pub fn stats(&self) -> QueueStats {
         let state = self.lock();
         QueueStats {

@@ -19,24 +19,38 @@ use adf_store::StoreError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
+    /// A path a caller named does not exist or is not a regular file (an HTTP 404); the
+    /// string is the path as given.
     #[error("no such file: {0}")]
     NoSuchFile(String),
 
+    /// The request clashes with the daemon's state, e.g. a file whose agent id is already
+    /// loaded from another path (an HTTP 409); the string is the whole message.
     #[error("{0}")]
     Conflict(String),
 
+    /// No loaded agent has this id, handle or file path (an HTTP 404); the string is the key
+    /// the caller used.
     #[error("Unknown agent \"{0}\"")]
     UnknownAgent(String),
 
+    /// An `.adf` file could not be opened, read or written; the status follows the store
+    /// error (400 for a file that is not a usable `.adf`, 404 for a missing row, ...).
     #[error(transparent)]
     Store(#[from] StoreError),
 
+    /// A filesystem or socket operation failed: 404/400/403 when the path a client named is
+    /// at fault, 500 otherwise.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 
+    /// `settings.json` under the ADF home is not a JSON object or cannot be written back
+    /// (an HTTP 500).
     #[error("{0}")]
     Settings(String),
 
+    /// Reserved for a failure of the daemon's own outgoing HTTP client; nothing in this crate
+    /// returns it today (an HTTP 500 if it did).
     #[error("http client: {0}")]
     Client(String),
 
@@ -49,19 +63,27 @@ pub enum ServerError {
     #[error(
         "agent \"{agent_id}\" ({file_path}) must be reviewed before it is loaded: read GET /agents/review?filePath=..., then POST /agents/review/accept"
     )]
-    ReviewRequired { agent_id: String, file_path: String },
+    ReviewRequired {
+        /// The `id` recorded in the file's config.
+        agent_id: String,
+        /// The canonical path of the file awaiting review.
+        file_path: String,
+    },
 }
 
 /// An HTTP error answer.
 #[derive(Debug)]
 pub struct ApiError {
+    /// The HTTP status of the answer.
     pub status: StatusCode,
+    /// The body's `error` string, shown to the user as is.
     pub message: String,
     /// Fields beside `error` in the body (`code`, `agentId`, `filePath` of a 403 review).
     pub details: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ApiError {
+    /// An answer with `status` and `message` and no extra body fields.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -70,14 +92,17 @@ impl ApiError {
         }
     }
 
+    /// A 400: the request itself is malformed (missing field, bad path, invalid value).
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
+    /// A 404: the agent, file, task or route the request names does not exist.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
+    /// A 500: the daemon's own failure, not the client's.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }

@@ -22,6 +22,7 @@ pub const RING_CAPACITY: usize = 1000;
 /// (`event_type, timestamp, source, agent_id, payload, seq`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Envelope {
+    /// What happened, in the reference's dotted names (`agent.loaded`, `file.written`, ...).
     pub event_type: String,
     /// Epoch milliseconds.
     pub timestamp: i64,
@@ -38,7 +39,9 @@ pub struct Envelope {
 /// One SSE frame: the envelope with its cursor.
 #[derive(Debug, Clone, Serialize)]
 pub struct Frame {
+    /// The bus's process-local position of this frame (1, 2, 3, ...): the `since=` resume token.
     pub cursor: u64,
+    /// The published envelope.
     pub event: Envelope,
 }
 
@@ -62,6 +65,7 @@ impl Default for EventBus {
 }
 
 impl EventBus {
+    /// An empty bus; the first frame published gets cursor 1.
     pub fn new() -> Self {
         let (newest, _) = watch::channel(0);
         Self {

@@ -100,6 +100,7 @@ impl Gate {
         }
     }
 
+    /// The shared byte budget for unauthenticated request bodies in flight.
     pub fn budget(&self) -> &BodyBudget {
         &self.budget
     }
@@ -193,6 +194,7 @@ impl BodyBudget {
         self
     }
 
+    /// The budget's total size in bytes (after clamping to `u32::MAX`).
     pub fn capacity(&self) -> usize {
         self.capacity
     }

@@ -61,8 +61,18 @@ pub(crate) type SideJob = Box<dyn FnOnce(&mut AdfFile) + Send>;
 /// The owner's decision on a pending approval.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    Approve { modified_args: Option<Value> },
-    Deny { reason: Option<String> },
+    /// Run the tool call.
+    Approve {
+        /// Arguments the owner edited, replacing the model's (recorded on the task row); `None`
+        /// runs the call as the model asked.
+        modified_args: Option<Value>,
+    },
+    /// Refuse the tool call; the turn sees it denied.
+    Deny {
+        /// The owner's feedback, given to the model and stored as the task's error; `None`
+        /// means `"Denied"`.
+        reason: Option<String>,
+    },
 }
 
 enum Wake {
@@ -143,7 +153,10 @@ impl std::fmt::Debug for Hil {
 /// What `resolve` did for a live approval: the resolution and the task as it now stands.
 #[derive(Debug, Clone)]
 pub struct Resolved {
+    /// The HTTP answer's body: `{task_id, status: "approved"}` or `{task_id, status:
+    /// "denied", reason}`.
     pub resolution: Value,
+    /// The task row as the verdict leaves it (`running` with any edited args, or `denied`).
     pub task: TaskRow,
 }
 

@@ -41,6 +41,7 @@ pub fn thread_count() -> Option<u64> {
 /// What the idle bench measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct IdleReport {
+    /// How many agent files were loaded.
     pub agents: usize,
     /// RSS before loading (files already created and closed).
     pub baseline_bytes: u64,
@@ -50,6 +51,7 @@ pub struct IdleReport {
     pub per_agent_bytes: u64,
     /// Threads with every agent idle and released.
     pub threads: u64,
+    /// Wall time to load every agent, one after another, in seconds.
     pub load_seconds: f64,
     /// Agents released when measured: all of them unless one still had work queued.
     pub released: usize,

@@ -62,6 +62,7 @@ impl DaemonMesh {
         let _ = self.base_url.set(url);
     }
 
+    /// The URL set by [`Self::set_base_url`]; `None` until the daemon listens.
     pub fn base_url(&self) -> Option<&str> {
         self.base_url.get().map(String::as_str)
     }

@@ -40,8 +40,11 @@ pub const DISPLAY_STATES: [&str; 5] = ["active", "idle", "hibernate", "suspended
 /// What a loaded agent shows in lists, refreshed when its config changes.
 #[derive(Debug, Clone)]
 pub struct AgentInfo {
+    /// The config's `name`; empty when the config has none.
     pub name: String,
+    /// The config's `handle`, else the one stored in meta; `None` when neither is set.
     pub handle: Option<String>,
+    /// The config's `autostart`: the daemon loads the file at start and kicks its loop.
     pub autostart: bool,
     /// The live display state: starts at `config.state`, moved by `POST /state`, kept in
     /// memory only (as in the reference).
@@ -89,6 +92,7 @@ impl Agent {
         &self.taps
     }
 
+    /// A copy of the agent's list fields as they stand now.
     pub fn info(&self) -> AgentInfo {
         self.info
             .lock()
@@ -100,6 +104,7 @@ impl Agent {
         change(&mut self.info.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
+    /// The canonical path as text (lossy for non-UTF-8 paths), as API answers show it.
     pub fn file_path(&self) -> String {
         self.path.display().to_string()
     }

@@ -63,13 +63,18 @@ pub const MAX_SCANNED: usize = 10_000;
 /// An agent file's review state.
 #[derive(Debug, Clone)]
 pub struct Review {
+    /// The `id` in the file's config: the key the accepted digest is stored under.
     pub agent_id: String,
     /// The canonical path.
     pub file_path: String,
+    /// The config's `autostart` is `true`: an autostart scan would load the file once reviewed.
     pub autostart: bool,
+    /// What the owner reviews: name, handle, state, timers, tools, triggers, taps, serving,
+    /// MCP servers, authorized files, code execution, and the digest.
     pub summary: Value,
     /// `sha256:<hex>` of the security-relevant part of the summary.
     pub digest: String,
+    /// The owner's accepted digest for `agent_id` in the settings equals `digest`.
     pub reviewed: bool,
 }
 
@@ -88,9 +93,15 @@ impl Review {
 /// The reference's `AutostartReport`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AutostartReport {
+    /// `.adf` files found under the tracked directories (at most [`MAX_SCANNED`]).
     pub scanned: usize,
+    /// `{filePath, agentId, name}` of each agent the scan loaded.
     pub started: Vec<Value>,
+    /// `{filePath, agentId, reason}` of each file left alone: already loaded, autostart off,
+    /// or review required.
     pub skipped: Vec<Value>,
+    /// `{filePath, error}` (plus `agentId` once known) of each unreadable directory or file and
+    /// each load that failed.
     pub failed: Vec<Value>,
 }
 

@@ -22,6 +22,7 @@ use crate::token;
 
 /// The default address, as in the reference.
 pub const DEFAULT_HOST: &str = "127.0.0.1";
+/// The default TCP port, as in the reference.
 pub const DEFAULT_PORT: u16 = 7385;
 
 /// Whether `host` is a loopback name or address.
@@ -94,7 +95,9 @@ fn insecure_off_loopback(host: impl std::fmt::Display) -> ServerError {
 /// A daemon serving HTTP in the background.
 #[derive(Debug)]
 pub struct RunningServer {
+    /// The address the listener is bound to (the real port when port 0 was asked for).
     pub addr: SocketAddr,
+    /// The daemon the server serves; a clone shares its agents.
     pub daemon: Daemon,
     gate: Arc<Gate>,
     stop: Option<oneshot::Sender<()>>,

@@ -68,12 +68,14 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The settings of `home`: `settings.json` in its folder (not read until asked).
     pub fn in_home(home: &RuntimeHome) -> Self {
         Self {
             path: home.dir().join("settings.json"),
         }
     }
 
+    /// Where the settings file lives, whether or not it exists yet.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -70,10 +70,17 @@ tokio::task_local! {
 /// One `umbilical_taps[]` entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tap {
+    /// The entry's `name`, or `#<index>` when it has none; keys its rate bucket and origin.
     pub name: String,
+    /// The `path:function` run with each matching envelope as input.
     pub lambda: LambdaRef,
+    /// `filter.event_types`: exact types, `*` or `prefix.*` (default `["*"]`).
     pub event_types: Vec<String>,
+    /// Events published while this tap's own run is reported are not delivered back to it
+    /// (default true).
     pub exclude_own_origin: bool,
+    /// Events per second the tap's token bucket lets through; the rest are dropped (default
+    /// [`DEFAULT_MAX_RATE`]).
     pub max_rate_per_sec: f64,
 }
 
@@ -192,7 +199,10 @@ fn taps_of(config: &Value, agent: &str) -> Arc<[Tap]> {
 pub struct CustomEvent {
     /// `path:function` of the emitting code.
     pub source: String,
+    /// The `custom.<name>` type the code gave `emit_event`.
     pub event_type: String,
+    /// The code's payload, or `{_truncated: true, bytes}` when its JSON exceeds
+    /// [`MAX_CUSTOM_PAYLOAD_BYTES`].
     pub payload: Value,
 }
 
@@ -321,6 +331,7 @@ impl Taps {
         self.lock().cached = Some((generation, taps));
     }
 
+    /// A snapshot of the taps' counters, taken under their lock.
     pub fn stats(&self) -> TapStats {
         let state = self.lock();
         TapStats {

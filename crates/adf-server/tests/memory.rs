@@ -6,6 +6,8 @@
 //! agents in release for BENCHMARKS.md.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 use adf_runtime::home::RuntimeHome;
 use adf_server::Daemon;

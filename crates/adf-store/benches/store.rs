@@ -1,6 +1,8 @@
 //! Create, open and migrate timings (BENCHMARKS.md). Run with
 //! `cargo bench -p adf-store --bench store`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

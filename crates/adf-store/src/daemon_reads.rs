@@ -15,9 +15,13 @@ use crate::file::AdfFile;
 /// A table whose new rows are trigger events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObservedTable {
+    /// `adf_tasks`: new rows raise `on_task_create`.
     Tasks,
+    /// `adf_logs`: new rows raise `on_logs`.
     Logs,
+    /// `adf_inbox`: new rows (messages received) raise `on_inbox`.
     Inbox,
+    /// `adf_outbox`: new rows (messages sent) raise `on_outbox`.
     Outbox,
 }
 

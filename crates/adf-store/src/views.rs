@@ -10,9 +10,13 @@ use crate::{AdfFile, LoopRow, Result};
 /// The record counts `adf info` shows for a file at the current schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RecordCounts {
+    /// Rows of `adf_files`: the agent's stored files, code and documents alike.
     pub files: i64,
+    /// Transcript rows of `adf_loop`, over all loops.
     pub loop_rows: i64,
+    /// Inbox messages still `unread`.
     pub inbox_unread: i64,
+    /// Outbox rows, whatever their delivery status.
     pub outbox: i64,
     /// Timers that have not expired.
     pub timers: i64,
@@ -23,20 +27,30 @@ pub struct RecordCounts {
 /// One `adf_logs` row as the owner surfaces show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LogEntry {
+    /// The row id: increasing, so a follower resumes after the last one it saw.
     pub id: i64,
+    /// Severity as written (`debug`, `info`, `warn`, `error`).
     pub level: Option<String>,
+    /// The subsystem that wrote the row (`executor`, `trigger`, `umbilical_tap`, `protection`).
     pub origin: Option<String>,
+    /// A machine-readable event name within the origin (`bypass`, `tap_rate_limited`).
     pub event: Option<String>,
+    /// What the row concerns, such as a tool name or file path.
     pub target: Option<String>,
+    /// The human-readable text.
     pub message: Option<String>,
+    /// Extra structured detail as JSON text, when the writer gave any.
     pub data: Option<String>,
+    /// When the row was written, in epoch milliseconds.
     pub created_at: Option<i64>,
 }
 
 /// Which log rows [`AdfFile::logs_recent`] returns: optionally only one origin and/or event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogFilter {
+    /// Only rows with exactly this `origin`; `None` for any.
     pub origin: Option<String>,
+    /// Only rows with exactly this `event`; `None` for any.
     pub event: Option<String>,
 }
 

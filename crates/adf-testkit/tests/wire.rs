@@ -1,6 +1,8 @@
 //! The mock's non-streamed JSON bodies, raw SSE framing, auth checks and zero-latency mode,
 //! checked with a plain HTTP client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 use adf_testkit::{MockProvider, Turn};
 use serde_json::{Value, json};

@@ -577,7 +577,11 @@ pub async fn run_inline(
 /// `loop_inject` contexts code collected ([`InjectMode::Collect`]).
 #[derive(Debug)]
 pub struct DeferredRun {
+    /// The tool result the caller reports: the call's value, or why it failed (the sandbox
+    /// could not open, the code threw, the owner denied it).
     pub value: Result<Value, ToolError>,
+    /// Contexts the code queued with `loop_inject`, for the caller to append after the
+    /// batch; always empty for non-code tools.
     pub injections: Vec<Injection>,
 }
 

@@ -2,6 +2,8 @@
 //! which keeps the build cache and CI time small. Each module is one former test file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
 
 mod common;
 mod hostile;

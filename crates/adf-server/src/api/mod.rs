@@ -27,6 +27,7 @@ use crate::frontdoor::Gate;
 /// Shared state of every handler.
 #[derive(Debug, Clone)]
 pub struct AppState {
+    /// The daemon every handler reads and drives (a cheap clone sharing its agents).
     pub daemon: Daemon,
     /// The front door's rules: Host, origin, token, content type, public body budget.
     pub gate: Arc<Gate>,

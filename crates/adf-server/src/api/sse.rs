@@ -24,7 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::events::{EventBus, Frame};
 
 /// The reference's heartbeat period.
-pub const HEARTBEAT: Duration = Duration::from_secs(30);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(30);
 
 pub(super) async fn events(
     State(state): State<AppState>,
