@@ -29,13 +29,14 @@
 //! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
 //!   the home's settings) and the autostart scan of tracked directories.
 //! - [`taps`]: umbilical taps (§5.24) and `emit_event`'s `custom.*` events on the bus.
+//! - [`mesh`]: agent-to-agent delivery between hosted agents and the public mesh routes
+//!   (`inbox`, `card`, `health`); arrivals raise `on_inbox` through the trigger sweep.
 //! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn
 //!   waits for (answered over HTTP without the agent's worker), abort, suspend answers.
 //!
 //! `POST /agents/{id}/chat` starts an owner turn (202, or 503 when no model is reachable) and
 //! `POST /agents/{id}/trigger` dispatches an event (202); turns run through the executor's
-//! `LoopPool`, so `loop_send` wakes and autostart loops are served. What is not here yet:
-//! `on_inbox` from the mesh (`dispatch::dispatch` accepts it).
+//! `LoopPool`, so `loop_send` wakes and autostart loops are served.
 
 pub mod api;
 pub mod client;
