@@ -18,6 +18,7 @@ use clap::Subcommand;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
+use adf_runtime::bench;
 use adf_runtime::home::RuntimeHome;
 use adf_server::client::{Client, encode};
 use adf_server::serve::{self, DEFAULT_HOST, DEFAULT_PORT, FrontDoor, RunningServer};
@@ -125,6 +126,38 @@ pub(crate) enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Run turns back to back against an in-process mock and report turns/s and latency.
+    ///
+    /// Mirrors the reference's overhead scenario: file-backed agents with the default config
+    /// (the full default tool list on every request), one turn in flight per agent, a
+    /// zero-latency mock answering about 120 tokens in 8 deltas with usage, and the loop
+    /// cleared by the owner every W turns.
+    Turns {
+        /// Agents running side by side.
+        #[arg(long, default_value_t = 1)]
+        agents: usize,
+        /// Seconds of measured turns (after a half-second warm-up on the first agent).
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Turns between owner clears of the loop.
+        #[arg(long, default_value_t = 50)]
+        window: u64,
+        /// Worker threads of the async runtime (1: a single-threaded runtime).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// The mock's reply: `mirror` (reference-shaped, ~120 tokens in 8 deltas) or `ok`.
+        #[arg(long, value_enum, default_value_t = BenchReply::Mirror)]
+        reply: BenchReply,
+    },
+}
+
+/// The in-process mock's reply in `adf bench turns`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum BenchReply {
+    /// About 120 tokens of "mock-<n> " text in 8 deltas, like the reference's mock.
+    Mirror,
+    /// A bare "ok" in one delta.
+    Ok,
 }
 
 /// `adf config AGENT` is the daemon's config; `adf config get|set FILE ...` the file's. Clap
@@ -270,6 +303,13 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
             daemon(&host, port, &access, &agents, &track, max_depth)
         }
         ClientCommand::Bench(BenchCommand::Idle { agents, dir }) => bench_idle(agents, dir, out),
+        ClientCommand::Bench(BenchCommand::Turns {
+            agents,
+            seconds,
+            window,
+            threads,
+            reply,
+        }) => bench_turns(agents, seconds, window, threads, reply, out),
         other => {
             let client = client(url)?;
             runtime()?.block_on(client_command(&client, other, out))
@@ -802,6 +842,32 @@ fn bench_idle(count: usize, dir: Option<PathBuf>, out: Output) -> Result<ExitCod
     if cleanup {
         let _ = std::fs::remove_dir_all(&dir);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_turns(
+    agents: usize,
+    seconds: u64,
+    window: u64,
+    threads: usize,
+    reply: BenchReply,
+    out: Output,
+) -> Result<ExitCode> {
+    let options = bench::TurnOptions {
+        agents: agents.max(1),
+        duration: std::time::Duration::from_secs(seconds.max(1)),
+        window: window.max(1),
+        threads: threads.max(1),
+        reply: match reply {
+            BenchReply::Mirror => bench::Reply::Mirror,
+            BenchReply::Ok => bench::Reply::Ok,
+        },
+        ..bench::TurnOptions::default()
+    };
+    let stats = bench::run_turns(&options).context("the turn bench failed")?;
+    print_json_or(out, &serde_json::to_value(&stats)?, || {
+        say!("{}", stats.line())
+    });
     Ok(ExitCode::SUCCESS)
 }
 

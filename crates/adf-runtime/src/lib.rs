@@ -1,6 +1,8 @@
 //! `adf-runtime`: an agent in motion.
 //!
 //! Principal pieces so far:
+//! - [`bench`]: the turn-overhead bench behind `adf bench turns`, with a provider answering like
+//!   the reference's mock.
 //! - [`code`]: agent code against its file: `sys_code`, `sys_lambda` and the lambdas of
 //!   triggers, timers, routes and middleware, with the `adf` proxy's semantics and §8.6
 //!   authorization, serviced on the task that owns the file.
@@ -22,6 +24,7 @@
 //! Model requests go through the `adf-providers` crate (`Provider`, `Resolver`), which knows
 //! nothing of agent files: the executor hands it the config and the unsealed key.
 
+pub mod bench;
 pub mod code;
 pub mod executor;
 pub mod fetch;

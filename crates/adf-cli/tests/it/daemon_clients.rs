@@ -322,3 +322,43 @@ async fn insecure_loopback_serves_tokenless_clients_and_is_refused_off_loopback(
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("loopback"), "{stderr}");
 }
+
+#[test]
+fn bench_turns_json_reports_finished_turns() {
+    let home = tempfile::tempdir().unwrap();
+    let output = assert_cmd::Command::cargo_bin("adf")
+        .unwrap()
+        .env("ADF_HOME", home.path())
+        .env("TMPDIR", home.path())
+        .args([
+            "bench",
+            "turns",
+            "--agents",
+            "1",
+            "--seconds",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(report["turns"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["provider"], "mirror");
+    assert_eq!(report["agents"], 1);
+    // The temporary agent folder is removed when the run ends.
+    let left: Vec<_> = std::fs::read_dir(home.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("adf-bench-turns-")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
