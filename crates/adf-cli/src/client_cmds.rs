@@ -154,7 +154,7 @@ pub(crate) enum BenchCommand {
 /// The in-process mock's reply in `adf bench turns`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(crate) enum BenchReply {
-    /// About 120 tokens of "mock-<n> " text in 8 deltas, like the reference's mock.
+    /// About 120 tokens of `"mock-<n> "` text in 8 deltas, like the reference's mock.
     Mirror,
     /// A bare "ok" in one delta.
     Ok,

@@ -62,7 +62,7 @@ impl EnvelopeName {
             _ => None,
         }
     }
-    /// Which envelope seals a purpose ([C28]): the private key → identity, other `crypto:*` →
+    /// Which envelope seals a purpose (\[C28\]): the private key → identity, other `crypto:*` →
     /// none (stored plain), everything else → credentials.
     pub fn for_purpose(purpose: &str) -> Option<Self> {
         if purpose == "crypto:signing:private_key" {
@@ -288,7 +288,7 @@ impl EnvelopeState {
     }
 }
 
-/// §8.4 state as [C28] computes it: DEK held ⇒ unlocked; no descriptor ⇒ absent; any password
+/// §8.4 state as \[C28\] computes it: DEK held ⇒ unlocked; no descriptor ⇒ absent; any password
 /// slot ⇒ locked; otherwise foreign.
 pub fn envelope_state(descriptor: Option<&EnvelopeDescriptor>, dek_held: bool) -> EnvelopeState {
     match descriptor {

@@ -1,5 +1,5 @@
 //! The HTTP fetch engine behind `sys_fetch` and the sandbox's native `fetch` (tools guide
-//! "HTTP Fetch Tool", spec §5.6 and §9, missing-tables §5.6 and [C28]).
+//! "HTTP Fetch Tool", spec §5.6 and §9, missing-tables §5.6 and \[C28\]).
 //!
 //! One request is [`fetch`]: http/https only, redirects followed by hand (at most
 //! [`MAX_REDIRECTS`]), and before **every** hop connects, the egress policy of `adf-egress`
@@ -41,7 +41,7 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const MAX_TIMEOUT_MS: u64 = 60_000;
 /// Response bodies are capped at 25 MB (tools guide).
 pub const MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
-/// Redirects followed at most ([C28]).
+/// Redirects followed at most (\[C28\]).
 pub const MAX_REDIRECTS: usize = 5;
 /// The `adf_logs` origin of every fetch row (missing-tables §13.5).
 pub const LOG_ORIGIN: &str = "sys_fetch";

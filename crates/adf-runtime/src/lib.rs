@@ -1,7 +1,7 @@
 //! `adf-runtime`: an agent in motion.
 //!
 //! Principal pieces so far:
-//! - [`bench`]: the turn-overhead bench behind `adf bench turns`, with a provider answering like
+//! - [`bench`](mod@bench): the turn-overhead bench behind `adf bench turns`, with a provider answering like
 //!   the reference's mock.
 //! - [`code`]: agent code against its file: `sys_code`, `sys_lambda` and the lambdas of
 //!   triggers, timers, routes and middleware, with the `adf` proxy's semantics and §8.6

@@ -23,7 +23,7 @@
 //!
 //! Row sources (`on_task_create`, `on_logs`, `on_inbox`, `on_outbox`): each agent keeps the
 //! highest rowid it has seen in `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox` (32
-//! bytes, set when the agent loads). A job that runs a handler [`observe`]s: a sweep before the
+//! bytes, set when the agent loads). A job that runs a handler `observe`s: a sweep before the
 //! work turns rows someone else added meanwhile (another process) into external events, a
 //! sweep after it turns the work's own rows into events of its producer — so a lambda never
 //! receives the log rows it wrote (TRG-05). Owner HTTP writes sweep through

@@ -1,8 +1,8 @@
 //! The owner's side of daemon turns: approvals, `ask` answers and abort.
 //!
 //! Principal types: [`Hil`] (one per agent: the decisions a running turn waits for, and the
-//! abort signals of its turns in flight), [`Owner`] (the turn's `Approver` and `ask` answerer,
-//! on the agent's store worker), [`Verdict`] (what the owner sent), [`TurnScope`] (what a turn
+//! abort signals of its turns in flight), `Owner` (the turn's `Approver` and `ask` answerer,
+//! on the agent's store worker), [`Verdict`] (what the owner sent), `TurnScope` (what a turn
 //! job needs to reach the daemon: the agent, its event stream).
 //!
 //! Why a registry beside the file: a daemon turn is one job on the agent's store worker and

@@ -5,7 +5,7 @@
 //! [`summarize`] (the summary, read from an [`AdfFile`] without writing to it),
 //! [`AutostartReport`] and the functions `review`, `accept_review`, `require_reviewed`,
 //! `find_in_tracked` and `autostart` (the `Daemon` methods of the same names call them; the
-//! scan loads through the [`LoadAgent`] trait the daemon implements).
+//! scan loads through the `LoadAgent` trait the daemon implements).
 //!
 //! Where "reviewed" is kept. The reference keeps a `reviewedAgents` set in its settings store
 //! and gates by agent id, so a reviewed agent whose file later gains a trigger, an authorized

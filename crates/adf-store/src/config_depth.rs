@@ -7,7 +7,7 @@
 //!
 //! A file written before this rule (or by another tool) may still hold a deeper config.
 //! `adf check` measures it with [`raw_depth`], a scan of the stored text that needs no parser,
-//! and the owner repairs it with `adf config set`: [`repair_deep_config`] parses it without
+//! and the owner repairs it with `adf config set`: `repair_deep_config` parses it without
 //! serde's limit on a thread whose stack is sized for the measured depth (parsing, cloning and
 //! dropping a `Value` all recurse once per level), applies the edit there and hands back the
 //! result as text, which must then be within the limit.

@@ -308,7 +308,7 @@ impl AdfFile {
     }
 }
 
-/// Length of the local row id of a message (`[C28]` nanoid(10)).
+/// Length of the local row id of a message (`\[C28\]` nanoid(10)).
 pub const MESSAGE_ROW_ID_LEN: usize = 10;
 
 impl AdfFile {

@@ -3,7 +3,7 @@
 //!
 //! Enforcement never reads the SQL text. SQLite parses the statement and reports every table,
 //! column, function, pragma and schema change it touches to an authorizer callback installed
-//! for exactly as long as the statement is prepared and stepped; the [`Policy`] answers each
+//! for exactly as long as the statement is prepared and stepped; the `Policy` answers each
 //! report. Statements SQLite prepares on the agent's behalf while the agent's statement runs
 //! (a `pragma_table_info(...)` argument, `vec0`'s reads and writes of its shadow tables) go
 //! through the same callback, so nothing reaches a table the policy did not allow.

@@ -24,7 +24,7 @@ pub struct RemoveOutcome {
     pub audit_id: Option<i64>,
 }
 
-/// The audit blob of loop rows ([C28] layout: `{seq, role, content_json, model?, tokens?,
+/// The audit blob of loop rows (\[C28\] layout: `{seq, role, content_json, model?, tokens?,
 /// created_at, ord?}` per row).
 fn snapshot(rows: &[LoopRow]) -> Value {
     Value::Array(

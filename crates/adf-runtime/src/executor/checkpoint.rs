@@ -24,7 +24,7 @@ pub fn key(loop_name: &str) -> String {
     }
 }
 
-/// The checkpoint JSON ([C28] shape).
+/// The checkpoint JSON (\[C28\] shape).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// A random id of this turn's record.

@@ -28,7 +28,7 @@ use super::{Delivery, LocalAgent, Mesh};
 use crate::identity::LocalKeys;
 use crate::tools::{ErrorCode, ToolError};
 
-/// Length of an ALF message id (`[C28]` nanoid(20), ≥ 120 bits).
+/// Length of an ALF message id (`\[C28\]` nanoid(20), ≥ 120 bits).
 pub const MESSAGE_ID_LEN: usize = 20;
 /// How long one HTTP delivery may take.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -740,7 +740,7 @@ fn flattened_attachments(attachments: &[Value]) -> Vec<Value> {
 }
 
 /// The wire message with `payload.content` and `payload.attachments` replaced by
-/// `"[flattened]"` (`[C28]` `original_message`).
+/// `"[flattened]"` (`\[C28\]` `original_message`).
 pub fn tombstoned(message: &Value) -> Value {
     let mut copy = message.clone();
     if let Some(payload) = copy.get_mut("payload").and_then(Value::as_object_mut) {

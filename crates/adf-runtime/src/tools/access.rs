@@ -110,7 +110,7 @@ pub fn declarations(config: &Value) -> (Vec<Declaration>, Vec<String>) {
         let Some(name) = tool.get("name").and_then(Value::as_str) else {
             continue;
         };
-        // Legacy name read as its successor ([C28]).
+        // Legacy name read as its successor (\[C28\]).
         let name = if name == "msg_list_agents" {
             "agent_discover"
         } else {
@@ -127,7 +127,7 @@ pub fn declarations(config: &Value) -> (Vec<Declaration>, Vec<String>) {
             continue;
         }
         let enabled = flag(tool, "enabled").unwrap_or(false);
-        // [C28]: a declaration without `visible` is visible exactly when enabled.
+        // \[C28\]: a declaration without `visible` is visible exactly when enabled.
         let visible = flag(tool, "visible").unwrap_or(enabled);
         out.push(Declaration {
             name: name.to_owned(),
@@ -141,7 +141,7 @@ pub fn declarations(config: &Value) -> (Vec<Declaration>, Vec<String>) {
 }
 
 /// Appendix C item 1: the surviving seed text (tools guide) lets the model call an enabled tool
-/// by name even when it is not advertised; [MD] §8.7 would refuse. Flip here, nowhere else.
+/// by name even when it is not advertised; \[MD\] §8.7 would refuse. Flip here, nowhere else.
 pub const MODEL_MAY_CALL_INVISIBLE_TOOLS: bool = true;
 
 /// What the access model says about one call.

@@ -210,7 +210,7 @@ pub struct TargetProblem {
     pub message: String,
 }
 
-/// Filter keys each trigger accepts (§7.4); [C28] treats unknown keys as errors.
+/// Filter keys each trigger accepts (§7.4); \[C28\] treats unknown keys as errors.
 fn allowed_filter_keys(kind: TriggerKind) -> &'static [&'static str] {
     match kind {
         TriggerKind::OnInbox => &["source", "sender"],

@@ -14,7 +14,7 @@ pub const MAX_PENDING: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct Window {
     timing: Timing,
-    /// [C28]: an `on_inbox` interval collects from its first event and fires at the window's
+    /// \[C28\]: an `on_inbox` interval collects from its first event and fires at the window's
     /// end; other triggers fire the first event and drop the rest of the interval.
     collect_interval: bool,
     pending: Vec<TriggerEvent>,

@@ -48,7 +48,7 @@ pub const DEFAULT_MAX_FILE_WRITE_BYTES: u64 = 5_000_000;
 pub const PREVIEW_LINE_THRESHOLD: usize = 300;
 /// Lines shown by the preview.
 pub const PREVIEW_LINES: usize = 50;
-/// Core documents exempt from the write-size cap ([C28]).
+/// Core documents exempt from the write-size cap (\[C28\]).
 const SIZE_CAP_EXEMPT: [&str; 3] = ["README.md", "document.md", "mind.md"];
 
 /// The token estimate used for the model-side guards: characters / 4, rounded up.

@@ -3,7 +3,7 @@
 //! scheduler, which reuses [`crate::schedule::next_fire_after`].
 //!
 //! Decisions where the sources leave room:
-//! - `scope` defaults to `["system"]` ([C28]; Appendix C #17); a bare string is read as a
+//! - `scope` defaults to `["system"]` (\[C28\]; Appendix C #17); a bare string is read as a
 //!   one-element array. `lambda` is optional even for system scope (an `on_timer` system
 //!   target may handle the fire), but `lambda`/`warm` without system scope are refused, since
 //!   they would never run.
@@ -11,7 +11,7 @@
 //!   timer wakes the loop that set it, and a timer set in an inner loop carries that loop so
 //!   it is deleted with it (§6.4). Code and the owner create rows with `loop` NULL (= main).
 //! - Inner loops may not create locked timers or system-scope lambda timers, and see and
-//!   delete only their own timers (§6.4 [IDX]).
+//!   delete only their own timers (§6.4 \[IDX\]).
 //! - A locked timer is deleted only by the owner: the refusal is final, with no approval path
 //!   (locks are human-only; tools guide "loop_manage").
 //! - Timer ids are integers; numeric strings are accepted (Appendix C #17).

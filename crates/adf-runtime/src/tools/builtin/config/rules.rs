@@ -84,7 +84,7 @@ pub(crate) fn leaf_error(before: &Value, after: &Value) -> Option<String> {
     None
 }
 
-/// The agent's name becomes its file name, so it must be one on every platform ([C28]).
+/// The agent's name becomes its file name, so it must be one on every platform (\[C28\]).
 fn name_error(name: Option<&Value>) -> Option<String> {
     let Some(name) = name.and_then(Value::as_str) else {
         return Some("name must be a non-empty string".into());
