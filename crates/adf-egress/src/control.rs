@@ -14,7 +14,7 @@
 
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -99,6 +99,46 @@ pub fn read_record(path: &Path) -> Result<Vec<SocketAddr>, RecordError> {
         .into_iter()
         .flat_map(|entry| entry.addrs)
         .collect())
+}
+
+/// The control API addresses recorded at `path`, for a check on a hot path (every model
+/// request, every fetch): the record is read again only when the file changed — its inode
+/// ([`write_record`] replaces it by a rename, so every write is a new one), modification time
+/// or length — so an unchanged record costs one `stat`. An unreadable record is reported and
+/// counts as empty: the in-process registry still holds.
+pub fn recorded(path: &Path) -> Vec<SocketAddr> {
+    type Stamp = (Option<std::time::SystemTime>, u64, u64);
+    static CACHE: Mutex<Vec<(PathBuf, Stamp, Vec<SocketAddr>)>> = Mutex::new(Vec::new());
+    let stamp: Stamp = match std::fs::metadata(path) {
+        Ok(meta) => (meta.modified().ok(), meta.len(), inode(&meta)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(_) => (None, u64::MAX, 0),
+    };
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if stamp.0.is_some()
+        && let Some((_, _, addrs)) = cache
+            .iter()
+            .find(|(p, seen, _)| p == path && *seen == stamp)
+    {
+        return addrs.clone();
+    }
+    let addrs = read_record(path).unwrap_or_else(|error| {
+        tracing::warn!(%error, "cannot read the daemon record; rule 2 covers this process's control API only");
+        Vec::new()
+    });
+    cache.retain(|(p, _, _)| p != path);
+    cache.push((path.to_path_buf(), stamp, addrs.clone()));
+    addrs
+}
+
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(meta)
+}
+
+#[cfg(not(unix))]
+fn inode(_meta: &std::fs::Metadata) -> u64 {
+    0
 }
 
 /// Records that this process serves its control API on `addrs` (replacing what it recorded

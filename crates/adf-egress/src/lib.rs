@@ -169,32 +169,13 @@ impl Policy {
                 ),
             ));
         }
-        let host = url
-            .host_str()
-            .ok_or_else(|| EgressError::new(EgressErrorKind::Invalid, "the URL has no host"))?;
-        let port = url
-            .port_or_known_default()
-            .ok_or_else(|| EgressError::new(EgressErrorKind::Invalid, "the URL has no port"))?;
-        let literal = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-            .ok();
-        let ips = match literal {
-            Some(ip) => vec![ip],
-            None => lookup.lookup(host, port).await.map_err(|e| {
-                EgressError::new(
-                    EgressErrorKind::Failed,
-                    format!("cannot resolve {host}: {e}"),
-                )
-            })?,
-        };
-        if ips.is_empty() {
-            return Err(EgressError::new(
-                EgressErrorKind::Failed,
-                format!("{host} resolves to no address"),
-            ));
-        }
+        let Destination {
+            host,
+            port,
+            literal,
+            ips,
+        } = destination(url, lookup).await?;
+        let host = host.as_str();
         let subject = |ip: &IpAddr| match literal {
             Some(_) => format!("{ip}"),
             None => format!("{host} (resolved to {ip})"),
@@ -230,6 +211,56 @@ impl Policy {
         }
         Ok(addrs)
     }
+}
+
+/// Where a URL leads: its host and port and every address the host resolves to.
+#[derive(Debug)]
+pub struct Destination {
+    /// The host as written in the URL (an IP literal keeps its brackets).
+    pub host: String,
+    /// The port, explicit or the scheme's default.
+    pub port: u16,
+    /// The address when the host is an IP literal (no lookup was made).
+    pub literal: Option<IpAddr>,
+    /// Every address the host resolves to; never empty.
+    pub ips: Vec<IpAddr>,
+}
+
+/// Resolves `url`'s host through `lookup` (an IP literal as written): the one resolution every
+/// egress decision starts from.
+pub async fn destination(url: &Url, lookup: &dyn Lookup) -> Result<Destination, EgressError> {
+    let host = url
+        .host_str()
+        .ok_or_else(|| EgressError::new(EgressErrorKind::Invalid, "the URL has no host"))?;
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| EgressError::new(EgressErrorKind::Invalid, "the URL has no port"))?;
+    let literal = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+        .ok();
+    let ips = match literal {
+        Some(ip) => vec![ip],
+        None => lookup.lookup(host, port).await.map_err(|e| {
+            EgressError::new(
+                EgressErrorKind::Failed,
+                format!("cannot resolve {host}: {e}"),
+            )
+        })?,
+    };
+    if ips.is_empty() {
+        return Err(EgressError::new(
+            EgressErrorKind::Failed,
+            format!("{host} resolves to no address"),
+        ));
+    }
+    Ok(Destination {
+        host: host.to_owned(),
+        port,
+        literal,
+        ips,
+    })
 }
 
 /// Whether `method url` is one of a daemon's public mesh routes, exactly as reqwest will send

@@ -4,10 +4,9 @@
 //! machine (this process's, and the daemons' recorded in the runtime home). Only that rule
 //! applies: loopback and private model servers (Ollama on 127.0.0.1:11434) stay reachable.
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use adf_egress::{Lookup as _, SystemLookup, Url};
+use adf_egress::{Destination, SystemLookup, Url};
 
 use super::error::ProviderError;
 
@@ -34,13 +33,9 @@ pub(crate) async fn refuse_control_api(
     url: &str,
     record: Option<&Path>,
 ) -> Result<(), ProviderError> {
-    let control_apis = match record {
-        Some(path) => adf_egress::control::read_record(path).unwrap_or_else(|error| {
-            tracing::warn!(%error, "cannot read the daemon record; rule 2 covers this process's control API only");
-            Vec::new()
-        }),
-        None => Vec::new(),
-    };
+    let control_apis = record
+        .map(adf_egress::control::recorded)
+        .unwrap_or_default();
     // Without any control API known there is nothing to refuse, and no lookup to pay for.
     if control_apis.is_empty() && adf_egress::control::in_process().is_empty() {
         return Ok(());
@@ -48,20 +43,13 @@ pub(crate) async fn refuse_control_api(
     let Ok(parsed) = Url::parse(url) else {
         return Ok(());
     };
-    let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
-        return Ok(());
-    };
     if adf_egress::is_public_mesh_route("POST", &parsed) {
         return Ok(());
     }
-    let literal = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>()
-        .ok();
-    let ips = match literal {
-        Some(ip) => vec![ip],
-        None => SystemLookup.lookup(host, port).await.unwrap_or_default(),
+    // A host that does not resolve is the request's own error to report.
+    let Ok(Destination { port, ips, .. }) = adf_egress::destination(&parsed, &SystemLookup).await
+    else {
+        return Ok(());
     };
     let policy = adf_egress::Policy {
         control_apis,

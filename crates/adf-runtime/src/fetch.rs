@@ -133,13 +133,7 @@ pub fn recorded_control_apis(home: Option<&crate::home::RuntimeHome>) -> Vec<Soc
             Err(_) => return Vec::new(),
         },
     };
-    match adf_egress::control::read_record(&home.daemon_record_path()) {
-        Ok(addrs) => addrs,
-        Err(error) => {
-            tracing::warn!(%error, "cannot read the daemon record; rule 2 covers this process's control API only");
-            Vec::new()
-        }
-    }
+    adf_egress::control::recorded(&home.daemon_record_path())
 }
 
 /// One request.

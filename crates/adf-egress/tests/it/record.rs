@@ -64,3 +64,28 @@ fn a_damaged_record_is_an_error_not_an_empty_list() {
         Err(RecordError::Malformed { .. })
     ));
 }
+
+#[test]
+fn the_cached_read_follows_every_rewrite_of_the_record() {
+    use adf_egress::control::recorded;
+    let home = tempfile::tempdir().unwrap();
+    let path = home.path().join(RECORD_FILE);
+    assert!(recorded(&path).is_empty(), "no record, no addresses");
+    // Same length, written within the same instant: only the rewrite itself tells them apart.
+    write_record(&path, &[addr("127.0.0.1:7385")]).unwrap();
+    assert_eq!(recorded(&path), vec![addr("127.0.0.1:7385")]);
+    assert_eq!(
+        recorded(&path),
+        vec![addr("127.0.0.1:7385")],
+        "unchanged: the cache"
+    );
+    write_record(&path, &[addr("127.0.0.1:7386")]).unwrap();
+    assert_eq!(recorded(&path), vec![addr("127.0.0.1:7386")]);
+    remove_record(&path).unwrap();
+    assert!(recorded(&path).is_empty(), "removed: nothing to refuse");
+    std::fs::write(&path, "not json").unwrap();
+    assert!(
+        recorded(&path).is_empty(),
+        "a damaged record counts as empty"
+    );
+}
