@@ -13,20 +13,19 @@ use adf_store::{AdfFile, ConfigAction, CreateOptions};
 use adf_testkit::{MockProvider, Turn};
 use serde_json::{Value, json};
 
-/// A running `adf daemon` with one agent; killed on drop.
+use crate::common::DaemonProcess;
+
+/// A running `adf daemon` with one agent in its own temp dir.
 struct Daemon {
-    _dir: tempfile::TempDir,
+    process: DaemonProcess,
     home: PathBuf,
-    url: String,
-    /// The line after the URL: the login URL, the one place the token is printed.
-    login: String,
-    child: Child,
+    _dir: tempfile::TempDir,
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Daemon {
+    type Target = DaemonProcess;
+    fn deref(&self) -> &DaemonProcess {
+        &self.process
     }
 }
 
@@ -54,41 +53,11 @@ fn start_with(mock: &MockProvider, args: &[&str]) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let file = agent_file(dir.path(), mock);
-    let mut child = Process::new(assert_cmd::cargo::cargo_bin("adf"))
-        .env("ADF_HOME", &home)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ADF_DAEMON_TOKEN")
-        .args(["daemon", "--port", "0"])
-        .args(args)
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The daemon prints its URL once it listens.
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the daemon exited before listening")
-            .unwrap();
-        if let Some(url) = line.strip_prefix("adf daemon listening on ") {
-            break url.trim().to_owned();
-        }
-    };
-    let login = lines
-        .next()
-        .expect("the daemon exited before printing its login URL")
-        .unwrap();
-    // Keep draining stdout so the daemon never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let process = DaemonProcess::start(&home, args, &file);
     Daemon {
-        _dir: dir,
+        process,
         home,
-        url,
-        login,
-        child,
+        _dir: dir,
     }
 }
 

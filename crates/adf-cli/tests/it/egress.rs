@@ -3,25 +3,10 @@
 //! code — refuse it with `msg_send` and `sys_fetch`, as they refuse cloud metadata and private
 //! addresses, while the daemon's public mesh inbox stays reachable. `msg_send` over HTTP never
 //! panics: an unreachable address is a clean error and a `failed` outbox row.
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Output, Stdio};
+use std::process::{Command as Process, Output, Stdio};
 
 use serde_json::{Value, json};
-
-/// A running `adf daemon` serving `bob`; killed on drop.
-struct Daemon {
-    url: String,
-    port: u16,
-    child: Child,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn adf(home: &Path) -> Process {
     let mut command = Process::new(assert_cmd::cargo::cargo_bin("adf"));
@@ -44,29 +29,6 @@ fn new_agent(home: &Path, file: &Path) -> String {
         .unwrap();
     let info: Value = serde_json::from_slice(&info.stdout).unwrap();
     info["did"].as_str().unwrap().to_owned()
-}
-
-fn start_daemon(home: &Path, agent: &Path) -> Daemon {
-    let mut child = adf(home)
-        .args(["daemon", "--port", "0"])
-        .arg(agent)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the daemon exited before listening")
-            .unwrap();
-        if let Some(url) = line.strip_prefix("adf daemon listening on ") {
-            break url.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let port = url.rsplit(':').next().unwrap().parse().unwrap();
-    Daemon { url, port, child }
 }
 
 fn tool(home: &Path, file: &Path, name: &str, args: &Value) -> Output {
@@ -128,10 +90,10 @@ fn setup() -> Setup {
 fn srv_21_srv_22_srv_25_adf_tool_and_adf_code_refuse_the_daemons_control_api_metadata_and_private_addresses()
  {
     let s = setup();
-    let daemon = start_daemon(&s.home, &s.bob);
+    let daemon = crate::common::DaemonProcess::start(&s.home, &[], &s.bob);
     // The daemon recorded where its control API listens.
     let record = std::fs::read_to_string(s.home.join("daemon.json")).unwrap();
-    assert!(record.contains(&format!(":{}", daemon.port)), "{record}");
+    assert!(record.contains(&format!(":{}", daemon.port())), "{record}");
 
     let stop_bob = format!("{}/agents/bob/stop", daemon.url);
     let cases = [
