@@ -209,25 +209,10 @@ fn owner(command: OwnerCommand, out: Output) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens a file for an identity command, saying on stderr when it was migrated.
-fn open_file(path: &Path) -> Result<AdfFile> {
-    let file = AdfFile::open(path)?;
-    let report = file.open_report();
-    if let (Some(first), Some(last)) = (report.migrated_steps.first(), report.migrated_steps.last())
-    {
-        eprintln!(
-            "migrated {} from schema {} to {last} (steps {first}..={last})",
-            path.display(),
-            report.schema_found
-        );
-    }
-    Ok(file)
-}
-
 fn status(path: &Path, out: Output) -> Result<ExitCode> {
     let home = home()?;
     let keys = LocalKeys::from_home(&home)?;
-    let mut file = open_file(path)?;
+    let mut file = crate::session::open(path)?;
     let open = identity::open_identity(&mut file, &keys)?;
     let report = identity::status(&file, &keys, &open)?;
     file.close()?;
@@ -343,7 +328,7 @@ fn set(path: &Path, purpose: &str, code_access: bool, out: Output) -> Result<Exi
     let home = home()?;
     let keys = LocalKeys::from_home(&home)?;
     let value = read_secret_stdin("secret value")?;
-    let mut file = open_file(path)?;
+    let mut file = crate::session::open(path)?;
     let open = identity::open_identity(&mut file, &keys)?;
     identity::set_credential(&mut file, &open, purpose, value.as_bytes(), code_access)?;
     file.close()?;
@@ -380,7 +365,7 @@ fn share(path: &Path, out: Output) -> Result<ExitCode> {
     let home = home()?;
     let keys = LocalKeys::from_home(&home)?;
     let password = read_secret_stdin("share password")?;
-    let mut file = open_file(path)?;
+    let mut file = crate::session::open(path)?;
     let open = identity::open_identity(&mut file, &keys)?;
     identity::share_credentials(&mut file, &open, &password)?;
     file.close()?;
@@ -404,7 +389,7 @@ fn claim(path: &Path, password_stdin: bool, out: Output) -> Result<ExitCode> {
     } else {
         None
     };
-    let mut file = open_file(path)?;
+    let mut file = crate::session::open(path)?;
     let (outcome, mut open) = identity::claim(&mut file, &keys)?;
     let mut adopted = false;
     if let Some(password) = &password {
