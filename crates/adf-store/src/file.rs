@@ -90,8 +90,9 @@ impl AdfFile {
         }
         vec_ext::ensure_registered();
         let result = Self::create_at(&path, options);
-        if result.is_err() {
-            // A half-made file must not be mistaken for an agent later.
+        if result.is_err() && !matches!(result, Err(StoreError::FileExists { .. })) {
+            // A half-made file must not be mistaken for an agent later (a path that appeared
+            // meanwhile is someone else's and stays).
             for leftover in [path.clone(), sidecar(&path, "-wal"), sidecar(&path, "-shm")] {
                 let _ignored = fs::remove_file(leftover);
             }
@@ -100,70 +101,30 @@ impl AdfFile {
     }
 
     fn create_at(path: &Path, options: &CreateOptions) -> Result<Self> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let image = new_file_image(path, options)?;
+        // `create_new` keeps the refusal to overwrite even if another process made the path
+        // after the check above; one write and one sync make the file whole or absent.
+        let mut out = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => StoreError::FileExists {
+                    path: path.to_path_buf(),
+                },
+                _ => StoreError::Io(e),
+            })?;
+        {
+            use std::io::Write as _;
+            out.write_all(&image)?;
+        }
+        out.sync_data()?;
+        drop(out);
+
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags)?;
         apply_pragmas(&conn)?;
-
-        let name = options
-            .name
-            .clone()
-            .unwrap_or_else(|| defaults::name_from_path(path));
-        let handle = options
-            .handle
-            .clone()
-            .unwrap_or_else(|| defaults::handle_from_name(&name));
-        let id = options.id.clone().unwrap_or_else(defaults::new_agent_id);
-        let description = options.description.clone().unwrap_or_default();
-        let now = time::now_iso();
-        let config = defaults::default_config(&NewAgent {
-            id: &id,
-            name: &name,
-            handle: &handle,
-            description: &description,
-            now_iso: &now,
-        });
-
-        let tx = conn.transaction()?;
-        tx.execute_batch(SCHEMA_DDL)?;
-        let readonly_meta: [(&str, &str); 7] = [
-            ("adf_version", FORMAT_VERSION),
-            ("adf_schema_version", &SCHEMA_VERSION.to_string()),
-            ("adf_name", &name),
-            ("adf_handle", &handle),
-            ("adf_parent_did", ""),
-            ("adf_created_at", &now),
-            ("adf_updated_at", &now),
-        ];
-        for (key, value) in readonly_meta {
-            tx.execute(
-                "INSERT INTO adf_meta (key, value, protection) VALUES (?1, ?2, 'readonly')",
-                params![key, value],
-            )?;
-        }
-        tx.execute(
-            "INSERT INTO adf_meta (key, value, protection) VALUES ('status', '', 'none')",
-            [],
-        )?;
-        tx.execute(
-            "INSERT INTO adf_config (id, config_json, updated_at) VALUES (1, ?1, ?2)",
-            params![config.to_string(), now],
-        )?;
-        let date = &now[..10];
-        for core in defaults::CORE_FILES {
-            let content = defaults::core_file_content(core, &name, date).unwrap_or_default();
-            tx.execute(
-                "INSERT INTO adf_files (path, content, mime_type, size, protection, authorized, created_at, updated_at)
-                 VALUES (?1, ?2, 'text/markdown', ?3, 'no_delete', 0, ?4, ?4)",
-                params![core, content.as_bytes(), content.len() as i64, now],
-            )?;
-        }
-        skills::reindex(&tx)?;
-        tx.commit()?;
-
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
-
         Ok(Self {
             conn,
             path: path.to_path_buf(),
@@ -174,7 +135,9 @@ impl AdfFile {
                 ..OpenReport::default()
             },
             closed: false,
-            marker_pending: Cell::new(false),
+            // The image carries the clean-close marker: a file closed right after creation is
+            // exactly what was written, and the first write removes the marker as usual.
+            marker_pending: Cell::new(true),
             config_cache,
         })
     }
@@ -215,19 +178,23 @@ impl AdfFile {
         if skills::reindex(&tx)? {
             notes.push("skills-registry.json regenerated".to_owned());
         }
-        notes.extend(config::normalize_on_open(&tx)?);
+        let loaded_config = config::load_on_open(&tx)?;
+        notes.extend(loaded_config.notes);
         let wrote = !notes.is_empty() || !report.migrated_steps.is_empty();
         if wrote {
             tx.execute(DELETE_MARKER, [])?;
         }
         tx.commit()?;
         report.notes.extend(notes);
-        report.config_violations = config::violations_on_open(&conn)?;
+        report.config_violations = loaded_config.violations;
         for violation in &report.config_violations {
             tracing::warn!(path = %path.display(), %violation, "the config fails validation; loaded anyway");
         }
         let marker_pending = Cell::new(report.clean_close && !wrote);
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
+        if let Some(parsed) = loaded_config.parsed {
+            config_cache.seed(&conn, parsed)?;
+        }
         Ok(Self {
             conn,
             path,
@@ -511,6 +478,111 @@ impl Drop for AdfFile {
             tracing::warn!(path = %self.path.display(), %error, "closing the file on drop failed");
         }
     }
+}
+
+/// The bytes of a new agent's file: the schema image with this agent's registry keys, default
+/// config, reserved files, skills registry and clean-close marker, built in memory. Writing a
+/// ready page set costs one write and one sync, where running the DDL against the file cost a
+/// rollback journal for the switch to WAL, a WAL of ~60 pages and a checkpoint (8 syncs).
+fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
+    let name = options
+        .name
+        .clone()
+        .unwrap_or_else(|| defaults::name_from_path(path));
+    let handle = options
+        .handle
+        .clone()
+        .unwrap_or_else(|| defaults::handle_from_name(&name));
+    let id = options.id.clone().unwrap_or_else(defaults::new_agent_id);
+    let description = options.description.clone().unwrap_or_default();
+    let now = time::now_iso();
+    let config = defaults::default_config(&NewAgent {
+        id: &id,
+        name: &name,
+        handle: &handle,
+        description: &description,
+        now_iso: &now,
+    });
+
+    let schema = schema_image()?;
+    let mut conn = Connection::open_in_memory()?;
+    conn.deserialize_read_exact(rusqlite::MAIN_DB, schema, schema.len(), false)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    let tx = conn.transaction()?;
+    let readonly_meta: [(&str, &str); 8] = [
+        ("adf_version", FORMAT_VERSION),
+        ("adf_schema_version", &SCHEMA_VERSION.to_string()),
+        ("adf_name", &name),
+        ("adf_handle", &handle),
+        ("adf_parent_did", ""),
+        ("adf_created_at", &now),
+        ("adf_updated_at", &now),
+        ("adf_clean_close", &now),
+    ];
+    {
+        let mut insert = tx
+            .prepare("INSERT INTO adf_meta (key, value, protection) VALUES (?1, ?2, 'readonly')")?;
+        for (key, value) in readonly_meta {
+            insert.execute(params![key, value])?;
+        }
+    }
+    tx.execute(
+        "INSERT INTO adf_meta (key, value, protection) VALUES ('status', '', 'none')",
+        [],
+    )?;
+    tx.execute(
+        "INSERT INTO adf_config (id, config_json, updated_at) VALUES (1, ?1, ?2)",
+        params![config.to_string(), now],
+    )?;
+    let date = &now[..10];
+    {
+        let mut insert = tx.prepare(
+            "INSERT INTO adf_files (path, content, mime_type, size, protection, authorized, created_at, updated_at)
+             VALUES (?1, ?2, 'text/markdown', ?3, 'no_delete', 0, ?4, ?4)",
+        )?;
+        for core in defaults::CORE_FILES {
+            let content = defaults::core_file_content(core, &name, date).unwrap_or_default();
+            insert.execute(params![core, content.as_bytes(), content.len() as i64, now])?;
+        }
+    }
+    skills::reindex(&tx)?;
+    tx.commit()?;
+
+    let mut bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    mark_wal_mode(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The §3.2 schema as SQLite lays it out in a new database, built once per process.
+fn schema_image() -> Result<&'static [u8]> {
+    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    if let Some(image) = IMAGE.get() {
+        return Ok(image);
+    }
+    vec_ext::ensure_registered();
+    let mut conn = Connection::open_in_memory()?;
+    let tx = conn.transaction()?;
+    tx.execute_batch(SCHEMA_DDL)?;
+    tx.commit()?;
+    let image = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    Ok(IMAGE.get_or_init(|| image))
+}
+
+/// Header bytes 18 and 19 (file format write/read version) are 2 in a WAL database; setting
+/// them in the image makes the file open in WAL mode without the journaled switch that
+/// `PRAGMA journal_mode=WAL` performs on a rollback-mode file.
+fn mark_wal_mode(image: &mut [u8]) -> Result<()> {
+    let header = image
+        .get_mut(..SQLITE_HEADER_LEN)
+        .ok_or_else(|| StoreError::invalid("the serialized schema image has no header"))?;
+    if &header[..16] != SQLITE_MAGIC {
+        return Err(StoreError::invalid(
+            "the serialized schema image is not a SQLite database",
+        ));
+    }
+    header[18] = 2;
+    header[19] = 2;
+    Ok(())
 }
 
 /// The four pragmas of spec §3.1, applied on every writer connection before anything else,

@@ -495,3 +495,47 @@ fn sto_07_sto_08_timestamps_and_flags() {
         .unwrap();
     assert_eq!(kind, "integer");
 }
+
+#[test]
+fn sto_03_a_created_file_is_whole_on_disk_in_wal_mode_and_marked_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("whole.adf");
+    AdfFile::create(&path, &CreateOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    // Header bytes 18/19 = 2: the file is in WAL mode before any connection switches it.
+    assert_eq!((bytes[18], bytes[19]), (2, 2));
+    for suffix in ["-wal", "-shm", "-journal"] {
+        assert!(!dir.path().join(format!("whole.adf{suffix}")).exists());
+    }
+    // A plain SQLite reader (no adf code) finds an intact database with the schema and rows.
+    let reader = Connection::open_with_flags(
+        format!("file:{}?immutable=1", path.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    let integrity: String = reader
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    let handle: String = reader
+        .query_row(
+            "SELECT value FROM adf_meta WHERE key = 'adf_handle'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(handle, "whole");
+    drop(reader);
+    let reopened = AdfFile::open(&path).unwrap();
+    assert!(reopened.open_report().clean_close);
+    assert!(reopened.open_report().notes.is_empty());
+    reopened.close().unwrap();
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "open + close wrote nothing"
+    );
+}
