@@ -329,11 +329,31 @@ pub async fn agent_turns(
     deadline: Instant,
     window: u64,
 ) -> Result<Vec<Duration>, BenchError> {
+    agent_turns_while(path, executor, window, |_| Instant::now() < deadline).await
+}
+
+/// Runs `turns` turns on the agent at `path` as [`agent_turns`] does: a fixed amount of work,
+/// for instruction-count profiles (`examples/turn_profile.rs`).
+pub async fn agent_turns_counted(
+    path: PathBuf,
+    executor: Executor,
+    turns: u64,
+    window: u64,
+) -> Result<Vec<Duration>, BenchError> {
+    agent_turns_while(path, executor, window, |done| done < turns).await
+}
+
+async fn agent_turns_while(
+    path: PathBuf,
+    executor: Executor,
+    window: u64,
+    keep_going: impl Fn(u64) -> bool,
+) -> Result<Vec<Duration>, BenchError> {
     let mut file = AdfFile::open(&path)?;
     let mut session = executor.open_session(&mut file, "main")?;
     let mut latencies = Vec::new();
     let mut n = 0u64;
-    while Instant::now() < deadline {
+    while keep_going(n) {
         let start = Instant::now();
         executor
             .run_turn(

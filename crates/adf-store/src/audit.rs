@@ -31,13 +31,18 @@ pub struct AuditInfo {
     pub created_at: i64,
 }
 
-/// Compresses JSON with brotli at a quality that favours speed; snapshots are written on hot
-/// paths (file deletes, compaction) and read rarely.
+/// Brotli quality of audit snapshots. They are written on hot paths (file deletes, clears,
+/// compaction) and read rarely: on 60 KB of text quality 3 took a quarter of quality 5's time
+/// for output 8 % larger, and a loop clear's snapshot was the largest single cost of the turn
+/// bench (BENCHMARKS.md, "Where a turn's time goes").
+const AUDIT_BROTLI_QUALITY: u32 = 3;
+
+/// Compresses JSON with brotli at a quality that favours speed ([`AUDIT_BROTLI_QUALITY`]).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
     let text = value.to_string();
     let mut out = Vec::new();
     {
-        let mut writer = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
+        let mut writer = brotli::CompressorWriter::new(&mut out, 4096, AUDIT_BROTLI_QUALITY, 22);
         writer.write_all(text.as_bytes())?;
     }
     Ok((out, text.len()))

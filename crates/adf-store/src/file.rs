@@ -17,6 +17,9 @@ use crate::{config, meta, migrate, skills, time, vec_ext};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const SQLITE_HEADER_LEN: usize = 100;
+/// Prepared statements kept per connection. A turn runs about thirty distinct statements;
+/// rusqlite's default of 16 would evict and re-parse some of them on every turn.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
 const DELETE_MARKER: &str = "DELETE FROM adf_meta WHERE key = 'adf_clean_close'";
 
 /// How a file was opened.
@@ -124,6 +127,7 @@ impl AdfFile {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags)?;
         apply_pragmas(&conn)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
         Ok(Self {
             conn,
@@ -166,6 +170,7 @@ impl AdfFile {
         report.clean_close = has_clean_close_marker(&conn, &path)?;
         report.integrity_check = integrity_check(&conn, &path, report.clean_close, had_sidecar)?;
         apply_pragmas(&conn)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
 
         if found < SCHEMA_VERSION {
             report.migrated_steps = migrate_with_backup(&mut conn, &path, found)?;
@@ -224,6 +229,7 @@ impl AdfFile {
             )));
         }
         apply_pragmas(&conn)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let clean_close = has_clean_close_marker(&conn, &path)?;
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
         Ok(Self {
@@ -373,38 +379,33 @@ impl AdfFile {
                 "ROLLBACK TO adf_atomic; RELEASE adf_atomic",
             )
         };
-        self.conn.execute_batch(begin).map_err(StoreError::from)?;
-        // The marker goes inside the transaction: a refused or failed call rolls its removal
-        // back with everything else, and the file stays byte-identical (a clean close would
-        // otherwise re-stamp it).
+        run_cached(&self.conn, begin).map_err(StoreError::from)?;
+        // The marker goes inside the transaction, and only when the work wrote something: a
+        // call that only read (most tool calls) leaves the file exactly as it was, and a
+        // refused or failed call rolls the removal back with everything else (a clean close
+        // would otherwise re-stamp it). Store writes remove it themselves (`ensure_writable`);
+        // the count also catches writes made through the raw connection.
         let marker_was_pending = self.marker_pending.get();
-        if let Err(error) = consume_marker(&self.conn, &self.marker_pending) {
-            self.marker_pending.set(marker_was_pending);
+        let changes_before = self.conn.total_changes();
+        let outcome = work(self).and_then(|value| {
+            if self.conn.total_changes() != changes_before {
+                consume_marker(&self.conn, &self.marker_pending)?;
+            }
+            run_cached(&self.conn, commit).map_err(StoreError::from)?;
+            Ok(value)
+        });
+        if outcome.is_err() {
+            // An interrupted statement can make SQLite roll the whole transaction back
+            // itself; then there is nothing left to roll back.
             if !self.conn.is_autocommit() {
                 self.conn
                     .execute_batch(rollback)
                     .map_err(StoreError::from)?;
             }
-            return Err(error.into());
+            // Either rollback undid the marker's removal along with the call's writes.
+            self.marker_pending.set(marker_was_pending);
         }
-        match work(self) {
-            Ok(value) => {
-                self.conn.execute_batch(commit).map_err(StoreError::from)?;
-                Ok(value)
-            }
-            Err(error) => {
-                // An interrupted statement can make SQLite roll the whole transaction back
-                // itself; then there is nothing left to roll back.
-                if !self.conn.is_autocommit() {
-                    self.conn
-                        .execute_batch(rollback)
-                        .map_err(StoreError::from)?;
-                }
-                // Either rollback undid the marker's removal along with the call's writes.
-                self.marker_pending.set(marker_was_pending);
-                Err(error)
-            }
-        }
+        outcome
     }
 
     /// Rolls back a transaction left open by work that stopped half way (a panic caught by
@@ -855,17 +856,45 @@ fn restore_backup(conn: &mut Connection, path: &Path, backup: &Path) -> Result<(
 /// The transaction of one store write. At the top level it is `BEGIN IMMEDIATE`: the write lock
 /// is taken before the method's first read, so another process that commits in between makes
 /// this one wait (busy_timeout) instead of failing with a stale snapshot. Inside a caller's
-/// transaction (`atomically`) it is a savepoint.
-pub(crate) enum WriteTx<'c> {
-    Top(rusqlite::Transaction<'c>),
-    Nested(rusqlite::Savepoint<'c>),
+/// transaction (`atomically`) it is a savepoint. Dropped without [`WriteTx::commit`], it rolls
+/// back. The control statements come from the connection's statement cache: a turn runs a
+/// dozen of these, and parsing `BEGIN`/`COMMIT` afresh each time was a tenth of its cost.
+pub(crate) struct WriteTx<'c> {
+    conn: &'c Connection,
+    nested: bool,
+    finished: bool,
 }
 
 impl WriteTx<'_> {
-    pub(crate) fn commit(self) -> rusqlite::Result<()> {
-        match self {
-            Self::Top(tx) => tx.commit(),
-            Self::Nested(sp) => sp.commit(),
+    pub(crate) fn commit(mut self) -> rusqlite::Result<()> {
+        self.finished = true;
+        run_cached(
+            self.conn,
+            if self.nested {
+                "RELEASE adf_write"
+            } else {
+                "COMMIT"
+            },
+        )
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let undone = if self.nested {
+            run_cached(self.conn, "ROLLBACK TO adf_write")
+                .and_then(|()| run_cached(self.conn, "RELEASE adf_write"))
+        } else if !self.conn.is_autocommit() {
+            run_cached(self.conn, "ROLLBACK")
+        } else {
+            // SQLite already rolled the transaction back (an interrupted statement).
+            Ok(())
+        };
+        if let Err(error) = undone {
+            tracing::warn!(%error, "rolling back a store write failed");
         }
     }
 }
@@ -874,19 +903,30 @@ impl std::ops::Deref for WriteTx<'_> {
     type Target = Connection;
 
     fn deref(&self) -> &Connection {
-        match self {
-            Self::Top(tx) => tx,
-            Self::Nested(sp) => sp,
-        }
+        self.conn
     }
+}
+
+/// Runs one parameterless statement through the connection's statement cache.
+pub(crate) fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 /// Opens the transaction of one store write (see [`WriteTx`]).
 pub(crate) fn write_tx(conn: &mut Connection) -> rusqlite::Result<WriteTx<'_>> {
-    if conn.is_autocommit() {
-        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map(WriteTx::Top)
-    } else {
-        conn.savepoint().map(WriteTx::Nested)
-    }
+    let conn: &Connection = conn;
+    let nested = !conn.is_autocommit();
+    run_cached(
+        conn,
+        if nested {
+            "SAVEPOINT adf_write"
+        } else {
+            "BEGIN IMMEDIATE"
+        },
+    )?;
+    Ok(WriteTx {
+        conn,
+        nested,
+        finished: false,
+    })
 }

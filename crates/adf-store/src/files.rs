@@ -196,16 +196,15 @@ impl AdfFile {
         let path = self.resolve_path(path)?;
         Ok(self
             .conn
-            .query_row(
-                &format!("SELECT {INFO_COLUMNS}, content FROM adf_files WHERE path = ?1"),
-                [&path],
-                |row| {
-                    Ok(FileEntry {
-                        info: info_from_row(row)?,
-                        content: row.get(7)?,
-                    })
-                },
-            )
+            .prepare_cached(&format!(
+                "SELECT {INFO_COLUMNS}, content FROM adf_files WHERE path = ?1"
+            ))?
+            .query_row([&path], |row| {
+                Ok(FileEntry {
+                    info: info_from_row(row)?,
+                    content: row.get(7)?,
+                })
+            })
             .optional()?)
     }
 

@@ -230,20 +230,21 @@ impl AdfFile {
 
     /// Inbox counts by status.
     pub fn inbox_counts(&self) -> Result<InboxCounts> {
-        Ok(self.conn.query_row(
-            "SELECT COALESCE(SUM(status = 'unread'), 0), COALESCE(SUM(status = 'read'), 0),
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(status = 'unread'), 0), COALESCE(SUM(status = 'read'), 0),
                     COALESCE(SUM(status = 'archived'), 0), COUNT(*)
              FROM adf_inbox",
-            [],
-            |row| {
+            )?
+            .query_row([], |row| {
                 Ok(InboxCounts {
                     unread: row.get(0)?,
                     read: row.get(1)?,
                     archived: row.get(2)?,
                     total: row.get(3)?,
                 })
-            },
-        )?)
+            })?)
     }
 
     /// Sets the status of the messages `ids`, changing no other column. Every id must exist,

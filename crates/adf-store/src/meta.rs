@@ -385,11 +385,11 @@ pub(crate) fn set_runtime_key(conn: &rusqlite::Connection, key: &str, value: &st
     } else {
         MetaProtection::None
     };
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO adf_meta (key, value, protection) VALUES (?1, ?2, ?3)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        params![key, value, level.as_str()],
-    )?;
+    )?
+    .execute(params![key, value, level.as_str()])?;
     Ok(())
 }
 

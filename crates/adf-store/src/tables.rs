@@ -247,8 +247,9 @@ impl AdfFile {
             ));
         }
         self.ensure_writable()?;
-        self.conn.execute(
+        self.conn.prepare_cached(
             "INSERT INTO adf_loop (role, content_json, model, tokens, created_at, loop) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?.execute(
             params![
                 row.role,
                 row.content.to_string(),
@@ -263,7 +264,7 @@ impl AdfFile {
 
     /// A loop's transcript in stream order (`COALESCE(ord, seq), seq`).
     pub fn loop_rows(&self, loop_name: &str) -> Result<Vec<LoopRow>> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
              WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq",
         )?;

@@ -55,9 +55,13 @@ impl AdfFile {
     /// Rows of `loop_name` with `seq > after`, in `seq` order: what a running session has not
     /// seen yet (rows appended by itself, `loop_send` from other loops, `adf` from a shell).
     pub fn loop_rows_after(&self, loop_name: &str, after: i64) -> Result<Vec<LoopRow>> {
+        // Sorted here, not by SQL: with `ORDER BY COALESCE(ord, seq)` beside the range on
+        // `seq`, SQLite marked the plan as depending on the bound value and re-prepared the
+        // statement on every call (a tenth of a turn's cost); a session reads only the few
+        // rows of its last step.
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
-             WHERE loop = ?1 AND seq > ?2 ORDER BY COALESCE(ord, seq), seq",
+             WHERE loop = ?1 AND seq > ?2",
         )?;
         let parse = |text: Option<String>| {
             text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
@@ -74,7 +78,9 @@ impl AdfFile {
                 r#loop: row.get(7)?,
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let mut rows: Vec<LoopRow> = rows.collect::<rusqlite::Result<_>>()?;
+        rows.sort_by_key(|row| (row.ord.unwrap_or(row.seq), row.seq));
+        Ok(rows)
     }
 
     /// The highest `seq` of a loop, or 0 when it is empty.
@@ -104,10 +110,11 @@ impl AdfFile {
             return Ok(RemoveOutcome::default());
         }
         self.atomically(|file| {
+            let wanted: std::collections::HashSet<i64> = seqs.iter().copied().collect();
             let rows: Vec<LoopRow> = file
                 .loop_rows(loop_name)?
                 .into_iter()
-                .filter(|r| seqs.contains(&r.seq))
+                .filter(|r| wanted.contains(&r.seq))
                 .collect();
             let audit_id = if audit_rows && !rows.is_empty() {
                 Some(file.audit_loop_rows(loop_name, &rows)?)
@@ -115,11 +122,11 @@ impl AdfFile {
                 None
             };
             let mut removed = 0;
+            let mut delete = file
+                .conn
+                .prepare_cached("DELETE FROM adf_loop WHERE seq = ?1 AND loop = ?2")?;
             for row in &rows {
-                removed += file.conn.execute(
-                    "DELETE FROM adf_loop WHERE seq = ?1 AND loop = ?2",
-                    params![row.seq, loop_name],
-                )?;
+                removed += delete.execute(params![row.seq, loop_name])?;
             }
             Ok(RemoveOutcome { removed, audit_id })
         })

@@ -299,12 +299,23 @@ pub struct Session {
     context_warning_given: bool,
     state: ExecState,
     /// The advertised tools, with the declarations (and loop entry) they were built from.
-    tool_cache: Option<(Value, Value, Arc<[ToolSpec]>)>,
+    tool_cache: Option<ToolCache>,
     /// Keyed `loop_inject` contexts not yet sent to the model, by key: the index of their
     /// message. A later injection with the same key replaces the pending one (COD-27).
     pending_keys: std::collections::HashMap<String, usize>,
     /// What recovery did when the session opened.
     pub recovered: Option<Recovered>,
+}
+
+/// The tools a session advertised and what they were built from. The config they came from is
+/// kept: the store hands out the same parsed config until it changes, so an unchanged config is
+/// recognised by identity, without comparing (or cloning) forty-odd declarations every step.
+#[derive(Debug)]
+struct ToolCache {
+    config: Arc<Value>,
+    declarations: Value,
+    loop_entry: Value,
+    specs: Arc<[ToolSpec]>,
 }
 
 impl Session {
@@ -796,7 +807,7 @@ impl Executor {
         &self,
         file: &mut AdfFile,
         session: &mut Session,
-        config: &Value,
+        config: &Arc<Value>,
         facts: &LoopFacts,
         system: String,
     ) -> Result<ChatRequest, ExecutorError> {
@@ -1186,22 +1197,23 @@ impl Executor {
     fn tool_specs(
         &self,
         session: &mut Session,
-        config: &Value,
+        config: &Arc<Value>,
         facts: &LoopFacts,
     ) -> Arc<[ToolSpec]> {
-        let declarations = config.get("tools").cloned().unwrap_or(Value::Null);
+        let declarations = config.get("tools").unwrap_or(&Value::Null);
         let loop_entry = if facts.tools.is_some() {
-            loop_config(config, &session.loop_name)
-                .cloned()
-                .unwrap_or(Value::Null)
+            loop_config(config, &session.loop_name).unwrap_or(&Value::Null)
         } else {
-            Value::Null
+            &Value::Null
         };
-        if let Some((d, l, specs)) = &session.tool_cache
-            && *d == declarations
-            && *l == loop_entry
-        {
-            return specs.clone();
+        if let Some(cache) = &mut session.tool_cache {
+            if Arc::ptr_eq(&cache.config, config) {
+                return cache.specs.clone();
+            }
+            if cache.declarations == *declarations && cache.loop_entry == *loop_entry {
+                cache.config = config.clone();
+                return cache.specs.clone();
+            }
         }
         let specs: Vec<ToolSpec> = self
             .registry
@@ -1222,7 +1234,12 @@ impl Executor {
             })
             .collect();
         let specs: Arc<[ToolSpec]> = specs.into();
-        session.tool_cache = Some((declarations, loop_entry, specs.clone()));
+        session.tool_cache = Some(ToolCache {
+            config: config.clone(),
+            declarations: declarations.clone(),
+            loop_entry: loop_entry.clone(),
+            specs: specs.clone(),
+        });
         specs
     }
 

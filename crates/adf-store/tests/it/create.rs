@@ -539,3 +539,37 @@ fn sto_03_a_created_file_is_whole_on_disk_in_wal_mode_and_marked_clean() {
         "open + close wrote nothing"
     );
 }
+
+#[test]
+fn sto_03_a_transaction_that_only_reads_keeps_the_clean_close_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reads.adf");
+    AdfFile::create(&path, &CreateOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let closed = std::fs::read(&path).unwrap();
+    let marker = |file: &AdfFile| -> bool {
+        file.connection()
+            .query_row(
+                "SELECT COUNT(*) FROM adf_meta WHERE key = 'adf_clean_close'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    };
+    let mut file = AdfFile::open(&path).unwrap();
+    file.atomically(|f| f.config().map(drop)).unwrap();
+    assert!(marker(&file), "a read-only unit of work leaves the marker");
+    file.close().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), closed);
+
+    let mut file = AdfFile::open(&path).unwrap();
+    file.atomically(|f| f.meta_set_runtime("note", "x"))
+        .unwrap();
+    assert!(!marker(&file), "the first write removes the marker");
+    file.close().unwrap();
+    let reopened = AdfFile::open(&path).unwrap();
+    assert!(reopened.open_report().clean_close, "close puts it back");
+}

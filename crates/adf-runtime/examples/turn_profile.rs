@@ -1,0 +1,34 @@
+//! Runs a fixed number of mirrored turns on one file-backed agent, for instruction-count
+//! profiles that do not depend on the machine's load:
+//! `valgrind --tool=callgrind target/release/examples/turn_profile 2000`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf_runtime::bench::{MirrorProvider, agent_turns_counted, create_agents};
+use adf_runtime::executor::Executor;
+
+fn main() {
+    let turns: u64 = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = create_agents(dir.path(), 1).unwrap();
+    let provider = Arc::new(MirrorProvider::new(120));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let executor = Executor::new(provider, "bench", Default::default());
+    let latencies = rt
+        .block_on(agent_turns_counted(paths[0].clone(), executor, turns, 50))
+        .unwrap();
+    let total: Duration = latencies.iter().sum();
+    eprintln!(
+        "{} turns, mean {:.1} µs",
+        latencies.len(),
+        total.as_secs_f64() * 1e6 / latencies.len().max(1) as f64
+    );
+}
