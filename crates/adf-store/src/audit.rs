@@ -42,7 +42,16 @@ pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
     let text = value.to_string();
     let mut out = Vec::new();
     {
-        let mut writer = brotli::CompressorWriter::new(&mut out, 4096, AUDIT_BROTLI_QUALITY, 22);
+        // The window need not exceed the text: the encoder clears its whole ring buffer per
+        // stream, and a 4 MiB window for a few kilobytes of rows was most of the work.
+        let window_bits = text
+            .len()
+            .max(1 << 10)
+            .next_power_of_two()
+            .trailing_zeros()
+            .min(22);
+        let mut writer =
+            brotli::CompressorWriter::new(&mut out, 4096, AUDIT_BROTLI_QUALITY, window_bits);
         writer.write_all(text.as_bytes())?;
     }
     Ok((out, text.len()))
