@@ -81,6 +81,8 @@ pub struct AdfFile {
     pub(crate) marker_pending: Cell<bool>,
     /// The last parsed config, reused until `adf_config` may have changed.
     pub(crate) config_cache: crate::config::ConfigCache,
+    /// The writer's WAL hook, which moves checkpoints off the commit path.
+    wal_watch: Option<crate::checkpointer::WalWatch>,
 }
 
 impl AdfFile {
@@ -129,6 +131,7 @@ impl AdfFile {
         apply_pragmas(&conn)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
+        let wal_watch = crate::checkpointer::WalWatch::attach(&mut conn, path);
         Ok(Self {
             conn,
             path: path.to_path_buf(),
@@ -143,6 +146,7 @@ impl AdfFile {
             // exactly what was written, and the first write removes the marker as usual.
             marker_pending: Cell::new(true),
             config_cache,
+            wal_watch,
         })
     }
 
@@ -200,6 +204,7 @@ impl AdfFile {
         if let Some(parsed) = loaded_config.parsed {
             config_cache.seed(&conn, parsed)?;
         }
+        let wal_watch = crate::checkpointer::WalWatch::attach(&mut conn, &path);
         Ok(Self {
             conn,
             path,
@@ -208,6 +213,7 @@ impl AdfFile {
             closed: false,
             marker_pending,
             config_cache,
+            wal_watch,
         })
     }
 
@@ -244,6 +250,7 @@ impl AdfFile {
             closed: false,
             marker_pending: Cell::new(clean_close),
             config_cache,
+            wal_watch: None,
         })
     }
 
@@ -303,6 +310,7 @@ impl AdfFile {
             closed: false,
             marker_pending: Cell::new(false),
             config_cache,
+            wal_watch: None,
         })
     }
 
@@ -317,6 +325,9 @@ impl AdfFile {
             return Ok(());
         }
         self.closed = true;
+        if let Some(watch) = self.wal_watch.take() {
+            watch.detach(&mut self.conn);
+        }
         // With the marker still in place nothing was written: the WAL is empty and the file
         // is already as a clean close leaves it.
         // A guest never writes the marker: the owner's connection is still using the file.

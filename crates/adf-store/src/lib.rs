@@ -15,6 +15,7 @@
 mod access;
 pub mod audit;
 pub mod check;
+mod checkpointer;
 pub mod config;
 pub mod config_depth;
 pub mod config_write;

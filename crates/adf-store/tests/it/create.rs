@@ -573,3 +573,28 @@ fn sto_03_a_transaction_that_only_reads_keeps_the_clean_close_marker() {
     let reopened = AdfFile::open(&path).unwrap();
     assert!(reopened.open_report().clean_close, "close puts it back");
 }
+
+#[test]
+fn sto_04_a_long_session_checkpoints_in_the_background_and_closes_without_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.adf");
+    let mut file = AdfFile::create(&path, &CreateOptions::default()).unwrap();
+    // About 6 MB of rows in small commits: the WAL passes the checkpoint threshold several
+    // times, so background checkpoints run while commits continue.
+    let row = "x".repeat(3000);
+    for i in 0..2000 {
+        file.meta_set_runtime(&format!("k{}", i % 50), &format!("{i}{row}"))
+            .unwrap();
+    }
+    let wal = std::fs::metadata(dir.path().join("busy.adf-wal"))
+        .unwrap()
+        .len();
+    assert!(wal > 0);
+    file.close().unwrap();
+    for suffix in ["-wal", "-shm"] {
+        assert!(!dir.path().join(format!("busy.adf{suffix}")).exists());
+    }
+    let reopened = AdfFile::open(&path).unwrap();
+    let value = reopened.meta_get("k49").unwrap().unwrap().value;
+    assert!(value.starts_with("1999"));
+}
