@@ -1,7 +1,8 @@
 //! `adf daemon` and the commands that talk to a running daemon (the reference CLI's names and
 //! output): `agents`, `status`, `start`, `stop`, `load`, `file`, `task`, `events`, and — when
 //! their first argument is not an existing file — `files`, `inbox`, `outbox`, `timers`,
-//! `tasks`, `logs`, `approve`, `deny`, `config`.
+//! `tasks`, `logs`, `approve`, `deny`, `config`; and `studio`, which finds (or starts) the
+//! daemon and opens the Studio page with the one-time login link.
 //!
 //! Several names are shared with the file commands (`adf files agent.adf` reads the file
 //! directly). The argument decides: a path that exists is a file command; anything else is
@@ -835,7 +836,7 @@ fn studio(url: Option<&str>, no_open: bool) -> Result<ExitCode> {
         let (host, port) = loopback_host_port(&base).with_context(|| {
             format!("no daemon answers at {base}, and `adf studio` starts one only on a loopback URL such as {DEFAULT_URL}")
         })?;
-        let log = start_background_daemon(&host, port)?;
+        let (pid, log) = start_background_daemon(&host, port)?;
         let deadline = std::time::Instant::now() + STUDIO_START_WAIT;
         while !answers(&base)? {
             if std::time::Instant::now() > deadline {
@@ -847,7 +848,10 @@ fn studio(url: Option<&str>, no_open: bool) -> Result<ExitCode> {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        eprintln!("started adf daemon at {base} (log: {})", log.display());
+        eprintln!(
+            "started adf daemon (pid {pid}) at {base}; it keeps running (log: {})",
+            log.display()
+        );
     }
     let home = RuntimeHome::from_env().ok();
     let token = adf_server::client::token_for(
@@ -888,8 +892,8 @@ fn loopback_host_port(base: &str) -> Option<(String, u16)> {
 
 /// Starts `adf daemon --host HOST --port PORT` in its own process group (so closing this
 /// terminal's foreground job does not stop it), its output appended to
-/// `$ADF_HOME/studio-daemon.log`; returns the log's path.
-fn start_background_daemon(host: &str, port: u16) -> Result<PathBuf> {
+/// `$ADF_HOME/studio-daemon.log`; returns its process id and the log's path.
+fn start_background_daemon(host: &str, port: u16) -> Result<(u32, PathBuf)> {
     use std::os::unix::process::CommandExt as _;
     let home = RuntimeHome::from_env()?;
     std::fs::create_dir_all(home.dir())
@@ -901,7 +905,7 @@ fn start_background_daemon(host: &str, port: u16) -> Result<PathBuf> {
         .open(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find the adf binary to start the daemon")?;
-    std::process::Command::new(exe)
+    let child = std::process::Command::new(exe)
         .args(["daemon", "--host", host, "--port", &port.to_string()])
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
@@ -909,7 +913,7 @@ fn start_background_daemon(host: &str, port: u16) -> Result<PathBuf> {
         .process_group(0)
         .spawn()
         .context("cannot start the daemon")?;
-    Ok(log_path)
+    Ok((child.id(), log_path))
 }
 
 /// Opens `link` with `$BROWSER`, else the desktop's opener.

@@ -613,9 +613,9 @@ async function configTab(panel, id, base) {
   } }, grid, h('details', { class: 'tools' }, h('summary', { text: `Tools (${toolBody.children.length}): enabled, visible, restricted` }), tools), formError, save);
   const raw = h('textarea', { id: 'config-raw', rows: 18, 'aria-label': 'Config as JSON' });
   raw.value = json(config);
-  const rawError = h('p', { class: 'error', role: 'alert' });
-  panel.append(form, h('details', { class: 'card' }, h('summary', { text: 'Raw JSON' }), raw, rawError,
-    h('button', { onclick: async () => {
+  const rawError = h('p', { class: 'error', role: 'alert', id: 'config-raw-error' });
+  panel.append(form, h('details', { class: 'card', id: 'config-raw-box' }, h('summary', { text: 'Raw JSON' }), raw, rawError,
+    h('button', { id: 'config-raw-save', onclick: async () => {
       rawError.textContent = '';
       let parsed;
       try { parsed = JSON.parse(raw.value); } catch (err) { rawError.textContent = `not JSON: ${err.message}`; return; }

@@ -390,6 +390,39 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
     })
     .await;
 
+    // The raw JSON view: a value the store's validation refuses is shown, nothing is saved.
+    css(&c, "#config-raw-box summary")
+        .await
+        .click()
+        .await
+        .unwrap();
+    c.execute(
+        "const raw = document.querySelector('#config-raw');
+         const config = JSON.parse(raw.value);
+         config.state = 'sleepy';
+         raw.value = JSON.stringify(config, null, 2);",
+        vec![],
+    )
+    .await
+    .unwrap();
+    css(&c, "#config-raw-save").await.click().await.unwrap();
+    until(
+        &c,
+        "the store's validation error",
+        "document.querySelector('#config-raw-error').textContent.includes('state')",
+    )
+    .await;
+    shot(&c, &shots, "6b-config-raw-error").await;
+    let stored = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored["config"]["state"], "active",
+        "the refused config is not stored"
+    );
+
     // Events: an event published while the tab is open appears in it.
     c.goto(&format!("{base}/#/agent/{}/events", agent.id))
         .await
