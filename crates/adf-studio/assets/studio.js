@@ -266,9 +266,12 @@ async function agentView(main, id, tab) {
   const status = await api('GET', `${base}/status`);
   if (!status.ok) { main.append(h('h2', { text: 'Agent' }), h('p', { class: 'error', text: errorText(status) })); return; }
   const s = status.data;
+  // The display state lives in the daemon's memory; the fleet row carries it.
+  const row = await api('GET', `/studio/api/fleet?q=${encodeURIComponent(s.id)}&limit=1`);
+  const display = row.ok && row.data.agents[0] ? row.data.agents[0].state : 'idle';
   const title = s.handle || s.name || s.id;
   document.title = `${title} — ADF Studio`;
-  const badge = h('span', { id: 'agent-state' }, stateBadge(s.runtimeState === 'idle' ? s.displayState || s.state || 'idle' : s.runtimeState));
+  const badge = h('span', { id: 'agent-state' }, stateBadge(s.runtimeState === 'idle' ? display : s.runtimeState));
   main.append(h('h2', {}, h('a', { href: '#/' }, 'Fleet'), ' / ', title, ' ', badge),
     h('p', { class: 'muted', text: s.filePath }));
   const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Agent sections' });

@@ -168,6 +168,16 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
     let c = browser(&driver, profile.path()).await;
     let base = h.server.url();
 
+    // Without a session the browser is told how to log in (and gets no page data).
+    c.goto(&format!("{base}/")).await.unwrap();
+    until(
+        &c,
+        "the login hint",
+        "document.body.textContent.includes('adf studio')",
+    )
+    .await;
+    assert!(c.find(Locator::Css("#create-form")).await.is_err());
+
     // Log in with the one-time link: the cookie is the session from here on.
     c.goto(&h.server.login_url()).await.unwrap();
     css(&c, "#create-form").await;
