@@ -7,4 +7,4 @@ if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends chromium chromium-driver
+apt-get install -y -qq chromium chromium-driver

@@ -3,7 +3,7 @@
 //! by `fantoccini`, against a daemon on 127.0.0.1 whose agent talks to the testkit's scripted
 //! OpenAI-compatible mock.
 //!
-//! One walk through the page: log in with the one-time link, open the fleet, create an agent,
+//! One walk through the page (every screen's form controls must have an accessible name): log in with the one-time link, open the fleet, create an agent,
 //! chat and watch the reply stream in, approve a restricted tool call, answer an ask, edit a
 //! file and a config field (a bad value first, refused inline), and watch an event arrive.
 //! Each screen is saved as a PNG under `$CARGO_TARGET_TMPDIR/studio-screenshots/` (look at
@@ -115,7 +115,24 @@ async fn css(c: &Client, selector: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("no element {selector}: {e}"))
 }
 
+/// Saves a screenshot of the screen, after checking that every form control on it has an
+/// accessible name (a `<label>`, `aria-label` or `aria-labelledby`).
 async fn shot(c: &Client, dir: &Path, name: &str) {
+    let unlabeled = c
+        .execute(
+            "return [...document.querySelectorAll('input, select, textarea')]
+               .filter(e => e.type !== 'hidden' && !(e.labels && e.labels.length)
+                 && !e.getAttribute('aria-label') && !e.getAttribute('aria-labelledby'))
+               .map(e => e.id || e.outerHTML.slice(0, 80));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        unlabeled,
+        json!([]),
+        "{name}: form controls without a label"
+    );
     let png = c.screenshot().await.unwrap();
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
