@@ -110,6 +110,32 @@ function stream(path, handlers) {
 }
 function closeStreams() { for (const s of streams) s.close(); streams = []; }
 
+// Every frame of an event stream whatever its event name (EventSource only delivers names it
+// was told about, and agents publish their own `custom.*` names): read with fetch.
+function streamAll(path, onFrame) {
+  const controller = new AbortController();
+  streams.push({ close: () => controller.abort() });
+  (async () => {
+    const response = await fetch(path, { credentials: 'same-origin', signal: controller.signal, headers: { Accept: 'text/event-stream' } });
+    if (!response.ok) { toast(`event stream: HTTP ${response.status}`, true); return; }
+    metrics.connected[path.split('?')[0]] = true;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+        if (data) { try { onFrame(JSON.parse(data)); } catch (err) { console.error(err); } }
+      }
+    }
+  })().catch((err) => { if (err.name !== 'AbortError') toast(`event stream ended: ${err.message}`, true); });
+}
+
 // The bus's event names this page reacts to (everything else is shown in the Events tab).
 const AGENT_EVENTS = ['agent.loaded', 'agent.unloaded', 'agent.state.changed', 'hil.requested',
   'hil.resolved', 'ask.requested', 'ask.resolved', 'turn.completed', 'config.changed',
@@ -714,10 +740,7 @@ async function eventsTab(panel, id) {
     list.append(h('li', { 'data-event': e.event_type }, `#${frame.cursor} ${new Date(e.timestamp).toISOString().slice(11, 23)} ${e.event_type} ${JSON.stringify(e.payload)}`));
     list.scrollTop = list.scrollHeight;
   };
-  const source = stream(`/events?agentId=${encodeURIComponent(id)}`, {});
-  source.onmessage = (e) => add(JSON.parse(e.data));
-  // Named events do not reach onmessage; listen to each known name and any custom.* name we see.
-  for (const name of AGENT_EVENTS.concat(['custom.event'])) source.addEventListener(name, (e) => add(JSON.parse(e.data)));
+  streamAll(`/events?agentId=${encodeURIComponent(id)}`, add);
 }
 
 async function identityTab(panel, id, base) {

@@ -476,7 +476,42 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
         "[...document.querySelectorAll('#event-list li[data-event=\"file.written\"]')].some(li => li.textContent.includes('notes/arrived.md'))",
     )
     .await;
+    // Any event name, an agent's own `custom.*` ones included.
+    h.server
+        .daemon
+        .emit(
+            &agent,
+            "custom.studio_probe",
+            "system:test",
+            json!({ "n": 1 }),
+        )
+        .await;
+    until(
+        &c,
+        "the custom event",
+        "document.querySelector('#event-list li[data-event=\"custom.studio_probe\"]')",
+    )
+    .await;
     shot(&c, &shots, "7-events").await;
+
+    // Runtime settings: each section shows the daemon's answer or says plainly that the
+    // route is not there yet (never an invented value).
+    c.goto(&format!("{base}/#/runtime")).await.unwrap();
+    until(
+        &c,
+        "the runtime sections",
+        "document.querySelectorAll('main section.card').length === 6",
+    )
+    .await;
+    let sections = c
+        .execute(
+            "return [...document.querySelectorAll('main section.card')].map(s => !!(s.querySelector('[data-not-available]') || s.querySelector('pre.json')))",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(sections, json!([true, true, true, true, true, true]));
+    shot(&c, &shots, "7b-runtime").await;
 
     // Narrow screen: the fleet still renders its rows.
     c.set_window_size(390, 844).await.unwrap();
