@@ -329,6 +329,7 @@ async function loopTab(panel, id, base) {
   const transcript = h('div', { class: 'transcript', id: 'transcript', 'aria-live': 'polite', 'aria-label': 'Loop transcript' });
   const pending = h('div', { id: 'pending' });
   const usage = h('p', { class: 'muted', id: 'turn-usage' });
+  const timing = h('p', { class: 'muted', id: 'turn-timing', 'aria-live': 'polite' });
   const input = h('textarea', { id: 'chat-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter sends)' });
   const send = h('button', { class: 'primary', type: 'submit', id: 'chat-send' }, 'Send');
   const abort = h('button', { type: 'button', id: 'chat-abort', class: 'danger', onclick: async () => {
@@ -347,9 +348,26 @@ async function loopTab(panel, id, base) {
   } }, h('label', {}, 'Message', input), h('div', { class: 'row' }, send, abort));
   input.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) form.requestSubmit(); });
   const diffBox = h('div', { id: 'loop-diff' });
-  panel.append(transcript, usage, pending, form, diffBox);
+  panel.append(transcript, usage, timing, pending, form, diffBox);
 
   let streaming = null;
+  // Beyond the reference: where a turn's time went, from the executor's state changes as the
+  // daemon stamped them (model = waiting on the provider, tools = running calls, owner =
+  // waiting for an approval or an answer).
+  const clock = {
+    last: null, state: null, spent: {},
+    step(frame) {
+      if (this.last !== null && this.state) this.spent[this.state] = (this.spent[this.state] || 0) + (frame.t - this.last);
+      this.last = frame.t;
+      this.state = frame.state;
+      if (frame.state !== 'Idle') return;
+      const part = (name, keys) => `${name} ${keys.reduce((sum, k) => sum + (this.spent[k] || 0), 0)} ms`;
+      const known = ['Thinking', 'ToolUse', 'AwaitingApproval', 'AwaitingAsk'];
+      const other = Object.entries(this.spent).filter(([k]) => !known.includes(k)).reduce((sum, [, v]) => sum + v, 0);
+      timing.textContent = `last turn: ${part('model', ['Thinking'])} · ${part('tools', ['ToolUse'])} · ${part('owner', ['AwaitingApproval', 'AwaitingAsk'])} · runtime ${other} ms`;
+      this.last = null; this.state = null; this.spent = {};
+    },
+  };
   const reload = async () => {
     const r = await api('GET', `${base}/chat?limit=200`);
     if (!r.ok) { transcript.append(h('p', { class: 'error', text: errorText(r) })); return; }
@@ -382,6 +400,7 @@ async function loopTab(panel, id, base) {
       } else if (frame.kind === 'reply' && frame.usage) {
         usage.textContent = `last reply: ${tokenText(frame.usage, frame.model)}`;
       } else if (frame.kind === 'state') {
+        clock.step(frame);
         const badge = document.getElementById('agent-state');
         if (badge) badge.replaceChildren(stateBadge(frame.state.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase()));
         if (frame.state === 'Idle') laterReload();

@@ -287,6 +287,12 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
         "document.querySelector('#transcript').textContent.includes('streamed a few characters at a time.')",
     )
     .await;
+    until(
+        &c,
+        "the turn's time breakdown",
+        "document.querySelector('#turn-timing').textContent.includes('model ')",
+    )
+    .await;
     shot(&c, &shots, "2-chat-streamed").await;
 
     // Approval: the restricted call waits; the owner approves it inline.
