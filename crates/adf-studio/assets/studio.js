@@ -70,10 +70,11 @@ function when(ms) {
   const n = typeof ms === 'number' ? ms : Date.parse(ms);
   if (!n) return String(ms);
   const age = Date.now() - n;
-  if (age < 60000) return `${Math.max(0, Math.round(age / 1000))} s ago`;
-  if (age < 3600000) return `${Math.round(age / 60000)} min ago`;
-  if (age < 86400000) return `${Math.round(age / 3600000)} h ago`;
-  return new Date(n).toISOString().slice(0, 16).replace('T', ' ');
+  const span = Math.abs(age);
+  const words = span < 60000 ? `${Math.round(span / 1000)} s` : span < 3600000 ? `${Math.round(span / 60000)} min`
+    : span < 86400000 ? `${Math.round(span / 3600000)} h` : null;
+  if (!words) return new Date(n).toISOString().slice(0, 16).replace('T', ' ');
+  return age >= 0 ? `${words} ago` : `in ${words}`;
 }
 
 function json(value) { return JSON.stringify(value, null, 2); }
@@ -705,11 +706,31 @@ async function timersTab(panel, id, base) {
       h('td', {}, h('button', { class: 'danger', onclick: async () => {
         const d = await api('DELETE', `${base}/timers/${encodeURIComponent(t.id)}`);
         if (!d.ok) return toast(errorText(d), true);
-        panel.replaceChildren(); timersTab(panel, id, base);
+        clear(panel); timersTab(panel, id, base);
       } }, 'Delete'))));
   }
   table.append(body);
   if (timers.length) panel.append(table);
+  // A new timer: the daemon resolves and validates the schedule; its refusal is shown here.
+  const mode = h('select', { id: 'timer-mode' }, [['once_delay', 'once, after a delay (ms)'], ['interval', 'every N ms'],
+    ['cron', 'cron expression'], ['once_at', 'once, at (epoch ms)']].map(([v, t]) => h('option', { value: v }, t)));
+  const value = h('input', { type: 'text', id: 'timer-value', required: true });
+  const payload = h('input', { type: 'text', id: 'timer-payload' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'timer-error' });
+  panel.append(h('form', { class: 'card', onsubmit: async (e) => {
+    e.preventDefault();
+    error.textContent = '';
+    const key = { once_delay: 'delay_ms', interval: 'every_ms', cron: 'cron', once_at: 'at' }[mode.value];
+    const raw = value.value.trim();
+    const body = { mode: mode.value, [key]: key === 'cron' ? raw : Number(raw) };
+    if (key !== 'cron' && !Number.isFinite(body[key])) { error.textContent = 'the value must be a number of milliseconds'; return; }
+    if (payload.value.trim()) body.payload = payload.value.trim();
+    const r = await api('POST', `${base}/timers`, body);
+    if (!r.ok) { error.textContent = errorText(r); return; }
+    toast('timer added');
+    clear(panel); timersTab(panel, id, base);
+  } }, h('h3', { text: 'Add a timer' }), h('div', { class: 'row' }, h('label', {}, 'When', mode), h('label', {}, 'Value', value),
+    h('label', {}, 'Payload (optional)', payload), h('button', { type: 'submit' }, 'Add timer')), error));
 }
 
 async function tasksTab(panel, id, base) {

@@ -456,6 +456,60 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
         "the refused config is not stored"
     );
 
+    // Timers: one added from the form is stored; a bad schedule is refused inline.
+    c.goto(&format!("{base}/#/agent/{}/timers", agent.id))
+        .await
+        .unwrap();
+    css(&c, "#timer-value")
+        .await
+        .send_keys("not a number")
+        .await
+        .unwrap();
+    css(&c, "#timer-value")
+        .await
+        .send_keys("\u{E007}")
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the timer error",
+        "document.querySelector('#timer-error').textContent.includes('milliseconds')",
+    )
+    .await;
+    let value = css(&c, "#timer-value").await;
+    value.clear().await.unwrap();
+    value.send_keys("3600000").await.unwrap();
+    css(&c, "#timer-payload")
+        .await
+        .send_keys("hourly check")
+        .await
+        .unwrap();
+    css(&c, "#timer-value")
+        .await
+        .send_keys("\u{E007}")
+        .await
+        .unwrap();
+    wait_for("the stored timer", || async {
+        h.client
+            .get(&format!("/agents/{}/timers", agent.id))
+            .await
+            .is_ok_and(|t| t["timers"].as_array().is_some_and(|list| list.len() == 1))
+    })
+    .await;
+    until(
+        &c,
+        "the timer row",
+        "document.querySelectorAll('main table tbody tr').length === 1",
+    )
+    .await;
+    until(
+        &c,
+        "the next fire, in the future",
+        "/in \\d+ min/.test(document.querySelector('main table tbody tr').textContent)",
+    )
+    .await;
+    shot(&c, &shots, "6c-timers").await;
+
     // Events: an event published while the tab is open appears in it.
     c.goto(&format!("{base}/#/agent/{}/events", agent.id))
         .await
