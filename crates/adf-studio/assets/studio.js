@@ -296,6 +296,7 @@ async function agentView(main, id, tab) {
   // The display state lives in the daemon's memory; the fleet row carries it.
   const row = await api('GET', `/studio/api/fleet?q=${encodeURIComponent(s.id)}&limit=1`);
   const display = row.ok && row.data.agents[0] ? row.data.agents[0].state : 'idle';
+  s.display = display;
   const title = s.handle || s.name || s.id;
   document.title = `${title} — ADF Studio`;
   const badge = h('span', { id: 'agent-state' }, stateBadge(s.runtimeState === 'idle' ? display : s.runtimeState));
@@ -326,11 +327,21 @@ async function agentView(main, id, tab) {
 
 // ---- loop: transcript, live stream, approvals, asks, chat
 
-async function loopTab(panel, id, base) {
+async function loopTab(panel, id, base, status) {
   const transcript = h('div', { class: 'transcript', id: 'transcript', 'aria-live': 'polite', 'aria-label': 'Loop transcript' });
   const pending = h('div', { id: 'pending' });
   const usage = h('p', { class: 'muted', id: 'turn-usage' });
   const timing = h('p', { class: 'muted', id: 'turn-timing', 'aria-live': 'polite' });
+  // The context window's fill: the last request's prompt against the loop's compaction
+  // threshold (`context.compact_threshold`, the executor's 100,000 when unset).
+  const fill = h('meter', { id: 'context-fill', min: '0', max: '1', value: '0', 'aria-label': 'Context window fill' });
+  const fillText = h('span', { class: 'muted', id: 'context-fill-text' });
+  const cfg = await api('GET', `${base}/config`);
+  const threshold = (cfg.ok && (cfg.data.config || cfg.data).context && (cfg.data.config || cfg.data).context.compact_threshold) || 100000;
+  const showFill = (prompt) => {
+    fill.value = Math.min(1, prompt / threshold);
+    fillText.textContent = ` context: ${prompt.toLocaleString('en')} of ${threshold.toLocaleString('en')} tokens before compaction (${Math.round(100 * prompt / threshold)}%)`;
+  };
   const input = h('textarea', { id: 'chat-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter sends)' });
   const send = h('button', { class: 'primary', type: 'submit', id: 'chat-send' }, 'Send');
   const abort = h('button', { type: 'button', id: 'chat-abort', class: 'danger', onclick: async () => {
@@ -349,7 +360,7 @@ async function loopTab(panel, id, base) {
   } }, h('label', {}, 'Message', input), h('div', { class: 'row' }, send, abort));
   input.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) form.requestSubmit(); });
   const diffBox = h('div', { id: 'loop-diff' });
-  panel.append(transcript, usage, timing, pending, form, diffBox);
+  panel.append(transcript, usage, h('p', {}, fill, fillText), timing, pending, form, diffBox);
 
   let streaming = null;
   // Beyond the reference: where a turn's time went, from the executor's state changes as the
@@ -374,7 +385,11 @@ async function loopTab(panel, id, base) {
     if (!r.ok) { transcript.append(h('p', { class: 'error', text: errorText(r) })); return; }
     clear(transcript);
     streaming = null;
-    renderTranscript(transcript, r.data.chatHistory.uiLog, usage);
+    const last = renderTranscript(transcript, r.data.chatHistory.uiLog, usage);
+    if (last) {
+      const t = typeof last === 'string' ? JSON.parse(last) : last;
+      showFill((t.input ?? t.input_tokens ?? 0) + (t.cache_read ?? 0) + (t.cache_write ?? 0));
+    }
     transcript.scrollTop = transcript.scrollHeight;
     renderDiffPicker(diffBox, r.data.chatHistory.uiLog);
   };
@@ -400,10 +415,13 @@ async function loopTab(panel, id, base) {
         transcript.append(fold(`${frame.is_error ? 'tool error' : 'tool result'}: ${frame.name}`, frame.text, 'tool_result'));
       } else if (frame.kind === 'reply' && frame.usage) {
         usage.textContent = `last reply: ${tokenText(frame.usage, frame.model)}`;
+        showFill((frame.usage.input || 0) + (frame.usage.cache_read || 0) + (frame.usage.cache_write || 0));
       } else if (frame.kind === 'state') {
         clock.step(frame);
         const badge = document.getElementById('agent-state');
-        if (badge) badge.replaceChildren(stateBadge(frame.state.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase()));
+        // Idle is the executor's rest; the badge then shows the agent's display state.
+        const shown = frame.state === 'Idle' ? status.display : frame.state.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
+        if (badge) badge.replaceChildren(stateBadge(shown));
         if (frame.state === 'Idle') laterReload();
         reloadPending();
       }
@@ -439,6 +457,7 @@ function renderTranscript(box, log, usageLine) {
     }
   }
   usageLine.textContent = lastTokens ? `last turn: ${tokenText(lastTokens)}` : '';
+  return lastTokens;
 }
 
 function tokenText(tokens, model) {

@@ -293,6 +293,18 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
         "document.querySelector('#turn-timing').textContent.includes('model ')",
     )
     .await;
+    until(
+        &c,
+        "the context fill",
+        "document.querySelector('#context-fill-text').textContent.includes('of 100,000 tokens before compaction')",
+    )
+    .await;
+    until(
+        &c,
+        "the display state back on the badge",
+        "document.querySelector('#agent-state').textContent === 'active'",
+    )
+    .await;
     shot(&c, &shots, "2-chat-streamed").await;
 
     // Approval: the restricted call waits; the owner approves it inline.
