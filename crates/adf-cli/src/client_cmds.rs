@@ -1,7 +1,8 @@
 //! `adf daemon` and the commands that talk to a running daemon (the reference CLI's names and
 //! output): `agents`, `status`, `start`, `stop`, `load`, `file`, `task`, `events`, and — when
 //! their first argument is not an existing file — `files`, `inbox`, `outbox`, `timers`,
-//! `tasks`, `logs`, `approve`, `deny`, `config`.
+//! `tasks`, `logs`, `approve`, `deny`, `config`; and `studio`, which finds (or starts) the
+//! daemon and opens the Studio page with the one-time login link.
 //!
 //! Several names are shared with the file commands (`adf files agent.adf` reads the file
 //! directly). The argument decides: a path that exists is a file command; anything else is
@@ -77,6 +78,15 @@ pub(crate) enum ClientCommand {
         /// needs a new review.
         #[arg(long)]
         accept: bool,
+    },
+    /// Open the Studio, the web page for watching, steering and editing your agents: finds
+    /// the daemon at --url / ADF_DAEMON_URL (starting one in the background on a loopback
+    /// URL when none answers) and opens the browser with the one-time login link.
+    Studio {
+        /// Print the login link instead of opening a browser (headless machines, scripts).
+        /// The link carries the daemon's token: treat it as a secret.
+        #[arg(long)]
+        no_open: bool,
     },
     /// List the agents loaded in the daemon.
     Agents,
@@ -302,6 +312,7 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
             };
             daemon(&host, port, &access, &agents, &track, max_depth)
         }
+        ClientCommand::Studio { no_open } => studio(url, no_open),
         ClientCommand::Bench(BenchCommand::Idle { agents, dir }) => bench_idle(agents, dir, out),
         ClientCommand::Bench(BenchCommand::Turns {
             agents,
@@ -557,7 +568,7 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
             say!("{}", serde_json::to_string_pretty(&body)?);
         }
         ClientCommand::Events { agent } => follow_events(client, agent, out).await?,
-        ClientCommand::Daemon { .. } | ClientCommand::Bench(_) => {}
+        ClientCommand::Daemon { .. } | ClientCommand::Studio { .. } | ClientCommand::Bench(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -808,6 +819,125 @@ fn daemon(
         server.shutdown().await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// How long `adf studio` waits for a daemon it started to answer.
+const STUDIO_START_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `adf studio`: find or start the daemon, then hand the browser the login link.
+fn studio(url: Option<&str>, no_open: bool) -> Result<ExitCode> {
+    let base = url.unwrap_or(DEFAULT_URL).trim_end_matches('/').to_owned();
+    let rt = runtime()?;
+    let answers = |base: &str| -> Result<bool> {
+        let probe = Client::new(base, None)?;
+        Ok(rt.block_on(async { probe.get("/health").await.is_ok() }))
+    };
+    if !answers(&base)? {
+        let (host, port) = loopback_host_port(&base).with_context(|| {
+            format!("no daemon answers at {base}, and `adf studio` starts one only on a loopback URL such as {DEFAULT_URL}")
+        })?;
+        let (pid, log) = start_background_daemon(&host, port)?;
+        let deadline = std::time::Instant::now() + STUDIO_START_WAIT;
+        while !answers(&base)? {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!(
+                    "started a daemon for {base}, but it did not answer within {} s; see {}",
+                    STUDIO_START_WAIT.as_secs(),
+                    log.display()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!(
+            "started adf daemon (pid {pid}) at {base}; it keeps running (log: {})",
+            log.display()
+        );
+    }
+    let home = RuntimeHome::from_env().ok();
+    let token = adf_server::client::token_for(
+        &base,
+        home.as_ref(),
+        std::env::var(adf_server::token::TOKEN_ENV).ok(),
+    )
+    .with_context(|| {
+        format!("no token for the daemon at {base}: set ADF_DAEMON_TOKEN to the token it prints")
+    })?;
+    // Check the token before handing it to a browser, so a wrong one is a clear error here.
+    let checked = Client::new(&base, Some(token.clone()))?;
+    rt.block_on(async { checked.get("/agents").await })
+        .with_context(|| format!("the daemon at {base} refused this token"))?;
+    let link = format!("{base}/login?token={}", encode(&token));
+    if no_open {
+        say!("{link}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match open_browser(&link) {
+        Ok(()) => eprintln!("opened the Studio at {base} in your browser"),
+        Err(error) => {
+            eprintln!("cannot open a browser ({error:#}); open this link yourself:");
+            say!("{link}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The host and port of a loopback `http://` URL (the only kind `adf studio` starts a
+/// daemon for).
+fn loopback_host_port(base: &str) -> Option<(String, u16)> {
+    let authority = base.strip_prefix("http://")?.split('/').next()?;
+    let (host, port) = authority.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    serve::is_loopback(host).then(|| Some((host.to_owned(), port.parse().ok()?)))?
+}
+
+/// Starts `adf daemon --host HOST --port PORT` in its own process group (so closing this
+/// terminal's foreground job does not stop it), its output appended to
+/// `$ADF_HOME/studio-daemon.log`; returns its process id and the log's path.
+fn start_background_daemon(host: &str, port: u16) -> Result<(u32, PathBuf)> {
+    use std::os::unix::process::CommandExt as _;
+    let home = RuntimeHome::from_env()?;
+    std::fs::create_dir_all(home.dir())
+        .with_context(|| format!("cannot create {}", home.dir().display()))?;
+    let log_path = home.dir().join("studio-daemon.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("cannot find the adf binary to start the daemon")?;
+    let child = std::process::Command::new(exe)
+        .args(["daemon", "--host", host, "--port", &port.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the daemon")?;
+    Ok((child.id(), log_path))
+}
+
+/// Opens `link` with `$BROWSER`, else the desktop's opener.
+fn open_browser(link: &str) -> Result<()> {
+    let opener = std::env::var("BROWSER")
+        .ok()
+        .filter(|b| !b.trim().is_empty())
+        .unwrap_or_else(|| {
+            if cfg!(target_os = "macos") {
+                "open"
+            } else {
+                "xdg-open"
+            }
+            .to_owned()
+        });
+    let status = std::process::Command::new(&opener)
+        .arg(link)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("cannot run {opener}"))?;
+    anyhow::ensure!(status.success(), "{opener} exited with {status}");
+    Ok(())
 }
 
 fn bench_idle(count: usize, dir: Option<PathBuf>, out: Output) -> Result<ExitCode> {

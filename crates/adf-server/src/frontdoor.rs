@@ -396,6 +396,9 @@ pub(crate) async fn front_door(
         return next.run(request).await;
     }
     if !gate.insecure_loopback && !gate.authorized(request.headers()) {
+        if method == Method::GET && wants_html(request.headers()) {
+            return login_needed_page();
+        }
         return (
             StatusCode::UNAUTHORIZED,
             axum::Json(json!({
@@ -412,6 +415,27 @@ pub(crate) async fn front_door(
         );
     }
     next.run(request).await
+}
+
+/// A browser asking for a page (the Studio at `/`) rather than an API client.
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"))
+}
+
+/// The 401 a browser gets without a session: how to log in, in words (no token, no script).
+fn login_needed_page() -> Response {
+    const PAGE: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ADF Studio: log in</title></head>\
+<body><h1>ADF Studio</h1><p>This browser has no session with this daemon. Run <code>adf studio</code> \
+(or <code>adf studio --no-open</code> and open the link it prints): the one-time login link sets the session.</p></body></html>";
+    let mut response = (StatusCode::UNAUTHORIZED, PAGE).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
 }
 
 /// `GET /login?token=…`: exchanges the token for the `adf_session` cookie (HttpOnly,

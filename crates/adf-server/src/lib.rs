@@ -31,6 +31,8 @@
 //! - [`taps`]: umbilical taps (§5.24) and `emit_event`'s `custom.*` events on the bus.
 //! - [`mesh`]: agent-to-agent delivery between hosted agents and the public mesh routes
 //!   (`inbox`, `card`, `health`); arrivals raise `on_inbox` through the trigger sweep.
+//! - [`live`]: each agent's live feed of its turns (streaming text, tool calls) for the
+//!   Studio, whose page `adf-studio` serves at `/` (`api/studio.rs` has its own routes).
 //! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn
 //!   waits for (answered over HTTP without the agent's worker), abort, suspend answers.
 //!
@@ -48,6 +50,7 @@ pub mod frontdoor;
 pub mod hil;
 mod hub;
 mod lambdas;
+pub mod live;
 pub mod memory;
 pub mod mesh;
 pub mod openapi;

@@ -69,6 +69,8 @@ pub struct Agent {
     hil: Hil,
     /// The umbilical taps' queue, buckets and counters (see `taps`).
     taps: crate::taps::Taps,
+    /// Streaming text and tool progress of its turns, for the Studio (see `live`).
+    live: crate::live::LiveFeed,
 }
 
 impl Agent {
@@ -85,6 +87,11 @@ impl Agent {
     /// The agent's turns in flight and the approvals and asks they wait for.
     pub fn hil(&self) -> &Hil {
         &self.hil
+    }
+
+    /// The live feed of its turns (streaming text, tool calls), for the Studio.
+    pub fn live(&self) -> &crate::live::LiveFeed {
+        &self.live
     }
 
     /// The agent's umbilical taps (bounded queue and counters).
@@ -363,6 +370,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         triggers: TriggerQueue::default(),
         hil: Hil::default(),
         taps: crate::taps::Taps::default(),
+        live: crate::live::LiveFeed::default(),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

@@ -326,6 +326,39 @@ impl<'a> Recorder<'a> {
     }
 }
 
+impl Recorder<'_> {
+    /// Forwards the turn's progress to the agent's live feed (the Studio's view of the turn).
+    fn live(&self, event: &TurnEvent<'_>) {
+        let feed = self.owner.scope.agent.live();
+        let loop_name = &self.loop_name;
+        match event {
+            TurnEvent::TextDelta(text) => {
+                feed.publish(|| json!({ "kind": "text", "loop": loop_name, "text": text }));
+            }
+            TurnEvent::ThinkingDelta(text) => {
+                feed.publish(|| json!({ "kind": "thinking", "loop": loop_name, "text": text }));
+            }
+            TurnEvent::ToolCall(call) => feed.publish(|| {
+                json!({ "kind": "tool_call", "loop": loop_name, "id": call.id, "name": call.name, "input": call.input })
+            }),
+            TurnEvent::ToolResult {
+                call,
+                content,
+                is_error,
+            } => feed.publish(|| {
+                json!({ "kind": "tool_result", "loop": loop_name, "id": call.id, "name": call.name, "text": content, "is_error": is_error })
+            }),
+            TurnEvent::Reply(reply) => feed.publish(|| {
+                json!({ "kind": "reply", "loop": loop_name, "model": self.model, "usage": reply.usage })
+            }),
+            TurnEvent::State(state) => feed.publish(|| {
+                json!({ "kind": "state", "loop": loop_name, "state": format!("{state:?}") })
+            }),
+            _ => {}
+        }
+    }
+}
+
 impl TurnHost for Recorder<'_> {
     fn approver(&self) -> &dyn Approver {
         &self.owner
@@ -341,6 +374,7 @@ impl TurnHost for Recorder<'_> {
     }
 
     fn event(&self, event: &TurnEvent<'_>) {
+        self.live(event);
         match event {
             TurnEvent::ToolResult {
                 call,

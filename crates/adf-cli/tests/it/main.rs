@@ -14,4 +14,5 @@ mod egress;
 mod file_commands;
 mod identity_commands;
 mod review_cli;
+mod studio_cli;
 mod tool_commands;

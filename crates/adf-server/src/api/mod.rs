@@ -9,6 +9,7 @@ mod resources;
 mod review;
 mod settings;
 mod sse;
+mod studio;
 
 use std::sync::Arc;
 
@@ -126,6 +127,12 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/suspend/respond",
             post(agents::suspend_respond),
         )
+        // The Studio: its page (adf-studio's embedded assets at `/`) and its own routes.
+        .merge(adf_studio::router())
+        .route("/studio/api/fleet", get(studio::fleet))
+        .route("/studio/api/agents", post(studio::create))
+        .route("/studio/api/agents/{id}/download", get(studio::download))
+        .route("/studio/api/agents/{id}/live", get(studio::live))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -16,6 +16,8 @@ mod loops_daemon;
 mod messaging;
 mod replay;
 mod review;
+mod studio_api;
+mod studio_browser;
 mod taps;
 mod timers;
 mod trigger_sources;

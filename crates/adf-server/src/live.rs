@@ -1,0 +1,57 @@
+//! The live feed of an agent's turns, for the Studio: reply and reasoning text as it streams,
+//! tool calls and their results, token use and executor state — what `GET /events` does not
+//! carry (bus payloads never hold prompt or reply text, and one frame per token would flush
+//! the 1000-frame replay ring and wake every umbilical tap).
+//!
+//! [`LiveFeed`] is a `tokio::sync::broadcast` channel per agent, written from the turn host
+//! (`turns::Recorder`) on the worker thread without waiting, read by
+//! `GET /studio/api/agents/{id}/live`. Nothing is kept: a viewer sees what happens while it
+//! is connected (the transcript, `GET /chat`, has the rest), and a viewer that falls more
+//! than [`LIVE_CAPACITY`] frames behind skips the frames it missed.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+/// Frames buffered per agent for its slowest viewer.
+pub const LIVE_CAPACITY: usize = 1024;
+
+/// One live frame: `kind` (`text`, `thinking`, `tool_call`, `tool_result`, `reply`,
+/// `state`) with its fields, and `t`, the daemon's clock (epoch ms) when the turn host
+/// received it — so a viewer can measure how long the frame took to reach it.
+#[derive(Debug, Clone)]
+pub struct LiveFrame(pub Value);
+
+/// An agent's live feed (see the module docs).
+#[derive(Debug)]
+pub struct LiveFeed {
+    sender: broadcast::Sender<Arc<LiveFrame>>,
+}
+
+impl Default for LiveFeed {
+    fn default() -> Self {
+        let (sender, _) = broadcast::channel(LIVE_CAPACITY);
+        Self { sender }
+    }
+}
+
+impl LiveFeed {
+    /// Sends a frame to the connected viewers; with none it costs one atomic read and the
+    /// frame is not even built (`frame` is called only when someone listens).
+    pub fn publish(&self, frame: impl FnOnce() -> Value) {
+        if self.sender.receiver_count() == 0 {
+            return;
+        }
+        let mut value = frame();
+        if let Some(object) = value.as_object_mut() {
+            object.insert("t".into(), Value::from(adf_store::time::now_ms()));
+        }
+        let _no_viewer_left = self.sender.send(Arc::new(LiveFrame(value)));
+    }
+
+    /// A new viewer, receiving frames published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LiveFrame>> {
+        self.sender.subscribe()
+    }
+}

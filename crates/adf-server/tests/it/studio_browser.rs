@@ -1,0 +1,674 @@
+//! The Studio in a real browser: headless Chromium (Debian's `chromium` and
+//! `chromium-driver`, installed by `scripts/setup.d/40-chromium.sh`) driven over WebDriver
+//! by `fantoccini`, against a daemon on 127.0.0.1 whose agent talks to the testkit's scripted
+//! OpenAI-compatible mock.
+//!
+//! One walk through the page (every screen's form controls must have an accessible name): log in with the one-time link, open the fleet, create an agent,
+//! chat and watch the reply stream in, approve a restricted tool call, answer an ask, edit a
+//! file and a config field (a bad value first, refused inline), and watch an event arrive.
+//! Each screen is saved as a PNG under `$CARGO_TARGET_TMPDIR/studio-screenshots/` (look at
+//! them), with `metrics.json` (first fleet render and streamed-token latencies as the page
+//! measured them).
+//!
+//! Nothing here sleeps to synchronize: every wait polls a condition in the page (or the
+//! daemon) with a generous failure guard, never a timing assumption.
+//!
+//! Set `ADF_SKIP_BROWSER_TESTS=1` to skip on a machine without Chromium; otherwise a missing
+//! chromedriver fails the test with the command that installs it.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use adf_testkit::{MockProvider, Turn, Wire};
+use common::{Harness, model_config, wait_for};
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// How long any one condition in the page may take before the test fails.
+const GUARD: Duration = Duration::from_secs(60);
+
+/// chromedriver on a free loopback port, killed on drop.
+struct Driver {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl Driver {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = tokio::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        wait_for("chromedriver to listen", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        Self { child, url }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+async fn browser(driver: &Driver, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run",
+                "--disable-quic", "--window-size=1280,900",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("chromedriver starts a Chromium session")
+}
+
+/// Polls `script` (a JS expression) in the page until it is truthy.
+async fn until(c: &Client, what: &str, script: &str) {
+    let code = format!("return !!({script});");
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        if c.execute(&code, vec![]).await.unwrap() == Value::Bool(true) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn css(c: &Client, selector: &str) -> fantoccini::elements::Element {
+    c.wait()
+        .at_most(GUARD)
+        .for_element(Locator::Css(selector))
+        .await
+        .unwrap_or_else(|e| panic!("no element {selector}: {e}"))
+}
+
+/// Saves a screenshot of the screen, after checking that every form control on it has an
+/// accessible name (a `<label>`, `aria-label` or `aria-labelledby`).
+async fn shot(c: &Client, dir: &Path, name: &str) {
+    let unlabeled = c
+        .execute(
+            "return [...document.querySelectorAll('input, select, textarea')]
+               .filter(e => e.type !== 'hidden' && !(e.labels && e.labels.length)
+                 && !e.getAttribute('aria-label') && !e.getAttribute('aria-labelledby'))
+               .map(e => e.id || e.outerHTML.slice(0, 80));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        unlabeled,
+        json!([]),
+        "{name}: form controls without a label"
+    );
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+fn screenshot_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("studio-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn chromium_available() -> bool {
+    if std::env::var_os("ADF_SKIP_BROWSER_TESTS").is_some() {
+        eprintln!("ADF_SKIP_BROWSER_TESTS is set: the Studio browser test is skipped");
+        return false;
+    }
+    assert!(
+        Path::new(CHROMEDRIVER).exists() && Path::new(CHROMIUM).exists(),
+        "the Studio browser test needs Debian's chromium and chromium-driver: run scripts/setup.d/40-chromium.sh (or set ADF_SKIP_BROWSER_TESTS=1)"
+    );
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromium() {
+    if !chromium_available() {
+        return;
+    }
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        // Chat 1: a reply streamed in small chunks.
+        Turn::text("Hello from the scripted model, streamed a few characters at a time.")
+            .with_chunk_chars(6),
+        // Chat 2: a restricted call (sys_update_config) waits for the owner's approval.
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "approved in the Studio" }),
+        ),
+        Turn::text("Description updated."),
+        // Chat 3: an ask waits for the owner's answer.
+        Turn::tool_call(
+            "ask",
+            json!({ "question": "Which colour should the report be?" }),
+        ),
+        Turn::text("Teal it is."),
+    ]);
+    let h = Harness::start().await;
+    let shots = screenshot_dir();
+    let driver = Driver::start().await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    let base = h.server.url();
+
+    // Without a session the browser is told how to log in (and gets no page data).
+    c.goto(&format!("{base}/")).await.unwrap();
+    until(
+        &c,
+        "the login hint",
+        "document.body.textContent.includes('adf studio')",
+    )
+    .await;
+    assert!(c.find(Locator::Css("#create-form")).await.is_err());
+
+    // Log in with the one-time link: the cookie is the session from here on.
+    c.goto(&h.server.login_url()).await.unwrap();
+    css(&c, "#create-form").await;
+    assert_eq!(c.current_url().await.unwrap().path(), "/");
+
+    // Fleet: create an agent.
+    css(&c, "#create-name")
+        .await
+        .send_keys("Studio Scout")
+        .await
+        .unwrap();
+    css(&c, "#create-description")
+        .await
+        .send_keys("made in the browser test")
+        .await
+        .unwrap();
+    css(&c, "#create-submit").await.click().await.unwrap();
+    until(
+        &c,
+        "the agent view",
+        "document.querySelector('#chat-input')",
+    )
+    .await;
+    let agent = h.server.daemon.agent("studio-scout").unwrap();
+    assert!(agent.file_path().ends_with("studio-scout.adf"));
+    assert_eq!(agent.info().name, "Studio Scout");
+
+    // Point the new agent at the mock (the provider's URL is the test's, not a page field).
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    for (path, value) in model_config(&mock) {
+        let mut at = &mut config;
+        let keys: Vec<&str> = path.split('.').collect();
+        for key in &keys[..keys.len() - 1] {
+            at = &mut at[*key];
+        }
+        at[keys[keys.len() - 1]] = value;
+    }
+    let (status, body) = h
+        .client
+        .raw(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    // The fleet lists it, with its model.
+    c.goto(&format!("{base}/#/")).await.unwrap();
+    until(
+        &c,
+        "the fleet row",
+        &format!("document.querySelector('tr[data-agent=\"{}\"]')", agent.id),
+    )
+    .await;
+    until(
+        &c,
+        "the model in the row",
+        "document.querySelector('#fleet tbody').textContent.includes('mock-model')",
+    )
+    .await;
+    shot(&c, &shots, "1-fleet").await;
+
+    // Chat: the reply streams into the page through the live feed.
+    c.goto(&format!("{base}/#/agent/{}/loop", agent.id))
+        .await
+        .unwrap();
+    until(&c, "the live feed to connect", "window.studioMetrics.connected['/studio/api/agents/' + location.hash.split('/')[2] + '/live']").await;
+    css(&c, "#chat-input")
+        .await
+        .send_keys("hello")
+        .await
+        .unwrap();
+    css(&c, "#chat-send").await.click().await.unwrap();
+    until(
+        &c,
+        "streamed text",
+        "window.studioMetrics.tokenLatencies.length > 1",
+    )
+    .await;
+    until(
+        &c,
+        "the whole reply",
+        "document.querySelector('#transcript').textContent.includes('streamed a few characters at a time.')",
+    )
+    .await;
+    until(
+        &c,
+        "the turn's time breakdown",
+        "document.querySelector('#turn-timing').textContent.includes('model ')",
+    )
+    .await;
+    until(
+        &c,
+        "the context fill",
+        "document.querySelector('#context-fill-text').textContent.includes('of 100,000 tokens before compaction')",
+    )
+    .await;
+    until(
+        &c,
+        "the display state back on the badge",
+        "document.querySelector('#agent-state').textContent === 'active'",
+    )
+    .await;
+    shot(&c, &shots, "2-chat-streamed").await;
+
+    // Approval: the restricted call waits; the owner approves it inline.
+    css(&c, "#chat-input")
+        .await
+        .send_keys("update your description")
+        .await
+        .unwrap();
+    css(&c, "#chat-send").await.click().await.unwrap();
+    let approve = css(&c, "button[data-approve]").await;
+    assert!(
+        css(&c, "#pending")
+            .await
+            .text()
+            .await
+            .unwrap()
+            .contains("sys_update_config"),
+        "the approval names the tool"
+    );
+    shot(&c, &shots, "3-approval").await;
+    approve.click().await.unwrap();
+    until(
+        &c,
+        "the reply after approval",
+        "document.querySelector('#transcript').textContent.includes('Description updated.')",
+    )
+    .await;
+    let described = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap();
+    assert_eq!(described["config"]["description"], "approved in the Studio");
+
+    // Ask: answered inline; the model reads the answer.
+    css(&c, "#chat-input")
+        .await
+        .send_keys("make the report")
+        .await
+        .unwrap();
+    css(&c, "#chat-send").await.click().await.unwrap();
+    let answer = css(&c, "input[data-ask-input]").await;
+    assert!(
+        css(&c, "#pending")
+            .await
+            .text()
+            .await
+            .unwrap()
+            .contains("Which colour should the report be?")
+    );
+    answer.send_keys("teal, please").await.unwrap();
+    shot(&c, &shots, "4-ask").await;
+    css(&c, "form[data-ask] button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the reply after the answer",
+        "document.querySelector('#transcript').textContent.includes('Teal it is.')",
+    )
+    .await;
+    let sent = mock.last_request().unwrap().body.to_string();
+    assert!(
+        sent.contains("teal, please"),
+        "the model read the owner's answer"
+    );
+    assert_eq!(mock.remaining(), 0, "every scripted turn was used");
+
+    // Files: open one, edit it, save; the daemon stores the new text.
+    c.goto(&format!("{base}/#/agent/{}/files", agent.id))
+        .await
+        .unwrap();
+    css(&c, "button[data-path=\"mind.md\"]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let text = css(&c, "#file-text").await;
+    text.clear().await.unwrap();
+    text.send_keys("# Notes\nEdited in the Studio.\n")
+        .await
+        .unwrap();
+    css(&c, "#file-save").await.click().await.unwrap();
+    wait_for("the edited file", || async {
+        h.client
+            .get(&format!("/agents/{}/files/content?path=mind.md", agent.id))
+            .await
+            .is_ok_and(|f| f["content"] == "# Notes\nEdited in the Studio.\n")
+    })
+    .await;
+    shot(&c, &shots, "5-files").await;
+
+    // Config: a bad temperature is refused inline and not saved; a good one is saved.
+    c.goto(&format!("{base}/#/agent/{}/config", agent.id))
+        .await
+        .unwrap();
+    let temperature = css(&c, "#cfg-model-temperature").await;
+    temperature.clear().await.unwrap();
+    temperature.send_keys("7").await.unwrap();
+    css(&c, "#config-save").await.click().await.unwrap();
+    until(
+        &c,
+        "the inline error",
+        "document.querySelector('#cfg-model-temperature-error').textContent.includes('0 to 2')",
+    )
+    .await;
+    assert_eq!(
+        temperature.attr("aria-invalid").await.unwrap().as_deref(),
+        Some("true")
+    );
+    shot(&c, &shots, "6-config-error").await;
+    let stored = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap();
+    assert_ne!(stored["config"]["model"]["temperature"], json!(7));
+    temperature.clear().await.unwrap();
+    temperature.send_keys("0.3").await.unwrap();
+    css(&c, "#config-save").await.click().await.unwrap();
+    wait_for("the saved temperature", || async {
+        h.client
+            .get(&format!("/agents/{}/config", agent.id))
+            .await
+            .is_ok_and(|c| c["config"]["model"]["temperature"] == json!(0.3))
+    })
+    .await;
+
+    // The raw JSON view: a value the store's validation refuses is shown, nothing is saved.
+    css(&c, "#config-raw-box summary")
+        .await
+        .click()
+        .await
+        .unwrap();
+    c.execute(
+        "const raw = document.querySelector('#config-raw');
+         const config = JSON.parse(raw.value);
+         config.state = 'sleepy';
+         raw.value = JSON.stringify(config, null, 2);",
+        vec![],
+    )
+    .await
+    .unwrap();
+    css(&c, "#config-raw-save").await.click().await.unwrap();
+    until(
+        &c,
+        "the store's validation error",
+        "document.querySelector('#config-raw-error').textContent.includes('state')",
+    )
+    .await;
+    shot(&c, &shots, "6b-config-raw-error").await;
+    let stored = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored["config"]["state"], "active",
+        "the refused config is not stored"
+    );
+
+    // Timers: one added from the form is stored; a bad schedule is refused inline.
+    c.goto(&format!("{base}/#/agent/{}/timers", agent.id))
+        .await
+        .unwrap();
+    css(&c, "#timer-value")
+        .await
+        .send_keys("not a number")
+        .await
+        .unwrap();
+    css(&c, "#timer-value")
+        .await
+        .send_keys("\u{E007}")
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the timer error",
+        "document.querySelector('#timer-error').textContent.includes('milliseconds')",
+    )
+    .await;
+    let value = css(&c, "#timer-value").await;
+    value.clear().await.unwrap();
+    value.send_keys("3600000").await.unwrap();
+    css(&c, "#timer-payload")
+        .await
+        .send_keys("hourly check")
+        .await
+        .unwrap();
+    css(&c, "#timer-value")
+        .await
+        .send_keys("\u{E007}")
+        .await
+        .unwrap();
+    wait_for("the stored timer", || async {
+        h.client
+            .get(&format!("/agents/{}/timers", agent.id))
+            .await
+            .is_ok_and(|t| t["timers"].as_array().is_some_and(|list| list.len() == 1))
+    })
+    .await;
+    until(
+        &c,
+        "the timer row",
+        "document.querySelectorAll('main table tbody tr').length === 1",
+    )
+    .await;
+    until(
+        &c,
+        "the next fire, in the future",
+        "/in \\d+ min/.test(document.querySelector('main table tbody tr').textContent)",
+    )
+    .await;
+    shot(&c, &shots, "6c-timers").await;
+
+    // Events: an event published while the tab is open appears in it.
+    c.goto(&format!("{base}/#/agent/{}/events", agent.id))
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the event stream",
+        "window.studioMetrics.connected['/events']",
+    )
+    .await;
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=notes/arrived.md", agent.id),
+            Some(&json!({ "content": "hello" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    until(
+        &c,
+        "the file.written event",
+        "[...document.querySelectorAll('#event-list li[data-event=\"file.written\"]')].some(li => li.textContent.includes('notes/arrived.md'))",
+    )
+    .await;
+    // Any event name, an agent's own `custom.*` ones included.
+    h.server
+        .daemon
+        .emit(
+            &agent,
+            "custom.studio_probe",
+            "system:test",
+            json!({ "n": 1 }),
+        )
+        .await;
+    until(
+        &c,
+        "the custom event",
+        "document.querySelector('#event-list li[data-event=\"custom.studio_probe\"]')",
+    )
+    .await;
+    shot(&c, &shots, "7-events").await;
+
+    // Runtime settings: each section shows the daemon's answer or says plainly that the
+    // route is not there yet (never an invented value).
+    c.goto(&format!("{base}/#/runtime")).await.unwrap();
+    until(
+        &c,
+        "the runtime sections",
+        "document.querySelectorAll('main section.card').length === 6",
+    )
+    .await;
+    let sections = c
+        .execute(
+            "return [...document.querySelectorAll('main section.card')].map(s => !!(s.querySelector('[data-not-available]') || s.querySelector('pre.json')))",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(sections, json!([true, true, true, true, true, true]));
+    shot(&c, &shots, "7b-runtime").await;
+
+    // Narrow screen: the fleet still renders its rows.
+    c.set_window_size(390, 844).await.unwrap();
+    c.goto(&format!("{base}/#/")).await.unwrap();
+    until(
+        &c,
+        "the narrow fleet",
+        &format!("document.querySelector('tr[data-agent=\"{}\"]')", agent.id),
+    )
+    .await;
+    shot(&c, &shots, "8-fleet-narrow").await;
+
+    let metrics = c
+        .execute("return window.studioMetrics", vec![])
+        .await
+        .unwrap();
+    std::fs::write(
+        shots.join("metrics.json"),
+        serde_json::to_string_pretty(&metrics).unwrap(),
+    )
+    .unwrap();
+    eprintln!("screenshots and metrics in {}", shots.display());
+    c.close().await.unwrap();
+    h.stop().await;
+}
+
+/// Measures (does not judge) the Studio's first paint of the fleet with 1,000 loaded agents:
+/// five fresh loads of `/`, each reporting `first-contentful-paint` and the moment the
+/// first fleet page was rendered (`studioMetrics.fleetRenderedMs`, from navigation start).
+/// Ignored by default (it creates 1,000 files); run it with
+/// `cargo test -p adf-server --test it studio_first_paint -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for BENCHMARKS.md, not a check"]
+async fn studio_first_paint_with_1000_agents() {
+    if !chromium_available() {
+        return;
+    }
+    let h = Harness::start().await;
+    for n in 0..1000 {
+        let path = common::agent_file(h.dir.path(), &format!("agent-{n:04}"), &[], &[]);
+        h.server.daemon.load(&path).await.unwrap();
+    }
+    assert_eq!(h.server.daemon.agents().len(), 1000);
+    let driver = Driver::start().await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    c.goto(&h.server.login_url()).await.unwrap();
+    css(&c, "#fleet tbody tr").await;
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        c.goto(&format!("{}/?fresh={}", h.server.url(), samples.len()))
+            .await
+            .unwrap();
+        until(
+            &c,
+            "the fleet page",
+            "window.studioMetrics && window.studioMetrics.fleetRenderedMs !== null",
+        )
+        .await;
+        let rows = c
+            .execute(
+                "return document.querySelectorAll('#fleet tbody tr').length",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows, json!(50), "one page of 50 rows");
+        let sample = c
+            .execute(
+                "const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+                 return { fcp: fcp ? fcp.startTime : null, fleet: window.studioMetrics.fleetRenderedMs };",
+                vec![],
+            )
+            .await
+            .unwrap();
+        samples.push(sample);
+    }
+    eprintln!("first paint with 1000 agents (ms from navigation start): {samples:?}");
+    let shots = screenshot_dir();
+    std::fs::write(
+        shots.join("first-paint-1000.json"),
+        serde_json::to_string_pretty(&samples).unwrap(),
+    )
+    .unwrap();
+    shot(&c, &shots, "9-fleet-1000").await;
+    c.close().await.unwrap();
+    h.stop().await;
+}

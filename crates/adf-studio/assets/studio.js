@@ -1,0 +1,888 @@
+// ADF Studio: a small page over the daemon's JSON API and its event streams.
+// Every string that comes from an agent is placed with textContent (never parsed as HTML).
+'use strict';
+
+const PAGE = 50;
+const metrics = { fleetRenderedMs: null, tokenLatencies: [], connected: {} };
+window.studioMetrics = metrics;
+
+// ------------------------------------------------------------------ helpers
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === 'text') el.textContent = value;
+    else if (key === 'class') el.className = value;
+    else if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+    else if (key in el && typeof value !== 'string') el[key] = value;
+    else el.setAttribute(key, value === true ? '' : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); return el; }
+
+function toast(message, bad) {
+  const box = document.getElementById('toast');
+  const item = h('div', { class: bad ? 'bad' : '', text: message });
+  box.append(item);
+  setTimeout(() => item.remove(), bad ? 8000 : 2500);
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: 'same-origin', headers: { Accept: 'application/json' } };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (e) {
+    return { ok: false, status: 0, data: { error: 'the daemon is not reachable' } };
+  }
+  let data = null;
+  const type = response.headers.get('content-type') || '';
+  if (type.includes('json')) data = await response.json().catch(() => null);
+  else data = { text: await response.text() };
+  if (response.status === 401) showLoggedOut();
+  return { ok: response.ok, status: response.status, data };
+}
+
+function errorText(result) {
+  const d = result.data || {};
+  return d.error && d.message ? `${d.error}: ${d.message}` : (d.error || d.message || d.text || `HTTP ${result.status}`);
+}
+
+// A route the daemon does not serve yet: said plainly, never faked.
+function notYet(what, path) {
+  return h('p', { class: 'notyet', 'data-not-available': path },
+    `${what}: not available yet — this daemon does not serve ${path} yet.`);
+}
+
+function when(ms) {
+  if (!ms) return '—';
+  const n = typeof ms === 'number' ? ms : Date.parse(ms);
+  if (!n) return String(ms);
+  const age = Date.now() - n;
+  const span = Math.abs(age);
+  const words = span < 60000 ? `${Math.round(span / 1000)} s` : span < 3600000 ? `${Math.round(span / 60000)} min`
+    : span < 86400000 ? `${Math.round(span / 3600000)} h` : null;
+  if (!words) return new Date(n).toISOString().slice(0, 16).replace('T', ' ');
+  return age >= 0 ? `${words} ago` : `in ${words}`;
+}
+
+function json(value) { return JSON.stringify(value, null, 2); }
+
+function stateBadge(state) {
+  const tone = { active: 'ok', idle: '', hibernate: 'warn', suspended: 'bad', off: 'bad',
+    thinking: 'ok', awaiting_approval: 'warn', awaiting_ask: 'warn', busy: 'warn' }[state] || '';
+  return h('span', { class: `badge ${tone}`, text: state || '—' });
+}
+
+let loggedOut = false;
+function showLoggedOut() {
+  if (loggedOut) return;
+  loggedOut = true;
+  const main = clear(document.getElementById('main'));
+  main.append(h('h2', { text: 'Not logged in' }),
+    h('p', { text: 'Open the one-time login link that `adf studio` (or `adf daemon`) prints; it sets this browser\'s session.' }));
+}
+
+// ------------------------------------------------------------------ event streams
+
+// One EventSource per purpose; closed when the view changes.
+let streams = [];
+function stream(path, handlers) {
+  const source = new EventSource(path, { withCredentials: true });
+  const conn = document.getElementById('conn');
+  source.onopen = () => { conn.textContent = 'live'; conn.className = 'conn live'; metrics.connected[path.split('?')[0]] = true; };
+  source.onerror = () => { conn.textContent = 'reconnecting…'; conn.className = 'conn down'; };
+  for (const [name, fn] of Object.entries(handlers)) {
+    source.addEventListener(name, (e) => { try { fn(JSON.parse(e.data), e); } catch (err) { console.error(err); } });
+  }
+  streams.push(source);
+  return source;
+}
+function closeStreams() { for (const s of streams) s.close(); streams = []; }
+
+// Every frame of an event stream whatever its event name (EventSource only delivers names it
+// was told about, and agents publish their own `custom.*` names): read with fetch.
+function streamAll(path, onFrame) {
+  const controller = new AbortController();
+  streams.push({ close: () => controller.abort() });
+  (async () => {
+    const response = await fetch(path, { credentials: 'same-origin', signal: controller.signal, headers: { Accept: 'text/event-stream' } });
+    if (!response.ok) { toast(`event stream: HTTP ${response.status}`, true); return; }
+    metrics.connected[path.split('?')[0]] = true;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+        if (data) { try { onFrame(JSON.parse(data)); } catch (err) { console.error(err); } }
+      }
+    }
+  })().catch((err) => { if (err.name !== 'AbortError') toast(`event stream ended: ${err.message}`, true); });
+}
+
+// The bus's event names this page reacts to (everything else is shown in the Events tab).
+const AGENT_EVENTS = ['agent.loaded', 'agent.unloaded', 'agent.state.changed', 'hil.requested',
+  'hil.resolved', 'ask.requested', 'ask.resolved', 'turn.completed', 'config.changed',
+  'file.written', 'file.deleted', 'timer.fired', 'tool.called', 'loop.cleared',
+  'lambda.started', 'lambda.completed', 'suspend.requested', 'suspend.resolved', 'message'];
+
+function debounce(fn, ms) {
+  let timer = null;
+  return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
+}
+
+// ------------------------------------------------------------------ router
+
+function route() {
+  closeStreams();
+  loggedOut = false;
+  const main = clear(document.getElementById('main'));
+  const parts = (location.hash.replace(/^#\/?/, '') || '').split('/').map(decodeURIComponent);
+  document.getElementById('nav-fleet').removeAttribute('aria-current');
+  document.getElementById('nav-runtime').removeAttribute('aria-current');
+  if (parts[0] === 'agent' && parts[1]) return agentView(main, parts[1], parts[2] || 'loop');
+  if (parts[0] === 'runtime') {
+    document.getElementById('nav-runtime').setAttribute('aria-current', 'page');
+    return runtimeView(main);
+  }
+  document.getElementById('nav-fleet').setAttribute('aria-current', 'page');
+  const page = Number(new URLSearchParams(parts[0].split('?')[1] || '').get('page') || 0);
+  return fleetView(main, page);
+}
+
+// ------------------------------------------------------------------ fleet
+
+const fleetState = { offset: 0, query: '', unloaded: [] };
+
+async function fleetView(main, page) {
+  fleetState.offset = page * PAGE;
+  const search = h('input', { type: 'search', id: 'fleet-search', value: fleetState.query, placeholder: 'handle, name or path' });
+  const table = h('table', { id: 'fleet' });
+  const pager = h('div', { class: 'pager' });
+  const summary = h('p', { class: 'muted', id: 'fleet-summary', role: 'status' });
+  const unloaded = h('div', { id: 'fleet-unloaded' });
+  main.append(
+    h('h2', { text: 'Fleet' }),
+    h('div', { class: 'card' },
+      h('form', { class: 'row', id: 'create-form', onsubmit: createAgent },
+        h('label', {}, 'New agent name', h('input', { type: 'text', id: 'create-name', required: true, pattern: '[A-Za-z0-9][A-Za-z0-9 _.-]*' })),
+        h('label', {}, 'Description (optional)', h('input', { type: 'text', id: 'create-description' })),
+        h('button', { class: 'primary', type: 'submit', id: 'create-submit' }, 'Create agent')),
+      h('form', { class: 'row', onsubmit: loadAgent },
+        h('label', {}, 'Open an .adf file (path on the daemon\'s machine)', h('input', { type: 'text', id: 'load-path', required: true, size: 40 })),
+        h('button', { type: 'submit' }, 'Load'))),
+    h('div', { class: 'row' }, h('label', {}, 'Filter agents', search)),
+    summary, table, pager, unloaded);
+  search.addEventListener('input', debounce(() => { fleetState.query = search.value; fleetState.offset = 0; refresh(); }, 200));
+  const refresh = async () => {
+    const q = encodeURIComponent(fleetState.query);
+    const result = await api('GET', `/studio/api/fleet?offset=${fleetState.offset}&limit=${PAGE}&q=${q}`);
+    if (!result.ok) { summary.textContent = errorText(result); return; }
+    renderFleet(table, pager, summary, result.data, refresh);
+    if (metrics.fleetRenderedMs === null) metrics.fleetRenderedMs = performance.now();
+    renderUnloaded(unloaded, refresh);
+  };
+  await refresh();
+  const later = debounce(refresh, 300);
+  stream('/events?since=' + latestCursor, Object.fromEntries(AGENT_EVENTS.map((n) => [n, (frame) => { latestCursor = frame.cursor; later(); }])));
+}
+let latestCursor = 0;
+
+function renderFleet(table, pager, summary, data, refresh) {
+  clear(table);
+  const from = data.total ? data.offset + 1 : 0;
+  const to = data.offset + data.agents.length;
+  summary.textContent = `${from}–${to} of ${data.total} loaded agents`;
+  table.append(h('thead', {}, h('tr', {},
+    h('th', { scope: 'col' }, 'State'), h('th', { scope: 'col' }, 'Agent'),
+    h('th', { scope: 'col' }, 'Model'), h('th', { scope: 'col' }, 'Last activity'),
+    h('th', { scope: 'col', class: 'num' }, 'Approvals'), h('th', { scope: 'col', class: 'num' }, 'Asks'), h('th', { scope: 'col', class: 'num' }, 'Unread'),
+    h('th', { scope: 'col' }, 'Actions'))));
+  const body = h('tbody');
+  for (const agent of data.agents) {
+    const label = agent.handle || agent.name || agent.id;
+    const setState = h('select', { 'aria-label': `Display state of ${label}`,
+      onchange: async (e) => {
+        const r = await api('POST', `/agents/${encodeURIComponent(agent.id)}/state`, { state: e.target.value });
+        if (!r.ok) toast(errorText(r), true);
+        refresh();
+      } }, ['active', 'idle', 'hibernate', 'suspended', 'off'].map((s) => h('option', { value: s, selected: s === agent.state }, s)));
+    body.append(h('tr', { 'data-agent': agent.id },
+      h('td', { 'data-label': 'State' }, stateBadge(agent.runtimeState === 'idle' ? agent.state : agent.runtimeState)),
+      h('td', {}, h('a', { href: `#/agent/${encodeURIComponent(agent.id)}/loop` }, label),
+        h('div', { class: 'muted', text: agent.handle && agent.name && agent.name !== agent.handle ? agent.name : '' })),
+      h('td', { 'data-label': 'Model' }, agent.model || h('span', { class: 'muted', text: agent.busy ? 'busy' : '—' })),
+      h('td', { 'data-label': 'Last activity' }, when(agent.lastActivity)),
+      h('td', { class: 'num', 'data-label': 'Approvals' }, agent.pendingApprovals ? h('span', { class: 'badge warn', text: String(agent.pendingApprovals) }) : '0'),
+      h('td', { class: 'num', 'data-label': 'Asks' }, agent.pendingAsks ? h('span', { class: 'badge warn', text: String(agent.pendingAsks) }) : '0'),
+      h('td', { class: 'num', 'data-label': 'Unread' }, String(agent.unreadInbox ?? '—')),
+      h('td', {}, h('div', { class: 'row' }, setState,
+        h('a', { href: `/studio/api/agents/${encodeURIComponent(agent.id)}/download`, download: '', 'aria-label': `Download ${label}'s .adf file` }, 'Download'),
+        h('button', { class: 'danger', 'aria-label': `Unload ${label}`, onclick: async () => {
+          const r = await api('POST', `/agents/${encodeURIComponent(agent.id)}/unload`);
+          if (!r.ok) return toast(errorText(r), true);
+          fleetState.unloaded.push({ id: agent.id, label });
+          toast(`${label} unloaded`);
+          refresh();
+        } }, 'Unload')))));
+  }
+  table.append(body);
+  clear(pager);
+  const prev = h('button', { disabled: data.offset === 0, onclick: () => { location.hash = `#/?page=${Math.max(0, data.offset / PAGE - 1)}`; } }, '← Previous');
+  const next = h('button', { disabled: to >= data.total, onclick: () => { location.hash = `#/?page=${data.offset / PAGE + 1}`; } }, 'Next →');
+  pager.append(prev, h('span', { class: 'muted', text: `page ${Math.floor(data.offset / PAGE) + 1} of ${Math.max(1, Math.ceil(data.total / PAGE))}` }), next);
+}
+
+function renderUnloaded(box, refresh) {
+  clear(box);
+  if (!fleetState.unloaded.length) return;
+  box.append(h('h3', { text: 'Unloaded in this session' }));
+  for (const item of fleetState.unloaded) {
+    box.append(h('div', { class: 'row' }, h('span', { text: item.label }),
+      h('button', { onclick: async () => {
+        const r = await api('POST', `/agents/${encodeURIComponent(item.id)}/start`);
+        if (!r.ok) return toast(errorText(r), true);
+        fleetState.unloaded = fleetState.unloaded.filter((u) => u !== item);
+        refresh();
+      } }, `Start ${item.label}`)));
+  }
+}
+
+async function createAgent(e) {
+  e.preventDefault();
+  const name = document.getElementById('create-name').value.trim();
+  const description = document.getElementById('create-description').value.trim();
+  const r = await api('POST', '/studio/api/agents', { name, description: description || undefined });
+  if (!r.ok) return toast(errorText(r), true);
+  toast(`created ${r.data.filePath}`);
+  location.hash = `#/agent/${encodeURIComponent(r.data.id)}/loop`;
+}
+
+async function loadAgent(e) {
+  e.preventDefault();
+  const r = await api('POST', '/agents/load', { filePath: document.getElementById('load-path').value.trim() });
+  if (!r.ok) return toast(errorText(r), true);
+  location.hash = `#/agent/${encodeURIComponent(r.data.id)}/loop`;
+}
+
+// ------------------------------------------------------------------ agent
+
+const TABS = [['loop', 'Loop'], ['files', 'Files'], ['config', 'Config'], ['messages', 'Inbox & outbox'],
+  ['timers', 'Timers'], ['tasks', 'Tasks'], ['logs', 'Logs'], ['events', 'Events'],
+  ['identity', 'Identity'], ['review', 'Review'], ['usage', 'Usage']];
+
+async function agentView(main, id, tab) {
+  const base = `/agents/${encodeURIComponent(id)}`;
+  const status = await api('GET', `${base}/status`);
+  if (!status.ok) { main.append(h('h2', { text: 'Agent' }), h('p', { class: 'error', text: errorText(status) })); return; }
+  const s = status.data;
+  // The display state lives in the daemon's memory; the fleet row carries it.
+  const row = await api('GET', `/studio/api/fleet?q=${encodeURIComponent(s.id)}&limit=1`);
+  const display = row.ok && row.data.agents[0] ? row.data.agents[0].state : 'idle';
+  s.display = display;
+  const title = s.handle || s.name || s.id;
+  document.title = `${title} — ADF Studio`;
+  const badge = h('span', { id: 'agent-state' }, stateBadge(s.runtimeState === 'idle' ? display : s.runtimeState));
+  main.append(h('h2', {}, h('a', { href: '#/' }, 'Fleet'), ' / ', title, ' ', badge),
+    h('p', { class: 'muted', text: s.filePath }));
+  const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Agent sections' });
+  const panel = h('section', { role: 'tabpanel', id: 'panel', tabindex: '0' });
+  for (const [key, label] of TABS) {
+    tablist.append(h('button', { role: 'tab', id: `tab-${key}`, 'aria-selected': String(key === tab), 'aria-controls': 'panel',
+      tabindex: key === tab ? '0' : '-1', onclick: () => { location.hash = `#/agent/${encodeURIComponent(id)}/${key}`; } }, label));
+  }
+  // Arrow keys move between tabs, as the ARIA tabs pattern expects.
+  tablist.addEventListener('keydown', (e) => {
+    const keys = TABS.map((t) => t[0]);
+    const at = keys.indexOf(tab);
+    const next = e.key === 'ArrowRight' ? at + 1 : e.key === 'ArrowLeft' ? at - 1 : null;
+    if (next === null) return;
+    const key = keys[(next + keys.length) % keys.length];
+    location.hash = `#/agent/${encodeURIComponent(id)}/${key}`;
+    setTimeout(() => document.getElementById(`tab-${key}`)?.focus(), 50);
+  });
+  panel.setAttribute('aria-labelledby', `tab-${tab}`);
+  main.append(tablist, panel);
+  const views = { loop: loopTab, files: filesTab, config: configTab, messages: messagesTab, timers: timersTab,
+    tasks: tasksTab, logs: logsTab, events: eventsTab, identity: identityTab, review: reviewTab, usage: usageTab };
+  await (views[tab] || loopTab)(panel, id, base, s);
+}
+
+// ---- loop: transcript, live stream, approvals, asks, chat
+
+async function loopTab(panel, id, base, status) {
+  const transcript = h('div', { class: 'transcript', id: 'transcript', 'aria-live': 'polite', 'aria-label': 'Loop transcript' });
+  const pending = h('div', { id: 'pending' });
+  const usage = h('p', { class: 'muted', id: 'turn-usage' });
+  const timing = h('p', { class: 'muted', id: 'turn-timing', 'aria-live': 'polite' });
+  // The context window's fill: the last request's prompt against the loop's compaction
+  // threshold (`context.compact_threshold`, the executor's 100,000 when unset).
+  const fill = h('meter', { id: 'context-fill', min: '0', max: '1', value: '0', 'aria-label': 'Context window fill' });
+  const fillText = h('span', { class: 'muted', id: 'context-fill-text' });
+  const cfg = await api('GET', `${base}/config`);
+  const threshold = (cfg.ok && (cfg.data.config || cfg.data).context && (cfg.data.config || cfg.data).context.compact_threshold) || 100000;
+  const showFill = (prompt) => {
+    fill.value = Math.min(1, prompt / threshold);
+    fillText.textContent = ` context: ${prompt.toLocaleString('en')} of ${threshold.toLocaleString('en')} tokens before compaction (${Math.round(100 * prompt / threshold)}%)`;
+  };
+  const input = h('textarea', { id: 'chat-input', rows: 3, placeholder: 'Message the agent (Ctrl+Enter sends)' });
+  const send = h('button', { class: 'primary', type: 'submit', id: 'chat-send' }, 'Send');
+  const abort = h('button', { type: 'button', id: 'chat-abort', class: 'danger', onclick: async () => {
+    const r = await api('POST', `${base}/abort`);
+    toast(r.ok ? (r.data.aborted ? 'turn aborted' : 'no turn was running') : errorText(r), !r.ok);
+  } }, 'Abort turn');
+  const form = h('form', { class: 'card', onsubmit: async (e) => {
+    e.preventDefault();
+    const text = input.value.trim();
+    if (!text) return;
+    const r = await api('POST', `${base}/chat`, { text });
+    if (!r.ok) return toast(errorText(r), true);
+    input.value = '';
+    transcript.append(h('div', { class: 'msg user', text }));
+    transcript.scrollTop = transcript.scrollHeight;
+  } }, h('label', {}, 'Message', input), h('div', { class: 'row' }, send, abort));
+  input.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) form.requestSubmit(); });
+  const diffBox = h('div', { id: 'loop-diff' });
+  panel.append(transcript, usage, h('p', {}, fill, fillText), timing, pending, form, diffBox);
+
+  let streaming = null;
+  // Beyond the reference: where a turn's time went, from the executor's state changes as the
+  // daemon stamped them (model = waiting on the provider, tools = running calls, owner =
+  // waiting for an approval or an answer).
+  const clock = {
+    last: null, state: null, spent: {},
+    step(frame) {
+      if (this.last !== null && this.state) this.spent[this.state] = (this.spent[this.state] || 0) + (frame.t - this.last);
+      this.last = frame.t;
+      this.state = frame.state;
+      if (frame.state !== 'Idle') return;
+      const part = (name, keys) => `${name} ${keys.reduce((sum, k) => sum + (this.spent[k] || 0), 0)} ms`;
+      const known = ['Thinking', 'ToolUse', 'AwaitingApproval', 'AwaitingAsk'];
+      const other = Object.entries(this.spent).filter(([k]) => !known.includes(k)).reduce((sum, [, v]) => sum + v, 0);
+      timing.textContent = `last turn: ${part('model', ['Thinking'])} · ${part('tools', ['ToolUse'])} · ${part('owner', ['AwaitingApproval', 'AwaitingAsk'])} · runtime ${other} ms`;
+      this.last = null; this.state = null; this.spent = {};
+    },
+  };
+  const reload = async () => {
+    const r = await api('GET', `${base}/chat?limit=200`);
+    if (!r.ok) { transcript.append(h('p', { class: 'error', text: errorText(r) })); return; }
+    clear(transcript);
+    streaming = null;
+    const last = renderTranscript(transcript, r.data.chatHistory.uiLog, usage);
+    if (last) {
+      const t = typeof last === 'string' ? JSON.parse(last) : last;
+      showFill((t.input ?? t.input_tokens ?? 0) + (t.cache_read ?? 0) + (t.cache_write ?? 0));
+    }
+    transcript.scrollTop = transcript.scrollHeight;
+    renderDiffPicker(diffBox, r.data.chatHistory.uiLog);
+  };
+  const reloadPending = () => renderPending(pending, base);
+  await Promise.all([reload(), reloadPending()]);
+
+  const laterReload = debounce(reload, 150);
+  stream(`/studio/api/agents/${encodeURIComponent(id)}/live`, {
+    live: (frame) => {
+      if (frame.kind === 'text' || frame.kind === 'thinking') {
+        metrics.tokenLatencies.push(Date.now() - frame.t);
+        if (!streaming || streaming.kind !== frame.kind) {
+          streaming = { kind: frame.kind, el: h('div', { class: `msg text streaming ${frame.kind}`, 'data-streaming': frame.kind }) };
+          transcript.append(frame.kind === 'thinking' ? h('details', { class: 'fold', open: true }, h('summary', { text: 'thinking' }), streaming.el) : streaming.el);
+        }
+        streaming.el.textContent += frame.text;
+        transcript.scrollTop = transcript.scrollHeight;
+      } else if (frame.kind === 'tool_call') {
+        streaming = null;
+        transcript.append(fold(`tool call: ${frame.name}`, json(frame.input), 'tool_call'));
+      } else if (frame.kind === 'tool_result') {
+        streaming = null;
+        transcript.append(fold(`${frame.is_error ? 'tool error' : 'tool result'}: ${frame.name}`, frame.text, 'tool_result'));
+      } else if (frame.kind === 'reply' && frame.usage) {
+        usage.textContent = `last reply: ${tokenText(frame.usage, frame.model)}`;
+        showFill((frame.usage.input || 0) + (frame.usage.cache_read || 0) + (frame.usage.cache_write || 0));
+      } else if (frame.kind === 'state') {
+        clock.step(frame);
+        const badge = document.getElementById('agent-state');
+        // Idle is the executor's rest; the badge then shows the agent's display state.
+        const shown = frame.state === 'Idle' ? status.display : frame.state.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
+        if (badge) badge.replaceChildren(stateBadge(shown));
+        if (frame.state === 'Idle') laterReload();
+        reloadPending();
+      }
+    },
+  });
+  const updatePending = debounce(reloadPending, 100);
+  stream(`/events?agentId=${encodeURIComponent(id)}&since=${latestCursor}`, {
+    'hil.requested': updatePending, 'hil.resolved': updatePending,
+    'ask.requested': updatePending, 'ask.resolved': updatePending,
+    'turn.completed': () => { laterReload(); updatePending(); },
+    'loop.cleared': laterReload,
+  });
+}
+
+function fold(title, body, kind) {
+  return h('details', { class: 'fold', 'data-kind': kind }, h('summary', { text: title }), h('pre', { text: typeof body === 'string' ? body : json(body) }));
+}
+
+function renderTranscript(box, log, usageLine) {
+  let lastTokens = null;
+  for (const entry of log) {
+    const meta = entry.metadata || {};
+    const content = typeof entry.content === 'string' ? entry.content : json(entry.content);
+    if (entry.type === 'user') box.append(h('div', { class: 'msg user', text: content }));
+    else if (entry.type === 'text') box.append(h('div', { class: 'msg text', text: content }));
+    else if (entry.type === 'thinking') box.append(fold('thinking', content, 'thinking'));
+    else if (entry.type === 'tool_call') box.append(fold(`tool call: ${content}`, json(meta.input), 'tool_call'));
+    else if (entry.type === 'tool_result') box.append(fold(`${meta.is_error ? 'tool error' : 'tool result'}`, content, 'tool_result'));
+    else if (entry.type === 'context') box.append(fold(`context: ${meta.category || ''}`, content, 'context'));
+    if (meta.tokens && meta.tokens !== lastTokens && entry.type === 'text') {
+      lastTokens = meta.tokens;
+      box.append(h('div', { class: 'tokens', text: tokenText(meta.tokens, meta.model) }));
+    }
+  }
+  usageLine.textContent = lastTokens ? `last turn: ${tokenText(lastTokens)}` : '';
+  return lastTokens;
+}
+
+function tokenText(tokens, model) {
+  const t = typeof tokens === 'string' ? JSON.parse(tokens) : tokens;
+  const input = t.input ?? t.input_tokens ?? t.prompt_tokens ?? '?';
+  const output = t.output ?? t.output_tokens ?? t.completion_tokens ?? '?';
+  return `${model ? model + ' · ' : ''}${input} in · ${output} out tokens`;
+}
+
+async function renderPending(box, base) {
+  const [tasks, asks] = await Promise.all([api('GET', `${base}/tasks?status=pending_approval`), api('GET', `${base}/asks`)]);
+  clear(box);
+  for (const task of (tasks.ok ? tasks.data.tasks : [])) {
+    box.append(h('div', { class: 'card pending', 'data-task': task.id, role: 'group', 'aria-label': `Approval for ${task.tool}` },
+      h('strong', { text: `Approve ${task.tool}?` }), h('pre', { class: 'json', text: task.args }),
+      h('div', { class: 'row' },
+        h('button', { class: 'primary', 'data-approve': task.id, onclick: () => resolve(base, task.id, { action: 'approve' }, box) }, 'Approve'),
+        h('button', { class: 'danger', 'data-deny': task.id, onclick: () => resolve(base, task.id, { action: 'deny', reason: 'denied in the Studio' }, box) }, 'Deny'))));
+  }
+  for (const ask of (asks.ok ? asks.data.asks : [])) {
+    const answer = h('input', { type: 'text', 'data-ask-input': ask.requestId });
+    box.append(h('form', { class: 'card pending', 'data-ask': ask.requestId, onsubmit: async (e) => {
+      e.preventDefault();
+      const r = await api('POST', `${base}/asks/${encodeURIComponent(ask.requestId)}/respond`, { answer: answer.value });
+      if (!r.ok) return toast(errorText(r), true);
+      renderPending(box, base);
+    } }, h('strong', { text: 'The agent asks:' }), h('p', { text: ask.question }),
+      h('div', { class: 'row' }, h('label', {}, 'Your answer', answer), h('button', { class: 'primary', type: 'submit' }, 'Answer'))));
+  }
+}
+
+async function resolve(base, taskId, body, box) {
+  const r = await api('POST', `${base}/tasks/${encodeURIComponent(taskId)}/resolve`, body);
+  if (!r.ok) toast(errorText(r), true);
+  renderPending(box, base);
+}
+
+// Beyond the reference: read two turns' context as a diff (rows added or dropped).
+function renderDiffPicker(box, log) {
+  clear(box);
+  const turns = [];
+  let current = null;
+  for (const entry of log) {
+    if (entry.type === 'user') { current = { label: String(entry.content).slice(0, 40), rows: [] }; turns.push(current); }
+    if (current) current.rows.push(`${entry.type}: ${typeof entry.content === 'string' ? entry.content : json(entry.content)}`);
+  }
+  if (turns.length < 2) return;
+  const pick = (id, at) => h('select', { id }, turns.map((t, i) => h('option', { value: String(i), selected: i === at }, `turn ${i + 1}: ${t.label}`)));
+  const a = pick('diff-a', turns.length - 2);
+  const b = pick('diff-b', turns.length - 1);
+  const out = h('div', { class: 'diff' });
+  const show = () => {
+    clear(out);
+    const left = new Set(turns[a.value].rows);
+    const right = new Set(turns[b.value].rows);
+    for (const row of turns[a.value].rows) if (!right.has(row)) out.append(h('div', { class: 'del', text: row }));
+    for (const row of turns[b.value].rows) out.append(h('div', { class: left.has(row) ? '' : 'add', text: row }));
+  };
+  a.onchange = show; b.onchange = show;
+  box.append(h('details', { class: 'card' }, h('summary', { text: 'Compare two turns' }),
+    h('div', { class: 'row' }, h('label', {}, 'Turn A', a), h('label', {}, 'Turn B', b)), out));
+  show();
+}
+
+// ---- files
+
+async function filesTab(panel, id, base) {
+  const tree = h('nav', { class: 'tree', 'aria-label': 'Files' });
+  const editor = h('div', { id: 'file-editor' }, h('p', { class: 'muted', text: 'Choose a file.' }));
+  const upload = h('input', { type: 'file', id: 'file-upload' });
+  const uploadPath = h('input', { type: 'text', id: 'file-upload-path', placeholder: 'lib/notes.md (default: the file name)' });
+  panel.append(h('form', { class: 'card row', onsubmit: async (e) => {
+    e.preventDefault();
+    const file = upload.files[0];
+    if (!file) return toast('choose a file to upload', true);
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    let binary = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    const path = uploadPath.value.trim() || file.name;
+    const r = await api('PUT', `${base}/files/content?path=${encodeURIComponent(path)}`, { content_base64: btoa(binary), mime_type: file.type || undefined });
+    if (!r.ok) return toast(errorText(r), true);
+    toast(`uploaded ${path}`);
+    render();
+  } }, h('label', {}, 'Upload a file', upload), h('label', {}, 'Store as', uploadPath), h('button', { type: 'submit' }, 'Upload')),
+  h('div', { class: 'split' }, h('div', { class: 'card' }, tree), h('div', { class: 'card' }, editor)));
+  const open = async (info) => {
+    for (const b of tree.querySelectorAll('button[aria-current]')) b.removeAttribute('aria-current');
+    tree.querySelector(`button[data-path="${CSS.escape(info.path)}"]`)?.setAttribute('aria-current', 'true');
+    clear(editor);
+    const r = await api('GET', `${base}/files/content?path=${encodeURIComponent(info.path)}`);
+    if (!r.ok) return editor.append(h('p', { class: 'error', text: errorText(r) }));
+    editor.append(h('h3', { text: info.path }), fileBadges(info));
+    if (r.data.encoding !== 'utf-8') {
+      editor.append(h('p', { class: 'muted', text: `binary file, ${info.size} bytes (${info.mime_type || 'unknown type'})` }));
+      return;
+    }
+    const text = h('textarea', { id: 'file-text', rows: 14, 'aria-label': `Contents of ${info.path}`, readOnly: info.protection === 'read_only' });
+    text.value = r.data.content;
+    const save = h('button', { class: 'primary', id: 'file-save', disabled: info.protection === 'read_only', onclick: async () => {
+      const w = await api('PUT', `${base}/files/content?path=${encodeURIComponent(info.path)}`, { content: text.value });
+      if (!w.ok) return toast(errorText(w), true);
+      toast(`saved ${info.path}`);
+    } }, 'Save');
+    editor.append(text, h('div', { class: 'row' }, save,
+      info.protection === 'read_only' ? h('span', { class: 'muted', text: 'read-only: the owner can change protection below' }) : null,
+      h('label', {}, 'Protection', h('select', { 'aria-label': 'Protection', onchange: async (e) => {
+        const p = await api('PATCH', `${base}/files/protection`, { path: info.path, protection: e.target.value });
+        if (!p.ok) toast(errorText(p), true); else render();
+      } }, ['none', 'no_delete', 'read_only'].map((v) => h('option', { value: v, selected: v === info.protection }, v))))));
+  };
+  const render = async () => {
+    clear(tree);
+    const r = await api('GET', `${base}/files`);
+    if (!r.ok) return tree.append(h('p', { class: 'error', text: errorText(r) }));
+    tree.append(buildTree(r.data.files, open));
+  };
+  await render();
+}
+
+function fileBadges(info) {
+  return h('span', {},
+    info.protection && info.protection !== 'none' ? h('span', { class: 'badge warn', text: info.protection }) : null,
+    info.authorized ? h('span', { class: 'badge ok', text: 'authorized' }) : null);
+}
+
+function buildTree(files, open) {
+  const root = { dirs: {}, files: [] };
+  for (const f of files) {
+    const parts = f.path.split('/');
+    let node = root;
+    for (const dir of parts.slice(0, -1)) node = node.dirs[dir] ||= { dirs: {}, files: [] };
+    node.files.push(f);
+  }
+  const list = (node) => h('ul', {},
+    Object.entries(node.dirs).map(([name, child]) => h('li', {}, h('details', { open: true }, h('summary', { text: name + '/' }), list(child)))),
+    node.files.map((f) => h('li', {}, h('button', { 'data-path': f.path, onclick: () => open(f) }, f.path.split('/').pop()), ' ', fileBadges(f))));
+  return list(root);
+}
+
+// ---- config: forms with inline validation, and the raw JSON
+
+const CONFIG_FIELDS = [
+  { path: 'name', label: 'Name', type: 'text' },
+  { path: 'description', label: 'Description', type: 'text' },
+  { path: 'model.provider', label: 'Model provider', type: 'text' },
+  { path: 'model.model_id', label: 'Model id', type: 'text' },
+  { path: 'model.temperature', label: 'Temperature (0–2)', type: 'number', check: (v) => (v === '' || (!Number.isNaN(Number(v)) && Number(v) >= 0 && Number(v) <= 2)) ? null : 'must be a number from 0 to 2' },
+  { path: 'model.max_tokens', label: 'Max tokens', type: 'number', check: (v) => (v === '' || (Number.isInteger(Number(v)) && Number(v) > 0)) ? null : 'must be a positive whole number' },
+  { path: 'state', label: 'Stored state', type: 'select', options: ['active', 'idle', 'hibernate', 'suspended', 'off'] },
+  { path: 'autostart', label: 'Autostart', type: 'checkbox' },
+];
+
+function getPath(obj, path) { return path.split('.').reduce((o, k) => (o == null ? undefined : o[k]), obj); }
+function setPath(obj, path, value) {
+  const keys = path.split('.');
+  let o = obj;
+  for (const k of keys.slice(0, -1)) o = o[k] ||= {};
+  if (value === undefined) delete o[keys[keys.length - 1]]; else o[keys[keys.length - 1]] = value;
+}
+
+async function configTab(panel, id, base) {
+  const r = await api('GET', `${base}/config`);
+  if (!r.ok) return panel.append(h('p', { class: 'error', text: errorText(r) }));
+  const config = r.data.config || r.data;
+  const formError = h('p', { class: 'error', id: 'config-error', role: 'alert' });
+  const inputs = {};
+  const grid = h('div', { class: 'grid2' });
+  for (const field of CONFIG_FIELDS) {
+    const value = getPath(config, field.path);
+    const fieldId = `cfg-${field.path.replace(/\./g, '-')}`;
+    let input;
+    if (field.type === 'select') input = h('select', { id: fieldId }, field.options.map((o) => h('option', { value: o, selected: o === value }, o)));
+    else if (field.type === 'checkbox') input = h('input', { type: 'checkbox', id: fieldId, checked: !!value });
+    else input = h('input', { type: 'text', inputmode: field.type === 'number' ? 'decimal' : null, id: fieldId, value: value === undefined || value === null ? '' : String(value) });
+    const err = h('span', { class: 'field-error', id: `${fieldId}-error` });
+    input.setAttribute('aria-describedby', err.id);
+    inputs[field.path] = { field, input, err };
+    grid.append(h('label', { class: field.type === 'checkbox' ? 'inline' : '' }, field.label, input, err));
+  }
+  const tools = h('table', { id: 'config-tools' }, h('thead', {}, h('tr', {}, h('th', { text: 'Tool' }), h('th', { text: 'Enabled' }), h('th', { text: 'Visible' }), h('th', { text: 'Restricted' }))));
+  const toolBody = h('tbody');
+  for (const [i, tool] of (Array.isArray(config.tools) ? config.tools : []).entries()) {
+    const box = (key) => h('input', { type: 'checkbox', checked: !!tool[key], 'aria-label': `${tool.name} ${key}`, onchange: (e) => { config.tools[i][key] = e.target.checked; } });
+    toolBody.append(h('tr', {}, h('td', { text: tool.name }), h('td', {}, box('enabled')), h('td', {}, box('visible')), h('td', {}, box('restricted'))));
+  }
+  tools.append(toolBody);
+  const save = h('button', { class: 'primary', id: 'config-save', type: 'submit' }, 'Save config');
+  const form = h('form', { class: 'card', novalidate: true, onsubmit: async (e) => {
+    e.preventDefault();
+    formError.textContent = '';
+    const next = JSON.parse(JSON.stringify(config));
+    let bad = false;
+    for (const { field, input, err } of Object.values(inputs)) {
+      const raw = field.type === 'checkbox' ? input.checked : input.value.trim();
+      const problem = field.check ? field.check(raw) : null;
+      err.textContent = problem ? `${field.label}: ${problem}` : '';
+      input.setAttribute('aria-invalid', String(!!problem));
+      if (problem) { bad = true; continue; }
+      const value = field.type === 'number' ? (raw === '' ? undefined : Number(raw)) : raw;
+      if (field.type === 'number' && raw === '' && getPath(config, field.path) === undefined) continue;
+      setPath(next, field.path, value);
+    }
+    if (bad) {
+      const first = Object.values(inputs).find(({ input }) => input.getAttribute('aria-invalid') === 'true');
+      formError.textContent = 'Not saved: fix the field marked above.';
+      first.input.focus();
+      return;
+    }
+    const w = await api('PUT', `${base}/config`, next);
+    if (!w.ok) {
+      // The store names the offending path; show the error beside that field when we have it.
+      const message = errorText(w);
+      const hit = Object.values(inputs).find(({ field }) => message.includes(field.path) || message.includes(field.path.split('.').pop()));
+      if (hit) { hit.err.textContent = message; hit.input.setAttribute('aria-invalid', 'true'); }
+      formError.textContent = message;
+      return;
+    }
+    toast('config saved');
+    Object.assign(config, next);
+    raw.value = json(config);
+  } }, grid, h('details', { class: 'tools' }, h('summary', { text: `Tools (${toolBody.children.length}): enabled, visible, restricted` }), tools), formError, save);
+  const raw = h('textarea', { id: 'config-raw', rows: 18, 'aria-label': 'Config as JSON' });
+  raw.value = json(config);
+  const rawError = h('p', { class: 'error', role: 'alert', id: 'config-raw-error' });
+  panel.append(form, h('details', { class: 'card', id: 'config-raw-box' }, h('summary', { text: 'Raw JSON' }), raw, rawError,
+    h('button', { id: 'config-raw-save', onclick: async () => {
+      rawError.textContent = '';
+      let parsed;
+      try { parsed = JSON.parse(raw.value); } catch (err) { rawError.textContent = `not JSON: ${err.message}`; return; }
+      const w = await api('PUT', `${base}/config`, parsed);
+      if (!w.ok) { rawError.textContent = errorText(w); return; }
+      toast('config saved');
+    } }, 'Save raw JSON')));
+}
+
+// ---- inbox/outbox, timers, tasks, logs, events
+
+async function messagesTab(panel, id, base) {
+  for (const box of ['inbox', 'outbox']) {
+    const r = await api('GET', `${base}/${box}?limit=100`);
+    panel.append(h('h3', { text: box === 'inbox' ? 'Inbox' : 'Outbox' }));
+    if (!r.ok) { panel.append(h('p', { class: 'error', text: errorText(r) })); continue; }
+    const rows = r.data.messages || r.data[box] || [];
+    if (!rows.length) { panel.append(h('p', { class: 'muted', text: 'no messages' })); continue; }
+    const threads = {};
+    for (const m of rows) (threads[m.thread_id || m.id] ||= []).push(m);
+    for (const [thread, messages] of Object.entries(threads)) {
+      panel.append(h('details', { class: 'card' }, h('summary', { text: `${messages[0].from || messages[0].to || ''} — ${messages.length} message(s) — thread ${thread}` }),
+        messages.map((m) => h('div', {}, h('span', { class: 'badge', text: m.status || '' }), h('span', { class: 'muted', text: when(m.received_at || m.created_at) }),
+          h('pre', { class: 'json', text: typeof m.content === 'string' ? m.content : json(m.content ?? m) })))));
+    }
+  }
+}
+
+async function timersTab(panel, id, base) {
+  const r = await api('GET', `${base}/timers`);
+  if (!r.ok) return panel.append(h('p', { class: 'error', text: errorText(r) }));
+  const timers = r.data.timers || [];
+  if (!timers.length) panel.append(h('p', { class: 'muted', text: 'no timers' }));
+  const table = h('table', {}, h('thead', {}, h('tr', {}, ['Id', 'Schedule', 'Next', 'Scope', ''].map((t) => h('th', { text: t })))));
+  const body = h('tbody');
+  for (const t of timers) {
+    body.append(h('tr', {}, h('td', { text: String(t.id) }), h('td', {}, h('code', { text: json(t.schedule ?? t.schedule_json ?? '') })),
+      h('td', { text: when(t.next_wake_at) }), h('td', { text: String(t.scope ?? '') }),
+      h('td', {}, h('button', { class: 'danger', onclick: async () => {
+        const d = await api('DELETE', `${base}/timers/${encodeURIComponent(t.id)}`);
+        if (!d.ok) return toast(errorText(d), true);
+        clear(panel); timersTab(panel, id, base);
+      } }, 'Delete'))));
+  }
+  table.append(body);
+  if (timers.length) panel.append(table);
+  // A new timer: the daemon resolves and validates the schedule; its refusal is shown here.
+  const mode = h('select', { id: 'timer-mode' }, [['once_delay', 'once, after a delay (ms)'], ['interval', 'every N ms'],
+    ['cron', 'cron expression'], ['once_at', 'once, at (epoch ms)']].map(([v, t]) => h('option', { value: v }, t)));
+  const value = h('input', { type: 'text', id: 'timer-value', required: true });
+  const payload = h('input', { type: 'text', id: 'timer-payload' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'timer-error' });
+  panel.append(h('form', { class: 'card', onsubmit: async (e) => {
+    e.preventDefault();
+    error.textContent = '';
+    const key = { once_delay: 'delay_ms', interval: 'every_ms', cron: 'cron', once_at: 'at' }[mode.value];
+    const raw = value.value.trim();
+    const body = { mode: mode.value, [key]: key === 'cron' ? raw : Number(raw) };
+    if (key !== 'cron' && !Number.isFinite(body[key])) { error.textContent = 'the value must be a number of milliseconds'; return; }
+    if (payload.value.trim()) body.payload = payload.value.trim();
+    const r = await api('POST', `${base}/timers`, body);
+    if (!r.ok) { error.textContent = errorText(r); return; }
+    toast('timer added');
+    clear(panel); timersTab(panel, id, base);
+  } }, h('h3', { text: 'Add a timer' }), h('div', { class: 'row' }, h('label', {}, 'When', mode), h('label', {}, 'Value', value),
+    h('label', {}, 'Payload (optional)', payload), h('button', { type: 'submit' }, 'Add timer')), error));
+}
+
+async function tasksTab(panel, id, base) {
+  const filter = h('select', { id: 'task-status' }, ['', 'pending', 'pending_approval', 'running', 'completed', 'failed', 'denied', 'cancelled'].map((s) => h('option', { value: s }, s || 'any')));
+  const list = h('div');
+  const load = async () => {
+    clear(list);
+    const r = await api('GET', `${base}/tasks${filter.value ? `?status=${filter.value}` : ''}`);
+    if (!r.ok) return list.append(h('p', { class: 'error', text: errorText(r) }));
+    if (!r.data.tasks.length) list.append(h('p', { class: 'muted', text: 'no tasks' }));
+    for (const t of r.data.tasks) list.append(fold(`${t.tool} — ${t.status} — ${when(t.created_at)}`, json(t), 'task'));
+  };
+  filter.onchange = load;
+  panel.append(h('label', {}, 'Status', filter), list);
+  await load();
+}
+
+async function logsTab(panel, id, base) {
+  const origin = h('input', { type: 'text', id: 'log-origin' });
+  const event = h('input', { type: 'text', id: 'log-event' });
+  const level = h('select', { id: 'log-level' }, ['', 'debug', 'info', 'warn', 'error'].map((l) => h('option', { value: l }, l || 'any')));
+  const list = h('ul', { class: 'logs' });
+  const order = { debug: 0, info: 1, warn: 2, error: 3 };
+  const load = async () => {
+    clear(list);
+    const q = new URLSearchParams({ limit: '200' });
+    if (origin.value.trim()) q.set('origin', origin.value.trim());
+    if (event.value.trim()) q.set('event', event.value.trim());
+    const r = await api('GET', `${base}/logs?${q}`);
+    if (!r.ok) return list.append(h('li', { class: 'error', text: errorText(r) }));
+    for (const row of r.data.logs) {
+      if (level.value && (order[row.level] ?? 0) < order[level.value]) continue;
+      list.append(h('li', {}, `${when(row.created_at)} [${row.level}] ${row.origin || ''} ${row.event || ''}: ${row.message || ''}`));
+    }
+    if (!list.firstChild) list.append(h('li', { class: 'muted', text: 'no log rows' }));
+  };
+  panel.append(h('form', { class: 'row card', onsubmit: (e) => { e.preventDefault(); load(); } },
+    h('label', {}, 'Origin', origin), h('label', {}, 'Event', event), h('label', {}, 'Minimum level', level), h('button', { type: 'submit' }, 'Filter')), list);
+  await load();
+}
+
+async function eventsTab(panel, id) {
+  const list = h('ul', { class: 'events', id: 'event-list', 'aria-live': 'polite' });
+  panel.append(h('p', { class: 'muted', text: 'Events of this agent as the daemon publishes them (newest last).' }), list);
+  const add = (frame) => {
+    const e = frame.event || {};
+    list.append(h('li', { 'data-event': e.event_type }, `#${frame.cursor} ${new Date(e.timestamp).toISOString().slice(11, 23)} ${e.event_type} ${JSON.stringify(e.payload)}`));
+    list.scrollTop = list.scrollHeight;
+  };
+  streamAll(`/events?agentId=${encodeURIComponent(id)}`, add);
+}
+
+async function identityTab(panel, id, base) {
+  const r = await api('GET', `${base}/identity`);
+  if (r.status === 404 && /Route/.test(errorText(r))) return panel.append(notYet('Identity status and credentials', `GET ${base}/identity`));
+  if (!r.ok) return panel.append(h('p', { class: 'error', text: errorText(r) }));
+  panel.append(h('h3', { text: 'Identity' }), h('pre', { class: 'json', text: json(r.data) }),
+    h('p', { class: 'muted', text: 'Credential values are never sent to this page; set them with the form below.' }));
+  const purpose = h('input', { type: 'text', id: 'cred-purpose', placeholder: 'provider:openai:apiKey' });
+  const value = h('input', { type: 'password', id: 'cred-value', autocomplete: 'off' });
+  panel.append(h('form', { class: 'card row', onsubmit: async (e) => {
+    e.preventDefault();
+    const w = await api('PUT', `${base}/identity/${encodeURIComponent(purpose.value.trim())}`, { value: value.value });
+    value.value = '';
+    if (w.status === 404) return toast('setting credentials is not available yet on this daemon', true);
+    toast(w.ok ? 'credential set' : errorText(w), !w.ok);
+  } }, h('label', {}, 'Purpose', purpose), h('label', {}, 'Secret (write-only)', value), h('button', { type: 'submit' }, 'Set credential')));
+}
+
+async function reviewTab(panel, id, base, status) {
+  const r = await api('GET', `/agents/review?filePath=${encodeURIComponent(status.filePath)}`);
+  if (!r.ok) return panel.append(h('p', { class: 'error', text: errorText(r) }));
+  panel.append(h('p', {}, 'What this file can do, for you to review before it may autostart. ',
+    r.data.reviewed ? h('span', { class: 'badge ok', text: 'reviewed' }) : h('span', { class: 'badge warn', text: 'not reviewed' })),
+  h('pre', { class: 'json', text: json(r.data) }),
+  h('button', { class: 'primary', onclick: async () => {
+    const a = await api('POST', '/agents/review/accept', { filePath: status.filePath });
+    toast(a.ok ? 'review recorded' : errorText(a), !a.ok);
+    if (a.ok) { clear(panel); reviewTab(panel, id, base, status); }
+  } }, 'Accept this review'));
+}
+
+// Beyond the reference: per-turn token use and timing from the transcript.
+async function usageTab(panel, id, base) {
+  const r = await api('GET', `${base}/usage`);
+  if (r.ok) panel.append(h('h3', { text: 'Usage' }), h('pre', { class: 'json', text: json(r.data) }));
+  else if (r.status === 404) panel.append(notYet('Agent usage totals', `GET ${base}/usage`));
+  const loop = await api('GET', `${base}/loop?limit=200`);
+  if (!loop.ok) return;
+  const table = h('table', { id: 'turn-costs' }, h('thead', {}, h('tr', {}, ['Turn row', 'Model', 'Input tokens', 'Output tokens', 'Time since previous row'].map((t) => h('th', { text: t })))));
+  const body = h('tbody');
+  let previous = null;
+  for (const row of loop.data.entries) {
+    if (row.role === 'assistant' && row.tokens) {
+      const t = typeof row.tokens === 'string' ? JSON.parse(row.tokens) : row.tokens;
+      body.append(h('tr', {}, h('td', { text: String(row.seq) }), h('td', { text: row.model || '' }),
+        h('td', { class: 'num', text: String(t.input ?? t.input_tokens ?? '') }), h('td', { class: 'num', text: String(t.output ?? t.output_tokens ?? '') }),
+        h('td', { class: 'num', text: previous ? `${row.created_at - previous} ms` : '' })));
+    }
+    previous = row.created_at;
+  }
+  table.append(body);
+  panel.append(h('h3', { text: 'Turns (model rows)' }), table);
+}
+
+// ------------------------------------------------------------------ runtime settings
+
+const RUNTIME_ROUTES = [['Runtime status', '/runtime'], ['Providers', '/runtime/providers'],
+  ['Runtime settings', '/runtime/settings'], ['MCP registrations', '/runtime/mcp'],
+  ['Usage', '/runtime/usage'], ['Network', '/network']];
+
+async function runtimeView(main) {
+  main.append(h('h2', { text: 'Runtime' }));
+  const results = await Promise.all(RUNTIME_ROUTES.map(([, path]) => api('GET', path)));
+  RUNTIME_ROUTES.forEach(([title, path], i) => {
+    const r = results[i];
+    const card = h('section', { class: 'card', 'aria-label': title }, h('h3', { text: title }));
+    if (r.status === 404) card.append(notYet(title, `GET ${path}`));
+    else if (!r.ok) card.append(h('p', { class: 'error', text: errorText(r) }));
+    else card.append(h('pre', { class: 'json', text: json(r.data) }));
+    if (path === '/runtime/providers' && r.ok) {
+      for (const p of (r.data.providers || [])) {
+        card.append(h('button', { onclick: async () => {
+          const t = await api('POST', `/runtime/providers/${encodeURIComponent(p.id)}/test`);
+          toast(t.status === 404 ? 'testing a provider is not available yet' : (t.ok ? `${p.id}: reachable` : errorText(t)), !t.ok);
+        } }, `Test ${p.id}`));
+      }
+    }
+    main.append(card);
+  });
+}
+
+// ------------------------------------------------------------------ start
+
+window.addEventListener('hashchange', route);
+document.addEventListener('DOMContentLoaded', route);
