@@ -38,6 +38,8 @@ fn identity_error(error: IdentityError) -> ApiError {
         IdentityError::Crypto(adf_crypto::Error::WrongPassword) => {
             coded(StatusCode::BAD_REQUEST, "WRONG_PASSWORD", error.to_string())
         }
+        // Keys or a password that do not open what the client named: its input, not ours.
+        IdentityError::Crypto(_) => ApiError::bad_request(error.to_string()),
         IdentityError::Envelope { .. } => {
             coded(StatusCode::CONFLICT, "IDENTITY_LOCKED", error.to_string())
         }
