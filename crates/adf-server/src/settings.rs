@@ -196,34 +196,27 @@ pub fn runtime_resolver(home: &RuntimeHome) -> adf_providers::Resolver {
     resolver
 }
 
-/// Settings keys whose entries may carry an `apiKey`.
-const KEYED_LISTS: &[&str] = &["providers"];
+/// Settings keys whose entries may carry secrets (`apiKey`, `env` values, `token`).
+const KEYED_LISTS: &[&str] = &["providers", "mcpServers", "adapters"];
 
-/// A settings value as clients see it: each provider's `apiKey` replaced by `hasApiKey`, so no
-/// read of the settings returns a key.
+/// Fields of a [`KEYED_LISTS`] entry that hold secrets; reads show them as `hasApiKey` /
+/// `envKeys` / `hasToken`.
+const SECRET_FIELDS: &[&str] = &["apiKey", "env", "token"];
+
+/// Fields reads add in place of the secrets; never stored.
+const REDACTION_FIELDS: &[&str] = &["hasApiKey", "envKeys", "hasToken"];
+
+/// A settings value as clients see it: in the entries of `providers`, `mcpServers` and
+/// `adapters`, `apiKey`, `token` and the values of `env` are left out (see [`redact_entry`]),
+/// so no read of the settings returns a secret.
 pub fn redact(key: &str, value: &Value) -> Value {
     if !KEYED_LISTS.contains(&key) {
         return value.clone();
     }
-    let Some(items) = value.as_array() else {
-        return value.clone();
-    };
-    Value::Array(
-        items
-            .iter()
-            .map(|item| {
-                let mut item = item.clone();
-                if let Some(object) = item.as_object_mut() {
-                    let has_key = object
-                        .remove("apiKey")
-                        .and_then(|k| k.as_str().map(|k| !k.is_empty()))
-                        .unwrap_or(false);
-                    object.insert("hasApiKey".into(), Value::Bool(has_key));
-                }
-                item
-            })
-            .collect(),
-    )
+    match value.as_array() {
+        Some(items) => Value::Array(items.iter().map(redact_entry).collect()),
+        None => value.clone(),
+    }
 }
 
 /// One settings entry with any `apiKey`, `env` values or `token` left out (their names kept
@@ -237,7 +230,9 @@ pub fn redact_entry(entry: &Value) -> Value {
                 Value::Bool(key.as_str().is_some_and(|k| !k.is_empty())),
             );
         }
-        object.remove("token");
+        if let Some(token) = object.remove("token") {
+            object.insert("hasToken".into(), Value::Bool(!token.is_null()));
+        }
         if let Some(env) = object.remove("env") {
             let names: Vec<Value> = match env {
                 Value::Object(map) => map.keys().cloned().map(Value::String).collect(),
@@ -261,9 +256,9 @@ pub fn redact_all(values: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
-/// A new value for `key` with the stored keys kept: an entry that names no `apiKey` (as a
-/// redacted read hands it back) keeps the key stored for the same `id`; `hasApiKey` is never
-/// stored.
+/// A new value for `key` with the stored secrets kept: an entry that names no `apiKey`, `env`
+/// or `token` (as a redacted read hands it back) keeps the one stored for the entry of the same
+/// `id` (or `name`); the redaction fields are never stored.
 pub fn keep_stored_keys(key: &str, new: Value, stored: Option<&Value>) -> Value {
     if !KEYED_LISTS.contains(&key) {
         return new;
@@ -271,25 +266,36 @@ pub fn keep_stored_keys(key: &str, new: Value, stored: Option<&Value>) -> Value 
     let Value::Array(items) = new else {
         return new;
     };
-    let stored_key = |id: &str| {
+    let identity = |entry: &Value| {
+        entry
+            .get("id")
+            .or(entry.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let stored_entry = |id: &str| {
         stored
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .find(|old| old.get("id").and_then(Value::as_str) == Some(id))
-            .and_then(|old| old.get("apiKey").cloned())
+            .find(|old| identity(old).as_deref() == Some(id))
+            .cloned()
     };
     Value::Array(
         items
             .into_iter()
             .map(|mut item| {
+                let old = identity(&item).and_then(|id| stored_entry(&id));
                 if let Some(object) = item.as_object_mut() {
-                    object.remove("hasApiKey");
-                    if !object.contains_key("apiKey")
-                        && let Some(id) = object.get("id").and_then(Value::as_str)
-                        && let Some(old) = stored_key(id)
-                    {
-                        object.insert("apiKey".into(), old);
+                    for field in REDACTION_FIELDS {
+                        object.remove(*field);
+                    }
+                    for field in SECRET_FIELDS {
+                        if !object.contains_key(*field)
+                            && let Some(value) = old.as_ref().and_then(|o| o.get(*field))
+                        {
+                            object.insert((*field).to_owned(), value.clone());
+                        }
                     }
                 }
                 item

@@ -943,6 +943,22 @@ async fn api_admin_listings_show_registered_packages_without_secrets() {
     assert_eq!(listed["packages"][0]["envKeys"], json!(["TOKEN"]));
     assert!(!listed.to_string().contains("hidden-token"));
     assert_eq!(listed["installsSupported"], false);
+    let settings = h.client.get("/settings/mcpServers").await.unwrap();
+    assert!(!settings.to_string().contains("hidden-token"), "{settings}");
+    // Written back as read, the stored env survives.
+    h.client
+        .call(
+            Method::PUT,
+            "/settings/mcpServers",
+            Some(&json!({ "value": settings["value"] })),
+        )
+        .await
+        .unwrap();
+    let stored = std::fs::read_to_string(h.dir.path().join("home/settings.json")).unwrap();
+    assert!(
+        stored.contains("hidden-token") && !stored.contains("envKeys"),
+        "{stored}"
+    );
     for path in ["/admin/adapters/packages", "/admin/sandbox/packages"] {
         let body = h.client.get(path).await.unwrap();
         assert_eq!(body["packages"], json!([]), "{path}");
