@@ -260,6 +260,20 @@ pub(super) async fn password_status(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
+    // A file without identity rows has no envelope yet: opening it would provision one, and a
+    // read must not write.
+    let provisioned = agent
+        .job(|file| Ok(!file.identity_rows()?.is_empty()))
+        .await?;
+    if !provisioned {
+        return Ok(Json(json!({
+            "agentId": agent.id,
+            "needsPassword": false,
+            "unlocked": false,
+            "unlockedVia": Value::Null,
+        }))
+        .into_response());
+    }
     let report = with_identity(&state, &agent, |file, keys, open| {
         identity::status(file, keys, open)
     })
