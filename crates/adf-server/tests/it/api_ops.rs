@@ -620,6 +620,33 @@ async fn api_network_mesh_disable_closes_the_inbound_door_and_enable_reopens_it(
     let (code, body) = status(&h, Method::POST, "/agents/meshy/inbox", Some(json!({}))).await;
     assert_ne!(code, 503, "the door is open again: {body}");
 
+    for path in ["/runtime/network", "/network"] {
+        let network = h.client.get(path).await.unwrap();
+        assert_eq!(
+            network["mesh"]["status"]["agents"][0]["handle"], "meshy",
+            "{path}"
+        );
+        assert_eq!(network["agents"][0]["handle"], "meshy", "{path}");
+    }
+    let server = h.client.get("/network/server").await.unwrap();
+    assert_eq!(
+        server["url"].as_str(),
+        h.server.daemon.mesh().base_url(),
+        "{server}"
+    );
+    assert_eq!(
+        server["running"],
+        h.server.daemon.mesh().base_url().is_some()
+    );
+    let adapters = h.client.get("/agents/meshy/adapters").await.unwrap();
+    assert_eq!(
+        (
+            adapters["configured"].clone(),
+            adapters["supported"].clone()
+        ),
+        (json!([]), json!(false))
+    );
+
     let runtimes = h
         .client
         .get("/network/mesh/discovered-runtimes")
@@ -810,6 +837,55 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
     )
     .await;
     assert_eq!(code, 200, "{body}");
+
+    let (code, body) = status(
+        &h,
+        Method::POST,
+        &format!("{base}/identity/password/change"),
+        Some(json!({ "newPassword": "second-pass" })),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, _) = status(
+        &h,
+        Method::POST,
+        &format!("{base}/identity/password/unlock"),
+        Some(json!({ "password": "share-pass" })),
+    )
+    .await;
+    assert_eq!(code, 400, "the old password no longer opens it");
+    let (code, body) = status(
+        &h,
+        Method::POST,
+        &format!("{base}/identity/password/unlock"),
+        Some(json!({ "password": "second-pass" })),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+
+    for (path, name_key, name) in [
+        ("mcp/credentials", "npmPackage", "@x/files"),
+        ("adapters/credentials", "adapterType", "telegram"),
+    ] {
+        let put = json!({ name_key: name, "envKey": "TOKEN", "value": secret });
+        let (code, body) = status(&h, Method::PUT, &format!("{base}/{path}"), Some(put)).await;
+        assert_eq!(code, 200, "{path}: {body}");
+        let listed = h
+            .client
+            .get(&format!(
+                "{base}/{path}?{name_key}={}",
+                adf_server::client::encode(name)
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            listed["credentials"]["TOKEN"]["set"], true,
+            "{path}: {listed}"
+        );
+        assert!(!listed.to_string().contains(secret), "{path} leaks");
+        let (code, _) = status(&h, Method::GET, &format!("{base}/{path}"), None).await;
+        assert_eq!(code, 400, "{path} needs {name_key}");
+    }
 
     let did = h.client.get(&format!("{base}/identity/did")).await.unwrap()["did"].clone();
     assert!(did.as_str().unwrap().starts_with("did:key:"));
