@@ -36,6 +36,10 @@ macro_rules! say {
     }};
 }
 
+pub(crate) use say;
+
+mod runtime_cmds;
+
 /// The daemon URL when neither `--url` nor `ADF_DAEMON_URL` is given.
 pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:7385";
 
@@ -120,6 +124,10 @@ pub(crate) enum ClientCommand {
     /// Print a daemon agent's config (`adf config AGENT`; `adf config get FILE` reads a file).
     #[command(name = "config-agent", hide = true)]
     ConfigAgent { agent: String },
+    /// Runtime and agent diagnostics: runtime, providers, auth, settings, network, usage,
+    /// identities, adapters, triggers, tables.
+    #[command(flatten)]
+    Runtime(runtime_cmds::RuntimeCommand),
     /// Measurements for BENCHMARKS.md.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -568,6 +576,7 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
             say!("{}", serde_json::to_string_pretty(&body)?);
         }
         ClientCommand::Events { agent } => follow_events(client, agent, out).await?,
+        ClientCommand::Runtime(command) => runtime_cmds::run(client, command, out).await?,
         ClientCommand::Daemon { .. } | ClientCommand::Studio { .. } | ClientCommand::Bench(_) => {}
     }
     Ok(ExitCode::SUCCESS)

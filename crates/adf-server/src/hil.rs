@@ -478,6 +478,9 @@ pub(crate) struct TurnScope {
     events: tmpsc::UnboundedSender<(String, Value)>,
     turn: u64,
     abort: Arc<TurnAbort>,
+    /// Providers and keys of the runtime settings (`PUT /settings/providers`), read when the
+    /// turn was queued.
+    pub(crate) resolver: adf_providers::Resolver,
 }
 
 impl Drop for TurnScope {
@@ -527,6 +530,7 @@ impl TurnScope {
             Self {
                 agent: Arc::clone(agent),
                 events,
+                resolver: crate::settings::runtime_resolver(hub.home()),
                 turn,
                 abort,
             },

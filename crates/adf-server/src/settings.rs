@@ -156,3 +156,150 @@ fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
 fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::File::create(path)
 }
+
+/// The provider resolver with the runtime settings' `providers` entries (`PUT
+/// /settings/providers`) and their `apiKey`s: an agent whose `model.provider` names one of them
+/// uses it when its own file has no entry of that id. An unreadable settings file or a bad entry
+/// is logged and left out, so chat then reports the provider as not found rather than failing
+/// on an unrelated setting.
+pub fn runtime_resolver(home: &RuntimeHome) -> adf_providers::Resolver {
+    let mut resolver = adf_providers::Resolver::new();
+    let values = match Settings::in_home(home).read() {
+        Ok(values) => values,
+        Err(error) => {
+            tracing::warn!(%error, "runtime providers unavailable");
+            return resolver;
+        }
+    };
+    let entries = values
+        .get("providers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for entry in &entries {
+        match adf_providers::ProviderConfig::from_json(entry) {
+            Ok(provider) if !provider.id.is_empty() => {
+                if let Some(key) = entry
+                    .get("apiKey")
+                    .and_then(Value::as_str)
+                    .filter(|k| !k.is_empty())
+                {
+                    resolver = resolver
+                        .with_runtime_key(provider.id.clone(), adf_providers::ApiKey::new(key));
+                }
+                resolver = resolver.with_runtime_provider(provider);
+            }
+            Ok(_) => tracing::warn!("a runtime provider without an id is ignored"),
+            Err(error) => tracing::warn!(%error, "a runtime provider is ignored"),
+        }
+    }
+    resolver
+}
+
+/// Settings keys whose entries may carry secrets (`apiKey`, `env` values, `token`).
+const KEYED_LISTS: &[&str] = &["providers", "mcpServers", "adapters"];
+
+/// Fields of a [`KEYED_LISTS`] entry that hold secrets; reads show them as `hasApiKey` /
+/// `envKeys` / `hasToken`.
+const SECRET_FIELDS: &[&str] = &["apiKey", "env", "token"];
+
+/// Fields reads add in place of the secrets; never stored.
+const REDACTION_FIELDS: &[&str] = &["hasApiKey", "envKeys", "hasToken"];
+
+/// A settings value as clients see it: in the entries of `providers`, `mcpServers` and
+/// `adapters`, `apiKey`, `token` and the values of `env` are left out (see [`redact_entry`]),
+/// so no read of the settings returns a secret.
+pub fn redact(key: &str, value: &Value) -> Value {
+    if !KEYED_LISTS.contains(&key) {
+        return value.clone();
+    }
+    match value.as_array() {
+        Some(items) => Value::Array(items.iter().map(redact_entry).collect()),
+        None => value.clone(),
+    }
+}
+
+/// One settings entry with any `apiKey`, `env` values or `token` left out (their names kept
+/// in `hasApiKey` / `envKeys`), for listings.
+pub fn redact_entry(entry: &Value) -> Value {
+    let mut entry = entry.clone();
+    if let Some(object) = entry.as_object_mut() {
+        if let Some(key) = object.remove("apiKey") {
+            object.insert(
+                "hasApiKey".into(),
+                Value::Bool(key.as_str().is_some_and(|k| !k.is_empty())),
+            );
+        }
+        if let Some(token) = object.remove("token") {
+            object.insert("hasToken".into(), Value::Bool(!token.is_null()));
+        }
+        if let Some(env) = object.remove("env") {
+            let names: Vec<Value> = match env {
+                Value::Object(map) => map.keys().cloned().map(Value::String).collect(),
+                Value::Array(items) => items
+                    .iter()
+                    .filter_map(|i| i.get("key").or(i.get("name")).cloned())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            object.insert("envKeys".into(), Value::Array(names));
+        }
+    }
+    entry
+}
+
+/// All settings, redacted (see [`redact`]).
+pub fn redact_all(values: &Map<String, Value>) -> Map<String, Value> {
+    values
+        .iter()
+        .map(|(key, value)| (key.clone(), redact(key, value)))
+        .collect()
+}
+
+/// A new value for `key` with the stored secrets kept: an entry that names no `apiKey`, `env`
+/// or `token` (as a redacted read hands it back) keeps the one stored for the entry of the same
+/// `id` (or `name`); the redaction fields are never stored.
+pub fn keep_stored_keys(key: &str, new: Value, stored: Option<&Value>) -> Value {
+    if !KEYED_LISTS.contains(&key) {
+        return new;
+    }
+    let Value::Array(items) = new else {
+        return new;
+    };
+    let identity = |entry: &Value| {
+        entry
+            .get("id")
+            .or(entry.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let stored_entry = |id: &str| {
+        stored
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|old| identity(old).as_deref() == Some(id))
+            .cloned()
+    };
+    Value::Array(
+        items
+            .into_iter()
+            .map(|mut item| {
+                let old = identity(&item).and_then(|id| stored_entry(&id));
+                if let Some(object) = item.as_object_mut() {
+                    for field in REDACTION_FIELDS {
+                        object.remove(*field);
+                    }
+                    for field in SECRET_FIELDS {
+                        if !object.contains_key(*field)
+                            && let Some(value) = old.as_ref().and_then(|o| o.get(*field))
+                        {
+                            object.insert((*field).to_owned(), value.clone());
+                        }
+                    }
+                }
+                item
+            })
+            .collect(),
+    )
+}

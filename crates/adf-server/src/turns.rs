@@ -41,7 +41,7 @@ pub(crate) async fn start_chat(
         .job(|file| file.config())
         .await
         .map_err(|e| e.to_string())?;
-    adf_providers::Resolver::new()
+    crate::settings::runtime_resolver(hub.home())
         .resolve(&config, None)
         .map_err(|e| e.to_string())?;
     let chat = TriggerEvent::new(
@@ -450,7 +450,7 @@ fn run_agent_turns(
             .map(|(name, _)| (name.clone(), Err(message.to_owned())))
             .collect()
     };
-    let (executor, custom) = match turn_executor(config, registry) {
+    let (executor, custom) = match turn_executor(config, registry, &scope.resolver) {
         Ok(built) => built,
         Err(error) => {
             let message = format!("no model turn for {event_type}: {error}");
@@ -511,9 +511,11 @@ fn run_agent_turns(
 fn turn_executor(
     config: &Value,
     registry: Arc<ToolRegistry>,
+    resolver: &Resolver,
 ) -> Result<(Executor, Arc<crate::taps::CustomEvents>), adf_providers::ProviderError> {
     let retries = RetryLog::default();
-    let resolved = Resolver::new()
+    let resolved = resolver
+        .clone()
         .with_retry_observer(retries.observer())
         .resolve(config, None)?;
     let custom = Arc::new(crate::taps::CustomEvents::default());

@@ -31,6 +31,7 @@ pub mod messages;
 pub mod meta;
 pub mod migrate;
 pub mod mime;
+pub mod owner_ops;
 pub mod schema;
 pub mod skills;
 pub mod sql;

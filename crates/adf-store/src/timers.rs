@@ -65,7 +65,7 @@ fn timer_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TimerRow> {
     })
 }
 
-fn check_new_timer(timer: &NewTimer<'_>) -> Result<()> {
+pub(crate) fn check_new_timer(timer: &NewTimer<'_>) -> Result<()> {
     let has_mode = timer
         .schedule
         .get("mode")

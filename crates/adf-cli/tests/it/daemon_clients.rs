@@ -331,3 +331,39 @@ fn bench_turns_json_reports_finished_turns() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The runtime commands reach the routes added with the Studio: providers from the settings
+/// with `hasApiKey` only, the mesh switch, usage, identities, triggers and tables of an agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_commands_read_and_switch_the_daemon_through_its_api() {
+    let mock = MockProvider::start(adf_testkit::Wire::OpenAi).await;
+    let daemon = start(&mock);
+    let settings = daemon.home.join("settings.json");
+    let mut values: Value = std::fs::read_to_string(&settings)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    values["providers"] = json!([{ "id": "shared", "type": "openai", "apiKey": "sk-cli-hidden" }]);
+    std::fs::write(&settings, values.to_string()).unwrap();
+
+    let providers = client(&daemon, &["providers"]);
+    assert_eq!(providers["providers"][0]["id"], "shared");
+    assert_eq!(providers["providers"][0]["hasApiKey"], true);
+    assert!(!providers.to_string().contains("sk-cli-hidden"));
+
+    let disabled = client(&daemon, &["network", "mesh", "disable"]);
+    assert_eq!(disabled["meshEnabled"], false);
+    assert_eq!(client(&daemon, &["network", "mesh"])["meshEnabled"], false);
+    client(&daemon, &["network", "mesh", "enable"]);
+    assert_eq!(client(&daemon, &["network", "mesh"])["meshEnabled"], true);
+
+    assert_eq!(client(&daemon, &["usage", "helper"])["source"], "adf_loop");
+    assert!(client(&daemon, &["identities", "helper"])["identities"].is_array());
+    assert!(client(&daemon, &["triggers", "helper"])["configured"].is_array());
+    assert_eq!(client(&daemon, &["tables", "helper"])["tables"], json!([]));
+    assert_eq!(
+        client(&daemon, &["settings"])["packageCounts"]["providers"],
+        1
+    );
+    assert!(client(&daemon, &["runtime"])["agents"].is_array());
+}

@@ -4,12 +4,19 @@
 //! Handlers stay thin: find the agent, run one job on its store worker (one transaction per
 //! write), shape the answer, emit the event. No agent logic lives here.
 
+mod admin;
 mod agents;
+mod attach;
+mod contents;
+mod identity;
+mod network;
 mod resources;
 mod review;
+mod runtime;
 mod settings;
 mod sse;
 mod studio;
+pub mod unsupported;
 
 use std::sync::Arc;
 
@@ -18,7 +25,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post, put};
 use serde_json::{Value, json};
 
 use crate::daemon::{Agent, Daemon};
@@ -91,11 +98,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/agents/{id}/timers/{timer_id}",
-            axum::routing::delete(resources::timer_delete),
+            axum::routing::delete(resources::timer_delete).put(contents::timer_update),
         )
         .route(
             "/agents/{id}/inbox",
-            get(resources::inbox).post(crate::mesh::inbox_post),
+            get(resources::inbox)
+                .post(network::inbox_post)
+                .delete(contents::inbox_clear),
         )
         .route("/agents/{id}/card", get(crate::mesh::card_get))
         .route("/agents/{id}/health", get(crate::mesh::health_get))
@@ -106,7 +115,10 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/tasks/{task_id}/resolve",
             post(resources::task_resolve),
         )
-        .route("/agents/{id}/logs", get(resources::logs))
+        .route(
+            "/agents/{id}/logs",
+            get(resources::logs).delete(contents::logs_clear),
+        )
         .route("/agents/{id}/logs/after", get(resources::logs_after))
         // Turns, their history and the owner's answers to them (hil.rs holds the waits).
         .route(
@@ -133,12 +145,141 @@ pub fn router(state: AppState) -> Router {
         .route("/studio/api/agents", post(studio::create))
         .route("/studio/api/agents/{id}/download", get(studio::download))
         .route("/studio/api/agents/{id}/live", get(studio::live))
+        .merge(more_routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::frontdoor::front_door,
         ))
         .with_state(state)
+}
+
+/// The operations added with the Studio issue: the agent's other contents, runtime and
+/// network reads, identity and credentials, admin listings, and the documented 501s of later
+/// capabilities (`unsupported`).
+fn more_routes() -> Router<AppState> {
+    let adapters_later =
+        || async { unsupported::not_supported("adapters", "attaching channel adapters") };
+    let remove_password = || async {
+        unsupported::not_supported(
+            "password-slot-removal",
+            "removing the credentials envelope's password slot",
+        )
+    };
+    Router::new()
+        .route(
+            "/agents/{id}/document",
+            get(contents::document_get).put(contents::document_put),
+        )
+        .route(
+            "/agents/{id}/mind",
+            get(contents::mind_get).put(contents::mind_put),
+        )
+        .route("/agents/{id}/files/rename", post(contents::file_rename))
+        .route(
+            "/agents/{id}/files/rename-folder",
+            post(contents::folder_rename),
+        )
+        .route("/agents/{id}/tables", get(contents::tables_list))
+        .route(
+            "/agents/{id}/tables/{table}",
+            get(contents::table_query).delete(contents::table_drop),
+        )
+        .route("/agents/{id}/usage", get(contents::usage))
+        .route("/agents/{id}/runtime", get(runtime::agent_runtime))
+        .route("/agents/{id}/triggers", get(runtime::agent_triggers))
+        .route(
+            "/agents/{id}/runtime/triggers",
+            get(runtime::agent_triggers),
+        )
+        .route("/agents/{id}/adapters", get(runtime::agent_adapters))
+        .route(
+            "/agents/{id}/runtime/adapters",
+            get(runtime::agent_adapters).post(adapters_later),
+        )
+        .route("/agents/{id}/identities", get(identity::identities))
+        .route("/agents/{id}/identity", get(identity::purpose_names))
+        .route("/agents/{id}/identity/entries", get(identity::identities))
+        .route("/agents/{id}/identity/did", get(identity::did))
+        .route(
+            "/agents/{id}/identity/password",
+            get(identity::password_status)
+                .put(identity::password_set)
+                .delete(remove_password),
+        )
+        .route(
+            "/agents/{id}/identity/password/unlock",
+            post(identity::password_unlock),
+        )
+        .route(
+            "/agents/{id}/identity/password/change",
+            post(identity::password_change),
+        )
+        .route(
+            "/agents/{id}/identity/generate-keys",
+            post(identity::generate_keys),
+        )
+        .route("/agents/{id}/identity/wipe", post(identity::wipe))
+        .route(
+            "/agents/{id}/identity/{purpose}",
+            get(identity::value_get)
+                .put(identity::value_put)
+                .delete(identity::value_delete),
+        )
+        .route(
+            "/agents/{id}/identity/{purpose}/code-access",
+            patch(identity::code_access),
+        )
+        .route(
+            "/agents/{id}/identity-prefix",
+            delete(identity::prefix_delete),
+        )
+        .route("/agents/{id}/providers", post(attach::provider_attach))
+        .route(
+            "/agents/{id}/providers/{provider_id}",
+            delete(attach::provider_detach),
+        )
+        .route(
+            "/agents/{id}/providers/{provider_id}/credential",
+            put(identity::provider_credential_put),
+        )
+        .route(
+            "/agents/{id}/providers/{provider_id}/credentials",
+            get(identity::provider_credentials),
+        )
+        .route(
+            "/agents/{id}/mcp/credentials",
+            get(identity::mcp_credentials).put(identity::mcp_credential_put),
+        )
+        .route("/agents/{id}/mcp/servers", post(attach::mcp_attach))
+        .route(
+            "/agents/{id}/mcp/servers/{server_name}",
+            delete(attach::mcp_detach),
+        )
+        .route(
+            "/agents/{id}/adapters/credentials",
+            get(identity::adapter_credentials).put(identity::adapter_credential_put),
+        )
+        .route("/runtime", get(runtime::runtime))
+        .route("/runtime/settings", get(runtime::settings))
+        .route("/runtime/providers", get(runtime::providers))
+        .route("/runtime/auth", get(runtime::auth))
+        .route("/runtime/adapters", get(runtime::adapters))
+        .route("/runtime/usage", get(runtime::usage))
+        .route("/runtime/network", get(runtime::network))
+        .route("/diagnostics", get(runtime::diagnostics))
+        .route("/network", get(runtime::network))
+        .route("/network/mesh", get(network::mesh))
+        .route("/network/mesh/enable", post(network::enable))
+        .route("/network/mesh/disable", post(network::disable))
+        .route("/network/mesh/recent-tools", get(network::recent_tools))
+        .route(
+            "/network/mesh/discovered-runtimes",
+            get(network::discovered_runtimes),
+        )
+        .route("/network/server", get(network::server))
+        .merge(admin::routes())
+        .merge(unsupported::routes())
 }
 
 async fn health() -> Response {

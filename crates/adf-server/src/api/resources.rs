@@ -111,7 +111,7 @@ pub(super) async fn files_list(
     Ok(Json(json!({ "agentId": agent.id, "files": files })).into_response())
 }
 
-fn required_path(params: &HashMap<String, String>) -> ApiResult<String> {
+pub(super) fn required_path(params: &HashMap<String, String>) -> ApiResult<String> {
     params
         .get("path")
         .filter(|p| !p.is_empty())
@@ -236,7 +236,7 @@ pub(super) async fn file_put(
 }
 
 /// Whether a query flag is on (`force=true`, `force=1`, or a bare `force`).
-fn flag(params: &HashMap<String, String>, name: &str) -> ApiResult<bool> {
+pub(super) fn flag(params: &HashMap<String, String>, name: &str) -> ApiResult<bool> {
     match params.get(name).map(|v| v.to_ascii_lowercase()) {
         None => Ok(false),
         Some(v) if matches!(v.as_str(), "" | "true" | "1" | "yes") => Ok(true),
@@ -452,7 +452,7 @@ pub(super) async fn timers_list(
 
 /// The reference's flat timer body (`mode: once_at|once_delay|interval|cron`) as the schedule
 /// object `Schedule::resolve` reads.
-fn schedule_input(body: &Value) -> ApiResult<Value> {
+pub(super) fn schedule_input(body: &Value) -> ApiResult<Value> {
     let mode = body.get("mode").and_then(Value::as_str).unwrap_or("");
     let kind = match mode {
         "once_at" => "once",
@@ -635,7 +635,7 @@ fn task_view(task: &TaskRow) -> Value {
     })
 }
 
-fn parse_limit(params: &HashMap<String, String>, default: usize) -> ApiResult<usize> {
+pub(super) fn parse_limit(params: &HashMap<String, String>, default: usize) -> ApiResult<usize> {
     match params.get("limit") {
         None => Ok(default),
         Some(text) => match text.parse::<usize>() {

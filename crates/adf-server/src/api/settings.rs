@@ -1,6 +1,8 @@
 //! Daemon settings: one JSON object in `$ADF_HOME/settings.json` (mode 0600, written through
 //! a temporary file and a rename so a crash never leaves half a file). Writes accept the
-//! known keys only (`settings::KNOWN_KEYS`), with the shapes the daemon reads.
+//! known keys only (`settings::KNOWN_KEYS`), with the shapes the daemon reads. Reads never
+//! return a provider's `apiKey` (`hasApiKey` instead); a write that omits it keeps the stored
+//! one, so a value read and written back loses no key.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -18,7 +20,7 @@ fn store(state: &AppState) -> Settings {
 fn answer(settings: &Settings, values: Map<String, Value>) -> Response {
     Json(json!({
         "filePath": settings.path().display().to_string(),
-        "settings": values,
+        "settings": crate::settings::redact_all(&values),
     }))
     .into_response()
 }
@@ -48,7 +50,12 @@ pub(super) async fn patch(
     let settings = store(&state);
     let _guard = state.daemon.settings_lock().lock().await;
     let values = settings
-        .update(|values| values.extend(changes))
+        .update(|values| {
+            for (key, value) in changes {
+                let kept = crate::settings::keep_stored_keys(&key, value, values.get(&key));
+                values.insert(key, kept);
+            }
+        })
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(answer(&settings, values))
 }
@@ -60,7 +67,9 @@ pub(super) async fn get_one(
     let values = store(&state)
         .read()
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let value = values.get(&key).cloned().unwrap_or(Value::Null);
+    let value = values
+        .get(&key)
+        .map_or(Value::Null, |value| crate::settings::redact(&key, value));
     Ok(Json(json!({ "key": key, "value": value })).into_response())
 }
 
@@ -77,12 +86,15 @@ pub(super) async fn put_one(
     }
     let settings = store(&state);
     let _guard = state.daemon.settings_lock().lock().await;
-    let stored = value.clone();
     let name = key.clone();
-    settings
+    let values = settings
         .update(move |values| {
-            values.insert(name, stored);
+            let kept = crate::settings::keep_stored_keys(&name, value, values.get(&name));
+            values.insert(name, kept);
         })
         .map_err(|e| ApiError::internal(e.to_string()))?;
+    let value = values
+        .get(&key)
+        .map_or(Value::Null, |value| crate::settings::redact(&key, value));
     Ok(Json(json!({ "key": key, "value": value })).into_response())
 }

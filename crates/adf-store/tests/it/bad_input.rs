@@ -79,6 +79,53 @@ fn nested(levels: usize) -> Value {
 }
 
 const REFUSALS: &[Refusal] = &[
+    ("owner renames a read_only file", |f| {
+        err(f.file_rename("locked.md", "moved.md"))
+    }),
+    ("owner renames onto a taken name", |f| {
+        err(f.file_rename("mind/log.md", "mind.md"))
+    }),
+    ("rename of a missing file", |f| {
+        err(f.file_rename("nope.md", "x.md"))
+    }),
+    ("rename to a bad path", |f| {
+        err(f.file_rename("mind/log.md", "../x"))
+    }),
+    ("rename of a missing folder", |f| {
+        err(f.file_rename_folder("nowhere", "elsewhere"))
+    }),
+    ("folder moved into itself", |f| {
+        err(f.file_rename_folder("mind", "mind/deeper"))
+    }),
+    ("drop of a system table", |f| {
+        err(f.local_table_drop("adf_logs"))
+    }),
+    ("drop of a missing local table", |f| {
+        err(f.local_table_drop("local_missing"))
+    }),
+    ("update of a missing timer", |f| {
+        let schedule = serde_json::json!({ "mode": "interval", "every_ms": 1000 });
+        let scope = serde_json::json!(["agent"]);
+        err(f.timer_update(
+            999,
+            &adf_store::timers::NewTimer {
+                schedule: &schedule,
+                next_wake_at: 1,
+                payload: None,
+                scope: &scope,
+                lambda: None,
+                warm: false,
+                locked: false,
+                r#loop: None,
+            },
+        ))
+    }),
+    ("code access of a runtime key", |f| {
+        err(f.identity_set_code_access("crypto:signing:private_key", true))
+    }),
+    ("code access of a missing purpose", |f| {
+        err(f.identity_set_code_access("app:nope", true))
+    }),
     ("agent writes a read_only file", |f| {
         err(f.file_write(Caller::Agent, "locked.md", b"x", &FileWrite::default()))
     }),

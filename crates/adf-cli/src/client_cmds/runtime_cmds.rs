@@ -1,0 +1,194 @@
+//! Client commands for the daemon's runtime-level and per-agent diagnostics, named as the
+//! reference CLI names them: `adf runtime [AGENT]`, `providers`, `auth`, `settings`,
+//! `network [mesh [enable|disable]|server|tools|runtimes]`, `usage [AGENT]`,
+//! `identities AGENT`, `adapters [AGENT]`, `triggers AGENT` and `tables AGENT [TABLE]`.
+
+use anyhow::{Result, bail};
+use clap::Subcommand;
+use serde_json::Value;
+
+use adf_server::client::{Client, encode};
+
+use super::{print_json_or, rows, table};
+use crate::output::Output;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RuntimeCommand {
+    /// Show the daemon's runtime diagnostics, or one agent's (status, adapters, MCP, triggers).
+    Runtime { agent: Option<String> },
+    /// List the runtime providers (keys shown as set or not) and which provider each agent uses.
+    Providers,
+    /// Show which providers have a key; subscription logins are not supported yet.
+    Auth,
+    /// Summarize the daemon's settings file.
+    Settings,
+    /// Show the network: `adf network`, `network mesh [enable|disable]`, `network server`,
+    /// `network tools`, `network runtimes`.
+    Network { args: Vec<String> },
+    /// Show token usage of the loaded agents, or of one agent.
+    Usage { agent: Option<String> },
+    /// List a daemon agent's identity purposes (never their values).
+    Identities { agent: String },
+    /// List channel adapter registrations, or the adapters an agent configures.
+    Adapters { agent: Option<String> },
+    /// List a daemon agent's configured triggers.
+    Triggers { agent: String },
+    /// List a daemon agent's local tables, or show rows of one.
+    Tables {
+        agent: String,
+        table: Option<String>,
+    },
+}
+
+fn pretty(value: &Value) {
+    super::say!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+fn network_path(args: &[String]) -> Result<(bool, &'static str)> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    Ok(match words.as_slice() {
+        [] => (false, "/runtime/network"),
+        ["mesh"] | ["mesh", "status"] => (false, "/network/mesh"),
+        ["mesh", "enable"] => (true, "/network/mesh/enable"),
+        ["mesh", "disable"] => (true, "/network/mesh/disable"),
+        ["server"] => (false, "/network/server"),
+        ["tools"] => (false, "/network/mesh/recent-tools"),
+        ["runtimes"] => (false, "/network/mesh/discovered-runtimes"),
+        ["lan"] => (false, "/network/mesh/lan-addresses"),
+        other => bail!(
+            "unknown network command {other:?}: use mesh [status|enable|disable], server, tools, runtimes or lan"
+        ),
+    })
+}
+
+/// Runs one command against the daemon.
+pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -> Result<()> {
+    match command {
+        RuntimeCommand::Runtime { agent } => {
+            let path = agent.map_or_else(
+                || "/runtime".to_owned(),
+                |a| format!("/agents/{}/runtime", encode(&a)),
+            );
+            pretty(&client.get(&path).await?);
+        }
+        RuntimeCommand::Providers => {
+            let body = client.get("/runtime/providers").await?;
+            print_json_or(out, &body, || {
+                super::say!("Providers:");
+                table(
+                    &["id", "type", "name", "model", "key"],
+                    &rows(
+                        &body["providers"],
+                        &["id", "type", "name", "defaultModel", "hasApiKey"],
+                    ),
+                );
+                super::say!("\nAgent usage:");
+                table(
+                    &["agent", "provider", "model", "source"],
+                    &rows(
+                        &body["agentUsage"],
+                        &["handle", "providerId", "modelId", "source"],
+                    ),
+                );
+            });
+        }
+        RuntimeCommand::Auth => pretty(&client.get("/runtime/auth").await?),
+        RuntimeCommand::Settings => pretty(&client.get("/runtime/settings").await?),
+        RuntimeCommand::Network { args } => {
+            let (post, path) = network_path(&args)?;
+            let body = if post {
+                client.post(path, None).await?
+            } else {
+                client.get(path).await?
+            };
+            pretty(&body);
+        }
+        RuntimeCommand::Usage { agent } => {
+            let path = agent.map_or_else(
+                || "/runtime/usage".to_owned(),
+                |a| format!("/agents/{}/usage", encode(&a)),
+            );
+            let body = client.get(&path).await?;
+            print_json_or(out, &body, || {
+                let totals = &body["totals"];
+                table(
+                    &["field", "value"],
+                    &[
+                        vec!["source".into(), super::text(&body["source"])],
+                        vec!["input".into(), super::text(&totals["input"])],
+                        vec!["output".into(), super::text(&totals["output"])],
+                        vec!["cacheRead".into(), super::text(&totals["cacheRead"])],
+                        vec!["cacheWrite".into(), super::text(&totals["cacheWrite"])],
+                        vec!["total".into(), super::text(&totals["total"])],
+                    ],
+                );
+            });
+        }
+        RuntimeCommand::Identities { agent } => {
+            let body = client
+                .get(&format!("/agents/{}/identities", encode(&agent)))
+                .await?;
+            print_json_or(out, &body, || {
+                table(
+                    &["purpose", "encrypted", "code_access"],
+                    &rows(
+                        &body["identities"],
+                        &["purpose", "encrypted", "code_access"],
+                    ),
+                );
+            });
+        }
+        RuntimeCommand::Adapters { agent } => {
+            let path = agent.map_or_else(
+                || "/runtime/adapters".to_owned(),
+                |a| format!("/agents/{}/adapters", encode(&a)),
+            );
+            pretty(&client.get(&path).await?);
+        }
+        RuntimeCommand::Triggers { agent } => {
+            let body = client
+                .get(&format!("/agents/{}/triggers", encode(&agent)))
+                .await?;
+            print_json_or(out, &body, || {
+                table(
+                    &["type", "enabled", "targets"],
+                    &rows(&body["configured"], &["type", "enabled", "targetCount"]),
+                );
+            });
+        }
+        RuntimeCommand::Tables { agent, table: None } => {
+            let body = client
+                .get(&format!("/agents/{}/tables", encode(&agent)))
+                .await?;
+            print_json_or(out, &body, || {
+                table(
+                    &["name", "rows"],
+                    &rows(&body["tables"], &["name", "row_count"]),
+                );
+            });
+        }
+        RuntimeCommand::Tables {
+            agent,
+            table: Some(name),
+        } => {
+            let body = client
+                .get(&format!(
+                    "/agents/{}/tables/{}",
+                    encode(&agent),
+                    encode(&name)
+                ))
+                .await?;
+            print_json_or(out, &body, || {
+                let columns: Vec<&str> = body["columns"]
+                    .as_array()
+                    .map(|c| c.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                table(&columns, &rows(&body["rows"], &columns));
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! Operations of the reference daemon that belong to capabilities this runtime does not have
+//! yet: compute environments, channel adapters, ChatGPT/Grok subscription logins, installing
+//! packages from the daemon, a separate mesh server, LAN address listing, model listings and
+//! token counting. Each answers one documented error rather than a 404 or a pretend success:
+//!
+//! `501 {"error": "<what> is not supported by this runtime yet", "code": "NOT_SUPPORTED",
+//! "capability": "<name>"}`
+//!
+//! The capability names are stable (`compute`, `adapters`, `subscription-auth`,
+//! `package-install`, `mesh-server`, `lan`, `model-catalog`, `token-count`); `/openapi.json`
+//! lists these operations with their 501 (see `openapi.rs`).
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use serde_json::json;
+
+use super::AppState;
+use crate::error::ApiError;
+
+/// The stable error code of every answer of this module.
+pub const NOT_SUPPORTED: &str = "NOT_SUPPORTED";
+
+/// The 501 for `capability` (`what`: the operation in words).
+pub fn not_supported(capability: &'static str, what: &str) -> ApiError {
+    let mut error = ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!("{what} is not supported by this runtime yet"),
+    );
+    error.details = json!({ "code": NOT_SUPPORTED, "capability": capability })
+        .as_object()
+        .cloned();
+    error
+}
+
+/// (method, path, capability, what): every operation answered here (the package installs
+/// of adapters and sandbox share their path with a listing, so `admin.rs` routes those).
+pub const OPERATIONS: &[(&str, &str, &str, &str)] = &[
+    ("get", "/compute/status", "compute", "compute environments"),
+    (
+        "get",
+        "/compute/containers",
+        "compute",
+        "compute environments",
+    ),
+    ("post", "/compute/start", "compute", "compute environments"),
+    ("post", "/compute/stop", "compute", "compute environments"),
+    (
+        "post",
+        "/compute/destroy",
+        "compute",
+        "compute environments",
+    ),
+    ("post", "/compute/setup", "compute", "compute environments"),
+    (
+        "get",
+        "/compute/exec-log",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "get",
+        "/compute/containers/{name}",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "post",
+        "/compute/containers/{name}/start",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "post",
+        "/compute/containers/{name}/stop",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "post",
+        "/compute/containers/{name}/destroy",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "get",
+        "/auth/chatgpt/status",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "post",
+        "/auth/chatgpt/start",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "post",
+        "/auth/chatgpt/complete",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "post",
+        "/auth/chatgpt/logout",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "get",
+        "/auth/grok/status",
+        "subscription-auth",
+        "Grok subscription login",
+    ),
+    (
+        "post",
+        "/auth/grok/start",
+        "subscription-auth",
+        "Grok subscription login",
+    ),
+    (
+        "post",
+        "/auth/grok/logout",
+        "subscription-auth",
+        "Grok subscription login",
+    ),
+    (
+        "post",
+        "/admin/mcp/packages/npm",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "delete",
+        "/admin/mcp/packages/npm",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "post",
+        "/admin/mcp/packages/python",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "delete",
+        "/admin/mcp/packages/python",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "post",
+        "/admin/sandbox/packages/check",
+        "package-install",
+        "checking sandbox packages",
+    ),
+    (
+        "post",
+        "/network/server/start",
+        "mesh-server",
+        "a mesh server apart from the daemon's listener",
+    ),
+    (
+        "post",
+        "/network/server/stop",
+        "mesh-server",
+        "a mesh server apart from the daemon's listener",
+    ),
+    (
+        "post",
+        "/network/server/restart",
+        "mesh-server",
+        "a mesh server apart from the daemon's listener",
+    ),
+    (
+        "get",
+        "/network/mesh/lan-addresses",
+        "lan",
+        "listing LAN addresses",
+    ),
+    (
+        "get",
+        "/runtime/models",
+        "model-catalog",
+        "listing a provider's models",
+    ),
+    (
+        "post",
+        "/runtime/token-count",
+        "token-count",
+        "counting tokens",
+    ),
+    (
+        "post",
+        "/runtime/token-count/batch",
+        "token-count",
+        "counting tokens",
+    ),
+    (
+        "delete",
+        "/agents/{id}/adapters/{adapterType}",
+        "adapters",
+        "channel adapters",
+    ),
+];
+
+/// The routes of [`OPERATIONS`].
+pub(super) fn routes() -> Router<AppState> {
+    let mut router = Router::new();
+    // Several methods can share a path: group them so each path is routed once.
+    let mut paths: Vec<&str> = OPERATIONS.iter().map(|op| op.1).collect();
+    paths.dedup();
+    for path in paths {
+        let mut method_router = axum::routing::MethodRouter::new();
+        for &(method, op_path, capability, what) in OPERATIONS {
+            if op_path != path {
+                continue;
+            }
+            let answer = move || async move { not_supported(capability, what) };
+            method_router = match method {
+                "get" => method_router.merge(get(answer)),
+                "post" => method_router.merge(post(answer)),
+                _ => method_router.merge(delete(answer)),
+            };
+        }
+        router = router.route(path, method_router);
+    }
+    router
+}
