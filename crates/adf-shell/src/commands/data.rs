@@ -140,9 +140,15 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
     run_filter(&filter, &options, inputs, io)
 }
 
+/// jq formats jaq's standard library lacks, defined in jq itself (jq manual "Format strings").
+const EXTRA_DEFS: &str = r#"def @csv: map(if type == "string" then "\"" + gsub("\""; "\"\"") + "\"" elif type == "null" then "" else tostring end) | join(",");
+def @tsv: map(if type == "string" then gsub("\\\\"; "\\\\") | gsub("\t"; "\\t") | gsub("\n"; "\\n") | gsub("\r"; "\\r") elif type == "null" then "" else tostring end) | join("\t");
+"#;
+
 fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) -> Result<i32, Abort> {
+    let code = format!("{EXTRA_DEFS}{filter}");
     let program = File {
-        code: filter,
+        code: code.as_str(),
         path: (),
     };
     let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
@@ -167,17 +173,12 @@ fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) 
             return Ok(3);
         }
     };
-    let pp = jaq_json::write::Pp {
-        indent: if options.compact {
-            None
-        } else if options.tab {
-            Some("\t".to_owned())
-        } else {
-            Some("  ".to_owned())
-        },
-        sort_keys: options.sort_keys,
-        sep_space: !options.compact,
-        ..Default::default()
+    let indent = if options.compact {
+        None
+    } else if options.tab {
+        Some("\t")
+    } else {
+        Some("  ")
     };
     let mut last: Option<Val> = None;
     let mut status = 0;
@@ -190,13 +191,7 @@ fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) 
                         Val::TStr(bytes) if options.raw => {
                             io.out.push_str(&String::from_utf8_lossy(bytes));
                         }
-                        other => {
-                            let mut buffer = Vec::new();
-                            if jaq_json::write::write(&mut buffer, &pp, 0, other).is_err() {
-                                return Ok(io.fail("jq", "cannot write a value"));
-                            }
-                            io.out.push_str(&String::from_utf8_lossy(&buffer));
-                        }
+                        other => write_json(&mut io.out, other, indent, options.sort_keys, 0),
                     }
                     if !options.join {
                         io.out.push('\n');
@@ -221,6 +216,131 @@ fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) 
         });
     }
     Ok(0)
+}
+
+/// Writes a value as jq prints it: integral numbers without a fraction, `": "` and the
+/// indent in pretty mode, nothing between tokens in compact mode.
+fn write_json(out: &mut String, value: &Val, indent: Option<&str>, sort_keys: bool, level: usize) {
+    let newline = |out: &mut String, level: usize| {
+        if let Some(indent) = indent {
+            out.push('\n');
+            for _ in 0..level {
+                out.push_str(indent);
+            }
+        }
+    };
+    match value {
+        Val::Null => out.push_str("null"),
+        Val::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Val::Num(number) => out.push_str(&number_text(number)),
+        Val::TStr(bytes) | Val::BStr(bytes) => write_string(out, &String::from_utf8_lossy(bytes)),
+        Val::Arr(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            out.push('[');
+            for (at, item) in items.iter().enumerate() {
+                if at > 0 {
+                    out.push(',');
+                }
+                newline(out, level + 1);
+                write_json(out, item, indent, sort_keys, level + 1);
+            }
+            newline(out, level);
+            out.push(']');
+        }
+        Val::Obj(map) => {
+            if map.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            let mut entries: Vec<(String, &Val)> = map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Val::TStr(bytes) | Val::BStr(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                        other => other.to_string(),
+                    };
+                    (key, v)
+                })
+                .collect();
+            if sort_keys {
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+            }
+            out.push('{');
+            for (at, (key, item)) in entries.into_iter().enumerate() {
+                if at > 0 {
+                    out.push(',');
+                }
+                newline(out, level + 1);
+                write_string(out, &key);
+                out.push(':');
+                if indent.is_some() {
+                    out.push(' ');
+                }
+                write_json(out, item, indent, sort_keys, level + 1);
+            }
+            newline(out, level);
+            out.push('}');
+        }
+    }
+}
+
+fn number_text(number: &jaq_json::Num) -> String {
+    match number {
+        jaq_json::Num::Int(i) => i.to_string(),
+        jaq_json::Num::BigInt(i) => i.to_string(),
+        jaq_json::Num::Float(f) => float_text(*f),
+        jaq_json::Num::Dec(text) => match text.parse::<i64>() {
+            Ok(i) => i.to_string(),
+            Err(_) => text.parse::<f64>().map(float_text).unwrap_or_else(|_| text.to_string()),
+        },
+    }
+}
+
+fn float_text(f: f64) -> String {
+    if f.is_nan() {
+        return "null".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "1.7976931348623157e+308".into() } else { "-1.7976931348623157e+308".into() };
+    }
+    if f.fract() == 0.0 && f.abs() < 1e17 {
+        return format!("{}", f as i64);
+    }
+    if f.abs() >= 1e17 || f.abs() < 1e-5 {
+        let text = format!("{f:e}");
+        return match text.split_once('e') {
+            Some((mantissa, exponent)) => {
+                let (sign, digits) = match exponent.strip_prefix('-') {
+                    Some(d) => ('-', d),
+                    None => ('+', exponent),
+                };
+                format!("{mantissa}e{sign}{digits:0>2}")
+            }
+            None => text,
+        };
+    }
+    format!("{f}")
+}
+
+fn write_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 fn describe<T: std::fmt::Debug>(errors: &T) -> String {

@@ -22,6 +22,15 @@ pub(crate) fn clean_path(path: &str) -> Result<String, String> {
     Ok(path.to_owned())
 }
 
+/// `path: message`, with coreutils' wording for a missing file.
+pub(crate) fn failure(path: &str, error: &adf_runtime::tools::ToolError) -> String {
+    if error.code == adf_runtime::tools::ErrorCode::NotFound {
+        format!("{path}: No such file or directory")
+    } else {
+        format!("{path}: {}", error.message)
+    }
+}
+
 /// What a read found.
 pub(crate) enum Content {
     Text(String),
@@ -36,7 +45,7 @@ pub(crate) fn read(shell: &mut Shell<'_>, path: &str) -> Result<Content, String>
     let record = shell
         .host
         .call("fs_read", json!({ "path": path }))
-        .map_err(|e| format!("{path}: {}", e.message))?;
+        .map_err(|e| failure(&path, &e))?;
     let size = record.get("size").and_then(Value::as_i64).unwrap_or(0);
     let mime = record
         .get("mime_type")
@@ -228,7 +237,7 @@ pub(crate) fn rm(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             if force && error.code == adf_runtime::tools::ErrorCode::NotFound {
                 continue;
             }
-            status = io.fail("rm", format!("cannot remove '{path}': {}", error.message));
+            status = io.fail("rm", format!("cannot remove {}", failure(&format!("'{path}'"), &error)));
         }
     }
     Ok(status)

@@ -99,13 +99,11 @@ pub(crate) fn run(shell: &mut Shell<'_>, argv: &[String], io: &mut Io) -> Result
         return Ok(127);
     };
     let args = &argv[1..];
-    if matches!(args.first().map(String::as_str), Some("-h" | "--help"))
-        && !matches!(spec.name, "echo" | "du" | "sort")
-    {
-        io.out.push_str(&format!("usage: {}\n", spec.usage));
-        return Ok(0);
-    }
-    if args.first().map(String::as_str) == Some("--help") {
+    // `-h` alone, or `--help`, prints the usage; `-h` among other arguments is the command's
+    // own flag (grep -h, sort -h, du -h).
+    let help = matches!(args, [only] if only == "-h" && !matches!(spec.name, "echo" | "sort" | "du"))
+        || args.first().is_some_and(|a| a == "--help");
+    if help {
         io.out.push_str(&format!("usage: {}\n", spec.usage));
         return Ok(0);
     }

@@ -1055,34 +1055,57 @@ fn human_value(text: &str) -> f64 {
     number * factor
 }
 
+/// GNU `sort -V`: Debian's version comparison (`verrevcmp`): non-digit runs compare with
+/// letters before other characters and `~` before everything, digit runs numerically.
 fn version_cmp(a: &str, b: &str) -> Ordering {
-    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
-    loop {
-        if a.is_empty() || b.is_empty() {
-            return a.len().cmp(&b.len());
-        }
-        let a_digit = a[0].is_ascii_digit();
-        let b_digit = b[0].is_ascii_digit();
-        if a_digit && b_digit {
-            let a_end = a.iter().position(|c| !c.is_ascii_digit()).unwrap_or(a.len());
-            let b_end = b.iter().position(|c| !c.is_ascii_digit()).unwrap_or(b.len());
-            let a_num = std::str::from_utf8(&a[..a_end]).unwrap_or("0").trim_start_matches('0');
-            let b_num = std::str::from_utf8(&b[..b_end]).unwrap_or("0").trim_start_matches('0');
-            let order = a_num.len().cmp(&b_num.len()).then(a_num.cmp(b_num));
-            if order != Ordering::Equal {
-                return order;
-            }
-            a = &a[a_end..];
-            b = &b[b_end..];
-        } else {
-            let order = a[0].cmp(&b[0]);
-            if order != Ordering::Equal {
-                return order;
-            }
-            a = &a[1..];
-            b = &b[1..];
+    if a == b {
+        return Ordering::Equal;
+    }
+    fn order(c: Option<u8>) -> i32 {
+        match c {
+            None => 0,
+            Some(c) if c.is_ascii_digit() => 0,
+            Some(c) if c.is_ascii_alphabetic() => i32::from(c),
+            Some(b'~') => -1,
+            Some(c) => i32::from(c) + 256,
         }
     }
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        while (i < a.len() && !a[i].is_ascii_digit()) || (j < b.len() && !b[j].is_ascii_digit()) {
+            let (x, y) = (order(a.get(i).copied()), order(b.get(j).copied()));
+            if x != y {
+                return x.cmp(&y);
+            }
+            i += 1;
+            j += 1;
+        }
+        while a.get(i) == Some(&b'0') {
+            i += 1;
+        }
+        while b.get(j) == Some(&b'0') {
+            j += 1;
+        }
+        let mut first_diff = Ordering::Equal;
+        while i < a.len() && j < b.len() && a[i].is_ascii_digit() && b[j].is_ascii_digit() {
+            if first_diff == Ordering::Equal {
+                first_diff = a[i].cmp(&b[j]);
+            }
+            i += 1;
+            j += 1;
+        }
+        if i < a.len() && a[i].is_ascii_digit() {
+            return Ordering::Greater;
+        }
+        if j < b.len() && b[j].is_ascii_digit() {
+            return Ordering::Less;
+        }
+        if first_diff != Ordering::Equal {
+            return first_diff;
+        }
+    }
+    Ordering::Equal
 }
 
 fn compare_key(a: &str, b: &str, key: &KeySpec) -> Ordering {
@@ -1161,9 +1184,6 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
                 }
                 at += 1;
             }
-        } else if arg == "--help" || arg == "-h" {
-            io.out.push_str("usage: sort [-rnufhVbs] [-t SEP] [-k F[,F]] [-o FILE] [FILE…]\n");
-            return Ok(0);
         } else {
             files.push(arg.clone());
         }

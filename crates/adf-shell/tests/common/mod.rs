@@ -30,15 +30,15 @@ pub fn model() -> Caller {
     }
 }
 
-/// A fresh agent with `adf_shell` enabled (kept alive by the guard).
+/// A fresh agent with `adf_shell` (and `fs_delete`) enabled (kept alive by the guard).
 pub fn agent() -> (tempfile::TempDir, AdfFile) {
     let dir = tempfile::tempdir().unwrap();
     let file = AdfFile::create(&dir.path().join("agent.adf"), &CreateOptions::default()).unwrap();
     let mut file = file;
-    for flag in ["enabled", "visible"] {
+    for (tool, flag) in [("adf_shell", "enabled"), ("adf_shell", "visible"), ("fs_delete", "enabled")] {
         file.config_set_path(
             adf_store::Caller::Owner,
-            &format!("tools.adf_shell.{flag}"),
+            &format!("tools.{tool}.{flag}"),
             adf_store::ConfigAction::Set,
             Value::Bool(true),
         )
