@@ -217,7 +217,9 @@ impl<'h> Shell<'h> {
 
     /// The time left in the line's budget.
     pub(crate) fn time_left(&self) -> Duration {
-        self.limits.time_budget.saturating_sub(self.started.elapsed())
+        self.limits
+            .time_budget
+            .saturating_sub(self.started.elapsed())
     }
 
     fn command(&mut self, command: &Command, io: &mut Io) -> Result<i32, Abort> {
@@ -319,7 +321,10 @@ impl<'h> Shell<'h> {
                 io.stdin = self.expand_joined(word).map_err(|Abort(m)| m)?;
                 io.err.push_str(&std::mem::take(&mut self.pending_err));
             }
-            RedirectKind::Output { target: word, append } => {
+            RedirectKind::Output {
+                target: word,
+                append,
+            } => {
                 let path = self.expand_joined(word).map_err(|Abort(m)| m)?;
                 let sink = if path == "/dev/null" {
                     Sink::Null
@@ -338,7 +343,11 @@ impl<'h> Shell<'h> {
                 }
             }
             RedirectKind::Dup(to) => {
-                let current = if *to == 1 { out_to.clone() } else { err_to.clone() };
+                let current = if *to == 1 {
+                    out_to.clone()
+                } else {
+                    err_to.clone()
+                };
                 match redirect.fd {
                     1 => *out_to = current,
                     2 => *err_to = current,
@@ -450,7 +459,10 @@ fn split_into(value: &str, fields: &mut Vec<String>, current: &mut String, has_f
     }
     let starts_blank = value.starts_with([' ', '\t', '\n']);
     let ends_blank = value.ends_with([' ', '\t', '\n']);
-    let pieces: Vec<&str> = value.split([' ', '\t', '\n']).filter(|p| !p.is_empty()).collect();
+    let pieces: Vec<&str> = value
+        .split([' ', '\t', '\n'])
+        .filter(|p| !p.is_empty())
+        .collect();
     if pieces.is_empty() {
         if *has_field {
             fields.push(std::mem::take(current));

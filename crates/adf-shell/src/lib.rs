@@ -85,11 +85,13 @@ impl Host for RegistryHost<'_> {
             .call(self.file, self.caller, tool, args, self.approver)?
         {
             CallOutcome::Done(value) => Ok(value),
-            CallOutcome::Queued { task_id, status } => Ok(json!({ "task_id": task_id, "status": status })),
+            CallOutcome::Queued { task_id, status } => {
+                Ok(json!({ "task_id": task_id, "status": status }))
+            }
             CallOutcome::Deferred(call) => {
-                if let Some(result) = self
-                    .registry
-                    .run_hosted(self.file, self.caller, &call, self.approver)
+                if let Some(result) =
+                    self.registry
+                        .run_hosted(self.file, self.caller, &call, self.approver)
                 {
                     return result;
                 }
@@ -100,7 +102,9 @@ impl Host for RegistryHost<'_> {
                     ),
                 );
                 // The pipeline approved the call; its task (if any) records that it did not run.
-                let _ = self.registry.finish_deferred(self.file, &call, &Err(error.clone()));
+                let _ = self
+                    .registry
+                    .finish_deferred(self.file, &call, &Err(error.clone()));
                 Err(error)
             }
         }
@@ -189,8 +193,16 @@ impl Tool for ShellTool {
         true
     }
 
-    fn run_hosted(&self, cx: &mut HostedContext<'_>, args: Value) -> Option<Result<Value, ToolError>> {
-        let command = args.get("command").and_then(Value::as_str).unwrap_or_default().to_owned();
+    fn run_hosted(
+        &self,
+        cx: &mut HostedContext<'_>,
+        args: Value,
+    ) -> Option<Result<Value, ToolError>> {
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let env: BTreeMap<String, String> = args
             .get("env")
             .and_then(Value::as_object)
@@ -220,7 +232,9 @@ fn limits_from(config: &Option<std::sync::Arc<Value>>) -> Limits {
         .and_then(|c| c.pointer("/limits/max_tool_result_tokens"))
         .and_then(Value::as_u64)
     {
-        limits.max_output = usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX).max(1024);
+        limits.max_output = usize::try_from(tokens.saturating_mul(4))
+            .unwrap_or(usize::MAX)
+            .max(1024);
     }
     limits
 }

@@ -463,7 +463,10 @@ impl Parser {
         let value = match self.peek() {
             None | Some(' ' | '\t' | '\n' | ';' | '|' | '&' | ')') => Vec::new(),
             Some('(') => {
-                return Err(unsupported("arrays 'NAME=( … )'", "store a list in a file or a plain string"));
+                return Err(unsupported(
+                    "arrays 'NAME=( … )'",
+                    "store a list in a file or a plain string",
+                ));
             }
             _ => self.word()?,
         };
@@ -487,7 +490,10 @@ impl Parser {
             return Err(unsupported("'&>'", "write '> file 2>&1' instead"));
         }
         if self.starts_with("<<<") {
-            return Err(unsupported("here-strings '<<<'", "use `echo … |` or a heredoc"));
+            return Err(unsupported(
+                "here-strings '<<<'",
+                "use `echo … |` or a heredoc",
+            ));
         }
         if self.starts_with("<<") {
             self.pos += 2;
@@ -589,7 +595,9 @@ impl Parser {
                                 delimiter.push(c);
                                 self.pos += 1;
                             }
-                            None => return Err(syntax("unterminated quote in a heredoc delimiter")),
+                            None => {
+                                return Err(syntax("unterminated quote in a heredoc delimiter"));
+                            }
                         }
                     }
                 }
@@ -606,7 +614,9 @@ impl Parser {
                                 delimiter.push(c);
                                 self.pos += 1;
                             }
-                            None => return Err(syntax("unterminated quote in a heredoc delimiter")),
+                            None => {
+                                return Err(syntax("unterminated quote in a heredoc delimiter"));
+                            }
                         }
                     }
                 }
@@ -614,7 +624,10 @@ impl Parser {
                     quoted = true;
                     self.pos += 1;
                 }
-                Some(c) if !c.is_whitespace() && !matches!(c, ';' | '|' | '&' | '<' | '>' | '(' | ')') => {
+                Some(c)
+                    if !c.is_whitespace()
+                        && !matches!(c, ';' | '|' | '&' | '<' | '>' | '(' | ')') =>
+                {
                     delimiter.push(c);
                     self.pos += 1;
                 }
@@ -622,7 +635,9 @@ impl Parser {
             }
         }
         if delimiter.is_empty() {
-            return Err(syntax("syntax error: '<<' needs a delimiter word, e.g. <<EOF"));
+            return Err(syntax(
+                "syntax error: '<<' needs a delimiter word, e.g. <<EOF",
+            ));
         }
         Ok((delimiter, !quoted))
     }
@@ -704,7 +719,10 @@ impl Parser {
                     ));
                 }
                 '`' => {
-                    return Err(unsupported("backticks", "use $( … ) for command substitution"));
+                    return Err(unsupported(
+                        "backticks",
+                        "use $( … ) for command substitution",
+                    ));
                 }
                 '\'' => {
                     flush(&mut text, &mut parts, false);
@@ -721,9 +739,7 @@ impl Parser {
                                 self.pos += 1;
                             }
                             None => {
-                                return Err(syntax(
-                                    "unterminated single quote: close it with '",
-                                ));
+                                return Err(syntax("unterminated single quote: close it with '"));
                             }
                         }
                     }
@@ -820,7 +836,10 @@ impl Parser {
                     }
                 }
                 Some('`') => {
-                    return Err(unsupported("backticks", "use $( … ) for command substitution"));
+                    return Err(unsupported(
+                        "backticks",
+                        "use $( … ) for command substitution",
+                    ));
                 }
                 Some('$') => {
                     if !text.is_empty() {
@@ -868,7 +887,11 @@ impl Parser {
                             self.pos += 1;
                             break;
                         }
-                        Some(c) if c.is_ascii_alphanumeric() || c == '_' || (name.is_empty() && c == '?') => {
+                        Some(c)
+                            if c.is_ascii_alphanumeric()
+                                || c == '_'
+                                || (name.is_empty() && c == '?') =>
+                        {
                             name.push(c);
                             self.pos += 1;
                         }
@@ -938,7 +961,10 @@ fn expandable_text(text: &str, depth: usize) -> Result<Word, ParseError> {
                 }
             }
             '`' => {
-                return Err(unsupported("backticks", "use $( … ) for command substitution"));
+                return Err(unsupported(
+                    "backticks",
+                    "use $( … ) for command substitution",
+                ));
             }
             '$' => {
                 if !literal.is_empty() {

@@ -29,7 +29,8 @@ fn print_value(value: &Value, io: &mut Io) {
         }
         Value::Null => {}
         other => {
-            io.out.push_str(&serde_json::to_string_pretty(other).unwrap_or_default());
+            io.out
+                .push_str(&serde_json::to_string_pretty(other).unwrap_or_default());
             io.out.push('\n');
         }
     }
@@ -41,14 +42,23 @@ pub(crate) fn msg(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
     Ok(match sub {
         "send" => {
             let [to, text @ ..] = rest else {
-                return Ok(io.fail("msg", "usage: msg send TO TEXT (TEXT from stdin when omitted)"));
+                return Ok(io.fail(
+                    "msg",
+                    "usage: msg send TO TEXT (TEXT from stdin when omitted)",
+                ));
             };
             let content = if text.is_empty() {
                 std::mem::take(&mut io.stdin)
             } else {
                 text.join(" ")
             };
-            call_print(shell, "msg", "msg_send", json!({ "recipient": to, "content": content }), io)
+            call_print(
+                shell,
+                "msg",
+                "msg_send",
+                json!({ "recipient": to, "content": content }),
+                io,
+            )
         }
         "list" => {
             let _ = rest;
@@ -61,7 +71,10 @@ pub(crate) fn msg(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
             }
             call_print(shell, "msg", "msg_read", args, io)
         }
-        other => io.fail("msg", format!("unknown subcommand '{other}' (send, list, read)")),
+        other => io.fail(
+            "msg",
+            format!("unknown subcommand '{other}' (send, list, read)"),
+        ),
     })
 }
 
@@ -73,7 +86,10 @@ pub(crate) fn ping(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     let Some(handle) = args.first() else {
         return Ok(io.fail("ping", "usage: ping AGENT"));
     };
-    match shell.host.call("agent_discover", json!({ "handle": handle })) {
+    match shell
+        .host
+        .call("agent_discover", json!({ "handle": handle }))
+    {
         Ok(value) => {
             let found = value
                 .get("agents")
@@ -106,7 +122,8 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             args.get(index).cloned()
         };
         match arg.as_str() {
-            "-s" | "--silent" | "-S" | "-L" | "--location" | "-q" | "-f" | "-sS" | "-sL" | "-fsSL" => {}
+            "-s" | "--silent" | "-S" | "-L" | "--location" | "-q" | "-f" | "-sS" | "-sL"
+            | "-fsSL" => {}
             "-X" | "--request" => method = value(),
             "-H" | "--header" => {
                 if let Some(header) = value()
@@ -118,19 +135,28 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             "-d" | "--data" | "--data-raw" | "--json" => {
                 body = value();
                 if arg == "--json" {
-                    headers.insert("Content-Type".into(), Value::String("application/json".into()));
+                    headers.insert(
+                        "Content-Type".into(),
+                        Value::String("application/json".into()),
+                    );
                 }
             }
             "-o" | "-O" | "--output" => output = value(),
             other if other.starts_with('-') => {
-                return Ok(io.fail("curl", format!("unsupported option '{other}' (see curl -h)")));
+                return Ok(io.fail(
+                    "curl",
+                    format!("unsupported option '{other}' (see curl -h)"),
+                ));
             }
             other => url = Some(other.to_owned()),
         }
         index += 1;
     }
     let Some(url) = url else {
-        return Ok(io.fail("curl", "usage: curl [-X METHOD] [-H 'K: V'] [-d DATA] [-o FILE] URL"));
+        return Ok(io.fail(
+            "curl",
+            "usage: curl [-X METHOD] [-H 'K: V'] [-d DATA] [-o FILE] URL",
+        ));
     };
     let mut request = json!({ "url": url });
     if let Some(method) = method.or_else(|| body.as_ref().map(|_| "POST".to_owned())) {
@@ -157,7 +183,10 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
                 }
                 None => io.out.push_str(&text),
             }
-            let status = response.get("status").and_then(Value::as_u64).unwrap_or(200);
+            let status = response
+                .get("status")
+                .and_then(Value::as_u64)
+                .unwrap_or(200);
             Ok(if status >= 400 { 22 } else { 0 })
         }
         Err(error) => Ok(io.fail("curl", error.message)),
@@ -181,24 +210,40 @@ fn when(text: &str) -> Option<i64> {
     if let Ok(ms) = text.parse::<i64>() {
         return Some(ms);
     }
-    chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp_millis())
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
 }
 
 pub(crate) fn at(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
     let [time, rest @ ..] = args else {
-        return Ok(io.fail("at", "usage: at WHEN LAMBDA|TEXT (WHEN: +5m, +2h, ISO time, epoch ms)"));
+        return Ok(io.fail(
+            "at",
+            "usage: at WHEN LAMBDA|TEXT (WHEN: +5m, +2h, ISO time, epoch ms)",
+        ));
     };
     let Some(at) = when(time) else {
-        return Ok(io.fail("at", format!("cannot read the time '{time}' (use +5m, +2h, an ISO time or epoch ms)")));
+        return Ok(io.fail(
+            "at",
+            format!("cannot read the time '{time}' (use +5m, +2h, an ISO time or epoch ms)"),
+        ));
     };
     let rest: Vec<&String> = rest.iter().filter(|a| *a != "--").collect();
-    let target = rest.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ");
+    let target = rest
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut args = json!({ "schedule": { "type": "once", "at": at } });
     if target.ends_with(".sh") || target.contains(".ts:") || target.contains(".js:") {
         args["lambda"] = Value::String(target);
         args["scope"] = json!(["system"]);
     } else {
-        args["payload"] = Value::String(if target.is_empty() { std::mem::take(&mut io.stdin) } else { target });
+        args["payload"] = Value::String(if target.is_empty() {
+            std::mem::take(&mut io.stdin)
+        } else {
+            target
+        });
         args["scope"] = json!(["agent"]);
     }
     Ok(call_print(shell, "at", "sys_set_timer", args, io))
@@ -206,13 +251,28 @@ pub(crate) fn at(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
 
 pub(crate) fn crontab(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
     match args.first().map(String::as_str) {
-        Some("-l") | None => Ok(call_print(shell, "crontab", "sys_list_timers", json!({}), io)),
+        Some("-l") | None => Ok(call_print(
+            shell,
+            "crontab",
+            "sys_list_timers",
+            json!({}),
+            io,
+        )),
         Some("-r") => {
             let Some(id) = args.get(1) else {
                 return Ok(io.fail("crontab", "usage: crontab -r TIMER_ID"));
             };
-            let id: Value = id.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(id.clone()));
-            Ok(call_print(shell, "crontab", "sys_delete_timer", json!({ "id": id }), io))
+            let id: Value = id
+                .parse::<i64>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::String(id.clone()));
+            Ok(call_print(
+                shell,
+                "crontab",
+                "sys_delete_timer",
+                json!({ "id": id }),
+                io,
+            ))
         }
         Some(expression) => {
             let target = args[1..].join(" ");
@@ -257,9 +317,27 @@ pub(crate) fn ps(shell: &mut Shell<'_>, _: &[String], io: &mut Io) -> Result<i32
     match shell.host.call("db_query", json!({ "sql": sql })) {
         Ok(result) => {
             io.out.push_str("ID\tTOOL\tSTATUS\n");
-            for row in result.get("rows").and_then(Value::as_array).into_iter().flatten() {
-                let cell = |k: &str| row.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
-                io.out.push_str(&format!("{}\t{}\t{}\n", cell("id"), cell("tool"), cell("status")));
+            for row in result
+                .get("rows")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let cell = |k: &str| {
+                    row.get(k)
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| v.to_string())
+                        })
+                        .unwrap_or_default()
+                };
+                io.out.push_str(&format!(
+                    "{}\t{}\t{}\n",
+                    cell("id"),
+                    cell("tool"),
+                    cell("status")
+                ));
             }
             Ok(0)
         }
@@ -279,11 +357,19 @@ pub(crate) fn wait(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     let escaped = id.replace('\'', "''");
     let sql = format!("SELECT id, status, result, error FROM adf_tasks WHERE id = '{escaped}'");
     match shell.host.call("db_query", json!({ "sql": sql })) {
-        Ok(result) => match result.get("rows").and_then(Value::as_array).and_then(|r| r.first()) {
+        Ok(result) => match result
+            .get("rows")
+            .and_then(Value::as_array)
+            .and_then(|r| r.first())
+        {
             Some(row) => {
                 print_value(row, io);
                 let status = row.get("status").and_then(Value::as_str).unwrap_or("");
-                Ok(if status == "failed" || status == "denied" { 1 } else { 0 })
+                Ok(if status == "failed" || status == "denied" {
+                    1
+                } else {
+                    0
+                })
             }
             None => Ok(io.fail("wait", format!("no task {id}"))),
         },
@@ -296,7 +382,10 @@ fn config_value(shell: &mut Shell<'_>, section: Option<&str>) -> Result<Value, S
         Some(section) => json!({ "section": section }),
         None => json!({}),
     };
-    shell.host.call("sys_get_config", args).map_err(|e| e.message)
+    shell
+        .host
+        .call("sys_get_config", args)
+        .map_err(|e| e.message)
 }
 
 pub(crate) fn whoami(shell: &mut Shell<'_>, _: &[String], io: &mut Io) -> Result<i32, Abort> {
@@ -330,7 +419,11 @@ pub(crate) fn config(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Res
             match args.get(1) {
                 Some(name) => Value::Array(
                     all.into_iter()
-                        .filter(|t| t.get("name").and_then(Value::as_str).is_some_and(|n| n.contains(name.as_str())))
+                        .filter(|t| {
+                            t.get("name")
+                                .and_then(Value::as_str)
+                                .is_some_and(|n| n.contains(name.as_str()))
+                        })
                         .collect(),
                 ),
                 None => {
@@ -339,7 +432,9 @@ pub(crate) fn config(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Res
                         let flag = |k: &str| tool.get(k).and_then(Value::as_bool).unwrap_or(false);
                         let state = if !flag("enabled") {
                             "disabled"
-                        } else if crate::ABSORBED.contains(&tool.get("name").and_then(Value::as_str).unwrap_or("")) {
+                        } else if crate::ABSORBED
+                            .contains(&tool.get("name").and_then(Value::as_str).unwrap_or(""))
+                        {
                             "absorbed"
                         } else if !flag("visible") {
                             "hidden"
@@ -354,7 +449,11 @@ pub(crate) fn config(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Res
                         text.push_str(&format!(
                             "{}\t{state}{}\t{summary}\n",
                             tool.get("name").and_then(Value::as_str).unwrap_or(""),
-                            if flag("restricted") { ",restricted" } else { "" }
+                            if flag("restricted") {
+                                ",restricted"
+                            } else {
+                                ""
+                            }
                         ));
                     }
                     Value::String(text)
@@ -364,7 +463,9 @@ pub(crate) fn config(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Res
         Some("card") => config_value(shell, Some("card")),
         Some("provider") => config_value(shell, Some("provider_status")),
         Some("limits") => config_value(shell, Some("limits")),
-        Some(other) => Err(format!("unknown subcommand '{other}' (get, tools, card, provider, limits)")),
+        Some(other) => Err(format!(
+            "unknown subcommand '{other}' (get, tools, card, provider, limits)"
+        )),
     };
     Ok(match result {
         Ok(value) => {
@@ -376,18 +477,32 @@ pub(crate) fn config(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Res
 }
 
 pub(crate) fn status(shell: &mut Shell<'_>, _: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let sql = "SELECT (SELECT value FROM adf_meta WHERE key = 'adf_state') AS state, \
-               (SELECT COUNT(*) FROM adf_files) AS files, \
-               (SELECT COUNT(*) FROM adf_inbox WHERE status = 'unread') AS unread, \
-               (SELECT COUNT(*) FROM adf_timers) AS timers";
-    match shell.host.call("db_query", json!({ "sql": sql })) {
-        Ok(result) => {
-            if let Some(row) = result.get("rows").and_then(Value::as_array).and_then(|r| r.first()) {
-                print_value(row, io);
-            }
+    let state = shell
+        .host
+        .call("sys_get_meta", json!({ "key": "adf_state" }))
+        .ok()
+        .and_then(|v| v.get("value").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| "active".into());
+    let files = shell
+        .host
+        .call("fs_list", json!({}))
+        .map(|v| v.as_array().map_or(0, Vec::len));
+    let messages = shell.host.call("msg_list", json!({}));
+    let timers = shell
+        .host
+        .call("sys_list_timers", json!({}))
+        .map(|v| v.as_array().map_or(0, Vec::len));
+    match (files, messages, timers) {
+        (Ok(files), Ok(messages), Ok(timers)) => {
+            let unread = messages.get("unread").and_then(Value::as_u64).unwrap_or(0);
+            io.out.push_str(&format!(
+                "state: {state}\nfiles: {files}\nunread messages: {unread}\ntimers: {timers}\n"
+            ));
             Ok(0)
         }
-        Err(error) => Ok(io.fail("status", error.message)),
+        (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
+            Ok(io.fail("status", error.message))
+        }
     }
 }
 
@@ -400,12 +515,19 @@ pub(crate) fn state(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resu
             }
             Err(error) => Ok(io.fail("state", error.message)),
         },
-        None => match shell.host.call("sys_get_meta", json!({ "key": "adf_state" })) {
+        None => match shell
+            .host
+            .call("sys_get_meta", json!({ "key": "adf_state" }))
+        {
             Ok(value) => {
-                let state = value.get("value").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| match &value {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                });
+                let state = value
+                    .get("value")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| match &value {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
                 io.out.push_str(&format!("{state}\n"));
                 Ok(0)
             }
@@ -428,25 +550,43 @@ pub(crate) fn meta(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         },
         Some("set") => match (arg(1), arg(2)) {
             (Some(key), Some(value)) => ("sys_set_meta", json!({ "key": key, "value": value })),
-            (Some(key), None) => ("sys_set_meta", json!({ "key": key, "value": std::mem::take(&mut io.stdin).trim_end_matches('\n') })),
+            (Some(key), None) => (
+                "sys_set_meta",
+                json!({ "key": key, "value": std::mem::take(&mut io.stdin).trim_end_matches('\n') }),
+            ),
             _ => return Ok(io.fail("meta", "usage: meta set KEY VALUE")),
         },
         Some("del" | "delete" | "rm") => match arg(1) {
             Some(key) => ("sys_delete_meta", json!({ "key": key })),
             None => return Ok(io.fail("meta", "usage: meta del KEY")),
         },
-        Some("incr") => match (arg(1), arg(2).and_then(|n| n.parse::<f64>().ok()).or(Some(1.0))) {
-            (Some(key), Some(n)) => ("sys_set_meta", json!({ "key": key, "value": n, "inc": true })),
+        Some("incr") => match (
+            arg(1),
+            arg(2).and_then(|n| n.parse::<f64>().ok()).or(Some(1.0)),
+        ) {
+            (Some(key), Some(n)) => (
+                "sys_set_meta",
+                json!({ "key": key, "value": n, "inc": true }),
+            ),
             _ => return Ok(io.fail("meta", "usage: meta incr KEY [N]")),
         },
-        Some(other) => return Ok(io.fail("meta", format!("unknown subcommand '{other}' (get, set, del, incr, list)"))),
+        Some(other) => {
+            return Ok(io.fail(
+                "meta",
+                format!("unknown subcommand '{other}' (get, set, del, incr, list)"),
+            ));
+        }
     };
     match shell.host.call(tool, call) {
         Ok(value) => {
             let shown = match (sub, &value) {
                 (Some("get"), Value::Object(o)) => o.get("value").cloned().unwrap_or(value.clone()),
                 (Some("set" | "del" | "delete" | "rm"), _) => Value::Null,
-                (Some("incr"), Value::Object(o)) => o.get("value").or_else(|| o.get("total")).cloned().unwrap_or(value.clone()),
+                (Some("incr"), Value::Object(o)) => o
+                    .get("value")
+                    .or_else(|| o.get("total"))
+                    .cloned()
+                    .unwrap_or(value.clone()),
                 _ => value,
             };
             print_value(&shown, io);
@@ -464,10 +604,21 @@ pub(crate) fn script(shell: &mut Shell<'_>, argv: &[String], io: &mut Io) -> Res
     let path = name.trim_start_matches("./");
     if !path.ends_with(".sh") {
         if path.ends_with(".ts") || path.ends_with(".js") {
-            let source = format!("{path}:{}", argv.get(1).map(String::as_str).unwrap_or("main"));
-            return Ok(call_print(shell, path, "sys_lambda", json!({ "source": source }), io));
+            let source = format!(
+                "{path}:{}",
+                argv.get(1).map(String::as_str).unwrap_or("main")
+            );
+            return Ok(call_print(
+                shell,
+                path,
+                "sys_lambda",
+                json!({ "source": source }),
+                io,
+            ));
         }
-        io.err.push_str(&format!("adf_shell: {name}: only .sh scripts and .ts/.js lambdas run with ./\n"));
+        io.err.push_str(&format!(
+            "adf_shell: {name}: only .sh scripts and .ts/.js lambdas run with ./\n"
+        ));
         return Ok(126);
     }
     let source = match fs::read_text(shell, path) {
@@ -478,7 +629,9 @@ pub(crate) fn script(shell: &mut Shell<'_>, argv: &[String], io: &mut Io) -> Res
         }
     };
     if shell.depth >= MAX_NESTING {
-        return Err(Abort(format!("scripts nested deeper than {MAX_NESTING} levels")));
+        return Err(Abort(format!(
+            "scripts nested deeper than {MAX_NESTING} levels"
+        )));
     }
     let script = match crate::parse::parse(&source) {
         Ok(script) => script,

@@ -57,7 +57,9 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             "--tab" => options.tab = true,
             "--arg" | "--argjson" => {
                 let (Some(name), Some(value)) = (args.get(index + 1), args.get(index + 2)) else {
-                    io.err.push_str(&format!("jq: {arg} takes two parameters (e.g. {arg} name value)\n"));
+                    io.err.push_str(&format!(
+                        "jq: {arg} takes two parameters (e.g. {arg} name value)\n"
+                    ));
                     return Ok(2);
                 };
                 let value = if arg == "--arg" {
@@ -66,7 +68,9 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
                     match jaq_json::read::parse_single(value.as_bytes()) {
                         Ok(value) => value,
                         Err(_) => {
-                            io.err.push_str(&format!("jq: invalid JSON text passed to --argjson: {value}\n"));
+                            io.err.push_str(&format!(
+                                "jq: invalid JSON text passed to --argjson: {value}\n"
+                            ));
                             return Ok(2);
                         }
                     }
@@ -118,7 +122,10 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
         if options.slurp {
             vec![Val::from(text.clone())]
         } else {
-            super::text::lines(&text).into_iter().map(|l| Val::from(l.to_owned())).collect()
+            super::text::lines(&text)
+                .into_iter()
+                .map(|l| Val::from(l.to_owned()))
+                .collect()
         }
     } else {
         let mut values = Vec::new();
@@ -126,7 +133,9 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             match value {
                 Ok(value) => values.push(value),
                 Err(error) => {
-                    io.err.push_str(&format!("jq: error (at <stdin>:0): cannot parse the input as JSON: {error}\n"));
+                    io.err.push_str(&format!(
+                        "jq: error (at <stdin>:0): cannot parse the input as JSON: {error}\n"
+                    ));
                     return Ok(2);
                 }
             }
@@ -145,20 +154,32 @@ const EXTRA_DEFS: &str = r#"def @csv: map(if type == "string" then "\"" + gsub("
 def @tsv: map(if type == "string" then gsub("\\\\"; "\\\\") | gsub("\t"; "\\t") | gsub("\n"; "\\n") | gsub("\r"; "\\r") elif type == "null" then "" else tostring end) | join("\t");
 "#;
 
-fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) -> Result<i32, Abort> {
+fn run_filter(
+    filter: &str,
+    options: &JqOptions,
+    inputs: Vec<Val>,
+    io: &mut Io,
+) -> Result<i32, Abort> {
     let code = format!("{EXTRA_DEFS}{filter}");
     let program = File {
         code: code.as_str(),
         path: (),
     };
-    let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
-    let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
+    let defs = jaq_core::defs()
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs());
+    let funs = jaq_core::funs()
+        .chain(jaq_std::funs())
+        .chain(jaq_json::funs());
     let loader = Loader::new(defs);
     let arena = Arena::default();
     let modules = match loader.load(&arena, program) {
         Ok(modules) => modules,
         Err(errors) => {
-            io.err.push_str(&format!("jq: error: syntax error in the filter {filter:?}: {}\njq: 1 compile error\n", describe(&errors)));
+            io.err.push_str(&format!(
+                "jq: error: syntax error in the filter {filter:?}: {}\njq: 1 compile error\n",
+                describe(&errors)
+            ));
             return Ok(3);
         }
     };
@@ -169,7 +190,10 @@ fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) 
     {
         Ok(filter) => filter,
         Err(errors) => {
-            io.err.push_str(&format!("jq: error: {}\njq: 1 compile error\n", describe(&errors)));
+            io.err.push_str(&format!(
+                "jq: error: {}\njq: 1 compile error\n",
+                describe(&errors)
+            ));
             return Ok(3);
         }
     };
@@ -183,7 +207,10 @@ fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) 
     let mut last: Option<Val> = None;
     let mut status = 0;
     for input in inputs {
-        let ctx = Ctx::<data::JustLut<Val>>::new(&compiled.lut, Vars::new(options.values.iter().cloned()));
+        let ctx = Ctx::<data::JustLut<Val>>::new(
+            &compiled.lut,
+            Vars::new(options.values.iter().cloned()),
+        );
         for result in compiled.id.run((ctx, input)).map(unwrap_valr) {
             match result {
                 Ok(value) => {
@@ -199,7 +226,8 @@ fn run_filter(filter: &str, options: &JqOptions, inputs: Vec<Val>, io: &mut Io) 
                     last = Some(value);
                 }
                 Err(error) => {
-                    io.err.push_str(&format!("jq: error (at <stdin>:0): {error}\n"));
+                    io.err
+                        .push_str(&format!("jq: error (at <stdin>:0): {error}\n"));
                     status = 5;
                 }
             }
@@ -259,7 +287,9 @@ fn write_json(out: &mut String, value: &Val, indent: Option<&str>, sort_keys: bo
                 .iter()
                 .map(|(k, v)| {
                     let key = match k {
-                        Val::TStr(bytes) | Val::BStr(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                        Val::TStr(bytes) | Val::BStr(bytes) => {
+                            String::from_utf8_lossy(bytes).into_owned()
+                        }
                         other => other.to_string(),
                     };
                     (key, v)
@@ -294,7 +324,10 @@ fn number_text(number: &jaq_json::Num) -> String {
         jaq_json::Num::Float(f) => float_text(*f),
         jaq_json::Num::Dec(text) => match text.parse::<i64>() {
             Ok(i) => i.to_string(),
-            Err(_) => text.parse::<f64>().map(float_text).unwrap_or_else(|_| text.to_string()),
+            Err(_) => text
+                .parse::<f64>()
+                .map(float_text)
+                .unwrap_or_else(|_| text.to_string()),
         },
     }
 }
@@ -304,7 +337,11 @@ fn float_text(f: f64) -> String {
         return "null".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "1.7976931348623157e+308".into() } else { "-1.7976931348623157e+308".into() };
+        return if f > 0.0 {
+            "1.7976931348623157e+308".into()
+        } else {
+            "-1.7976931348623157e+308".into()
+        };
     }
     if f.fract() == 0.0 && f.abs() < 1e17 {
         return format!("{}", f as i64);
@@ -336,7 +373,9 @@ fn write_string(out: &mut String, text: &str) {
             '\r' => out.push_str("\\r"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -380,7 +419,10 @@ pub(crate) fn sqlite3(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Re
                 separator = args.get(index).cloned().unwrap_or_else(|| "|".into());
             }
             other if other.starts_with('-') => {
-                return Ok(io.fail("sqlite3", format!("unsupported option '{other}' (use -json, -csv, -header, -separator)")));
+                return Ok(io.fail(
+                    "sqlite3",
+                    format!("unsupported option '{other}' (use -json, -csv, -header, -separator)"),
+                ));
             }
             other => operands.push(other.to_owned()),
         }
@@ -397,7 +439,9 @@ pub(crate) fn sqlite3(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Re
     let mut status = 0;
     for statement in split_statements(&sql) {
         let upper = statement.trim_start().to_ascii_uppercase();
-        let reads = ["SELECT", "WITH", "VALUES", "PRAGMA", "EXPLAIN"].iter().any(|k| upper.starts_with(k));
+        let reads = ["SELECT", "WITH", "VALUES", "PRAGMA", "EXPLAIN"]
+            .iter()
+            .any(|k| upper.starts_with(k));
         let tool = if reads { "db_query" } else { "db_execute" };
         match shell.host.call(tool, json!({ "sql": statement })) {
             Ok(result) if reads => print_rows(&result, mode, header, &separator, io),
@@ -413,7 +457,10 @@ pub(crate) fn sqlite3(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Re
 }
 
 fn is_db_name(text: &str) -> bool {
-    [".db", ".sqlite", ".sqlite3", ".adf"].iter().any(|e| text.ends_with(e)) && !text.contains(' ')
+    [".db", ".sqlite", ".sqlite3", ".adf"]
+        .iter()
+        .any(|e| text.ends_with(e))
+        && !text.contains(' ')
 }
 
 /// Statements split on `;` outside quotes.
@@ -460,7 +507,11 @@ fn print_rows(result: &Value, mode: &str, header: bool, separator: &str, io: &mu
         .and_then(Value::as_array)
         .map(|c| c.iter().map(cell).collect())
         .unwrap_or_default();
-    let rows = result.get("rows").and_then(Value::as_array).cloned().unwrap_or_default();
+    let rows = result
+        .get("rows")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     match mode {
         "json" => {
             if !rows.is_empty() {
@@ -482,14 +533,23 @@ fn print_rows(result: &Value, mode: &str, header: bool, separator: &str, io: &mu
         }
         _ => {
             let quote = |text: String| {
-                if mode == "csv" && (text.contains(',') || text.contains('"') || text.contains('\n')) {
+                if mode == "csv"
+                    && (text.contains(',') || text.contains('"') || text.contains('\n'))
+                {
                     format!("\"{}\"", text.replace('"', "\"\""))
                 } else {
                     text
                 }
             };
             if header && !rows.is_empty() {
-                io.out.push_str(&columns.iter().cloned().map(quote).collect::<Vec<_>>().join(separator));
+                io.out.push_str(
+                    &columns
+                        .iter()
+                        .cloned()
+                        .map(quote)
+                        .collect::<Vec<_>>()
+                        .join(separator),
+                );
                 io.out.push('\n');
             }
             for row in &rows {

@@ -14,7 +14,10 @@ pub(crate) fn clean_path(path: &str) -> Result<String, String> {
     if path.is_empty() {
         return Err("empty file name".into());
     }
-    if path.split('/').any(|segment| segment == ".." || segment == ".") {
+    if path
+        .split('/')
+        .any(|segment| segment == ".." || segment == ".")
+    {
         return Err(format!(
             "{path}: '..' and '.' segments are not allowed: the filesystem is flat (paths like notes/a.md)"
         ));
@@ -35,7 +38,10 @@ pub(crate) fn failure(path: &str, error: &adf_runtime::tools::ToolError) -> Stri
 pub(crate) enum Content {
     Text(String),
     /// Not UTF-8 text: the media marker is printed instead of the bytes.
-    Binary { mime: String, size: i64 },
+    Binary {
+        mime: String,
+        size: i64,
+    },
 }
 
 /// Reads a file through `fs_read` (access, audit), taking the full text from the store when
@@ -62,7 +68,8 @@ pub(crate) fn read(shell: &mut Shell<'_>, path: &str) -> Result<Content, String>
         .read_bytes(&path)
         .map_err(|e| format!("{path}: {}", e.message))?
         .ok_or_else(|| format!("{path}: No such file"))?;
-    let textual = !(mime.starts_with("image/") || mime.starts_with("audio/") || mime.starts_with("video/"));
+    let textual =
+        !(mime.starts_with("image/") || mime.starts_with("audio/") || mime.starts_with("video/"));
     match String::from_utf8(bytes) {
         Ok(text) if textual => Ok(Content::Text(text)),
         _ => Ok(Content::Binary { mime, size }),
@@ -90,7 +97,10 @@ pub(crate) fn write_file(
     let mode = if append { "append" } else { "write" };
     shell
         .host
-        .call("fs_write", json!({ "mode": mode, "path": path, "content": content }))
+        .call(
+            "fs_write",
+            json!({ "mode": mode, "path": path, "content": content }),
+        )
         .map(|_| ())
         .map_err(|e| format!("{path}: {}", e.message))
 }
@@ -156,7 +166,8 @@ pub(crate) fn cat(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
             Ok(Content::Binary { mime, size }) => {
                 // Base64 never reaches stdout: a marker and the manifest instead.
                 text.push_str(&format!("[media: {file} ({mime}, {size} bytes)]\n"));
-                let manifest = json!({ "media": [{ "path": file, "mime_type": mime, "size": size }] });
+                let manifest =
+                    json!({ "media": [{ "path": file, "mime_type": mime, "size": size }] });
                 text.push_str(&format!("{manifest}\n"));
             }
             Err(message) => status = io.fail("cat", message),
@@ -180,7 +191,11 @@ pub(crate) fn ls(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
     } else {
         prefixes
             .iter()
-            .map(|p| p.trim_start_matches("./").trim_start_matches('/').to_owned())
+            .map(|p| {
+                p.trim_start_matches("./")
+                    .trim_start_matches('/')
+                    .to_owned()
+            })
             .collect()
     };
     let mut status = 0;
@@ -205,7 +220,11 @@ pub(crate) fn ls(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
                 });
                 io.out.push_str(&format!(
                     "{:<10} {:>9} {} {path}\n",
-                    if protection.is_empty() { "none" } else { protection },
+                    if protection.is_empty() {
+                        "none"
+                    } else {
+                        protection
+                    },
                     size,
                     updated.unwrap_or_default()
                 ));
@@ -237,13 +256,22 @@ pub(crate) fn rm(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             if force && error.code == adf_runtime::tools::ErrorCode::NotFound {
                 continue;
             }
-            status = io.fail("rm", format!("cannot remove {}", failure(&format!("'{path}'"), &error)));
+            status = io.fail(
+                "rm",
+                format!("cannot remove {}", failure(&format!("'{path}'"), &error)),
+            );
         }
     }
     Ok(status)
 }
 
-fn copy(shell: &mut Shell<'_>, name: &str, args: &[String], io: &mut Io, remove: bool) -> Result<i32, Abort> {
+fn copy(
+    shell: &mut Shell<'_>,
+    name: &str,
+    args: &[String],
+    io: &mut Io,
+    remove: bool,
+) -> Result<i32, Abort> {
     let operands: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     let [source, dest] = operands.as_slice() else {
         return Ok(io.fail(name, "usage: SRC DEST"));
@@ -264,7 +292,10 @@ fn copy(shell: &mut Shell<'_>, name: &str, args: &[String], io: &mut Io, remove:
         Ok(record) => record,
         Err(e) => return Ok(io.fail(name, format!("{source_path}: {}", e.message))),
     };
-    let mime = record.get("mime_type").and_then(Value::as_str).map(str::to_owned);
+    let mime = record
+        .get("mime_type")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let bytes = match shell.host.read_bytes(&source_path) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(io.fail(name, format!("{source_path}: No such file"))),
@@ -285,10 +316,11 @@ fn copy(shell: &mut Shell<'_>, name: &str, args: &[String], io: &mut Io, remove:
     if let Err(e) = shell.host.call("fs_write", args) {
         return Ok(io.fail(name, format!("{dest_path}: {}", e.message)));
     }
-    if remove
-        && let Err(e) = shell.host.call("fs_delete", json!({ "path": source_path }))
-    {
-        return Ok(io.fail(name, format!("cannot remove '{source_path}': {}", e.message)));
+    if remove && let Err(e) = shell.host.call("fs_delete", json!({ "path": source_path })) {
+        return Ok(io.fail(
+            name,
+            format!("cannot remove '{source_path}': {}", e.message),
+        ));
     }
     Ok(0)
 }
@@ -335,7 +367,10 @@ pub(crate) fn find(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             }
             "." | "/" | "./" => {}
             other if other.starts_with('-') => {
-                return Ok(io.fail("find", format!("unsupported option '{other}' (use -name, -path, -type f)")));
+                return Ok(io.fail(
+                    "find",
+                    format!("unsupported option '{other}' (use -name, -path, -type f)"),
+                ));
             }
             other => prefix = other.trim_start_matches("./").to_owned(),
         }
@@ -348,7 +383,10 @@ pub(crate) fn find(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     for entry in entries {
         let path = field(&entry, "path");
         let base = path.rsplit('/').next().unwrap_or(path);
-        if pattern.as_ref().is_none_or(|re| re.is_match(base) || re.is_match(path)) {
+        if pattern
+            .as_ref()
+            .is_none_or(|re| re.is_match(base) || re.is_match(path))
+        {
             io.out.push_str(path);
             io.out.push('\n');
         }
@@ -389,7 +427,11 @@ pub(crate) fn du(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             value /= 1024.0;
             unit += 1;
         }
-        if unit == 0 { format!("{size}") } else { format!("{value:.1}{}", units[unit]) }
+        if unit == 0 {
+            format!("{size}")
+        } else {
+            format!("{value:.1}{}", units[unit])
+        }
     };
     let mut status = 0;
     let mut total = 0;

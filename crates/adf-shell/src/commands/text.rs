@@ -161,7 +161,9 @@ fn ere_fixup(pattern: &str) -> String {
                 }
                 while index < chars.len() && chars[index] != ']' {
                     if chars[index] == '[' && chars.get(index + 1) == Some(&':') {
-                        while index < chars.len() && !(chars[index] == ']' && chars[index - 1] == ':') {
+                        while index < chars.len()
+                            && !(chars[index] == ']' && chars[index - 1] == ':')
+                        {
                             out.push(chars[index]);
                             index += 1;
                         }
@@ -185,9 +187,10 @@ fn ere_fixup(pattern: &str) -> String {
             }
             '{' => {
                 let rest: String = chars[index + 1..].iter().collect();
-                let bound = rest.find('}').map(|end| rest[..end].to_owned()).filter(|b| {
-                    !b.is_empty() && b.chars().all(|c| c.is_ascii_digit() || c == ',')
-                });
+                let bound = rest
+                    .find('}')
+                    .map(|end| rest[..end].to_owned())
+                    .filter(|b| !b.is_empty() && b.chars().all(|c| c.is_ascii_digit() || c == ','));
                 match bound {
                     Some(bound) if index > 0 => {
                         out.push('{');
@@ -208,7 +211,12 @@ fn ere_fixup(pattern: &str) -> String {
 }
 
 /// Compiles a grep/sed pattern.
-pub(crate) fn compile(pattern: &str, extended: bool, fixed: bool, ignore_case: bool) -> Result<regex::Regex, String> {
+pub(crate) fn compile(
+    pattern: &str,
+    extended: bool,
+    fixed: bool,
+    ignore_case: bool,
+) -> Result<regex::Regex, String> {
     let source = if fixed {
         regex::escape(pattern)
     } else if extended {
@@ -219,7 +227,12 @@ pub(crate) fn compile(pattern: &str, extended: bool, fixed: bool, ignore_case: b
     regex::RegexBuilder::new(&source)
         .case_insensitive(ignore_case)
         .build()
-        .map_err(|e| format!("invalid regular expression '{pattern}': {}", first_line(&e.to_string())))
+        .map_err(|e| {
+            format!(
+                "invalid regular expression '{pattern}': {}",
+                first_line(&e.to_string())
+            )
+        })
 }
 
 fn first_line(text: &str) -> &str {
@@ -298,7 +311,8 @@ pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         index += 1;
     }
     if patterns.is_empty() {
-        io.err.push_str("usage: grep [-EivcnlqowxFh] [-e PATTERN] PATTERN [FILE…]\n");
+        io.err
+            .push_str("usage: grep [-EivcnlqowxFh] [-e PATTERN] PATTERN [FILE…]\n");
         return Ok(2);
     }
     let mut alternatives = Vec::new();
@@ -326,7 +340,10 @@ pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     {
         Ok(regex) => regex,
         Err(e) => {
-            io.err.push_str(&format!("grep: invalid regular expression: {}\n", first_line(&e.to_string())));
+            io.err.push_str(&format!(
+                "grep: invalid regular expression: {}\n",
+                first_line(&e.to_string())
+            ));
             return Ok(2);
         }
     };
@@ -334,7 +351,11 @@ pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     let show_name = with_name || (files.len() > 1 && !no_name);
     let mut matched_any = false;
     for (name, text) in &inputs {
-        let label = if name == "-" { "(standard input)" } else { name.as_str() };
+        let label = if name == "-" {
+            "(standard input)"
+        } else {
+            name.as_str()
+        };
         let mut matches = 0usize;
         for (line_number, line) in lines(text).into_iter().enumerate() {
             if max.is_some_and(|m| matches >= m) {
@@ -354,8 +375,16 @@ pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             }
             let prefix = format!(
                 "{}{}",
-                if show_name { format!("{label}:") } else { String::new() },
-                if number { format!("{}:", line_number + 1) } else { String::new() }
+                if show_name {
+                    format!("{label}:")
+                } else {
+                    String::new()
+                },
+                if number {
+                    format!("{}:", line_number + 1)
+                } else {
+                    String::new()
+                }
             );
             if only && !invert {
                 for found in regex.find_iter(line) {
@@ -396,7 +425,9 @@ fn args_have_e(args: &[String]) -> bool {
 }
 
 fn usage_error(io: &mut Io, name: &str, arg: &str) -> i32 {
-    io.err.push_str(&format!("{name}: unsupported option '{arg}' (see `{name} -h`)\n"));
+    io.err.push_str(&format!(
+        "{name}: unsupported option '{arg}' (see `{name} -h`)\n"
+    ));
     2
 }
 
@@ -545,7 +576,9 @@ fn sed_address(chars: &[char], at: &mut usize, extended: bool) -> Result<Option<
                 *at += 1;
             }
             let text: String = chars[start..*at].iter().collect();
-            Ok(Some(Address::Line(text.parse().map_err(|_| "bad line number")?)))
+            Ok(Some(Address::Line(
+                text.parse().map_err(|_| "bad line number")?,
+            )))
         }
         Some('$') => {
             *at += 1;
@@ -554,7 +587,9 @@ fn sed_address(chars: &[char], at: &mut usize, extended: bool) -> Result<Option<
         Some('/') => {
             *at += 1;
             let pattern = sed_part(chars, at, '/')?;
-            Ok(Some(Address::Pattern(compile(&pattern, extended, false, false)?)))
+            Ok(Some(Address::Pattern(compile(
+                &pattern, extended, false, false,
+            )?)))
         }
         _ => Ok(None),
     }
@@ -632,7 +667,11 @@ pub(crate) fn sed(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
                     None => return Ok(usage_error(io, "sed", arg)),
                 }
             }
-            flags if flags.starts_with('-') && flags.len() > 1 && flags[1..].chars().all(|c| "nErsi".contains(c)) => {
+            flags
+                if flags.starts_with('-')
+                    && flags.len() > 1
+                    && flags[1..].chars().all(|c| "nErsi".contains(c)) =>
+            {
                 for flag in flags[1..].chars() {
                     match flag {
                         'n' => quiet = true,
@@ -653,7 +692,8 @@ pub(crate) fn sed(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
     let commands = match sed_parse(&scripts.join("\n"), extended) {
         Ok(commands) => commands,
         Err(message) => {
-            io.err.push_str(&format!("sed: -e expression #1: {message}\n"));
+            io.err
+                .push_str(&format!("sed: -e expression #1: {message}\n"));
             return Ok(1);
         }
     };
@@ -728,7 +768,9 @@ fn sed_run(commands: &[SedCommand], text: &str, quiet: bool, out: &mut String) {
                     let mut count = 0;
                     let mut replaced = false;
                     for captures in regex.captures_iter(&space) {
-                        let Some(whole) = captures.get(0) else { continue };
+                        let Some(whole) = captures.get(0) else {
+                            continue;
+                        };
                         count += 1;
                         if count < *nth || (replaced && !global) {
                             continue;
@@ -794,7 +836,11 @@ fn sed_run(commands: &[SedCommand], text: &str, quiet: bool, out: &mut String) {
 // ---------------------------------------------------------------------------------------------
 // head, tail
 
-fn count_arg(args: &[String], name: &str, io: &mut Io) -> Result<(Option<i64>, bool, bool, Vec<String>), i32> {
+fn count_arg(
+    args: &[String],
+    name: &str,
+    io: &mut Io,
+) -> Result<(Option<i64>, bool, bool, Vec<String>), i32> {
     let mut count = None;
     let mut bytes = false;
     let mut from_start = false;
@@ -807,7 +853,10 @@ fn count_arg(args: &[String], name: &str, io: &mut Io) -> Result<(Option<i64>, b
         } else if let Some(rest) = arg.strip_prefix("-c") {
             bytes = true;
             Some(flag_value(args, &mut index, rest))
-        } else if arg.len() > 1 && arg.starts_with('-') && arg[1..].chars().all(|c| c.is_ascii_digit()) {
+        } else if arg.len() > 1
+            && arg.starts_with('-')
+            && arg[1..].chars().all(|c| c.is_ascii_digit())
+        {
             Some(Some(&arg[1..]))
         } else {
             None
@@ -845,11 +894,18 @@ pub(crate) fn head(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     let headers = inputs.len() > 1;
     for (at, (name, text)) in inputs.iter().enumerate() {
         if headers {
-            io.out.push_str(&format!("{}==> {name} <==\n", if at > 0 { "\n" } else { "" }));
+            io.out.push_str(&format!(
+                "{}==> {name} <==\n",
+                if at > 0 { "\n" } else { "" }
+            ));
         }
         if bytes {
             let bytes = text.as_bytes();
-            let n = if count < 0 { bytes.len().saturating_sub(count.unsigned_abs() as usize) } else { (count as usize).min(bytes.len()) };
+            let n = if count < 0 {
+                bytes.len().saturating_sub(count.unsigned_abs() as usize)
+            } else {
+                (count as usize).min(bytes.len())
+            };
             io.out.push_str(&String::from_utf8_lossy(&bytes[..n]));
             continue;
         }
@@ -874,11 +930,18 @@ pub(crate) fn tail(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     let headers = inputs.len() > 1;
     for (at, (name, text)) in inputs.iter().enumerate() {
         if headers {
-            io.out.push_str(&format!("{}==> {name} <==\n", if at > 0 { "\n" } else { "" }));
+            io.out.push_str(&format!(
+                "{}==> {name} <==\n",
+                if at > 0 { "\n" } else { "" }
+            ));
         }
         if bytes {
             let bytes = text.as_bytes();
-            let start = if from_start { count.saturating_sub(1).min(bytes.len()) } else { bytes.len().saturating_sub(count) };
+            let start = if from_start {
+                count.saturating_sub(1).min(bytes.len())
+            } else {
+                bytes.len().saturating_sub(count)
+            };
             io.out.push_str(&String::from_utf8_lossy(&bytes[start..]));
             continue;
         }
@@ -918,7 +981,9 @@ fn parse_key(spec: &str) -> Option<KeySpec> {
     };
     let mut key = KeySpec::default();
     let split_flags = |part: &str| -> (String, String) {
-        let at = part.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(part.len());
+        let at = part
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(part.len());
         (part[..at].to_owned(), part[at..].to_owned())
     };
     let apply = |key: &mut KeySpec, flags: &str| {
@@ -1012,7 +1077,11 @@ fn key_text<'l>(line: &'l str, key: &KeySpec, separator: Option<char>) -> &'l st
                     e
                 } else {
                     let text = &line[s..e];
-                    let skip = if key.blanks { text.len() - text.trim_start_matches([' ', '\t']).len() } else { 0 };
+                    let skip = if key.blanks {
+                        text.len() - text.trim_start_matches([' ', '\t']).len()
+                    } else {
+                        0
+                    };
                     line[s + skip..e]
                         .char_indices()
                         .nth(key.end_char)
@@ -1110,9 +1179,13 @@ fn version_cmp(a: &str, b: &str) -> Ordering {
 
 fn compare_key(a: &str, b: &str, key: &KeySpec) -> Ordering {
     let order = if key.numeric || key.general {
-        numeric_value(a).partial_cmp(&numeric_value(b)).unwrap_or(Ordering::Equal)
+        numeric_value(a)
+            .partial_cmp(&numeric_value(b))
+            .unwrap_or(Ordering::Equal)
     } else if key.human {
-        human_value(a).partial_cmp(&human_value(b)).unwrap_or(Ordering::Equal)
+        human_value(a)
+            .partial_cmp(&human_value(b))
+            .unwrap_or(Ordering::Equal)
     } else if key.version {
         version_cmp(a, b)
     } else if key.fold {
@@ -1120,7 +1193,8 @@ fn compare_key(a: &str, b: &str, key: &KeySpec) -> Ordering {
             .map(|c| c.to_ascii_uppercase())
             .cmp(b.bytes().map(|c| c.to_ascii_uppercase()))
     } else if key.blanks {
-        a.trim_start_matches([' ', '\t']).cmp(b.trim_start_matches([' ', '\t']))
+        a.trim_start_matches([' ', '\t'])
+            .cmp(b.trim_start_matches([' ', '\t']))
     } else {
         a.cmp(b)
     };
@@ -1160,7 +1234,9 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
                         let rest: String = flags[at + 1..].iter().collect();
                         let flag = flags[at];
                         let Some(value) = flag_value(args, &mut index, &rest) else {
-                            return Ok(io.fail("sort", format!("option requires an argument -- '{flag}'")));
+                            return Ok(
+                                io.fail("sort", format!("option requires an argument -- '{flag}'"))
+                            );
                         };
                         match flag {
                             't' => {
@@ -1168,12 +1244,18 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
                                 let mut chars = value.chars();
                                 match (chars.next(), chars.next()) {
                                     (Some(c), None) => separator = Some(c),
-                                    _ => return Ok(io.fail("sort", "the separator must be one character")),
+                                    _ => {
+                                        return Ok(
+                                            io.fail("sort", "the separator must be one character")
+                                        );
+                                    }
                                 }
                             }
                             'k' => match parse_key(value) {
                                 Some(key) => keys.push(key),
-                                None => return Ok(io.fail("sort", format!("invalid key '{value}'"))),
+                                None => {
+                                    return Ok(io.fail("sort", format!("invalid key '{value}'")));
+                                }
                             },
                             _ => output = Some(value.to_owned()),
                         }
@@ -1193,13 +1275,26 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     if status != 0 {
         return Ok(2);
     }
-    let text: String = inputs.iter().map(|(_, t)| {
-        if t.is_empty() || t.ends_with('\n') { t.clone() } else { format!("{t}\n") }
-    }).collect();
+    let text: String = inputs
+        .iter()
+        .map(|(_, t)| {
+            if t.is_empty() || t.ends_with('\n') {
+                t.clone()
+            } else {
+                format!("{t}\n")
+            }
+        })
+        .collect();
     let mut all: Vec<&str> = lines(&text);
     // Keys inherit the global ordering flags when they carry none of their own.
     for key in &mut keys {
-        let own = key.numeric || key.reverse || key.fold || key.human || key.version || key.general || key.blanks;
+        let own = key.numeric
+            || key.reverse
+            || key.fold
+            || key.human
+            || key.version
+            || key.general
+            || key.blanks;
         if !own {
             key.numeric = global.numeric;
             key.reverse = global.reverse;
@@ -1215,7 +1310,11 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             return compare_key(a, b, &global);
         }
         for key in &keys {
-            let order = compare_key(key_text(a, key, separator), key_text(b, key, separator), key);
+            let order = compare_key(
+                key_text(a, key, separator),
+                key_text(b, key, separator),
+                key,
+            );
             if order != Ordering::Equal {
                 return order;
             }
@@ -1225,7 +1324,8 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     if check {
         for (at, pair) in all.windows(2).enumerate() {
             if compare(&pair[0], &pair[1]) == Ordering::Greater {
-                io.err.push_str(&format!("sort: -:{}: disorder: {}\n", at + 2, pair[1]));
+                io.err
+                    .push_str(&format!("sort: -:{}: disorder: {}\n", at + 2, pair[1]));
                 return Ok(1);
             }
         }
@@ -1236,7 +1336,11 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         let order = compare(a, b);
         if order == Ordering::Equal && last_resort {
             let fallback = a.cmp(b);
-            if global.reverse { fallback.reverse() } else { fallback }
+            if global.reverse {
+                fallback.reverse()
+            } else {
+                fallback
+            }
         } else {
             order
         }
@@ -1282,7 +1386,9 @@ pub(crate) fn uniq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
                     'f' | 's' => {
                         let rest: String = flags[at + 1..].iter().collect();
                         let flag = flags[at];
-                        let Some(value) = flag_value(args, &mut index, &rest).and_then(|v| v.parse().ok()) else {
+                        let Some(value) =
+                            flag_value(args, &mut index, &rest).and_then(|v| v.parse().ok())
+                        else {
                             return Ok(io.fail("uniq", format!("invalid number for -{flag}")));
                         };
                         if flag == 'f' {
@@ -1303,7 +1409,10 @@ pub(crate) fn uniq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         index += 1;
     }
     if files.len() > 1 {
-        return Ok(io.fail("uniq", "writing to an output file is not supported; redirect with >"));
+        return Ok(io.fail(
+            "uniq",
+            "writing to an output file is not supported; redirect with >",
+        ));
     }
     let (inputs, status) = fs::inputs(shell, "uniq", &files, io);
     let text: String = inputs.into_iter().map(|(_, t)| t).collect();
@@ -1379,7 +1488,14 @@ pub(crate) fn wc(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
         for (t, n) in total.iter_mut().zip(counts) {
             *t += n;
         }
-        rows.push((if files.is_empty() { String::new() } else { name.clone() }, counts));
+        rows.push((
+            if files.is_empty() {
+                String::new()
+            } else {
+                name.clone()
+            },
+            counts,
+        ));
     }
     if inputs.len() > 1 {
         rows.push(("total".into(), total));
@@ -1462,14 +1578,20 @@ pub(crate) fn cut(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
                 's' => only_delimited = true,
                 'f' | 'c' | 'b' | 'd' => {
                     let Some(value) = flag_value(args, &mut index, rest) else {
-                        return Ok(io.fail("cut", format!("option requires an argument -- '{flag}'")));
+                        return Ok(
+                            io.fail("cut", format!("option requires an argument -- '{flag}'"))
+                        );
                     };
                     match flag {
                         'd' => {
                             let mut chars_of = value.chars();
                             match (chars_of.next(), chars_of.next()) {
                                 (Some(c), None) => delimiter = c,
-                                _ => return Ok(io.fail("cut", "the delimiter must be a single character")),
+                                _ => {
+                                    return Ok(
+                                        io.fail("cut", "the delimiter must be a single character")
+                                    );
+                                }
                             }
                         }
                         'f' => fields = Some(value.to_owned()),
@@ -1486,7 +1608,12 @@ pub(crate) fn cut(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result
     let (list, by_field) = match (fields, chars) {
         (Some(f), None) => (f, true),
         (None, Some(c)) => (c, false),
-        _ => return Ok(io.fail("cut", "you must specify a list of bytes, characters, or fields")),
+        _ => {
+            return Ok(io.fail(
+                "cut",
+                "you must specify a list of bytes, characters, or fields",
+            ));
+        }
     };
     let Some(ranges) = parse_list(&list) else {
         return Ok(io.fail("cut", format!("invalid list '{list}'")));
@@ -1544,9 +1671,15 @@ fn tr_set(spec: &str) -> Result<Vec<char>, String> {
                     "alnum" => ('0'..='9').chain('A'..='Z').chain('a'..='z').collect(),
                     "space" => vec!['\t', '\n', '\u{b}', '\u{c}', '\r', ' '],
                     "blank" => vec!['\t', ' '],
-                    "punct" => (33u8..=126).map(char::from).filter(|c| c.is_ascii_punctuation()).collect(),
+                    "punct" => (33u8..=126)
+                        .map(char::from)
+                        .filter(|c| c.is_ascii_punctuation())
+                        .collect(),
                     "xdigit" => ('0'..='9').chain('A'..='F').chain('a'..='f').collect(),
-                    "cntrl" => (0u8..32).map(char::from).chain(std::iter::once('\u{7f}')).collect(),
+                    "cntrl" => (0u8..32)
+                        .map(char::from)
+                        .chain(std::iter::once('\u{7f}'))
+                        .collect(),
                     "print" => (32u8..=126).map(char::from).collect(),
                     "graph" => (33u8..=126).map(char::from).collect(),
                     other => return Err(format!("invalid character class '{other}'")),
@@ -1559,7 +1692,9 @@ fn tr_set(spec: &str) -> Result<Vec<char>, String> {
         if chars.get(at + 1) == Some(&'-') && at + 2 < chars.len() {
             let (from, to) = (chars[at], chars[at + 2]);
             if to < from {
-                return Err(format!("range-endpoints of '{from}-{to}' are in reverse collating sequence order"));
+                return Err(format!(
+                    "range-endpoints of '{from}-{to}' are in reverse collating sequence order"
+                ));
             }
             out.extend(from..=to);
             at += 3;
@@ -1608,7 +1743,11 @@ pub(crate) fn tr(_: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32,
     let (mut delete, mut squeeze, mut complement) = (false, false, false);
     let mut sets = Vec::new();
     for arg in args {
-        if arg.len() > 1 && arg.starts_with('-') && sets.is_empty() && arg[1..].chars().all(|c| "dscC".contains(c)) {
+        if arg.len() > 1
+            && arg.starts_with('-')
+            && sets.is_empty()
+            && arg[1..].chars().all(|c| "dscC".contains(c))
+        {
             for flag in arg[1..].chars() {
                 match flag {
                     'd' => delete = true,
@@ -1661,7 +1800,11 @@ pub(crate) fn tr(_: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32,
             let mut last: Option<char> = None;
             for c in input.chars() {
                 let mapped = if complement {
-                    if from.contains(&c) { c } else { to[to.len() - 1] }
+                    if from.contains(&c) {
+                        c
+                    } else {
+                        to[to.len() - 1]
+                    }
                 } else {
                     match from.iter().rposition(|f| *f == c) {
                         Some(at) => to[at.min(to.len() - 1)],
@@ -1774,7 +1917,11 @@ fn range_text(start: usize, end: usize) -> String {
 
 pub(crate) fn diff(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
     let unified = args.iter().any(|a| a == "-u");
-    let files: Vec<String> = args.iter().filter(|a| !a.starts_with('-') || *a == "-").cloned().collect();
+    let files: Vec<String> = args
+        .iter()
+        .filter(|a| !a.starts_with('-') || *a == "-")
+        .cloned()
+        .collect();
     if files.len() != 2 {
         io.err.push_str("diff: usage: diff [-u] FILE1 FILE2\n");
         return Ok(2);
@@ -1786,14 +1933,18 @@ pub(crate) fn diff(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     let a = lines(&inputs[0].1);
     let b = lines(&inputs[1].1);
     if a.len().saturating_mul(b.len()) > 25_000_000 {
-        return Ok(io.fail("diff", "the files are too large to compare here (over 5,000 lines each)"));
+        return Ok(io.fail(
+            "diff",
+            "the files are too large to compare here (over 5,000 lines each)",
+        ));
     }
     let hunks = diff_hunks(&a, &b);
     if hunks.is_empty() {
         return Ok(0);
     }
     if unified {
-        io.out.push_str(&format!("--- {}\n+++ {}\n", files[0], files[1]));
+        io.out
+            .push_str(&format!("--- {}\n+++ {}\n", files[0], files[1]));
         for (a0, a1, b0, b1) in &hunks {
             let context_start_a = a0.saturating_sub(3);
             let context_start_b = b0.saturating_sub(3);

@@ -30,12 +30,17 @@ pub fn model() -> Caller {
     }
 }
 
-/// A fresh agent with `adf_shell` (and `fs_delete`) enabled (kept alive by the guard).
+/// A fresh agent with `adf_shell` (and `fs_delete`, `db_execute`) enabled (kept alive by the guard).
 pub fn agent() -> (tempfile::TempDir, AdfFile) {
     let dir = tempfile::tempdir().unwrap();
-    let file = AdfFile::create(&dir.path().join("agent.adf"), &CreateOptions::default()).unwrap();
+    let file = AdfFile::create(dir.path().join("agent.adf"), &CreateOptions::default()).unwrap();
     let mut file = file;
-    for (tool, flag) in [("adf_shell", "enabled"), ("adf_shell", "visible"), ("fs_delete", "enabled")] {
+    for (tool, flag) in [
+        ("adf_shell", "enabled"),
+        ("adf_shell", "visible"),
+        ("fs_delete", "enabled"),
+        ("db_execute", "enabled"),
+    ] {
         file.config_set_path(
             adf_store::Caller::Owner,
             &format!("tools.{tool}.{flag}"),
@@ -75,7 +80,13 @@ pub fn shell_call(
     approver: &dyn Approver,
 ) -> Result<Value, ToolError> {
     let registry = registry();
-    match registry.call(file, caller, "adf_shell", json!({ "command": command }), approver)? {
+    match registry.call(
+        file,
+        caller,
+        "adf_shell",
+        json!({ "command": command }),
+        approver,
+    )? {
         CallOutcome::Deferred(call) => registry
             .run_hosted(file, caller, &call, approver)
             .expect("adf_shell is a hosted tool"),
