@@ -79,7 +79,11 @@ pub trait Tool: Send + Sync + 'static {
     /// outside any transaction with the registry, so each inner call is a whole pipeline call
     /// of its own for the same caller (access, approvals, audit, one transaction each).
     /// `None`, the default, for tools that do not.
-    fn run_hosted(&self, cx: &mut HostedContext<'_>, args: Value) -> Option<Result<Value, ToolError>> {
+    fn run_hosted(
+        &self,
+        cx: &mut HostedContext<'_>,
+        args: Value,
+    ) -> Option<Result<Value, ToolError>> {
         let _ = (cx, args);
         None
     }
