@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 const LOGGED_OUTPUT: usize = 2_000;
 
 /// Runs `command` for `source` (`trigger:on_inbox`, `timer:3`) with `event` exported as
-/// `ADF_EVENT` (JSON) and `ADF_EVENT_TYPE`; returns the `{stdout, stderr, exit_code}` value or
+/// `EVENT` (JSON) and `EVENT_TYPE`; returns the `{stdout, stderr, exit_code}` value or
 /// why the shell could not run (logged either way).
 pub(crate) fn run(
     file: &mut AdfFile,
@@ -25,8 +25,8 @@ pub(crate) fn run(
         source: Some(source.to_owned()),
     };
     let env = json!({
-        "ADF_EVENT": event.to_string(),
-        "ADF_EVENT_TYPE": event.get("type").and_then(Value::as_str).unwrap_or(""),
+        "EVENT": event.to_string(),
+        "EVENT_TYPE": event.get("type").and_then(Value::as_str).unwrap_or(""),
     });
     let args = json!({ "command": command, "env": env });
     // No one is at hand to approve: restricted commands inside the line are refused.

@@ -106,7 +106,7 @@ async fn first_request(shell: bool) -> (usize, Vec<String>) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn tol_57_prm_shell_first_request_fits_a_4k_context() {
+async fn tol_52_prm_35_shell_first_request_fits_a_4k_context() {
     let (before, tools_before) = first_request(false).await;
     let (after, tools_after) = first_request(true).await;
     eprintln!(
@@ -131,7 +131,7 @@ async fn tol_57_prm_shell_first_request_fits_a_4k_context() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn tol_55_a_model_turn_greps_transforms_with_jq_and_writes_while_protection_holds() {
+async fn a_model_turn_greps_transforms_with_jq_and_writes_while_protection_holds() {
     let mock = MockProvider::start(Wire::Anthropic).await;
     mock.require_api_key(KEY);
     let dir = tempfile::tempdir().unwrap();

@@ -56,7 +56,7 @@ fn with_limits(files: &[(&str, &str)], limits: Limits, line: &str) -> adf_shell:
 }
 
 #[test]
-fn tol_52_unsupported_syntax_is_a_parse_error_naming_the_construct_and_the_alternative() {
+fn tol_54_unsupported_syntax_is_a_parse_error_naming_the_construct_and_the_alternative() {
     let cases = [
         ("echo x &", "background", "at"),
         ("(echo x)", "subshell", "&&"),
@@ -84,7 +84,7 @@ fn tol_52_unsupported_syntax_is_a_parse_error_naming_the_construct_and_the_alter
 }
 
 #[test]
-fn tol_53_hostile_lines_fail_cleanly() {
+fn hostile_lines_fail_cleanly() {
     // Unterminated quotes and heredocs.
     for line in [
         "echo 'open",
@@ -118,7 +118,7 @@ fn tol_53_hostile_lines_fail_cleanly() {
 }
 
 #[test]
-fn tol_53_paths_that_leave_the_flat_filesystem_are_refused() {
+fn paths_that_leave_the_flat_filesystem_are_refused() {
     let (run, files) = common::run_line_with(
         &[("a.txt", "a\n")],
         "cat ../a.txt; echo x > ../escape.txt; echo x > lib/../b.txt; echo $?",
@@ -134,7 +134,7 @@ fn tol_53_paths_that_leave_the_flat_filesystem_are_refused() {
 }
 
 #[test]
-fn tol_54_output_is_capped_with_a_marker() {
+fn output_is_capped_with_a_marker() {
     let limits = Limits {
         max_output: 100,
         ..Limits::default()
@@ -155,7 +155,7 @@ fn tol_54_output_is_capped_with_a_marker() {
 }
 
 #[test]
-fn tol_54_a_huge_heredoc_is_bounded_by_the_output_cap() {
+fn a_huge_heredoc_is_bounded_by_the_output_cap() {
     let body = "line of a huge heredoc\n".repeat(200_000);
     let run = run_line(&[], &format!("cat <<EOF | wc -l\n{body}EOF"));
     assert_eq!(run.stdout, "200000\n");
@@ -165,7 +165,7 @@ fn tol_54_a_huge_heredoc_is_bounded_by_the_output_cap() {
 }
 
 #[test]
-fn tol_54_the_step_budget_stops_a_runaway_line() {
+fn the_step_budget_stops_a_runaway_line() {
     let limits = Limits {
         max_steps: 5,
         ..Limits::default()
@@ -191,7 +191,7 @@ fn tol_54_the_step_budget_stops_a_runaway_line() {
 }
 
 #[test]
-fn tol_54_sleep_is_capped() {
+fn sleep_is_capped() {
     let limits = Limits {
         max_sleep: std::time::Duration::ZERO,
         ..Limits::default()
@@ -204,7 +204,7 @@ fn tol_54_sleep_is_capped() {
 }
 
 #[test]
-fn tol_55_a_redirect_onto_a_read_only_file_asks_the_owner_and_a_denial_leaves_the_file() {
+fn a_redirect_onto_a_read_only_file_asks_the_owner_and_a_denial_leaves_the_file() {
     let (_dir, mut file) = agent();
     registry()
         .call(
@@ -253,7 +253,7 @@ fn tol_55_a_redirect_onto_a_read_only_file_asks_the_owner_and_a_denial_leaves_th
 }
 
 #[test]
-fn tol_55_restricted_tools_inside_a_pipeline_wait_for_the_owner() {
+fn restricted_tools_inside_a_pipeline_wait_for_the_owner() {
     let (_dir, mut file) = agent();
     file.config_set_path(
         adf_store::Caller::Owner,
@@ -289,7 +289,7 @@ fn tol_55_restricted_tools_inside_a_pipeline_wait_for_the_owner() {
 }
 
 #[test]
-fn tol_55_a_disabled_tool_stays_disabled_inside_the_shell() {
+fn a_disabled_tool_stays_disabled_inside_the_shell() {
     let (_dir, mut file) = agent();
     file.config_set_path(
         adf_store::Caller::Owner,
@@ -306,7 +306,7 @@ fn tol_55_a_disabled_tool_stays_disabled_inside_the_shell() {
 }
 
 #[test]
-fn tol_55_adf_shell_itself_follows_its_declaration() {
+fn adf_shell_itself_follows_its_declaration() {
     let (_dir, mut file) = agent();
     file.config_set_path(
         adf_store::Caller::Owner,
@@ -320,7 +320,7 @@ fn tol_55_adf_shell_itself_follows_its_declaration() {
 }
 
 #[test]
-fn tol_56_media_cat_prints_a_marker_and_manifest_never_base64() {
+fn tol_58_media_cat_prints_a_marker_and_manifest_never_base64() {
     let (_dir, mut file) = agent();
     let png = [
         0x89u8, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0xff, 0xfe,
@@ -353,7 +353,7 @@ fn tol_56_media_cat_prints_a_marker_and_manifest_never_base64() {
 }
 
 #[test]
-fn tol_57_absorbed_tools_leave_the_model_list_while_adf_shell_is_advertised() {
+fn tol_52_prm_35_absorbed_tools_leave_the_model_list_while_adf_shell_is_advertised() {
     let (_dir, mut file) = agent();
     for tool in ["sys_fetch", "sys_code", "db_query"] {
         file.config_set_path(
@@ -399,7 +399,7 @@ fn tol_57_absorbed_tools_leave_the_model_list_while_adf_shell_is_advertised() {
 }
 
 #[test]
-fn tol_57_config_tools_lists_every_tool_and_prints_schemas() {
+fn tol_56_config_tools_lists_every_tool_and_prints_schemas() {
     let run = run_line(&[], "config tools");
     assert_eq!(run.exit_code, 0);
     for tool in ["fs_read", "fs_delete", "sys_code", "msg_send"] {
@@ -420,7 +420,7 @@ fn tol_57_config_tools_lists_every_tool_and_prints_schemas() {
 }
 
 #[test]
-fn tol_58_scripts_run_whole_files_with_heredocs_and_chains() {
+fn tol_57_scripts_run_whole_files_with_heredocs_and_chains() {
     let script = "#!/bin/sh\n# build a report\ncat <<EOF > report.md\n# Report\nEOF\ngrep -c apple notes.md >> report.md\nfalse\necho after-failure\nfalse && echo skipped\necho done\n";
     let (run, files) = common::run_line_with(
         &[("job.sh", script), ("notes.md", "apple\napple pie\npear\n")],
@@ -444,7 +444,7 @@ fn tol_58_scripts_run_whole_files_with_heredocs_and_chains() {
 }
 
 #[test]
-fn tol_58_env_from_the_call_is_exported() {
+fn env_from_the_call_is_exported() {
     let (_dir, mut file) = agent();
     let registry = registry();
     let call = registry
@@ -468,7 +468,7 @@ fn tol_58_env_from_the_call_is_exported() {
 
 /// One row per row of the guide's command table: each command runs through its tool.
 #[test]
-fn tol_52_every_category_of_the_command_table_runs() {
+fn every_row_of_the_command_table_runs() {
     let files = [("notes.md", "b\na\nb\n"), ("data.json", "{\"k\":[1,2]}")];
     let rows: &[(&str, i32, &str)] = &[
         // Filesystem
@@ -580,7 +580,7 @@ fn tol_52_every_category_of_the_command_table_runs() {
 }
 
 #[test]
-fn tol_52_every_command_prints_usage_with_h() {
+fn every_command_prints_usage_with_h() {
     let run = run_line(&[], "help");
     let names: Vec<String> = run
         .stdout
@@ -608,7 +608,7 @@ fn tol_52_every_command_prints_usage_with_h() {
 }
 
 #[test]
-fn tol_52_state_from_the_shell_sets_the_agent_state() {
+fn tol_55_state_from_the_shell_sets_the_agent_state() {
     let (_dir, mut file) = agent();
     let run = to_run(
         &shell_call(

@@ -462,7 +462,7 @@ fn own_semantics(line: &str) -> bool {
 }
 
 #[test]
-fn table_rows_match_bash_and_gnu_tools() {
+fn tol_53_table_rows_match_bash_and_gnu_tools() {
     let lines = all_lines();
     assert!(lines.len() >= 300, "the table has {} rows", lines.len());
     let mut failures = Vec::new();

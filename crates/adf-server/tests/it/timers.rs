@@ -317,7 +317,7 @@ async fn trg_37_a_sh_timer_lambda_runs_the_whole_script_through_adf_shell() {
     let path = new_agent(h.dir.path(), "scripted", &["system"]);
     {
         let mut file = AdfFile::open(&path).unwrap();
-        let script = "#!/bin/sh\n# a headless job\nN=$(echo \"$ADF_EVENT\" | jq .data.run_count)\ncat <<EOF > reports/sh-run-$N.md\n$ADF_EVENT_TYPE run $N\nEOF\n";
+        let script = "#!/bin/sh\n# a headless job\nN=$(echo \"$EVENT\" | jq .data.run_count)\ncat <<EOF > reports/sh-run-$N.md\n$EVENT_TYPE run $N\nEOF\n";
         file.file_write(
             Caller::Owner,
             "jobs/report.sh",

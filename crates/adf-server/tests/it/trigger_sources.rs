@@ -700,7 +700,7 @@ async fn trg_37_command_targets_run_through_adf_shell_with_the_event() {
                 "triggers",
                 json!({
                     "on_file_change": { "enabled": true, "targets": [
-                        { "scope": "system", "command": "echo \"$ADF_EVENT_TYPE $(echo \"$ADF_EVENT\" | jq -r .data.path)\" >> commands.log", "filter": { "watch": "docs/**" } },
+                        { "scope": "system", "command": "echo \"$EVENT_TYPE $(echo \"$EVENT\" | jq -r .data.path)\" >> commands.log", "filter": { "watch": "docs/**" } },
                         { "scope": "system", "lambda": "lib/seen.ts:never", "filter": { "watch": "docs/**" } }
                     ] },
                 }),
