@@ -399,8 +399,41 @@ fn bash(line: &str) -> Observed {
     }
 }
 
+/// An agent holding [`FILES`], created once and closed; each row runs on a copy of it.
+fn template() -> &'static std::path::Path {
+    static TEMPLATE: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    let (_, path) = TEMPLATE.get_or_init(|| {
+        let (dir, mut file) = common::agent();
+        for (path, content) in FILES {
+            common::put(&mut file, path, content);
+        }
+        file.close().unwrap();
+        let path = dir.path().join("agent.adf");
+        (dir, path)
+    });
+    path
+}
+
 fn shell(line: &str) -> Observed {
-    let (run, mut files) = common::run_line_with(FILES, line);
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("row.adf");
+    std::fs::copy(template(), &copy).unwrap();
+    let mut file = adf_store::AdfFile::open(&copy).unwrap();
+    let value = common::shell_call(
+        &mut file,
+        &common::model(),
+        line,
+        &adf_runtime::tools::approval::ApproveAll,
+    )
+    .unwrap();
+    let run = common::to_run(&value);
+    let mut files: BTreeMap<String, String> = file
+        .file_list("")
+        .unwrap()
+        .into_iter()
+        .filter_map(|info| common::text(&file, &info.path).map(|t| (info.path, t)))
+        .collect();
     // The agent's own starting files are not the table's concern.
     for (path, text) in starting_files() {
         if !FILES.iter().any(|(p, _)| p == path) && files.get(path) == Some(text) {
@@ -461,12 +494,9 @@ fn own_semantics(line: &str) -> bool {
     line.starts_with("! ") || line.starts_with("echo bad | jq")
 }
 
-#[test]
-fn tol_53_table_rows_match_bash_and_gnu_tools() {
-    let lines = all_lines();
-    assert!(lines.len() >= 300, "the table has {} rows", lines.len());
+fn check_rows(lines: &[String]) -> Vec<String> {
     let mut failures = Vec::new();
-    for line in &lines {
+    for line in lines {
         if own_semantics(line) {
             continue;
         }
@@ -511,6 +541,26 @@ fn tol_53_table_rows_match_bash_and_gnu_tools() {
             failures.push(format!("{line:?}\n  {}", problems.join("\n  ")));
         }
     }
+    failures
+}
+
+#[test]
+fn tol_53_table_rows_match_bash_and_gnu_tools() {
+    let lines = all_lines();
+    assert!(lines.len() >= 300, "the table has {} rows", lines.len());
+    // Rows are independent (each its own copy of the agent and its own temp dir): check them
+    // on a few threads.
+    let chunk = lines.len().div_ceil(4);
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = lines
+            .chunks(chunk)
+            .map(|rows| scope.spawn(move || check_rows(rows)))
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap())
+            .collect()
+    });
     assert!(
         failures.is_empty(),
         "{} of {} rows differ from bash:\n{}",
