@@ -234,7 +234,8 @@ pub(crate) fn run(path: &Path, options: ChatOptions, out: Output) -> Result<Exit
         .with_retry_observer(retries.observer())
         .resolve(&config, key)
         .context("cannot reach the agent's model")?;
-    let executor = Executor::from_resolved(resolved, retries);
+    let executor = Executor::from_resolved(resolved, retries)
+        .with_registry(std::sync::Arc::new(crate::tool_cmds::registry()));
     let host = ChatHost {
         approvals: options.approvals,
         answer: options.answer.clone(),

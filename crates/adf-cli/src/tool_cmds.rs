@@ -136,6 +136,13 @@ fn args_without_reason(args: &Value) -> String {
     shown.to_string()
 }
 
+/// The tools this binary runs: the built-ins plus the capability crates (`adf_shell`).
+pub(crate) fn registry() -> ToolRegistry {
+    let mut registry = ToolRegistry::with_builtins();
+    registry.register(adf_shell::tool());
+    registry
+}
+
 /// `adf tool FILE NAME [--args JSON] [--as ...]`.
 pub(crate) fn tool(
     path: &Path,
@@ -151,7 +158,7 @@ pub(crate) fn tool(
         None => json!({}),
     };
     let mut file = crate::session::open(path)?;
-    let registry = ToolRegistry::with_builtins();
+    let registry = registry();
     let caller = call_as.caller();
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let waiter = WaitWithHint { file: path };

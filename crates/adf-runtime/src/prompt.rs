@@ -60,8 +60,16 @@ fs_write with mode \"edit\" and the exact old_text. Prefer edits over rewriting 
 related edits in one call with edits[]. When a call is refused, read the error: it says what to do \
 instead."
                 .to_owned(),
-            shell: "## Shell\n\nadf_shell runs a small POSIX-like shell over your tools: pipes, &&, ||, \
-redirects and variables work; `<command> -h` explains a command."
+            shell: "## Shell\n\nadf_shell runs a bash-like command line over your files and tools; most \
+other tools are reached through it. Syntax: pipes, && || ; (bash precedence), > >> < 2>&1, $VAR \
+${VAR} $(cmd), quotes, heredocs (<<EOF, <<'EOF', <<-EOF), ./script.sh. Not supported: &, ( ), \
+globs, $(( )), <( ), if/for/while/case: chain with && and ||, loop with xargs. Files are flat \
+paths (notes/a.md). Commands: cat ls rm cp mv touch find du head tail; grep sed (ERE) sort uniq wc \
+cut tr tee rev tac diff xargs; jq (full language) sqlite3 (local_* tables); msg who ping; at \
+crontab; state meta config (config tools NAME prints a tool's schema) status whoami env export \
+date; help, `CMD -h`. Each command is a tool call: protected files and restricted tools still ask \
+the owner. The result is {stdout, stderr, exit_code}; output is capped, so narrow it with grep, \
+head or jq."
                 .to_owned(),
             code: "## Code Execution & Lambdas\n\nsys_code runs JavaScript or TypeScript in a sandbox; \
 inside it every tool is an async method of the `adf` object, e.g. `await adf.fs_read({ path })`. \

@@ -251,7 +251,7 @@ async fn cached_targets(agent: &Arc<Agent>) -> Option<Arc<Cached>> {
     Some(cached)
 }
 
-/// Logs, once per load, that a `command` target was skipped.
+/// Logs, once per load, that a system target names neither a lambda nor a command.
 async fn report_command_target(agent: &Arc<Agent>, target: &Target) {
     {
         let mut state = agent.triggers().lock();
@@ -269,7 +269,7 @@ async fn report_command_target(agent: &Arc<Agent>, target: &Target) {
                 origin: Some("trigger"),
                 event: Some("command_unsupported"),
                 target: Some(kind),
-                message: "a trigger target runs a shell command, which needs adf_shell; this runtime does not support it yet, so its deliveries are skipped (use a lambda target)",
+                message: "a system trigger target names neither a lambda nor a command, so its deliveries are skipped",
                 data: Some(&data),
                 r#loop: None,
             })
@@ -394,9 +394,54 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
     let outcome = match delivery.target.scope {
         Scope::System => {
             let Some(source) = delivery.target.lambda.clone() else {
-                // `command` targets need the shell (`adf_shell`), which this runtime does
-                // not have yet (TRG-37 "where supported"): skipped, and said once per load.
-                report_command_target(agent, &delivery.target).await;
+                // A `command` target (TRG-37) runs through adf_shell with the event as
+                // variables; a target with neither is said once per load.
+                let Some(command) = delivery.target.command.clone() else {
+                    report_command_target(agent, &delivery.target).await;
+                    return;
+                };
+                let input = lambda_input(kind, &delivery.events);
+                let source = format!("trigger:{}", kind.as_str());
+                let producer = Producer::Lambda {
+                    source: source.clone(),
+                };
+                let outcome = agent
+                    .store()
+                    .run(move |file| {
+                        let ((_, written), events) =
+                            observe(file, &observer, producer.clone(), |file| {
+                                with_written_files(file, |file| {
+                                    crate::shell_runs::run(
+                                        file, &registry, &source, &command, &input,
+                                    )
+                                })
+                            });
+                        Ok(Handled {
+                            report: None,
+                            written,
+                            producer,
+                            events,
+                            wake: crate::scheduler::wake_of(file),
+                        })
+                    })
+                    .await;
+                agent.triggers().invalidate();
+                match outcome {
+                    Ok(handled) => {
+                        dispatch_handled(
+                            hub,
+                            agent,
+                            handled.wake,
+                            handled.written,
+                            handled.producer,
+                            handled.events,
+                        )
+                        .await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(agent = %agent.id, %error, "trigger delivery failed")
+                    }
+                }
                 return;
             };
             let lambda = match LambdaRef::parse(&source) {

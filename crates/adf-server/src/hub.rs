@@ -45,10 +45,11 @@ impl Hub {
         // The mesh reaches back to the hub's agents, weakly, so the hub can drop.
         Arc::new_cyclic(|weak: &Weak<Hub>| {
             let mesh = Arc::new(DaemonMesh::new(weak.clone(), home.clone()));
-            let tools = ToolRegistry::with_builtins_and_mesh(
+            let mut tools = ToolRegistry::with_builtins_and_mesh(
                 Arc::clone(&mesh) as Arc<dyn adf_runtime::messaging::Mesh>,
                 Some(home.clone()),
             );
+            tools.register(adf_shell::tool());
             Hub {
                 agents: AgentRegistry::default(),
                 events: EventBus::new(),

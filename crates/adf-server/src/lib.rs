@@ -59,6 +59,7 @@ pub mod review;
 pub mod scheduler;
 pub mod serve;
 pub mod settings;
+mod shell_runs;
 pub mod taps;
 pub mod token;
 mod turns;

@@ -540,6 +540,23 @@ fn deliver_system_scope(
     }
     let target = timer_target(fired.config, Scope::System)?;
     let source = timer.lambda.clone().or(target.lambda.clone());
+    // A `.sh` lambda runs headlessly through adf_shell with the event as variables.
+    if let Some(script) = source.as_deref().filter(|s| s.ends_with(".sh")) {
+        let mut report = fired.report("system");
+        let command = format!("./{}", script.trim_start_matches("./"));
+        let producer = Producer::Lambda {
+            source: script.to_owned(),
+        };
+        let label = format!("timer:{}", timer.id);
+        let ((_, written), events) = observe(file, &scope.agent, producer, |file| {
+            crate::dispatch::with_written_files(file, |file| {
+                crate::shell_runs::run(file, registry, &label, &command, &fired.event())
+            })
+        });
+        report.written = written;
+        report.events = events;
+        return Some(report);
+    }
     let lambda = match source.as_deref().map(LambdaRef::parse) {
         Some(Ok(lambda)) => Some(lambda),
         Some(Err(error)) => {

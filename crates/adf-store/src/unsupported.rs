@@ -19,9 +19,8 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 14] = [
+pub const UNIMPLEMENTED_TOOLS: [&str; 13] = [
     "chat_info",
-    "adf_shell",
     "ws_connect",
     "ws_disconnect",
     "ws_connections",

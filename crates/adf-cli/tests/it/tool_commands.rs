@@ -218,3 +218,52 @@ fn tool_runs_as_each_caller_with_json_output() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--args is not valid JSON"));
 }
+
+/// `adf tool FILE adf_shell --args '{"command": …}'`: the line runs through the pipeline as the
+/// model; its writes land in the file and a restricted inner call is refused under `--deny-all`.
+#[test]
+fn adf_tool_runs_adf_shell_lines() {
+    let agent = agent();
+    for (path, value) in [
+        ("tools.adf_shell.enabled", "true"),
+        ("tools.db_execute.enabled", "true"),
+        ("tools.db_execute.restricted", "true"),
+    ] {
+        adf(&agent)
+            .args(["config", "set"])
+            .arg(&agent.file)
+            .args([path, value])
+            .assert()
+            .success();
+    }
+    let run = |command: &str, approval: &str| -> Value {
+        let args = serde_json::json!({ "command": command }).to_string();
+        let output = adf(&agent)
+            .args(["--json", "tool"])
+            .arg(&agent.file)
+            .args(["adf_shell", "--as", "model", approval, "--args", &args])
+            .output()
+            .unwrap();
+        let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(body["ok"], true, "{body}");
+        body["result"].clone()
+    };
+    let result = run(
+        "echo '{\"n\":[3,1,2]}' | jq -c '.n | sort' > sorted.json && cat sorted.json",
+        "--deny-all",
+    );
+    assert_eq!(result["stdout"], "[1,2,3]\n");
+    assert_eq!(result["exit_code"], 0);
+    let result = run(
+        "sqlite3 'CREATE TABLE local_x(a)' || echo refused",
+        "--deny-all",
+    );
+    assert_eq!(result["stdout"], "refused\n", "{result}");
+    let shown = adf(&agent)
+        .arg("cat")
+        .arg(&agent.file)
+        .arg("sorted.json")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), "[1,2,3]\n");
+}

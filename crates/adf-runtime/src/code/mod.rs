@@ -602,6 +602,12 @@ pub async fn drive_deferred<E>(
 where
     E: std::borrow::Borrow<CodeEnv>,
 {
+    if let Some(value) = registry.run_hosted(file, caller, call, approver) {
+        return DeferredRun {
+            value,
+            injections: Vec::new(),
+        };
+    }
     if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
         return DeferredRun {
             value: registry.run_detached(file, caller, call).await,

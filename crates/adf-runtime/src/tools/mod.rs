@@ -74,6 +74,46 @@ pub trait Tool: Send + Sync + 'static {
         let _ = (cx, args);
         Ok(())
     }
+
+    /// The body of a [`Tool::deferred`] tool that calls other tools (`adf_shell`): it runs
+    /// outside any transaction with the registry, so each inner call is a whole pipeline call
+    /// of its own for the same caller (access, approvals, audit, one transaction each).
+    /// `None`, the default, for tools that do not.
+    fn run_hosted(
+        &self,
+        cx: &mut HostedContext<'_>,
+        args: Value,
+    ) -> Option<Result<Value, ToolError>> {
+        let _ = (cx, args);
+        None
+    }
+
+    /// Tools this one covers for the model: while it is advertised, they leave the model's
+    /// tool list (they stay callable, and `config tools` still lists them).
+    fn absorbs(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// What a [`Tool::run_hosted`] body may use: the file (no transaction open), the registry
+/// to call back into, who called, and who approves restricted inner calls.
+pub struct HostedContext<'a> {
+    /// The agent file.
+    pub file: &'a mut AdfFile,
+    /// The registry the call came through; inner calls go through [`ToolRegistry::call`].
+    pub registry: &'a ToolRegistry,
+    /// Who made the outer call; inner calls are made as this caller.
+    pub caller: &'a Caller,
+    /// Asked for restricted inner calls (and protection overrides), and waited for.
+    pub approver: &'a dyn Approver,
+}
+
+impl std::fmt::Debug for HostedContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostedContext")
+            .field("caller", &self.caller)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a `running` task is carried out (see [`ToolRegistry::start_task`]).
@@ -385,12 +425,20 @@ impl ToolRegistry {
     }
 
     /// The tool definitions advertised to the model: enabled and visible declarations of
-    /// implemented tools, each schema extended with the `_reason` parameter.
+    /// implemented tools that no advertised tool absorbs ([`Tool::absorbs`]), each schema
+    /// extended with the `_reason` parameter.
     pub fn model_definitions(&self, config: &Value) -> Vec<Value> {
         let (declarations, _) = access::declarations(config);
+        let absorbed: Vec<&str> = declarations
+            .iter()
+            .filter(|d| access::advertised(d))
+            .filter_map(|d| self.get(&d.name))
+            .flat_map(|tool| tool.absorbs().iter().copied())
+            .collect();
         declarations
             .iter()
             .filter(|d| access::advertised(d))
+            .filter(|d| !absorbed.contains(&d.name.as_str()))
             .filter_map(|d| self.get(&d.name))
             .map(|tool| {
                 let mut parameters = tool.parameters();
@@ -604,6 +652,32 @@ impl ToolRegistry {
         outcome.record(file);
         self.finish_deferred(file, call, &outcome.result)?;
         outcome.result
+    }
+
+    /// Carries out a deferred call of a [`Tool::run_hosted`] tool and records its outcome on
+    /// the call's approval task; `None` when the tool is not a hosted one.
+    pub fn run_hosted(
+        &self,
+        file: &mut AdfFile,
+        caller: &Caller,
+        call: &DeferredCall,
+        approver: &dyn Approver,
+    ) -> Option<Result<Value, ToolError>> {
+        let tool = self.get(&call.tool)?.clone();
+        let mut cx = HostedContext {
+            file,
+            registry: self,
+            caller,
+            approver,
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tool.run_hosted(&mut cx, call.args.clone())
+        }))
+        .unwrap_or_else(|payload| Some(Err(panicked(payload.as_ref()))))?;
+        if let Err(error) = self.finish_deferred(file, call, &result) {
+            return Some(Err(error));
+        }
+        Some(result)
     }
 
     /// Records the outcome of a deferred call on its approval task, if it had one.

@@ -310,3 +310,47 @@ async fn trg_25_trg_28_a_scope_is_delivered_only_with_a_target_and_a_once_timer_
     assert!(timer(&agent, id).await.expired, "TRG-28: kept, expired");
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trg_37_a_sh_timer_lambda_runs_the_whole_script_through_adf_shell() {
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), "scripted", &["system"]);
+    {
+        let mut file = AdfFile::open(&path).unwrap();
+        let script = "#!/bin/sh\n# a headless job\nN=$(echo \"$EVENT\" | jq .data.run_count)\ncat <<EOF > reports/sh-run-$N.md\n$EVENT_TYPE run $N\nEOF\n";
+        file.file_write(
+            Caller::Owner,
+            "jobs/report.sh",
+            script.as_bytes(),
+            &FileWrite::default(),
+        )
+        .unwrap();
+        file.config_set_path(
+            Caller::Owner,
+            "tools.adf_shell.enabled",
+            ConfigAction::Set,
+            json!(true),
+        )
+        .unwrap();
+        file.close().unwrap();
+    }
+    let agent = load(&h, &path).await;
+    add_timer(
+        &h,
+        &agent,
+        json!({ "mode": "interval", "every_ms": 150, "max_runs": 2, "scope": ["system"], "lambda": "jobs/report.sh" }),
+    )
+    .await;
+    wait_for("two script reports", || async {
+        reports(&agent).await == ["reports/sh-run-1.md", "reports/sh-run-2.md"]
+    })
+    .await;
+    let report = agent
+        .store()
+        .run(|file| file.file_read("reports/sh-run-2.md"))
+        .await
+        .unwrap()
+        .expect("the second report");
+    assert_eq!(String::from_utf8_lossy(&report.content), "on_timer run 2\n");
+    h.stop().await;
+}

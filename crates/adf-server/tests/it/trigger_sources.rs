@@ -688,21 +688,24 @@ async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn not_supported_yet_command_targets_are_skipped_with_one_warning() {
+async fn trg_37_command_targets_run_through_adf_shell_with_the_event() {
     let h = Harness::start().await;
     let path = agent_file(
         h.dir.path(),
         "commander",
         &[("lib/seen.ts", SEEN)],
-        &[(
-            "triggers",
-            json!({
-                "on_file_change": { "enabled": true, "targets": [
-                    { "scope": "system", "command": "echo $EVENT_TYPE", "filter": { "watch": "docs/**" } },
-                    { "scope": "system", "lambda": "lib/seen.ts:never", "filter": { "watch": "docs/**" } }
-                ] },
-            }),
-        )],
+        &[
+            ("tools.adf_shell.enabled", json!(true)),
+            (
+                "triggers",
+                json!({
+                    "on_file_change": { "enabled": true, "targets": [
+                        { "scope": "system", "command": "echo \"$EVENT_TYPE $(echo \"$EVENT\" | jq -r .data.path)\" >> commands.log", "filter": { "watch": "docs/**" } },
+                        { "scope": "system", "lambda": "lib/seen.ts:never", "filter": { "watch": "docs/**" } }
+                    ] },
+                }),
+            ),
+        ],
     );
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     put_file(&h, &agent, "docs/one.md", "1").await;
@@ -713,17 +716,25 @@ async fn not_supported_yet_command_targets_are_skipped_with_one_warning() {
     })
     .await;
     drained(&agent).await;
-    let warnings = agent
+    let (log, completed) = agent
         .store()
         .run(|file| {
+            let log = file
+                .file_read("commands.log")?
+                .map(|e| String::from_utf8_lossy(&e.content).into_owned());
             let rows = file.table_rows("adf_logs", 1000)?;
-            Ok(rows
+            let completed = rows
                 .into_iter()
-                .filter(|r| r.get("event").and_then(Value::as_str) == Some("command_unsupported"))
-                .count())
+                .filter(|r| r.get("event").and_then(Value::as_str) == Some("shell_completed"))
+                .count();
+            Ok((log, completed))
         })
         .await
         .unwrap();
-    assert_eq!(warnings, 1, "said once, not per delivery");
+    assert_eq!(
+        log.as_deref(),
+        Some("on_file_change docs/one.md\non_file_change docs/two.md\n")
+    );
+    assert_eq!(completed, 2, "one log row per command run");
     h.stop().await;
 }

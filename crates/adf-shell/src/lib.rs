@@ -1,0 +1,240 @@
+//! `adf-shell`: the `adf_shell` tool, a bash-like interpreter over the agent's own file.
+//!
+//! Principal types: [`ShellTool`] (the `adf_shell` [`Tool`], registered where a binary
+//! assembles its runtime), [`Host`] (the narrow seam every command goes through: one tool call
+//! at a time), [`RegistryHost`] (that seam over [`ToolRegistry::call`] with the caller's
+//! identity, so access, protection, approvals and audit hold inside a pipeline), [`Shell`]
+//! (the interpreter: variables, `$?`, budgets), [`Limits`] and [`Outcome`].
+//!
+//! The language is parsed in [`parse`]: pipes, `&&`, `||`, `;`, redirects, variables,
+//! `$( … )`, quoting, heredocs, comments. Constructs it does not run (`&`, subshells, globs,
+//! arithmetic, loops) are parse errors that say what to write instead. Nothing here touches
+//! the host machine: files are the agent's `adf_files`, reached through `fs_*` tools.
+
+mod commands;
+mod exec;
+pub mod parse;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use adf_runtime::tools::{
+    Approver, CallOutcome, Caller, ErrorCode, HostedContext, Tool, ToolContext, ToolError,
+    ToolRegistry,
+};
+use adf_store::AdfFile;
+use serde_json::{Value, json};
+
+pub use exec::{Limits, Outcome, Shell};
+
+/// The seam: how commands reach the agent. Every file, message, timer or config access is
+/// one tool call through here.
+pub trait Host {
+    /// Calls a tool as the shell's caller; its result, or why it failed.
+    fn call(&mut self, tool: &str, args: Value) -> Result<Value, ToolError>;
+
+    /// The bytes of a file the caller has just read through `fs_read` (which decided access
+    /// and shaped the text for the model); `None` when it does not exist.
+    fn read_bytes(&mut self, path: &str) -> Result<Option<Vec<u8>>, ToolError>;
+}
+
+/// [`Host`] over the tool pipeline: each call is [`ToolRegistry::call`] for the same caller
+/// with the same approver.
+pub struct RegistryHost<'a> {
+    file: &'a mut AdfFile,
+    registry: &'a ToolRegistry,
+    caller: &'a Caller,
+    approver: &'a dyn Approver,
+}
+
+impl std::fmt::Debug for RegistryHost<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryHost")
+            .field("caller", &self.caller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> RegistryHost<'a> {
+    /// A host calling `registry` on `file` as `caller`, asking `approver` for restricted calls.
+    pub fn new(
+        file: &'a mut AdfFile,
+        registry: &'a ToolRegistry,
+        caller: &'a Caller,
+        approver: &'a dyn Approver,
+    ) -> Self {
+        RegistryHost {
+            file,
+            registry,
+            caller,
+            approver,
+        }
+    }
+}
+
+impl Host for RegistryHost<'_> {
+    fn call(&mut self, tool: &str, args: Value) -> Result<Value, ToolError> {
+        if tool == SHELL_TOOL {
+            return Err(ToolError::new(
+                ErrorCode::ToolError,
+                "adf_shell cannot call itself; run the commands directly",
+            ));
+        }
+        match self
+            .registry
+            .call(self.file, self.caller, tool, args, self.approver)?
+        {
+            CallOutcome::Done(value) => Ok(value),
+            CallOutcome::Queued { task_id, status } => {
+                Ok(json!({ "task_id": task_id, "status": status }))
+            }
+            CallOutcome::Deferred(call) => {
+                if let Some(result) =
+                    self.registry
+                        .run_hosted(self.file, self.caller, &call, self.approver)
+                {
+                    return result;
+                }
+                let error = ToolError::new(
+                    ErrorCode::ToolError,
+                    format!(
+                        "{tool} runs outside the shell's synchronous pipeline; calling it from adf_shell is not supported yet (call the {tool} tool directly)"
+                    ),
+                );
+                // The pipeline approved the call; its task (if any) records that it did not run.
+                let _ = self
+                    .registry
+                    .finish_deferred(self.file, &call, &Err(error.clone()));
+                Err(error)
+            }
+        }
+    }
+
+    fn read_bytes(&mut self, path: &str) -> Result<Option<Vec<u8>>, ToolError> {
+        Ok(self.file.file_read(path)?.map(|entry| entry.content))
+    }
+}
+
+/// The tool's name.
+pub const SHELL_TOOL: &str = "adf_shell";
+
+/// The tools the shell covers for the model (tools guide "Shell Tool": they leave the model's
+/// list while `adf_shell` is advertised, and stay callable).
+pub const ABSORBED: &[&str] = &[
+    "fs_read",
+    "fs_write",
+    "fs_list",
+    "fs_delete",
+    "db_query",
+    "db_execute",
+    "msg_send",
+    "msg_read",
+    "msg_list",
+    "msg_update",
+    "msg_delete",
+    "agent_discover",
+    "sys_get_meta",
+    "sys_set_meta",
+    "sys_delete_meta",
+    "sys_set_state",
+    "sys_set_timer",
+    "sys_list_timers",
+    "sys_delete_timer",
+    "sys_get_config",
+    "sys_fetch",
+    "sys_code",
+];
+
+/// The `adf_shell` tool. It is deferred and hosted: the pipeline decides access to
+/// `adf_shell` itself, then [`Tool::run_hosted`] runs the line with every inner command a
+/// pipeline call of its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShellTool;
+
+/// The tool, ready for [`ToolRegistry::register`].
+pub fn tool() -> Arc<dyn Tool> {
+    Arc::new(ShellTool)
+}
+
+/// Runs `command` over `host` with default limits and no environment.
+pub fn run_line(host: &mut dyn Host, command: &str) -> Outcome {
+    Shell::new(host, BTreeMap::new(), Limits::default()).run(command)
+}
+
+impl Tool for ShellTool {
+    fn name(&self) -> &'static str {
+        SHELL_TOOL
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a bash-like command line over your files and tools: pipes, && || ;, > >> <, $VAR, $(cmd), quotes, heredocs. Commands: cat ls rm cp mv grep sed sort uniq wc cut tr head tail jq sqlite3 msg curl at crontab meta state config… (`help`, `CMD -h`). Returns {stdout, stderr, exit_code}."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": { "type": "string", "minLength": 1, "description": "The command line (or a multi-line script)." },
+                "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Variables to export, e.g. event context." }
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        })
+    }
+
+    fn run(&self, _: &mut ToolContext<'_>, _: Value) -> Result<Value, ToolError> {
+        Err(ToolError::new(
+            ErrorCode::InternalError,
+            "adf_shell runs through its host (Tool::run_hosted), not inside a transaction",
+        ))
+    }
+
+    fn deferred(&self) -> bool {
+        true
+    }
+
+    fn run_hosted(
+        &self,
+        cx: &mut HostedContext<'_>,
+        args: Value,
+    ) -> Option<Result<Value, ToolError>> {
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let env: BTreeMap<String, String> = args
+            .get("env")
+            .and_then(Value::as_object)
+            .map(|vars| {
+                vars.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let limits = limits_from(&cx.file.config_shared().ok());
+        let mut host = RegistryHost::new(cx.file, cx.registry, cx.caller, cx.approver);
+        let outcome = Shell::new(&mut host, env, limits).run(&command);
+        Some(Ok(outcome.to_json()))
+    }
+
+    fn absorbs(&self) -> &'static [&'static str] {
+        ABSORBED
+    }
+}
+
+/// The limits for one line: the defaults, with the output cap following the config's
+/// `limits.max_tool_result_tokens` (about four bytes a token) when it is set.
+fn limits_from(config: &Option<std::sync::Arc<Value>>) -> Limits {
+    let mut limits = Limits::default();
+    if let Some(tokens) = config
+        .as_ref()
+        .and_then(|c| c.pointer("/limits/max_tool_result_tokens"))
+        .and_then(Value::as_u64)
+    {
+        limits.max_output = usize::try_from(tokens.saturating_mul(4))
+            .unwrap_or(usize::MAX)
+            .max(1024);
+    }
+    limits
+}
