@@ -53,6 +53,16 @@ impl Daemon {
         self.hub.mesh()
     }
 
+    /// Agent serving (`adf-net`): routes, public and shared files; `None` until the daemon
+    /// serves HTTP.
+    pub fn serving(&self) -> Option<Arc<adf_net::Serving>> {
+        self.hub.serving().cloned()
+    }
+
+    pub(crate) fn start_serving(&self, budget: crate::frontdoor::BodyBudget) {
+        self.hub.start_serving(budget);
+    }
+
     pub(crate) fn mesh_arc(&self) -> Arc<DaemonMesh> {
         Arc::clone(self.hub.mesh())
     }
@@ -168,6 +178,9 @@ impl Daemon {
         let agent = self.agent(key)?;
         self.hub.registry().remove(&agent);
         crate::scheduler::forget(&self.hub, &agent.id);
+        if let Some(serving) = self.hub.serving() {
+            serving.release(&agent.id);
+        }
         // A turn waiting for the owner would hold the worker, and the close behind it, forever.
         agent.hil().abort_all();
         self.hub

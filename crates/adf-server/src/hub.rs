@@ -36,6 +36,8 @@ pub(crate) struct Hub {
     started: Instant,
     shutdown: watch::Sender<bool>,
     timer_wakes: TimerWakes,
+    /// Agent serving (`adf-net`), set when the daemon starts serving HTTP.
+    serving: std::sync::OnceLock<Arc<adf_net::Serving>>,
 }
 
 impl Hub {
@@ -59,6 +61,7 @@ impl Hub {
                 started: Instant::now(),
                 shutdown,
                 timer_wakes: TimerWakes::default(),
+                serving: std::sync::OnceLock::new(),
             }
         })
     }
@@ -99,6 +102,18 @@ impl Hub {
 
     pub(crate) fn timer_wakes(&self) -> &TimerWakes {
         &self.timer_wakes
+    }
+
+    /// Agent serving, once the daemon listens (see [`Self::start_serving`]).
+    pub(crate) fn serving(&self) -> Option<&Arc<adf_net::Serving>> {
+        self.serving.get()
+    }
+
+    /// Starts agent serving with the front door's body budget (the first call wins).
+    pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::frontdoor::BodyBudget) {
+        let _ = self
+            .serving
+            .get_or_init(|| crate::serving::serving_for(self, budget));
     }
 
     pub(crate) fn uptime_secs(&self) -> f64 {

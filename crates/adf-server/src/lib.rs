@@ -56,6 +56,7 @@ pub mod review;
 pub mod scheduler;
 pub mod serve;
 pub mod settings;
+mod serving;
 pub mod taps;
 pub mod token;
 mod turns;

@@ -460,6 +460,20 @@ const OPS: &[Op] = &[
     ),
 ];
 
+/// Whether `path` is one of the daemon's own operations (any method): its segments match an
+/// operation's path, a `{name}` segment matching any one segment. The front door sends every
+/// other `/agents/{handle}/…` path to agent serving (`crate::serving`).
+pub fn is_control_path(path: &str) -> bool {
+    let given: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    OPS.iter().any(|op| {
+        let pattern: Vec<&str> = op.path.split('/').collect();
+        pattern.len() == given.len()
+            && pattern.iter().zip(&given).all(|(want, got)| {
+                (want.starts_with('{') && want.ends_with('}') && !got.is_empty()) || want == got
+            })
+    })
+}
+
 fn description(status: u16) -> &'static str {
     match status {
         200 => "Success",

@@ -1,0 +1,85 @@
+//! The daemon's side of agent serving (`adf-net`): which agents exist ([`DaemonAgents`]),
+//! how a public body is read (under the front door's [`BodyBudget`]), and which paths go to
+//! serving at all ([`is_served`]: under `/agents/{handle}/`, neither a control route of the
+//! OpenAPI table nor a mesh route). The front door hands those to [`adf_net::Serving`]
+//! before any control handler could see them, so a path serving takes is never a control
+//! route reached without the token.
+
+use std::sync::{Arc, Weak};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method};
+use futures::future::BoxFuture;
+
+use adf_net::{AgentDirectory, BodyHold, BodyReader, BodyRefused, ServedAgent, Serving};
+
+use crate::frontdoor::BodyBudget;
+use crate::hub::Hub;
+
+/// The hub's agents, as serving sees them (weakly: the hub owns serving).
+#[derive(Debug)]
+pub(crate) struct DaemonAgents {
+    hub: Weak<Hub>,
+}
+
+impl AgentDirectory for DaemonAgents {
+    fn find(&self, key: &str) -> Option<ServedAgent> {
+        let agent = self.hub.upgrade()?.agent(key).ok()?;
+        Some(ServedAgent {
+            id: agent.id.clone(),
+            path: agent.path.clone(),
+        })
+    }
+
+    fn lambda_ran(&self, served: &ServedAgent) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let Ok(agent) = hub.agent(&served.id) else {
+            return;
+        };
+        // Rows the lambda wrote through its guest connection raise their triggers.
+        tokio::spawn(async move { crate::dispatch::notice_new_rows(&hub, &agent).await });
+    }
+}
+
+/// Bodies of public requests count against the front door's budget.
+#[derive(Debug)]
+struct BudgetReader(BodyBudget);
+
+impl BodyReader for BudgetReader {
+    fn read(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<u8>, BodyHold), BodyRefused>> {
+        let budget = self.0.clone();
+        let headers = headers.clone();
+        Box::pin(async move {
+            match budget.read(&headers, body, limit).await {
+                Ok((bytes, hold)) => Ok((bytes, Box::new(hold) as BodyHold)),
+                Err(refusal) => Err(refusal.response("the request body is too large")),
+            }
+        })
+    }
+}
+
+/// Serving for `hub`'s agents, reading bodies under `budget`.
+pub(crate) fn serving_for(hub: &Arc<Hub>, budget: BodyBudget) -> Arc<Serving> {
+    Serving::new(
+        Arc::new(DaemonAgents {
+            hub: Arc::downgrade(hub),
+        }),
+        Arc::new(BudgetReader(budget)),
+        hub.tools(),
+        adf_net::ServingLimits::default(),
+    )
+}
+
+/// Whether `method path` goes to serving (see the module docs).
+pub(crate) fn is_served(method: &Method, path: &str) -> bool {
+    Serving::is_served_path(path)
+        && !crate::openapi::is_control_path(path)
+        && !crate::mesh::is_mesh_route(method, path)
+}
