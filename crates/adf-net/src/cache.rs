@@ -53,7 +53,12 @@ mod tests {
     fn srv_08_entries_live_for_their_ttl_only() {
         let cache = ResponseCache::default();
         let start = Instant::now();
-        cache.put("GET /a".into(), Duration::from_millis(100), start, shaped("one"));
+        cache.put(
+            "GET /a".into(),
+            Duration::from_millis(100),
+            start,
+            shaped("one"),
+        );
         assert_eq!(cache.get("GET /a", start).unwrap().body, b"one");
         assert!(cache.get("GET /b", start).is_none());
         assert!(
@@ -68,18 +73,16 @@ mod tests {
         let cache = ResponseCache::default();
         let start = Instant::now();
         for i in 0..MAX_ENTRIES {
-            cache.put(format!("old{i}"), Duration::from_millis(1), start, shaped("x"));
+            cache.put(
+                format!("old{i}"),
+                Duration::from_millis(1),
+                start,
+                shaped("x"),
+            );
         }
         let later = start + Duration::from_millis(5);
         cache.put("new".into(), Duration::from_secs(1), later, shaped("y"));
         assert_eq!(cache.get("new", later).unwrap().body, b"y");
-        assert_eq!(
-            cache
-                .entries
-                .lock()
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(cache.entries.lock().unwrap().len(), 1);
     }
 }

@@ -167,7 +167,10 @@ mod tests {
 
     #[test]
     fn agent_paths_split_into_key_and_rest() {
-        assert_eq!(split_agent_path("/agents/bob/hello"), Some(("bob", "hello")));
+        assert_eq!(
+            split_agent_path("/agents/bob/hello"),
+            Some(("bob", "hello"))
+        );
         assert_eq!(split_agent_path("/agents/bob/"), Some(("bob", "")));
         assert_eq!(split_agent_path("/agents/bob/a/b"), Some(("bob", "a/b")));
         assert_eq!(split_agent_path("/agents/bob"), None);
@@ -219,8 +222,7 @@ mod tests {
             b"hi"
         );
         assert_eq!(
-            adf_sandbox::value_bytes(&body_value(&HeaderMap::new(), &[0xff, 0]).unwrap())
-                .unwrap(),
+            adf_sandbox::value_bytes(&body_value(&HeaderMap::new(), &[0xff, 0]).unwrap()).unwrap(),
             vec![0xff, 0]
         );
     }

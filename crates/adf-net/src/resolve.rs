@@ -43,7 +43,10 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
         return error_response(ErrorCode::NotFound, "not an agent path");
     };
     let Some(agent) = serving.directory.find(key) else {
-        return error_response(ErrorCode::AgentNotFound, &format!("Unknown agent \"{key}\""));
+        return error_response(
+            ErrorCode::AgentNotFound,
+            &format!("Unknown agent \"{key}\""),
+        );
     };
     let Some(segments) = request::segments(rest) else {
         return error_response(ErrorCode::BadRequest, "the path is not a valid file path");
@@ -114,10 +117,7 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
     let (shaped, lambda_ran, off) = match outcome {
         Ok(outcome) => outcome,
         Err(error) => (
-            Shaped::error(
-                ErrorCode::Internal,
-                &format!("the request failed: {error}"),
-            ),
+            Shaped::error(ErrorCode::Internal, &format!("the request failed: {error}")),
             false,
             false,
         ),
@@ -218,7 +218,9 @@ fn resolve(
             ErrorCode::MethodNotAllowed,
             &format!("{} is not served for {}", incoming.path, incoming.method),
         );
-        shaped.headers.push(("allow".into(), path_matched.join(", ")));
+        shaped
+            .headers
+            .push(("allow".into(), path_matched.join(", ")));
         return (shaped, false, false);
     }
     (
@@ -428,7 +430,10 @@ fn route_answer(
         )),
         Err(error) => Err(Shaped::error(
             ErrorCode::LambdaError,
-            &format!("the route lambda failed ({}): {}", error.code, error.message),
+            &format!(
+                "the route lambda failed ({}): {}",
+                error.code, error.message
+            ),
         )),
     }
 }

@@ -116,7 +116,9 @@ impl Shaped {
     }
 
     fn has_header(&self, name: &str) -> bool {
-        self.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        self.headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
     }
 
     pub(crate) fn into_response(self) -> Response {
@@ -182,10 +184,7 @@ pub(crate) fn from_lambda(value: &Value) -> Result<Shaped, String> {
     }
     let (body, default_type) = match object.get("body") {
         None | Some(Value::Null) => (Vec::new(), None),
-        Some(Value::String(text)) => (
-            text.as_bytes().to_vec(),
-            Some("text/plain; charset=utf-8"),
-        ),
+        Some(Value::String(text)) => (text.as_bytes().to_vec(), Some("text/plain; charset=utf-8")),
         Some(other) => match adf_sandbox::value_bytes(other) {
             Some(bytes) => (bytes, Some("application/octet-stream")),
             None => (other.to_string().into_bytes(), Some("application/json")),

@@ -464,7 +464,8 @@ const OPS: &[Op] = &[
 /// operation's path, a `{name}` segment matching any one segment. The front door sends every
 /// other `/agents/{handle}/…` path to agent serving (`crate::serving`).
 pub fn is_control_path(path: &str) -> bool {
-    let given: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    // No trailing-slash folding: `/agents/{handle}/` is the agent's public index.
+    let given: Vec<&str> = path.split('/').collect();
     OPS.iter().any(|op| {
         let pattern: Vec<&str> = op.path.split('/').collect();
         pattern.len() == given.len()

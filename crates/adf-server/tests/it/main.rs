@@ -16,6 +16,7 @@ mod loops_daemon;
 mod messaging;
 mod replay;
 mod review;
+mod serving;
 mod taps;
 mod timers;
 mod trigger_sources;

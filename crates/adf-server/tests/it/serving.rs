@@ -1,0 +1,585 @@
+//! Agent serving (adf-net, §12.1, §12.3) through the daemon over real HTTP on 127.0.0.1:
+//! route lambdas (echo, JSON, binary, error, timeout, bad answer), resolution order, reserved
+//! segments, cache and warm behaviour, route middleware, limits, `off`, the idle agent, and
+//! an agent loaded from a reference fixture.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use adf_server::Agent;
+use common::{Harness, agent_file, text_column};
+
+const ROUTES: &str = r#"
+export async function echo(req) {
+  return { status: 200, body: req };
+}
+export async function hello(req) {
+  return { status: 200, headers: { "x-served-by": "lambda" }, body: "hello from " + req.path };
+}
+export async function page(req) {
+  return { status: 200, headers: { "content-type": "text/html" }, body: "<p>route</p>" };
+}
+export async function bytes(req) {
+  return { status: 200, body: new Uint8Array([0, 1, 2, 255]) };
+}
+export async function fails(req) {
+  throw new Error("route exploded");
+}
+export async function spins(req) {
+  while (true) {}
+}
+export async function notHttp(req) {
+  return "just a string";
+}
+export async function random(req) {
+  return { status: 200, body: String(Math.random()) };
+}
+export async function counter(req) {
+  globalThis.count = (globalThis.count || 0) + 1;
+  return { status: 200, body: String(globalThis.count) };
+}
+export async function created(req) {
+  return { status: 201, body: { id: req.params.id, got: req.body } };
+}
+"#;
+
+fn route(method: &str, path: &str, lambda: &str) -> Value {
+    json!({ "method": method, "path": path, "lambda": format!("lib/routes.ts:{lambda}") })
+}
+
+/// A client that sends no token: agent routes are public.
+fn public_client() -> reqwest::Client {
+    adf_egress::service_client(adf_egress::ClientOptions::default()).unwrap()
+}
+
+async fn load(h: &Harness, path: &std::path::Path) -> Arc<Agent> {
+    h.server.daemon.load(path).await.unwrap().agent
+}
+
+/// An agent `web` with the routes file, `api` as its routes and `extra` config paths.
+async fn web_agent(
+    h: &Harness,
+    api: Value,
+    files: &[(&str, &str)],
+    extra: &[(&str, Value)],
+) -> Arc<Agent> {
+    let mut all_files = vec![("lib/routes.ts", ROUTES)];
+    all_files.extend_from_slice(files);
+    let mut config = vec![("handle", json!("web")), ("serving.api", api)];
+    config.extend(extra.iter().cloned());
+    let path = agent_file(h.dir.path(), "web", &all_files, &config);
+    load(h, &path).await
+}
+
+struct Got {
+    status: u16,
+    content_type: String,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+async fn request(h: &Harness, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Got {
+    let mut builder = public_client().request(method, format!("{}{path}", h.server.url()));
+    builder = builder.header("x-test", "yes");
+    if let Some((content_type, bytes)) = body {
+        builder = builder.header("content-type", content_type).body(bytes);
+    }
+    let response = tokio::time::timeout(Duration::from_secs(60), builder.send())
+        .await
+        .expect("the request answered")
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.bytes().await.unwrap().to_vec();
+    Got {
+        status,
+        content_type,
+        headers,
+        body,
+    }
+}
+
+async fn get(h: &Harness, path: &str) -> Got {
+    request(h, Method::GET, path, None).await
+}
+
+#[tokio::test]
+async fn srv_05_route_lambda_receives_http_request_and_answers_without_a_token() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([
+            route("POST", "/items/:id", "echo"),
+            route("GET", "/hello", "hello")
+        ]),
+        &[],
+        &[],
+    )
+    .await;
+    let hello = get(&h, "/agents/web/hello").await;
+    assert_eq!(hello.status, 200);
+    assert_eq!(hello.text(), "hello from /hello");
+    assert_eq!(hello.content_type, "text/plain; charset=utf-8");
+    assert_eq!(hello.headers["x-served-by"], "lambda");
+
+    let echoed = request(
+        &h,
+        Method::POST,
+        "/agents/web/items/42?sort=asc&q=two%20words",
+        Some(("application/json", br#"{"name":"x"}"#.to_vec())),
+    )
+    .await;
+    assert_eq!(echoed.status, 200, "{}", echoed.text());
+    assert_eq!(echoed.content_type, "application/json");
+    let req = echoed.json();
+    assert_eq!(req["method"], "POST");
+    assert_eq!(req["path"], "/items/42");
+    assert_eq!(req["params"], json!({ "id": "42" }));
+    assert_eq!(req["query"], json!({ "sort": "asc", "q": "two words" }));
+    assert_eq!(req["headers"]["x-test"], "yes");
+    assert_eq!(req["body"], json!({ "name": "x" }));
+
+    let text = request(
+        &h,
+        Method::POST,
+        "/agents/web/items/7",
+        Some(("text/plain", b"plain words".to_vec())),
+    )
+    .await;
+    assert_eq!(text.json()["body"], "plain words");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_05_json_binary_error_timeout_and_bad_answers() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([
+            route("PUT", "/things/{id}", "created"),
+            route("GET", "/bytes", "bytes"),
+            route("GET", "/fails", "fails"),
+            route("GET", "/spins", "spins"),
+            route("GET", "/not-http", "notHttp"),
+        ]),
+        &[],
+        &[("limits.execution_timeout_ms", json!(300))],
+    )
+    .await;
+    let created = request(
+        &h,
+        Method::PUT,
+        "/agents/web/things/a1",
+        Some(("application/json", b"[1,2]".to_vec())),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    assert_eq!(created.json(), json!({ "id": "a1", "got": [1, 2] }));
+
+    let bytes = get(&h, "/agents/web/bytes").await;
+    assert_eq!(bytes.status, 200);
+    assert_eq!(bytes.body, vec![0, 1, 2, 255]);
+    assert_eq!(bytes.content_type, "application/octet-stream");
+
+    let fails = get(&h, "/agents/web/fails").await;
+    assert_eq!(fails.status, 500);
+    assert_eq!(fails.json()["code"], "LAMBDA_ERROR");
+    assert!(
+        fails.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("route exploded")
+    );
+
+    let spins = get(&h, "/agents/web/spins").await;
+    assert_eq!(spins.status, 504, "{}", spins.text());
+    assert_eq!(spins.json()["code"], "LAMBDA_TIMEOUT");
+
+    let not_http = get(&h, "/agents/web/not-http").await;
+    assert_eq!(not_http.status, 502);
+    assert_eq!(not_http.json()["code"], "INVALID_ROUTE_RESPONSE");
+
+    let bad_json = request(
+        &h,
+        Method::PUT,
+        "/agents/web/things/a1",
+        Some(("application/json", b"{".to_vec())),
+    )
+    .await;
+    assert_eq!(bad_json.status, 400);
+    assert_eq!(bad_json.json()["code"], "BAD_REQUEST");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_01_resolution_is_api_then_public_then_shared_then_404() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([
+            route("GET", "/page.html", "page"),
+            route("POST", "/only-post", "echo")
+        ]),
+        &[
+            ("public/index.html", "<h1>index</h1>"),
+            ("public/page.html", "<p>public file</p>"),
+            ("public/docs/index.html", "<p>docs</p>"),
+            ("reports/week.html", "<p>report</p>"),
+            ("secret.md", "not shared"),
+        ],
+        &[
+            ("serving.public", json!({ "enabled": true })),
+            (
+                "serving.shared",
+                json!({ "enabled": true, "patterns": ["reports/*.html"] }),
+            ),
+        ],
+    )
+    .await;
+    let index = get(&h, "/agents/web/").await;
+    assert_eq!(index.status, 200);
+    assert_eq!(index.text(), "<h1>index</h1>");
+    assert!(
+        index.content_type.starts_with("text/html"),
+        "{}",
+        index.content_type
+    );
+    assert_eq!(get(&h, "/agents/web/docs/").await.text(), "<p>docs</p>");
+    // The same path in api and public: the route wins.
+    assert_eq!(
+        get(&h, "/agents/web/page.html").await.text(),
+        "<p>route</p>"
+    );
+    assert_eq!(
+        get(&h, "/agents/web/reports/week.html").await.text(),
+        "<p>report</p>"
+    );
+    let secret = get(&h, "/agents/web/secret.md").await;
+    assert_eq!(secret.status, 404);
+    assert_eq!(secret.json()["code"], "NOT_FOUND");
+    // The client may fold the dot segments itself; either way the file stays unserved.
+    let traversal = get(&h, "/agents/web/reports/%2e%2e/secret.md").await;
+    assert!(
+        matches!(traversal.status, 400 | 404),
+        "{}",
+        traversal.status
+    );
+    assert_ne!(traversal.text(), "not shared");
+    let wrong_method = get(&h, "/agents/web/only-post").await;
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.headers["allow"], "POST");
+    let unknown = get(&h, "/agents/nobody/x").await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["code"], "AGENT_NOT_FOUND");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_07_a_fresh_agent_serves_nothing() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "plain",
+        &[("public/index.html", "<h1>hidden</h1>")],
+        &[("handle", json!("plain"))],
+    );
+    load(&h, &path).await;
+    for path in [
+        "/agents/plain/",
+        "/agents/plain/index.html",
+        "/agents/plain/README.md",
+    ] {
+        let got = get(&h, path).await;
+        assert_eq!(got.status, 404, "{path}");
+        assert_eq!(got.json()["code"], "NOT_FOUND");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_02_reserved_segments_never_serve_routes_or_files() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([]),
+        &[
+            ("public/card", "file named card"),
+            ("public/health/x.html", "<p>under health</p>"),
+        ],
+        &[("serving.public", json!({ "enabled": true }))],
+    )
+    .await;
+    let card = get(&h, "/agents/web/card").await;
+    assert_eq!(card.status, 200);
+    assert_eq!(card.json()["handle"], "web", "the card, not the file");
+    let health = get(&h, "/agents/web/health").await;
+    assert_eq!(health.json()["ok"], true);
+    let under = get(&h, "/agents/web/health/x.html").await;
+    assert_eq!(under.status, 404);
+    // Control routes under the agent still need the token.
+    let status = get(&h, "/agents/web/status").await;
+    assert_eq!(status.status, 401);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_08_cache_ttl_answers_from_the_cache_and_warm_keeps_the_context() {
+    let h = Harness::start().await;
+    let mut cached = route("GET", "/cached", "random");
+    cached["cache_ttl_ms"] = json!(600_000);
+    let mut warm = route("GET", "/warm", "counter");
+    warm["warm"] = json!(true);
+    let agent = web_agent(
+        &h,
+        json!([
+            cached,
+            route("GET", "/fresh", "random"),
+            warm,
+            route("GET", "/cold", "counter")
+        ]),
+        &[],
+        &[],
+    )
+    .await;
+    let first = get(&h, "/agents/web/cached").await.text();
+    let second = get(&h, "/agents/web/cached").await.text();
+    assert_eq!(first, second);
+    assert_ne!(
+        get(&h, "/agents/web/fresh").await.text(),
+        get(&h, "/agents/web/fresh").await.text()
+    );
+    let runs = text_column(
+        &agent,
+        "SELECT target FROM adf_logs WHERE origin = 'lambda' AND event = 'execute'",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        runs.iter()
+            .filter(|t| t.as_str() == "lib/routes.ts:random")
+            .count(),
+        3,
+        "one run for the two cached requests, two for the uncached: {runs:?}"
+    );
+    assert_eq!(get(&h, "/agents/web/warm").await.text(), "1");
+    assert_eq!(get(&h, "/agents/web/warm").await.text(), "2");
+    assert_eq!(get(&h, "/agents/web/cold").await.text(), "1");
+    assert_eq!(get(&h, "/agents/web/cold").await.text(), "1");
+    let logged = text_column(
+        &agent,
+        "SELECT message FROM adf_logs WHERE origin = 'serving' AND event = 'api_response'",
+        Vec::new(),
+    )
+    .await;
+    assert!(logged.iter().any(|m| m == "GET /warm → 200"), "{logged:?}");
+    h.stop().await;
+}
+
+const MIDDLEWARE: &str = r#"
+export async function check(input) {
+  if (input.point !== "route") return { reject: { code: 500, reason: "wrong point " + input.point } };
+  if (input.data.headers["x-key"] !== "open-sesame") return { reject: { code: 401, reason: "no key" } };
+  const data = input.data;
+  data.headers["x-user"] = "alice";
+  return { data };
+}
+"#;
+
+#[tokio::test]
+async fn route_middleware_rejects_passes_changes_and_skips_unauthorized_files() {
+    let h = Harness::start().await;
+    let mut guarded = route("GET", "/guarded", "echo");
+    guarded["middleware"] = json!([{ "lambda": "lib/auth.ts:check" }]);
+    let mut skipped = route("GET", "/skipped", "echo");
+    skipped["middleware"] = json!([{ "lambda": "lib/unvetted.ts:check" }]);
+    let mut broken = route("GET", "/broken", "echo");
+    broken["middleware"] = json!([{ "lambda": "lib/missing.ts:check" }]);
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[
+            ("lib/routes.ts", ROUTES),
+            ("lib/auth.ts", MIDDLEWARE),
+            ("lib/unvetted.ts", MIDDLEWARE),
+        ],
+        &[
+            ("handle", json!("web")),
+            ("serving.api", json!([guarded, skipped, broken])),
+        ],
+    );
+    {
+        let mut file = adf_store::AdfFile::open(&path).unwrap();
+        file.file_set_authorized(adf_store::Caller::Owner, "lib/auth.ts", true)
+            .unwrap();
+        file.close().unwrap();
+    }
+    let agent = load(&h, &path).await;
+    let refused = get(&h, "/agents/web/guarded").await;
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["code"], "MIDDLEWARE_REJECTED");
+    assert_eq!(refused.json()["error"], "no key");
+
+    let passed = public_client()
+        .get(format!("{}/agents/web/guarded", h.server.url()))
+        .header("x-key", "open-sesame")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(passed.status(), 200);
+    let seen: Value = passed.json().await.unwrap();
+    assert_eq!(
+        seen["headers"]["x-user"], "alice",
+        "the lambda saw the changed request"
+    );
+
+    // An unauthorized middleware file is skipped (and logged), never run.
+    let through = get(&h, "/agents/web/skipped").await;
+    assert_eq!(through.status, 200);
+    assert!(through.json()["headers"].get("x-user").is_none());
+    let skips = text_column(
+        &agent,
+        "SELECT target FROM adf_logs WHERE origin = 'middleware' AND event = 'middleware_skipped'",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(skips, vec!["lib/unvetted.ts:check"]);
+
+    // A chain that cannot run fails closed.
+    let broken = get(&h, "/agents/web/broken").await;
+    assert_eq!(broken.status, 500);
+    h.stop().await;
+}
+
+/// A hand-written request with a declared body length and no body.
+async fn declared_length(addr: std::net::SocketAddr, path: &str, length: usize) -> u16 {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 1024];
+    // The answer comes before the body: read until the status line is complete.
+    while !raw.windows(2).any(|w| w == b"\r\n") {
+        let read = stream.read(&mut buffer).await.unwrap();
+        if read == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8_lossy(&raw)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_before_it_is_read() {
+    let h = Harness::start().await;
+    web_agent(&h, json!([route("POST", "/in", "echo")]), &[], &[]).await;
+    let limit = h.server.daemon.serving().unwrap().limits().max_body_bytes;
+    assert_eq!(
+        declared_length(h.server.addr, "/agents/web/in", limit + 1).await,
+        413
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn stl_04_an_off_agent_serves_nothing_and_releases_its_serving_state() {
+    let h = Harness::start().await;
+    let mut warm = route("GET", "/warm", "counter");
+    warm["warm"] = json!(true);
+    let agent = web_agent(&h, json!([warm]), &[], &[]).await;
+    assert_eq!(get(&h, "/agents/web/warm").await.text(), "1");
+    let serving = h.server.daemon.serving().unwrap();
+    assert_eq!(serving.holding(), vec![agent.id.clone()]);
+    common::set_state(&h, &agent, "off").await;
+    let off = get(&h, "/agents/web/warm").await;
+    assert_eq!(off.status, 503);
+    assert_eq!(off.json()["code"], "AGENT_OFF");
+    assert!(serving.holding().is_empty(), "the warm sandbox was dropped");
+    common::set_state(&h, &agent, "active").await;
+    assert_eq!(
+        get(&h, "/agents/web/warm").await.text(),
+        "1",
+        "a new context"
+    );
+    h.server.daemon.unload(&agent.id).await.unwrap();
+    assert!(serving.holding().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_agent_with_released_file_serves_its_routes() {
+    let h = Harness::start().await;
+    let agent = web_agent(&h, json!([route("GET", "/hello", "hello")]), &[], &[]).await;
+    assert!(
+        agent.store().wait_until_released(Duration::from_secs(60)),
+        "the daemon releases a loaded agent's file"
+    );
+    assert!(!agent.store().is_open());
+    let hello = get(&h, "/agents/web/hello").await;
+    assert_eq!(hello.text(), "hello from /hello");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_reference_fixture_serves_its_lib_routes_lambda_and_public_index() {
+    let h = Harness::start().await;
+    let path = h.copy_fixture("populated-runtime.adf", "reference.adf");
+    let agent = load(&h, &path).await;
+    let key = agent.id.clone();
+    for (path, content) in [
+        ("lib/routes.ts", ROUTES),
+        ("public/index.html", "<h1>reference agent</h1>"),
+    ] {
+        h.client
+            .call(
+                Method::PUT,
+                &format!("/agents/{key}/files/content?path={path}"),
+                Some(&json!({ "content": content })),
+            )
+            .await
+            .unwrap();
+    }
+    let mut config = h
+        .client
+        .get(&format!("/agents/{key}/config"))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["serving"]["api"] = json!([route("GET", "/hello", "hello")]);
+    config["serving"]["public"] = json!({ "enabled": true });
+    h.client
+        .call(Method::PUT, &format!("/agents/{key}/config"), Some(&config))
+        .await
+        .unwrap();
+    let hello = get(&h, &format!("/agents/{key}/hello")).await;
+    assert_eq!(hello.status, 200, "{}", hello.text());
+    assert_eq!(hello.text(), "hello from /hello");
+    let index = get(&h, &format!("/agents/{key}/")).await;
+    assert_eq!(index.text(), "<h1>reference agent</h1>");
+    h.stop().await;
+}
