@@ -105,17 +105,20 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             }
         }
     }
-    if is_true(config, "/serving/public/enabled") {
-        add("serving.public", "public/ files are not served");
-    }
-    if is_true(config, "/serving/shared/enabled") {
-        add("serving.shared", "shared files are not served");
-    }
-    if non_empty_array(config, "/serving/api") {
-        add(
-            "serving.api",
-            "API and WebSocket routes are not served, so their route middleware never runs",
-        );
+    // HTTP routes, public/ and shared files are served by the daemon (adf-net); its
+    // WebSocket routes are not yet.
+    if config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .is_some_and(|routes| {
+            routes.iter().any(|r| {
+                r.get("method")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| m.eq_ignore_ascii_case("WS"))
+            })
+        })
+    {
+        add("serving.api", "WebSocket routes (method WS) are not served");
     }
     if let Some(connections) = config.get("ws_connections").and_then(Value::as_array)
         && connections

@@ -415,7 +415,7 @@ async fn review_and_load_name_the_configured_sections_this_runtime_does_not_run(
             Caller::Owner,
             "serving.api",
             ConfigAction::Set,
-            json!([{ "method": "GET", "path": "/s", "lambda": "lib/trusted.ts:main" }]),
+            json!([{ "method": "WS", "path": "/s", "lambda": "lib/trusted.ts:main" }]),
         )
         .unwrap();
     });

@@ -40,7 +40,10 @@ fn each_declared_section_is_named() {
         "serving": {
             "public": { "enabled": true },
             "shared": { "enabled": true, "patterns": ["*.html"] },
-            "api": [{ "method": "GET", "path": "/s", "lambda": "lib/a.ts:s", "middleware": [{ "lambda": "lib/auth.ts:check" }] }]
+            "api": [
+                { "method": "GET", "path": "/s", "lambda": "lib/a.ts:s", "middleware": [{ "lambda": "lib/auth.ts:check" }] },
+                { "method": "WS", "path": "/ws", "lambda": "lib/ws.ts:on" }
+            ]
         },
         "ws_connections": [{ "id": "relay", "url": "wss://relay.invalid/ws", "enabled": true }],
         "stream_bindings": [{ "id": "db" }],
@@ -60,8 +63,6 @@ fn each_declared_section_is_named() {
             "mcp.servers",
             "compute",
             "adapters.telegram",
-            "serving.public",
-            "serving.shared",
             "serving.api",
             "ws_connections",
             "stream_bindings",
@@ -73,7 +74,7 @@ fn each_declared_section_is_named() {
     );
     let line = warning_line(&config).unwrap();
     assert!(line.contains("mcp.servers"), "{line}");
-    assert!(line.contains("route middleware never runs"), "{line}");
+    assert!(line.contains("WebSocket routes"), "{line}");
 }
 
 #[test]
