@@ -32,11 +32,14 @@
 //! method, path and query for that long.
 
 mod cache;
+pub mod handshake;
 mod request;
 mod resolve;
 mod response;
+mod ws;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -53,6 +56,10 @@ use adf_runtime::code::Sandbox;
 use adf_runtime::tools::ToolRegistry;
 
 pub use response::{ErrorCode, error_response};
+pub use ws::ConnectionInfo;
+
+/// What builds the bytes an agent signs, given the agent's DID.
+pub type SignedBytes = Box<dyn FnOnce(&str) -> Vec<u8> + Send>;
 
 /// The log origin of serving rows (`api_response`).
 pub const LOG_ORIGIN: &str = "serving";
@@ -77,6 +84,24 @@ pub trait AgentDirectory: Send + Sync + std::fmt::Debug + 'static {
     /// Called after a route lambda ran for `agent`, so the host can notice rows the lambda
     /// wrote (the daemon's trigger sweep). Never waits for the agent's worker.
     fn lambda_ran(&self, agent: &ServedAgent);
+
+    /// Delivers one ALF message that arrived over a WebSocket from `peer`, exactly as the
+    /// inbox route would (`{accepted, id, message_id, duplicate}`), or the refusal's status
+    /// and reason.
+    fn deliver(
+        &self,
+        agent: &ServedAgent,
+        wire: Vec<u8>,
+        peer: Option<IpAddr>,
+    ) -> BoxFuture<'static, Result<serde_json::Value, (u16, String)>>;
+
+    /// Signs `bytes(agent DID)` with the agent's key: `(did, "ed25519:…")`, or `None` when
+    /// the agent has no identity this installation can open.
+    fn sign_as_agent(
+        &self,
+        agent: &ServedAgent,
+        bytes: SignedBytes,
+    ) -> BoxFuture<'static, Option<(String, String)>>;
 }
 
 /// A refused body, already shaped as the answer (413, 503, 408, 400).
@@ -133,6 +158,10 @@ struct Slot {
     /// blocking thread that runs the lambda, never across an `.await`).
     runs: Mutex<()>,
     cache: cache::ResponseCache,
+    /// Open inbound WebSockets by connection id.
+    connections: Mutex<HashMap<String, ConnectionInfo>>,
+    /// Flipped when the slot is released: every open connection closes (1001).
+    closers: tokio::sync::watch::Sender<bool>,
 }
 
 /// The serving state of one daemon (see the module docs).
@@ -170,11 +199,38 @@ impl Serving {
 
     /// Drops what serving holds for the agent `id` (its sandbox, warm contexts and cached
     /// responses): the agent was unloaded or turned `off`.
+    /// Open WebSockets close with 1001.
     pub fn release(&self, id: &str) {
-        self.slots
+        let removed = self
+            .slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(id);
+        if let Some(slot) = removed {
+            slot.closers.send_replace(true);
+        }
+    }
+
+    /// The open inbound WebSockets of the agent `id`, oldest first.
+    pub fn connections(&self, id: &str) -> Vec<ConnectionInfo> {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned();
+        let mut open: Vec<ConnectionInfo> = slot
+            .map(|slot| {
+                slot.connections
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .values()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        open.sort_by_key(|c| c.connected_at);
+        open
     }
 
     /// Agents that hold serving state now (a sandbox or cached responses).
@@ -200,6 +256,8 @@ impl Serving {
                 sandbox: Mutex::new(None),
                 runs: Mutex::new(()),
                 cache: cache::ResponseCache::default(),
+                connections: Mutex::new(HashMap::new()),
+                closers: tokio::sync::watch::channel(false).0,
             })
         }))
     }

@@ -34,7 +34,6 @@ struct Incoming {
     body: Value,
     /// `method path?query`, the cache key.
     cache_key: String,
-    upgrade: bool,
 }
 
 pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
@@ -80,8 +79,11 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
     {
         return hit.into_response();
     }
-    let upgrade = request.headers().contains_key(header::UPGRADE);
     let (parts, body) = request.into_parts();
+    if parts.headers.contains_key(header::UPGRADE) {
+        drop(permit);
+        return upgrade(serving, agent, segments, parts).await;
+    }
     let (bytes, hold) = match serving
         .bodies
         .read(&parts.headers, body, serving.limits.max_body_bytes)
@@ -103,7 +105,6 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
         headers: request::header_map(&parts.headers),
         body,
         cache_key,
-        upgrade,
     };
     let job_serving = Arc::clone(&serving);
     let job_agent = agent.clone();
@@ -129,6 +130,94 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
         serving.release(&agent.id);
     }
     shaped.into_response()
+}
+
+/// A WebSocket upgrade: the agent's `WS` route at the path, then the connection (ws.rs).
+async fn upgrade(
+    serving: Arc<Serving>,
+    agent: ServedAgent,
+    segments: Vec<String>,
+    mut parts: axum::http::request::Parts,
+) -> Response {
+    use axum::extract::FromRequestParts as _;
+    let upgrade = match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => {
+            return error_response(ErrorCode::BadRequest, &rejection.body_text());
+        }
+    };
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0.ip());
+    let path = agent.path.clone();
+    let found = tokio::task::spawn_blocking(move || ws_route(&path, &segments)).await;
+    let route = match found {
+        Ok(Ok(route)) => route,
+        Ok(Err(shaped)) => return shaped.into_response(),
+        Err(error) => {
+            return error_response(ErrorCode::Internal, &format!("the upgrade failed: {error}"));
+        }
+    };
+    upgrade.on_upgrade(move |socket| crate::ws::connection(serving, agent, route, peer, socket))
+}
+
+/// The agent's `WS` route at `segments`, read on a guest connection.
+fn ws_route(path: &std::path::Path, segments: &[String]) -> Result<crate::ws::WsRoute, Shaped> {
+    let file = AdfFile::open_guest(path).map_err(|error| {
+        Shaped::error(
+            ErrorCode::Internal,
+            &format!("cannot open the agent: {error}"),
+        )
+    })?;
+    let config = file.config_shared().map_err(|error| {
+        Shaped::error(
+            ErrorCode::Internal,
+            &format!("cannot read the agent's config: {error}"),
+        )
+    })?;
+    if config.get("state").and_then(Value::as_str) == Some("off") {
+        return Err(Shaped::error(ErrorCode::AgentOff, "the agent is off"));
+    }
+    let allow_unsigned = config
+        .pointer("/security/allow_unsigned")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let routes = config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for route in &routes {
+        let is_ws = route
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.eq_ignore_ascii_case("WS"));
+        let pattern = route
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !is_ws || request::match_route(pattern, segments).is_none() {
+            continue;
+        }
+        let lambda = match route.get("lambda").and_then(Value::as_str) {
+            None | Some("") => None,
+            Some(source) => Some(LambdaRef::parse(source).map_err(|e| {
+                Shaped::error(
+                    ErrorCode::Internal,
+                    &format!("the route's lambda is not valid: {}", e.message),
+                )
+            })?),
+        };
+        return Ok(crate::ws::WsRoute {
+            lambda,
+            allow_unsigned,
+        });
+    }
+    Err(Shaped::error(
+        ErrorCode::NotFound,
+        "no WebSocket route at this path",
+    ))
 }
 
 /// The blocking part: `(answer, a lambda ran, the agent is off)`.
@@ -190,16 +279,7 @@ fn resolve(
             .unwrap_or("GET")
             .to_ascii_uppercase();
         if route_method == "WS" {
-            if incoming.upgrade {
-                return (
-                    Shaped::error(
-                        ErrorCode::NotSupported,
-                        "WebSocket routes are not supported yet",
-                    ),
-                    false,
-                    false,
-                );
-            }
+            // Reached only by an upgrade (`upgrade`), never by a plain request.
             continue;
         }
         if route_method != incoming.method.as_str() {
@@ -389,6 +469,34 @@ fn route_answer(
         })?
         .data;
     let warm = route.get("warm").and_then(Value::as_bool) == Some(true);
+    match run_lambda_blocking(serving, slot, file, &lambda, http_request, warm) {
+        Ok(value) => response::from_lambda(&value)
+            .map_err(|why| Shaped::error(ErrorCode::InvalidRouteResponse, &why)),
+        Err(failure) => Err(Shaped::error(failure.code, &failure.message)),
+    }
+}
+
+/// Why a lambda run gave no value.
+#[derive(Debug)]
+pub(crate) struct LambdaFailure {
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
+}
+
+/// Runs `lambda` with `input` on this (blocking) thread against `file`, on the agent's
+/// sandbox, one run at a time per agent, under the source file's authorization.
+pub(crate) fn run_lambda_blocking(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    lambda: &LambdaRef,
+    input: Value,
+    warm: bool,
+) -> Result<Value, LambdaFailure> {
+    let internal = |message: String| LambdaFailure {
+        code: ErrorCode::Internal,
+        message,
+    };
     let options = RunOptions {
         warm,
         timeout: Some(serving.limits.lambda_timeout),
@@ -397,23 +505,18 @@ fn route_answer(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| {
-            Shaped::error(
-                ErrorCode::Internal,
-                &format!("cannot start a runtime for the lambda: {e}"),
-            )
-        })?;
+        .map_err(|e| internal(format!("cannot start a runtime for the lambda: {e}")))?;
     // One run at a time on the agent's sandbox; the request timeout bounds the wait.
     let _turn = slot.runs.lock().unwrap_or_else(PoisonError::into_inner);
     let run = runtime.block_on(async {
-        let sandbox = agent_sandbox(slot).await?;
+        let sandbox = agent_sandbox(slot).await.map_err(internal)?;
         let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
-        Ok::<_, Shaped>(
+        Ok::<_, LambdaFailure>(
             code::run_lambda(
                 file,
                 &env,
-                &lambda,
-                http_request,
+                lambda,
+                input,
                 Authorization::SourceFile,
                 &DenyAll,
                 &options,
@@ -422,23 +525,19 @@ fn route_answer(
         )
     })?;
     match run.result {
-        Ok(value) => response::from_lambda(&value)
-            .map_err(|why| Shaped::error(ErrorCode::InvalidRouteResponse, &why)),
-        Err(error) if error.code == ToolCode::Timeout => Err(Shaped::error(
-            ErrorCode::LambdaTimeout,
-            &format!("the route lambda timed out: {}", error.message),
-        )),
-        Err(error) => Err(Shaped::error(
-            ErrorCode::LambdaError,
-            &format!(
-                "the route lambda failed ({}): {}",
-                error.code, error.message
-            ),
-        )),
+        Ok(value) => Ok(value),
+        Err(error) if error.code == ToolCode::Timeout => Err(LambdaFailure {
+            code: ErrorCode::LambdaTimeout,
+            message: format!("the lambda timed out: {}", error.message),
+        }),
+        Err(error) => Err(LambdaFailure {
+            code: ErrorCode::LambdaError,
+            message: format!("the lambda failed ({}): {}", error.code, error.message),
+        }),
     }
 }
 
-async fn agent_sandbox(slot: &Slot) -> Result<Sandbox, Shaped> {
+async fn agent_sandbox(slot: &Slot) -> Result<Sandbox, String> {
     let existing = slot
         .sandbox
         .lock()
@@ -447,12 +546,9 @@ async fn agent_sandbox(slot: &Slot) -> Result<Sandbox, Shaped> {
     if let Some(sandbox) = existing {
         return Ok(sandbox);
     }
-    let sandbox = Sandbox::new(SandboxConfig::default()).await.map_err(|e| {
-        Shaped::error(
-            ErrorCode::Internal,
-            &format!("cannot create the sandbox: {e}"),
-        )
-    })?;
+    let sandbox = Sandbox::new(SandboxConfig::default())
+        .await
+        .map_err(|e| format!("cannot create the sandbox: {e}"))?;
     *slot.sandbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(sandbox.clone());
     Ok(sandbox)
 }

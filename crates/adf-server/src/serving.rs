@@ -11,7 +11,12 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method};
 use futures::future::BoxFuture;
 
-use adf_net::{AgentDirectory, BodyHold, BodyReader, BodyRefused, ServedAgent, Serving};
+use adf_net::{
+    AgentDirectory, BodyHold, BodyReader, BodyRefused, ServedAgent, Serving, SignedBytes,
+};
+use adf_runtime::identity::LocalKeys;
+use adf_runtime::messaging::{self, Origin};
+use serde_json::{Value, json};
 
 use crate::frontdoor::BodyBudget;
 use crate::hub::Hub;
@@ -40,6 +45,56 @@ impl AgentDirectory for DaemonAgents {
         };
         // Rows the lambda wrote through its guest connection raise their triggers.
         tokio::spawn(async move { crate::dispatch::notice_new_rows(&hub, &agent).await });
+    }
+
+    fn deliver(
+        &self,
+        served: &ServedAgent,
+        wire: Vec<u8>,
+        peer: Option<std::net::IpAddr>,
+    ) -> BoxFuture<'static, Result<Value, (u16, String)>> {
+        let hub = self.hub.upgrade();
+        let id = served.id.clone();
+        Box::pin(async move {
+            let hub = hub.ok_or((503, "the daemon is shutting down".to_owned()))?;
+            let agent = hub
+                .agent(&id)
+                .map_err(|_| (404, format!("agent '{id}' is not loaded")))?;
+            let origin = peer.map_or(Origin::Loopback, Origin::of_peer);
+            // The same ingress as `POST …/inbox` (MSG-50).
+            match hub.mesh().accept(&agent, wire, origin, "ws").await {
+                Ok(accepted) => Ok(json!({
+                    "accepted": true,
+                    "id": accepted.inbox_id,
+                    "message_id": accepted.message_id,
+                    "duplicate": accepted.duplicate,
+                })),
+                Err(refusal) => Err((refusal.status, refusal.reason)),
+            }
+        })
+    }
+
+    fn sign_as_agent(
+        &self,
+        served: &ServedAgent,
+        bytes: SignedBytes,
+    ) -> BoxFuture<'static, Option<(String, String)>> {
+        let home = self.hub.upgrade().map(|hub| hub.home().clone());
+        let path = served.path.clone();
+        Box::pin(async move {
+            let home = home?;
+            tokio::task::spawn_blocking(move || {
+                let mut file = adf_store::AdfFile::open_guest(&path).ok()?;
+                let did = messaging::agent_did(&file).ok()??;
+                let keys = LocalKeys::existing(&home).ok();
+                let key = messaging::agent_key(&mut file, keys.as_ref()).ok()?;
+                let signature = adf_crypto::sign(&key, &bytes(&did));
+                Some((did, signature))
+            })
+            .await
+            .ok()
+            .flatten()
+        })
     }
 }
 

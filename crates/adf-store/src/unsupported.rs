@@ -105,21 +105,8 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             }
         }
     }
-    // HTTP routes, public/ and shared files are served by the daemon (adf-net); its
-    // WebSocket routes are not yet.
-    if config
-        .pointer("/serving/api")
-        .and_then(Value::as_array)
-        .is_some_and(|routes| {
-            routes.iter().any(|r| {
-                r.get("method")
-                    .and_then(Value::as_str)
-                    .is_some_and(|m| m.eq_ignore_ascii_case("WS"))
-            })
-        })
-    {
-        add("serving.api", "WebSocket routes (method WS) are not served");
-    }
+    // `serving` (routes, WebSocket routes, public/ and shared files) is run by the daemon
+    // (adf-net), so it is not listed.
     if let Some(connections) = config.get("ws_connections").and_then(Value::as_array)
         && connections
             .iter()

@@ -583,3 +583,294 @@ async fn a_reference_fixture_serves_its_lib_routes_lambda_and_public_index() {
     assert_eq!(index.text(), "<h1>reference agent</h1>");
     h.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// WebSockets (§12.2)
+
+use futures::{SinkExt as _, StreamExt as _};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn ws_open(h: &Harness, path: &str) -> Socket {
+    let url = format!("ws://{}{path}", h.server.addr);
+    let (socket, _) = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio_tungstenite::connect_async(url),
+    )
+    .await
+    .expect("the upgrade answered")
+    .unwrap();
+    socket
+}
+
+/// The next text frame, or the close code when the server closed instead.
+async fn ws_next(socket: &mut Socket) -> Result<String, u16> {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), socket.next())
+            .await
+            .expect("the server answered");
+        match next {
+            Some(Ok(WsMessage::Text(text))) => return Ok(text.to_string()),
+            Some(Ok(WsMessage::Close(frame))) => {
+                return Err(frame.map_or(1005, |f| u16::from(f.code)));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return Err(1006),
+        }
+    }
+}
+
+async fn ws_json(socket: &mut Socket) -> Value {
+    serde_json::from_str(&ws_next(socket).await.unwrap()).unwrap()
+}
+
+const WS_LAMBDA: &str = r#"
+export async function on(event) {
+  if (event.type === "close") {
+    await adf.fs_write({ path: "ws/closed.json", content: JSON.stringify(event), mode: "write" });
+    return null;
+  }
+  return event;
+}
+"#;
+
+#[tokio::test]
+async fn srv_04_srv_13_a_ws_route_lambda_gets_open_message_and_close_events() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[
+            ("handle", json!("web")),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/live").await;
+    let open = ws_json(&mut socket).await;
+    assert_eq!(open["type"], "open");
+    let id = open["connection_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("ws_"), "{open}");
+    assert!(open["timestamp"].as_i64().unwrap() > 0);
+    let serving = h.server.daemon.serving().unwrap();
+    assert_eq!(serving.connections(&agent.id)[0].id, id);
+
+    socket
+        .send(WsMessage::Text("hi there".into()))
+        .await
+        .unwrap();
+    let message = ws_json(&mut socket).await;
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["data"], "hi there");
+    assert_eq!(message["connection_id"], id.as_str());
+
+    socket.close(None).await.unwrap();
+    common::wait_for("the close event", || async {
+        !common::paths(&agent, "ws/closed.json").await.is_empty()
+    })
+    .await;
+    let closed: Value = serde_json::from_str(
+        &text_column(
+            &agent,
+            "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = 'ws/closed.json'",
+            Vec::new(),
+        )
+        .await[0],
+    )
+    .unwrap();
+    assert_eq!(closed["type"], "close");
+    assert_eq!(closed["connection_id"], id.as_str());
+    assert!(serving.connections(&agent.id).is_empty());
+
+    // A plain GET to the WS path is no route; an upgrade elsewhere finds none.
+    assert_eq!(get(&h, "/agents/web/live").await.status, 404);
+    let url = format!("ws://{}/agents/web/other", h.server.addr);
+    assert!(tokio_tungstenite::connect_async(url).await.is_err());
+    h.stop().await;
+}
+
+fn alf_message(to: &str, content: &str) -> Value {
+    json!({
+        "version": "1.0", "network": "devnet",
+        "id": adf_store::defaults::random_id(20),
+        "timestamp": "2026-12-01T00:00:00.000Z",
+        "from": "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK", "to": to,
+        "payload": { "meta": {}, "sender_alias": "peer", "content_type": "text/plain",
+                     "content": content, "sent_at": "2026-12-01T00:00:00.000Z" }
+    })
+}
+
+/// Every inbox column but the ones a new message or arrival must change, ALF id removed.
+async fn comparable_rows(agent: &Agent) -> Vec<Value> {
+    let rows = text_column(
+        agent,
+        "SELECT json_object('from', \"from\", 'to', \"to\", 'reply_to', reply_to, 'network', network, \
+         'parent_id', parent_id, 'subject', subject, 'content', content, 'content_type', content_type, \
+         'attachments', attachments, 'meta', meta, 'sender_alias', sender_alias, \
+         'recipient_alias', recipient_alias, 'owner', owner, 'card', card, 'return_path', return_path, \
+         'source', source, 'source_context', source_context, 'sent_at', sent_at, 'status', status, \
+         'original_message', json_remove(original_message, '$.id')) FROM adf_inbox ORDER BY received_at",
+        Vec::new(),
+    )
+    .await;
+    rows.iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn msg_50_srv_14_alf_over_a_ws_route_is_stored_like_an_http_delivery() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[],
+        &[
+            ("handle", json!("web")),
+            ("serving.api", json!([{ "method": "WS", "path": "/mesh" }])),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/mesh").await;
+    socket
+        .send(WsMessage::Text(
+            alf_message("web", "same words").to_string().into(),
+        ))
+        .await
+        .unwrap();
+    let ack = ws_json(&mut socket).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_eq!(ack["accepted"], true);
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            "/agents/web/inbox",
+            Some(&alf_message("web", "same words")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let rows = comparable_rows(&agent).await;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0], rows[1], "WS and HTTP rows differ");
+
+    // Two messages in one frame: closed with 4003, nothing stored.
+    let pair = json!([alf_message("web", "a"), alf_message("web", "b")]);
+    socket
+        .send(WsMessage::Text(pair.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(ws_next(&mut socket).await, Err(4003));
+    assert_eq!(comparable_rows(&agent).await.len(), 2);
+    h.stop().await;
+}
+
+fn client_key() -> adf_crypto::SigningKey {
+    adf_crypto::SigningKey::from_bytes(&rand::random())
+}
+
+#[tokio::test]
+async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsigned_ones() {
+    let h = Harness::start().await;
+    let strict_path = agent_file(
+        h.dir.path(),
+        "strict",
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[
+            ("handle", json!("strict")),
+            ("security.allow_unsigned", json!(false)),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+            ),
+        ],
+    );
+    {
+        // An identity, so the answer carries the agent's own signature (mutual, MSG-51).
+        let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
+        if home.load_owner().unwrap().is_none() {
+            home.init_owner(false).unwrap();
+        }
+        let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
+        let mut file = adf_store::AdfFile::open(&strict_path).unwrap();
+        adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+        file.close().unwrap();
+    }
+    load(&h, &strict_path).await;
+    let key = client_key();
+    let now = adf_store::time::now_ms();
+
+    // Good: the answer, then the lambda's open event carrying the proven DID.
+    let mut good = ws_open(&h, "/agents/strict/live").await;
+    let frame = adf_net::handshake::client_frame(&key, "00aa", now);
+    good.send(WsMessage::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+    let answer = ws_json(&mut good).await;
+    assert_eq!(answer["type"], "auth_result");
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(answer["nonce"], "00aa");
+    let server_did = answer["server_did"].as_str().unwrap();
+    assert_eq!(
+        server_did,
+        h.server.daemon.agent("strict").unwrap().info().did.unwrap()
+    );
+    let server_key = adf_crypto::verifying_key_from_did(server_did).unwrap();
+    adf_crypto::verify(
+        &server_key,
+        format!("{server_did}00aa{now}").as_bytes(),
+        answer["signature"].as_str().unwrap(),
+        "server answer",
+    )
+    .unwrap();
+    let open = ws_json(&mut good).await;
+    assert_eq!(open["remote_did"], frame["did"]);
+
+    // A replayed (old) timestamp, a frame for another DID, and no auth at all: 4001.
+    let stale = adf_net::handshake::client_frame(&key, "00bb", now - 60_000);
+    let mut forged = adf_net::handshake::client_frame(&key, "00cc", now);
+    forged["did"] = json!(adf_crypto::did_from_public(&client_key().verifying_key()));
+    for bad in [stale, forged, json!({ "type": "message", "data": "hi" })] {
+        let mut socket = ws_open(&h, "/agents/strict/live").await;
+        socket
+            .send(WsMessage::Text(bad.to_string().into()))
+            .await
+            .unwrap();
+        let refusal = ws_json(&mut socket).await;
+        assert_eq!(refusal["success"], false, "{refusal}");
+        assert_eq!(ws_next(&mut socket).await, Err(4001));
+    }
+
+    // allow_unsigned (the default): an auth frame is optional and taken unverified.
+    let open_path = agent_file(
+        h.dir.path(),
+        "open",
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[
+            ("handle", json!("open")),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+            ),
+        ],
+    );
+    load(&h, &open_path).await;
+    let mut lax = ws_open(&h, "/agents/open/live").await;
+    assert_eq!(ws_json(&mut lax).await["type"], "open");
+    let unsigned = json!({ "type": "auth", "did": frame["did"], "nonce": "1", "timestamp": 0 });
+    lax.send(WsMessage::Text(unsigned.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(ws_json(&mut lax).await["success"], true);
+    lax.send(WsMessage::Text("after".into())).await.unwrap();
+    let message = ws_json(&mut lax).await;
+    assert_eq!(message["remote_did"], frame["did"]);
+    h.stop().await;
+}

@@ -63,7 +63,6 @@ fn each_declared_section_is_named() {
             "mcp.servers",
             "compute",
             "adapters.telegram",
-            "serving.api",
             "ws_connections",
             "stream_bindings",
             "pre_llm_hook",
@@ -74,7 +73,7 @@ fn each_declared_section_is_named() {
     );
     let line = warning_line(&config).unwrap();
     assert!(line.contains("mcp.servers"), "{line}");
-    assert!(line.contains("WebSocket routes"), "{line}");
+    assert!(line.contains("outbound WebSocket"), "{line}");
 }
 
 #[test]
