@@ -33,9 +33,11 @@
 
 mod cache;
 pub mod handshake;
+pub mod outbound;
 mod request;
 mod resolve;
 mod response;
+pub mod tools;
 mod ws;
 
 use std::collections::HashMap;

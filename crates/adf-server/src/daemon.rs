@@ -59,6 +59,11 @@ impl Daemon {
         self.hub.serving().cloned()
     }
 
+    /// The agent's open outbound WebSockets (`ws_connections`, `ws_connect`).
+    pub fn outbound_connections(&self, agent_id: &str) -> Vec<adf_net::outbound::OutboundInfo> {
+        self.hub.outbound().list(agent_id)
+    }
+
     pub(crate) fn start_serving(&self, budget: crate::frontdoor::BodyBudget) {
         self.hub.start_serving(budget);
     }
@@ -163,6 +168,7 @@ impl Daemon {
             json!({}),
         );
         crate::dispatch::dispatch(&self.hub, agent, startup).await;
+        crate::serving::open_configured_connections(&self.hub, agent).await;
         crate::turns::kick_autostart(&self.hub, agent).await;
     }
 
@@ -181,6 +187,7 @@ impl Daemon {
         if let Some(serving) = self.hub.serving() {
             serving.release(&agent.id);
         }
+        self.hub.outbound().release(&agent.id);
         // A turn waiting for the owner would hold the worker, and the close behind it, forever.
         agent.hil().abort_all();
         self.hub

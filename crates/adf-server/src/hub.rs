@@ -37,7 +37,9 @@ pub(crate) struct Hub {
     shutdown: watch::Sender<bool>,
     timer_wakes: TimerWakes,
     /// Agent serving (`adf-net`), set when the daemon starts serving HTTP.
-    serving: std::sync::OnceLock<Arc<adf_net::Serving>>,
+    serving: adf_net::tools::ServingCell,
+    /// Outbound WebSockets of every agent (`ws_connections`, `ws_connect`).
+    outbound: Arc<adf_net::outbound::Outbound>,
 }
 
 impl Hub {
@@ -47,10 +49,23 @@ impl Hub {
         // The mesh reaches back to the hub's agents, weakly, so the hub can drop.
         Arc::new_cyclic(|weak: &Weak<Hub>| {
             let mesh = Arc::new(DaemonMesh::new(weak.clone(), home.clone()));
-            let tools = ToolRegistry::with_builtins_and_mesh(
+            let mut tools = ToolRegistry::with_builtins_and_mesh(
                 Arc::clone(&mesh) as Arc<dyn adf_runtime::messaging::Mesh>,
                 Some(home.clone()),
             );
+            let directory = crate::serving::directory(weak.clone());
+            let outbound = adf_net::outbound::Outbound::new(
+                Arc::clone(&directory),
+                Arc::new(adf_egress::SystemLookup),
+            );
+            let serving = adf_net::tools::ServingCell::default();
+            for tool in adf_net::tools::WsTools::tools(
+                Arc::clone(&outbound),
+                directory,
+                Arc::clone(&serving),
+            ) {
+                tools.register(tool);
+            }
             Hub {
                 agents: AgentRegistry::default(),
                 events: EventBus::new(),
@@ -61,7 +76,8 @@ impl Hub {
                 started: Instant::now(),
                 shutdown,
                 timer_wakes: TimerWakes::default(),
-                serving: std::sync::OnceLock::new(),
+                serving,
+                outbound,
             }
         })
     }
@@ -107,6 +123,11 @@ impl Hub {
     /// Agent serving, once the daemon listens (see [`Self::start_serving`]).
     pub(crate) fn serving(&self) -> Option<&Arc<adf_net::Serving>> {
         self.serving.get()
+    }
+
+    /// Outbound WebSockets of every agent.
+    pub(crate) fn outbound(&self) -> &Arc<adf_net::outbound::Outbound> {
+        &self.outbound
     }
 
     /// Starts agent serving with the front door's body budget (the first call wins).

@@ -98,6 +98,52 @@ impl AgentDirectory for DaemonAgents {
     }
 }
 
+/// The directory of the hub behind `hub`.
+pub(crate) fn directory(hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
+    Arc::new(DaemonAgents { hub })
+}
+
+/// Opens the agent's enabled `ws_connections` (at load); a failure is a warning and a log
+/// row, never a failed load.
+pub(crate) async fn open_configured_connections(
+    hub: &Arc<Hub>,
+    agent: &Arc<crate::registry::Agent>,
+) {
+    let path = agent.path.clone();
+    let config = tokio::task::spawn_blocking(move || {
+        adf_store::AdfFile::open_guest(&path)
+            .and_then(|file| file.config_shared())
+            .map(|config| (*config).clone())
+    })
+    .await;
+    let Ok(Ok(config)) = config else {
+        return;
+    };
+    let entries = config
+        .get("ws_connections")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let served = ServedAgent {
+        id: agent.id.clone(),
+        path: agent.path.clone(),
+    };
+    for entry in entries {
+        if entry.get("enabled").and_then(Value::as_bool) == Some(false) {
+            continue;
+        }
+        let policy = adf_net::tools::ws_policy(&config);
+        let outcome = match adf_net::outbound::OutboundSpec::from_entry(&entry, policy) {
+            Ok(spec) => hub.outbound().connect(served.clone(), spec).await,
+            Err(why) => Err(why),
+        };
+        if let Err(why) = outcome {
+            let id = entry.get("id").and_then(Value::as_str).unwrap_or("?");
+            tracing::warn!(agent = %agent.id, connection = id, %why, "ws_connections entry not opened");
+        }
+    }
+}
+
 /// Bodies of public requests count against the front door's budget.
 #[derive(Debug)]
 struct BudgetReader(BodyBudget);
@@ -123,9 +169,7 @@ impl BodyReader for BudgetReader {
 /// Serving for `hub`'s agents, reading bodies under `budget`.
 pub(crate) fn serving_for(hub: &Arc<Hub>, budget: BodyBudget) -> Arc<Serving> {
     Serving::new(
-        Arc::new(DaemonAgents {
-            hub: Arc::downgrade(hub),
-        }),
+        directory(Arc::downgrade(hub)),
         Arc::new(BudgetReader(budget)),
         hub.tools(),
         adf_net::ServingLimits::default(),

@@ -19,13 +19,9 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 14] = [
+pub const UNIMPLEMENTED_TOOLS: [&str; 10] = [
     "chat_info",
     "adf_shell",
-    "ws_connect",
-    "ws_disconnect",
-    "ws_connections",
-    "ws_send",
     "stream_bind",
     "stream_unbind",
     "stream_bindings",
@@ -107,16 +103,7 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
     }
     // `serving` (routes, WebSocket routes, public/ and shared files) is run by the daemon
     // (adf-net), so it is not listed.
-    if let Some(connections) = config.get("ws_connections").and_then(Value::as_array)
-        && connections
-            .iter()
-            .any(|c| c.get("enabled").and_then(Value::as_bool) != Some(false))
-    {
-        add(
-            "ws_connections",
-            "outbound WebSocket connections are not opened",
-        );
-    }
+    // `ws_connections` are opened by the daemon at load (adf-net), so they are not listed.
     if non_empty_array(config, "/stream_bindings") {
         add("stream_bindings", "stream bindings are not connected");
     }

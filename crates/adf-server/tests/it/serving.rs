@@ -874,3 +874,137 @@ async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsig
     assert_eq!(message["remote_did"], frame["did"]);
     h.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Outbound WebSockets (§5.15)
+
+/// A peer runtime on 127.0.0.1: checks each connection's auth frame, answers with its own
+/// signature, sends `message` and reports the client's ack, then hangs up (so the client
+/// reconnects). Each accepted handshake's client DID goes to `seen`.
+async fn peer_server(
+    key: adf_crypto::SigningKey,
+    message: Value,
+    seen: tokio::sync::mpsc::UnboundedSender<(String, Value)>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_did = adf_crypto::did_from_public(&key.verifying_key());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+            let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+                continue;
+            };
+            let frame: Value = serde_json::from_str(&text).unwrap();
+            let Ok(auth) = adf_net::handshake::verify_client(&frame, adf_store::time::now_ms())
+            else {
+                continue;
+            };
+            let signature = adf_crypto::sign(
+                &key,
+                &adf_net::handshake::server_signed_bytes(&server_did, &auth),
+            );
+            let answer = adf_net::handshake::success(&auth, Some((server_did.clone(), signature)));
+            socket
+                .send(WsMessage::Text(answer.to_string().into()))
+                .await
+                .unwrap();
+            socket
+                .send(WsMessage::Text(message.to_string().into()))
+                .await
+                .unwrap();
+            let ack = match socket.next().await {
+                Some(Ok(WsMessage::Text(text))) => serde_json::from_str(&text).unwrap(),
+                _ => Value::Null,
+            };
+            let _ = seen.send((auth.did.clone(), ack));
+            // Hang up: the client reconnects.
+        }
+    });
+    addr
+}
+
+async fn next_seen(
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<(String, Value)>,
+) -> (String, Value) {
+    tokio::time::timeout(Duration::from_secs(60), seen.recv())
+        .await
+        .expect("the peer saw a connection")
+        .unwrap()
+}
+
+async fn with_identity(h: &Harness, path: &std::path::Path) {
+    let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
+    if home.load_owner().unwrap().is_none() {
+        home.init_owner(false).unwrap();
+    }
+    let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
+    let mut file = adf_store::AdfFile::open(path).unwrap();
+    adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+    file.close().unwrap();
+}
+
+#[tokio::test]
+async fn srv_34_outbound_ws_authenticates_delivers_alf_and_reconnects_without_duplicates() {
+    let h = Harness::start().await;
+    let server_key = client_key();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let message = alf_message("relay-agent", "over the socket");
+    let addr = peer_server(server_key.clone(), message, seen_tx).await;
+    let server_did = adf_crypto::did_from_public(&server_key.verifying_key());
+    let path = agent_file(
+        h.dir.path(),
+        "relay",
+        &[],
+        &[
+            ("handle", json!("relay-agent")),
+            (
+                "ws_connections",
+                json!([{
+                    "id": "peer", "url": format!("ws://{addr}/agents/peer/mesh"), "did": server_did,
+                    "enabled": true, "auth": "required", "reconnect_delay_ms": 20
+                }]),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    let agent_did = agent.info().did.unwrap();
+    let (did, first_ack) = next_seen(&mut seen).await;
+    assert_eq!(did, agent_did, "the client proved the agent's DID");
+    assert_eq!(first_ack["type"], "ack", "{first_ack}");
+    assert_eq!(first_ack["duplicate"], false);
+    // The server hung up; the connection comes back and the same message is not stored twice.
+    let (_, second_ack) = next_seen(&mut seen).await;
+    assert_eq!(second_ack["type"], "ack", "{second_ack}");
+    assert_eq!(second_ack["duplicate"], true);
+    let contents = text_column(&agent, "SELECT content FROM adf_inbox", Vec::new()).await;
+    assert_eq!(contents, vec!["over the socket"]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_34_an_outbound_ws_whose_server_proves_another_did_is_not_opened() {
+    let h = Harness::start().await;
+    let (seen_tx, _seen) = tokio::sync::mpsc::unbounded_channel();
+    let addr = peer_server(client_key(), alf_message("x", "y"), seen_tx).await;
+    let someone_else = adf_crypto::did_from_public(&client_key().verifying_key());
+    let path = agent_file(
+        h.dir.path(),
+        "wary",
+        &[],
+        &[
+            ("handle", json!("wary")),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://{addr}/ws"), "did": someone_else, "enabled": true }]),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+    let rows = text_column(&agent, "SELECT content FROM adf_inbox", Vec::new()).await;
+    assert!(rows.is_empty());
+    h.stop().await;
+}

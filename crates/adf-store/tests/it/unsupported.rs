@@ -50,7 +50,7 @@ fn each_declared_section_is_named() {
         "pre_llm_hook": "lib/hook.ts:pre",
         "umbilical": { "stream_deltas": true, "log": { "enabled": true } },
         "tools": [
-            { "name": "ws_connect", "enabled": true, "visible": true },
+            { "name": "stream_bind", "enabled": true, "visible": true },
             { "name": "chat_info", "enabled": true, "visible": false },
             { "name": "mcp_install", "enabled": false, "visible": true },
             { "name": "fs_read", "enabled": true }
@@ -63,17 +63,16 @@ fn each_declared_section_is_named() {
             "mcp.servers",
             "compute",
             "adapters.telegram",
-            "ws_connections",
             "stream_bindings",
             "pre_llm_hook",
             "umbilical.stream_deltas",
             "umbilical.log",
-            "tools.ws_connect",
+            "tools.stream_bind",
         ]
     );
     let line = warning_line(&config).unwrap();
     assert!(line.contains("mcp.servers"), "{line}");
-    assert!(line.contains("outbound WebSocket"), "{line}");
+    assert!(line.contains("stream bindings"), "{line}");
 }
 
 #[test]
