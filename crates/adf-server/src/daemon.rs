@@ -59,6 +59,16 @@ impl Daemon {
         self.hub.serving().cloned()
     }
 
+    /// Releases what the network holds for the agent `id` (STL-04: turning it `off`): its
+    /// served routes' sandbox and cache, its inbound WebSockets (closed with 1001) and its
+    /// outbound ones.
+    pub fn release_network(&self, id: &str) {
+        if let Some(serving) = self.hub.serving() {
+            serving.release(id);
+        }
+        self.hub.outbound().release(id);
+    }
+
     /// The agent's open outbound WebSockets (`ws_connections`, `ws_connect`).
     pub fn outbound_connections(&self, agent_id: &str) -> Vec<adf_net::outbound::OutboundInfo> {
         self.hub.outbound().list(agent_id)
@@ -184,10 +194,7 @@ impl Daemon {
         let agent = self.agent(key)?;
         self.hub.registry().remove(&agent);
         crate::scheduler::forget(&self.hub, &agent.id);
-        if let Some(serving) = self.hub.serving() {
-            serving.release(&agent.id);
-        }
-        self.hub.outbound().release(&agent.id);
+        self.release_network(&agent.id);
         // A turn waiting for the owner would hold the worker, and the close behind it, forever.
         agent.hil().abort_all();
         self.hub

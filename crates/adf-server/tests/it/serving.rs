@@ -507,19 +507,33 @@ async fn an_oversized_body_is_refused_before_it_is_read() {
 }
 
 #[tokio::test]
-async fn stl_04_an_off_agent_serves_nothing_and_releases_its_serving_state() {
+async fn stl_04_turning_an_agent_off_closes_its_websockets_and_serves_nothing() {
     let h = Harness::start().await;
     let mut warm = route("GET", "/warm", "counter");
     warm["warm"] = json!(true);
-    let agent = web_agent(&h, json!([warm]), &[], &[]).await;
+    let agent = web_agent(
+        &h,
+        json!([warm, { "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[],
+    )
+    .await;
     assert_eq!(get(&h, "/agents/web/warm").await.text(), "1");
+    let mut socket = ws_open(&h, "/agents/web/live").await;
+    assert_eq!(ws_json(&mut socket).await["type"], "open");
     let serving = h.server.daemon.serving().unwrap();
     assert_eq!(serving.holding(), vec![agent.id.clone()]);
     common::set_state(&h, &agent, "off").await;
+    assert!(serving.holding().is_empty(), "the warm sandbox was dropped");
+    assert_eq!(
+        ws_next(&mut socket).await,
+        Err(1001),
+        "the WebSocket closed"
+    );
     let off = get(&h, "/agents/web/warm").await;
     assert_eq!(off.status, 503);
     assert_eq!(off.json()["code"], "AGENT_OFF");
-    assert!(serving.holding().is_empty(), "the warm sandbox was dropped");
+    assert!(serving.holding().is_empty());
     common::set_state(&h, &agent, "active").await;
     assert_eq!(
         get(&h, "/agents/web/warm").await.text(),
