@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 
 use adf_egress::{Lookup, Url};
@@ -136,7 +136,12 @@ pub struct Outbound {
     directory: Arc<dyn AgentDirectory>,
     lookup: Arc<dyn Lookup>,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
+    /// ALF messages sent by `deliver_message`, by message id, waiting for their ack.
+    pending: Mutex<HashMap<String, oneshot::Sender<Value>>>,
 }
+
+/// How long `deliver_message` waits for the peer's ack.
+const ACK_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for Outbound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,7 +156,64 @@ impl Outbound {
             directory,
             lookup,
             connections: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Sends one ALF `message` over the agent's open connection to `remote_did` and waits for
+    /// the peer's ack (`{type: "ack", message_id, …}` or `{type: "error", status, error}`).
+    /// `None` when the agent holds no open connection to that DID.
+    pub async fn deliver_message(
+        &self,
+        agent_id: &str,
+        remote_did: &str,
+        message: &Value,
+    ) -> Option<Result<Value, (Option<u16>, String)>> {
+        let connection = self
+            .list(agent_id)
+            .into_iter()
+            .find(|c| c.status == "open" && c.remote_did.as_deref() == Some(remote_did))?;
+        let message_id = message
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let (answer, answered) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(message_id.clone(), answer);
+        let sent = self
+            .send(
+                agent_id,
+                &connection.id,
+                Message::Text(message.to_string().into()),
+            )
+            .await;
+        let outcome = match sent {
+            Err(why) => Err((None, why)),
+            Ok(()) => match tokio::time::timeout(ACK_TIMEOUT, answered).await {
+                Ok(Ok(ack)) if ack.get("type").and_then(Value::as_str) == Some("ack") => Ok(ack),
+                Ok(Ok(refused)) => Err((
+                    refused
+                        .get("status")
+                        .and_then(Value::as_u64)
+                        .and_then(|s| u16::try_from(s).ok()),
+                    refused
+                        .get("error")
+                        .and_then(Value::as_str)
+                        .unwrap_or("refused")
+                        .to_owned(),
+                )),
+                Ok(Err(_)) => Err((None, "the connection closed before the ack".to_owned())),
+                Err(_) => Err((None, "no ack within 30 s".to_owned())),
+            },
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&message_id);
+        Some(outcome)
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Connection>>> {
@@ -432,6 +494,16 @@ impl Outbound {
                             .ok()
                             .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
                         if matches!(kind.as_deref(), Some("ack" | "error" | "auth_result")) {
+                            if let Ok(answer) = serde_json::from_str::<Value>(&text)
+                                && let Some(id) = answer.get("message_id").and_then(Value::as_str)
+                                && let Some(waiting) = self
+                                    .pending
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .remove(id)
+                            {
+                                let _ = waiting.send(answer);
+                            }
                             continue;
                         }
                         let answer = match self

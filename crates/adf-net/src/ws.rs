@@ -274,14 +274,23 @@ async fn deliver(
     wire: Vec<u8>,
     peer: Option<IpAddr>,
 ) -> String {
+    // The sender matches answers to its messages by ALF id.
+    let message_id = serde_json::from_slice::<Value>(&wire)
+        .ok()
+        .and_then(|m| m.get("id").cloned())
+        .unwrap_or(Value::Null);
     match serving.directory.deliver(agent, wire, peer).await {
         Ok(mut accepted) => {
             accepted["type"] = json!("ack");
             accepted.to_string()
         }
-        Err((status, error)) => {
-            json!({ "type": "error", "status": status, "error": error }).to_string()
-        }
+        Err((status, error)) => json!({
+            "type": "error",
+            "status": status,
+            "error": error,
+            "message_id": message_id,
+        })
+        .to_string(),
     }
 }
 

@@ -151,6 +151,36 @@ impl DaemonMesh {
 }
 
 impl Mesh for DaemonMesh {
+    fn deliver_over_socket(
+        &self,
+        sender_id: &str,
+        recipient: &str,
+        message: &Value,
+    ) -> Option<BoxFuture<'static, Delivery>> {
+        let hub = self.hub.upgrade()?;
+        let open = hub
+            .outbound()
+            .list(sender_id)
+            .into_iter()
+            .any(|c| c.status == "open" && c.remote_did.as_deref() == Some(recipient));
+        if !open {
+            return None;
+        }
+        let (sender_id, recipient, message) =
+            (sender_id.to_owned(), recipient.to_owned(), message.clone());
+        Some(Box::pin(async move {
+            match hub
+                .outbound()
+                .deliver_message(&sender_id, &recipient, &message)
+                .await
+            {
+                Some(Ok(_ack)) => Delivery::accepted(202),
+                Some(Err((status, why))) => Delivery::failed(status, why),
+                None => Delivery::failed(None, "the WebSocket to the recipient closed"),
+            }
+        }))
+    }
+
     fn reachable_agents(&self, sender: &Path) -> Vec<LocalAgent> {
         let Some(daemon) = self.hub.upgrade() else {
             return Vec::new();

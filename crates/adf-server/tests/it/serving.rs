@@ -1022,3 +1022,111 @@ async fn srv_34_an_outbound_ws_whose_server_proves_another_did_is_not_opened() {
     assert!(rows.is_empty());
     h.stop().await;
 }
+
+/// A peer that authenticates its client like `peer_server`, then acknowledges every ALF
+/// message it receives and reports it.
+async fn peer_receiver(
+    key: adf_crypto::SigningKey,
+    received: tokio::sync::mpsc::UnboundedSender<Value>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_did = adf_crypto::did_from_public(&key.verifying_key());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+            let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+                continue;
+            };
+            let frame: Value = serde_json::from_str(&text).unwrap();
+            let auth =
+                adf_net::handshake::verify_client(&frame, adf_store::time::now_ms()).unwrap();
+            let signature = adf_crypto::sign(
+                &key,
+                &adf_net::handshake::server_signed_bytes(&server_did, &auth),
+            );
+            let answer = adf_net::handshake::success(&auth, Some((server_did.clone(), signature)));
+            socket
+                .send(WsMessage::Text(answer.to_string().into()))
+                .await
+                .unwrap();
+            while let Some(Ok(frame)) = socket.next().await {
+                if let WsMessage::Text(text) = frame {
+                    let message: Value = serde_json::from_str(&text).unwrap();
+                    let ack =
+                        json!({ "type": "ack", "accepted": true, "message_id": message["id"] });
+                    socket
+                        .send(WsMessage::Text(ack.to_string().into()))
+                        .await
+                        .unwrap();
+                    let _ = received.send(message);
+                }
+            }
+        }
+    });
+    addr
+}
+
+const SENDER: &str = r#"
+export async function main(event) {
+  const args = JSON.parse((await adf.fs_read({ path: event.data.path })).content);
+  let out;
+  try { out = await adf.msg_send(args) } catch (e) { out = { code: e.code, message: e.message } }
+  await adf.fs_write({ path: "sent/result.json", content: JSON.stringify(out), mode: "write" });
+}
+"#;
+
+#[tokio::test]
+async fn msg_send_prefers_an_open_websocket_to_the_recipient_over_http() {
+    let h = Harness::start().await;
+    let peer_key = client_key();
+    let peer_did = adf_crypto::did_from_public(&peer_key.verifying_key());
+    let (received_tx, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let addr = peer_receiver(peer_key, received_tx).await;
+    let path = agent_file(
+        h.dir.path(),
+        "talker",
+        &[("lib/send.ts", SENDER)],
+        &[
+            ("handle", json!("talker")),
+            (
+                "triggers",
+                json!({ "on_file_change": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/send.ts:main", "filter": { "watch": "send/**" } }
+                ] } }),
+            ),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://{addr}/ws"), "did": peer_did, "enabled": true }]),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    assert_eq!(h.server.daemon.outbound_connections(&agent.id).len(), 1);
+    // The inbox URL is a port nobody listens on: only the WebSocket can deliver.
+    let args = json!({
+        "recipient": peer_did, "address": "http://127.0.0.1:9/agents/peer/inbox",
+        "content": "over the open socket",
+    });
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=send/one.json", agent.id),
+            Some(&json!({ "content": args.to_string() })),
+        )
+        .await
+        .unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(60), received.recv())
+        .await
+        .expect("the peer received the message")
+        .unwrap();
+    assert_eq!(message["to"], peer_did.as_str());
+    common::wait_for("the send result", || async {
+        !common::paths(&agent, "sent/result.json").await.is_empty()
+    })
+    .await;
+    let statuses = text_column(&agent, "SELECT status FROM adf_outbox", Vec::new()).await;
+    assert_eq!(statuses, vec!["delivered"]);
+    h.stop().await;
+}
