@@ -1130,3 +1130,108 @@ async fn msg_send_prefers_an_open_websocket_to_the_recipient_over_http() {
     assert_eq!(statuses, vec!["delivered"]);
     h.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The agent card (§11.5, §5.22)
+
+async fn card_with_host(h: &Harness, host: &str) -> Value {
+    public_client()
+        .get(format!("{}/agents/carded/card", h.server.url()))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_attestations() {
+    let h = Harness::start().await;
+    let mut listed = route("GET", "/status", "hello");
+    listed["on_card"] = json!(true);
+    let path = agent_file(
+        h.dir.path(),
+        "carded",
+        &[("lib/routes.ts", ROUTES)],
+        &[
+            ("handle", json!("carded")),
+            (
+                "serving.api",
+                json!([listed, route("GET", "/hidden", "hello"), { "method": "WS", "path": "/live" }]),
+            ),
+            (
+                "card.endpoints",
+                json!({ "inbox": "https://relay.example/carded/inbox" }),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    let port = h.server.addr.port();
+    let card = card_with_host(&h, &format!("localhost:{port}")).await;
+    assert_eq!(
+        card["api_routes"],
+        json!([{ "method": "GET", "path": "/status" }])
+    );
+    assert_eq!(
+        card["endpoints"]["inbox"],
+        "https://relay.example/carded/inbox"
+    );
+    assert_eq!(
+        card["endpoints"]["card"],
+        format!("http://localhost:{port}/agents/carded/card"),
+        "endpoints follow the address the requester used"
+    );
+    assert_eq!(
+        card["endpoints"]["ws"],
+        format!("ws://localhost:{port}/agents/carded/live")
+    );
+    assert_eq!(card["attestations"], json!([]));
+    adf_crypto::verify_card(&card).unwrap();
+    // Another requester's view: other endpoint URLs, the same signed fields.
+    let other = card_with_host(&h, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(
+        other["endpoints"]["card"],
+        format!("http://127.0.0.1:{port}/agents/carded/card")
+    );
+    let mut rewritten = other.clone();
+    rewritten["endpoints"] = card["endpoints"].clone();
+    adf_crypto::verify_card(&rewritten).unwrap();
+
+    // Publishing attestations adds the owner-attestation policy and the unexpired ones.
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["card"]["publish_attestations"] = json!(true);
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    let published = card_with_host(&h, &format!("localhost:{port}")).await;
+    assert!(
+        published["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["type"] == "owner_attestation"),
+        "{published}"
+    );
+    let stored = text_column(&agent, "SELECT subject FROM adf_attestations", Vec::new()).await;
+    let did = agent.info().did.unwrap();
+    assert!(stored.contains(&did), "provisioning attests the agent: {stored:?}");
+    assert_eq!(
+        published["attestations"].as_array().unwrap().len(),
+        stored.iter().filter(|s| **s == did).count()
+    );
+    adf_crypto::verify_card(&published).unwrap();
+    h.stop().await;
+}
