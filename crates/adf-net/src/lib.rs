@@ -38,6 +38,7 @@ mod request;
 mod resolve;
 mod response;
 pub mod tools;
+pub mod umbilical;
 mod ws;
 
 use std::collections::HashMap;

@@ -67,6 +67,22 @@ impl Daemon {
             serving.release(id);
         }
         self.hub.outbound().release(id);
+        self.hub.umbilical().release(id);
+    }
+
+    /// The agent's umbilical replay log after `since`; `None` when `umbilical.log` is off.
+    pub fn umbilical_events(
+        &self,
+        id: &str,
+        since: u64,
+        limit: usize,
+    ) -> Option<Vec<serde_json::Value>> {
+        self.hub.umbilical().events(id, since, limit)
+    }
+
+    /// Applies a changed config's `umbilical.log` to the agent's replay log.
+    pub fn configure_umbilical(&self, id: &str, config: &serde_json::Value) {
+        self.hub.umbilical().configure(id, config);
     }
 
     /// The agent's open outbound WebSockets (`ws_connections`, `ws_connect`).

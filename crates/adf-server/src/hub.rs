@@ -40,6 +40,8 @@ pub(crate) struct Hub {
     serving: adf_net::tools::ServingCell,
     /// Outbound WebSockets of every agent (`ws_connections`, `ws_connect`).
     outbound: Arc<adf_net::outbound::Outbound>,
+    /// Per-agent umbilical replay logs (`umbilical.log`).
+    umbilical: adf_net::umbilical::UmbilicalLogs,
 }
 
 impl Hub {
@@ -78,6 +80,7 @@ impl Hub {
                 timer_wakes: TimerWakes::default(),
                 serving,
                 outbound,
+                umbilical: adf_net::umbilical::UmbilicalLogs::default(),
             }
         })
     }
@@ -123,6 +126,11 @@ impl Hub {
     /// Agent serving, once the daemon listens (see [`Self::start_serving`]).
     pub(crate) fn serving(&self) -> Option<&Arc<adf_net::Serving>> {
         self.serving.get()
+    }
+
+    /// Per-agent umbilical replay logs.
+    pub(crate) fn umbilical(&self) -> &adf_net::umbilical::UmbilicalLogs {
+        &self.umbilical
     }
 
     /// Outbound WebSockets of every agent.
@@ -202,6 +210,9 @@ impl Hub {
         };
         // Never waits: the agent's umbilical taps get it through their bounded queue.
         crate::taps::offer(self, agent, &envelope);
+        self.umbilical.record(&agent.id, event_type, number, || {
+            serde_json::to_value(&envelope).unwrap_or(Value::Null)
+        });
         // Publishing while holding the allocator keeps seq order equal to cursor order.
         self.events.publish(envelope);
     }

@@ -396,6 +396,14 @@ const OPS: &[Op] = &[
     ),
     op(
         "get",
+        "/agents/{id}/umbilical/events",
+        "Read the agent's umbilical replay log (umbilical.log; in memory, after a seq)",
+        "Events",
+        &[200, 400, 404],
+        &["since", "limit"],
+    ),
+    op(
+        "get",
         "/agents/{id}/chat",
         "Read display chat history of a loop (newest `limit` rows, default 50, 1-500; `loop` defaults to main)",
         "Chat",

@@ -103,8 +103,8 @@ pub(crate) fn directory(hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
     Arc::new(DaemonAgents { hub })
 }
 
-/// Opens the agent's enabled `ws_connections` (at load); a failure is a warning and a log
-/// row, never a failed load.
+/// At load: the agent's umbilical replay log (`umbilical.log`) and its enabled
+/// `ws_connections` (a connection that fails is a warning, never a failed load).
 pub(crate) async fn open_configured_connections(
     hub: &Arc<Hub>,
     agent: &Arc<crate::registry::Agent>,
@@ -119,6 +119,7 @@ pub(crate) async fn open_configured_connections(
     let Ok(Ok(config)) = config else {
         return;
     };
+    hub.umbilical().configure(&agent.id, &config);
     let entries = config
         .get("ws_connections")
         .and_then(Value::as_array)
@@ -174,6 +175,33 @@ pub(crate) fn serving_for(hub: &Arc<Hub>, budget: BodyBudget) -> Arc<Serving> {
         hub.tools(),
         adf_net::ServingLimits::default(),
     )
+}
+
+/// `GET /agents/{id}/umbilical/events?since=<seq>&limit=<n>`: the agent's replay log
+/// (§5.24), `enabled: false` and no events when `umbilical.log` is off.
+pub(crate) async fn umbilical_events(
+    axum::extract::State(state): axum::extract::State<crate::api::AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Result<axum::response::Response, crate::error::ApiError> {
+    use axum::response::IntoResponse as _;
+    let agent = state.daemon.agent(&key)?;
+    let number = |name: &str, default: u64| -> Result<u64, crate::error::ApiError> {
+        query.get(name).map_or(Ok(default), |v| {
+            v.parse().map_err(|_| {
+                crate::error::ApiError::bad_request(format!("{name} must be a number"))
+            })
+        })
+    };
+    let since = number("since", 0)?;
+    let limit = usize::try_from(number("limit", 500)?.min(10_000)).unwrap_or(500);
+    let events = state.daemon.umbilical_events(&agent.id, since, limit);
+    Ok(axum::Json(json!({
+        "agentId": agent.id,
+        "enabled": events.is_some(),
+        "events": events.unwrap_or_default(),
+    }))
+    .into_response())
 }
 
 /// Whether `method path` goes to serving (see the module docs).

@@ -119,12 +119,7 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             "streaming deltas are not emitted as events",
         );
     }
-    if is_true(config, "/umbilical/log/enabled") {
-        add(
-            "umbilical.log",
-            "per-agent replay options are not applied; the daemon keeps one shared event window",
-        );
-    }
+    // `umbilical.log` is kept by the daemon (adf-net's replay log), so it is not listed.
     for tool in config
         .get("tools")
         .and_then(Value::as_array)

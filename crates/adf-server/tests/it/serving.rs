@@ -1227,11 +1227,105 @@ async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_
     );
     let stored = text_column(&agent, "SELECT subject FROM adf_attestations", Vec::new()).await;
     let did = agent.info().did.unwrap();
-    assert!(stored.contains(&did), "provisioning attests the agent: {stored:?}");
+    assert!(
+        stored.contains(&did),
+        "provisioning attests the agent: {stored:?}"
+    );
     assert_eq!(
         published["attestations"].as_array().unwrap().len(),
         stored.iter().filter(|s| **s == did).count()
     );
     adf_crypto::verify_card(&published).unwrap();
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The umbilical replay log (§5.24)
+
+async fn set_display_state(h: &Harness, id: &str, state: &str) {
+    h.client
+        .post(
+            &format!("/agents/{id}/state"),
+            Some(&json!({ "state": state })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn cfg_42_the_umbilical_log_replays_recent_events_and_is_not_persisted() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "watched",
+        &[],
+        &[
+            ("handle", json!("watched")),
+            (
+                "umbilical",
+                json!({ "log": { "enabled": true, "max_events": 2, "exclude_types": ["file.*"] } }),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let id = agent.id.clone();
+    for state in ["idle", "hibernate", "idle"] {
+        set_display_state(&h, &id, state).await;
+    }
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{id}/files/content?path=notes.md"),
+            Some(&json!({ "content": "x" })),
+        )
+        .await
+        .unwrap();
+    let log = h
+        .client
+        .get(&format!("/agents/{id}/umbilical/events"))
+        .await
+        .unwrap();
+    assert_eq!(log["enabled"], true);
+    let events = log["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{log}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["event_type"] == "agent.state.changed"),
+        "{log}"
+    );
+    let last_seq = events[1]["seq"].as_u64().unwrap();
+    let first_seq = events[0]["seq"].as_u64().unwrap();
+    let after = h
+        .client
+        .get(&format!("/agents/{id}/umbilical/events?since={first_seq}"))
+        .await
+        .unwrap();
+    assert_eq!(after["events"].as_array().unwrap().len(), 1);
+    assert_eq!(after["events"][0]["seq"], last_seq);
+    // The control API's token guards it like any control route.
+    let anonymous = public_client()
+        .get(format!("{}/agents/{id}/umbilical/events", h.server.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+
+    let dir = h.stop().await;
+    let h = Harness::start_in(dir, None).await;
+    let agent = load(&h, &path).await;
+    let log = h
+        .client
+        .get(&format!("/agents/{}/umbilical/events", agent.id))
+        .await
+        .unwrap();
+    assert!(
+        log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["seq"].as_u64().unwrap() > last_seq),
+        "nothing from the previous process: {log}"
+    );
     h.stop().await;
 }

@@ -66,7 +66,6 @@ fn each_declared_section_is_named() {
             "stream_bindings",
             "pre_llm_hook",
             "umbilical.stream_deltas",
-            "umbilical.log",
             "tools.stream_bind",
         ]
     );
