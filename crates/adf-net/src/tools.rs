@@ -380,3 +380,40 @@ impl Tool for WsConnections {
         Some(done(result))
     }
 }
+
+/// `stream_bind`, `stream_unbind` and `stream_bindings` (§5.23): not built yet, so each call
+/// answers so, clearly, instead of failing as an unknown tool (`stream_bindings` config stays
+/// named by `adf_store::unsupported`).
+#[derive(Debug)]
+pub struct StreamToolNotYet(&'static str);
+
+impl StreamToolNotYet {
+    /// The three stream tools.
+    pub fn tools() -> Vec<Arc<dyn Tool>> {
+        ["stream_bind", "stream_unbind", "stream_bindings"]
+            .into_iter()
+            .map(|name| Arc::new(StreamToolNotYet(name)) as Arc<dyn Tool>)
+            .collect()
+    }
+}
+
+impl Tool for StreamToolNotYet {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn description(&self) -> &'static str {
+        "Stream bindings are not supported by this runtime yet."
+    }
+    fn parameters(&self) -> Value {
+        json!({ "type": "object" })
+    }
+    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
+        Err(ToolError::new(
+            ErrorCode::Disabled,
+            format!(
+                "{} is not supported yet: this runtime does not run stream bindings",
+                self.0
+            ),
+        ))
+    }
+}

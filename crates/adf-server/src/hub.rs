@@ -68,6 +68,9 @@ impl Hub {
             ) {
                 tools.register(tool);
             }
+            for tool in adf_net::tools::StreamToolNotYet::tools() {
+                tools.register(tool);
+            }
             Hub {
                 agents: AgentRegistry::default(),
                 events: EventBus::new(),
