@@ -1364,3 +1364,83 @@ export async function main(req) {
     );
     h.stop().await;
 }
+
+const WS_TOOLS: &str = r#"
+export async function main(req) {
+  const url = req.query.url;
+  const opened = await adf.ws_connect({ url, persist: false });
+  const listed = await adf.ws_connections({ direction: "outbound" });
+  const inbound = await adf.ws_connections({ direction: "inbound" });
+  const sent = await adf.ws_send({ connection_id: opened.connection_id, data: JSON.stringify({ id: "m-1", hello: true }) });
+  const closed = await adf.ws_disconnect({ connection_id: opened.connection_id });
+  const after = await adf.ws_connections({});
+  return { status: 200, body: { opened, listed, inbound, sent, closed, after } };
+}
+"#;
+
+#[tokio::test]
+async fn srv_31_srv_32_srv_33_ws_tools_connect_list_send_and_disconnect_from_code() {
+    let h = Harness::start().await;
+    let peer_key = client_key();
+    let (received_tx, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let addr = peer_receiver(peer_key.clone(), received_tx).await;
+    let mut config: Vec<(&str, Value)> = vec![
+        ("handle", json!("tooly")),
+        (
+            "serving.api",
+            json!([{ "method": "GET", "path": "/run", "lambda": "lib/ws_tools.ts:main" }]),
+        ),
+    ];
+    for tool in ["ws_connect", "ws_connections", "ws_send", "ws_disconnect"] {
+        config.push((
+            match tool {
+                "ws_connect" => "tools.ws_connect.enabled",
+                "ws_connections" => "tools.ws_connections.enabled",
+                "ws_send" => "tools.ws_send.enabled",
+                _ => "tools.ws_disconnect.enabled",
+            },
+            json!(true),
+        ));
+    }
+    let path = agent_file(
+        h.dir.path(),
+        "tooly",
+        &[("lib/ws_tools.ts", WS_TOOLS)],
+        &config,
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    let url = format!("ws://{addr}/ws");
+    let got = public_client()
+        .get(format!(
+            "{}/agents/tooly/run?url={}",
+            h.server.url(),
+            adf_server::client::encode(&url)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let body: Value = got.json().await.unwrap();
+    let id = body["opened"]["connection_id"].as_str().unwrap();
+    assert!(id.starts_with("wso_"), "{body}");
+    let listed = body["listed"]["connections"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{body}");
+    assert_eq!(listed[0]["direction"], "outbound");
+    assert_eq!(listed[0]["url"], url.as_str());
+    assert_eq!(
+        listed[0]["remote_did"],
+        adf_crypto::did_from_public(&peer_key.verifying_key()).as_str()
+    );
+    assert_eq!(body["inbound"]["connections"], json!([]));
+    assert_eq!(body["sent"]["sent"], true);
+    assert_eq!(body["closed"]["ok"], true);
+    assert_eq!(body["after"]["connections"], json!([]));
+    let frame = tokio::time::timeout(Duration::from_secs(60), received.recv())
+        .await
+        .expect("the peer got the frame")
+        .unwrap();
+    assert_eq!(frame["hello"], true);
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+    h.stop().await;
+}
