@@ -573,3 +573,62 @@ pub fn verify_server(
         (None, got) => Ok(got.map(str::to_owned)),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn srv_35_connection_defaults_and_refusals() {
+        let spec = OutboundSpec::from_entry(
+            &json!({ "id": "relay", "url": "ws://127.0.0.1:1/ws" }),
+            adf_egress::Policy::default(),
+        )
+        .unwrap();
+        assert_eq!(spec.connect_timeout, Duration::from_millis(15_000));
+        assert_eq!(spec.keepalive, Duration::from_millis(30_000));
+        assert_eq!(spec.reconnect_delay, Duration::from_millis(5_000));
+        assert_eq!(spec.auth, AuthMode::Auto);
+        assert!(spec.auto_reconnect);
+        assert_eq!(spec.config_id.as_deref(), Some("relay"));
+        for bad in [
+            json!({ "id": "x" }),
+            json!({ "url": "ws://a/", "auth": "sometimes" }),
+            json!({ "url": "ws://a/", "lambda": "lib/ws.ts:on" }),
+        ] {
+            assert!(
+                OutboundSpec::from_entry(&bad, adf_egress::Policy::default()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn srv_34_the_server_must_prove_the_expected_did() {
+        let server = adf_crypto::SigningKey::from_bytes(&[7; 32]);
+        let server_did = adf_crypto::did_from_public(&server.verifying_key());
+        let auth = ClientAuth {
+            did: "did:key:client".into(),
+            nonce: "n".into(),
+            timestamp: 5,
+            verified: true,
+        };
+        let signature =
+            adf_crypto::sign(&server, &handshake::server_signed_bytes(&server_did, &auth));
+        let answer = handshake::success(&auth, Some((server_did.clone(), signature)));
+        assert_eq!(
+            verify_server(&answer, &auth, Some(&server_did))
+                .unwrap()
+                .as_deref(),
+            Some(server_did.as_str())
+        );
+        assert!(verify_server(&answer, &auth, Some("did:key:someone-else")).is_err());
+        let unsigned = handshake::success(&auth, None);
+        assert!(verify_server(&unsigned, &auth, Some(&server_did)).is_err());
+        assert_eq!(verify_server(&unsigned, &auth, None).unwrap(), None);
+        let mut forged = answer.clone();
+        forged["nonce"] = json!("other");
+        assert!(verify_server(&forged, &auth, None).is_err());
+    }
+}

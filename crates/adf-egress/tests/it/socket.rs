@@ -98,3 +98,34 @@ async fn an_admitted_loopback_websocket_opens_and_carries_frames() {
     assert_eq!(answer, Message::Text("echo hi".into()));
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn srv_35_an_unresponsive_server_is_abandoned_at_the_connect_timeout() {
+    // Accepts the TCP connection and never answers the WebSocket handshake.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        std::future::pending::<()>().await;
+        drop(stream);
+    });
+    let url = Url::parse(&format!("ws://{addr}/ws")).unwrap();
+    let error = match connect_websocket(
+        &Policy::default(),
+        &url,
+        &names(),
+        Duration::from_millis(200),
+    )
+    .await
+    {
+        Ok(_) => panic!("the handshake cannot have completed"),
+        Err(error) => error,
+    };
+    assert_eq!(error.kind, EgressErrorKind::Failed);
+    assert!(
+        error.reason.contains("did not open within 200 ms"),
+        "{}",
+        error.reason
+    );
+    held.abort();
+}
