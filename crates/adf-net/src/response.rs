@@ -33,8 +33,6 @@ pub enum ErrorCode {
     InvalidRouteResponse,
     /// The route's middleware rejected the request (its status).
     MiddlewareRejected,
-    /// 501: a WebSocket route (not served yet).
-    NotSupported,
     /// 500: the file could not be opened or read.
     Internal,
 }
@@ -55,7 +53,6 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
             ErrorCode::InvalidRouteResponse => "INVALID_ROUTE_RESPONSE",
             ErrorCode::MiddlewareRejected => "MIDDLEWARE_REJECTED",
-            ErrorCode::NotSupported => "NOT_SUPPORTED",
             ErrorCode::Internal => "INTERNAL_ERROR",
         }
     }
@@ -73,7 +70,6 @@ impl ErrorCode {
             }
             ErrorCode::LambdaTimeout | ErrorCode::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorCode::InvalidRouteResponse => StatusCode::BAD_GATEWAY,
-            ErrorCode::NotSupported => StatusCode::NOT_IMPLEMENTED,
         }
     }
 }
