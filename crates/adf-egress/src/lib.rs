@@ -31,6 +31,7 @@ pub mod client;
 pub mod control;
 pub mod resolve;
 pub mod rules;
+pub mod socket;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -38,6 +39,7 @@ pub use client::{ClientOptions, agent_client, service_client};
 pub use control::protect_control_api;
 pub use reqwest::Url;
 pub use resolve::{Lookup, Pins, SystemLookup};
+pub use socket::connect_websocket;
 
 use rules::{canonical, link_local_or_metadata, local_kind};
 

@@ -49,10 +49,13 @@ pub const LOG_ORIGIN: &str = "middleware";
 /// The code of a rejection that is the runtime's, not a lambda's (fail closed).
 pub const FAILURE_CODE: u16 = 500;
 
-/// A pipeline point. Route middleware (`serving.api[].middleware`) comes with serving.
+/// A pipeline point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Point {
+    /// An HTTP request to a `serving.api` route, before its lambda (`HttpRequest`). The chain
+    /// is the route's own `middleware` array, run with [`run_route_chain`].
+    Route,
     /// ALF message after verification and decryption, before storage.
     Inbox,
     /// Egress context before signing.
@@ -65,6 +68,7 @@ impl Point {
     /// The point's name as the config and the lambda input spell it.
     pub fn as_str(self) -> &'static str {
         match self {
+            Point::Route => "route",
             Point::Inbox => "inbox",
             Point::Outbox => "outbox",
             Point::Fetch => "fetch",
@@ -74,23 +78,30 @@ impl Point {
     /// The config path of this point's array.
     pub fn config_path(self) -> &'static str {
         match self {
+            Point::Route => "serving.api[].middleware",
             Point::Inbox => "security.middleware.inbox",
             Point::Outbox => "security.middleware.outbox",
             Point::Fetch => "security.fetch_middleware",
         }
     }
 
-    fn pointer(self) -> &'static str {
-        match self {
+    fn pointer(self) -> Option<&'static str> {
+        Some(match self {
+            // Each route carries its own chain; there is no agent-wide array.
+            Point::Route => return None,
             Point::Inbox => "/security/middleware/inbox",
             Point::Outbox => "/security/middleware/outbox",
             Point::Fetch => "/security/fetch_middleware",
-        }
+        })
     }
 
-    /// The configured references, as stored (absent or null: none).
+    /// The configured references, as stored (absent or null: none; always none for
+    /// [`Point::Route`], whose chains are per route).
     pub fn references(self, config: &Value) -> Vec<Value> {
-        match config.pointer(self.pointer()) {
+        let Some(pointer) = self.pointer() else {
+            return Vec::new();
+        };
+        match config.pointer(pointer) {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => items.clone(),
             // Not an array: kept as one reference, which fails closed as malformed.
@@ -159,6 +170,48 @@ pub fn run_chain(
         }
     };
     let references = point.references(&config);
+    run_references(file, point, &config, references, data, meta)
+}
+
+/// Runs one route's chain (`serving.api[i].middleware`, given as `references`) over the
+/// route's `HttpRequest`, with the same semantics as [`run_chain`] (order, authorization skip,
+/// fail closed).
+pub fn run_route_chain(
+    file: &mut AdfFile,
+    references: Vec<Value>,
+    data: Value,
+    meta: Map<String, Value>,
+) -> Result<MiddlewareOutcome, Rejection> {
+    if references.is_empty() {
+        return Ok(MiddlewareOutcome {
+            data,
+            meta,
+            ran: Vec::new(),
+            skipped: Vec::new(),
+        });
+    }
+    let config = match file.config_shared() {
+        Ok(config) => config,
+        Err(error) => {
+            return Err(failure(
+                file,
+                Point::Route,
+                Point::Route.config_path(),
+                format!("cannot read the config: {error}"),
+            ));
+        }
+    };
+    run_references(file, Point::Route, &config, references, data, meta)
+}
+
+fn run_references(
+    file: &mut AdfFile,
+    point: Point,
+    config: &Value,
+    references: Vec<Value>,
+    data: Value,
+    meta: Map<String, Value>,
+) -> Result<MiddlewareOutcome, Rejection> {
     if references.is_empty() {
         return Ok(MiddlewareOutcome {
             data,

@@ -53,6 +53,47 @@ impl Daemon {
         self.hub.mesh()
     }
 
+    /// Agent serving (`adf-net`): routes, public and shared files; `None` until the daemon
+    /// serves HTTP.
+    pub fn serving(&self) -> Option<Arc<adf_net::Serving>> {
+        self.hub.serving().cloned()
+    }
+
+    /// Releases what the network holds for the agent `id` (STL-04: turning it `off`): its
+    /// served routes' sandbox and cache, its inbound WebSockets (closed with 1001) and its
+    /// outbound ones.
+    pub fn release_network(&self, id: &str) {
+        if let Some(serving) = self.hub.serving() {
+            serving.release(id);
+        }
+        self.hub.outbound().release(id);
+        self.hub.umbilical().release(id);
+    }
+
+    /// The agent's umbilical replay log after `since`; `None` when `umbilical.log` is off.
+    pub fn umbilical_events(
+        &self,
+        id: &str,
+        since: u64,
+        limit: usize,
+    ) -> Option<Vec<serde_json::Value>> {
+        self.hub.umbilical().events(id, since, limit)
+    }
+
+    /// Applies a changed config's `umbilical.log` to the agent's replay log.
+    pub fn configure_umbilical(&self, id: &str, config: &serde_json::Value) {
+        self.hub.umbilical().configure(id, config);
+    }
+
+    /// The agent's open outbound WebSockets (`ws_connections`, `ws_connect`).
+    pub fn outbound_connections(&self, agent_id: &str) -> Vec<adf_net::outbound::OutboundInfo> {
+        self.hub.outbound().list(agent_id)
+    }
+
+    pub(crate) fn start_serving(&self, budget: crate::frontdoor::BodyBudget) {
+        self.hub.start_serving(budget);
+    }
+
     pub(crate) fn mesh_arc(&self) -> Arc<DaemonMesh> {
         Arc::clone(self.hub.mesh())
     }
@@ -153,6 +194,7 @@ impl Daemon {
             json!({}),
         );
         crate::dispatch::dispatch(&self.hub, agent, startup).await;
+        crate::serving::open_configured_connections(&self.hub, agent).await;
         crate::turns::kick_autostart(&self.hub, agent).await;
     }
 
@@ -168,6 +210,7 @@ impl Daemon {
         let agent = self.agent(key)?;
         self.hub.registry().remove(&agent);
         crate::scheduler::forget(&self.hub, &agent.id);
+        self.release_network(&agent.id);
         // A turn waiting for the owner would hold the worker, and the close behind it, forever.
         agent.hil().abort_all();
         self.hub

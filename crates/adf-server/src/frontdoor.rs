@@ -12,6 +12,9 @@
 //! 3. **Token**, on control routes (everything but `/health`, `/login` and the mesh routes
 //!    `POST inbox`, `GET card`, `GET health`): `Authorization: Bearer <token>` or the
 //!    `adf_session` cookie `/login` sets; else 401. `--insecure-loopback` skips this step only.
+//!    Paths under `/agents/{handle}/` that are neither a control route (the OpenAPI table) nor
+//!    a mesh route are the agent's own (its `serving.api` routes and files): they go to
+//!    `adf-net` here, public like the mesh routes (`crate::serving`).
 //! 4. **Content type**, on mutating control requests (POST, PUT, PATCH, DELETE): a body must be
 //!    `application/json`, which a web page cannot send cross-origin without a preflight; an
 //!    empty body may come without a content type (`POST /agents/{id}/stop`). Else 415.
@@ -394,6 +397,12 @@ pub(crate) async fn front_door(
     let method = request.method().clone();
     if is_public(&method, request.uri().path()) {
         return next.run(request).await;
+    }
+    // An agent's own routes and files (adf-net): public, and never a control route.
+    if crate::serving::is_served(&method, request.uri().path())
+        && let Some(serving) = state.daemon.serving()
+    {
+        return serving.handle(request).await;
     }
     if !gate.insecure_loopback && !gate.authorized(request.headers()) {
         if method == Method::GET && wants_html(request.headers()) {

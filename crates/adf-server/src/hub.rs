@@ -36,6 +36,12 @@ pub(crate) struct Hub {
     started: Instant,
     shutdown: watch::Sender<bool>,
     timer_wakes: TimerWakes,
+    /// Agent serving (`adf-net`), set when the daemon starts serving HTTP.
+    serving: adf_net::tools::ServingCell,
+    /// Outbound WebSockets of every agent (`ws_connections`, `ws_connect`).
+    outbound: Arc<adf_net::outbound::Outbound>,
+    /// Per-agent umbilical replay logs (`umbilical.log`).
+    umbilical: adf_net::umbilical::UmbilicalLogs,
 }
 
 impl Hub {
@@ -50,6 +56,22 @@ impl Hub {
                 Some(home.clone()),
             );
             tools.register(adf_shell::tool());
+            let directory = crate::serving::directory(weak.clone());
+            let outbound = adf_net::outbound::Outbound::new(
+                Arc::clone(&directory),
+                Arc::new(adf_egress::SystemLookup),
+            );
+            let serving = adf_net::tools::ServingCell::default();
+            for tool in adf_net::tools::WsTools::tools(
+                Arc::clone(&outbound),
+                directory,
+                Arc::clone(&serving),
+            ) {
+                tools.register(tool);
+            }
+            for tool in adf_net::tools::StreamToolNotYet::tools() {
+                tools.register(tool);
+            }
             Hub {
                 agents: AgentRegistry::default(),
                 events: EventBus::new(),
@@ -60,6 +82,9 @@ impl Hub {
                 started: Instant::now(),
                 shutdown,
                 timer_wakes: TimerWakes::default(),
+                serving,
+                outbound,
+                umbilical: adf_net::umbilical::UmbilicalLogs::default(),
             }
         })
     }
@@ -100,6 +125,28 @@ impl Hub {
 
     pub(crate) fn timer_wakes(&self) -> &TimerWakes {
         &self.timer_wakes
+    }
+
+    /// Agent serving, once the daemon listens (see [`Self::start_serving`]).
+    pub(crate) fn serving(&self) -> Option<&Arc<adf_net::Serving>> {
+        self.serving.get()
+    }
+
+    /// Per-agent umbilical replay logs.
+    pub(crate) fn umbilical(&self) -> &adf_net::umbilical::UmbilicalLogs {
+        &self.umbilical
+    }
+
+    /// Outbound WebSockets of every agent.
+    pub(crate) fn outbound(&self) -> &Arc<adf_net::outbound::Outbound> {
+        &self.outbound
+    }
+
+    /// Starts agent serving with the front door's body budget (the first call wins).
+    pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::frontdoor::BodyBudget) {
+        let _ = self
+            .serving
+            .get_or_init(|| crate::serving::serving_for(self, budget));
     }
 
     pub(crate) fn uptime_secs(&self) -> f64 {
@@ -167,6 +214,9 @@ impl Hub {
         };
         // Never waits: the agent's umbilical taps get it through their bounded queue.
         crate::taps::offer(self, agent, &envelope);
+        self.umbilical.record(&agent.id, event_type, number, || {
+            serde_json::to_value(&envelope).unwrap_or(Value::Null)
+        });
         // Publishing while holding the allocator keeps seq order equal to cursor order.
         self.events.publish(envelope);
     }

@@ -58,6 +58,7 @@ mod registry;
 pub mod review;
 pub mod scheduler;
 pub mod serve;
+mod serving;
 pub mod settings;
 mod shell_runs;
 pub mod taps;

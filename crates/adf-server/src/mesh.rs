@@ -74,6 +74,17 @@ impl DaemonMesh {
     /// What a sender needs to know of a hosted agent, read on a guest connection; the card
     /// only when asked (it opens the agent's key).
     fn describe(&self, agent: &Agent, with_card: bool) -> Option<LocalAgent> {
+        self.describe_at(agent, with_card, None)
+    }
+
+    /// [`Self::describe`] with endpoint URLs under `base` (the requester's view of this
+    /// daemon, §11.5: endpoints are outside the signature) instead of the bound address.
+    fn describe_at(
+        &self,
+        agent: &Agent,
+        with_card: bool,
+        base: Option<&str>,
+    ) -> Option<LocalAgent> {
         let mut file = AdfFile::open_guest(&agent.path).ok()?;
         let config = file.config_shared().ok()?;
         let text = |key: &str| {
@@ -85,7 +96,7 @@ impl DaemonMesh {
         };
         let handle = text("handle");
         let did = messaging::agent_did(&file).ok().flatten();
-        let base = self.base_url().unwrap_or("http://127.0.0.1");
+        let base = base.or(self.base_url()).unwrap_or("http://127.0.0.1");
         let card = if with_card {
             card::build(&mut file, self.keys().as_ref(), base).unwrap_or(Value::Null)
         } else {
@@ -151,6 +162,36 @@ impl DaemonMesh {
 }
 
 impl Mesh for DaemonMesh {
+    fn deliver_over_socket(
+        &self,
+        sender_id: &str,
+        recipient: &str,
+        message: &Value,
+    ) -> Option<BoxFuture<'static, Delivery>> {
+        let hub = self.hub.upgrade()?;
+        let open = hub
+            .outbound()
+            .list(sender_id)
+            .into_iter()
+            .any(|c| c.status == "open" && c.remote_did.as_deref() == Some(recipient));
+        if !open {
+            return None;
+        }
+        let (sender_id, recipient, message) =
+            (sender_id.to_owned(), recipient.to_owned(), message.clone());
+        Some(Box::pin(async move {
+            match hub
+                .outbound()
+                .deliver_message(&sender_id, &recipient, &message)
+                .await
+            {
+                Some(Ok(_ack)) => Delivery::accepted(202),
+                Some(Err((status, why))) => Delivery::failed(status, why),
+                None => Delivery::failed(None, "the WebSocket to the recipient closed"),
+            }
+        }))
+    }
+
     fn reachable_agents(&self, sender: &Path) -> Vec<LocalAgent> {
         let Some(daemon) = self.hub.upgrade() else {
             return Vec::new();
@@ -299,13 +340,15 @@ async fn visible(
     agent: &Arc<Agent>,
     origin: Origin,
     with_card: bool,
+    base: Option<String>,
 ) -> Option<LocalAgent> {
     let mesh = state.daemon.mesh_arc();
     let agent = Arc::clone(agent);
-    let described = tokio::task::spawn_blocking(move || mesh.describe(&agent, with_card))
-        .await
-        .ok()
-        .flatten()?;
+    let described =
+        tokio::task::spawn_blocking(move || mesh.describe_at(&agent, with_card, base.as_deref()))
+            .await
+            .ok()
+            .flatten()?;
     described
         .tier
         .admits(&origin, &described.path)
@@ -321,7 +364,14 @@ pub(crate) async fn card_get(
     let Some(agent) = recipient(&state, &key) else {
         return unknown(&key);
     };
-    match visible(&state, &agent, origin_of(&request), true).await {
+    // The front door checked that the Host names this daemon: the card's endpoints use the
+    // address the requester reached it by (a LAN peer gets LAN URLs, a local one loopback).
+    let base = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(|host| format!("http://{host}"));
+    match visible(&state, &agent, origin_of(&request), true, base).await {
         Some(described) => axum::Json(described.card).into_response(),
         None => unknown(&key),
     }
@@ -336,7 +386,7 @@ pub(crate) async fn health_get(
     let Some(agent) = recipient(&state, &key) else {
         return unknown(&key);
     };
-    match visible(&state, &agent, origin_of(&request), false).await {
+    match visible(&state, &agent, origin_of(&request), false, None).await {
         Some(described) => axum::Json(json!({
             "ok": true,
             "handle": described.handle,

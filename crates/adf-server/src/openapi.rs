@@ -396,6 +396,14 @@ const OPS: &[Op] = &[
     ),
     op(
         "get",
+        "/agents/{id}/umbilical/events",
+        "Read the agent's umbilical replay log (umbilical.log; in memory, after a seq)",
+        "Events",
+        &[200, 400, 404],
+        &["since", "limit"],
+    ),
+    op(
+        "get",
         "/agents/{id}/chat",
         "Read display chat history of a loop (newest `limit` rows, default 50, 1-500; `loop` defaults to main)",
         "Chat",
@@ -459,6 +467,21 @@ const OPS: &[Op] = &[
         &[],
     ),
 ];
+
+/// Whether `path` is one of the daemon's own operations (any method): its segments match an
+/// operation's path, a `{name}` segment matching any one segment. The front door sends every
+/// other `/agents/{handle}/…` path to agent serving (`crate::serving`).
+pub fn is_control_path(path: &str) -> bool {
+    // No trailing-slash folding: `/agents/{handle}/` is the agent's public index.
+    let given: Vec<&str> = path.split('/').collect();
+    OPS.iter().any(|op| {
+        let pattern: Vec<&str> = op.path.split('/').collect();
+        pattern.len() == given.len()
+            && pattern.iter().zip(&given).all(|(want, got)| {
+                (want.starts_with('{') && want.ends_with('}') && !got.is_empty()) || want == got
+            })
+    })
+}
 
 fn description(status: u16) -> &'static str {
     match status {

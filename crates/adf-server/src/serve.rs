@@ -134,13 +134,15 @@ impl RunningServer {
             tracing::warn!(%error, "cannot record the control API address; `adf code`, `adf tool` and `adf run` will not know to refuse it");
         }
         daemon.mesh().set_base_url(format!("http://{addr}"));
+        let budget = BodyBudget::new(front.public_body_budget);
+        daemon.start_serving(budget.clone());
         let gate = Arc::new(Gate::new(
             front.token,
             front.insecure_loopback,
             addr.ip(),
             addr.port(),
             &front.allowed_hosts,
-            BodyBudget::new(front.public_body_budget),
+            budget,
         ));
         let state = AppState {
             daemon: daemon.clone(),

@@ -19,12 +19,8 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 13] = [
+pub const UNIMPLEMENTED_TOOLS: [&str; 9] = [
     "chat_info",
-    "ws_connect",
-    "ws_disconnect",
-    "ws_connections",
-    "ws_send",
     "stream_bind",
     "stream_unbind",
     "stream_bindings",
@@ -104,28 +100,9 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             }
         }
     }
-    if is_true(config, "/serving/public/enabled") {
-        add("serving.public", "public/ files are not served");
-    }
-    if is_true(config, "/serving/shared/enabled") {
-        add("serving.shared", "shared files are not served");
-    }
-    if non_empty_array(config, "/serving/api") {
-        add(
-            "serving.api",
-            "API and WebSocket routes are not served, so their route middleware never runs",
-        );
-    }
-    if let Some(connections) = config.get("ws_connections").and_then(Value::as_array)
-        && connections
-            .iter()
-            .any(|c| c.get("enabled").and_then(Value::as_bool) != Some(false))
-    {
-        add(
-            "ws_connections",
-            "outbound WebSocket connections are not opened",
-        );
-    }
+    // `serving` (routes, WebSocket routes, public/ and shared files) is run by the daemon
+    // (adf-net), so it is not listed.
+    // `ws_connections` are opened by the daemon at load (adf-net), so they are not listed.
     if non_empty_array(config, "/stream_bindings") {
         add("stream_bindings", "stream bindings are not connected");
     }
@@ -141,12 +118,7 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             "streaming deltas are not emitted as events",
         );
     }
-    if is_true(config, "/umbilical/log/enabled") {
-        add(
-            "umbilical.log",
-            "per-agent replay options are not applied; the daemon keeps one shared event window",
-        );
-    }
+    // `umbilical.log` is kept by the daemon (adf-net's replay log), so it is not listed.
     for tool in config
         .get("tools")
         .and_then(Value::as_array)

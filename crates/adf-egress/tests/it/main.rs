@@ -7,3 +7,4 @@
 mod call_sites;
 mod policy;
 mod record;
+mod socket;

@@ -30,6 +30,33 @@ pub fn build(
         "card": format!("{root}/card"),
         "health": format!("{root}/health"),
     });
+    // `ws`: the first WS route, on the same origin (missing-tables §11.5).
+    if let Some(ws_path) = config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .and_then(|routes| {
+            routes.iter().find(|r| {
+                r.get("method")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| m.eq_ignore_ascii_case("WS"))
+            })
+        })
+        .and_then(|r| r.get("path").and_then(Value::as_str))
+        && let Some(target) = endpoints.as_object_mut()
+    {
+        let ws_root = root
+            .strip_prefix("https://")
+            .map(|rest| format!("wss://{rest}"))
+            .or_else(|| {
+                root.strip_prefix("http://")
+                    .map(|rest| format!("ws://{rest}"))
+            })
+            .unwrap_or_else(|| root.clone());
+        target.insert(
+            "ws".into(),
+            json!(format!("{ws_root}/{}", ws_path.trim_start_matches('/'))),
+        );
+    }
     if let Some(overrides) = config.pointer("/card/endpoints").and_then(Value::as_object)
         && let Some(target) = endpoints.as_object_mut()
     {
@@ -82,6 +109,23 @@ pub fn build(
         Vec::new()
     };
     let level = super::security_level(&config);
+    // §5.22: unexpired attestations about the current DID, only when the owner publishes them.
+    let publish = config
+        .pointer("/card/publish_attestations")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let attestations = match (publish, super::agent_did(file).map_err(|e| e.to_string())?) {
+        (true, Some(did)) => {
+            let stored: Vec<adf_crypto::Attestation> = file
+                .attestations()
+                .map_err(|e| e.to_string())?
+                .iter()
+                .map(crate::identity::from_store_attestation)
+                .collect();
+            adf_crypto::card::publishable_attestations(&stored, &did, chrono::Utc::now())
+        }
+        _ => Vec::new(),
+    };
     let inputs = CardInputs {
         handle,
         description: text("/description"),
@@ -94,9 +138,8 @@ pub fn build(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         shared,
-        // Publishing attestations (`card.publish_attestations`) is not built yet: none listed.
-        attestations: Vec::new(),
-        policies: card_policies(level, false),
+        attestations,
+        policies: card_policies(level, publish),
     };
     let signer = super::agent_key(file, keys).ok();
     build_card(&inputs, signer.as_ref(), &adf_store::time::now_iso()).map_err(|e| e.to_string())

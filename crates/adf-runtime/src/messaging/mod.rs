@@ -238,6 +238,19 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
         sender: &Path,
         message: Value,
     ) -> BoxFuture<'static, Delivery>;
+
+    /// Delivers `message` over a WebSocket the agent `sender_id` (its config id) holds open
+    /// to `recipient` (a DID), when it holds one: §12.2's transport order is same runtime,
+    /// open WebSocket, HTTP POST. `None` (the default) when there is no such socket.
+    fn deliver_over_socket(
+        &self,
+        sender_id: &str,
+        recipient: &str,
+        message: &Value,
+    ) -> Option<BoxFuture<'static, Delivery>> {
+        let _ = (sender_id, recipient, message);
+        None
+    }
 }
 
 #[cfg(test)]

@@ -754,14 +754,24 @@ pub fn tombstoned(message: &Value) -> Value {
     copy
 }
 
-/// Carries a prepared message to its recipient: the hosted agent, or an HTTP POST whose 2xx
-/// answer (202 per ALF) means accepted. Never retries. The POST goes only where the sending
-/// agent's egress `policy` admits it (§5.6, as for `sys_fetch`), and follows no redirect.
+/// Carries a prepared message to its recipient: the hosted agent, else a WebSocket the
+/// sender (`sender_id`, its config id) holds open to the recipient's DID, else an HTTP POST
+/// whose 2xx answer (202 per ALF) means accepted. Never retries. The POST goes only where the
+/// sending agent's egress `policy` admits it (§5.6, as for `sys_fetch`), and follows no
+/// redirect.
 pub async fn deliver(
     prepared: &Prepared,
     mesh: Option<&dyn Mesh>,
     policy: &adf_egress::Policy,
+    sender_id: Option<&str>,
 ) -> Delivery {
+    if let (Route::Http { .. }, Some(mesh), Some(sender_id)) = (&prepared.route, mesh, sender_id)
+        && prepared.recipient.starts_with("did:")
+        && let Some(over_socket) =
+            mesh.deliver_over_socket(sender_id, &prepared.recipient, &prepared.message)
+    {
+        return over_socket.await;
+    }
     match &prepared.route {
         Route::Local { handle, sender } => {
             let target: Option<LocalAgent> = mesh.and_then(|m| m.find(handle, None));

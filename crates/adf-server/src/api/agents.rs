@@ -124,6 +124,9 @@ pub(super) async fn set_state(
         ));
     };
     agent.update_info(|info| info.display_state = new_state.to_owned());
+    if new_state == "off" {
+        state.daemon.release_network(&agent.id);
+    }
     emit_state(&state.daemon, &agent, new_state).await;
     Ok(Json(json!({ "agentId": agent.id, "success": true, "state": new_state })).into_response())
 }

@@ -120,6 +120,10 @@ pub fn router(state: AppState) -> Router {
             get(resources::logs).delete(contents::logs_clear),
         )
         .route("/agents/{id}/logs/after", get(resources::logs_after))
+        .route(
+            "/agents/{id}/umbilical/events",
+            get(crate::serving::umbilical_events),
+        )
         // Turns, their history and the owner's answers to them (hil.rs holds the waits).
         .route(
             "/agents/{id}/chat",

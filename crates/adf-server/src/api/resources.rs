@@ -60,6 +60,11 @@ pub(super) async fn config_put(
         })
         .await?;
     agent.triggers().invalidate();
+    if after.get("state").and_then(Value::as_str) == Some("off") {
+        state.daemon.release_network(&agent.id);
+    } else {
+        state.daemon.configure_umbilical(&agent.id, &after);
+    }
     // A stored state of hibernate (or leaving it) moves the hibernate nudge's wake.
     state.daemon.rearm_timers(&agent).await;
     let fresh = info_from_config(&after, handle_meta);

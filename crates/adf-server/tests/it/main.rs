@@ -19,6 +19,7 @@ mod replay;
 mod review;
 mod studio_api;
 mod studio_browser;
+mod serving;
 mod taps;
 mod timers;
 mod trigger_sources;

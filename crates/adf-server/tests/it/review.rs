@@ -413,18 +413,18 @@ async fn review_and_load_name_the_configured_sections_this_runtime_does_not_run(
     edit(&path, |file| {
         file.config_set_path(
             Caller::Owner,
-            "serving.api",
+            "pre_llm_hook",
             ConfigAction::Set,
-            json!([{ "method": "GET", "path": "/s", "lambda": "lib/trusted.ts:main" }]),
+            json!("lib/trusted.ts:main"),
         )
         .unwrap();
     });
     let info = h.client.get(&review_path(&path)).await.unwrap();
     let not_run = info["summary"]["notRunYet"].as_array().unwrap();
     assert_eq!(not_run.len(), 1, "{not_run:?}");
-    assert_eq!(not_run[0]["path"], "serving.api");
+    assert_eq!(not_run[0]["path"], "pre_llm_hook");
     assert!(
-        not_run[0]["what"].as_str().unwrap().contains("not served"),
+        not_run[0]["what"].as_str().unwrap().contains("not called"),
         "{not_run:?}"
     );
 
@@ -438,6 +438,6 @@ async fn review_and_load_name_the_configured_sections_this_runtime_does_not_run(
     .await;
     assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!(logged[0].0, "warn");
-    assert!(logged[0].1.contains("serving.api"), "{}", logged[0].1);
+    assert!(logged[0].1.contains("pre_llm_hook"), "{}", logged[0].1);
     h.stop().await;
 }

@@ -40,14 +40,17 @@ fn each_declared_section_is_named() {
         "serving": {
             "public": { "enabled": true },
             "shared": { "enabled": true, "patterns": ["*.html"] },
-            "api": [{ "method": "GET", "path": "/s", "lambda": "lib/a.ts:s", "middleware": [{ "lambda": "lib/auth.ts:check" }] }]
+            "api": [
+                { "method": "GET", "path": "/s", "lambda": "lib/a.ts:s", "middleware": [{ "lambda": "lib/auth.ts:check" }] },
+                { "method": "WS", "path": "/ws", "lambda": "lib/ws.ts:on" }
+            ]
         },
         "ws_connections": [{ "id": "relay", "url": "wss://relay.invalid/ws", "enabled": true }],
         "stream_bindings": [{ "id": "db" }],
         "pre_llm_hook": "lib/hook.ts:pre",
         "umbilical": { "stream_deltas": true, "log": { "enabled": true } },
         "tools": [
-            { "name": "ws_connect", "enabled": true, "visible": true },
+            { "name": "stream_bind", "enabled": true, "visible": true },
             { "name": "chat_info", "enabled": true, "visible": false },
             { "name": "mcp_install", "enabled": false, "visible": true },
             { "name": "fs_read", "enabled": true }
@@ -60,20 +63,15 @@ fn each_declared_section_is_named() {
             "mcp.servers",
             "compute",
             "adapters.telegram",
-            "serving.public",
-            "serving.shared",
-            "serving.api",
-            "ws_connections",
             "stream_bindings",
             "pre_llm_hook",
             "umbilical.stream_deltas",
-            "umbilical.log",
-            "tools.ws_connect",
+            "tools.stream_bind",
         ]
     );
     let line = warning_line(&config).unwrap();
     assert!(line.contains("mcp.servers"), "{line}");
-    assert!(line.contains("route middleware never runs"), "{line}");
+    assert!(line.contains("stream bindings"), "{line}");
 }
 
 #[test]

@@ -115,6 +115,7 @@ impl Tool for MsgSend {
             served_origins: Vec::new(),
             control_apis: crate::fetch::recorded_control_apis(self.home.as_ref()),
         };
+        let sender_id = config.get("id").and_then(Value::as_str).map(str::to_owned);
         Some(Box::pin(async move {
             let prepared: Prepared = match serde_json::from_value(args) {
                 Ok(prepared) => prepared,
@@ -127,18 +128,23 @@ impl Tool for MsgSend {
             };
             // A panic while delivering is that delivery's failure: the outbox row still
             // reaches its final status and the caller's worker carries on.
-            let delivery = AssertUnwindSafe(send::deliver(&prepared, mesh.as_deref(), &policy))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|payload| {
-                    Delivery::failed(
-                        None,
-                        format!(
-                            "the delivery stopped on an internal error: {}",
-                            adf_egress::panic_message(payload.as_ref())
-                        ),
-                    )
-                });
+            let delivery = AssertUnwindSafe(send::deliver(
+                &prepared,
+                mesh.as_deref(),
+                &policy,
+                sender_id.as_deref(),
+            ))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|payload| {
+                Delivery::failed(
+                    None,
+                    format!(
+                        "the delivery stopped on an internal error: {}",
+                        adf_egress::panic_message(payload.as_ref())
+                    ),
+                )
+            });
             let logs = match (&delivery.delivered, &delivery.error) {
                 (false, Some(reason)) => vec![LogRow {
                     level: "warn",

@@ -1,0 +1,298 @@
+//! Agents on the network (spec §12): HTTP serving of an agent's `serving.api` routes, its
+//! `public/` files and its `shared` files under `/agents/{handle}/…`.
+//!
+//! Principal types: [`Serving`] (the per-daemon serving state: one slot per agent with its
+//! sandbox, its in-flight bound and its response cache), [`AgentDirectory`] (what the host —
+//! the daemon — tells serving about its agents), [`ServingLimits`] and [`BodyReader`] (how the
+//! host reads an unauthenticated body under its global budget). [`router`] is the axum
+//! `Router` of the seam; the daemon's front door calls [`Serving::handle`] directly for the
+//! paths that are not its control API, so a control route can never be reached without the
+//! token through this router.
+//!
+//! Resolution (§12.1): `serving.api` → `serving.public` → `serving.shared` → 404. The first
+//! path segment `inbox`, `card` or `health` is reserved (the daemon serves them itself) and
+//! never reaches a route or a file. WebSocket routes (`method: "WS"`) are not served yet: an
+//! HTTP request never matches them and an upgrade request to one answers 501.
+//!
+//! How a request runs. Nothing waits for the agent's store worker (a model turn can hold it
+//! for minutes): the request opens the file as a short-lived guest connection on a blocking
+//! thread (`AdfFile::open_guest`, as message ingress does), resolves the path, runs the
+//! route's middleware chain (§12.3, [`adf_runtime::middleware::run_route_chain`]) and its
+//! lambda through [`adf_runtime::code::run_lambda`] under the source file's authorization, then
+//! closes the connection. An idle agent therefore holds no worker and no file for its routes;
+//! a request to it opens the file for just that request. The agent's sandbox (one QuickJS
+//! runtime, kept so `warm: true` routes keep their context) lives in the agent's slot until
+//! the agent is released ([`Serving::release`]); lambda runs of one agent take turns on it.
+//!
+//! Limits, each a JSON error `{error, code}` rather than a hang: the body size (413
+//! `BODY_TOO_LARGE`), requests in flight per agent (503 `AGENT_BUSY` with `Retry-After`), the
+//! lambda's time (`limits.execution_timeout_ms`, at most [`ServingLimits::lambda_timeout`]; 504
+//! `LAMBDA_TIMEOUT`), and the whole request (504 `REQUEST_TIMEOUT`, for a request queued
+//! behind slow lambdas). Responses of `GET` routes with `cache_ttl_ms` are cached per agent,
+//! method, path and query for that long.
+
+mod cache;
+pub mod handshake;
+pub mod outbound;
+mod request;
+mod resolve;
+mod response;
+pub mod tools;
+pub mod umbilical;
+mod ws;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::any;
+use futures::future::BoxFuture;
+
+use adf_runtime::code::Sandbox;
+use adf_runtime::tools::ToolRegistry;
+
+pub use response::{ErrorCode, error_response};
+pub use ws::ConnectionInfo;
+
+/// What builds the bytes an agent signs, given the agent's DID.
+pub type SignedBytes = Box<dyn FnOnce(&str) -> Vec<u8> + Send>;
+
+/// The log origin of serving rows (`api_response`).
+pub const LOG_ORIGIN: &str = "serving";
+
+/// Path segments served by the daemon itself directly under the handle (§12.1).
+pub const RESERVED_SEGMENTS: [&str; 3] = ["inbox", "card", "health"];
+
+/// One agent as serving needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedAgent {
+    /// The agent's config id (the slot key).
+    pub id: String,
+    /// The canonical path of its `.adf` file.
+    pub path: PathBuf,
+}
+
+/// What the host (the daemon) tells serving about its agents.
+pub trait AgentDirectory: Send + Sync + std::fmt::Debug + 'static {
+    /// The loaded agent `key` (its handle; the daemon also accepts its id or name) names.
+    fn find(&self, key: &str) -> Option<ServedAgent>;
+
+    /// Called after a route lambda ran for `agent`, so the host can notice rows the lambda
+    /// wrote (the daemon's trigger sweep). Never waits for the agent's worker.
+    fn lambda_ran(&self, agent: &ServedAgent);
+
+    /// Delivers one ALF message that arrived over a WebSocket from `peer`, exactly as the
+    /// inbox route would (`{accepted, id, message_id, duplicate}`), or the refusal's status
+    /// and reason.
+    fn deliver(
+        &self,
+        agent: &ServedAgent,
+        wire: Vec<u8>,
+        peer: Option<IpAddr>,
+    ) -> BoxFuture<'static, Result<serde_json::Value, (u16, String)>>;
+
+    /// Signs `bytes(agent DID)` with the agent's key: `(did, "ed25519:…")`, or `None` when
+    /// the agent has no identity this installation can open.
+    fn sign_as_agent(
+        &self,
+        agent: &ServedAgent,
+        bytes: SignedBytes,
+    ) -> BoxFuture<'static, Option<(String, String)>>;
+}
+
+/// A refused body, already shaped as the answer (413, 503, 408, 400).
+pub type BodyRefused = Response;
+
+/// What a body read under the host's budget holds until the request is done.
+pub type BodyHold = Box<dyn Send + Sync>;
+
+/// Reads an unauthenticated request body of at most `limit` bytes (the daemon counts it
+/// against its global body budget until the returned hold is dropped).
+pub trait BodyReader: Send + Sync + std::fmt::Debug + 'static {
+    /// Reads `body`, checking a declared `Content-Length` first.
+    fn read(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<u8>, BodyHold), BodyRefused>>;
+}
+
+/// The limits of serving (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServingLimits {
+    /// Largest request body a route receives. Default 10 MiB.
+    pub max_body_bytes: usize,
+    /// Requests of one agent in flight (queued or running) at once. Default 64.
+    pub max_in_flight_per_agent: usize,
+    /// Longest a route lambda may run (a shorter `limits.execution_timeout_ms` wins).
+    /// Default 30 s.
+    pub lambda_timeout: Duration,
+    /// Longest a whole request may take, queueing included. Default 60 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for ServingLimits {
+    fn default() -> Self {
+        ServingLimits {
+            max_body_bytes: 10 * 1024 * 1024,
+            max_in_flight_per_agent: 64,
+            lambda_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Per-agent serving state: created at the agent's first request, dropped on release.
+#[derive(Debug)]
+struct Slot {
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// The agent's sandbox, created by the first lambda run; its warm pool is what `warm`
+    /// routes reuse.
+    sandbox: Mutex<Option<Sandbox>>,
+    /// Lambda runs of one agent take turns on its sandbox (a std mutex: it is held on the
+    /// blocking thread that runs the lambda, never across an `.await`).
+    runs: Mutex<()>,
+    cache: cache::ResponseCache,
+    /// Open inbound WebSockets by connection id.
+    connections: Mutex<HashMap<String, ConnectionInfo>>,
+    /// Flipped when the slot is released: every open connection closes (1001).
+    closers: tokio::sync::watch::Sender<bool>,
+}
+
+/// The serving state of one daemon (see the module docs).
+#[derive(Debug)]
+pub struct Serving {
+    directory: Arc<dyn AgentDirectory>,
+    bodies: Arc<dyn BodyReader>,
+    tools: Arc<ToolRegistry>,
+    limits: ServingLimits,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+impl Serving {
+    /// Serving for the agents of `directory`, whose lambdas call `tools`, reading bodies
+    /// through `bodies`.
+    pub fn new(
+        directory: Arc<dyn AgentDirectory>,
+        bodies: Arc<dyn BodyReader>,
+        tools: Arc<ToolRegistry>,
+        limits: ServingLimits,
+    ) -> Arc<Self> {
+        Arc::new(Serving {
+            directory,
+            bodies,
+            tools,
+            limits,
+            slots: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The limits this serving applies.
+    pub fn limits(&self) -> &ServingLimits {
+        &self.limits
+    }
+
+    /// Drops what serving holds for the agent `id` (its sandbox, warm contexts and cached
+    /// responses): the agent was unloaded or turned `off`.
+    /// Open WebSockets close with 1001.
+    pub fn release(&self, id: &str) {
+        let removed = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        if let Some(slot) = removed {
+            slot.closers.send_replace(true);
+        }
+    }
+
+    /// The open inbound WebSockets of the agent `id`, oldest first.
+    pub fn connections(&self, id: &str) -> Vec<ConnectionInfo> {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned();
+        let mut open: Vec<ConnectionInfo> = slot
+            .map(|slot| {
+                slot.connections
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .values()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        open.sort_by_key(|c| c.connected_at);
+        open
+    }
+
+    /// Agents that hold serving state now (a sandbox or cached responses).
+    pub fn holding(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn slot(&self, id: &str) -> Arc<Slot> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(slots.entry(id.to_owned()).or_insert_with(|| {
+            Arc::new(Slot {
+                in_flight: Arc::new(tokio::sync::Semaphore::new(
+                    self.limits.max_in_flight_per_agent,
+                )),
+                sandbox: Mutex::new(None),
+                runs: Mutex::new(()),
+                cache: cache::ResponseCache::default(),
+                connections: Mutex::new(HashMap::new()),
+                closers: tokio::sync::watch::channel(false).0,
+            })
+        }))
+    }
+
+    /// Whether `path` is one serving answers: `/agents/{key}/…` with something after the
+    /// key. The daemon asks this only for paths that are not its control API.
+    pub fn is_served_path(path: &str) -> bool {
+        request::split_agent_path(path).is_some()
+    }
+
+    /// Serves one request to `/agents/{key}/…` (see the module docs).
+    pub async fn handle(self: Arc<Self>, request: Request) -> Response {
+        let timeout = self.limits.request_timeout;
+        match tokio::time::timeout(timeout, resolve::serve(self, request)).await {
+            Ok(response) => response,
+            Err(_) => error_response(
+                ErrorCode::RequestTimeout,
+                "the request did not complete in time",
+            ),
+        }
+    }
+}
+
+/// The seam's router: every method on `/agents/{key}/…` goes to [`Serving::handle`]. The
+/// daemon does not mount it below its control routes (see the module docs); it is what a
+/// host without a control API under `/agents` serves.
+pub fn router(serving: Arc<Serving>) -> Router {
+    async fn serve(State(serving): State<Arc<Serving>>, request: Request) -> Response {
+        serving.handle(request).await
+    }
+    Router::new()
+        .route("/agents/{key}/", any(serve))
+        .route("/agents/{key}/{*rest}", any(serve))
+        .with_state(serving)
+}

@@ -1,0 +1,554 @@
+//! One request, end to end: find the agent, read the body, then on a blocking thread with a
+//! guest connection resolve `serving.api` → `public/` → `shared` → 404 (§12.1) and run the
+//! route's middleware and lambda.
+
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, header};
+use axum::response::Response;
+use serde_json::{Map, Value, json};
+
+use adf_runtime::code::{
+    self, Authorization, CodeEnv, LambdaRef, RunOptions, Sandbox, SandboxConfig,
+};
+use adf_runtime::middleware;
+use adf_runtime::tools::ErrorCode as ToolCode;
+use adf_runtime::tools::approval::DenyAll;
+use adf_store::{AdfFile, NewLog};
+
+use crate::request::{self, BadBody};
+use crate::response::{self, ErrorCode, Shaped};
+use crate::{LOG_ORIGIN, RESERVED_SEGMENTS, ServedAgent, Serving, Slot, error_response};
+
+/// What the async side knows of a request once its body is read.
+struct Incoming {
+    method: Method,
+    /// The path under the agent, decoded, as segments.
+    segments: Vec<String>,
+    /// The path under the agent as the lambda sees it (`/` + the raw rest).
+    path: String,
+    query: Map<String, Value>,
+    headers: Map<String, Value>,
+    body: Value,
+    /// `method path?query`, the cache key.
+    cache_key: String,
+}
+
+pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
+    let uri = request.uri().clone();
+    let Some((key, rest)) = request::split_agent_path(uri.path()) else {
+        return error_response(ErrorCode::NotFound, "not an agent path");
+    };
+    let Some(agent) = serving.directory.find(key) else {
+        return error_response(
+            ErrorCode::AgentNotFound,
+            &format!("Unknown agent \"{key}\""),
+        );
+    };
+    let Some(segments) = request::segments(rest) else {
+        return error_response(ErrorCode::BadRequest, "the path is not a valid file path");
+    };
+    if segments
+        .first()
+        .is_some_and(|first| RESERVED_SEGMENTS.contains(&first.as_str()))
+    {
+        return error_response(
+            ErrorCode::NotFound,
+            &format!("/{} is reserved for the mesh", segments.join("/")),
+        );
+    }
+    let slot = serving.slot(&agent.id);
+    let Ok(permit) = Arc::clone(&slot.in_flight).try_acquire_owned() else {
+        let mut busy = error_response(
+            ErrorCode::AgentBusy,
+            "the agent has too many requests in flight; retry shortly",
+        );
+        busy.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return busy;
+    };
+    let method = request.method().clone();
+    let cache_key = format!(
+        "{method} {}",
+        uri.path_and_query().map_or(uri.path(), |pq| pq.as_str())
+    );
+    if method == Method::GET
+        && let Some(hit) = slot.cache.get(&cache_key, Instant::now())
+    {
+        return hit.into_response();
+    }
+    let (parts, body) = request.into_parts();
+    if parts.headers.contains_key(header::UPGRADE) {
+        drop(permit);
+        return upgrade(serving, agent, segments, parts).await;
+    }
+    let (bytes, hold) = match serving
+        .bodies
+        .read(&parts.headers, body, serving.limits.max_body_bytes)
+        .await
+    {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let body = match request::body_value(&parts.headers, &bytes) {
+        Ok(body) => body,
+        Err(BadBody(why)) => return error_response(ErrorCode::BadRequest, &why),
+    };
+    drop(bytes);
+    let incoming = Incoming {
+        method,
+        path: format!("/{rest}"),
+        segments,
+        query: request::query_map(&parts.uri),
+        headers: request::header_map(&parts.headers),
+        body,
+        cache_key,
+    };
+    let job_serving = Arc::clone(&serving);
+    let job_agent = agent.clone();
+    let job_slot = Arc::clone(&slot);
+    let outcome = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let _hold = hold;
+        resolve(&job_serving, &job_agent, &job_slot, incoming)
+    })
+    .await;
+    let (shaped, lambda_ran, off) = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => (
+            Shaped::error(ErrorCode::Internal, &format!("the request failed: {error}")),
+            false,
+            false,
+        ),
+    };
+    if lambda_ran {
+        serving.directory.lambda_ran(&agent);
+    }
+    if off {
+        serving.release(&agent.id);
+    }
+    shaped.into_response()
+}
+
+/// A WebSocket upgrade: the agent's `WS` route at the path, then the connection (ws.rs).
+async fn upgrade(
+    serving: Arc<Serving>,
+    agent: ServedAgent,
+    segments: Vec<String>,
+    mut parts: axum::http::request::Parts,
+) -> Response {
+    use axum::extract::FromRequestParts as _;
+    let upgrade = match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => {
+            return error_response(ErrorCode::BadRequest, &rejection.body_text());
+        }
+    };
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0.ip());
+    let path = agent.path.clone();
+    let found = tokio::task::spawn_blocking(move || ws_route(&path, &segments)).await;
+    let route = match found {
+        Ok(Ok(route)) => route,
+        Ok(Err(shaped)) => return shaped.into_response(),
+        Err(error) => {
+            return error_response(ErrorCode::Internal, &format!("the upgrade failed: {error}"));
+        }
+    };
+    upgrade.on_upgrade(move |socket| crate::ws::connection(serving, agent, route, peer, socket))
+}
+
+/// The agent's `WS` route at `segments`, read on a guest connection.
+fn ws_route(path: &std::path::Path, segments: &[String]) -> Result<crate::ws::WsRoute, Shaped> {
+    let file = AdfFile::open_guest(path).map_err(|error| {
+        Shaped::error(
+            ErrorCode::Internal,
+            &format!("cannot open the agent: {error}"),
+        )
+    })?;
+    let config = file.config_shared().map_err(|error| {
+        Shaped::error(
+            ErrorCode::Internal,
+            &format!("cannot read the agent's config: {error}"),
+        )
+    })?;
+    if config.get("state").and_then(Value::as_str) == Some("off") {
+        return Err(Shaped::error(ErrorCode::AgentOff, "the agent is off"));
+    }
+    let allow_unsigned = config
+        .pointer("/security/allow_unsigned")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let routes = config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for route in &routes {
+        let is_ws = route
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.eq_ignore_ascii_case("WS"));
+        let pattern = route
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !is_ws || request::match_route(pattern, segments).is_none() {
+            continue;
+        }
+        let lambda = match route.get("lambda").and_then(Value::as_str) {
+            None | Some("") => None,
+            Some(source) => Some(LambdaRef::parse(source).map_err(|e| {
+                Shaped::error(
+                    ErrorCode::Internal,
+                    &format!("the route's lambda is not valid: {}", e.message),
+                )
+            })?),
+        };
+        return Ok(crate::ws::WsRoute {
+            lambda,
+            allow_unsigned,
+        });
+    }
+    Err(Shaped::error(
+        ErrorCode::NotFound,
+        "no WebSocket route at this path",
+    ))
+}
+
+/// The blocking part: `(answer, a lambda ran, the agent is off)`.
+fn resolve(
+    serving: &Serving,
+    agent: &ServedAgent,
+    slot: &Slot,
+    incoming: Incoming,
+) -> (Shaped, bool, bool) {
+    let mut file = match AdfFile::open_guest(&agent.path) {
+        Ok(file) => file,
+        Err(error) => {
+            return (
+                Shaped::error(
+                    ErrorCode::Internal,
+                    &format!("cannot open the agent: {error}"),
+                ),
+                false,
+                false,
+            );
+        }
+    };
+    let config = match file.config_shared() {
+        Ok(config) => config,
+        Err(error) => {
+            return (
+                Shaped::error(
+                    ErrorCode::Internal,
+                    &format!("cannot read the agent's config: {error}"),
+                ),
+                false,
+                false,
+            );
+        }
+    };
+    if config.get("state").and_then(Value::as_str) == Some("off") {
+        return (
+            Shaped::error(ErrorCode::AgentOff, "the agent is off"),
+            false,
+            true,
+        );
+    }
+    let routes = config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut path_matched = Vec::new();
+    for route in &routes {
+        let Some(pattern) = route.get("path").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(params) = request::match_route(pattern, &incoming.segments) else {
+            continue;
+        };
+        let route_method = route
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("GET")
+            .to_ascii_uppercase();
+        if route_method == "WS" {
+            // Reached only by an upgrade (`upgrade`), never by a plain request.
+            continue;
+        }
+        if route_method != incoming.method.as_str() {
+            path_matched.push(route_method);
+            continue;
+        }
+        let shaped = run_route(serving, slot, &mut file, route, params, incoming);
+        return (shaped, true, false);
+    }
+    let is_read = incoming.method == Method::GET || incoming.method == Method::HEAD;
+    if is_read && let Some(found) = static_file(&file, &config, &incoming.segments) {
+        return (found, false, false);
+    }
+    if !path_matched.is_empty() {
+        let mut shaped = Shaped::error(
+            ErrorCode::MethodNotAllowed,
+            &format!("{} is not served for {}", incoming.path, incoming.method),
+        );
+        shaped
+            .headers
+            .push(("allow".into(), path_matched.join(", ")));
+        return (shaped, false, false);
+    }
+    (
+        Shaped::error(
+            ErrorCode::NotFound,
+            &format!("nothing is served at {}", incoming.path),
+        ),
+        false,
+        false,
+    )
+}
+
+/// `public/<path>` (the index for a directory) when `serving.public.enabled`, else the file
+/// at `<path>` when `serving.shared.enabled` and a pattern matches it.
+fn static_file(file: &AdfFile, config: &Value, segments: &[String]) -> Option<Shaped> {
+    let enabled = |section: &str| {
+        config
+            .pointer(&format!("/serving/{section}/enabled"))
+            .and_then(Value::as_bool)
+            == Some(true)
+    };
+    let joined = segments.join("/");
+    if enabled("public") {
+        let index = config
+            .pointer("/serving/public/index")
+            .and_then(Value::as_str)
+            .filter(|i| !i.is_empty())
+            .unwrap_or("index.html");
+        let mut candidates = vec![];
+        if joined.is_empty() {
+            candidates.push(format!("public/{index}"));
+        } else {
+            candidates.push(format!("public/{joined}"));
+            candidates.push(format!("public/{joined}/{index}"));
+        }
+        for candidate in candidates {
+            if let Some(found) = read_file(file, &candidate) {
+                return Some(found);
+            }
+        }
+    }
+    if enabled("shared") && !joined.is_empty() {
+        let patterns = config
+            .pointer("/serving/shared/patterns")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let shared = patterns
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|pattern| adf_store::glob::matches(pattern, &joined));
+        if shared && let Some(found) = read_file(file, &joined) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+fn read_file(file: &AdfFile, path: &str) -> Option<Shaped> {
+    // A `document.md` alias must not make README.md appear under another name.
+    if path.ends_with("/document.md") || path == "document.md" {
+        return None;
+    }
+    let entry = file.file_read(path).ok()??;
+    let mime = entry
+        .info
+        .mime_type
+        .clone()
+        .unwrap_or_else(|| adf_store::mime::guess_mime(path).to_owned());
+    Some(Shaped::file(&mime, entry.content))
+}
+
+/// Middleware, then the lambda, then the cache and the `api_response` log row.
+fn run_route(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    route: &Value,
+    params: Map<String, Value>,
+    incoming: Incoming,
+) -> Shaped {
+    let started = Instant::now();
+    let method = incoming.method.to_string();
+    let path = incoming.path.clone();
+    let cache_key = incoming.cache_key.clone();
+    let http_request = request::http_request(
+        &method,
+        &path,
+        params,
+        incoming.query,
+        incoming.headers,
+        incoming.body,
+    );
+    let shaped = match route_answer(serving, slot, file, route, http_request) {
+        Ok(shaped) => shaped,
+        Err(shaped) => shaped,
+    };
+    let ttl = route
+        .get("cache_ttl_ms")
+        .and_then(Value::as_u64)
+        .filter(|ttl| *ttl > 0);
+    if let Some(ttl) = ttl
+        && incoming.method == Method::GET
+    {
+        slot.cache.put(
+            cache_key,
+            Duration::from_millis(ttl),
+            Instant::now(),
+            shaped.clone(),
+        );
+    }
+    let data = json!({
+        "method": method,
+        "path": path,
+        "status": shaped.status,
+        "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+    });
+    let level = if shaped.status >= 500 { "warn" } else { "info" };
+    if let Err(error) = file.log(&NewLog {
+        level,
+        origin: Some(LOG_ORIGIN),
+        event: Some("api_response"),
+        target: route.get("lambda").and_then(Value::as_str),
+        message: &format!("{method} {path} → {}", shaped.status),
+        data: Some(&data),
+        r#loop: None,
+    }) {
+        tracing::warn!(%error, "cannot write a serving log row");
+    }
+    shaped
+}
+
+fn route_answer(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    route: &Value,
+    http_request: Value,
+) -> Result<Shaped, Shaped> {
+    let lambda = route
+        .get("lambda")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Shaped::error(ErrorCode::Internal, "the route names no lambda"))
+        .and_then(|source| {
+            LambdaRef::parse(source).map_err(|e| {
+                Shaped::error(
+                    ErrorCode::Internal,
+                    &format!("the route's lambda is not valid: {}", e.message),
+                )
+            })
+        })?;
+    let references = match route.get("middleware") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items.clone(),
+        // Not an array: one reference, which fails closed as malformed.
+        Some(other) => vec![other.clone()],
+    };
+    let http_request = middleware::run_route_chain(file, references, http_request, Map::new())
+        .map_err(|rejection| {
+            let code = if rejection.failed {
+                ErrorCode::Internal
+            } else {
+                ErrorCode::MiddlewareRejected
+            };
+            Shaped::error_with_status(rejection.code.min(599), code, &rejection.reason)
+        })?
+        .data;
+    let warm = route.get("warm").and_then(Value::as_bool) == Some(true);
+    match run_lambda_blocking(serving, slot, file, &lambda, http_request, warm) {
+        Ok(value) => response::from_lambda(&value)
+            .map_err(|why| Shaped::error(ErrorCode::InvalidRouteResponse, &why)),
+        Err(failure) => Err(Shaped::error(failure.code, &failure.message)),
+    }
+}
+
+/// Why a lambda run gave no value.
+#[derive(Debug)]
+pub(crate) struct LambdaFailure {
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
+}
+
+/// Runs `lambda` with `input` on this (blocking) thread against `file`, on the agent's
+/// sandbox, one run at a time per agent, under the source file's authorization.
+pub(crate) fn run_lambda_blocking(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    lambda: &LambdaRef,
+    input: Value,
+    warm: bool,
+) -> Result<Value, LambdaFailure> {
+    let internal = |message: String| LambdaFailure {
+        code: ErrorCode::Internal,
+        message,
+    };
+    let options = RunOptions {
+        warm,
+        timeout: Some(serving.limits.lambda_timeout),
+        ..RunOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| internal(format!("cannot start a runtime for the lambda: {e}")))?;
+    // One run at a time on the agent's sandbox; the request timeout bounds the wait.
+    let _turn = slot.runs.lock().unwrap_or_else(PoisonError::into_inner);
+    let run = runtime.block_on(async {
+        let sandbox = agent_sandbox(slot).await.map_err(internal)?;
+        let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
+        Ok::<_, LambdaFailure>(
+            code::run_lambda(
+                file,
+                &env,
+                lambda,
+                input,
+                Authorization::SourceFile,
+                &DenyAll,
+                &options,
+            )
+            .await,
+        )
+    })?;
+    match run.result {
+        Ok(value) => Ok(value),
+        Err(error) if error.code == ToolCode::Timeout => Err(LambdaFailure {
+            code: ErrorCode::LambdaTimeout,
+            message: format!("the lambda timed out: {}", error.message),
+        }),
+        Err(error) => Err(LambdaFailure {
+            code: ErrorCode::LambdaError,
+            message: format!("the lambda failed ({}): {}", error.code, error.message),
+        }),
+    }
+}
+
+async fn agent_sandbox(slot: &Slot) -> Result<Sandbox, String> {
+    let existing = slot
+        .sandbox
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if let Some(sandbox) = existing {
+        return Ok(sandbox);
+    }
+    let sandbox = Sandbox::new(SandboxConfig::default())
+        .await
+        .map_err(|e| format!("cannot create the sandbox: {e}"))?;
+    *slot.sandbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(sandbox.clone());
+    Ok(sandbox)
+}

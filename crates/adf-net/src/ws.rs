@@ -1,0 +1,342 @@
+//! Inbound WebSockets (§12.2): a `serving.api` route with `method: "WS"` upgraded under
+//! `/agents/{handle}/<path>`.
+//!
+//! With a route lambda, the lambda receives `WsLambdaEvent {type, connection_id, remote_did?,
+//! data?, code?, reason?, error?, timestamp}` for `open`, each `message` and `close` (warm:
+//! its context lives on between events); what it returns (a string, or JSON other than
+//! `null`) is sent back on the connection as one text frame. Without a lambda each text frame
+//! is one ALF message, delivered exactly as `POST …/inbox` delivers it (the host's
+//! [`crate::AgentDirectory::deliver`], MSG-50) and acknowledged with `{type: "ack", …}` or
+//! `{type: "error", status, error}`; a binary frame or a frame holding anything but one JSON
+//! object closes the connection with 4003.
+//!
+//! Authentication (MSG-51/52): when the agent's `security.allow_unsigned` is false the first
+//! frame must be the signed auth frame within 30 s, else `auth_result {success: false}` and
+//! close 4001; the answer carries the agent's own signature when it has an identity. With
+//! `allow_unsigned` an auth frame is optional and accepted unverified.
+
+use std::net::IpAddr;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures::{SinkExt as _, StreamExt as _};
+use serde_json::{Value, json};
+
+use adf_runtime::code::LambdaRef;
+use adf_store::AdfFile;
+
+use crate::handshake::{self, CLOSE_AUTH_FAILED, CLOSE_INVALID_FRAME, ClientAuth};
+use crate::{ServedAgent, Serving, Slot};
+
+/// How long a client has to send its auth frame.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A WS route, as the upgrade found it.
+#[derive(Debug, Clone)]
+pub(crate) struct WsRoute {
+    pub(crate) lambda: Option<LambdaRef>,
+    pub(crate) allow_unsigned: bool,
+}
+
+/// One open inbound connection, as `ws_connections` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The connection's id (`connection_id` of its events).
+    pub id: String,
+    /// The agent it belongs to.
+    pub agent_id: String,
+    /// `inbound`.
+    pub direction: &'static str,
+    /// The remote DID, once an auth frame named one.
+    pub remote_did: Option<String>,
+    /// When it opened (epoch ms).
+    pub connected_at: i64,
+}
+
+fn now_ms() -> i64 {
+    adf_store::time::now_ms()
+}
+
+fn event(kind: &str, id: &str, remote_did: Option<&str>) -> Value {
+    let mut event = json!({ "type": kind, "connection_id": id, "timestamp": now_ms() });
+    if let Some(did) = remote_did {
+        event["remote_did"] = json!(did);
+    }
+    event
+}
+
+/// Serves one upgraded connection until either side closes it.
+pub(crate) async fn connection(
+    serving: Arc<Serving>,
+    agent: ServedAgent,
+    route: WsRoute,
+    peer: Option<IpAddr>,
+    socket: WebSocket,
+) {
+    let id = format!("ws_{}", adf_store::defaults::random_id(16));
+    let (mut sender, mut receiver) = socket.split();
+    let slot = serving.slot(&agent.id);
+    let mut info = ConnectionInfo {
+        id: id.clone(),
+        agent_id: agent.id.clone(),
+        direction: "inbound",
+        remote_did: None,
+        connected_at: now_ms(),
+    };
+    if !route.allow_unsigned {
+        let first = tokio::time::timeout(AUTH_TIMEOUT, receiver.next()).await;
+        let frame = match first {
+            Ok(Some(Ok(Message::Text(text)))) => serde_json::from_str::<Value>(&text).ok(),
+            _ => None,
+        };
+        let verified = frame
+            .as_ref()
+            .ok_or_else(|| "no auth frame arrived".to_owned())
+            .and_then(|frame| handshake::verify_client(frame, now_ms()));
+        match verified {
+            Ok(auth) => {
+                let answer = answer_auth(&serving, &agent, &auth).await;
+                info.remote_did = Some(auth.did);
+                if sender
+                    .send(Message::Text(answer.to_string().into()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(why) => {
+                let _ = sender
+                    .send(Message::Text(handshake::failure(&why).to_string().into()))
+                    .await;
+                let _ = sender
+                    .send(Message::Close(Some(CloseFrame {
+                        code: CLOSE_AUTH_FAILED,
+                        reason: "auth failed".into(),
+                    })))
+                    .await;
+                return;
+            }
+        }
+    }
+    slot.connections
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(id.clone(), info.clone());
+    let mut closed = slot.closers.subscribe();
+    if let Some(lambda) = &route.lambda {
+        let open = event("open", &id, info.remote_did.as_deref());
+        if let Some(reply) = run_event(&serving, &slot, &agent, lambda, open).await
+            && sender.send(Message::Text(reply.into())).await.is_err()
+        {
+            forget(&slot, &id);
+            return;
+        }
+    }
+    let mut close_code = 1000u16;
+    let mut close_reason = String::new();
+    loop {
+        let message = tokio::select! {
+            message = receiver.next() => message,
+            _ = closed.changed() => {
+                let _ = sender.send(Message::Close(Some(CloseFrame { code: 1001, reason: "going away".into() }))).await;
+                close_code = 1001;
+                break;
+            }
+        };
+        let message = match message {
+            None => break,
+            Some(Err(error)) => {
+                if let Some(lambda) = &route.lambda {
+                    let mut failed = event("error", &id, info.remote_did.as_deref());
+                    failed["error"] = json!(error.to_string());
+                    let _ = run_event(&serving, &slot, &agent, lambda, failed).await;
+                }
+                break;
+            }
+            Some(Ok(message)) => message,
+        };
+        match message {
+            Message::Close(frame) => {
+                if let Some(frame) = frame {
+                    close_code = frame.code;
+                    close_reason = frame.reason.to_string();
+                }
+                break;
+            }
+            Message::Ping(_) | Message::Pong(_) => {}
+            Message::Text(text) => {
+                let text = text.to_string();
+                if route.allow_unsigned
+                    && info.remote_did.is_none()
+                    && let Ok(frame) = serde_json::from_str::<Value>(&text)
+                    && handshake::is_auth_frame(&frame)
+                {
+                    if let Some(auth) = handshake::unverified_client(&frame) {
+                        info.remote_did = Some(auth.did.clone());
+                        remember(&slot, &info);
+                        let answer = handshake::success(&auth, None);
+                        if sender
+                            .send(Message::Text(answer.to_string().into()))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                let reply = match &route.lambda {
+                    Some(lambda) => {
+                        let mut received = event("message", &id, info.remote_did.as_deref());
+                        received["data"] = json!(text);
+                        run_event(&serving, &slot, &agent, lambda, received).await
+                    }
+                    None => match alf_frame(&text) {
+                        Ok(()) => Some(deliver(&serving, &agent, text.into_bytes(), peer).await),
+                        Err(why) => {
+                            let _ = sender
+                                .send(Message::Close(Some(CloseFrame {
+                                    code: CLOSE_INVALID_FRAME,
+                                    reason: why.into(),
+                                })))
+                                .await;
+                            close_code = CLOSE_INVALID_FRAME;
+                            break;
+                        }
+                    },
+                };
+                if let Some(reply) = reply
+                    && sender.send(Message::Text(reply.into())).await.is_err()
+                {
+                    break;
+                }
+            }
+            Message::Binary(bytes) => match &route.lambda {
+                Some(lambda) => {
+                    let mut received = event("message", &id, info.remote_did.as_deref());
+                    received["data"] = adf_sandbox::bytes_value(&bytes);
+                    if let Some(reply) = run_event(&serving, &slot, &agent, lambda, received).await
+                        && sender.send(Message::Text(reply.into())).await.is_err()
+                    {
+                        break;
+                    }
+                }
+                None => {
+                    let _ = sender
+                        .send(Message::Close(Some(CloseFrame {
+                            code: CLOSE_INVALID_FRAME,
+                            reason: "ALF frames are text".into(),
+                        })))
+                        .await;
+                    close_code = CLOSE_INVALID_FRAME;
+                    break;
+                }
+            },
+        }
+    }
+    forget(&slot, &id);
+    if let Some(lambda) = &route.lambda {
+        let mut ended = event("close", &id, info.remote_did.as_deref());
+        ended["code"] = json!(close_code);
+        ended["reason"] = json!(close_reason);
+        let _ = run_event(&serving, &slot, &agent, lambda, ended).await;
+    }
+}
+
+fn remember(slot: &Slot, info: &ConnectionInfo) {
+    slot.connections
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(info.id.clone(), info.clone());
+}
+
+fn forget(slot: &Slot, id: &str) {
+    slot.connections
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(id);
+}
+
+/// One ALF message per text frame: a single JSON object (SRV-14).
+fn alf_frame(text: &str) -> Result<(), &'static str> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(_)) => Ok(()),
+        Ok(_) => Err("a frame carries exactly one ALF message object"),
+        Err(_) => Err("the frame is not JSON"),
+    }
+}
+
+async fn deliver(
+    serving: &Serving,
+    agent: &ServedAgent,
+    wire: Vec<u8>,
+    peer: Option<IpAddr>,
+) -> String {
+    // The sender matches answers to its messages by ALF id.
+    let message_id = serde_json::from_slice::<Value>(&wire)
+        .ok()
+        .and_then(|m| m.get("id").cloned())
+        .unwrap_or(Value::Null);
+    match serving.directory.deliver(agent, wire, peer).await {
+        Ok(mut accepted) => {
+            accepted["type"] = json!("ack");
+            accepted.to_string()
+        }
+        Err((status, error)) => json!({
+            "type": "error",
+            "status": status,
+            "error": error,
+            "message_id": message_id,
+        })
+        .to_string(),
+    }
+}
+
+async fn answer_auth(serving: &Serving, agent: &ServedAgent, auth: &ClientAuth) -> Value {
+    let server = serving
+        .directory
+        .sign_as_agent(
+            agent,
+            Box::new({
+                let auth = auth.clone();
+                move |did: &str| handshake::server_signed_bytes(did, &auth)
+            }),
+        )
+        .await;
+    handshake::success(auth, server)
+}
+
+/// Runs the route lambda with one event on a blocking thread (guest connection, warm
+/// context); its answer as a frame to send back, if any.
+async fn run_event(
+    serving: &Arc<Serving>,
+    slot: &Arc<Slot>,
+    agent: &ServedAgent,
+    lambda: &LambdaRef,
+    event: Value,
+) -> Option<String> {
+    let job_serving = Arc::clone(serving);
+    let job_slot = Arc::clone(slot);
+    let path = agent.path.clone();
+    let lambda = lambda.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut file = AdfFile::open_guest(&path).ok()?;
+        let run = crate::resolve::run_lambda_blocking(&job_serving, &job_slot, &mut file, &lambda, event, true);
+        match run {
+            Ok(Value::Null) => None,
+            Ok(Value::String(text)) => Some(text),
+            Ok(other) => Some(other.to_string()),
+            Err(failure) => {
+                tracing::warn!(lambda = %lambda.source(), why = %failure.message, "WebSocket lambda failed");
+                None
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    serving.directory.lambda_ran(agent);
+    answer
+}

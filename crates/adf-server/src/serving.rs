@@ -1,0 +1,212 @@
+//! The daemon's side of agent serving (`adf-net`): which agents exist ([`DaemonAgents`]),
+//! how a public body is read (under the front door's [`BodyBudget`]), and which paths go to
+//! serving at all ([`is_served`]: under `/agents/{handle}/`, neither a control route of the
+//! OpenAPI table nor a mesh route). The front door hands those to [`adf_net::Serving`]
+//! before any control handler could see them, so a path serving takes is never a control
+//! route reached without the token.
+
+use std::sync::{Arc, Weak};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method};
+use futures::future::BoxFuture;
+
+use adf_net::{
+    AgentDirectory, BodyHold, BodyReader, BodyRefused, ServedAgent, Serving, SignedBytes,
+};
+use adf_runtime::identity::LocalKeys;
+use adf_runtime::messaging::{self, Origin};
+use serde_json::{Value, json};
+
+use crate::frontdoor::BodyBudget;
+use crate::hub::Hub;
+
+/// The hub's agents, as serving sees them (weakly: the hub owns serving).
+#[derive(Debug)]
+pub(crate) struct DaemonAgents {
+    hub: Weak<Hub>,
+}
+
+impl AgentDirectory for DaemonAgents {
+    fn find(&self, key: &str) -> Option<ServedAgent> {
+        let agent = self.hub.upgrade()?.agent(key).ok()?;
+        Some(ServedAgent {
+            id: agent.id.clone(),
+            path: agent.path.clone(),
+        })
+    }
+
+    fn lambda_ran(&self, served: &ServedAgent) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let Ok(agent) = hub.agent(&served.id) else {
+            return;
+        };
+        // Rows the lambda wrote through its guest connection raise their triggers.
+        tokio::spawn(async move { crate::dispatch::notice_new_rows(&hub, &agent).await });
+    }
+
+    fn deliver(
+        &self,
+        served: &ServedAgent,
+        wire: Vec<u8>,
+        peer: Option<std::net::IpAddr>,
+    ) -> BoxFuture<'static, Result<Value, (u16, String)>> {
+        let hub = self.hub.upgrade();
+        let id = served.id.clone();
+        Box::pin(async move {
+            let hub = hub.ok_or((503, "the daemon is shutting down".to_owned()))?;
+            let agent = hub
+                .agent(&id)
+                .map_err(|_| (404, format!("agent '{id}' is not loaded")))?;
+            let origin = peer.map_or(Origin::Loopback, Origin::of_peer);
+            // The same ingress as `POST …/inbox` (MSG-50).
+            match hub.mesh().accept(&agent, wire, origin, "ws").await {
+                Ok(accepted) => Ok(json!({
+                    "accepted": true,
+                    "id": accepted.inbox_id,
+                    "message_id": accepted.message_id,
+                    "duplicate": accepted.duplicate,
+                })),
+                Err(refusal) => Err((refusal.status, refusal.reason)),
+            }
+        })
+    }
+
+    fn sign_as_agent(
+        &self,
+        served: &ServedAgent,
+        bytes: SignedBytes,
+    ) -> BoxFuture<'static, Option<(String, String)>> {
+        let home = self.hub.upgrade().map(|hub| hub.home().clone());
+        let path = served.path.clone();
+        Box::pin(async move {
+            let home = home?;
+            tokio::task::spawn_blocking(move || {
+                let mut file = adf_store::AdfFile::open_guest(&path).ok()?;
+                let did = messaging::agent_did(&file).ok()??;
+                let keys = LocalKeys::existing(&home).ok();
+                let key = messaging::agent_key(&mut file, keys.as_ref()).ok()?;
+                let signature = adf_crypto::sign(&key, &bytes(&did));
+                Some((did, signature))
+            })
+            .await
+            .ok()
+            .flatten()
+        })
+    }
+}
+
+/// The directory of the hub behind `hub`.
+pub(crate) fn directory(hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
+    Arc::new(DaemonAgents { hub })
+}
+
+/// At load: the agent's umbilical replay log (`umbilical.log`) and its enabled
+/// `ws_connections` (a connection that fails is a warning, never a failed load).
+pub(crate) async fn open_configured_connections(
+    hub: &Arc<Hub>,
+    agent: &Arc<crate::registry::Agent>,
+) {
+    let path = agent.path.clone();
+    let config = tokio::task::spawn_blocking(move || {
+        adf_store::AdfFile::open_guest(&path)
+            .and_then(|file| file.config_shared())
+            .map(|config| (*config).clone())
+    })
+    .await;
+    let Ok(Ok(config)) = config else {
+        return;
+    };
+    hub.umbilical().configure(&agent.id, &config);
+    let entries = config
+        .get("ws_connections")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let served = ServedAgent {
+        id: agent.id.clone(),
+        path: agent.path.clone(),
+    };
+    for entry in entries {
+        if entry.get("enabled").and_then(Value::as_bool) == Some(false) {
+            continue;
+        }
+        let policy = adf_net::tools::ws_policy(&config);
+        let outcome = match adf_net::outbound::OutboundSpec::from_entry(&entry, policy) {
+            Ok(spec) => hub.outbound().connect(served.clone(), spec).await,
+            Err(why) => Err(why),
+        };
+        if let Err(why) = outcome {
+            let id = entry.get("id").and_then(Value::as_str).unwrap_or("?");
+            tracing::warn!(agent = %agent.id, connection = id, %why, "ws_connections entry not opened");
+        }
+    }
+}
+
+/// Bodies of public requests count against the front door's budget.
+#[derive(Debug)]
+struct BudgetReader(BodyBudget);
+
+impl BodyReader for BudgetReader {
+    fn read(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<u8>, BodyHold), BodyRefused>> {
+        let budget = self.0.clone();
+        let headers = headers.clone();
+        Box::pin(async move {
+            match budget.read(&headers, body, limit).await {
+                Ok((bytes, hold)) => Ok((bytes, Box::new(hold) as BodyHold)),
+                Err(refusal) => Err(refusal.response("the request body is too large")),
+            }
+        })
+    }
+}
+
+/// Serving for `hub`'s agents, reading bodies under `budget`.
+pub(crate) fn serving_for(hub: &Arc<Hub>, budget: BodyBudget) -> Arc<Serving> {
+    Serving::new(
+        directory(Arc::downgrade(hub)),
+        Arc::new(BudgetReader(budget)),
+        hub.tools(),
+        adf_net::ServingLimits::default(),
+    )
+}
+
+/// `GET /agents/{id}/umbilical/events?since=<seq>&limit=<n>`: the agent's replay log
+/// (§5.24), `enabled: false` and no events when `umbilical.log` is off.
+pub(crate) async fn umbilical_events(
+    axum::extract::State(state): axum::extract::State<crate::api::AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Result<axum::response::Response, crate::error::ApiError> {
+    use axum::response::IntoResponse as _;
+    let agent = state.daemon.agent(&key)?;
+    let number = |name: &str, default: u64| -> Result<u64, crate::error::ApiError> {
+        query.get(name).map_or(Ok(default), |v| {
+            v.parse().map_err(|_| {
+                crate::error::ApiError::bad_request(format!("{name} must be a number"))
+            })
+        })
+    };
+    let since = number("since", 0)?;
+    let limit = usize::try_from(number("limit", 500)?.min(10_000)).unwrap_or(500);
+    let events = state.daemon.umbilical_events(&agent.id, since, limit);
+    Ok(axum::Json(json!({
+        "agentId": agent.id,
+        "enabled": events.is_some(),
+        "events": events.unwrap_or_default(),
+    }))
+    .into_response())
+}
+
+/// Whether `method path` goes to serving (see the module docs).
+pub(crate) fn is_served(method: &Method, path: &str) -> bool {
+    Serving::is_served_path(path)
+        && !crate::openapi::is_control_path(path)
+        && !crate::mesh::is_mesh_route(method, path)
+}

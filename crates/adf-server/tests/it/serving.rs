@@ -1,0 +1,1446 @@
+//! Agent serving (adf-net, §12.1, §12.3) through the daemon over real HTTP on 127.0.0.1:
+//! route lambdas (echo, JSON, binary, error, timeout, bad answer), resolution order, reserved
+//! segments, cache and warm behaviour, route middleware, limits, `off`, the idle agent, and
+//! an agent loaded from a reference fixture.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use adf_server::Agent;
+use common::{Harness, agent_file, text_column};
+
+const ROUTES: &str = r#"
+export async function echo(req) {
+  return { status: 200, body: req };
+}
+export async function hello(req) {
+  return { status: 200, headers: { "x-served-by": "lambda" }, body: "hello from " + req.path };
+}
+export async function page(req) {
+  return { status: 200, headers: { "content-type": "text/html" }, body: "<p>route</p>" };
+}
+export async function bytes(req) {
+  return { status: 200, body: new Uint8Array([0, 1, 2, 255]) };
+}
+export async function fails(req) {
+  throw new Error("route exploded");
+}
+export async function spins(req) {
+  while (true) {}
+}
+export async function notHttp(req) {
+  return "just a string";
+}
+export async function random(req) {
+  return { status: 200, body: String(Math.random()) };
+}
+export async function counter(req) {
+  globalThis.count = (globalThis.count || 0) + 1;
+  return { status: 200, body: String(globalThis.count) };
+}
+export async function created(req) {
+  return { status: 201, body: { id: req.params.id, got: req.body } };
+}
+"#;
+
+fn route(method: &str, path: &str, lambda: &str) -> Value {
+    json!({ "method": method, "path": path, "lambda": format!("lib/routes.ts:{lambda}") })
+}
+
+/// A client that sends no token: agent routes are public.
+fn public_client() -> reqwest::Client {
+    adf_egress::service_client(adf_egress::ClientOptions::default()).unwrap()
+}
+
+async fn load(h: &Harness, path: &std::path::Path) -> Arc<Agent> {
+    h.server.daemon.load(path).await.unwrap().agent
+}
+
+/// An agent `web` with the routes file, `api` as its routes and `extra` config paths.
+async fn web_agent(
+    h: &Harness,
+    api: Value,
+    files: &[(&str, &str)],
+    extra: &[(&str, Value)],
+) -> Arc<Agent> {
+    let mut all_files = vec![("lib/routes.ts", ROUTES)];
+    all_files.extend_from_slice(files);
+    let mut config = vec![("handle", json!("web")), ("serving.api", api)];
+    config.extend(extra.iter().cloned());
+    let path = agent_file(h.dir.path(), "web", &all_files, &config);
+    load(h, &path).await
+}
+
+struct Got {
+    status: u16,
+    content_type: String,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+async fn request(h: &Harness, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Got {
+    let mut builder = public_client().request(method, format!("{}{path}", h.server.url()));
+    builder = builder.header("x-test", "yes");
+    if let Some((content_type, bytes)) = body {
+        builder = builder.header("content-type", content_type).body(bytes);
+    }
+    let response = tokio::time::timeout(Duration::from_secs(60), builder.send())
+        .await
+        .expect("the request answered")
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.bytes().await.unwrap().to_vec();
+    Got {
+        status,
+        content_type,
+        headers,
+        body,
+    }
+}
+
+async fn get(h: &Harness, path: &str) -> Got {
+    request(h, Method::GET, path, None).await
+}
+
+#[tokio::test]
+async fn srv_05_route_lambda_receives_http_request_and_answers_without_a_token() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([
+            route("POST", "/items/:id", "echo"),
+            route("GET", "/hello", "hello")
+        ]),
+        &[],
+        &[],
+    )
+    .await;
+    let hello = get(&h, "/agents/web/hello").await;
+    assert_eq!(hello.status, 200);
+    assert_eq!(hello.text(), "hello from /hello");
+    assert_eq!(hello.content_type, "text/plain; charset=utf-8");
+    assert_eq!(hello.headers["x-served-by"], "lambda");
+
+    let echoed = request(
+        &h,
+        Method::POST,
+        "/agents/web/items/42?sort=asc&q=two%20words",
+        Some(("application/json", br#"{"name":"x"}"#.to_vec())),
+    )
+    .await;
+    assert_eq!(echoed.status, 200, "{}", echoed.text());
+    assert_eq!(echoed.content_type, "application/json");
+    let req = echoed.json();
+    assert_eq!(req["method"], "POST");
+    assert_eq!(req["path"], "/items/42");
+    assert_eq!(req["params"], json!({ "id": "42" }));
+    assert_eq!(req["query"], json!({ "sort": "asc", "q": "two words" }));
+    assert_eq!(req["headers"]["x-test"], "yes");
+    assert_eq!(req["body"], json!({ "name": "x" }));
+
+    let text = request(
+        &h,
+        Method::POST,
+        "/agents/web/items/7",
+        Some(("text/plain", b"plain words".to_vec())),
+    )
+    .await;
+    assert_eq!(text.json()["body"], "plain words");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_05_json_binary_error_timeout_and_bad_answers() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([
+            route("PUT", "/things/{id}", "created"),
+            route("GET", "/bytes", "bytes"),
+            route("GET", "/fails", "fails"),
+            route("GET", "/spins", "spins"),
+            route("GET", "/not-http", "notHttp"),
+        ]),
+        &[],
+        &[("limits.execution_timeout_ms", json!(300))],
+    )
+    .await;
+    let created = request(
+        &h,
+        Method::PUT,
+        "/agents/web/things/a1",
+        Some(("application/json", b"[1,2]".to_vec())),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    assert_eq!(created.json(), json!({ "id": "a1", "got": [1, 2] }));
+
+    let bytes = get(&h, "/agents/web/bytes").await;
+    assert_eq!(bytes.status, 200);
+    assert_eq!(bytes.body, vec![0, 1, 2, 255]);
+    assert_eq!(bytes.content_type, "application/octet-stream");
+
+    let fails = get(&h, "/agents/web/fails").await;
+    assert_eq!(fails.status, 500);
+    assert_eq!(fails.json()["code"], "LAMBDA_ERROR");
+    assert!(
+        fails.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("route exploded")
+    );
+
+    let spins = get(&h, "/agents/web/spins").await;
+    assert_eq!(spins.status, 504, "{}", spins.text());
+    assert_eq!(spins.json()["code"], "LAMBDA_TIMEOUT");
+
+    let not_http = get(&h, "/agents/web/not-http").await;
+    assert_eq!(not_http.status, 502);
+    assert_eq!(not_http.json()["code"], "INVALID_ROUTE_RESPONSE");
+
+    let bad_json = request(
+        &h,
+        Method::PUT,
+        "/agents/web/things/a1",
+        Some(("application/json", b"{".to_vec())),
+    )
+    .await;
+    assert_eq!(bad_json.status, 400);
+    assert_eq!(bad_json.json()["code"], "BAD_REQUEST");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_01_resolution_is_api_then_public_then_shared_then_404() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([
+            route("GET", "/page.html", "page"),
+            route("POST", "/only-post", "echo")
+        ]),
+        &[
+            ("public/index.html", "<h1>index</h1>"),
+            ("public/page.html", "<p>public file</p>"),
+            ("public/docs/index.html", "<p>docs</p>"),
+            ("reports/week.html", "<p>report</p>"),
+            ("secret.md", "not shared"),
+        ],
+        &[
+            ("serving.public", json!({ "enabled": true })),
+            (
+                "serving.shared",
+                json!({ "enabled": true, "patterns": ["reports/*.html"] }),
+            ),
+        ],
+    )
+    .await;
+    let index = get(&h, "/agents/web/").await;
+    assert_eq!(index.status, 200);
+    assert_eq!(index.text(), "<h1>index</h1>");
+    assert!(
+        index.content_type.starts_with("text/html"),
+        "{}",
+        index.content_type
+    );
+    assert_eq!(get(&h, "/agents/web/docs/").await.text(), "<p>docs</p>");
+    // The same path in api and public: the route wins.
+    assert_eq!(
+        get(&h, "/agents/web/page.html").await.text(),
+        "<p>route</p>"
+    );
+    assert_eq!(
+        get(&h, "/agents/web/reports/week.html").await.text(),
+        "<p>report</p>"
+    );
+    let secret = get(&h, "/agents/web/secret.md").await;
+    assert_eq!(secret.status, 404);
+    assert_eq!(secret.json()["code"], "NOT_FOUND");
+    // The client may fold the dot segments itself; either way the file stays unserved.
+    let traversal = get(&h, "/agents/web/reports/%2e%2e/secret.md").await;
+    assert!(
+        matches!(traversal.status, 400 | 404),
+        "{}",
+        traversal.status
+    );
+    assert_ne!(traversal.text(), "not shared");
+    let wrong_method = get(&h, "/agents/web/only-post").await;
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.headers["allow"], "POST");
+    let unknown = get(&h, "/agents/nobody/x").await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["code"], "AGENT_NOT_FOUND");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_07_a_fresh_agent_serves_nothing() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "plain",
+        &[("public/index.html", "<h1>hidden</h1>")],
+        &[("handle", json!("plain"))],
+    );
+    load(&h, &path).await;
+    for path in [
+        "/agents/plain/",
+        "/agents/plain/index.html",
+        "/agents/plain/README.md",
+    ] {
+        let got = get(&h, path).await;
+        assert_eq!(got.status, 404, "{path}");
+        assert_eq!(got.json()["code"], "NOT_FOUND");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_02_reserved_segments_never_serve_routes_or_files() {
+    let h = Harness::start().await;
+    web_agent(
+        &h,
+        json!([]),
+        &[
+            ("public/card", "file named card"),
+            ("public/health/x.html", "<p>under health</p>"),
+        ],
+        &[("serving.public", json!({ "enabled": true }))],
+    )
+    .await;
+    let card = get(&h, "/agents/web/card").await;
+    assert_eq!(card.status, 200);
+    assert_eq!(card.json()["handle"], "web", "the card, not the file");
+    let health = get(&h, "/agents/web/health").await;
+    assert_eq!(health.json()["ok"], true);
+    let under = get(&h, "/agents/web/health/x.html").await;
+    assert_eq!(under.status, 404);
+    // Control routes under the agent still need the token.
+    let status = get(&h, "/agents/web/status").await;
+    assert_eq!(status.status, 401);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_08_cache_ttl_answers_from_the_cache_and_warm_keeps_the_context() {
+    let h = Harness::start().await;
+    let mut cached = route("GET", "/cached", "random");
+    cached["cache_ttl_ms"] = json!(600_000);
+    let mut warm = route("GET", "/warm", "counter");
+    warm["warm"] = json!(true);
+    let agent = web_agent(
+        &h,
+        json!([
+            cached,
+            route("GET", "/fresh", "random"),
+            warm,
+            route("GET", "/cold", "counter")
+        ]),
+        &[],
+        &[],
+    )
+    .await;
+    let first = get(&h, "/agents/web/cached").await.text();
+    let second = get(&h, "/agents/web/cached").await.text();
+    assert_eq!(first, second);
+    assert_ne!(
+        get(&h, "/agents/web/fresh").await.text(),
+        get(&h, "/agents/web/fresh").await.text()
+    );
+    let runs = text_column(
+        &agent,
+        "SELECT target FROM adf_logs WHERE origin = 'lambda' AND event = 'execute'",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        runs.iter()
+            .filter(|t| t.as_str() == "lib/routes.ts:random")
+            .count(),
+        3,
+        "one run for the two cached requests, two for the uncached: {runs:?}"
+    );
+    assert_eq!(get(&h, "/agents/web/warm").await.text(), "1");
+    assert_eq!(get(&h, "/agents/web/warm").await.text(), "2");
+    assert_eq!(get(&h, "/agents/web/cold").await.text(), "1");
+    assert_eq!(get(&h, "/agents/web/cold").await.text(), "1");
+    let logged = text_column(
+        &agent,
+        "SELECT message FROM adf_logs WHERE origin = 'serving' AND event = 'api_response'",
+        Vec::new(),
+    )
+    .await;
+    assert!(logged.iter().any(|m| m == "GET /warm → 200"), "{logged:?}");
+    h.stop().await;
+}
+
+const MIDDLEWARE: &str = r#"
+export async function check(input) {
+  if (input.point !== "route") return { reject: { code: 500, reason: "wrong point " + input.point } };
+  if (input.data.headers["x-key"] !== "open-sesame") return { reject: { code: 401, reason: "no key" } };
+  const data = input.data;
+  data.headers["x-user"] = "alice";
+  return { data };
+}
+"#;
+
+#[tokio::test]
+async fn route_middleware_rejects_passes_changes_and_skips_unauthorized_files() {
+    let h = Harness::start().await;
+    let mut guarded = route("GET", "/guarded", "echo");
+    guarded["middleware"] = json!([{ "lambda": "lib/auth.ts:check" }]);
+    let mut skipped = route("GET", "/skipped", "echo");
+    skipped["middleware"] = json!([{ "lambda": "lib/unvetted.ts:check" }]);
+    let mut broken = route("GET", "/broken", "echo");
+    broken["middleware"] = json!([{ "lambda": "lib/missing.ts:check" }]);
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[
+            ("lib/routes.ts", ROUTES),
+            ("lib/auth.ts", MIDDLEWARE),
+            ("lib/unvetted.ts", MIDDLEWARE),
+        ],
+        &[
+            ("handle", json!("web")),
+            ("serving.api", json!([guarded, skipped, broken])),
+        ],
+    );
+    {
+        let mut file = adf_store::AdfFile::open(&path).unwrap();
+        file.file_set_authorized(adf_store::Caller::Owner, "lib/auth.ts", true)
+            .unwrap();
+        file.close().unwrap();
+    }
+    let agent = load(&h, &path).await;
+    let refused = get(&h, "/agents/web/guarded").await;
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["code"], "MIDDLEWARE_REJECTED");
+    assert_eq!(refused.json()["error"], "no key");
+
+    let passed = public_client()
+        .get(format!("{}/agents/web/guarded", h.server.url()))
+        .header("x-key", "open-sesame")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(passed.status(), 200);
+    let seen: Value = passed.json().await.unwrap();
+    assert_eq!(
+        seen["headers"]["x-user"], "alice",
+        "the lambda saw the changed request"
+    );
+
+    // An unauthorized middleware file is skipped (and logged), never run.
+    let through = get(&h, "/agents/web/skipped").await;
+    assert_eq!(through.status, 200);
+    assert!(through.json()["headers"].get("x-user").is_none());
+    let skips = text_column(
+        &agent,
+        "SELECT target FROM adf_logs WHERE origin = 'middleware' AND event = 'middleware_skipped'",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(skips, vec!["lib/unvetted.ts:check"]);
+
+    // A chain that cannot run fails closed.
+    let broken = get(&h, "/agents/web/broken").await;
+    assert_eq!(broken.status, 500);
+    h.stop().await;
+}
+
+/// A hand-written request with a declared body length and no body.
+async fn declared_length(addr: std::net::SocketAddr, path: &str, length: usize) -> u16 {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 1024];
+    // The answer comes before the body: read until the status line is complete.
+    while !raw.windows(2).any(|w| w == b"\r\n") {
+        let read = stream.read(&mut buffer).await.unwrap();
+        if read == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8_lossy(&raw)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_before_it_is_read() {
+    let h = Harness::start().await;
+    web_agent(&h, json!([route("POST", "/in", "echo")]), &[], &[]).await;
+    let limit = h.server.daemon.serving().unwrap().limits().max_body_bytes;
+    assert_eq!(
+        declared_length(h.server.addr, "/agents/web/in", limit + 1).await,
+        413
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn stl_04_turning_an_agent_off_closes_its_websockets_and_serves_nothing() {
+    let h = Harness::start().await;
+    let mut warm = route("GET", "/warm", "counter");
+    warm["warm"] = json!(true);
+    let agent = web_agent(
+        &h,
+        json!([warm, { "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[],
+    )
+    .await;
+    assert_eq!(get(&h, "/agents/web/warm").await.text(), "1");
+    let mut socket = ws_open(&h, "/agents/web/live").await;
+    assert_eq!(ws_json(&mut socket).await["type"], "open");
+    let serving = h.server.daemon.serving().unwrap();
+    assert_eq!(serving.holding(), vec![agent.id.clone()]);
+    common::set_state(&h, &agent, "off").await;
+    assert!(serving.holding().is_empty(), "the warm sandbox was dropped");
+    assert_eq!(
+        ws_next(&mut socket).await,
+        Err(1001),
+        "the WebSocket closed"
+    );
+    let off = get(&h, "/agents/web/warm").await;
+    assert_eq!(off.status, 503);
+    assert_eq!(off.json()["code"], "AGENT_OFF");
+    assert!(serving.holding().is_empty());
+    common::set_state(&h, &agent, "active").await;
+    assert_eq!(
+        get(&h, "/agents/web/warm").await.text(),
+        "1",
+        "a new context"
+    );
+    h.server.daemon.unload(&agent.id).await.unwrap();
+    assert!(serving.holding().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_agent_with_released_file_serves_its_routes() {
+    let h = Harness::start().await;
+    let agent = web_agent(&h, json!([route("GET", "/hello", "hello")]), &[], &[]).await;
+    assert!(
+        agent.store().wait_until_released(Duration::from_secs(60)),
+        "the daemon releases a loaded agent's file"
+    );
+    assert!(!agent.store().is_open());
+    let hello = get(&h, "/agents/web/hello").await;
+    assert_eq!(hello.text(), "hello from /hello");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_reference_fixture_serves_its_lib_routes_lambda_and_public_index() {
+    let h = Harness::start().await;
+    let path = h.copy_fixture("populated-runtime.adf", "reference.adf");
+    let agent = load(&h, &path).await;
+    let key = agent.id.clone();
+    for (path, content) in [
+        ("lib/routes.ts", ROUTES),
+        ("public/index.html", "<h1>reference agent</h1>"),
+    ] {
+        h.client
+            .call(
+                Method::PUT,
+                &format!("/agents/{key}/files/content?path={path}"),
+                Some(&json!({ "content": content })),
+            )
+            .await
+            .unwrap();
+    }
+    let mut config = h
+        .client
+        .get(&format!("/agents/{key}/config"))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["serving"]["api"] = json!([route("GET", "/hello", "hello")]);
+    config["serving"]["public"] = json!({ "enabled": true });
+    h.client
+        .call(Method::PUT, &format!("/agents/{key}/config"), Some(&config))
+        .await
+        .unwrap();
+    let hello = get(&h, &format!("/agents/{key}/hello")).await;
+    assert_eq!(hello.status, 200, "{}", hello.text());
+    assert_eq!(hello.text(), "hello from /hello");
+    let index = get(&h, &format!("/agents/{key}/")).await;
+    assert_eq!(index.text(), "<h1>reference agent</h1>");
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// WebSockets (§12.2)
+
+use futures::{SinkExt as _, StreamExt as _};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn ws_open(h: &Harness, path: &str) -> Socket {
+    let url = format!("ws://{}{path}", h.server.addr);
+    let (socket, _) = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio_tungstenite::connect_async(url),
+    )
+    .await
+    .expect("the upgrade answered")
+    .unwrap();
+    socket
+}
+
+/// The next text frame, or the close code when the server closed instead.
+async fn ws_next(socket: &mut Socket) -> Result<String, u16> {
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(60), socket.next())
+            .await
+            .expect("the server answered");
+        match next {
+            Some(Ok(WsMessage::Text(text))) => return Ok(text.to_string()),
+            Some(Ok(WsMessage::Close(frame))) => {
+                return Err(frame.map_or(1005, |f| u16::from(f.code)));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return Err(1006),
+        }
+    }
+}
+
+async fn ws_json(socket: &mut Socket) -> Value {
+    serde_json::from_str(&ws_next(socket).await.unwrap()).unwrap()
+}
+
+const WS_LAMBDA: &str = r#"
+export async function on(event) {
+  if (event.type === "close") {
+    await adf.fs_write({ path: "ws/closed.json", content: JSON.stringify(event), mode: "write" });
+    return null;
+  }
+  return event;
+}
+"#;
+
+#[tokio::test]
+async fn srv_04_srv_13_a_ws_route_lambda_gets_open_message_and_close_events() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[
+            ("handle", json!("web")),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/live").await;
+    let open = ws_json(&mut socket).await;
+    assert_eq!(open["type"], "open");
+    let id = open["connection_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("ws_"), "{open}");
+    assert!(open["timestamp"].as_i64().unwrap() > 0);
+    let serving = h.server.daemon.serving().unwrap();
+    assert_eq!(serving.connections(&agent.id)[0].id, id);
+
+    socket
+        .send(WsMessage::Text("hi there".into()))
+        .await
+        .unwrap();
+    let message = ws_json(&mut socket).await;
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["data"], "hi there");
+    assert_eq!(message["connection_id"], id.as_str());
+
+    socket.close(None).await.unwrap();
+    common::wait_for("the close event", || async {
+        !common::paths(&agent, "ws/closed.json").await.is_empty()
+    })
+    .await;
+    let closed: Value = serde_json::from_str(
+        &text_column(
+            &agent,
+            "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = 'ws/closed.json'",
+            Vec::new(),
+        )
+        .await[0],
+    )
+    .unwrap();
+    assert_eq!(closed["type"], "close");
+    assert_eq!(closed["connection_id"], id.as_str());
+    assert!(serving.connections(&agent.id).is_empty());
+
+    // A plain GET to the WS path is no route; an upgrade elsewhere finds none.
+    assert_eq!(get(&h, "/agents/web/live").await.status, 404);
+    let url = format!("ws://{}/agents/web/other", h.server.addr);
+    assert!(tokio_tungstenite::connect_async(url).await.is_err());
+    h.stop().await;
+}
+
+fn alf_message(to: &str, content: &str) -> Value {
+    json!({
+        "version": "1.0", "network": "devnet",
+        "id": adf_store::defaults::random_id(20),
+        "timestamp": "2026-12-01T00:00:00.000Z",
+        "from": "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK", "to": to,
+        "payload": { "meta": {}, "sender_alias": "peer", "content_type": "text/plain",
+                     "content": content, "sent_at": "2026-12-01T00:00:00.000Z" }
+    })
+}
+
+/// Every inbox column but the ones a new message or arrival must change, ALF id removed.
+async fn comparable_rows(agent: &Agent) -> Vec<Value> {
+    let rows = text_column(
+        agent,
+        "SELECT json_object('from', \"from\", 'to', \"to\", 'reply_to', reply_to, 'network', network, \
+         'parent_id', parent_id, 'subject', subject, 'content', content, 'content_type', content_type, \
+         'attachments', attachments, 'meta', meta, 'sender_alias', sender_alias, \
+         'recipient_alias', recipient_alias, 'owner', owner, 'card', card, 'return_path', return_path, \
+         'source', source, 'source_context', source_context, 'sent_at', sent_at, 'status', status, \
+         'original_message', json_remove(original_message, '$.id')) FROM adf_inbox ORDER BY received_at",
+        Vec::new(),
+    )
+    .await;
+    rows.iter()
+        .map(|r| serde_json::from_str(r).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn msg_50_srv_14_alf_over_a_ws_route_is_stored_like_an_http_delivery() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[],
+        &[
+            ("handle", json!("web")),
+            ("serving.api", json!([{ "method": "WS", "path": "/mesh" }])),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/mesh").await;
+    socket
+        .send(WsMessage::Text(
+            alf_message("web", "same words").to_string().into(),
+        ))
+        .await
+        .unwrap();
+    let ack = ws_json(&mut socket).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    assert_eq!(ack["accepted"], true);
+    let (status, body) = h
+        .client
+        .raw(
+            Method::POST,
+            "/agents/web/inbox",
+            Some(&alf_message("web", "same words")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let rows = comparable_rows(&agent).await;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0], rows[1], "WS and HTTP rows differ");
+
+    // Two messages in one frame: closed with 4003, nothing stored.
+    let pair = json!([alf_message("web", "a"), alf_message("web", "b")]);
+    socket
+        .send(WsMessage::Text(pair.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(ws_next(&mut socket).await, Err(4003));
+    assert_eq!(comparable_rows(&agent).await.len(), 2);
+    h.stop().await;
+}
+
+fn client_key() -> adf_crypto::SigningKey {
+    adf_crypto::SigningKey::from_bytes(&rand::random())
+}
+
+#[tokio::test]
+async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsigned_ones() {
+    let h = Harness::start().await;
+    let strict_path = agent_file(
+        h.dir.path(),
+        "strict",
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[
+            ("handle", json!("strict")),
+            ("security.allow_unsigned", json!(false)),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+            ),
+        ],
+    );
+    {
+        // An identity, so the answer carries the agent's own signature (mutual, MSG-51).
+        let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
+        if home.load_owner().unwrap().is_none() {
+            home.init_owner(false).unwrap();
+        }
+        let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
+        let mut file = adf_store::AdfFile::open(&strict_path).unwrap();
+        adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+        file.close().unwrap();
+    }
+    load(&h, &strict_path).await;
+    let key = client_key();
+    let now = adf_store::time::now_ms();
+
+    // Good: the answer, then the lambda's open event carrying the proven DID.
+    let mut good = ws_open(&h, "/agents/strict/live").await;
+    let frame = adf_net::handshake::client_frame(&key, "00aa", now);
+    good.send(WsMessage::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+    let answer = ws_json(&mut good).await;
+    assert_eq!(answer["type"], "auth_result");
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(answer["nonce"], "00aa");
+    let server_did = answer["server_did"].as_str().unwrap();
+    assert_eq!(
+        server_did,
+        h.server.daemon.agent("strict").unwrap().info().did.unwrap()
+    );
+    let server_key = adf_crypto::verifying_key_from_did(server_did).unwrap();
+    adf_crypto::verify(
+        &server_key,
+        format!("{server_did}00aa{now}").as_bytes(),
+        answer["signature"].as_str().unwrap(),
+        "server answer",
+    )
+    .unwrap();
+    let open = ws_json(&mut good).await;
+    assert_eq!(open["remote_did"], frame["did"]);
+
+    // A replayed (old) timestamp, a frame for another DID, and no auth at all: 4001.
+    let stale = adf_net::handshake::client_frame(&key, "00bb", now - 60_000);
+    let mut forged = adf_net::handshake::client_frame(&key, "00cc", now);
+    forged["did"] = json!(adf_crypto::did_from_public(&client_key().verifying_key()));
+    for bad in [stale, forged, json!({ "type": "message", "data": "hi" })] {
+        let mut socket = ws_open(&h, "/agents/strict/live").await;
+        socket
+            .send(WsMessage::Text(bad.to_string().into()))
+            .await
+            .unwrap();
+        let refusal = ws_json(&mut socket).await;
+        assert_eq!(refusal["success"], false, "{refusal}");
+        assert_eq!(ws_next(&mut socket).await, Err(4001));
+    }
+
+    // allow_unsigned (the default): an auth frame is optional and taken unverified.
+    let open_path = agent_file(
+        h.dir.path(),
+        "open",
+        &[("lib/ws.ts", WS_LAMBDA)],
+        &[
+            ("handle", json!("open")),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
+            ),
+        ],
+    );
+    load(&h, &open_path).await;
+    let mut lax = ws_open(&h, "/agents/open/live").await;
+    assert_eq!(ws_json(&mut lax).await["type"], "open");
+    let unsigned = json!({ "type": "auth", "did": frame["did"], "nonce": "1", "timestamp": 0 });
+    lax.send(WsMessage::Text(unsigned.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(ws_json(&mut lax).await["success"], true);
+    lax.send(WsMessage::Text("after".into())).await.unwrap();
+    let message = ws_json(&mut lax).await;
+    assert_eq!(message["remote_did"], frame["did"]);
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outbound WebSockets (§5.15)
+
+/// A peer runtime on 127.0.0.1: checks each connection's auth frame, answers with its own
+/// signature, sends `message` and reports the client's ack, then hangs up (so the client
+/// reconnects). Each accepted handshake's client DID goes to `seen`.
+async fn peer_server(
+    key: adf_crypto::SigningKey,
+    message: Value,
+    seen: tokio::sync::mpsc::UnboundedSender<(String, Value)>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_did = adf_crypto::did_from_public(&key.verifying_key());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+            let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+                continue;
+            };
+            let frame: Value = serde_json::from_str(&text).unwrap();
+            let Ok(auth) = adf_net::handshake::verify_client(&frame, adf_store::time::now_ms())
+            else {
+                continue;
+            };
+            let signature = adf_crypto::sign(
+                &key,
+                &adf_net::handshake::server_signed_bytes(&server_did, &auth),
+            );
+            let answer = adf_net::handshake::success(&auth, Some((server_did.clone(), signature)));
+            socket
+                .send(WsMessage::Text(answer.to_string().into()))
+                .await
+                .unwrap();
+            socket
+                .send(WsMessage::Text(message.to_string().into()))
+                .await
+                .unwrap();
+            let ack = match socket.next().await {
+                Some(Ok(WsMessage::Text(text))) => serde_json::from_str(&text).unwrap(),
+                _ => Value::Null,
+            };
+            let _ = seen.send((auth.did.clone(), ack));
+            // Hang up: the client reconnects.
+        }
+    });
+    addr
+}
+
+async fn next_seen(
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<(String, Value)>,
+) -> (String, Value) {
+    tokio::time::timeout(Duration::from_secs(60), seen.recv())
+        .await
+        .expect("the peer saw a connection")
+        .unwrap()
+}
+
+async fn with_identity(h: &Harness, path: &std::path::Path) {
+    let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
+    if home.load_owner().unwrap().is_none() {
+        home.init_owner(false).unwrap();
+    }
+    let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
+    let mut file = adf_store::AdfFile::open(path).unwrap();
+    adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+    file.close().unwrap();
+}
+
+#[tokio::test]
+async fn srv_34_outbound_ws_authenticates_delivers_alf_and_reconnects_without_duplicates() {
+    let h = Harness::start().await;
+    let server_key = client_key();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let message = alf_message("relay-agent", "over the socket");
+    let addr = peer_server(server_key.clone(), message, seen_tx).await;
+    let server_did = adf_crypto::did_from_public(&server_key.verifying_key());
+    let path = agent_file(
+        h.dir.path(),
+        "relay",
+        &[],
+        &[
+            ("handle", json!("relay-agent")),
+            (
+                "ws_connections",
+                json!([{
+                    "id": "peer", "url": format!("ws://{addr}/agents/peer/mesh"), "did": server_did,
+                    "enabled": true, "auth": "required", "reconnect_delay_ms": 20
+                }]),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    let agent_did = agent.info().did.unwrap();
+    let (did, first_ack) = next_seen(&mut seen).await;
+    assert_eq!(did, agent_did, "the client proved the agent's DID");
+    assert_eq!(first_ack["type"], "ack", "{first_ack}");
+    assert_eq!(first_ack["duplicate"], false);
+    // The server hung up; the connection comes back and the same message is not stored twice.
+    let (_, second_ack) = next_seen(&mut seen).await;
+    assert_eq!(second_ack["type"], "ack", "{second_ack}");
+    assert_eq!(second_ack["duplicate"], true);
+    let contents = text_column(&agent, "SELECT content FROM adf_inbox", Vec::new()).await;
+    assert_eq!(contents, vec!["over the socket"]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_34_an_outbound_ws_whose_server_proves_another_did_is_not_opened() {
+    let h = Harness::start().await;
+    let (seen_tx, _seen) = tokio::sync::mpsc::unbounded_channel();
+    let addr = peer_server(client_key(), alf_message("x", "y"), seen_tx).await;
+    let someone_else = adf_crypto::did_from_public(&client_key().verifying_key());
+    let path = agent_file(
+        h.dir.path(),
+        "wary",
+        &[],
+        &[
+            ("handle", json!("wary")),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://{addr}/ws"), "did": someone_else, "enabled": true }]),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+    let rows = text_column(&agent, "SELECT content FROM adf_inbox", Vec::new()).await;
+    assert!(rows.is_empty());
+    h.stop().await;
+}
+
+/// A peer that authenticates its client like `peer_server`, then acknowledges every ALF
+/// message it receives and reports it.
+async fn peer_receiver(
+    key: adf_crypto::SigningKey,
+    received: tokio::sync::mpsc::UnboundedSender<Value>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_did = adf_crypto::did_from_public(&key.verifying_key());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+            let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+                continue;
+            };
+            let frame: Value = serde_json::from_str(&text).unwrap();
+            let auth =
+                adf_net::handshake::verify_client(&frame, adf_store::time::now_ms()).unwrap();
+            let signature = adf_crypto::sign(
+                &key,
+                &adf_net::handshake::server_signed_bytes(&server_did, &auth),
+            );
+            let answer = adf_net::handshake::success(&auth, Some((server_did.clone(), signature)));
+            socket
+                .send(WsMessage::Text(answer.to_string().into()))
+                .await
+                .unwrap();
+            while let Some(Ok(frame)) = socket.next().await {
+                if let WsMessage::Text(text) = frame {
+                    let message: Value = serde_json::from_str(&text).unwrap();
+                    let ack =
+                        json!({ "type": "ack", "accepted": true, "message_id": message["id"] });
+                    socket
+                        .send(WsMessage::Text(ack.to_string().into()))
+                        .await
+                        .unwrap();
+                    let _ = received.send(message);
+                }
+            }
+        }
+    });
+    addr
+}
+
+const SENDER: &str = r#"
+export async function main(event) {
+  const args = JSON.parse((await adf.fs_read({ path: event.data.path })).content);
+  let out;
+  try { out = await adf.msg_send(args) } catch (e) { out = { code: e.code, message: e.message } }
+  await adf.fs_write({ path: "sent/result.json", content: JSON.stringify(out), mode: "write" });
+}
+"#;
+
+#[tokio::test]
+async fn msg_send_prefers_an_open_websocket_to_the_recipient_over_http() {
+    let h = Harness::start().await;
+    let peer_key = client_key();
+    let peer_did = adf_crypto::did_from_public(&peer_key.verifying_key());
+    let (received_tx, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let addr = peer_receiver(peer_key, received_tx).await;
+    let path = agent_file(
+        h.dir.path(),
+        "talker",
+        &[("lib/send.ts", SENDER)],
+        &[
+            ("handle", json!("talker")),
+            (
+                "triggers",
+                json!({ "on_file_change": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/send.ts:main", "filter": { "watch": "send/**" } }
+                ] } }),
+            ),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://{addr}/ws"), "did": peer_did, "enabled": true }]),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    assert_eq!(h.server.daemon.outbound_connections(&agent.id).len(), 1);
+    // The inbox URL is a port nobody listens on: only the WebSocket can deliver.
+    let args = json!({
+        "recipient": peer_did, "address": "http://127.0.0.1:9/agents/peer/inbox",
+        "content": "over the open socket",
+    });
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=send/one.json", agent.id),
+            Some(&json!({ "content": args.to_string() })),
+        )
+        .await
+        .unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(60), received.recv())
+        .await
+        .expect("the peer received the message")
+        .unwrap();
+    assert_eq!(message["to"], peer_did.as_str());
+    common::wait_for("the send result", || async {
+        !common::paths(&agent, "sent/result.json").await.is_empty()
+    })
+    .await;
+    let statuses = text_column(&agent, "SELECT status FROM adf_outbox", Vec::new()).await;
+    assert_eq!(statuses, vec!["delivered"]);
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent card (§11.5, §5.22)
+
+async fn card_with_host(h: &Harness, host: &str) -> Value {
+    public_client()
+        .get(format!("{}/agents/carded/card", h.server.url()))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_attestations() {
+    let h = Harness::start().await;
+    let mut listed = route("GET", "/status", "hello");
+    listed["on_card"] = json!(true);
+    let path = agent_file(
+        h.dir.path(),
+        "carded",
+        &[("lib/routes.ts", ROUTES)],
+        &[
+            ("handle", json!("carded")),
+            (
+                "serving.api",
+                json!([listed, route("GET", "/hidden", "hello"), { "method": "WS", "path": "/live" }]),
+            ),
+            (
+                "card.endpoints",
+                json!({ "inbox": "https://relay.example/carded/inbox" }),
+            ),
+        ],
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    let port = h.server.addr.port();
+    let card = card_with_host(&h, &format!("localhost:{port}")).await;
+    assert_eq!(
+        card["api_routes"],
+        json!([{ "method": "GET", "path": "/status" }])
+    );
+    assert_eq!(
+        card["endpoints"]["inbox"],
+        "https://relay.example/carded/inbox"
+    );
+    assert_eq!(
+        card["endpoints"]["card"],
+        format!("http://localhost:{port}/agents/carded/card"),
+        "endpoints follow the address the requester used"
+    );
+    assert_eq!(
+        card["endpoints"]["ws"],
+        format!("ws://localhost:{port}/agents/carded/live")
+    );
+    assert_eq!(card["attestations"], json!([]));
+    adf_crypto::verify_card(&card).unwrap();
+    // Another requester's view: other endpoint URLs, the same signed fields.
+    let other = card_with_host(&h, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(
+        other["endpoints"]["card"],
+        format!("http://127.0.0.1:{port}/agents/carded/card")
+    );
+    let mut rewritten = other.clone();
+    rewritten["endpoints"] = card["endpoints"].clone();
+    adf_crypto::verify_card(&rewritten).unwrap();
+
+    // Publishing attestations adds the owner-attestation policy and the unexpired ones.
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["card"]["publish_attestations"] = json!(true);
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    let published = card_with_host(&h, &format!("localhost:{port}")).await;
+    assert!(
+        published["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["type"] == "owner_attestation"),
+        "{published}"
+    );
+    let stored = text_column(&agent, "SELECT subject FROM adf_attestations", Vec::new()).await;
+    let did = agent.info().did.unwrap();
+    assert!(
+        stored.contains(&did),
+        "provisioning attests the agent: {stored:?}"
+    );
+    assert_eq!(
+        published["attestations"].as_array().unwrap().len(),
+        stored.iter().filter(|s| **s == did).count()
+    );
+    adf_crypto::verify_card(&published).unwrap();
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The umbilical replay log (§5.24)
+
+async fn set_display_state(h: &Harness, id: &str, state: &str) {
+    h.client
+        .post(
+            &format!("/agents/{id}/state"),
+            Some(&json!({ "state": state })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn cfg_42_the_umbilical_log_replays_recent_events_and_is_not_persisted() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "watched",
+        &[],
+        &[
+            ("handle", json!("watched")),
+            (
+                "umbilical",
+                json!({ "log": { "enabled": true, "max_events": 2, "exclude_types": ["file.*"] } }),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let id = agent.id.clone();
+    for state in ["idle", "hibernate", "idle"] {
+        set_display_state(&h, &id, state).await;
+    }
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{id}/files/content?path=notes.md"),
+            Some(&json!({ "content": "x" })),
+        )
+        .await
+        .unwrap();
+    let log = h
+        .client
+        .get(&format!("/agents/{id}/umbilical/events"))
+        .await
+        .unwrap();
+    assert_eq!(log["enabled"], true);
+    let events = log["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{log}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["event_type"] == "agent.state.changed"),
+        "{log}"
+    );
+    let last_seq = events[1]["seq"].as_u64().unwrap();
+    let first_seq = events[0]["seq"].as_u64().unwrap();
+    let after = h
+        .client
+        .get(&format!("/agents/{id}/umbilical/events?since={first_seq}"))
+        .await
+        .unwrap();
+    assert_eq!(after["events"].as_array().unwrap().len(), 1);
+    assert_eq!(after["events"][0]["seq"], last_seq);
+    // The control API's token guards it like any control route.
+    let anonymous = public_client()
+        .get(format!("{}/agents/{id}/umbilical/events", h.server.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+
+    let dir = h.stop().await;
+    let h = Harness::start_in(dir, None).await;
+    let agent = load(&h, &path).await;
+    let log = h
+        .client
+        .get(&format!("/agents/{}/umbilical/events", agent.id))
+        .await
+        .unwrap();
+    assert!(
+        log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["seq"].as_u64().unwrap() > last_seq),
+        "nothing from the previous process: {log}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn stream_tools_answer_not_supported_yet() {
+    let h = Harness::start().await;
+    let probe = r#"
+export async function main(req) {
+  try { await adf.stream_bind({ a: { kind: "tcp", host: "127.0.0.1", port: 9 }, b: { kind: "tcp", host: "127.0.0.1", port: 10 } }); return { status: 200, body: "bound" }; }
+  catch (e) { return { status: 200, body: { code: e.code, message: e.message } }; }
+}
+"#;
+    let path = agent_file(
+        h.dir.path(),
+        "streams",
+        &[("lib/probe.ts", probe)],
+        &[
+            ("handle", json!("streams")),
+            ("tools.stream_bind.enabled", json!(true)),
+            (
+                "serving.api",
+                json!([{ "method": "GET", "path": "/probe", "lambda": "lib/probe.ts:main" }]),
+            ),
+        ],
+    );
+    load(&h, &path).await;
+    let answer = get(&h, "/agents/streams/probe").await.json();
+    assert_eq!(answer["code"], "DISABLED", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("not supported yet"),
+        "{answer}"
+    );
+    h.stop().await;
+}
+
+const WS_TOOLS: &str = r#"
+export async function main(req) {
+  const url = req.query.url;
+  const opened = await adf.ws_connect({ url, persist: false });
+  const listed = await adf.ws_connections({ direction: "outbound" });
+  const inbound = await adf.ws_connections({ direction: "inbound" });
+  const sent = await adf.ws_send({ connection_id: opened.connection_id, data: JSON.stringify({ id: "m-1", hello: true }) });
+  const closed = await adf.ws_disconnect({ connection_id: opened.connection_id });
+  const after = await adf.ws_connections({});
+  return { status: 200, body: { opened, listed, inbound, sent, closed, after } };
+}
+"#;
+
+#[tokio::test]
+async fn srv_31_srv_32_srv_33_ws_tools_connect_list_send_and_disconnect_from_code() {
+    let h = Harness::start().await;
+    let peer_key = client_key();
+    let (received_tx, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let addr = peer_receiver(peer_key.clone(), received_tx).await;
+    let mut config: Vec<(&str, Value)> = vec![
+        ("handle", json!("tooly")),
+        (
+            "serving.api",
+            json!([{ "method": "GET", "path": "/run", "lambda": "lib/ws_tools.ts:main" }]),
+        ),
+    ];
+    for tool in ["ws_connect", "ws_connections", "ws_send", "ws_disconnect"] {
+        config.push((
+            match tool {
+                "ws_connect" => "tools.ws_connect.enabled",
+                "ws_connections" => "tools.ws_connections.enabled",
+                "ws_send" => "tools.ws_send.enabled",
+                _ => "tools.ws_disconnect.enabled",
+            },
+            json!(true),
+        ));
+    }
+    let path = agent_file(
+        h.dir.path(),
+        "tooly",
+        &[("lib/ws_tools.ts", WS_TOOLS)],
+        &config,
+    );
+    with_identity(&h, &path).await;
+    let agent = load(&h, &path).await;
+    let url = format!("ws://{addr}/ws");
+    let got = public_client()
+        .get(format!(
+            "{}/agents/tooly/run?url={}",
+            h.server.url(),
+            adf_server::client::encode(&url)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let body: Value = got.json().await.unwrap();
+    let id = body["opened"]["connection_id"].as_str().unwrap();
+    assert!(id.starts_with("wso_"), "{body}");
+    let listed = body["listed"]["connections"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{body}");
+    assert_eq!(listed[0]["direction"], "outbound");
+    assert_eq!(listed[0]["url"], url.as_str());
+    assert_eq!(
+        listed[0]["remote_did"],
+        adf_crypto::did_from_public(&peer_key.verifying_key()).as_str()
+    );
+    assert_eq!(body["inbound"]["connections"], json!([]));
+    assert_eq!(body["sent"]["sent"], true);
+    assert_eq!(body["closed"]["ok"], true);
+    assert_eq!(body["after"]["connections"], json!([]));
+    let frame = tokio::time::timeout(Duration::from_secs(60), received.recv())
+        .await
+        .expect("the peer got the frame")
+        .unwrap();
+    assert_eq!(frame["hello"], true);
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+    h.stop().await;
+}
