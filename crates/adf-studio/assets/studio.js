@@ -968,14 +968,18 @@ async function runtimeView(main) {
   main.append(h('h2', { text: 'Runtime' }));
   const [runtime, providers, settings, mcp, usage, network] = await Promise.all(
     ['/runtime', '/runtime/providers', '/runtime/settings', '/runtime/mcp', '/runtime/usage', '/network'].map((p) => api('GET', p)));
-  const body = (r) => (r.ok ? h('pre', { class: 'json', text: json(r.data) }) : h('p', { class: 'error', text: errorText(r) }));
+  // The long answers are folded: the screen opens on what an owner changes.
+  const body = (r, what) => (r.ok ? h('details', {}, h('summary', { text: what }), h('pre', { class: 'json', text: json(r.data) }))
+    : h('p', { class: 'error', text: errorText(r) }));
+  const tokens = usage.ok && usage.data.totals ? `${usage.data.totals.input ?? 0} in · ${usage.data.totals.output ?? 0} out tokens on the loaded agents` : '';
+  const mesh = network.ok && network.data.mesh ? `mesh ${network.data.mesh.status && network.data.mesh.status.meshServerRunning ? 'running' : 'off'}` : '';
   main.append(
-    section('Runtime status', 'rt-status', body(runtime)),
     section('Providers', 'rt-providers', providersTable(providers)),
     section('MCP registrations', 'rt-mcp', await mcpList(mcp)),
     section('Defaults', 'rt-defaults', defaultsForm(settings)),
-    section('Usage', 'rt-usage', body(usage)),
-    section('Network', 'rt-network', body(network)));
+    section('Runtime status', 'rt-status', body(runtime, 'Status as the daemon reports it')),
+    section('Usage', 'rt-usage', h('p', { text: tokens }), body(usage, 'By provider, model and day')),
+    section('Network', 'rt-network', h('p', { text: mesh }), body(network, 'Host, mesh and each agent\'s messaging')));
 }
 
 // The settings' providers, keys shown only as set/not set, each with a test button (one tiny
