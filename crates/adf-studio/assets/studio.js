@@ -801,7 +801,7 @@ async function timersTab(panel, id, base) {
   for (const t of timers) {
     body.append(h('tr', {}, h('td', { text: String(t.id) }), h('td', {}, h('code', { text: json(t.schedule ?? t.schedule_json ?? '') })),
       h('td', { text: when(t.next_wake_at) }), h('td', { text: String(t.scope ?? '') }),
-      h('td', {}, h('button', { class: 'danger', onclick: async () => {
+      h('td', {}, h('button', { 'data-timer-edit': t.id, onclick: () => editTimer(t) }, 'Edit'), ' ', h('button', { class: 'danger', onclick: async () => {
         const d = await api('DELETE', `${base}/timers/${encodeURIComponent(t.id)}`);
         if (!d.ok) return toast(errorText(d), true);
         clear(panel); timersTab(panel, id, base);
@@ -815,7 +815,23 @@ async function timersTab(panel, id, base) {
   const value = h('input', { type: 'text', id: 'timer-value', required: true });
   const payload = h('input', { type: 'text', id: 'timer-payload' });
   const error = h('p', { class: 'error', role: 'alert', id: 'timer-error' });
-  panel.append(h('form', { class: 'card', onsubmit: async (e) => {
+  // Editing rewrites the schedule in place (PUT keeps the id and run count).
+  let editing = null;
+  const heading = h('h3', { text: 'Add a timer' });
+  const submit = h('button', { type: 'submit', id: 'timer-submit' }, 'Add timer');
+  const editTimer = (t) => {
+    editing = t.id;
+    heading.textContent = `Edit timer ${t.id}`;
+    submit.textContent = `Update timer ${t.id}`;
+    const sch = t.schedule || {};
+    const kind = sch.type || sch.mode;
+    if (kind === 'interval' && sch.every_ms) { mode.value = 'interval'; value.value = String(sch.every_ms); }
+    else if (kind === 'cron' && sch.cron) { mode.value = 'cron'; value.value = sch.cron; }
+    else if (sch.at) { mode.value = 'once_at'; value.value = String(sch.at); }
+    payload.value = t.payload || '';
+    value.focus();
+  };
+  panel.append(h('form', { class: 'card', id: 'timer-form', onsubmit: async (e) => {
     e.preventDefault();
     error.textContent = '';
     const key = { once_delay: 'delay_ms', interval: 'every_ms', cron: 'cron', once_at: 'at' }[mode.value];
@@ -823,12 +839,13 @@ async function timersTab(panel, id, base) {
     const body = { mode: mode.value, [key]: key === 'cron' ? raw : Number(raw) };
     if (key !== 'cron' && !Number.isFinite(body[key])) { error.textContent = 'the value must be a number of milliseconds'; return; }
     if (payload.value.trim()) body.payload = payload.value.trim();
-    const r = await api('POST', `${base}/timers`, body);
+    const r = editing === null ? await api('POST', `${base}/timers`, body)
+      : await api('PUT', `${base}/timers/${encodeURIComponent(editing)}`, body);
     if (!r.ok) { error.textContent = errorText(r); return; }
-    toast('timer added');
+    toast(editing === null ? 'timer added' : `timer ${editing} updated`);
     clear(panel); timersTab(panel, id, base);
-  } }, h('h3', { text: 'Add a timer' }), h('div', { class: 'row' }, h('label', {}, 'When', mode), h('label', {}, 'Value', value),
-    h('label', {}, 'Payload (optional)', payload), h('button', { type: 'submit' }, 'Add timer')), error));
+  } }, heading, h('div', { class: 'row' }, h('label', {}, 'When', mode), h('label', {}, 'Value', value),
+    h('label', {}, 'Payload (optional)', payload), submit), error));
 }
 
 async function tasksTab(panel, id, base) {

@@ -577,6 +577,38 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     )
     .await;
     shot(&c, &shots, "6c-timers").await;
+    // Edit: the same timer (same id) is rewritten to an interval.
+    let timers = h
+        .client
+        .get(&format!("/agents/{}/timers", agent.id))
+        .await
+        .unwrap();
+    let timer_id = timers["timers"][0]["id"].clone();
+    css(&c, &format!("button[data-timer-edit=\"{timer_id}\"]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    c.execute(
+        "document.querySelector('#timer-mode').value = 'interval';
+         document.querySelector('#timer-value').value = '120000';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    css(&c, "#timer-submit").await.click().await.unwrap();
+    wait_for("the timer rewritten in place", || async {
+        h.client
+            .get(&format!("/agents/{}/timers", agent.id))
+            .await
+            .is_ok_and(|t| {
+                let list = t["timers"].as_array().cloned().unwrap_or_default();
+                list.len() == 1
+                    && list[0]["id"] == timer_id
+                    && list[0].to_string().contains("120000")
+            })
+    })
+    .await;
 
     // Events: an event published while the tab is open appears in it.
     c.goto(&format!("{base}/#/agent/{}/events", agent.id))
@@ -690,6 +722,18 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     assert_eq!(status, 200);
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            "/settings/mcpServers",
+            Some(&json!({ "value": [
+                { "name": "probe-server", "command": "probe-mcp", "env": { "PROBE_TOKEN": "mcp-secret-hidden" } },
+            ] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
     mock.push(Turn::text("OK"));
     c.goto(&format!("{base}/#/runtime")).await.unwrap();
     until(
@@ -728,7 +772,30 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .unwrap();
     assert!(!page.as_str().unwrap().contains("sk-test-hidden"));
     assert!(!page.as_str().unwrap().contains("not available yet"));
+    assert!(!page.as_str().unwrap().contains("mcp-secret-hidden"));
+    assert!(page.as_str().unwrap().contains("probe-server"));
     shot(&c, &shots, "7b-runtime").await;
+    // Defaults: a bad value is refused in the page, a good one is stored.
+    let threshold = css(&c, "#default-autoCompactThreshold").await;
+    threshold.clear().await.unwrap();
+    threshold.send_keys("lots").await.unwrap();
+    threshold.send_keys("\u{E007}").await.unwrap();
+    until(
+        &c,
+        "the defaults error",
+        "document.querySelector('#defaults-error').textContent.includes('whole number')",
+    )
+    .await;
+    threshold.clear().await.unwrap();
+    threshold.send_keys("50000").await.unwrap();
+    threshold.send_keys("\u{E007}").await.unwrap();
+    wait_for("the default stored", || async {
+        h.client
+            .get("/settings/autoCompactThreshold")
+            .await
+            .is_ok_and(|s| s["value"] == json!(50000))
+    })
+    .await;
 
     // Fork: the copy is a new agent with the parent's files and its own identity.
     c.goto(&format!("{base}/#/agent/{}/loop", agent.id))
