@@ -645,11 +645,18 @@ async function configTab(panel, id, base) {
     if (field.type === 'select') input = h('select', { id: fieldId }, field.options.map((o) => h('option', { value: o, selected: o === value }, o)));
     else if (field.type === 'checkbox') input = h('input', { type: 'checkbox', id: fieldId, checked: !!value });
     else input = h('input', { type: 'text', inputmode: field.type === 'number' ? 'decimal' : null, id: fieldId, value: value === undefined || value === null ? '' : String(value) });
+    if (field.path === 'model.provider') input.setAttribute('list', 'provider-choices');
     const err = h('span', { class: 'field-error', id: `${fieldId}-error` });
     input.setAttribute('aria-describedby', err.id);
     inputs[field.path] = { field, input, err };
     grid.append(h('label', { class: field.type === 'checkbox' ? 'inline' : '' }, field.label, input, err));
   }
+  // The provider field suggests the agent's own providers, the runtime's and the built-in types.
+  const known = await api('GET', '/runtime/providers');
+  const choices = new Set(['anthropic', 'openai', 'openrouter']);
+  for (const p of (Array.isArray(config.providers) ? config.providers : [])) if (p.id) choices.add(p.id);
+  for (const p of (known.ok ? known.data.providers : [])) if (p.id) choices.add(p.id);
+  grid.append(h('datalist', { id: 'provider-choices' }, [...choices].map((c) => h('option', { value: c }))));
   const tools = h('table', { id: 'config-tools' }, h('thead', {}, h('tr', {}, h('th', { text: 'Tool' }), h('th', { text: 'Enabled' }), h('th', { text: 'Visible' }), h('th', { text: 'Restricted' }))));
   const toolBody = h('tbody');
   for (const [i, tool] of (Array.isArray(config.tools) ? config.tools : []).entries()) {
@@ -731,6 +738,7 @@ function sectionForm(base, config, key, title, saved) {
     const err = h('span', { class: 'field-error', id: `${fieldId}-error` });
     input.setAttribute('aria-describedby', err.id);
     input.dataset.path = path;
+    if (path === 'model.provider') input.setAttribute('list', 'provider-choices');
     fields.push({ path, kind, input, err });
     fieldset.append(h('label', { class: kind === 'bool' ? 'inline' : '' }, path.slice(key.length + 1), input, err));
   };
