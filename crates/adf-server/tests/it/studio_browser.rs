@@ -5,7 +5,11 @@
 //!
 //! One walk through the page (every screen's form controls must have an accessible name): log in with the one-time link, open the fleet, create an agent,
 //! chat and watch the reply stream in, approve a restricted tool call, answer an ask, edit a
-//! file and a config field (a bad value first, refused inline), and watch an event arrive.
+//! file and a config field (a bad value first, refused inline), a config section form (the
+//! daemon's refusal beside its field), edit a timer, watch an event arrive, set a credential
+//! (listed, never shown), test two runtime providers (the loopback mock answers, a closed
+//! loopback port fails with the provider's error), see the settings' MCP registrations, save a
+//! default, and fork the agent into a new file.
 //! Each screen is saved as a PNG under `$CARGO_TARGET_TMPDIR/studio-screenshots/` (look at
 //! them), with `metrics.json` (first fleet render and streamed-token latencies as the page
 //! measured them).
