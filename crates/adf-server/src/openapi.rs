@@ -896,6 +896,14 @@ const MORE_OPS: &[Op] = &[
         &[],
     ),
     op(
+        "post",
+        "/runtime/providers/{providerId}/test",
+        "Test a runtime provider with one tiny model request: {ok, reply, latencyMs} or {ok: false, error} (this daemon's own, for the Studio)",
+        "Runtime",
+        &[200, 400, 404, 500],
+        &[],
+    ),
+    op(
         "get",
         "/runtime/auth",
         "Provider keys present or not; subscription logins supported: false",

@@ -59,12 +59,6 @@ function errorText(result) {
   return d.error && d.message ? `${d.error}: ${d.message}` : (d.error || d.message || d.text || `HTTP ${result.status}`);
 }
 
-// A route the daemon does not serve yet: said plainly, never faked.
-function notYet(what, path) {
-  return h('p', { class: 'notyet', 'data-not-available': path },
-    `${what}: not available yet — this daemon does not serve ${path} yet.`);
-}
-
 function when(ms) {
   if (!ms) return '—';
   const n = typeof ms === 'number' ? ms : Date.parse(ms);
@@ -301,7 +295,7 @@ async function agentView(main, id, tab) {
   document.title = `${title} — ADF Studio`;
   const badge = h('span', { id: 'agent-state' }, stateBadge(s.runtimeState === 'idle' ? display : s.runtimeState));
   main.append(h('h2', {}, h('a', { href: '#/' }, 'Fleet'), ' / ', title, ' ', badge),
-    h('p', { class: 'muted', text: s.filePath }));
+    h('p', { class: 'muted', text: s.filePath }), forkForm(id, s.name || title));
   const tablist = h('div', { class: 'tabs', role: 'tablist', 'aria-label': 'Agent sections' });
   const panel = h('section', { role: 'tabpanel', id: 'panel', tabindex: '0' });
   for (const [key, label] of TABS) {
@@ -323,6 +317,25 @@ async function agentView(main, id, tab) {
   const views = { loop: loopTab, files: filesTab, config: configTab, messages: messagesTab, timers: timersTab,
     tasks: tasksTab, logs: logsTab, events: eventsTab, identity: identityTab, review: reviewTab, usage: usageTab };
   await (views[tab] || loopTab)(panel, id, base, s);
+}
+
+// Beyond the reference: fork the agent into a new file from its current state (a new id,
+// handle and identity; the daemon copies the file and provisions the identity).
+function forkForm(id, name) {
+  const input = h('input', { type: 'text', id: 'fork-name', value: `${name} fork`, size: 24 });
+  const error = h('span', { class: 'field-error', id: 'fork-error', role: 'alert' });
+  input.setAttribute('aria-describedby', error.id);
+  return h('details', { class: 'fork', id: 'fork-box' }, h('summary', { text: 'Fork this agent' }),
+    h('form', { class: 'row', onsubmit: async (e) => {
+      e.preventDefault();
+      error.textContent = '';
+      const r = await api('POST', `/studio/api/agents/${encodeURIComponent(id)}/fork`, { name: input.value.trim() });
+      if (!r.ok) { error.textContent = errorText(r); return; }
+      toast(`forked into ${r.data.filePath}`);
+      location.hash = `#/agent/${encodeURIComponent(r.data.id)}/loop`;
+    } }, h('label', {}, 'Name of the copy', input),
+    h('button', { type: 'submit', id: 'fork-submit' }, 'Fork into a new file'), error,
+    h('p', { class: 'muted', text: 'The copy gets this agent\'s config, files, loop and messages, a new id, handle and identity; credentials are not copied.' })));
 }
 
 // ---- loop: transcript, live stream, approvals, asks, chat
@@ -632,11 +645,18 @@ async function configTab(panel, id, base) {
     if (field.type === 'select') input = h('select', { id: fieldId }, field.options.map((o) => h('option', { value: o, selected: o === value }, o)));
     else if (field.type === 'checkbox') input = h('input', { type: 'checkbox', id: fieldId, checked: !!value });
     else input = h('input', { type: 'text', inputmode: field.type === 'number' ? 'decimal' : null, id: fieldId, value: value === undefined || value === null ? '' : String(value) });
+    if (field.path === 'model.provider') input.setAttribute('list', 'provider-choices');
     const err = h('span', { class: 'field-error', id: `${fieldId}-error` });
     input.setAttribute('aria-describedby', err.id);
     inputs[field.path] = { field, input, err };
     grid.append(h('label', { class: field.type === 'checkbox' ? 'inline' : '' }, field.label, input, err));
   }
+  // The provider field suggests the agent's own providers, the runtime's and the built-in types.
+  const known = await api('GET', '/runtime/providers');
+  const choices = new Set(['anthropic', 'openai', 'openrouter']);
+  for (const p of (Array.isArray(config.providers) ? config.providers : [])) if (p.id) choices.add(p.id);
+  for (const p of (known.ok ? known.data.providers : [])) if (p.id) choices.add(p.id);
+  grid.append(h('datalist', { id: 'provider-choices' }, [...choices].map((c) => h('option', { value: c }))));
   const tools = h('table', { id: 'config-tools' }, h('thead', {}, h('tr', {}, h('th', { text: 'Tool' }), h('th', { text: 'Enabled' }), h('th', { text: 'Visible' }), h('th', { text: 'Restricted' }))));
   const toolBody = h('tbody');
   for (const [i, tool] of (Array.isArray(config.tools) ? config.tools : []).entries()) {
@@ -681,8 +701,10 @@ async function configTab(panel, id, base) {
   } }, grid, h('details', { class: 'tools' }, h('summary', { text: `Tools (${toolBody.children.length}): enabled, visible, restricted` }), tools), formError, save);
   const raw = h('textarea', { id: 'config-raw', rows: 18, 'aria-label': 'Config as JSON' });
   raw.value = json(config);
+  const sections = h('div', { id: 'config-sections' });
+  for (const [key, title] of CONFIG_SECTIONS) sections.append(sectionForm(base, config, key, title, () => { raw.value = json(config); }));
   const rawError = h('p', { class: 'error', role: 'alert', id: 'config-raw-error' });
-  panel.append(form, h('details', { class: 'card', id: 'config-raw-box' }, h('summary', { text: 'Raw JSON' }), raw, rawError,
+  panel.append(form, sections, h('details', { class: 'card', id: 'config-raw-box' }, h('summary', { text: 'Raw JSON' }), raw, rawError,
     h('button', { id: 'config-raw-save', onclick: async () => {
       rawError.textContent = '';
       let parsed;
@@ -691,6 +713,71 @@ async function configTab(panel, id, base) {
       if (!w.ok) { rawError.textContent = errorText(w); return; }
       toast('config saved');
     } }, 'Save raw JSON')));
+}
+
+// One form per config section, generated from the section's current value: booleans as
+// checkboxes, numbers and text as fields, lists (trigger targets, serving routes) as JSON.
+// The daemon validates the whole config on save; its error is shown beside the field whose
+// path it names, and nothing is stored.
+const CONFIG_SECTIONS = [['model', 'Model and provider'], ['triggers', 'Triggers'], ['messaging', 'Messaging'], ['serving', 'Serving']];
+
+function sectionForm(base, config, key, title, saved) {
+  const fields = [];
+  const fieldset = h('div', { class: 'grid2' });
+  const walk = (value, path) => {
+    if (value && typeof value === 'object' && !Array.isArray(value)) {
+      for (const [k, v] of Object.entries(value)) walk(v, `${path}.${k}`);
+      return;
+    }
+    const fieldId = `sec-${path.replace(/[^A-Za-z0-9]+/g, '-')}`;
+    const kind = typeof value === 'boolean' ? 'bool' : typeof value === 'number' ? 'number' : typeof value === 'string' ? 'text' : 'json';
+    let input;
+    if (kind === 'bool') input = h('input', { type: 'checkbox', id: fieldId, checked: value });
+    else if (kind === 'json') { input = h('textarea', { id: fieldId, rows: Array.isArray(value) && value.length ? 3 : 1 }); input.value = JSON.stringify(value); }
+    else input = h('input', { type: 'text', id: fieldId, value: String(value), inputmode: kind === 'number' ? 'decimal' : null });
+    const err = h('span', { class: 'field-error', id: `${fieldId}-error` });
+    input.setAttribute('aria-describedby', err.id);
+    input.dataset.path = path;
+    if (path === 'model.provider') input.setAttribute('list', 'provider-choices');
+    fields.push({ path, kind, input, err });
+    fieldset.append(h('label', { class: kind === 'bool' ? 'inline' : '' }, path.slice(key.length + 1), input, err));
+  };
+  walk(config[key] ?? {}, key);
+  const error = h('p', { class: 'error', role: 'alert', id: `section-${key}-error` });
+  return h('details', { class: 'card', id: `section-${key}` }, h('summary', { text: title }),
+    h('form', { novalidate: true, onsubmit: async (e) => {
+      e.preventDefault();
+      error.textContent = '';
+      const next = JSON.parse(JSON.stringify(config));
+      let bad = null;
+      for (const f of fields) {
+        f.err.textContent = '';
+        f.input.setAttribute('aria-invalid', 'false');
+        let value;
+        if (f.kind === 'bool') value = f.input.checked;
+        else if (f.kind === 'number') {
+          value = Number(f.input.value.trim());
+          if (f.input.value.trim() === '' || Number.isNaN(value)) { f.err.textContent = 'must be a number'; bad ||= f; continue; }
+        } else if (f.kind === 'json') {
+          try { value = JSON.parse(f.input.value); } catch (err) { f.err.textContent = `not JSON: ${err.message}`; bad ||= f; continue; }
+        } else value = f.input.value;
+        setPath(next, f.path, value);
+      }
+      if (bad) { bad.input.setAttribute('aria-invalid', 'true'); error.textContent = 'Not saved: fix the field marked above.'; bad.input.focus(); return; }
+      const w = await api('PUT', `${base}/config`, next);
+      if (!w.ok) {
+        const message = errorText(w);
+        // The longest field path the daemon's message names is the one it refused.
+        const hit = fields.filter((f) => message.includes(f.path) || message.includes(f.path.replace(/^[^.]+\./, '')))
+          .sort((a, b) => b.path.length - a.path.length)[0];
+        if (hit) { hit.err.textContent = message; hit.input.setAttribute('aria-invalid', 'true'); }
+        error.textContent = message;
+        return;
+      }
+      Object.assign(config, next);
+      saved();
+      toast(`${title.toLowerCase()} saved`);
+    } }, fieldset, error, h('button', { type: 'submit', class: 'primary', id: `section-${key}-save` }, `Save ${title.toLowerCase()}`)));
 }
 
 // ---- inbox/outbox, timers, tasks, logs, events
@@ -722,7 +809,7 @@ async function timersTab(panel, id, base) {
   for (const t of timers) {
     body.append(h('tr', {}, h('td', { text: String(t.id) }), h('td', {}, h('code', { text: json(t.schedule ?? t.schedule_json ?? '') })),
       h('td', { text: when(t.next_wake_at) }), h('td', { text: String(t.scope ?? '') }),
-      h('td', {}, h('button', { class: 'danger', onclick: async () => {
+      h('td', {}, h('button', { 'data-timer-edit': t.id, onclick: () => editTimer(t) }, 'Edit'), ' ', h('button', { class: 'danger', onclick: async () => {
         const d = await api('DELETE', `${base}/timers/${encodeURIComponent(t.id)}`);
         if (!d.ok) return toast(errorText(d), true);
         clear(panel); timersTab(panel, id, base);
@@ -736,7 +823,23 @@ async function timersTab(panel, id, base) {
   const value = h('input', { type: 'text', id: 'timer-value', required: true });
   const payload = h('input', { type: 'text', id: 'timer-payload' });
   const error = h('p', { class: 'error', role: 'alert', id: 'timer-error' });
-  panel.append(h('form', { class: 'card', onsubmit: async (e) => {
+  // Editing rewrites the schedule in place (PUT keeps the id and run count).
+  let editing = null;
+  const heading = h('h3', { text: 'Add a timer' });
+  const submit = h('button', { type: 'submit', id: 'timer-submit' }, 'Add timer');
+  const editTimer = (t) => {
+    editing = t.id;
+    heading.textContent = `Edit timer ${t.id}`;
+    submit.textContent = `Update timer ${t.id}`;
+    const sch = t.schedule || {};
+    const kind = sch.type || sch.mode;
+    if (kind === 'interval' && sch.every_ms) { mode.value = 'interval'; value.value = String(sch.every_ms); }
+    else if (kind === 'cron' && sch.cron) { mode.value = 'cron'; value.value = sch.cron; }
+    else if (sch.at) { mode.value = 'once_at'; value.value = String(sch.at); }
+    payload.value = t.payload || '';
+    value.focus();
+  };
+  panel.append(h('form', { class: 'card', id: 'timer-form', onsubmit: async (e) => {
     e.preventDefault();
     error.textContent = '';
     const key = { once_delay: 'delay_ms', interval: 'every_ms', cron: 'cron', once_at: 'at' }[mode.value];
@@ -744,12 +847,13 @@ async function timersTab(panel, id, base) {
     const body = { mode: mode.value, [key]: key === 'cron' ? raw : Number(raw) };
     if (key !== 'cron' && !Number.isFinite(body[key])) { error.textContent = 'the value must be a number of milliseconds'; return; }
     if (payload.value.trim()) body.payload = payload.value.trim();
-    const r = await api('POST', `${base}/timers`, body);
+    const r = editing === null ? await api('POST', `${base}/timers`, body)
+      : await api('PUT', `${base}/timers/${encodeURIComponent(editing)}`, body);
     if (!r.ok) { error.textContent = errorText(r); return; }
-    toast('timer added');
+    toast(editing === null ? 'timer added' : `timer ${editing} updated`);
     clear(panel); timersTab(panel, id, base);
-  } }, h('h3', { text: 'Add a timer' }), h('div', { class: 'row' }, h('label', {}, 'When', mode), h('label', {}, 'Value', value),
-    h('label', {}, 'Payload (optional)', payload), h('button', { type: 'submit' }, 'Add timer')), error));
+  } }, heading, h('div', { class: 'row' }, h('label', {}, 'When', mode), h('label', {}, 'Value', value),
+    h('label', {}, 'Payload (optional)', payload), submit), error));
 }
 
 async function tasksTab(panel, id, base) {
@@ -803,20 +907,44 @@ async function eventsTab(panel, id) {
 }
 
 async function identityTab(panel, id, base) {
-  const r = await api('GET', `${base}/identity`);
-  if (r.status === 404 && /Route/.test(errorText(r))) return panel.append(notYet('Identity status and credentials', `GET ${base}/identity`));
-  if (!r.ok) return panel.append(h('p', { class: 'error', text: errorText(r) }));
-  panel.append(h('h3', { text: 'Identity' }), h('pre', { class: 'json', text: json(r.data) }),
-    h('p', { class: 'muted', text: 'Credential values are never sent to this page; set them with the form below.' }));
-  const purpose = h('input', { type: 'text', id: 'cred-purpose', placeholder: 'provider:openai:apiKey' });
+  const [did, password, entries] = await Promise.all([api('GET', `${base}/identity/did`),
+    api('GET', `${base}/identity/password`), api('GET', `${base}/identities`)]);
+  const status = h('dl', { class: 'facts', id: 'identity-status' });
+  const fact = (term, value) => status.append(h('dt', { text: term }), h('dd', {}, value));
+  fact('DID', did.ok ? (did.data.did ? h('code', { text: did.data.did }) : h('span', { class: 'badge warn', text: 'no identity' })) : h('span', { class: 'error', text: errorText(did) }));
+  if (password.ok) {
+    fact('Credentials', h('span', {}, h('span', { class: `badge ${password.data.unlocked ? 'ok' : 'warn'}`, text: password.data.unlocked ? 'unlocked' : 'locked' }),
+      password.data.unlockedVia ? ` via ${password.data.unlockedVia}` : '', password.data.needsPassword ? ' · has a password slot' : ''));
+  } else fact('Credentials', h('span', { class: 'error', text: errorText(password) }));
+  panel.append(h('h3', { text: 'Identity' }), status);
+  const table = h('table', { id: 'identity-purposes' }, h('thead', {}, h('tr', {}, ['Purpose', 'Value', 'Sealed', 'Code access'].map((t) => h('th', { text: t })))));
+  const body = h('tbody');
+  const list = entries.ok ? (entries.data.identities || entries.data.entries || entries.data.purposes || []) : [];
+  for (const entry of list) {
+    const purpose = typeof entry === 'string' ? entry : entry.purpose;
+    body.append(h('tr', { 'data-purpose': purpose }, h('td', {}, h('code', { text: purpose })),
+      h('td', {}, h('span', { class: 'badge ok', text: 'set' }), h('span', { class: 'muted', text: ' (never shown)' })),
+      h('td', { text: entry.encrypted === false ? 'no' : 'yes' }), h('td', { text: entry.code_access ? 'yes' : 'no' })));
+  }
+  table.append(body);
+  panel.append(h('h3', { text: 'Credentials and keys' }),
+    entries.ok ? (list.length ? table : h('p', { class: 'muted', text: 'nothing stored' })) : h('p', { class: 'error', text: errorText(entries) }),
+    h('p', { class: 'muted', text: 'Values are never sent to this page; set or replace one below (write-only).' }));
+  const purpose = h('input', { type: 'text', id: 'cred-purpose', placeholder: 'provider:openai:apiKey', required: true });
   const value = h('input', { type: 'password', id: 'cred-value', autocomplete: 'off' });
-  panel.append(h('form', { class: 'card row', onsubmit: async (e) => {
+  const error = h('p', { class: 'error', role: 'alert', id: 'cred-error' });
+  panel.append(h('form', { class: 'card', id: 'cred-form', onsubmit: async (e) => {
     e.preventDefault();
-    const w = await api('PUT', `${base}/identity/${encodeURIComponent(purpose.value.trim())}`, { value: value.value });
+    error.textContent = '';
+    const name = purpose.value.trim();
+    if (!name) { error.textContent = 'a purpose is required'; return; }
+    const w = await api('PUT', `${base}/identity/${encodeURIComponent(name)}`, { value: value.value });
     value.value = '';
-    if (w.status === 404) return toast('setting credentials is not available yet on this daemon', true);
-    toast(w.ok ? 'credential set' : errorText(w), !w.ok);
-  } }, h('label', {}, 'Purpose', purpose), h('label', {}, 'Secret (write-only)', value), h('button', { type: 'submit' }, 'Set credential')));
+    if (!w.ok) { error.textContent = errorText(w); return; }
+    toast(`${name} set`);
+    clear(panel); identityTab(panel, id, base);
+  } }, h('div', { class: 'row' }, h('label', {}, 'Purpose', purpose), h('label', {}, 'Secret (write-only)', value),
+    h('button', { type: 'submit', id: 'cred-submit' }, 'Set credential')), error));
 }
 
 async function reviewTab(panel, id, base, status) {
@@ -836,7 +964,7 @@ async function reviewTab(panel, id, base, status) {
 async function usageTab(panel, id, base) {
   const r = await api('GET', `${base}/usage`);
   if (r.ok) panel.append(h('h3', { text: 'Usage' }), h('pre', { class: 'json', text: json(r.data) }));
-  else if (r.status === 404) panel.append(notYet('Agent usage totals', `GET ${base}/usage`));
+  else panel.append(h('p', { class: 'error', text: errorText(r) }));
   const loop = await api('GET', `${base}/loop?limit=200`);
   if (!loop.ok) return;
   const table = h('table', { id: 'turn-costs' }, h('thead', {}, h('tr', {}, ['Turn row', 'Model', 'Input tokens', 'Output tokens', 'Time since previous row'].map((t) => h('th', { text: t })))));
@@ -857,29 +985,119 @@ async function usageTab(panel, id, base) {
 
 // ------------------------------------------------------------------ runtime settings
 
-const RUNTIME_ROUTES = [['Runtime status', '/runtime'], ['Providers', '/runtime/providers'],
-  ['Runtime settings', '/runtime/settings'], ['MCP registrations', '/runtime/mcp'],
-  ['Usage', '/runtime/usage'], ['Network', '/network']];
+function section(title, id, ...children) {
+  return h('section', { class: 'card', id, 'aria-label': title }, h('h3', { text: title }), ...children);
+}
 
 async function runtimeView(main) {
   main.append(h('h2', { text: 'Runtime' }));
-  const results = await Promise.all(RUNTIME_ROUTES.map(([, path]) => api('GET', path)));
-  RUNTIME_ROUTES.forEach(([title, path], i) => {
-    const r = results[i];
-    const card = h('section', { class: 'card', 'aria-label': title }, h('h3', { text: title }));
-    if (r.status === 404) card.append(notYet(title, `GET ${path}`));
-    else if (!r.ok) card.append(h('p', { class: 'error', text: errorText(r) }));
-    else card.append(h('pre', { class: 'json', text: json(r.data) }));
-    if (path === '/runtime/providers' && r.ok) {
-      for (const p of (r.data.providers || [])) {
-        card.append(h('button', { onclick: async () => {
-          const t = await api('POST', `/runtime/providers/${encodeURIComponent(p.id)}/test`);
-          toast(t.status === 404 ? 'testing a provider is not available yet' : (t.ok ? `${p.id}: reachable` : errorText(t)), !t.ok);
-        } }, `Test ${p.id}`));
-      }
+  const [runtime, providers, settings, mcp, usage, network] = await Promise.all(
+    ['/runtime', '/runtime/providers', '/runtime/settings', '/runtime/mcp', '/runtime/usage', '/network'].map((p) => api('GET', p)));
+  // The long answers are folded: the screen opens on what an owner changes.
+  const body = (r, what) => (r.ok ? h('details', {}, h('summary', { text: what }), h('pre', { class: 'json', text: json(r.data) }))
+    : h('p', { class: 'error', text: errorText(r) }));
+  const tokens = usage.ok && usage.data.totals ? `${usage.data.totals.input ?? 0} in · ${usage.data.totals.output ?? 0} out tokens on the loaded agents` : '';
+  const mesh = network.ok && network.data.mesh ? `mesh ${network.data.mesh.status && network.data.mesh.status.meshServerRunning ? 'running' : 'off'}` : '';
+  main.append(
+    section('Providers', 'rt-providers', providersTable(providers)),
+    section('MCP registrations', 'rt-mcp', await mcpList(mcp)),
+    section('Defaults', 'rt-defaults', defaultsForm(settings)),
+    section('Runtime status', 'rt-status', body(runtime, 'Status as the daemon reports it')),
+    section('Usage', 'rt-usage', h('p', { text: tokens }), body(usage, 'By provider, model and day')),
+    section('Network', 'rt-network', h('p', { text: mesh }), body(network, 'Host, mesh and each agent\'s messaging')));
+}
+
+// The settings' providers, keys shown only as set/not set, each with a test button (one tiny
+// model request from the daemon; its answer or the provider's error is shown in the row).
+function providersTable(r) {
+  if (!r.ok) return h('p', { class: 'error', text: errorText(r) });
+  const list = r.data.providers || [];
+  const out = h('div');
+  if (!list.length) out.append(h('p', { class: 'muted', text: 'No runtime providers: add them with PUT /settings/providers (or `adf settings`).' }));
+  else {
+    const table = h('table', { id: 'providers' }, h('thead', {}, h('tr', {}, ['Id', 'Type', 'Base URL', 'Default model', 'Key', 'Test'].map((t) => h('th', { text: t })))));
+    const rows = h('tbody');
+    for (const p of list) {
+      const result = h('span', { class: 'provider-result', 'data-provider-result': p.id, role: 'status' });
+      const button = h('button', { type: 'button', 'data-provider-test': p.id, 'aria-label': `Test provider ${p.id}`, onclick: async () => {
+        button.disabled = true;
+        result.className = 'provider-result muted';
+        result.textContent = 'testing…';
+        const t = await api('POST', `/runtime/providers/${encodeURIComponent(p.id)}/test`, {});
+        button.disabled = false;
+        const ok = t.ok && t.data.ok;
+        result.className = `provider-result ${ok ? 'ok' : 'error'}`;
+        result.dataset.ok = String(ok);
+        result.textContent = ok ? `ok · ${t.data.model} answered “${t.data.reply}” in ${t.data.latencyMs} ms` : (t.ok ? t.data.error : errorText(t));
+      } }, 'Test this provider');
+      rows.append(h('tr', { 'data-provider': p.id }, h('td', {}, h('code', { text: p.id })), h('td', { text: p.type }),
+        h('td', { text: p.baseUrl || '(default)' }), h('td', { text: p.defaultModel || '—' }),
+        h('td', {}, h('span', { class: `badge ${p.hasApiKey ? 'ok' : ''}`, text: p.hasApiKey ? 'set' : 'none' })),
+        h('td', {}, button, ' ', result)));
     }
-    main.append(card);
+    table.append(rows);
+    out.append(table);
+  }
+  const usage = r.data.agentUsage || [];
+  if (usage.length) {
+    out.append(h('details', {}, h('summary', { text: `Which provider each loaded agent uses (${usage.length})` }),
+      h('ul', {}, usage.map((u) => h('li', { text: `${u.handle || u.agentId}: ${u.providerId || '(none)'} ${u.modelId || ''} — ${u.source}` })))));
+  }
+  return out;
+}
+
+// MCP registrations: the daemon's listing when it serves one, else the settings' entries
+// (secrets redacted by the daemon), said so.
+async function mcpList(r) {
+  let list = null;
+  let note = null;
+  if (r.ok) list = r.data.servers || r.data.mcpServers || r.data.registrations || [];
+  else if (r.status === 404) {
+    const s = await api('GET', '/settings/mcpServers');
+    if (!s.ok) return h('p', { class: 'error', text: errorText(s) });
+    list = Array.isArray(s.data.value) ? s.data.value : [];
+    note = h('p', { class: 'muted', 'data-source': 'settings', text: 'From the runtime settings (mcpServers); this daemon has no MCP status route yet.' });
+  } else return h('p', { class: 'error', text: errorText(r) });
+  const out = h('div', { id: 'mcp-list' }, note);
+  if (!list.length) out.append(h('p', { class: 'muted', text: 'No MCP servers registered.' }));
+  for (const m of list) {
+    const name = m.name || m.id || m.npmPackage || m.package || '(unnamed)';
+    out.append(h('details', { class: 'fold' }, h('summary', { text: `${name}${m.command ? ` — ${m.command}` : ''}${m.url ? ` — ${m.url}` : ''}` }), h('pre', { class: 'json', text: json(m) })));
+  }
+  return out;
+}
+
+// The runtime-wide defaults an owner changes most (the rest stay in `adf settings`).
+const DEFAULT_FIELDS = [
+  { key: 'autoCompactThreshold', label: 'Auto-compact threshold (tokens)', check: (v) => v === '' || (Number.isInteger(Number(v)) && Number(v) > 0) ? null : 'must be a positive whole number' },
+  { key: 'maxDirectoryScanDepth', label: 'Directory scan depth', check: (v) => v === '' || (Number.isInteger(Number(v)) && Number(v) >= 0) ? null : 'must be a whole number' },
+];
+
+function defaultsForm(r) {
+  if (!r.ok) return h('p', { class: 'error', text: errorText(r) });
+  const error = h('p', { class: 'error', role: 'alert', id: 'defaults-error' });
+  const inputs = DEFAULT_FIELDS.map((f) => {
+    const input = h('input', { type: 'text', inputmode: 'numeric', id: `default-${f.key}`, value: r.data[f.key] ?? '' });
+    return { f, input };
   });
+  return h('div', {},
+    h('form', { class: 'row', id: 'defaults-form', onsubmit: async (e) => {
+      e.preventDefault();
+      error.textContent = '';
+      const patch = {};
+      for (const { f, input } of inputs) {
+        const v = input.value.trim();
+        const problem = f.check(v);
+        input.setAttribute('aria-invalid', String(!!problem));
+        if (problem) { error.textContent = `${f.label}: ${problem}`; input.focus(); return; }
+        if (v !== '') patch[f.key] = Number(v);
+      }
+      const w = await api('PATCH', '/settings', patch);
+      if (!w.ok) { error.textContent = errorText(w); return; }
+      toast('defaults saved');
+    } }, inputs.map(({ f, input }) => h('label', {}, f.label, input)), h('button', { type: 'submit' }, 'Save defaults')),
+    error,
+    h('details', {}, h('summary', { text: 'All settings (summary)' }), h('pre', { class: 'json', text: json(r.data) })));
 }
 
 // ------------------------------------------------------------------ start

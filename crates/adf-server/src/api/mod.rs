@@ -10,6 +10,7 @@ mod attach;
 mod contents;
 mod identity;
 mod network;
+mod provider_test;
 mod resources;
 mod review;
 mod runtime;
@@ -149,6 +150,11 @@ pub fn router(state: AppState) -> Router {
         .route("/studio/api/agents", post(studio::create))
         .route("/studio/api/agents/{id}/download", get(studio::download))
         .route("/studio/api/agents/{id}/live", get(studio::live))
+        .route("/studio/api/agents/{id}/fork", post(studio::fork))
+        .route(
+            "/runtime/providers/{providerId}/test",
+            post(provider_test::test_provider),
+        )
         .merge(more_routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(

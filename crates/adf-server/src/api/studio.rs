@@ -12,6 +12,11 @@
 //! - `GET /studio/api/agents/{id}/download`: a consistent copy of the agent's `.adf` file
 //!   (SQLite's online backup, so a turn in flight never yields a torn file).
 //! - `GET /studio/api/agents/{id}/live`: the agent's live feed ([`crate::live`]) as SSE.
+//! - `POST /studio/api/agents/{id}/fork {name?}`: a new agent file beside the parent's with
+//!   the parent's current state (`AdfFile::fork_to`: new id, name and handle, no identity),
+//!   a fresh identity provisioned as `adf new` does, loaded; `201 {id, filePath, name,
+//!   handle, did, parentId}`. Sealed credentials are not copied (they belong to the parent's
+//!   identity): set them again on the fork.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,7 +34,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use adf_runtime::identity::{self, LocalKeys};
 use adf_store::views::LogFilter;
-use adf_store::{AdfFile, CreateOptions};
+use adf_store::{AdfFile, CreateOptions, ForkOptions};
 
 use super::{AppState, JsonBody, find, text_field};
 use crate::daemon::Agent;
@@ -186,13 +191,7 @@ pub(super) async fn create(
                 format!("{} already exists; choose another name", target.display()),
             ));
         }
-        let (owner, created) = home
-            .ensure_owner()
-            .map_err(|e| ApiError::internal(format!("cannot set up the owner identity: {e}")))?;
-        let runtime = home
-            .runtime()
-            .map_err(|e| ApiError::internal(format!("cannot read the runtime identity: {e}")))?;
-        let keys = LocalKeys::new(Some(owner.identity), Some(runtime));
+        let (keys, created) = local_keys(&home)?;
         let mut file = AdfFile::create(
             &target,
             &CreateOptions {
@@ -224,6 +223,88 @@ pub(super) async fn create(
             "name": agent.info().name,
             "handle": agent.info().handle,
             "ownerCreated": owner_created,
+        })),
+    )
+        .into_response())
+}
+
+/// The keys `adf new` provisions a file with: the owner (created on first use) and this
+/// installation's runtime identity.
+fn local_keys(home: &adf_runtime::home::RuntimeHome) -> ApiResult<(LocalKeys, bool)> {
+    let (owner, created) = home
+        .ensure_owner()
+        .map_err(|e| ApiError::internal(format!("cannot set up the owner identity: {e}")))?;
+    let runtime = home
+        .runtime()
+        .map_err(|e| ApiError::internal(format!("cannot read the runtime identity: {e}")))?;
+    Ok((LocalKeys::new(Some(owner.identity), Some(runtime)), created))
+}
+
+pub(super) async fn fork(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
+    let parent = find(&state, &id)?;
+    let name = text_field(&body, "name")
+        .map(|n| n.trim().to_owned())
+        .unwrap_or_else(|| format!("{} fork", parent.info().name));
+    let stem = file_stem(&name).ok_or_else(|| {
+        ApiError::bad_request("name needs at least one letter or digit for the file name")
+    })?;
+    let dir = parent
+        .path
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let target = dir.join(format!("{stem}.adf"));
+    if target.exists() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("{} already exists; choose another name", target.display()),
+        ));
+    }
+    let home = state.daemon.home().clone();
+    let keys = tokio::task::spawn_blocking(move || local_keys(&home))
+        .await
+        .map_err(|e| ApiError::internal(format!("fork stopped: {e}")))??
+        .0;
+    let options = ForkOptions {
+        name,
+        handle: None,
+        id: None,
+    };
+    let copy_at = target.clone();
+    let copy = parent
+        .job(move |file| file.fork_to(&copy_at, &options))
+        .await?;
+    let cleanup = target.clone();
+    let did = tokio::task::spawn_blocking(move || -> ApiResult<Option<String>> {
+        let mut copy = copy;
+        if let Err(error) = identity::provision_new(&mut copy, &keys) {
+            drop(copy);
+            let _ = std::fs::remove_file(&cleanup);
+            return Err(ApiError::internal(format!(
+                "cannot provision the fork's identity: {error}"
+            )));
+        }
+        let did = copy.meta_get("adf_did")?.map(|m| m.value);
+        copy.close()?;
+        Ok(did)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("fork stopped: {e}")))??;
+    let agent = state.daemon.load(&target).await?.agent;
+    let info = agent.info();
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "id": agent.id,
+            "filePath": agent.file_path(),
+            "name": info.name,
+            "handle": info.handle,
+            "did": did,
+            "parentId": parent.id,
         })),
     )
         .into_response())

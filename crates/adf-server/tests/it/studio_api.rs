@@ -216,3 +216,171 @@ async fn studio_live_feed_streams_a_turns_text_and_tool_calls() {
     ));
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn studio_fork_copies_the_agent_into_a_new_file_with_its_own_identity() {
+    let h = Harness::start().await;
+    let (status, made) = h
+        .client
+        .raw(
+            Method::POST,
+            "/studio/api/agents",
+            Some(&json!({ "name": "Origin" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{made}");
+    let parent = made["id"].as_str().unwrap().to_owned();
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            &format!("/agents/{parent}/files/content?path=notes/state.md"),
+            Some(&json!({ "content": "mid-task" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            &format!("/agents/{parent}/identity/mcp:probe:TOKEN"),
+            Some(&json!({ "value": "parent-only" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+
+    let (status, fork) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/studio/api/agents/{parent}/fork"),
+            Some(&json!({ "name": "Origin Copy" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{fork}");
+    let id = fork["id"].as_str().unwrap();
+    assert_ne!(id, parent);
+    assert_eq!(fork["handle"], "origin-copy");
+    assert_eq!(fork["parentId"], parent);
+    assert!(
+        fork["filePath"]
+            .as_str()
+            .unwrap()
+            .ends_with("origin-copy.adf")
+    );
+    let file = h
+        .client
+        .get(&format!("/agents/{id}/files/content?path=notes/state.md"))
+        .await
+        .unwrap();
+    assert_eq!(file["content"], "mid-task");
+    let did = |id: String| {
+        let client = &h.client;
+        async move {
+            client
+                .get(&format!("/agents/{id}/identity/did"))
+                .await
+                .unwrap()["did"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (parent_did, fork_did) = (did(parent.clone()).await, did(id.to_owned()).await);
+    assert!(fork_did.starts_with("did:key:"), "{fork_did}");
+    assert_ne!(parent_did, fork_did);
+    assert_eq!(fork["did"], fork_did);
+    let purposes = h
+        .client
+        .get(&format!("/agents/{id}/identities"))
+        .await
+        .unwrap();
+    assert!(
+        !purposes["identities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["purpose"] == "mcp:probe:TOKEN"),
+        "credentials stay with the parent"
+    );
+
+    // The same name again: refused, the existing copy untouched.
+    let (status, again) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/studio/api/agents/{parent}/fork"),
+            Some(&json!({ "name": "origin copy" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 409, "{again}");
+    assert_eq!(h.server.daemon.agents().len(), 2);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn studio_provider_test_sends_one_tiny_request_and_reports_the_providers_error() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push(Turn::text("OK"));
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let h = Harness::start().await;
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            "/settings/providers",
+            Some(&json!({ "value": [
+                { "id": "loop-mock", "type": "openai-compatible", "baseUrl": mock.base_url(),
+                  "defaultModel": "mock-model", "apiKey": "sk-test-hidden" },
+                { "id": "loop-closed", "type": "openai-compatible",
+                  "baseUrl": format!("http://127.0.0.1:{closed_port}/v1"), "defaultModel": "m" },
+            ] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+
+    let (status, ok) = h
+        .client
+        .raw(Method::POST, "/runtime/providers/loop-mock/test", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{ok}");
+    assert_eq!(ok["ok"], true, "{ok}");
+    assert_eq!(ok["reply"], "OK");
+    assert_eq!(ok["model"], "mock-model");
+    assert!(!ok.to_string().contains("sk-test-hidden"));
+    let sent = mock.last_request().unwrap();
+    let sent = serde_json::to_string(&sent.body).unwrap();
+    assert!(sent.contains("mock-model") && sent.contains("OK"), "{sent}");
+    assert_eq!(mock.requests().len(), 1, "one request, no retries");
+
+    let (status, failed) = h
+        .client
+        .raw(Method::POST, "/runtime/providers/loop-closed/test", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{failed}");
+    assert_eq!(failed["ok"], false);
+    assert!(
+        failed["error"].as_str().unwrap().contains("loop-closed"),
+        "{failed}"
+    );
+
+    let (status, missing) = h
+        .client
+        .raw(Method::POST, "/runtime/providers/nobody/test", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 404, "{missing}");
+    h.stop().await;
+}

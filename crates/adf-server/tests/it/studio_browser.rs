@@ -5,7 +5,11 @@
 //!
 //! One walk through the page (every screen's form controls must have an accessible name): log in with the one-time link, open the fleet, create an agent,
 //! chat and watch the reply stream in, approve a restricted tool call, answer an ask, edit a
-//! file and a config field (a bad value first, refused inline), and watch an event arrive.
+//! file and a config field (a bad value first, refused inline), a config section form (the
+//! daemon's refusal beside its field), edit a timer, watch an event arrive, set a credential
+//! (listed, never shown), test two runtime providers (the loopback mock answers, a closed
+//! loopback port fails with the provider's error), see the settings' MCP registrations, save a
+//! default, and fork the agent into a new file.
 //! Each screen is saved as a PNG under `$CARGO_TARGET_TMPDIR/studio-screenshots/` (look at
 //! them), with `metrics.json` (first fleet render and streamed-token latencies as the page
 //! measured them).
@@ -156,7 +160,8 @@ fn chromium_available() -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromium() {
+async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_fork_and_events_in_chromium()
+ {
     if !chromium_available() {
         return;
     }
@@ -468,6 +473,61 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
         "the refused config is not stored"
     );
 
+    // Config section forms: messaging's mode refused by the daemon shows beside its field;
+    // a trigger toggled off is stored.
+    c.goto(&format!("{base}/#/agent/{}/config", agent.id))
+        .await
+        .unwrap();
+    css(&c, "#section-messaging summary")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let mode = css(&c, "#sec-messaging-mode").await;
+    mode.clear().await.unwrap();
+    mode.send_keys("shouting").await.unwrap();
+    css(&c, "#section-messaging-save")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the daemon's error beside messaging.mode",
+        "document.querySelector('#sec-messaging-mode-error').textContent.includes('messaging.mode')
+           && document.querySelector('#sec-messaging-mode').getAttribute('aria-invalid') === 'true'",
+    )
+    .await;
+    shot(&c, &shots, "6c-config-section-error").await;
+    let stored = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap();
+    assert_eq!(stored["config"]["messaging"]["mode"], "proactive");
+    css(&c, "#section-triggers summary")
+        .await
+        .click()
+        .await
+        .unwrap();
+    css(&c, "#sec-triggers-on-inbox-enabled")
+        .await
+        .click()
+        .await
+        .unwrap();
+    css(&c, "#section-triggers-save")
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_for("the trigger toggle stored", || async {
+        h.client
+            .get(&format!("/agents/{}/config", agent.id))
+            .await
+            .is_ok_and(|c| c["config"]["triggers"]["on_inbox"]["enabled"] == json!(false))
+    })
+    .await;
+
     // Timers: one added from the form is stored; a bad schedule is refused inline.
     c.goto(&format!("{base}/#/agent/{}/timers", agent.id))
         .await
@@ -521,6 +581,38 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
     )
     .await;
     shot(&c, &shots, "6c-timers").await;
+    // Edit: the same timer (same id) is rewritten to an interval.
+    let timers = h
+        .client
+        .get(&format!("/agents/{}/timers", agent.id))
+        .await
+        .unwrap();
+    let timer_id = timers["timers"][0]["id"].clone();
+    css(&c, &format!("button[data-timer-edit=\"{timer_id}\"]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    c.execute(
+        "document.querySelector('#timer-mode').value = 'interval';
+         document.querySelector('#timer-value').value = '120000';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    css(&c, "#timer-submit").await.click().await.unwrap();
+    wait_for("the timer rewritten in place", || async {
+        h.client
+            .get(&format!("/agents/{}/timers", agent.id))
+            .await
+            .is_ok_and(|t| {
+                let list = t["timers"].as_array().cloned().unwrap_or_default();
+                list.len() == 1
+                    && list[0]["id"] == timer_id
+                    && list[0].to_string().contains("120000")
+            })
+    })
+    .await;
 
     // Events: an event published while the tab is open appears in it.
     c.goto(&format!("{base}/#/agent/{}/events", agent.id))
@@ -566,24 +658,196 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_and_events_in_chromi
     .await;
     shot(&c, &shots, "7-events").await;
 
-    // Runtime settings: each section shows the daemon's answer or says plainly that the
-    // route is not there yet (never an invented value).
+    // Identity: a credential set from the page is listed as set, never shown.
+    c.goto(&format!("{base}/#/agent/{}/identity", agent.id))
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the identity status",
+        "document.querySelector('#identity-status dd code')",
+    )
+    .await;
+    css(&c, "#cred-purpose")
+        .await
+        .send_keys("mcp:studio-probe:TOKEN")
+        .await
+        .unwrap();
+    css(&c, "#cred-value")
+        .await
+        .send_keys("s3cret-never-shown")
+        .await
+        .unwrap();
+    css(&c, "#cred-submit").await.click().await.unwrap();
+    until(
+        &c,
+        "the credential listed as set",
+        "document.querySelector('tr[data-purpose=\"mcp:studio-probe:TOKEN\"]')",
+    )
+    .await;
+    let page = c
+        .execute("return document.documentElement.outerHTML", vec![])
+        .await
+        .unwrap();
+    assert!(!page.as_str().unwrap().contains("s3cret-never-shown"));
+    let listed = h
+        .client
+        .get(&format!("/agents/{}/identities", agent.id))
+        .await
+        .unwrap();
+    assert!(
+        listed["identities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["purpose"] == "mcp:studio-probe:TOKEN")
+    );
+    shot(&c, &shots, "7c-identity").await;
+
+    // Runtime settings: providers from the settings with a working test button (against the
+    // loopback mock) and a failing one (a closed loopback port), MCP registrations, defaults.
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            "/settings/providers",
+            Some(&json!({ "value": [
+                { "id": "loop-mock", "type": "openai-compatible", "name": "Loopback mock",
+                  "baseUrl": mock.base_url(), "defaultModel": "mock-model", "apiKey": "sk-test-hidden" },
+                { "id": "loop-closed", "type": "openai-compatible", "name": "Nobody home",
+                  "baseUrl": format!("http://127.0.0.1:{closed_port}/v1"), "defaultModel": "m" },
+            ] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = h
+        .client
+        .raw(
+            Method::PUT,
+            "/settings/mcpServers",
+            Some(&json!({ "value": [
+                { "name": "probe-server", "command": "probe-mcp", "env": { "PROBE_TOKEN": "mcp-secret-hidden" } },
+            ] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    mock.push(Turn::text("OK"));
     c.goto(&format!("{base}/#/runtime")).await.unwrap();
     until(
         &c,
         "the runtime sections",
-        "document.querySelectorAll('main section.card').length === 6",
+        "document.querySelectorAll('main section.card').length === 6
+           && document.querySelector('button[data-provider-test=\"loop-mock\"]')
+           && document.querySelector('#mcp-list') && document.querySelector('#defaults-form')",
     )
     .await;
-    let sections = c
-        .execute(
-            "return [...document.querySelectorAll('main section.card')].map(s => !!(s.querySelector('[data-not-available]') || s.querySelector('pre.json')))",
-            vec![],
-        )
+    css(&c, "button[data-provider-test=\"loop-mock\"]")
+        .await
+        .click()
         .await
         .unwrap();
-    assert_eq!(sections, json!([true, true, true, true, true, true]));
+    until(
+        &c,
+        "the provider test's answer",
+        "(e => e.dataset.ok === 'true' && e.textContent.includes('OK'))(document.querySelector('[data-provider-result=\"loop-mock\"]'))",
+    )
+    .await;
+    css(&c, "button[data-provider-test=\"loop-closed\"]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the failing provider's error",
+        "(e => e.dataset.ok === 'false' && e.textContent.includes('loop-closed'))(document.querySelector('[data-provider-result=\"loop-closed\"]'))",
+    )
+    .await;
+    let page = c
+        .execute("return document.documentElement.outerHTML", vec![])
+        .await
+        .unwrap();
+    assert!(!page.as_str().unwrap().contains("sk-test-hidden"));
+    assert!(!page.as_str().unwrap().contains("not available yet"));
+    assert!(!page.as_str().unwrap().contains("mcp-secret-hidden"));
+    assert!(page.as_str().unwrap().contains("probe-server"));
     shot(&c, &shots, "7b-runtime").await;
+    // Defaults: a bad value is refused in the page, a good one is stored.
+    let threshold = css(&c, "#default-autoCompactThreshold").await;
+    threshold.clear().await.unwrap();
+    threshold.send_keys("lots").await.unwrap();
+    threshold.send_keys("\u{E007}").await.unwrap();
+    until(
+        &c,
+        "the defaults error",
+        "document.querySelector('#defaults-error').textContent.includes('whole number')",
+    )
+    .await;
+    threshold.clear().await.unwrap();
+    threshold.send_keys("50000").await.unwrap();
+    threshold.send_keys("\u{E007}").await.unwrap();
+    wait_for("the default stored", || async {
+        h.client
+            .get("/settings/autoCompactThreshold")
+            .await
+            .is_ok_and(|s| s["value"] == json!(50000))
+    })
+    .await;
+
+    // Fork: the copy is a new agent with the parent's files and its own identity.
+    c.goto(&format!("{base}/#/agent/{}/loop", agent.id))
+        .await
+        .unwrap();
+    css(&c, "#fork-box summary").await.click().await.unwrap();
+    let fork_name = css(&c, "#fork-name").await;
+    fork_name.clear().await.unwrap();
+    fork_name.send_keys("Studio Scout Copy").await.unwrap();
+    shot(&c, &shots, "7d-fork").await;
+    css(&c, "#fork-submit").await.click().await.unwrap();
+    wait_for("the fork loaded", || async {
+        h.server.daemon.agent("studio-scout-copy").is_ok()
+    })
+    .await;
+    let fork = h.server.daemon.agent("studio-scout-copy").unwrap();
+    assert_ne!(fork.id, agent.id);
+    until(
+        &c,
+        "the fork's page",
+        &format!("location.hash.includes('{}')", fork.id),
+    )
+    .await;
+    let copied = h
+        .client
+        .get(&format!(
+            "/agents/{}/files/content?path=notes/arrived.md",
+            fork.id
+        ))
+        .await
+        .unwrap();
+    assert_eq!(copied["content"], "hello");
+    let did = |id: String| {
+        let client = &h.client;
+        async move {
+            client
+                .get(&format!("/agents/{id}/identity/did"))
+                .await
+                .unwrap()["did"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (parent_did, fork_did) = (did(agent.id.clone()).await, did(fork.id.clone()).await);
+    assert!(fork_did.starts_with("did:"), "{fork_did}");
+    assert_ne!(parent_did, fork_did);
+    shot(&c, &shots, "7e-forked").await;
 
     // Narrow screen: the fleet still renders its rows.
     c.set_window_size(390, 844).await.unwrap();

@@ -10,6 +10,7 @@ mod closed_api;
 mod common;
 mod config_rules;
 mod create;
+mod fork;
 mod handle;
 mod identity;
 mod migrate;
