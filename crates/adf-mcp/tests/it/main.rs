@@ -1,0 +1,8 @@
+//! adf-mcp against real MCP servers: a stdlib Python server that misbehaves on purpose, a
+//! Streamable HTTP server (rmcp) on 127.0.0.1, and real packages from npm and PyPI
+//! installed through `Manager::add` (the path of `adf mcp add` and `mcp_install`).
+
+mod common;
+mod http;
+mod packages;
+mod stdio;
