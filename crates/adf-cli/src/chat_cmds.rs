@@ -15,7 +15,7 @@
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{
@@ -234,7 +234,8 @@ pub(crate) fn run(path: &Path, options: ChatOptions, out: Output) -> Result<Exit
         .with_retry_observer(retries.observer())
         .resolve(&config, key)
         .context("cannot reach the agent's model")?;
-    let executor = Executor::from_resolved(resolved, retries);
+    let executor = Executor::from_resolved(resolved, retries)
+        .with_registry(Arc::new(crate::mcp_cmds::registry()));
     let host = ChatHost {
         approvals: options.approvals,
         answer: options.answer.clone(),

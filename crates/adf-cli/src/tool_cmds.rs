@@ -10,7 +10,7 @@ use adf_runtime::tools::approval::{
     ApproveAll, DenyAll, Resolution, WaitForResolution, resolve_task,
 };
 use adf_runtime::tools::{
-    ApprovalRequest, Approver, CallOutcome, Caller, Decision, ToolError, ToolRegistry, render,
+    ApprovalRequest, Approver, CallOutcome, Caller, Decision, ToolError, render,
 };
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result, bail};
@@ -151,7 +151,7 @@ pub(crate) fn tool(
         None => json!({}),
     };
     let mut file = crate::session::open(path)?;
-    let registry = ToolRegistry::with_builtins();
+    let registry = crate::mcp_cmds::registry();
     let caller = call_as.caller();
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let waiter = WaitWithHint { file: path };
@@ -214,7 +214,7 @@ pub(crate) fn resolve(
             path.display()
         );
     }
-    let registry = ToolRegistry::with_builtins();
+    let registry = crate::mcp_cmds::registry();
     let resolution = if approve {
         Resolution::Approve {
             modified_args: None,

@@ -26,6 +26,8 @@ struct Slot {
     session: tokio::sync::Mutex<Option<Live>>,
     stderr: StderrTail,
     last_used: Mutex<Option<Instant>>,
+    /// A task is waiting to stop the server once it has been idle long enough.
+    reaper_armed: std::sync::atomic::AtomicBool,
 }
 
 struct Live {
@@ -157,7 +159,7 @@ impl Supervisor {
                 )));
             }
         };
-        self.touch(&slot, &launch.file, &spec.name);
+        self.touch(&slot);
         Ok(tools
             .into_iter()
             .map(|tool| DiscoveredTool {
@@ -183,11 +185,11 @@ impl Supervisor {
         let outcome = tokio::time::timeout(spec.timeout, peer.call_tool(request)).await;
         match outcome {
             Ok(Ok(result)) => {
-                self.touch(&slot, &launch.file, &spec.name);
+                self.touch(&slot);
                 Ok(result)
             }
             Ok(Err(rmcp::ServiceError::McpError(error))) => {
-                self.touch(&slot, &launch.file, &spec.name);
+                self.touch(&slot);
                 Err(McpError::Call(format!(
                     "MCP server '{}' refused the call to '{tool}': {}",
                     spec.name, error.message
@@ -216,40 +218,34 @@ impl Supervisor {
         self.slot(file, server).stderr.drain()
     }
 
-    /// Records a use and arms the idle stop (when a tokio runtime is running).
-    fn touch(&self, slot: &Arc<Slot>, file: &Path, server: &str) {
-        let now = Instant::now();
+    /// Records a use and, unless one waits already, arms the task that stops the server once
+    /// it has been idle for `idle_stop` (only inside a tokio runtime).
+    fn touch(&self, slot: &Arc<Slot>) {
         if let Ok(mut last) = slot.last_used.lock() {
-            *last = Some(now);
+            *last = Some(Instant::now());
+        }
+        if slot.reaper_armed.swap(true, Ordering::SeqCst) {
+            return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            slot.reaper_armed.store(false, Ordering::SeqCst);
             return;
         };
         let this = self.clone();
-        let key = (file.to_path_buf(), server.to_owned());
+        let slot = Arc::clone(slot);
         handle.spawn(async move {
-            tokio::time::sleep(this.idle_stop).await;
-            this.stop_idle_key(&key, now).await;
+            loop {
+                let last = slot.last_used.lock().ok().and_then(|last| *last);
+                let Some(last) = last else { break };
+                let deadline = last + this.idle_stop;
+                if Instant::now() >= deadline {
+                    this.stop_slot(&slot).await;
+                    break;
+                }
+                tokio::time::sleep_until(deadline.into()).await;
+            }
+            slot.reaper_armed.store(false, Ordering::SeqCst);
         });
-    }
-
-    async fn stop_idle_key(&self, key: &Key, armed_at: Instant) {
-        let slot = {
-            let slots = match self.slots.lock() {
-                Ok(slots) => slots,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            slots.get(key).cloned()
-        };
-        let Some(slot) = slot else { return };
-        let used_since = slot
-            .last_used
-            .lock()
-            .map(|last| last.is_some_and(|l| l > armed_at))
-            .unwrap_or(false);
-        if !used_since {
-            self.stop_slot(&slot).await;
-        }
     }
 
     /// Stops every server unused for at least `idle` (measured from `now`). Returns how many

@@ -31,6 +31,7 @@ pub(crate) struct Hub {
     events: EventBus,
     home: RuntimeHome,
     tools: Arc<ToolRegistry>,
+    mcp: adf_mcp::Supervisor,
     mesh: Arc<DaemonMesh>,
     settings_lock: tokio::sync::Mutex<()>,
     started: Instant,
@@ -45,15 +46,21 @@ impl Hub {
         // The mesh reaches back to the hub's agents, weakly, so the hub can drop.
         Arc::new_cyclic(|weak: &Weak<Hub>| {
             let mesh = Arc::new(DaemonMesh::new(weak.clone(), home.clone()));
-            let tools = ToolRegistry::with_builtins_and_mesh(
+            let mut tools = ToolRegistry::with_builtins_and_mesh(
                 Arc::clone(&mesh) as Arc<dyn adf_runtime::messaging::Mesh>,
                 Some(home.clone()),
             );
+            let mcp = adf_mcp::Supervisor::default();
+            tools.add_source(Arc::new(adf_mcp::McpSource::new(
+                mcp.clone(),
+                Some(home.clone()),
+            )));
             Hub {
                 agents: AgentRegistry::default(),
                 events: EventBus::new(),
                 home,
                 tools: Arc::new(tools),
+                mcp,
                 mesh,
                 settings_lock: tokio::sync::Mutex::new(()),
                 started: Instant::now(),
@@ -87,6 +94,11 @@ impl Hub {
 
     pub(crate) fn tools(&self) -> Arc<ToolRegistry> {
         Arc::clone(&self.tools)
+    }
+
+    /// The MCP servers this daemon runs for its agents.
+    pub(crate) fn mcp(&self) -> &adf_mcp::Supervisor {
+        &self.mcp
     }
 
     pub(crate) fn mesh(&self) -> &Arc<DaemonMesh> {
@@ -166,7 +178,15 @@ impl Hub {
         };
         // Never waits: the agent's umbilical taps get it through their bounded queue.
         crate::taps::offer(self, agent, &envelope);
+        let releases = envelope.event_type == "agent.unloaded"
+            || (envelope.event_type == "agent.state.changed"
+                && envelope.payload.get("state").and_then(Value::as_str) == Some("off"));
         // Publishing while holding the allocator keeps seq order equal to cursor order.
         self.events.publish(envelope);
+        drop(seq);
+        if releases {
+            // STL-04: an agent that goes off or unloads releases its MCP server processes.
+            self.mcp.stop_agent(&agent.path).await;
+        }
     }
 }

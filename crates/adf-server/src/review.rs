@@ -204,6 +204,12 @@ pub fn summarize(file: &AdfFile) -> Result<(String, Value, String), StoreError> 
         // Declared but not run by this runtime (outside the digest: it follows from the
         // config the digest already covers and from this runtime's version).
         "notRunYet": adf_store::unsupported::unsupported_sections(&config),
+        // MCP tools whose definition is new or changed since the owner reviewed it (outside
+        // the digest: a changed tool is disabled, which the digest's tool lists show).
+        "mcpToolsToReview": adf_mcp::declare::pending_reviews(&config)
+            .into_iter()
+            .map(|p| json!({ "name": p.name, "status": p.status }))
+            .collect::<Vec<_>>(),
     });
     if let (Value::Object(out), Value::Object(gated)) = (&mut summary, gated) {
         out.extend(gated);

@@ -13,5 +13,6 @@ mod daemon_clients;
 mod egress;
 mod file_commands;
 mod identity_commands;
+mod mcp_commands;
 mod review_cli;
 mod tool_commands;

@@ -342,6 +342,31 @@ fn hundred_idle_agents_declaring_a_server_start_no_process_until_a_call() {
         assert_eq!(out.unwrap(), json!("echo: one"));
         assert_eq!(world.supervisor.starts(), starts + 1);
         assert_eq!(world.supervisor.running().await, 1);
+        // The idle stop, with the clock passed in: not idle for an hour yet, then it is.
+        let hour = Duration::from_secs(3600);
+        assert_eq!(world.supervisor.stop_idle(Instant::now(), hour).await, 0);
+        assert_eq!(
+            world
+                .supervisor
+                .stop_idle(Instant::now() + 2 * hour, hour)
+                .await,
+            1
+        );
+        assert_eq!(world.supervisor.running().await, 0);
+        let out = call(
+            &registry,
+            &mut files[41],
+            &Caller::Owner,
+            "mcp_bad_echo",
+            json!({"text": "again"}),
+            &DenyAll,
+        )
+        .await;
+        assert_eq!(
+            out.unwrap(),
+            json!("echo: again"),
+            "an idle-stopped server starts again on the next call"
+        );
         // STL-04's half in this crate: stopping the agent stops its servers.
         assert_eq!(world.supervisor.stop_agent(files[41].path()).await, 1);
         assert_eq!(world.supervisor.running().await, 0);

@@ -5,6 +5,7 @@
 //! write), shape the answer, emit the event. No agent logic lives here.
 
 mod agents;
+mod mcp;
 mod resources;
 mod review;
 mod settings;
@@ -51,6 +52,9 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/review", get(review::get))
         .route("/agents/review/accept", post(review::accept))
         .route("/agents/{id}", get(agents::get_ref))
+        .route("/runtime/mcp", get(mcp::runtime))
+        .route("/agents/{id}/runtime/mcp", get(mcp::agent))
+        .route("/agents/{id}/mcp", get(mcp::agent))
         .route("/agents/{id}/status", get(agents::status))
         .route("/agents/{id}/start", post(agents::start))
         .route("/agents/{id}/stop", post(agents::stop))

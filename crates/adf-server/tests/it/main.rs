@@ -13,6 +13,7 @@ mod frontdoor;
 mod fuzz_api;
 mod hil;
 mod loops_daemon;
+mod mcp;
 mod messaging;
 mod replay;
 mod review;

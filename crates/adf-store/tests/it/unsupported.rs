@@ -57,7 +57,6 @@ fn each_declared_section_is_named() {
         paths(&config),
         [
             "code_execution.packages",
-            "mcp.servers",
             "compute",
             "adapters.telegram",
             "serving.public",
@@ -72,7 +71,8 @@ fn each_declared_section_is_named() {
         ]
     );
     let line = warning_line(&config).unwrap();
-    assert!(line.contains("mcp.servers"), "{line}");
+    assert!(line.contains("code_execution.packages"), "{line}");
+    assert!(!line.contains("mcp"), "MCP servers run: {line}");
     assert!(line.contains("route middleware never runs"), "{line}");
 }
 
