@@ -173,7 +173,7 @@ pub(crate) enum Command {
     Identity(IdentityCommand),
     /// An agent's MCP servers: add (install and discover), list, restart, remove, review.
     #[command(subcommand)]
-    Mcp(McpCommand),
+    Mcp(Box<McpCommand>),
     /// Run a tool against the file as the model, agent code, authorized code or the owner,
     /// with the same access rules and approvals the runtime applies.
     Tool {

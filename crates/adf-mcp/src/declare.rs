@@ -285,6 +285,7 @@ pub fn upsert_server(config: &mut Value, server: Value) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn spec(config: &Value) -> ServerSpec {

@@ -422,6 +422,7 @@ fn bare_npm_name(package: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

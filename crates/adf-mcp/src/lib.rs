@@ -11,6 +11,7 @@
 //!   file; Streamable HTTP goes through `adf-egress`.
 //! - [`ServerSpec`]: the typed view of one `mcp.servers[]` entry.
 //! - [`declare`]: discovery → declarations (`mcp_tool_hash`, `mcp_tool_status`), reviews.
+//! - [`tools`]: the agent's management tools `mcp_install`, `mcp_restart`, `mcp_uninstall`.
 //! - [`install`]: the package cache under the runtime home (npm prefix, PyPI virtualenv per
 //!   package) and the server declarations `mcp_install`/`adf mcp add` write.
 
@@ -22,6 +23,7 @@ pub mod result;
 pub mod source;
 pub mod spec;
 pub mod supervisor;
+pub mod tools;
 
 pub use declare::{DiscoveredTool, DiscoveryReport};
 pub use source::{McpSource, McpTool};

@@ -69,6 +69,7 @@ pub fn map(result: CallToolResult, secrets: &[Zeroizing<String>]) -> Result<Valu
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn result(value: Value) -> CallToolResult {

@@ -57,6 +57,11 @@ impl McpSource {
         &self.supervisor
     }
 
+    /// The runtime home given at construction, if any.
+    pub fn home(&self) -> Option<RuntimeHome> {
+        self.home.clone()
+    }
+
     /// The package cache of the runtime home (`$ADF_HOME` when none was given).
     fn packages(&self) -> Option<crate::install::PackageCache> {
         let home = match &self.home {
@@ -69,6 +74,9 @@ impl McpSource {
 
 impl ToolSource for McpSource {
     fn tool(&self, config: &Value, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = crate::tools::management_tool(self, name) {
+            return Some(tool);
+        }
         let (server, tool) = split_tool_name(config, name)?;
         let declaration = config
             .get("tools")

@@ -304,6 +304,7 @@ pub fn split_tool_name<'a>(config: &Value, name: &'a str) -> Option<(String, &'a
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 

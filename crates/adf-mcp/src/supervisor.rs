@@ -110,14 +110,11 @@ impl Supervisor {
         launch: &Launch,
     ) -> Result<rmcp::Peer<rmcp::RoleClient>, McpError> {
         let mut guard = slot.session.lock().await;
-        if let Some(live) = guard.as_ref()
-            && (live.session.is_closed()
-                || live.session.is_transport_closed()
-                || &live.spec != spec)
-        {
-            if let Some(live) = guard.take() {
-                stop(live).await;
-            }
+        let stale = guard.as_ref().is_some_and(|live| {
+            live.session.is_closed() || live.session.is_transport_closed() || &live.spec != spec
+        });
+        if stale && let Some(live) = guard.take() {
+            stop(live).await;
         }
         if let Some(live) = guard.as_ref() {
             return Ok(live.session.peer().clone());
@@ -280,6 +277,16 @@ impl Supervisor {
     pub async fn stop_server(&self, file: &Path, server: &str) -> bool {
         let slot = self.slot(file, server);
         self.stop_slot(&slot).await
+    }
+
+    /// Drops the open session of server `server` of `file` without waiting for it to end
+    /// (callable from synchronous code: the session's own runtime ends the process); the
+    /// next call starts the server afresh.
+    pub fn forget_server(&self, file: &Path, server: &str) {
+        let slot = self.slot(file, server);
+        if let Ok(mut session) = slot.session.try_lock() {
+            session.take();
+        }
     }
 
     /// Stops every server of the agent at `file` (the agent went `off` or unloaded, STL-04).

@@ -19,7 +19,7 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 14] = [
+pub const UNIMPLEMENTED_TOOLS: [&str; 11] = [
     "chat_info",
     "adf_shell",
     "ws_connect",
@@ -31,9 +31,6 @@ pub const UNIMPLEMENTED_TOOLS: [&str; 14] = [
     "stream_bindings",
     "fs_transfer",
     "compute_exec",
-    "mcp_install",
-    "mcp_restart",
-    "mcp_uninstall",
 ];
 
 /// One declared section the runtime does not run.

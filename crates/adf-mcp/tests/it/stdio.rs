@@ -403,3 +403,127 @@ fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
         );
     });
 }
+
+#[test]
+fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_the_pipeline() {
+    runtime().block_on(async {
+        let world = World::new();
+        let mut file = world.agent("tools");
+        let registry = world.registry();
+        let script = misbehaving_script().display().to_string();
+        let invalid = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_install",
+            json!({"type": "custom", "package": "python3"}),
+            &DenyAll,
+        )
+        .await;
+        assert!(
+            invalid
+                .unwrap_err()
+                .message
+                .contains("requires an explicit name")
+        );
+        let installed = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_install",
+            json!({"type": "custom", "name": "bad", "package": "python3", "args": [script]}),
+            &DenyAll,
+        )
+        .await
+        .unwrap();
+        assert!(
+            installed["tools"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("mcp_bad_echo")),
+            "{installed}"
+        );
+        let out = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_bad_echo",
+            json!({"text": "t"}),
+            &DenyAll,
+        )
+        .await;
+        assert_eq!(out.unwrap(), json!("echo: t"));
+
+        // The owner's choice survives a restart (TOL-40).
+        let mut config = file.config().unwrap();
+        for d in config["tools"].as_array_mut().unwrap() {
+            if d["name"] == "mcp_bad_env" {
+                d["enabled"] = json!(false);
+            }
+        }
+        file.config_replace(adf_store::Caller::Owner, config)
+            .unwrap();
+        let restarted = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_restart",
+            json!({"name": "bad"}),
+            &DenyAll,
+        )
+        .await
+        .unwrap();
+        assert!(
+            restarted["unchanged"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("mcp_bad_env")),
+            "{restarted}"
+        );
+        assert_eq!(declaration(&file, "mcp_bad_env")["enabled"], json!(false));
+        let out = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_bad_echo",
+            json!({"text": "after"}),
+            &DenyAll,
+        )
+        .await;
+        assert_eq!(
+            out.unwrap(),
+            json!("echo: after"),
+            "the server restarts on the next call"
+        );
+
+        call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_uninstall",
+            json!({"name": "bad"}),
+            &DenyAll,
+        )
+        .await
+        .unwrap();
+        let config = file.config().unwrap();
+        assert!(
+            config["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|d| !d["name"].as_str().unwrap().starts_with("mcp_bad_"))
+        );
+        assert_eq!(config["mcp"]["servers"], json!([]));
+        let gone = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_uninstall",
+            json!({"name": "bad"}),
+            &DenyAll,
+        )
+        .await;
+        assert_eq!(gone.unwrap_err().code, ErrorCode::NotFound);
+    });
+}

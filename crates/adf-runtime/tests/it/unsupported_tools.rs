@@ -20,6 +20,10 @@ fn the_unimplemented_tool_list_matches_the_registry() {
         if name == "agent_discover" {
             continue;
         }
+        // The MCP management tools come from adf-mcp's tool source, which the binaries attach.
+        if name.starts_with("mcp_") {
+            continue;
+        }
         assert!(
             registered.contains(&name) || UNIMPLEMENTED_TOOLS.contains(&name),
             "{name} is neither registered nor listed as unimplemented"

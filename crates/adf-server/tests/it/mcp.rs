@@ -78,3 +78,62 @@ async fn stl_04_mcp_server_starts_on_first_call_and_stops_when_the_agent_goes_of
     );
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tol_11_review_lists_a_changed_mcp_tool_and_accepting_records_its_new_hash() {
+    let h = Harness::start().await;
+    let definition = json!({"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"loud": {"type": "boolean"}}}});
+    let path = agent_file(
+        h.dir.path(),
+        "reviewed",
+        &[],
+        &[
+            (
+                "mcp",
+                json!({"servers": [{"name": "bad", "command": "python3"}]}),
+            ),
+            (
+                "tools",
+                json!([{"name": "mcp_bad_echo", "enabled": false, "visible": true, "restricted": true,
+                        "mcp_tool_hash": "0000", "mcp_tool_status": "changed", "mcp_tool_definition": definition}]),
+            ),
+        ],
+    );
+    let query = format!(
+        "/agents/review?filePath={}",
+        adf_server::client::encode(&path.display().to_string())
+    );
+    let review = h.client.get(&query).await.unwrap();
+    assert_eq!(
+        review["summary"]["mcpToolsToReview"],
+        json!([{"name": "mcp_bad_echo", "status": "changed"}])
+    );
+    let accepted = h
+        .client
+        .call(
+            Method::POST,
+            "/agents/review/accept",
+            Some(&json!({"filePath": path})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(accepted["reviewed"], json!(true), "{accepted}");
+    assert_eq!(accepted["summary"]["mcpToolsToReview"], json!([]));
+    let file = adf_store::AdfFile::open(&path).unwrap();
+    let config = file.config().unwrap();
+    let echo = config["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "mcp_bad_echo")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        echo["mcp_tool_hash"],
+        json!(adf_mcp::declare::definition_hash(&definition))
+    );
+    assert_eq!(echo["enabled"], json!(true));
+    assert!(echo.get("mcp_tool_status").is_none());
+    drop(file);
+    h.stop().await;
+}

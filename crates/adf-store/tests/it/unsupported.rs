@@ -98,9 +98,9 @@ fn check_reports_each_unsupported_section_and_stays_read_only() {
     let (_dir, path, mut file) = common::new_file("declared");
     file.config_set_path(
         Caller::Owner,
-        "mcp.servers",
+        "code_execution.packages",
         ConfigAction::Set,
-        json!([{ "name": "docs", "transport": "http", "url": "https://mcp.invalid/mcp" }]),
+        json!([{ "name": "vega-lite", "version": "^5" }]),
     )
     .unwrap();
     file.config_set_path(
@@ -121,7 +121,9 @@ fn check_reports_each_unsupported_section_and_stays_read_only() {
         .collect();
     assert_eq!(named.len(), 2, "{named:?}");
     assert!(
-        named.iter().any(|m| m.contains("config mcp.servers")),
+        named
+            .iter()
+            .any(|m| m.contains("config code_execution.packages")),
         "{named:?}"
     );
     assert!(
