@@ -9,7 +9,7 @@ use zeroize::Zeroizing;
 
 /// Replaces each secret value by the redaction marker, so a server that echoes a credential
 /// does not hand it to the model or the logs.
-fn redact(text: &str, secrets: &[Zeroizing<String>]) -> String {
+pub fn redact(text: &str, secrets: &[Zeroizing<String>]) -> String {
     let mut out = text.to_owned();
     for secret in secrets {
         if out.contains(secret.as_str()) {

@@ -169,7 +169,25 @@ impl Tool for McpTool {
                 Some(Value::Object(map)) => map.clone(),
                 _ => Map::new(),
             };
-            let result = call(&source, &config, &file, &server, &tool, arguments).await;
+            let credentials = source
+                .stash
+                .0
+                .lock()
+                .ok()
+                .and_then(|mut stash| stash.remove(&(file.clone(), server.clone())))
+                .unwrap_or_default();
+            let secrets = redactions(&credentials);
+            let result = call(
+                &source,
+                &config,
+                &file,
+                &server,
+                &tool,
+                arguments,
+                credentials,
+            )
+            .await;
+            // A server that prints a credential (stderr, an error) does not put it in the logs.
             let mut logs: Vec<LogRow> = source
                 .supervisor
                 .drain_stderr(&file, &server)
@@ -179,10 +197,14 @@ impl Tool for McpTool {
                     origin: "mcp",
                     event: "server_stderr",
                     target: Some(server.clone()),
-                    message: line,
+                    message: crate::result::redact(&line, &secrets),
                     data: None,
                 })
                 .collect();
+            let result = result.map_err(|mut error| {
+                error.message = crate::result::redact(&error.message, &secrets);
+                error
+            });
             if let Err(error) = &result {
                 logs.push(LogRow {
                     level: "warn",
@@ -251,15 +273,9 @@ async fn call(
     server: &str,
     tool: &str,
     arguments: Map<String, Value>,
+    credentials: Credentials,
 ) -> Result<Value, ToolError> {
     let spec = find_server(config, server).map_err(to_tool_error)?;
-    let credentials = source
-        .stash
-        .0
-        .lock()
-        .ok()
-        .and_then(|mut stash| stash.remove(&(file.to_path_buf(), server.to_owned())))
-        .unwrap_or_default();
     let launch = Launch {
         file: file.to_path_buf(),
         credentials,
@@ -271,13 +287,12 @@ async fn call(
         .call(&spec, &launch, tool, arguments)
         .await
         .map_err(to_tool_error)?;
-    crate::result::map(result, &redactions(&launch))
+    crate::result::map(result, &redactions(&launch.credentials))
 }
 
-/// The credential values a result or error must never carry back.
-fn redactions(launch: &Launch) -> Vec<Zeroizing<String>> {
-    launch
-        .credentials
+/// The credential values a result, an error or a log row must never carry.
+fn redactions(credentials: &Credentials) -> Vec<Zeroizing<String>> {
+    credentials
         .values()
         .filter(|v| v.len() >= 4)
         .cloned()

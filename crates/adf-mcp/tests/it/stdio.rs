@@ -401,6 +401,37 @@ fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
                 && error.message.contains("mcp:bad:API_TOKEN"),
             "{error:?}"
         );
+        // Set (sealed), the server gets it in its environment; echoed back, it is redacted.
+        world.home.init_owner(false).unwrap();
+        let keys = adf_runtime::identity::LocalKeys::from_home(&world.home).unwrap();
+        let open = adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+        adf_runtime::identity::set_credential(
+            &mut file,
+            &open,
+            "mcp:bad:API_TOKEN",
+            b"sekrit-value-42",
+            false,
+        )
+        .unwrap();
+        let out = call(
+            &registry,
+            &mut file,
+            &Caller::Owner,
+            "mcp_bad_env",
+            json!({}),
+            &DenyAll,
+        )
+        .await
+        .unwrap();
+        let seen: Value = serde_json::from_str(out.as_str().unwrap()).unwrap();
+        assert_eq!(seen["token"], json!("__redacted__"));
+        assert!(
+            seen["names"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("API_TOKEN"))
+        );
+        assert!(!out.to_string().contains("sekrit-value-42"));
     });
 }
 
