@@ -683,6 +683,18 @@ async fn review(client: &Client, file: PathBuf, accept: bool, out: Output) -> Re
                 text(&section["what"])
             );
         }
+        for tool in body["summary"]["mcpToolsToReview"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            say!(
+                "MCP tool {} is {} since your last review{}",
+                text(&tool["name"]),
+                text(&tool["status"]),
+                if accept { " (accepted)" } else { "" }
+            );
+        }
         match serde_json::to_string_pretty(&body["summary"]) {
             Ok(summary) => say!("{summary}"),
             Err(_) => say!("{}", body["summary"]),

@@ -45,7 +45,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// The environment of a command-line run: a fresh sandbox, the built-in tools, models from the
 /// environment, and this installation's keys when it has any (never created here).
 async fn env() -> Result<CodeEnv, ToolError> {
-    let env = CodeEnv::with_builtins().await?;
+    let env = CodeEnv::with_registry(Arc::new(crate::tool_cmds::registry())).await?;
     let keys = adf_runtime::home::RuntimeHome::from_env()
         .ok()
         .and_then(|home| adf_runtime::identity::LocalKeys::existing(&home).ok())

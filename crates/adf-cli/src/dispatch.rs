@@ -68,6 +68,7 @@ pub(crate) fn run(command: Command, out: Output) -> Result<ExitCode> {
         command @ (Command::Owner(_) | Command::Identity(_) | Command::Claim { .. }) => {
             crate::identity_cmds::run(command, out)
         }
+        Command::Mcp(command) => crate::mcp_cmds::run(*command, out),
         Command::New {
             file,
             name,

@@ -13,6 +13,7 @@ mod demo;
 mod dispatch;
 mod file_cmds;
 mod identity_cmds;
+mod mcp_cmds;
 mod output;
 mod session;
 mod tool_cmds;
@@ -170,6 +171,9 @@ pub(crate) enum Command {
     /// An agent's identity: envelope status and sealed credentials.
     #[command(subcommand)]
     Identity(IdentityCommand),
+    /// An agent's MCP servers: add (install and discover), list, restart, remove, review.
+    #[command(subcommand)]
+    Mcp(Box<McpCommand>),
     /// Run a tool against the file as the model, agent code, authorized code or the owner,
     /// with the same access rules and approvals the runtime applies.
     Tool {
@@ -274,6 +278,58 @@ pub(crate) enum OwnerCommand {
         /// Replace a different existing owner.
         #[arg(long)]
         force: bool,
+    },
+}
+
+/// `adf mcp …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Install a server package (npm by default, or PyPI), or attach a command or an HTTP
+    /// server, then discover its tools (enabled, restricted by default).
+    Add {
+        file: PathBuf,
+        /// The npm or PyPI package, or the command for --type custom.
+        package: Option<String>,
+        /// npm (default), pypi, custom or http.
+        #[arg(long = "type", default_value = "npm")]
+        kind: String,
+        /// The server name (the <server> of mcp_<server>_<tool>); derived from the package.
+        #[arg(long)]
+        name: Option<String>,
+        /// The endpoint of an http server.
+        #[arg(long)]
+        url: Option<String>,
+        /// An argument for the server (repeatable).
+        #[arg(long = "arg", allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// A credential the server reads, set with `adf identity set FILE mcp:<server>:<KEY>`.
+        #[arg(long = "env-key")]
+        env_keys: Vec<String>,
+        /// A static, non-secret HTTP header NAME=VALUE.
+        #[arg(long = "header")]
+        headers: Vec<String>,
+        /// An HTTP header whose value is a credential: HEADER=KEY.
+        #[arg(long = "header-env")]
+        header_env: Vec<String>,
+        /// The credential sent as `Authorization: Bearer …`.
+        #[arg(long)]
+        bearer_token_env_var: Option<String>,
+        /// Run on the host (needs compute.host_access).
+        #[arg(long)]
+        host: bool,
+    },
+    /// The servers and their tool declarations.
+    List { file: PathBuf },
+    /// Restart a server and refresh its tools (owner choices kept; changed tools disabled).
+    Restart { file: PathBuf, name: String },
+    /// Remove a server and every mcp_<name>_* declaration.
+    Remove { file: PathBuf, name: String },
+    /// MCP tools that are new or changed since the owner last reviewed them.
+    Review {
+        file: PathBuf,
+        /// Record the current definitions as reviewed (re-enables changed tools).
+        #[arg(long)]
+        accept: bool,
     },
 }
 

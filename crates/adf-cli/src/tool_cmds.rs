@@ -136,10 +136,15 @@ fn args_without_reason(args: &Value) -> String {
     shown.to_string()
 }
 
-/// The tools this binary runs: the built-ins plus the capability crates (`adf_shell`).
+/// The tools this binary runs: the built-ins plus the capability crates (`adf_shell`, and the
+/// MCP tools the agent declares, whose servers start on first call).
 pub(crate) fn registry() -> ToolRegistry {
     let mut registry = ToolRegistry::with_builtins();
     registry.register(adf_shell::tool());
+    registry.add_source(std::sync::Arc::new(adf_mcp::McpSource::new(
+        adf_mcp::Supervisor::default(),
+        None,
+    )));
     registry
 }
 
@@ -221,7 +226,7 @@ pub(crate) fn resolve(
             path.display()
         );
     }
-    let registry = ToolRegistry::with_builtins();
+    let registry = registry();
     let resolution = if approve {
         Resolution::Approve {
             modified_args: None,

@@ -109,6 +109,11 @@ impl Daemon {
         self.hub.home()
     }
 
+    /// The MCP servers this daemon runs for its agents.
+    pub(crate) fn mcp(&self) -> &adf_mcp::Supervisor {
+        self.hub.mcp()
+    }
+
     pub(crate) fn tools(&self) -> Arc<ToolRegistry> {
         self.hub.tools()
     }
@@ -233,6 +238,10 @@ impl Daemon {
     /// Closes every agent's file cleanly (no `-wal`/`-shm` left) and ends event streams.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
+        self.hub
+            .mcp()
+            .stop_idle(std::time::Instant::now(), std::time::Duration::ZERO)
+            .await;
         let agents = self.hub.registry().take_all();
         for agent in &agents {
             agent.hil().abort_all();

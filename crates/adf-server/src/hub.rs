@@ -31,6 +31,7 @@ pub(crate) struct Hub {
     events: EventBus,
     home: RuntimeHome,
     tools: Arc<ToolRegistry>,
+    mcp: adf_mcp::Supervisor,
     mesh: Arc<DaemonMesh>,
     settings_lock: tokio::sync::Mutex<()>,
     started: Instant,
@@ -72,11 +73,17 @@ impl Hub {
             for tool in adf_net::tools::StreamToolNotYet::tools() {
                 tools.register(tool);
             }
+            let mcp = adf_mcp::Supervisor::default();
+            tools.add_source(Arc::new(adf_mcp::McpSource::new(
+                mcp.clone(),
+                Some(home.clone()),
+            )));
             Hub {
                 agents: AgentRegistry::default(),
                 events: EventBus::new(),
                 home,
                 tools: Arc::new(tools),
+                mcp,
                 mesh,
                 settings_lock: tokio::sync::Mutex::new(()),
                 started: Instant::now(),
@@ -113,6 +120,11 @@ impl Hub {
 
     pub(crate) fn tools(&self) -> Arc<ToolRegistry> {
         Arc::clone(&self.tools)
+    }
+
+    /// The MCP servers this daemon runs for its agents.
+    pub(crate) fn mcp(&self) -> &adf_mcp::Supervisor {
+        &self.mcp
     }
 
     pub(crate) fn mesh(&self) -> &Arc<DaemonMesh> {
@@ -217,7 +229,15 @@ impl Hub {
         self.umbilical.record(&agent.id, event_type, number, || {
             serde_json::to_value(&envelope).unwrap_or(Value::Null)
         });
+        let releases = envelope.event_type == "agent.unloaded"
+            || (envelope.event_type == "agent.state.changed"
+                && envelope.payload.get("state").and_then(Value::as_str) == Some("off"));
         // Publishing while holding the allocator keeps seq order equal to cursor order.
         self.events.publish(envelope);
+        drop(seq);
+        if releases {
+            // STL-04: an agent that goes off or unloads releases its MCP server processes.
+            self.mcp.stop_agent(&agent.path).await;
+        }
     }
 }

@@ -204,6 +204,12 @@ pub fn summarize(file: &AdfFile) -> Result<(String, Value, String), StoreError> 
         // Declared but not run by this runtime (outside the digest: it follows from the
         // config the digest already covers and from this runtime's version).
         "notRunYet": adf_store::unsupported::unsupported_sections(&config),
+        // MCP tools whose definition is new or changed since the owner reviewed it (outside
+        // the digest: a changed tool is disabled, which the digest's tool lists show).
+        "mcpToolsToReview": adf_mcp::declare::pending_reviews(&config)
+            .into_iter()
+            .map(|p| json!({ "name": p.name, "status": p.status }))
+            .collect::<Vec<_>>(),
     });
     if let (Value::Object(out), Value::Object(gated)) = (&mut summary, gated) {
         out.extend(gated);
@@ -375,6 +381,7 @@ pub(crate) async fn review(hub: &Arc<Hub>, path: &Path) -> Result<Review, Server
 
 /// Records that the owner accepted what the file at `path` can do now.
 pub(crate) async fn accept_review(hub: &Arc<Hub>, path: &Path) -> Result<Review, ServerError> {
+    accept_mcp_definitions(hub, path).await?;
     let mut review = review(hub, path).await?;
     let _guard = hub.settings_lock().lock().await;
     let record = json!({
@@ -396,6 +403,38 @@ pub(crate) async fn accept_review(hub: &Arc<Hub>, path: &Path) -> Result<Review,
     })?;
     review.reviewed = true;
     Ok(review)
+}
+
+/// Accepting a review accepts the MCP tool definitions it lists as new or changed: their
+/// declarations record the current definition's hash (`mcp_tool_hash`) as the owner's, one
+/// owner write; a file with none pending is not touched.
+async fn accept_mcp_definitions(hub: &Arc<Hub>, path: &Path) -> Result<(), ServerError> {
+    let pending = review(hub, path).await?.summary["mcpToolsToReview"]
+        .as_array()
+        .is_some_and(|tools| !tools.is_empty());
+    if !pending {
+        return Ok(());
+    }
+    let canonical = canonicalize(path).await?;
+    let accept = |file: &mut AdfFile| -> Result<(), adf_store::StoreError> {
+        let mut config = file.config()?;
+        if adf_mcp::declare::accept_reviews(&mut config).is_empty() {
+            return Ok(());
+        }
+        file.config_replace(adf_store::Caller::Owner, config)
+    };
+    match hub.agents().into_iter().find(|a| a.path == canonical) {
+        Some(agent) => agent.job(accept).await?,
+        None => tokio::task::spawn_blocking(move || {
+            let mut file = AdfFile::open(&canonical)?;
+            let outcome = accept(&mut file);
+            file.close()?;
+            outcome
+        })
+        .await
+        .map_err(|e| ServerError::Io(std::io::Error::other(e)))??,
+    }
+    Ok(())
 }
 
 /// `Ok` when the owner accepted the file's current digest, else

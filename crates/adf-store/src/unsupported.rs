@@ -1,6 +1,6 @@
 //! The one list of config sections this runtime stores but does not act on yet.
 //!
-//! A file may declare MCP servers, channel adapters, served routes, WebSocket connections,
+//! A file may declare channel adapters, served routes, WebSocket connections,
 //! stream bindings, a pre-LLM hook and more (spec §5.11–§5.24). The runtime keeps every such
 //! declaration (§15: they are declarations stored in the file) but does not run them yet, and
 //! accepting them silently would let an owner believe, say, a route's auth middleware guards
@@ -19,22 +19,19 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 9] = [
+pub const UNIMPLEMENTED_TOOLS: [&str; 6] = [
     "chat_info",
     "stream_bind",
     "stream_unbind",
     "stream_bindings",
     "fs_transfer",
     "compute_exec",
-    "mcp_install",
-    "mcp_restart",
-    "mcp_uninstall",
 ];
 
 /// One declared section the runtime does not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnsupportedSection {
-    /// The config path, such as `mcp.servers` or `tools.ws_connect`.
+    /// The config path, such as `compute` or `tools.ws_connect`.
     pub path: String,
     /// What is not run, for the owner.
     pub what: &'static str,
@@ -83,9 +80,6 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             "code_execution.packages",
             "npm packages are not installed; code can import only the agent's own files",
         );
-    }
-    if non_empty_array(config, "/mcp/servers") {
-        add("mcp.servers", "MCP servers are not started");
     }
     if is_true(config, "/compute/enabled") {
         add("compute", "compute environments are not run");

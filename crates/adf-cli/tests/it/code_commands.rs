@@ -195,8 +195,8 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
         .args(["config", "set"])
         .arg(&agent.file)
         .args([
-            "mcp.servers",
-            r#"[{"name":"docs","transport":"http","url":"https://mcp.invalid/mcp"}]"#,
+            "code_execution.packages",
+            r#"[{"name":"vega-lite","version":"^5.21.0"}]"#,
         ])
         .assert()
         .success();
@@ -209,7 +209,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
     assert!(warned.status.success());
     let stderr = String::from_utf8_lossy(&warned.stderr);
     assert!(stderr.contains("warning:"), "{stderr}");
-    assert!(stderr.contains("mcp.servers"), "{stderr}");
+    assert!(stderr.contains("code_execution.packages"), "{stderr}");
 
     // `adf chat` warns before it reaches for a model (none is configured here).
     let chat = adf(&agent)
@@ -223,7 +223,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&chat.stderr);
     assert!(
-        stderr.contains("warning:") && stderr.contains("mcp.servers"),
+        stderr.contains("warning:") && stderr.contains("code_execution.packages"),
         "{stderr}"
     );
 
@@ -231,7 +231,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
     assert!(
         report
             .to_string()
-            .contains("config mcp.servers is declared"),
+            .contains("config code_execution.packages is declared"),
         "{report}"
     );
 }

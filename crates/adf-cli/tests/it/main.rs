@@ -13,6 +13,7 @@ mod daemon_clients;
 mod egress;
 mod file_commands;
 mod identity_commands;
+mod mcp_commands;
 mod review_cli;
 mod studio_cli;
 mod tool_commands;

@@ -127,9 +127,9 @@ fn adf_review_accept_lets_daemon_track_start_the_reviewed_autostart_agent_only()
         let mut file = AdfFile::open(&declared).unwrap();
         file.config_set_path(
             adf_store::Caller::Owner,
-            "mcp.servers",
+            "code_execution.packages",
             ConfigAction::Set,
-            json!([{ "name": "docs", "transport": "http", "url": "https://mcp.invalid/mcp" }]),
+            json!([{ "name": "vega-lite", "version": "^5.21.0" }]),
         )
         .unwrap();
         file.close().unwrap();
@@ -141,7 +141,7 @@ fn adf_review_accept_lets_daemon_track_start_the_reviewed_autostart_agent_only()
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             stdout
-                .contains("not run by this runtime yet: mcp.servers (MCP servers are not started)"),
+                .contains("not run by this runtime yet: code_execution.packages (npm packages are not installed"),
             "{stdout}"
         );
         // Nothing was loaded by reviewing.

@@ -112,10 +112,16 @@ impl CodeEnv {
 
     /// A new sandbox with the default limits and every built-in tool.
     pub async fn with_builtins() -> Result<Self, ToolError> {
+        Self::with_registry(Arc::new(ToolRegistry::with_builtins())).await
+    }
+
+    /// A new sandbox with the default limits and the tools of `registry` (built-ins plus
+    /// whatever sources the binary attached).
+    pub async fn with_registry(registry: Arc<ToolRegistry>) -> Result<Self, ToolError> {
         let sandbox = Sandbox::new(SandboxConfig::default())
             .await
             .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))?;
-        Ok(Self::new(sandbox, Arc::new(ToolRegistry::with_builtins())))
+        Ok(Self::new(sandbox, registry))
     }
 
     /// Resolve `model_invoke` models with this resolver.

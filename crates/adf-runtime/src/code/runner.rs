@@ -575,7 +575,11 @@ impl<'a> Runner<'a> {
                 let settled = match &reply {
                     Ok(Reply::Detached(..)) => None,
                     Ok(_) => Some(Ok(())),
-                    Err(error) if self.env.registry.get(method).is_some() => {
+                    Err(error)
+                        if self.code_config().is_ok_and(|config| {
+                            self.env.registry.resolve(&config, method).is_some()
+                        }) =>
+                    {
                         Some(Err(error.clone()))
                     }
                     Err(_) => None,

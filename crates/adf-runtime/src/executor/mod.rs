@@ -1053,11 +1053,12 @@ impl Executor {
         }
     }
 
-    /// The code environment, made with every built-in tool on first use.
+    /// The code environment, made with this executor's tools on first use (so the model's
+    /// code sees the same tools, sources included, as the model).
     async fn code_env(&self) -> Result<Arc<crate::code::CodeEnv>, crate::tools::ToolError> {
         self.code
             .get_or_try_init(|| async {
-                let env = crate::code::CodeEnv::with_builtins().await?;
+                let env = crate::code::CodeEnv::with_registry(Arc::clone(&self.registry)).await?;
                 Ok(Arc::new(match &self.events {
                     Some(sink) => env.with_event_sink(Arc::clone(sink)),
                     None => env,

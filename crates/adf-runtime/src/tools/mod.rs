@@ -1,7 +1,8 @@
 //! The tool registry and the one place tool calls are decided and run.
 //!
-//! Principal types: [`Tool`] (one built-in tool: name, JSON Schema, `run`), [`ToolRegistry`]
-//! (every tool by name; [`ToolRegistry::call`] is the whole call pipeline), [`Caller`] and the
+//! Principal types: [`Tool`] (one tool: name, JSON Schema, `run`), [`ToolSource`] (tools that
+//! come from elsewhere than the built-in list, per agent config), [`ToolRegistry`] (every tool
+//! by name; [`ToolRegistry::call`] is the whole call pipeline), [`Caller`] and the
 //! access predicates in [`access`], [`ToolError`] with its stable [`ErrorCode`]s, and the
 //! human-in-the-loop pieces in [`approval`].
 //!
@@ -28,12 +29,12 @@ pub use access::{Access, Caller, Declaration};
 pub use approval::{ApprovalRequest, Approver, Decision};
 pub use error::{ErrorCode, ProtectionHit, ToolError};
 
-/// One built-in tool.
+/// One tool: built in, or provided by a [`ToolSource`].
 pub trait Tool: Send + Sync + 'static {
     /// The name models and code call it by.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// One or two sentences for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// The JSON Schema of the arguments (an object schema).
     fn parameters(&self) -> Value;
     /// Runs the call. The pipeline has validated `args` against [`Tool::parameters`] and
@@ -349,16 +350,29 @@ fn missing_tool(name: &str) -> ToolError {
 /// The description injected into every schema shown to the model (tools guide `_reason`).
 const REASON_PARAMETER: &str = "Why you are calling this tool, in about ten words. Shown to the owner when approval is needed.";
 
+/// Tools that do not come from the built-in list: their names and schemas depend on the
+/// agent (its config declares them), so the registry asks a source for every name it does
+/// not hold itself. A tool a source hands back goes through the same pipeline as a built-in
+/// one (declaration, access, approvals, one transaction, detached network work). The binary
+/// attaches sources where it assembles the runtime ([`ToolRegistry::add_source`]).
+pub trait ToolSource: Send + Sync + 'static {
+    /// The tool called `name` for the agent whose config is `config`, if this source
+    /// provides it. Called on every lookup: keep it a cheap read of `config`.
+    fn tool(&self, config: &Value, name: &str) -> Option<Arc<dyn Tool>>;
+}
+
 /// Every tool by name.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolRegistry")
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("sources", &self.sources.len())
             .finish()
     }
 }
@@ -388,17 +402,33 @@ impl ToolRegistry {
 
     /// Adds or replaces a tool.
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name(), tool);
+        self.tools.insert(tool.name().to_owned(), tool);
     }
 
-    /// The registered tool with this name.
+    /// Adds a source asked for the names no registered tool has (in the order added).
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
+    }
+
+    /// The registered tool with this name (built in or registered; not a source's).
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// The tool `name` for the agent whose config is `config`: a registered tool, else the
+    /// first source that provides it.
+    pub fn resolve(&self, config: &Value, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(tool.clone());
+        }
+        self.sources
+            .iter()
+            .find_map(|source| source.tool(config, name))
+    }
+
     /// The names of every registered tool.
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.tools.keys().copied()
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.tools.keys().map(String::as_str)
     }
 
     /// Every declared tool with its effective flags and schema, as `sys_get_config
@@ -409,7 +439,8 @@ impl ToolRegistry {
         declarations
             .iter()
             .map(|d| {
-                let tool = self.get(&d.name);
+                let tool = self.resolve(config, &d.name);
+                let tool = tool.as_ref();
                 json!({
                     "name": d.name,
                     "enabled": d.enabled,
@@ -439,7 +470,7 @@ impl ToolRegistry {
             .iter()
             .filter(|d| access::advertised(d))
             .filter(|d| !absorbed.contains(&d.name.as_str()))
-            .filter_map(|d| self.get(&d.name))
+            .filter_map(|d| self.resolve(config, &d.name))
             .map(|tool| {
                 let mut parameters = tool.parameters();
                 if let Some(properties) = parameters.get_mut("properties").and_then(Value::as_object_mut) {
@@ -460,14 +491,16 @@ impl ToolRegistry {
         args: Value,
         approver: &dyn Approver,
     ) -> Result<CallOutcome, ToolError> {
-        let tool = self.get(name).ok_or_else(|| missing_tool(name))?.clone();
+        let config = file.config_shared()?;
+        let tool = self
+            .resolve(&config, name)
+            .ok_or_else(|| missing_tool(name))?;
         if matches!(caller, Caller::Code { .. }) && EXCLUDED_FROM_CODE.contains(&name) {
             return Err(ToolError::new(
                 ErrorCode::ExcludedTool,
                 format!("'{name}' is only for the model's own turns; code cannot call it"),
             ));
         }
-        let config = file.config_shared()?;
         let (declarations, duplicates) = access::declarations(&config);
         if !duplicates.is_empty() {
             tracing::warn!(tools = ?duplicates, "duplicate_tool_declaration: the first declaration wins");
@@ -628,7 +661,7 @@ impl ToolRegistry {
     /// The future that carries out a deferred call of a [`Tool::detach`] tool, or `None` when
     /// the tool needs the executor or the code runner.
     pub fn detach(&self, call: &DeferredCall, config: &Value, caller: &Caller) -> Option<Detached> {
-        self.get(&call.tool)?
+        self.resolve(config, &call.tool)?
             .detach(config, caller, call.args.clone())
             .map(unwinding_to_error)
     }
@@ -732,13 +765,12 @@ impl ToolRegistry {
         let task = file
             .task(task_id)?
             .ok_or_else(|| ToolError::not_found(format!("no task {task_id}")))?;
+        let config = file.config_shared()?;
         let tool = self
-            .get(&task.tool)
-            .ok_or_else(|| ToolError::not_found(format!("unknown tool '{}'", task.tool)))?
-            .clone();
+            .resolve(&config, &task.tool)
+            .ok_or_else(|| ToolError::not_found(format!("unknown tool '{}'", task.tool)))?;
         let mut args = task.args.as_object().cloned().unwrap_or_default();
         let cross = CrossCutting::strip(&mut args, caller);
-        let config = file.config_shared()?;
         if tool.deferred() {
             let args = match self.prepare(
                 file,

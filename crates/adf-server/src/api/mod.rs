@@ -9,6 +9,7 @@ mod agents;
 mod attach;
 mod contents;
 mod identity;
+mod mcp;
 mod network;
 mod provider_test;
 mod resources;
@@ -60,6 +61,9 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/review", get(review::get))
         .route("/agents/review/accept", post(review::accept))
         .route("/agents/{id}", get(agents::get_ref))
+        .route("/runtime/mcp", get(mcp::runtime))
+        .route("/agents/{id}/runtime/mcp", get(mcp::agent))
+        .route("/agents/{id}/mcp", get(mcp::agent))
         .route("/agents/{id}/status", get(agents::status))
         .route("/agents/{id}/start", post(agents::start))
         .route("/agents/{id}/stop", post(agents::stop))

@@ -60,7 +60,6 @@ fn each_declared_section_is_named() {
         paths(&config),
         [
             "code_execution.packages",
-            "mcp.servers",
             "compute",
             "adapters.telegram",
             "stream_bindings",
@@ -70,7 +69,8 @@ fn each_declared_section_is_named() {
         ]
     );
     let line = warning_line(&config).unwrap();
-    assert!(line.contains("mcp.servers"), "{line}");
+    assert!(line.contains("code_execution.packages"), "{line}");
+    assert!(!line.contains("mcp"), "MCP servers run: {line}");
     assert!(line.contains("stream bindings"), "{line}");
 }
 
@@ -96,9 +96,9 @@ fn check_reports_each_unsupported_section_and_stays_read_only() {
     let (_dir, path, mut file) = common::new_file("declared");
     file.config_set_path(
         Caller::Owner,
-        "mcp.servers",
+        "code_execution.packages",
         ConfigAction::Set,
-        json!([{ "name": "docs", "transport": "http", "url": "https://mcp.invalid/mcp" }]),
+        json!([{ "name": "vega-lite", "version": "^5" }]),
     )
     .unwrap();
     file.config_set_path(
@@ -119,7 +119,9 @@ fn check_reports_each_unsupported_section_and_stays_read_only() {
         .collect();
     assert_eq!(named.len(), 2, "{named:?}");
     assert!(
-        named.iter().any(|m| m.contains("config mcp.servers")),
+        named
+            .iter()
+            .any(|m| m.contains("config code_execution.packages")),
         "{named:?}"
     );
     assert!(

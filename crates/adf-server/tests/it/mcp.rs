@@ -1,0 +1,139 @@
+//! MCP in the daemon: a server declared by an agent starts on the model's first call (not at
+//! load), `GET /runtime/mcp` and `GET /agents/{id}/runtime/mcp` report it, and the agent going
+//! `off` releases it (STL-04).
+
+use crate::common;
+
+use std::sync::Arc;
+
+use adf_server::Agent;
+use adf_testkit::{MockProvider, Turn, Wire};
+use common::{Harness, agent_file, chat, has_text, model_config, repo_root, wait_for};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+async fn running(h: &Harness, agent: &Agent) -> Value {
+    h.client
+        .get(&format!("/agents/{}/runtime/mcp", agent.id))
+        .await
+        .unwrap()["servers"][0]["running"]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stl_04_mcp_server_starts_on_first_call_and_stops_when_the_agent_goes_off() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("mcp_bad_echo", json!({"text": "from the daemon"})),
+        Turn::text("echoed"),
+    ]);
+    let h = Harness::start().await;
+    let script = repo_root().join("crates/adf-mcp/tests/it/servers/misbehaving.py");
+    let mut config = model_config(&mock);
+    config.push((
+        "mcp",
+        json!({"servers": [{"name": "bad", "transport": "stdio", "command": "python3", "args": [script.display().to_string()], "source": "custom"}]}),
+    ));
+    config.push((
+        "tools",
+        json!([{"name": "mcp_bad_echo", "enabled": true, "visible": true, "restricted": false,
+                "mcp_tool_definition": {"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}}]),
+    ));
+    let path = agent_file(h.dir.path(), "mcp-user", &[], &config);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    assert_eq!(
+        running(&h, &agent).await,
+        json!(false),
+        "loading starts no server"
+    );
+    let all = h.client.get("/runtime/mcp").await.unwrap();
+    assert_eq!(all["servers"], json!([]));
+
+    chat(&h, &agent, "echo something").await;
+    wait_for("the reply", || async {
+        has_text(&agent, "main", "echoed").await
+    })
+    .await;
+    assert!(
+        has_text(&agent, "main", "echo: from the daemon").await,
+        "the tool result is in the transcript"
+    );
+    assert_eq!(running(&h, &agent).await, json!(true));
+    let all = h.client.get("/runtime/mcp").await.unwrap();
+    assert_eq!(all["servers"][0]["agentId"], json!(agent.id));
+    assert_eq!(all["servers"][0]["running"], json!(true));
+
+    h.client
+        .call(
+            Method::POST,
+            &format!("/agents/{}/state", agent.id),
+            Some(&json!({"state": "off"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        running(&h, &agent).await,
+        json!(false),
+        "off releases the MCP server"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tol_11_review_lists_a_changed_mcp_tool_and_accepting_records_its_new_hash() {
+    let h = Harness::start().await;
+    let definition = json!({"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"loud": {"type": "boolean"}}}});
+    let path = agent_file(
+        h.dir.path(),
+        "reviewed",
+        &[],
+        &[
+            (
+                "mcp",
+                json!({"servers": [{"name": "bad", "command": "python3"}]}),
+            ),
+            (
+                "tools",
+                json!([{"name": "mcp_bad_echo", "enabled": false, "visible": true, "restricted": true,
+                        "mcp_tool_hash": "0000", "mcp_tool_status": "changed", "mcp_tool_definition": definition}]),
+            ),
+        ],
+    );
+    let query = format!(
+        "/agents/review?filePath={}",
+        adf_server::client::encode(&path.display().to_string())
+    );
+    let review = h.client.get(&query).await.unwrap();
+    assert_eq!(
+        review["summary"]["mcpToolsToReview"],
+        json!([{"name": "mcp_bad_echo", "status": "changed"}])
+    );
+    let accepted = h
+        .client
+        .call(
+            Method::POST,
+            "/agents/review/accept",
+            Some(&json!({"filePath": path})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(accepted["reviewed"], json!(true), "{accepted}");
+    assert_eq!(accepted["summary"]["mcpToolsToReview"], json!([]));
+    let file = adf_store::AdfFile::open(&path).unwrap();
+    let config = file.config().unwrap();
+    let echo = config["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "mcp_bad_echo")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        echo["mcp_tool_hash"],
+        json!(adf_mcp::declare::definition_hash(&definition))
+    );
+    assert_eq!(echo["enabled"], json!(true));
+    assert!(echo.get("mcp_tool_status").is_none());
+    drop(file);
+    h.stop().await;
+}
