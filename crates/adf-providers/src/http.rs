@@ -333,8 +333,11 @@ pub(crate) fn apply_extras(body: &mut serde_json::Value, params: &super::types::
 /// body and serialized again on every request.
 #[derive(Default)]
 pub(crate) struct ToolsJson {
-    last: std::sync::Mutex<Option<(Arc<[ToolSpec]>, Arc<RawValue>)>>,
+    last: std::sync::Mutex<Option<SerializedTools>>,
 }
+
+/// A tool list and its JSON array.
+type SerializedTools = (Arc<[ToolSpec]>, Arc<RawValue>);
 
 impl ToolsJson {
     /// The JSON array of `tools`, each declared by `declare`, from the cache when `tools` is
