@@ -12,7 +12,8 @@ use serde_json::{Map, Value, json};
 use super::error::ProviderError;
 use super::http::{SseParser, apply_extras, cut_short};
 use super::types::{
-    ChatRequest, ContentBlock, Role, StopReason, StreamEvent, ToolCall, ToolResultContent, Usage,
+    ChatRequest, ContentBlock, Role, StopReason, StreamEvent, ToolCall, ToolResultContent,
+    ToolSpec, Usage,
 };
 
 /// The `anthropic-version` header value.
@@ -102,8 +103,15 @@ fn block(b: &ContentBlock) -> Option<Value> {
     })
 }
 
-/// The JSON body of a streaming `POST /v1/messages`.
-pub(crate) fn build_body(req: &ChatRequest, prompt_cache: bool) -> Value {
+/// One tool as the format declares it.
+pub(crate) fn tool_json(t: &ToolSpec) -> Value {
+    json!({"name": t.name, "description": t.description, "input_schema": t.input_schema})
+}
+
+/// The JSON body of a streaming `POST /v1/messages`. With `tools_placeholder` the `tools`
+/// entry is `null` in its place, for the caller to fill with the list it serialized once
+/// ([`crate::http::ToolsJson`]).
+pub(crate) fn build_body(req: &ChatRequest, prompt_cache: bool, tools_placeholder: bool) -> Value {
     let p = &req.params;
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -143,12 +151,12 @@ pub(crate) fn build_body(req: &ChatRequest, prompt_cache: bool) -> Value {
         .collect();
     body.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+        let tools = if tools_placeholder {
+            Value::Null
+        } else {
+            Value::Array(req.tools.iter().map(tool_json).collect())
+        };
+        body.insert("tools".into(), tools);
     }
     match thinking {
         Some(budget) => {

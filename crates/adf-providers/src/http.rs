@@ -3,15 +3,16 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
+use serde_json::value::RawValue;
 use zeroize::Zeroizing;
 
 use super::error::ProviderError;
-use super::types::StreamEvent;
+use super::types::{StreamEvent, ToolSpec};
 use super::{EventStream, ProviderKind};
 
 /// An API key. Zeroized on drop; `Debug` never shows it; the only way out is
@@ -323,5 +324,73 @@ pub(crate) fn apply_extras(body: &mut serde_json::Value, params: &super::types::
             body,
             &serde_json::Value::Object(params.provider_params.clone()),
         );
+    }
+}
+
+/// The serialized tool list of the last request, reused while the caller passes the same
+/// list: a session advertises one `Arc<[ToolSpec]>` until its tool declarations change, and
+/// the schemas (about 20 KB for the default tools) would otherwise be deep-cloned into the
+/// body and serialized again on every request.
+#[derive(Default)]
+pub(crate) struct ToolsJson {
+    last: std::sync::Mutex<Option<SerializedTools>>,
+}
+
+/// A tool list and its JSON array.
+type SerializedTools = (Arc<[ToolSpec]>, Arc<RawValue>);
+
+impl ToolsJson {
+    /// The JSON array of `tools`, each declared by `declare`, from the cache when `tools` is
+    /// the list it was built from.
+    pub(crate) fn get(
+        &self,
+        tools: &Arc<[ToolSpec]>,
+        declare: fn(&ToolSpec) -> serde_json::Value,
+    ) -> Result<Arc<RawValue>, serde_json::Error> {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Holding the list keeps its allocation alive, so the pointer cannot be reused by
+        // another list while the entry exists.
+        if let Some((list, json)) = last.as_ref()
+            && Arc::ptr_eq(list, tools)
+        {
+            return Ok(json.clone());
+        }
+        let array: Vec<serde_json::Value> = tools.iter().map(declare).collect();
+        let json: Arc<RawValue> = RawValue::from_string(serde_json::to_string(&array)?)?.into();
+        *last = Some((tools.clone(), json.clone()));
+        Ok(json)
+    }
+}
+
+/// Serializes a request body built with a `tools: null` placeholder, writing `tools` in its
+/// place (key order and bytes as if the list had been in the body).
+pub(crate) fn encode_with_tools(
+    body: &serde_json::Value,
+    tools: &RawValue,
+) -> Result<Vec<u8>, serde_json::Error> {
+    struct WithTools<'a> {
+        body: &'a serde_json::Map<String, serde_json::Value>,
+        tools: &'a RawValue,
+    }
+    impl serde::Serialize for WithTools<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut map = s.serialize_map(Some(self.body.len()))?;
+            for (key, value) in self.body {
+                if key == "tools" {
+                    map.serialize_entry(key, self.tools)?;
+                } else {
+                    map.serialize_entry(key, value)?;
+                }
+            }
+            map.end()
+        }
+    }
+    match body {
+        serde_json::Value::Object(body) => serde_json::to_vec(&WithTools { body, tools }),
+        other => serde_json::to_vec(other),
     }
 }

@@ -217,6 +217,8 @@ pub struct HttpProvider {
     prompt_cache: bool,
     /// The daemon record consulted before each request (rule 2 of §5.6).
     daemon_record: Option<PathBuf>,
+    /// The tool list serialized for the last request.
+    tools_json: http::ToolsJson,
 }
 
 impl fmt::Debug for HttpProvider {
@@ -249,6 +251,7 @@ impl HttpProvider {
             request_delay: Duration::ZERO,
             prompt_cache: true,
             daemon_record: control::daemon_record_path(&|name| std::env::var(name).ok()),
+            tools_json: http::ToolsJson::default(),
         }
     }
 
@@ -294,12 +297,48 @@ impl HttpProvider {
 
     /// The JSON body this provider sends for `req` (exposed for tests and `--dry-run` views).
     pub fn request_body(&self, req: &ChatRequest) -> serde_json::Value {
+        self.build_body(req, false)
+    }
+
+    fn build_body(&self, req: &ChatRequest, tools_placeholder: bool) -> serde_json::Value {
         match self.kind {
-            ProviderKind::Anthropic => anthropic::build_body(req, self.prompt_cache),
-            ProviderKind::OpenAi => openai::build_body(req, openai::Flavor::OpenAi),
-            ProviderKind::OpenRouter => openai::build_body(req, openai::Flavor::OpenRouter),
-            ProviderKind::OpenAiCompatible => openai::build_body(req, openai::Flavor::Compatible),
+            ProviderKind::Anthropic => {
+                anthropic::build_body(req, self.prompt_cache, tools_placeholder)
+            }
+            ProviderKind::OpenAi => {
+                openai::build_body(req, openai::Flavor::OpenAi, tools_placeholder)
+            }
+            ProviderKind::OpenRouter => {
+                openai::build_body(req, openai::Flavor::OpenRouter, tools_placeholder)
+            }
+            ProviderKind::OpenAiCompatible => {
+                openai::build_body(req, openai::Flavor::Compatible, tools_placeholder)
+            }
         }
+    }
+
+    /// The bytes of [`request_body`](Self::request_body), with the tool list serialized once
+    /// per list rather than once per request. A `params`/`provider_params` entry named `tools`
+    /// replaces the list, as it does in `request_body`, so such a body is encoded whole.
+    fn encode_body(&self, req: &ChatRequest) -> Result<Vec<u8>, ProviderError> {
+        let config_error = |e: serde_json::Error| ProviderError::Config {
+            provider: self.id.clone(),
+            message: format!("cannot encode the request body: {e}"),
+        };
+        let extras_name_tools = req.params.params.iter().any(|(k, _)| k == "tools")
+            || req.params.provider_params.contains_key("tools");
+        if req.tools.is_empty() || extras_name_tools {
+            return serde_json::to_vec(&self.request_body(req)).map_err(config_error);
+        }
+        let declare = match self.kind {
+            ProviderKind::Anthropic => anthropic::tool_json,
+            _ => openai::tool_json,
+        };
+        let tools = self
+            .tools_json
+            .get(&req.tools, declare)
+            .map_err(config_error)?;
+        http::encode_with_tools(&self.build_body(req, true), &tools).map_err(config_error)
     }
 
     /// One attempt: send, check the status, hand back the event stream.
@@ -314,7 +353,7 @@ impl HttpProvider {
             tokio::time::sleep(self.request_delay).await;
         }
         let client = http::client(&self.id)?;
-        let body = self.request_body(req);
+        let body = self.encode_body(req)?;
         let (url, rb) = match self.kind {
             ProviderKind::Anthropic => {
                 let url = format!("{}/messages", self.base_url);
@@ -342,7 +381,8 @@ impl HttpProvider {
         control::refuse_control_api(&self.id, &url, self.daemon_record.as_deref()).await?;
         tracing::debug!(target: "adf::provider", provider = %self.id, %url, model = %req.model, "model request");
         let resp = rb
-            .json(&body)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
             .send()
             .await
             .map_err(|e| http::transport_error(&self.id, &e))?;

@@ -15,7 +15,8 @@ use serde_json::{Map, Value, json};
 use super::error::ProviderError;
 use super::http::{SseParser, apply_extras, cut_short};
 use super::types::{
-    ChatRequest, ContentBlock, Role, StopReason, StreamEvent, ToolCall, ToolResultContent, Usage,
+    ChatRequest, ContentBlock, Role, StopReason, StreamEvent, ToolCall, ToolResultContent,
+    ToolSpec, Usage,
 };
 
 /// Which server family speaks the format.
@@ -143,8 +144,17 @@ fn push_messages(out: &mut Vec<Value>, m: &super::types::Message, flavor: Flavor
     }
 }
 
-/// The JSON body of a streaming `POST {baseUrl}/chat/completions`.
-pub(crate) fn build_body(req: &ChatRequest, flavor: Flavor) -> Value {
+/// One tool as the format declares it.
+pub(crate) fn tool_json(t: &ToolSpec) -> Value {
+    json!({"type": "function", "function": {
+        "name": t.name, "description": t.description, "parameters": t.input_schema,
+    }})
+}
+
+/// The JSON body of a streaming `POST {baseUrl}/chat/completions`. With `tools_placeholder`
+/// the `tools` entry is `null` in its place, for the caller to fill with the list it
+/// serialized once ([`crate::http::ToolsJson`]).
+pub(crate) fn build_body(req: &ChatRequest, flavor: Flavor, tools_placeholder: bool) -> Value {
     let p = &req.params;
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -157,16 +167,12 @@ pub(crate) fn build_body(req: &ChatRequest, flavor: Flavor) -> Value {
     }
     body.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.input_schema,
-                }})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+        let tools = if tools_placeholder {
+            Value::Null
+        } else {
+            Value::Array(req.tools.iter().map(tool_json).collect())
+        };
+        body.insert("tools".into(), tools);
     }
     let reasoning = p.reasoning.as_ref().filter(|r| r.is_on());
     if let Some(n) = p.max_tokens {

@@ -104,3 +104,56 @@ async fn zero_latency_repeat_mode_serves_forever_without_bodies() {
     assert_eq!(mock.request_count(), 3);
     assert_eq!(mock.requests()[0].body, Value::Null);
 }
+
+#[tokio::test]
+async fn zero_latency_mode_still_refuses_bodies_that_are_not_json_objects() {
+    let mock = MockProvider::openai().await;
+    mock.zero_latency(true).repeat(Turn::text("same"));
+    for body in [json!(["gpt-x", true]), json!("text"), json!(null)] {
+        let (status, text) = post(&mock, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(status, 400, "{body} must be refused, got {text}");
+        assert!(text.contains("not a JSON object"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn zero_latency_mode_reads_model_and_stream_options_from_the_body() {
+    let mock = MockProvider::openai().await;
+    mock.zero_latency(true).repeat(Turn::text("same"));
+    let tools: Vec<Value> = (0..40)
+        .map(|i| json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": {"type": "object"}}}))
+        .collect();
+    let (status, body) = post(
+        &mock,
+        "/v1/chat/completions",
+        json!({"model": "gpt-z", "messages": [], "tools": tools, "stream": true,
+               "stream_options": {"include_usage": true}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let chunks: Vec<Value> = body
+        .split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    assert!(
+        chunks.iter().all(|c| c["model"] == json!("gpt-z")),
+        "{body}"
+    );
+    assert!(
+        chunks.iter().any(|c| c["usage"].is_object()),
+        "include_usage asks for a usage chunk: {body}"
+    );
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+
+    let (status, body) = post(
+        &mock,
+        "/v1/chat/completions",
+        json!({"model": "gpt-z", "messages": [], "stream": false}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], json!("same"));
+}

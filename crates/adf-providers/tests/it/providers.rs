@@ -1090,3 +1090,84 @@ async fn srv_22_a_provider_url_that_is_a_recorded_daemon_control_api_is_refused_
     assert_eq!(reply.text(), "must not be reached");
     assert_eq!(daemon.requests().len(), 1);
 }
+
+/// The names of the tools a recorded request offered, in either format.
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| {
+                    t.pointer("/function/name")
+                        .or_else(|| t.get("name"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The tool list is serialized once per list a provider is handed: a request with the same
+/// list sends the same tools, a new list is sent as it is, and a `provider_params.tools`
+/// still replaces the list.
+async fn tool_list_follows_the_request(wire: Wire, ty: &str) {
+    let mock = MockProvider::start(wire).await;
+    mock.repeat(Turn::text("ok"));
+    let m = resolve(&mock, ty, json!({"model_id": "m"}));
+    let ask = |tools: Vec<ToolSpec>| m.request(None, vec![Message::user_text("hi")], tools);
+    let first = ask(vec![fs_write_tool()]);
+    let read = ToolSpec {
+        name: "fs_read".into(),
+        description: "Read a file".into(),
+        input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    };
+    let second = ask(vec![read, fs_write_tool()]);
+    for req in [&first, &first, &second, &first] {
+        events(m.provider.as_ref(), req).await;
+    }
+    let sent: Vec<Vec<String>> = mock
+        .requests()
+        .iter()
+        .map(|r| offered_tools(&r.body))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            vec!["fs_write"],
+            vec!["fs_write"],
+            vec!["fs_read", "fs_write"],
+            vec!["fs_write"]
+        ]
+    );
+    let schema_key = if wire == Wire::Anthropic {
+        "/tools/0/input_schema"
+    } else {
+        "/tools/0/function/parameters"
+    };
+    assert_eq!(
+        mock.requests()[1].body.pointer(schema_key),
+        Some(&fs_write_tool().input_schema)
+    );
+
+    let overridden = resolve(
+        &mock,
+        ty,
+        json!({"model_id": "m", "provider_params": {"tools": [{"name": "replaced"}]}}),
+    );
+    let req = overridden.request(None, vec![Message::user_text("hi")], vec![fs_write_tool()]);
+    events(overridden.provider.as_ref(), &req).await;
+    let last = mock.last_request().map(|r| r.body).unwrap_or_default();
+    assert_eq!(last["tools"], json!([{"name": "replaced"}]));
+}
+
+#[tokio::test]
+async fn anthropic_tool_list_follows_the_request() {
+    tool_list_follows_the_request(Wire::Anthropic, "anthropic").await;
+}
+
+#[tokio::test]
+async fn openai_tool_list_follows_the_request() {
+    tool_list_follows_the_request(Wire::OpenAi, "openai").await;
+}
