@@ -137,7 +137,7 @@ impl Policy {
         }
         if self.is_control_api(ip, port) && !is_public_mesh_route(method, url) {
             return Err(format!(
-                "{ip}:{port} is a runtime control API on this machine, never reachable (only its public mesh routes are: POST /agents/{{handle}}/inbox, GET /agents/{{handle}}/card and /health)"
+                "{ip}:{port} is a runtime control API on this machine, never reachable (only its public mesh routes are: POST /agents/{{handle}}/inbox, GET /agents/{{handle}}/card and /health, and WebSocket upgrades to /agents/{{handle}}/…)"
             ));
         }
         if self.allow_local || ip.is_loopback() || self.serves(url) {
@@ -267,7 +267,8 @@ pub async fn destination(url: &Url, lookup: &dyn Lookup) -> Result<Destination, 
 
 /// Whether `method url` is one of a daemon's public mesh routes, exactly as reqwest will send
 /// it: `POST /agents/{handle}/inbox`, `GET /agents/{handle}/card`, `GET /agents/{handle}/health`,
-/// with no query, no extra segment and no encoded or dot segment in the handle.
+/// with no query, no extra segment and no encoded or dot segment in the handle — or, for a
+/// `ws://`/`wss://` URL (a WebSocket upgrade), any plain path under `/agents/{handle}/`.
 pub fn is_public_mesh_route(method: &str, url: &Url) -> bool {
     if url.query().is_some() || url.fragment().is_some() {
         return false;
@@ -276,13 +277,21 @@ pub fn is_public_mesh_route(method: &str, url: &Url) -> bool {
         return false;
     };
     let segments: Vec<&str> = segments.collect();
+    let plain = |segment: &&str| {
+        !segment.is_empty() && *segment != "." && *segment != ".." && !segment.contains(['%', '\\'])
+    };
+    if matches!(url.scheme(), "ws" | "wss") {
+        // An agent's WebSocket route (§12.2) lives anywhere under its handle. Only
+        // `connect_websocket` dials ws:// (the HTTP clients refuse the scheme); the upgrade
+        // opens only where the daemon serves a WS route, and for anything else it reports
+        // the status, never the body, so a control route reached this way yields no data.
+        return segments.len() >= 3 && segments[0] == "agents" && segments[1..].iter().all(plain);
+    }
     let [agents, handle, tail] = segments.as_slice() else {
         return false;
     };
-    let handle_ok =
-        !handle.is_empty() && *handle != "." && *handle != ".." && !handle.contains(['%', '\\']);
     *agents == "agents"
-        && handle_ok
+        && plain(handle)
         && matches!(
             (method.to_ascii_uppercase().as_str(), *tail),
             ("POST", "inbox") | ("GET", "card") | ("GET", "health")

@@ -44,6 +44,19 @@ pub async fn connect_websocket(
                 Ok(stream) => {
                     return match tokio_tungstenite::client_async(url.as_str(), stream).await {
                         Ok((socket, _response)) => Ok((socket, *addr)),
+                        // Only the status of a refused upgrade is reported, never its body:
+                        // rule 2 lets upgrades reach other daemons' agent paths
+                        // (`is_public_mesh_route`) because nothing but an open socket comes
+                        // back.
+                        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                            Err(EgressError::new(
+                                EgressErrorKind::Failed,
+                                format!(
+                                    "the WebSocket handshake with {addr} failed: the server answered HTTP {}",
+                                    response.status()
+                                ),
+                            ))
+                        }
                         Err(error) => Err(EgressError::new(
                             EgressErrorKind::Failed,
                             format!("the WebSocket handshake with {addr} failed: {error}"),

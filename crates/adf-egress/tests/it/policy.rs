@@ -311,3 +311,35 @@ async fn srv_22_a_recorded_control_api_is_refused_without_registering_it_here() 
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn srv_22_srv_26_a_websocket_upgrade_reaches_another_daemons_agent_routes_only() {
+    let (_held, port) = fresh_port();
+    adf_egress::protect_control_api(SocketAddr::from(([127, 0, 0, 1], port)));
+    let names = table(&[("localhost", &["127.0.0.1"])]);
+    for text in [
+        format!("ws://127.0.0.1:{port}/agents/other/ws"),
+        format!("ws://localhost:{port}/agents/did:key:z6Mk/chat/room"),
+    ] {
+        let admitted = policy(false)
+            .admit("GET", &url(&text), &names, &Pins::default())
+            .await;
+        assert!(admitted.is_ok(), "{text}: {admitted:?}");
+    }
+    for (method, text) in [
+        // The same path over HTTP is the daemon's, not an upgrade.
+        ("GET", format!("http://127.0.0.1:{port}/agents/other/ws")),
+        ("GET", format!("ws://127.0.0.1:{port}/agents")),
+        ("GET", format!("ws://127.0.0.1:{port}/agents/x")),
+        ("GET", format!("ws://127.0.0.1:{port}/agents/x/")),
+        ("GET", format!("ws://127.0.0.1:{port}/events")),
+        ("GET", format!("ws://127.0.0.1:{port}/agents/%2e%2e/config")),
+        ("GET", format!("ws://127.0.0.1:{port}/agents/x/ws?token=1")),
+    ] {
+        let error = policy(true)
+            .admit(method, &url(&text), &names, &Pins::default())
+            .await
+            .unwrap_err();
+        assert!(error.reason.contains("control API"), "{text}: {error}");
+    }
+}
