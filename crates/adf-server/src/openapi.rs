@@ -498,13 +498,20 @@ const OPS: &[Op] = &[
 pub fn is_control_path(path: &str) -> bool {
     // No trailing-slash folding: `/agents/{handle}/` is the agent's public index.
     let given: Vec<&str> = path.split('/').collect();
-    OPS.iter().any(|op| {
-        let pattern: Vec<&str> = op.path.split('/').collect();
-        pattern.len() == given.len()
-            && pattern.iter().zip(&given).all(|(want, got)| {
-                (want.starts_with('{') && want.ends_with('}') && !got.is_empty()) || want == got
-            })
-    })
+    let unsupported = crate::api::unsupported::OPERATIONS
+        .iter()
+        .map(|&(_, path, _, _)| path);
+    OPS.iter()
+        .chain(MORE_OPS)
+        .map(|op| op.path)
+        .chain(unsupported)
+        .any(|op_path| {
+            let pattern: Vec<&str> = op_path.split('/').collect();
+            pattern.len() == given.len()
+                && pattern.iter().zip(&given).all(|(want, got)| {
+                    (want.starts_with('{') && want.ends_with('}') && !got.is_empty()) || want == got
+                })
+        })
 }
 
 fn description(status: u16) -> &'static str {
@@ -1201,4 +1208,37 @@ pub fn document() -> Value {
         },
         "security": [{ "bearer": [] }, { "session": [] }],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The front door hands every `/agents/{handle}/…` path that is not a control path to the
+    /// agent's own routes, so a documented operation missing from `is_control_path` would be
+    /// shadowed by agent serving.
+    #[test]
+    fn every_documented_operation_is_a_control_path() {
+        let document = document();
+        let paths = document["paths"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect::<Vec<_>>());
+        let paths = paths.unwrap_or_default();
+        assert!(paths.len() > 100, "{} operations", paths.len());
+        for path in paths {
+            let concrete: String = path
+                .split('/')
+                .map(|segment| {
+                    if segment.starts_with('{') {
+                        "x"
+                    } else {
+                        segment
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            assert!(is_control_path(&concrete), "{path} is not a control path");
+        }
+        assert!(!is_control_path("/agents/x/hello"));
+    }
 }
