@@ -68,3 +68,45 @@ impl LiveFeed {
             .subscribe()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has_channel(feed: &LiveFeed) -> bool {
+        feed.sender().is_some()
+    }
+
+    #[test]
+    fn the_ring_exists_only_while_someone_watches() {
+        let feed = LiveFeed::default();
+        assert!(!has_channel(&feed), "a new agent allocates no ring");
+        feed.publish(|| panic!("no viewer: the frame is never built"));
+        assert!(!has_channel(&feed));
+
+        let mut viewer = feed.subscribe();
+        assert!(has_channel(&feed));
+        feed.publish(|| serde_json::json!({ "kind": "text", "text": "hi" }));
+        let frame = viewer.try_recv().map(|f| f.0.clone());
+        assert_eq!(
+            frame.as_ref().ok().and_then(|f| f.get("text")),
+            Some(&Value::from("hi"))
+        );
+        assert!(
+            frame.as_ref().ok().and_then(|f| f.get("t")).is_some(),
+            "stamped with `t`"
+        );
+
+        drop(viewer);
+        assert!(has_channel(&feed), "dropped lazily, by the next frame");
+        feed.publish(|| panic!("the last viewer left: the frame is never built"));
+        assert!(!has_channel(&feed), "the ring is given back");
+
+        let mut again = feed.subscribe();
+        feed.publish(|| serde_json::json!({ "kind": "state", "state": "Idle" }));
+        assert!(
+            again.try_recv().is_ok(),
+            "a later viewer gets a fresh channel"
+        );
+    }
+}
