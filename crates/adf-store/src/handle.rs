@@ -15,12 +15,17 @@
 //! state, so no job can reach a worker that has decided to stop. A job submitted afterwards
 //! starts a new worker, which first waits for the old one to finish closing, so two connections
 //! never overlap and the new one finds a cleanly closed file.
+//!
+//! Worker threads are detached, never joined: a joinable thread that has exited keeps its stack
+//! mapping until someone joins it, and with it the ~20 KiB of stack and thread descriptor it
+//! last touched — which, held by every released agent, was most of an idle agent's memory. The
+//! new worker waits for the old one's close through [`Slot::closing`] instead.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -56,14 +61,11 @@ enum State {
     Open {
         sender: mpsc::Sender<Command>,
         generation: u64,
-        thread: Option<JoinHandle<()>>,
     },
-    /// No worker takes jobs; the worker of `generation` is closing the file until `done`.
+    /// No worker takes jobs; the worker of `generation` closed the file, or is closing it
+    /// while [`Slot::closing`] is set.
     Released {
         generation: u64,
-        /// The thread that is (or was) closing the file; a new worker joins it first.
-        closing: Option<JoinHandle<()>>,
-        done: bool,
         /// A failed idle close, reported by [`StoreHandle::close`] if nothing reopened since.
         error: Option<StoreError>,
     },
@@ -75,6 +77,9 @@ struct Slot {
     state: State,
     /// The generation of the newest worker.
     generation: u64,
+    /// A released worker is still closing the file: the next worker opens it only after
+    /// that (one worker at a time closes, since a worker releases only a file it opened).
+    closing: bool,
 }
 
 struct Shared {
@@ -150,6 +155,7 @@ impl StoreHandle {
             slot: Mutex::new(Slot {
                 state: State::Closed,
                 generation: 0,
+                closing: false,
             }),
             released: Condvar::new(),
         });
@@ -175,9 +181,10 @@ impl StoreHandle {
     /// Whether a worker holds the file open (or is opening or still closing it). False once
     /// the file is released or closed.
     pub fn is_open(&self) -> bool {
-        match &self.shared.lock().state {
+        let slot = self.shared.lock();
+        match &slot.state {
             State::Open { .. } => true,
-            State::Released { done, .. } => !done,
+            State::Released { .. } => slot.closing,
             State::Closed => false,
         }
     }
@@ -189,8 +196,9 @@ impl StoreHandle {
         let mut slot = self.shared.lock();
         loop {
             match &slot.state {
-                State::Released { done: true, .. } | State::Closed => return true,
-                State::Open { .. } | State::Released { done: false, .. } => {}
+                State::Released { .. } if !slot.closing => return true,
+                State::Closed => return true,
+                State::Open { .. } | State::Released { .. } => {}
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 return false;
@@ -223,14 +231,14 @@ impl StoreHandle {
                     // Some worker is closing or has closed it; wait for the close to finish.
                     loop {
                         match &slot.state {
-                            State::Released { done: false, .. } => {
+                            State::Released { .. } if slot.closing => {
                                 slot = self
                                     .shared
                                     .released
                                     .wait(slot)
                                     .unwrap_or_else(PoisonError::into_inner);
                             }
-                            State::Released { done: true, .. } => return Ok(true),
+                            State::Released { .. } => return Ok(true),
                             // A job reopened it meanwhile, or it was closed for good.
                             State::Open { .. } => return Ok(false),
                             State::Closed => return Err(StoreError::WorkerGone),
@@ -323,10 +331,15 @@ impl StoreHandle {
                     .blocking_recv()
                     .map_err(|_| StoreError::WorkerGone)?
             }
-            State::Released { closing, error, .. } => {
-                if let Some(thread) = closing {
-                    // Its panic already surfaced as a job's WorkerGone.
-                    let _ignored = thread.join();
+            State::Released { error, .. } => {
+                // A worker still closing the file: return once it has.
+                let mut slot = self.shared.lock();
+                while slot.closing {
+                    slot = self
+                        .shared
+                        .released
+                        .wait(slot)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
                 error.map_or(Ok(()), Err)
             }
@@ -362,10 +375,6 @@ fn spawn_worker(
     ready: Option<mpsc::SyncSender<Result<()>>>,
     open: impl FnOnce() -> Result<AdfFile> + Send + 'static,
 ) -> Result<()> {
-    let previous = match &mut slot.state {
-        State::Released { closing, .. } => closing.take(),
-        State::Open { .. } | State::Closed => None,
-    };
     let generation = slot.generation + 1;
     let (sender, receiver) = mpsc::channel::<Command>();
     let name = format!(
@@ -383,15 +392,12 @@ fn spawn_worker(
         receiver,
         path: shared.path.clone(),
     };
-    let thread = thread::Builder::new()
+    // Dropping the join handle detaches the thread (see the module docs).
+    let _detached = thread::Builder::new()
         .name(name)
-        .spawn(move || worker.run(previous, ready, open))?;
+        .spawn(move || worker.run(ready, open))?;
     slot.generation = generation;
-    slot.state = State::Open {
-        sender,
-        generation,
-        thread: Some(thread),
-    };
+    slot.state = State::Open { sender, generation };
     Ok(())
 }
 
@@ -407,13 +413,18 @@ struct Worker {
 impl Worker {
     fn run(
         self,
-        previous: Option<JoinHandle<()>>,
         ready: Option<mpsc::SyncSender<Result<()>>>,
         open: impl FnOnce() -> Result<AdfFile>,
     ) {
-        if let Some(previous) = previous {
-            // The previous worker is closing the file: never two connections at once.
-            let _ignored = previous.join();
+        // The previous worker may still be closing the file: never two connections at once.
+        if let Some(shared) = self.shared.upgrade() {
+            let mut slot = shared.lock();
+            while slot.closing {
+                slot = shared
+                    .released
+                    .wait(slot)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
         }
         let file = match (open(), ready) {
             (Ok(file), ready) => {
@@ -483,20 +494,18 @@ impl Worker {
                     }
                     // Under the lock with an empty queue: taking the sender out of the state
                     // guarantees that no job reaches this worker from now on.
-                    let thread = match &mut slot.state {
-                        State::Open {
-                            generation, thread, ..
-                        } if *generation == self.generation => thread.take(),
-                        _ => None,
-                    };
                     slot.state = State::Released {
                         generation: self.generation,
-                        closing: thread,
-                        done: false,
                         error: None,
                     };
+                    slot.closing = true;
                     drop(slot);
-                    let closed = file.close();
+                    // A panic must still end the release, or the next worker would wait forever.
+                    let closed =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| file.close()))
+                            .unwrap_or_else(|_| {
+                                Err(StoreError::JobPanicked("closing the file panicked".into()))
+                            });
                     self.finish_release(&shared, closed, reply);
                     return;
                 }
@@ -524,10 +533,10 @@ impl Worker {
                 (Ok(true), Some(error))
             }
         };
-        if let State::Released { done, error, .. } = &mut slot.state
+        slot.closing = false;
+        if let State::Released { error, .. } = &mut slot.state
             && ours
         {
-            *done = true;
             *error = to_keep;
         }
         drop(slot);
@@ -544,16 +553,11 @@ impl Worker {
         tracing::warn!(path = %self.path.display(), %detail, "reopening a released file failed");
         if let Some(shared) = self.shared.upgrade() {
             let mut slot = shared.lock();
-            if let State::Open {
-                generation, thread, ..
-            } = &mut slot.state
+            if let State::Open { generation, .. } = &slot.state
                 && *generation == self.generation
             {
-                let closing = thread.take();
                 slot.state = State::Released {
                     generation: self.generation,
-                    closing,
-                    done: true,
                     error: None,
                 };
             }
