@@ -111,6 +111,25 @@ async fn until(c: &Client, what: &str, script: &str) {
     }
 }
 
+/// Finds `selector` and clicks it. The page redraws parts of itself as events arrive, so an
+/// element found a moment ago can be replaced before the click lands; the click is retried on
+/// a fresh lookup until it lands or the guard runs out.
+async fn click(c: &Client, selector: &str) {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        match css(c, selector).await.click().await {
+            Ok(()) => return,
+            Err(error) if error.is_stale_element_reference() => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{selector} kept being replaced: {error}"
+                );
+            }
+            Err(error) => panic!("clicking {selector}: {error}"),
+        }
+    }
+}
+
 async fn css(c: &Client, selector: &str) -> fantoccini::elements::Element {
     c.wait()
         .at_most(GUARD)
@@ -216,7 +235,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .send_keys("made in the browser test")
         .await
         .unwrap();
-    css(&c, "#create-submit").await.click().await.unwrap();
+    click(&c, "#create-submit").await;
     until(
         &c,
         "the agent view",
@@ -279,7 +298,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .send_keys("hello")
         .await
         .unwrap();
-    css(&c, "#chat-send").await.click().await.unwrap();
+    click(&c, "#chat-send").await;
     until(
         &c,
         "streamed text",
@@ -318,8 +337,8 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .send_keys("update your description")
         .await
         .unwrap();
-    css(&c, "#chat-send").await.click().await.unwrap();
-    let approve = css(&c, "button[data-approve]").await;
+    click(&c, "#chat-send").await;
+    css(&c, "button[data-approve]").await;
     assert!(
         css(&c, "#pending")
             .await
@@ -330,7 +349,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         "the approval names the tool"
     );
     shot(&c, &shots, "3-approval").await;
-    approve.click().await.unwrap();
+    click(&c, "button[data-approve]").await;
     until(
         &c,
         "the reply after approval",
@@ -350,7 +369,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .send_keys("make the report")
         .await
         .unwrap();
-    css(&c, "#chat-send").await.click().await.unwrap();
+    click(&c, "#chat-send").await;
     let answer = css(&c, "input[data-ask-input]").await;
     assert!(
         css(&c, "#pending")
@@ -362,11 +381,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     );
     answer.send_keys("teal, please").await.unwrap();
     shot(&c, &shots, "4-ask").await;
-    css(&c, "form[data-ask] button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "form[data-ask] button[type=submit]").await;
     until(
         &c,
         "the reply after the answer",
@@ -384,17 +399,13 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     c.goto(&format!("{base}/#/agent/{}/files", agent.id))
         .await
         .unwrap();
-    css(&c, "button[data-path=\"mind.md\"]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "button[data-path=\"mind.md\"]").await;
     let text = css(&c, "#file-text").await;
     text.clear().await.unwrap();
     text.send_keys("# Notes\nEdited in the Studio.\n")
         .await
         .unwrap();
-    css(&c, "#file-save").await.click().await.unwrap();
+    click(&c, "#file-save").await;
     wait_for("the edited file", || async {
         h.client
             .get(&format!("/agents/{}/files/content?path=mind.md", agent.id))
@@ -411,7 +422,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     let temperature = css(&c, "#cfg-model-temperature").await;
     temperature.clear().await.unwrap();
     temperature.send_keys("7").await.unwrap();
-    css(&c, "#config-save").await.click().await.unwrap();
+    click(&c, "#config-save").await;
     until(
         &c,
         "the inline error",
@@ -431,7 +442,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     assert_ne!(stored["config"]["model"]["temperature"], json!(7));
     temperature.clear().await.unwrap();
     temperature.send_keys("0.3").await.unwrap();
-    css(&c, "#config-save").await.click().await.unwrap();
+    click(&c, "#config-save").await;
     wait_for("the saved temperature", || async {
         h.client
             .get(&format!("/agents/{}/config", agent.id))
@@ -441,11 +452,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     .await;
 
     // The raw JSON view: a value the store's validation refuses is shown, nothing is saved.
-    css(&c, "#config-raw-box summary")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#config-raw-box summary").await;
     c.execute(
         "const raw = document.querySelector('#config-raw');
          const config = JSON.parse(raw.value);
@@ -455,7 +462,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     )
     .await
     .unwrap();
-    css(&c, "#config-raw-save").await.click().await.unwrap();
+    click(&c, "#config-raw-save").await;
     until(
         &c,
         "the store's validation error",
@@ -478,19 +485,11 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     c.goto(&format!("{base}/#/agent/{}/config", agent.id))
         .await
         .unwrap();
-    css(&c, "#section-messaging summary")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#section-messaging summary").await;
     let mode = css(&c, "#sec-messaging-mode").await;
     mode.clear().await.unwrap();
     mode.send_keys("shouting").await.unwrap();
-    css(&c, "#section-messaging-save")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#section-messaging-save").await;
     until(
         &c,
         "the daemon's error beside messaging.mode",
@@ -505,21 +504,9 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     assert_eq!(stored["config"]["messaging"]["mode"], "proactive");
-    css(&c, "#section-triggers summary")
-        .await
-        .click()
-        .await
-        .unwrap();
-    css(&c, "#sec-triggers-on-inbox-enabled")
-        .await
-        .click()
-        .await
-        .unwrap();
-    css(&c, "#section-triggers-save")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#section-triggers summary").await;
+    click(&c, "#sec-triggers-on-inbox-enabled").await;
+    click(&c, "#section-triggers-save").await;
     wait_for("the trigger toggle stored", || async {
         h.client
             .get(&format!("/agents/{}/config", agent.id))
@@ -588,11 +575,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     let timer_id = timers["timers"][0]["id"].clone();
-    css(&c, &format!("button[data-timer-edit=\"{timer_id}\"]"))
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, &format!("button[data-timer-edit=\"{timer_id}\"]")).await;
     c.execute(
         "document.querySelector('#timer-mode').value = 'interval';
          document.querySelector('#timer-value').value = '120000';",
@@ -600,7 +583,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     )
     .await
     .unwrap();
-    css(&c, "#timer-submit").await.click().await.unwrap();
+    click(&c, "#timer-submit").await;
     wait_for("the timer rewritten in place", || async {
         h.client
             .get(&format!("/agents/{}/timers", agent.id))
@@ -678,7 +661,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .send_keys("s3cret-never-shown")
         .await
         .unwrap();
-    css(&c, "#cred-submit").await.click().await.unwrap();
+    click(&c, "#cred-submit").await;
     until(
         &c,
         "the credential listed as set",
@@ -748,22 +731,14 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
            && document.querySelector('#mcp-list') && document.querySelector('#defaults-form')",
     )
     .await;
-    css(&c, "button[data-provider-test=\"loop-mock\"]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "button[data-provider-test=\"loop-mock\"]").await;
     until(
         &c,
         "the provider test's answer",
         "(e => e.dataset.ok === 'true' && e.textContent.includes('OK'))(document.querySelector('[data-provider-result=\"loop-mock\"]'))",
     )
     .await;
-    css(&c, "button[data-provider-test=\"loop-closed\"]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "button[data-provider-test=\"loop-closed\"]").await;
     until(
         &c,
         "the failing provider's error",
@@ -805,12 +780,12 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     c.goto(&format!("{base}/#/agent/{}/loop", agent.id))
         .await
         .unwrap();
-    css(&c, "#fork-box summary").await.click().await.unwrap();
+    click(&c, "#fork-box summary").await;
     let fork_name = css(&c, "#fork-name").await;
     fork_name.clear().await.unwrap();
     fork_name.send_keys("Studio Scout Copy").await.unwrap();
     shot(&c, &shots, "7d-fork").await;
-    css(&c, "#fork-submit").await.click().await.unwrap();
+    click(&c, "#fork-submit").await;
     wait_for("the fork loaded", || async {
         h.server.daemon.agent("studio-scout-copy").is_ok()
     })
