@@ -13,7 +13,8 @@
 //! Authentication (MSG-51/52): when the agent's `security.allow_unsigned` is false the first
 //! frame must be the signed auth frame within 30 s, else `auth_result {success: false}` and
 //! close 4001; the answer carries the agent's own signature when it has an identity. With
-//! `allow_unsigned` an auth frame is optional and accepted unverified.
+//! `allow_unsigned` an auth frame is optional and accepted unverified (the answer is signed
+//! all the same).
 
 use std::net::IpAddr;
 use std::sync::{Arc, PoisonError};
@@ -176,7 +177,9 @@ pub(crate) async fn connection(
                     if let Some(auth) = handshake::unverified_client(&frame) {
                         info.remote_did = Some(auth.did.clone());
                         remember(&slot, &info);
-                        let answer = handshake::success(&auth, None);
+                        // Unverified, but the agent still proves its own DID: a client
+                        // that pinned it (a `ws_connections` `did`) opens only on that proof.
+                        let answer = answer_auth(&serving, &agent, &auth).await;
                         if sender
                             .send(Message::Text(answer.to_string().into()))
                             .await

@@ -235,7 +235,8 @@ impl Daemon {
         self.hub.begin_shutdown();
     }
 
-    /// Closes every agent's file cleanly (no `-wal`/`-shm` left) and ends event streams.
+    /// Closes every agent's WebSockets and file cleanly (no `-wal`/`-shm` left) and ends event
+    /// streams.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
         self.hub
@@ -244,6 +245,9 @@ impl Daemon {
             .await;
         let agents = self.hub.registry().take_all();
         for agent in &agents {
+            // A WebSocket outlives the listener (it is its own task once upgraded): close
+            // each agent's sockets with 1001 as a stopped process would, so peers reconnect.
+            self.release_network(&agent.id);
             agent.hil().abort_all();
         }
         let closes = agents

@@ -1444,3 +1444,273 @@ async fn srv_31_srv_32_srv_33_ws_tools_connect_list_send_and_disconnect_from_cod
     assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
     h.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Two daemons on loopback (issue 15): an agent of one holds a WebSocket to an agent of the other
+
+/// Sends what `send/<name>.json` asks for when it is written; the outcome (or the error) goes
+/// to `sent/<name>.json`.
+const NAMED_SENDER: &str = r#"
+export async function main(event) {
+  const name = event.data.path.replace('send/', '');
+  const args = JSON.parse((await adf.fs_read({ path: event.data.path })).content);
+  let out;
+  try { out = await adf.msg_send(args) } catch (e) { out = { code: e.code, message: e.message } }
+  await adf.fs_write({ path: `sent/${name}`, content: JSON.stringify(out), mode: 'write' });
+}
+"#;
+
+/// A daemon over `dir` (its `home/` and `agents/`) listening on 127.0.0.1:`port`.
+async fn daemon_on(dir: tempfile::TempDir, port: u16) -> Harness {
+    let home = adf_runtime::home::RuntimeHome::at(dir.path().join("home"));
+    let front = adf_server::FrontDoor::for_home(&home, None).unwrap();
+    let token = front.token.clone();
+    let server =
+        adf_server::RunningServer::start(adf_server::Daemon::new(home), "127.0.0.1", port, front)
+            .await
+            .unwrap();
+    let client = adf_server::client::Client::new(&server.url(), Some(token.clone())).unwrap();
+    Harness {
+        dir,
+        server,
+        client,
+        token,
+    }
+}
+
+/// A sender agent of `h` whose lambda runs msg_send, with `extra` config paths.
+async fn sender_agent(h: &Harness, handle: &str, extra: &[(&str, Value)]) -> Arc<Agent> {
+    let mut config = vec![
+        ("handle", json!(handle)),
+        (
+            "triggers",
+            json!({ "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/send.ts:main", "filter": { "watch": "send/**" } }
+            ] } }),
+        ),
+    ];
+    config.extend(extra.iter().cloned());
+    let path = agent_file(
+        h.dir.path(),
+        handle,
+        &[("lib/send.ts", NAMED_SENDER)],
+        &config,
+    );
+    with_identity(h, &path).await;
+    load(h, &path).await
+}
+
+/// Asks `agent` (of `h`) to msg_send `args`; what its lambda recorded.
+async fn send_through(h: &Harness, agent: &Agent, name: &str, args: Value) -> Value {
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=send%2F{name}.json", agent.id),
+            Some(&json!({ "content": args.to_string() })),
+        )
+        .await
+        .unwrap();
+    let outcome = format!("sent/{name}.json");
+    common::wait_for("the send to finish", || async {
+        !common::paths(agent, &outcome).await.is_empty()
+    })
+    .await;
+    let text = text_column(
+        agent,
+        "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = ?1",
+        vec![outcome],
+    )
+    .await;
+    serde_json::from_str(&text[0]).unwrap()
+}
+
+/// The structure of a value: every scalar replaced by its type name, JSON text parsed first.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(inner @ (Value::Object(_) | Value::Array(_))) => shape(&inner),
+            _ => json!("string"),
+        },
+        Value::Number(_) => json!("number"),
+        Value::Bool(_) => json!("bool"),
+        Value::Null => Value::Null,
+    }
+}
+
+/// The receiver's rows (as `comparable_rows` gives them) whose content is `content`.
+async fn rows_with(agent: &Agent, content: &str) -> Vec<Value> {
+    comparable_rows(agent)
+        .await
+        .into_iter()
+        .filter(|row| row["content"] == content)
+        .collect()
+}
+
+/// The one row with `over_ws` has the shape of the one with `over_http`, and the same values
+/// wherever the sender and the words do not enter.
+async fn assert_like_http(receiver: &Agent, over_ws: &str, over_http: &str) -> Value {
+    let ws = rows_with(receiver, over_ws).await;
+    let http = rows_with(receiver, over_http).await;
+    assert_eq!(ws.len(), 1, "exactly one row for {over_ws}: {ws:?}");
+    assert_eq!(http.len(), 1, "exactly one row for {over_http}: {http:?}");
+    assert_eq!(
+        shape(&ws[0]),
+        shape(&http[0]),
+        "WS and HTTP rows differ in shape"
+    );
+    for column in [
+        "to",
+        "network",
+        "content_type",
+        "source",
+        "source_context",
+        "status",
+        "owner",
+    ] {
+        assert_eq!(ws[0][column], http[0][column], "{column}");
+    }
+    let meta =
+        |row: &Value| -> Value { serde_json::from_str(row["meta"].as_str().unwrap()).unwrap() };
+    assert_eq!(meta(&ws[0]), meta(&http[0]), "the receiver's stamps differ");
+    meta(&ws[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_encrypted_and_reconnect_after_a_restart()
+ {
+    let first = Harness::start().await;
+    let mut second = Harness::start().await;
+    let b_path = agent_file(
+        second.dir.path(),
+        "bee",
+        &[],
+        &[
+            ("handle", json!("bee")),
+            ("serving.api", json!([{ "method": "WS", "path": "/mesh" }])),
+        ],
+    );
+    with_identity(&second, &b_path).await;
+    let mut bee = load(&second, &b_path).await;
+    let bee_did = bee.info().did.unwrap();
+    let port = second.server.addr.port();
+    let ay = sender_agent(
+        &first,
+        "ay",
+        &[(
+            "ws_connections",
+            json!([{
+                "id": "bee", "url": format!("ws://127.0.0.1:{port}/agents/bee/mesh"), "did": bee_did,
+                "enabled": true, "auth": "required", "reconnect_delay_ms": 20
+            }]),
+        )],
+    )
+    .await;
+    // The same messages over HTTP, from an agent of the first daemon without a socket.
+    let sea = sender_agent(&first, "sea", &[]).await;
+    let connections = first.server.daemon.outbound_connections(&ay.id);
+    assert_eq!(connections.len(), 1);
+    assert_eq!(connections[0].status, "open");
+    assert_eq!(connections[0].remote_did.as_deref(), Some(bee_did.as_str()));
+    let first_open = connections[0].connected_at;
+
+    // Nobody listens on the address: only the WebSocket can deliver A's messages.
+    let unreachable = "http://127.0.0.1:9/agents/bee/inbox";
+    let bee_inbox = format!("{}/agents/bee/inbox", second.server.url());
+    let sends = [
+        (&ay, "ws1", unreachable, "level 1 over the socket"),
+        (&sea, "http1", bee_inbox.as_str(), "level 1 over HTTP"),
+    ];
+    for (agent, name, address, content) in sends {
+        let out = send_through(
+            &first,
+            agent,
+            name,
+            json!({ "recipient": bee_did, "address": address, "content": content }),
+        )
+        .await;
+        assert_eq!(out["status"], "delivered", "{name}: {out}");
+    }
+    let meta = assert_like_http(&bee, "level 1 over the socket", "level 1 over HTTP").await;
+    assert_eq!(meta["payload_verified"], true, "{meta}");
+    assert!(meta.get("payload_encrypted").is_none(), "{meta}");
+
+    // Level 2: both senders encrypt to B's DID.
+    for agent in [&ay, &sea] {
+        let path = format!("/agents/{}/config", agent.id);
+        let mut config = first.client.get(&path).await.unwrap()["config"].clone();
+        config["security"]["level"] = json!(2);
+        first
+            .client
+            .call(Method::PUT, &path, Some(&config))
+            .await
+            .unwrap();
+    }
+    let sends = [
+        (&ay, "ws2", unreachable, "level 2 over the socket"),
+        (&sea, "http2", bee_inbox.as_str(), "level 2 over HTTP"),
+    ];
+    for (agent, name, address, content) in sends {
+        let out = send_through(
+            &first,
+            agent,
+            name,
+            json!({ "recipient": bee_did, "address": address, "content": content }),
+        )
+        .await;
+        assert_eq!(out["status"], "delivered", "{name}: {out}");
+    }
+    let meta = assert_like_http(&bee, "level 2 over the socket", "level 2 over HTTP").await;
+    assert_eq!(meta["payload_encrypted"], true, "{meta}");
+    assert_eq!(meta["payload_verified"], true, "{meta}");
+
+    // The second daemon stops: A's connection drops and keeps trying.
+    let dir = second.stop().await;
+    common::wait_for("A's connection to drop", || async {
+        first.server.daemon.outbound_connections(&ay.id)[0].status == "reconnecting"
+    })
+    .await;
+    // It starts again on the same port with the same file: the connection comes back.
+    second = daemon_on(dir, port).await;
+    bee = load(&second, &b_path).await;
+    common::wait_for("A's connection to come back", || async {
+        let now = &first.server.daemon.outbound_connections(&ay.id)[0];
+        now.status == "open"
+            && now.connected_at > first_open
+            && now.remote_did.as_deref() == Some(bee_did.as_str())
+    })
+    .await;
+    let out = send_through(
+        &first,
+        &ay,
+        "after",
+        json!({ "recipient": bee_did, "address": unreachable, "content": "after the restart" }),
+    )
+    .await;
+    assert_eq!(out["status"], "delivered", "{out}");
+    assert_eq!(rows_with(&bee, "after the restart").await.len(), 1);
+    // Nothing sent before the restart came again.
+    let contents = text_column(
+        &bee,
+        "SELECT content FROM adf_inbox ORDER BY content",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        contents,
+        vec![
+            "after the restart",
+            "level 1 over HTTP",
+            "level 1 over the socket",
+            "level 2 over HTTP",
+            "level 2 over the socket",
+        ]
+    );
+    let statuses = text_column(&ay, "SELECT status FROM adf_outbox", Vec::new()).await;
+    assert_eq!(statuses, vec!["delivered"; 3]);
+    second.stop().await;
+    first.stop().await;
+}
