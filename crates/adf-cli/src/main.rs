@@ -293,7 +293,7 @@ pub(crate) enum McpCommand {
         /// npm (default), pypi, custom or http.
         #[arg(long = "type", default_value = "npm")]
         kind: String,
-        /// The server name (the <server> of mcp_<server>_<tool>); derived from the package.
+        /// The server name (SERVER in the tool names mcp_SERVER_TOOL); derived from the package.
         #[arg(long)]
         name: Option<String>,
         /// The endpoint of an http server.
@@ -322,7 +322,7 @@ pub(crate) enum McpCommand {
     List { file: PathBuf },
     /// Restart a server and refresh its tools (owner choices kept; changed tools disabled).
     Restart { file: PathBuf, name: String },
-    /// Remove a server and every mcp_<name>_* declaration.
+    /// Remove a server and every mcp_NAME_* declaration.
     Remove { file: PathBuf, name: String },
     /// MCP tools that are new or changed since the owner last reviewed them.
     Review {

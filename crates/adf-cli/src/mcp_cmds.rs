@@ -1,6 +1,6 @@
-//! `adf mcp add|list|restart|remove|review FILE …`: the owner's MCP servers of one agent file,
-//! and [`registry`], the tool registry the file commands run with (built-ins plus the agent's
-//! MCP tools).
+//! `adf mcp add|list|restart|remove|review FILE …`: the owner's MCP servers of one agent file.
+//! The tool registry the file commands run with (built-ins, `adf_shell` and the agent's MCP
+//! tools) is `tool_cmds::registry`.
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -37,7 +37,7 @@ pub struct AuditInfo {
 /// bench (BENCHMARKS.md, "Where a turn's time goes").
 const AUDIT_BROTLI_QUALITY: u32 = 3;
 
-/// Compresses JSON with brotli at a quality that favours speed ([`AUDIT_BROTLI_QUALITY`]).
+/// Compresses JSON with brotli at a quality that favours speed (quality 3, see the constant).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
     let text = value.to_string();
     let mut out = Vec::new();
