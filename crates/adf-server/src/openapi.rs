@@ -498,20 +498,29 @@ const OPS: &[Op] = &[
 pub fn is_control_path(path: &str) -> bool {
     // No trailing-slash folding: `/agents/{handle}/` is the agent's public index.
     let given: Vec<&str> = path.split('/').collect();
-    let unsupported = crate::api::unsupported::OPERATIONS
-        .iter()
-        .map(|&(_, path, _, _)| path);
-    OPS.iter()
-        .chain(MORE_OPS)
-        .map(|op| op.path)
-        .chain(unsupported)
-        .any(|op_path| {
-            let pattern: Vec<&str> = op_path.split('/').collect();
-            pattern.len() == given.len()
-                && pattern.iter().zip(&given).all(|(want, got)| {
-                    (want.starts_with('{') && want.ends_with('}') && !got.is_empty()) || want == got
-                })
-        })
+    control_patterns().iter().any(|pattern| {
+        pattern.len() == given.len()
+            && pattern.iter().zip(&given).all(|(want, got)| {
+                (want.starts_with('{') && want.ends_with('}') && !got.is_empty()) || want == got
+            })
+    })
+}
+
+/// Every documented operation's path, split into segments once: the front door asks
+/// [`is_control_path`] on every request under `/agents/`, served agent routes included.
+fn control_patterns() -> &'static [Vec<&'static str>] {
+    static PATTERNS: std::sync::OnceLock<Vec<Vec<&'static str>>> = std::sync::OnceLock::new();
+    PATTERNS.get_or_init(|| {
+        let unsupported = crate::api::unsupported::OPERATIONS
+            .iter()
+            .map(|&(_, path, _, _)| path);
+        OPS.iter()
+            .chain(MORE_OPS)
+            .map(|op| op.path)
+            .chain(unsupported)
+            .map(|path| path.split('/').collect())
+            .collect()
+    })
 }
 
 fn description(status: u16) -> &'static str {
