@@ -331,13 +331,7 @@ pub(super) async fn password_set(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let agent = find(&state, &id)?;
-    let secret = zeroize::Zeroizing::new(password(&body, "password")?);
-    with_identity(&state, &agent, move |file, _, open| {
-        identity::share_credentials(file, open, &secret)
-    })
-    .await?;
-    Ok(success(&agent))
+    share_with_password(&state, &id, &body, "password").await
 }
 
 pub(super) async fn password_change(
@@ -345,9 +339,19 @@ pub(super) async fn password_change(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let agent = find(&state, &id)?;
-    let secret = zeroize::Zeroizing::new(password(&body, "newPassword")?);
-    with_identity(&state, &agent, move |file, _, open| {
+    share_with_password(&state, &id, &body, "newPassword").await
+}
+
+/// Both password routes: the same slot write, the password read from `field`.
+async fn share_with_password(
+    state: &AppState,
+    id: &str,
+    body: &Value,
+    field: &str,
+) -> ApiResult<Response> {
+    let agent = find(state, id)?;
+    let secret = zeroize::Zeroizing::new(password(body, field)?);
+    with_identity(state, &agent, move |file, _, open| {
         identity::share_credentials(file, open, &secret)
     })
     .await?;
