@@ -32,6 +32,7 @@ pub mod control;
 pub mod resolve;
 pub mod rules;
 pub mod socket;
+pub mod tcp;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -40,6 +41,7 @@ pub use control::protect_control_api;
 pub use reqwest::Url;
 pub use resolve::{Lookup, Pins, SystemLookup};
 pub use socket::connect_websocket;
+pub use tcp::connect_tcp;
 
 use rules::{canonical, link_local_or_metadata, local_kind};
 

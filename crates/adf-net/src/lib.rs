@@ -37,6 +37,7 @@ pub mod outbound;
 mod request;
 mod resolve;
 mod response;
+pub mod streams;
 pub mod tools;
 pub mod umbilical;
 mod ws;

@@ -522,6 +522,7 @@ impl Outbound {
                         }
                     }
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return false,
+                    Some(Ok(Message::Binary(bytes))) => crate::streams::ws_frame(&connection.info, bytes.into()).await,
                     Some(Ok(_)) => {}
                 },
             }

@@ -1,6 +1,8 @@
 //! The per-agent umbilical replay log (§5.24, CFG-42): with `umbilical.log.enabled`, the last
 //! `max_events` (default 2000) events of the agent, minus `exclude_types` (exact names or
-//! `prefix.*`), kept in memory only — never persisted, so a restart starts empty.
+//! `prefix.*`), kept in memory only — never persisted, so a restart starts empty. The
+//! high-rate [`NEVER_LOGGED`] types (`turn.delta`, `binding.flow_summary`) are never kept, so
+//! a streaming reply cannot flush the window.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
@@ -9,6 +11,8 @@ use serde_json::Value;
 
 /// The default window (`umbilical.log.max_events`).
 pub const DEFAULT_MAX_EVENTS: usize = 2000;
+/// Event types the window never keeps (as in the reference runtime).
+pub const NEVER_LOGGED: [&str; 2] = ["turn.delta", "binding.flow_summary"];
 /// The largest window an agent may ask for.
 pub const MAX_MAX_EVENTS: usize = 100_000;
 
@@ -84,7 +88,7 @@ impl UmbilicalLogs {
         let Some(log) = logs.get_mut(agent_id) else {
             return;
         };
-        if excluded(&log.exclude, event_type) {
+        if NEVER_LOGGED.contains(&event_type) || excluded(&log.exclude, event_type) {
             return;
         }
         if log.events.len() >= log.max {

@@ -60,13 +60,14 @@ impl Daemon {
     }
 
     /// Releases what the network holds for the agent `id` (STL-04: turning it `off`): its
-    /// served routes' sandbox and cache, its inbound WebSockets (closed with 1001) and its
-    /// outbound ones.
+    /// served routes' sandbox and cache, its inbound WebSockets (closed with 1001), its
+    /// outbound ones and its stream bindings.
     pub fn release_network(&self, id: &str) {
         if let Some(serving) = self.hub.serving() {
             serving.release(id);
         }
         self.hub.outbound().release(id);
+        self.hub.streams().release(id);
         self.hub.umbilical().release(id);
     }
 

@@ -43,6 +43,8 @@ pub(crate) struct Hub {
     outbound: Arc<adf_net::outbound::Outbound>,
     /// Per-agent umbilical replay logs (`umbilical.log`).
     umbilical: adf_net::umbilical::UmbilicalLogs,
+    /// Stream bindings of every agent (`stream_bindings`, `stream_bind`).
+    streams: Arc<adf_net::streams::Streams>,
 }
 
 impl Hub {
@@ -63,6 +65,11 @@ impl Hub {
                 Arc::new(adf_egress::SystemLookup),
             );
             let serving = adf_net::tools::ServingCell::default();
+            let streams = adf_net::streams::Streams::new(
+                Arc::clone(&outbound),
+                Arc::new(adf_egress::SystemLookup),
+                crate::serving::binding_events(weak.clone()),
+            );
             for tool in adf_net::tools::WsTools::tools(
                 Arc::clone(&outbound),
                 directory,
@@ -70,7 +77,7 @@ impl Hub {
             ) {
                 tools.register(tool);
             }
-            for tool in adf_net::tools::StreamToolNotYet::tools() {
+            for tool in adf_net::streams::StreamTools::tools(Arc::clone(&streams)) {
                 tools.register(tool);
             }
             let mcp = adf_mcp::Supervisor::default();
@@ -92,6 +99,7 @@ impl Hub {
                 serving,
                 outbound,
                 umbilical: adf_net::umbilical::UmbilicalLogs::default(),
+                streams,
             }
         })
     }
@@ -147,6 +155,11 @@ impl Hub {
     /// Per-agent umbilical replay logs.
     pub(crate) fn umbilical(&self) -> &adf_net::umbilical::UmbilicalLogs {
         &self.umbilical
+    }
+
+    /// Stream bindings of every agent.
+    pub(crate) fn streams(&self) -> &Arc<adf_net::streams::Streams> {
+        &self.streams
     }
 
     /// Outbound WebSockets of every agent.
@@ -229,6 +242,9 @@ impl Hub {
         self.umbilical.record(&agent.id, event_type, number, || {
             serde_json::to_value(&envelope).unwrap_or(Value::Null)
         });
+        self.streams.offer_event(&agent.id, event_type, || {
+            serde_json::to_value(&envelope).unwrap_or(Value::Null)
+        });
         let releases = envelope.event_type == "agent.unloaded"
             || (envelope.event_type == "agent.state.changed"
                 && envelope.payload.get("state").and_then(Value::as_str) == Some("off"));
@@ -236,7 +252,9 @@ impl Hub {
         self.events.publish(envelope);
         drop(seq);
         if releases {
-            // STL-04: an agent that goes off or unloads releases its MCP server processes.
+            // STL-04: an agent that goes off or unloads releases its MCP server processes
+            // and its stream bindings.
+            self.streams.release(&agent.id);
             self.mcp.stop_agent(&agent.path).await;
         }
     }

@@ -103,8 +103,9 @@ pub(crate) fn directory(hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
     Arc::new(DaemonAgents { hub })
 }
 
-/// At load: the agent's umbilical replay log (`umbilical.log`) and its enabled
-/// `ws_connections` (a connection that fails is a warning, never a failed load).
+/// At load: the agent's umbilical replay log (`umbilical.log`), its enabled
+/// `ws_connections` and then its declared `stream_bindings` (a connection or binding that
+/// fails is a warning, never a failed load).
 pub(crate) async fn open_configured_connections(
     hub: &Arc<Hub>,
     agent: &Arc<crate::registry::Agent>,
@@ -143,6 +144,59 @@ pub(crate) async fn open_configured_connections(
             tracing::warn!(agent = %agent.id, connection = id, %why, "ws_connections entry not opened");
         }
     }
+    // After the connections: a declared `ws` endpoint names one of them (SRV-41).
+    for (binding, why) in hub.streams().materialize(&agent.id, &config) {
+        tracing::warn!(agent = %agent.id, %binding, %why, "stream_bindings entry not materialized");
+    }
+}
+
+/// `binding.*` events reach the agent's umbilical through one task, in the order the
+/// bindings emitted them (started at the first event, so a hub built outside a runtime
+/// works).
+struct HubBindingEvents {
+    hub: Weak<Hub>,
+    queue: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<(String, String, Value)>>>,
+}
+
+impl adf_net::streams::BindingEvents for HubBindingEvents {
+    fn emit(&self, agent_id: &str, event_type: &str, payload: Value) {
+        let mut queue = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if queue.is_none() {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let (sender, mut receiver) =
+                tokio::sync::mpsc::unbounded_channel::<(String, String, Value)>();
+            let hub = self.hub.clone();
+            runtime.spawn(async move {
+                while let Some((agent_id, event_type, payload)) = receiver.recv().await {
+                    let Some(hub) = hub.upgrade() else {
+                        return;
+                    };
+                    // An unloaded agent's last `binding.terminated` has nobody to reach.
+                    if let Ok(agent) = hub.agent(&agent_id) {
+                        hub.emit(&agent, &event_type, "system:stream_bind", payload)
+                            .await;
+                    }
+                }
+            });
+            *queue = Some(sender);
+        }
+        if let Some(queue) = queue.as_ref() {
+            let _closed = queue.send((agent_id.to_owned(), event_type.to_owned(), payload));
+        }
+    }
+}
+
+/// Where the hub behind `hub` takes its bindings' events.
+pub(crate) fn binding_events(hub: Weak<Hub>) -> Arc<dyn adf_net::streams::BindingEvents> {
+    Arc::new(HubBindingEvents {
+        hub,
+        queue: std::sync::Mutex::new(None),
+    })
 }
 
 /// Bodies of public requests count against the front door's budget.

@@ -281,6 +281,8 @@ struct Recorder<'a> {
     loop_name: String,
     events: Mutex<Vec<TriggerEvent>>,
     owner: Owner<'a>,
+    /// `umbilical.stream_deltas`: each text and thinking delta is a `turn.delta` event.
+    stream_deltas: bool,
 }
 
 impl<'a> Recorder<'a> {
@@ -298,6 +300,10 @@ impl<'a> Recorder<'a> {
             loop_name,
             events: Mutex::new(Vec::new()),
             owner: Owner { scope },
+            stream_deltas: config
+                .pointer("/umbilical/stream_deltas")
+                .and_then(Value::as_bool)
+                == Some(true),
         }
     }
 
@@ -376,6 +382,14 @@ impl TurnHost for Recorder<'_> {
     fn event(&self, event: &TurnEvent<'_>) {
         self.live(event);
         match event {
+            TurnEvent::TextDelta(text) if self.stream_deltas => self.owner.scope.emit(
+                "turn.delta",
+                json!({ "kind": "text", "text": text, "loop": self.loop_name }),
+            ),
+            TurnEvent::ThinkingDelta(text) if self.stream_deltas => self.owner.scope.emit(
+                "turn.delta",
+                json!({ "kind": "thinking", "text": text, "loop": self.loop_name }),
+            ),
             TurnEvent::ToolResult {
                 call,
                 content,

@@ -19,14 +19,7 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 6] = [
-    "chat_info",
-    "stream_bind",
-    "stream_unbind",
-    "stream_bindings",
-    "fs_transfer",
-    "compute_exec",
-];
+pub const UNIMPLEMENTED_TOOLS: [&str; 3] = ["chat_info", "fs_transfer", "compute_exec"];
 
 /// One declared section the runtime does not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -97,21 +90,16 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
     // `serving` (routes, WebSocket routes, public/ and shared files) is run by the daemon
     // (adf-net), so it is not listed.
     // `ws_connections` are opened by the daemon at load (adf-net), so they are not listed.
-    if non_empty_array(config, "/stream_bindings") {
-        add("stream_bindings", "stream bindings are not connected");
-    }
+    // `stream_bindings` are materialized by the daemon at load (adf-net), so they are not
+    // listed.
     if is_set(config.get("pre_llm_hook")) {
         add(
             "pre_llm_hook",
             "the hook is not called; model requests go out untransformed",
         );
     }
-    if is_true(config, "/umbilical/stream_deltas") {
-        add(
-            "umbilical.stream_deltas",
-            "streaming deltas are not emitted as events",
-        );
-    }
+    // `umbilical.stream_deltas` is emitted by the daemon's turns (`turn.delta`), so it is not
+    // listed.
     // `umbilical.log` is kept by the daemon (adf-net's replay log), so it is not listed.
     for tool in config
         .get("tools")

@@ -8,3 +8,4 @@ mod call_sites;
 mod policy;
 mod record;
 mod socket;
+mod tcp;

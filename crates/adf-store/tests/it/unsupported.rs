@@ -51,6 +51,7 @@ fn each_declared_section_is_named() {
         "umbilical": { "stream_deltas": true, "log": { "enabled": true } },
         "tools": [
             { "name": "stream_bind", "enabled": true, "visible": true },
+            { "name": "fs_transfer", "enabled": true, "visible": true },
             { "name": "chat_info", "enabled": true, "visible": false },
             { "name": "mcp_install", "enabled": false, "visible": true },
             { "name": "fs_read", "enabled": true }
@@ -62,16 +63,17 @@ fn each_declared_section_is_named() {
             "code_execution.packages",
             "compute",
             "adapters.telegram",
-            "stream_bindings",
             "pre_llm_hook",
-            "umbilical.stream_deltas",
-            "tools.stream_bind",
+            "tools.fs_transfer",
         ]
     );
     let line = warning_line(&config).unwrap();
     assert!(line.contains("code_execution.packages"), "{line}");
     assert!(!line.contains("mcp"), "MCP servers run: {line}");
-    assert!(line.contains("stream bindings"), "{line}");
+    assert!(
+        !line.contains("stream"),
+        "stream bindings and deltas run: {line}"
+    );
 }
 
 #[test]

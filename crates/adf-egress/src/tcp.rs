@@ -1,0 +1,101 @@
+//! Raw TCP for stream bindings (§5.23 `tcp` endpoints): the one place such a connection is
+//! opened. Every address the host resolves to passes [`Policy::check_address`] (link-local
+//! and metadata never, a control API never, private only with `allow_local_fetch`), and the
+//! connection goes to an admitted address only. The caller applies its own allowlist first.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::rules::canonical;
+use crate::{EgressError, EgressErrorKind, Lookup, Policy, Url, destination};
+
+/// The addresses `host:port` may be reached at under `policy`, resolved through `lookup`.
+/// Refused when any one address is.
+pub async fn admit_tcp(
+    policy: &Policy,
+    host: &str,
+    port: u16,
+    lookup: &dyn Lookup,
+) -> Result<Vec<SocketAddr>, EgressError> {
+    // A pseudo-URL lets the one resolution and rule path serve raw TCP too; its `tcp` scheme
+    // never matches a public mesh route, so a control API stays refused on every port.
+    let bracketed = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let url = Url::parse(&format!("tcp://{bracketed}:{port}")).map_err(|e| {
+        EgressError::new(
+            EgressErrorKind::Invalid,
+            format!("'{host}:{port}' is not a TCP destination: {e}"),
+        )
+    })?;
+    let found = destination(&url, lookup).await?;
+    let subject = |ip: &std::net::IpAddr| match found.literal {
+        Some(_) => format!("{ip}"),
+        None => format!("{host} (resolved to {ip})"),
+    };
+    for ip in &found.ips {
+        if let Err(reason) = policy.check_address(*ip, port, "TCP", &url) {
+            return Err(EgressError {
+                kind: EgressErrorKind::Refused,
+                subject: Some(subject(ip)),
+                reason,
+            });
+        }
+    }
+    if cfg!(feature = "loopback-only")
+        && let Some(ip) = found
+            .ips
+            .iter()
+            .find(|ip| !(canonical(**ip).is_loopback() || canonical(**ip).is_unspecified()))
+    {
+        return Err(EgressError::new(
+            EgressErrorKind::OffMachineInTest,
+            format!(
+                "the policy allows {}, but this test build dials loopback only and would have dialed {ip}:{port}",
+                subject(ip)
+            ),
+        ));
+    }
+    Ok(found
+        .ips
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect())
+}
+
+/// Admits `host:port` ([`admit_tcp`]) and connects to the first admitted address that
+/// answers within `timeout`.
+pub async fn connect_tcp(
+    policy: &Policy,
+    host: &str,
+    port: u16,
+    lookup: &dyn Lookup,
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), EgressError> {
+    let addrs = admit_tcp(policy, host, port, lookup).await?;
+    let attempt = async {
+        let mut last = String::from("no address to connect to");
+        for addr in &addrs {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => return Ok((stream, *addr)),
+                Err(error) => last = format!("cannot connect to {addr}: {error}"),
+            }
+        }
+        Err(EgressError::new(EgressErrorKind::Failed, last))
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(EgressError::new(
+                EgressErrorKind::Failed,
+                format!(
+                    "the TCP connection to {host}:{port} did not open within {} ms",
+                    timeout.as_millis()
+                ),
+            ))
+        })
+}

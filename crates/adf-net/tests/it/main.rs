@@ -1,0 +1,7 @@
+//! adf-net integration tests: one binary (see the workspace's test layout).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// A test or bench crate: its shared modules are private to it, and docs are for library users.
+#![allow(unreachable_pub, missing_docs)]
+
+mod streams;
