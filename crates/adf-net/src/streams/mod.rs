@@ -170,6 +170,9 @@ pub struct Streams {
     events: Arc<dyn BindingEvents>,
     bindings: Mutex<HashMap<(String, String), Arc<Binding>>>,
     umbilical: UmbilicalFeed,
+    /// The host's runtime: a tool call may run on a short-lived runtime (a route lambda's,
+    /// a turn's), and a binding's sockets and pump must outlive it.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Streams {
@@ -180,7 +183,8 @@ impl std::fmt::Debug for Streams {
 
 impl Streams {
     /// Bindings whose `ws` endpoints are `outbound`'s connections, resolving `tcp` hosts
-    /// through `lookup`, emitting their events to `events`.
+    /// through `lookup`, emitting their events to `events`. Bindings run on the runtime this
+    /// is called on (when there is one).
     pub fn new(
         outbound: Arc<Outbound>,
         lookup: Arc<dyn Lookup>,
@@ -192,6 +196,7 @@ impl Streams {
             events,
             bindings: Mutex::new(HashMap::new()),
             umbilical: UmbilicalFeed::default(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         })
     }
 
@@ -205,9 +210,26 @@ impl Streams {
         self.umbilical.offer(agent_id, event_type, event);
     }
 
-    /// `stream_bind`: checks the gates of `config`, opens both endpoints and starts pumping.
-    /// Returns the `binding_id`.
+    /// `stream_bind`: checks the gates of `config`, opens both endpoints and starts pumping,
+    /// on the host's runtime whatever runtime calls. Returns the `binding_id`.
     pub async fn bind(
+        self: &Arc<Self>,
+        agent_id: &str,
+        config: &Value,
+        request: BindRequest,
+    ) -> Result<String, StreamError> {
+        let Some(runtime) = self.runtime.clone() else {
+            return self.bind_here(agent_id, config, request).await;
+        };
+        let streams = Arc::clone(self);
+        let (agent_id, config) = (agent_id.to_owned(), config.clone());
+        runtime
+            .spawn(async move { streams.bind_here(&agent_id, &config, request).await })
+            .await
+            .unwrap_or_else(|e| Err(StreamError::Failed(format!("the binding task failed: {e}"))))
+    }
+
+    async fn bind_here(
         self: &Arc<Self>,
         agent_id: &str,
         config: &Value,
@@ -387,9 +409,13 @@ impl Streams {
         opened: Option<(Opened, Opened)>,
     ) {
         let streams = Arc::clone(self);
-        tokio::spawn(async move {
+        let supervised = async move {
             streams.supervise(binding, request, policy, opened).await;
-        });
+        };
+        match &self.runtime {
+            Some(runtime) => drop(runtime.spawn(supervised)),
+            None => drop(tokio::spawn(supervised)),
+        }
     }
 
     /// Runs one binding to its end, reopening a declared `reconnect` binding.

@@ -19,6 +19,7 @@ mod messaging;
 mod replay;
 mod review;
 mod serving;
+mod streams;
 mod studio_api;
 mod studio_browser;
 mod taps;

@@ -1330,41 +1330,6 @@ async fn cfg_42_the_umbilical_log_replays_recent_events_and_is_not_persisted() {
     h.stop().await;
 }
 
-#[tokio::test]
-async fn stream_tools_answer_not_supported_yet() {
-    let h = Harness::start().await;
-    let probe = r#"
-export async function main(req) {
-  try { await adf.stream_bind({ a: { kind: "tcp", host: "127.0.0.1", port: 9 }, b: { kind: "tcp", host: "127.0.0.1", port: 10 } }); return { status: 200, body: "bound" }; }
-  catch (e) { return { status: 200, body: { code: e.code, message: e.message } }; }
-}
-"#;
-    let path = agent_file(
-        h.dir.path(),
-        "streams",
-        &[("lib/probe.ts", probe)],
-        &[
-            ("handle", json!("streams")),
-            ("tools.stream_bind.enabled", json!(true)),
-            (
-                "serving.api",
-                json!([{ "method": "GET", "path": "/probe", "lambda": "lib/probe.ts:main" }]),
-            ),
-        ],
-    );
-    load(&h, &path).await;
-    let answer = get(&h, "/agents/streams/probe").await.json();
-    assert_eq!(answer["code"], "DISABLED", "{answer}");
-    assert!(
-        answer["message"]
-            .as_str()
-            .unwrap()
-            .contains("not supported yet"),
-        "{answer}"
-    );
-    h.stop().await;
-}
-
 const WS_TOOLS: &str = r#"
 export async function main(req) {
   const url = req.query.url;

@@ -1,0 +1,324 @@
+//! Stream bindings (§5.23) and umbilical deltas (§5.24) in the daemon, on real sockets on
+//! 127.0.0.1: a lambda binding two sockets through `stream_bind`, declared bindings
+//! materialized at load and released by `off` (STL-04), and `turn.delta` events reaching an
+//! umbilical endpoint when `umbilical.stream_deltas` is on.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+use adf_server::Agent;
+use adf_testkit::{MockProvider, Turn};
+use common::{Harness, agent_file, chat, model_config, wait_for};
+
+/// Only a hung test waits this long; no assertion depends on it.
+const SAFETY: Duration = Duration::from_secs(30);
+
+async fn listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+async fn accept(listener: &TcpListener) -> TcpStream {
+    tokio::time::timeout(SAFETY, listener.accept())
+        .await
+        .expect("the binding connected")
+        .unwrap()
+        .0
+}
+
+async fn read_exactly(socket: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut got = vec![0; n];
+    tokio::time::timeout(SAFETY, socket.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    got
+}
+
+async fn read_to_end(socket: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    tokio::time::timeout(SAFETY, socket.read_to_end(&mut got))
+        .await
+        .expect("the binding closed the socket")
+        .unwrap();
+    got
+}
+
+fn tcp(port: u16) -> Value {
+    json!({ "kind": "tcp", "host": "127.0.0.1", "port": port })
+}
+
+fn gates(ports: &[u16]) -> Value {
+    let rules: Vec<Value> = ports
+        .iter()
+        .map(|p| json!({ "host": "127.0.0.1", "port": p }))
+        .collect();
+    json!({ "allow_tcp_bind": true, "tcp_allowlist": rules })
+}
+
+async fn load(h: &Harness, path: &std::path::Path) -> Arc<Agent> {
+    h.server.daemon.load(path).await.unwrap().agent
+}
+
+async fn get_json(h: &Harness, path: &str) -> Value {
+    let client = adf_egress::service_client(adf_egress::ClientOptions::default()).unwrap();
+    let response = tokio::time::timeout(
+        SAFETY,
+        client.get(format!("{}{path}", h.server.url())).send(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    response.json().await.unwrap()
+}
+
+const STREAM_ROUTES: &str = r#"
+export async function bind(req) {
+  try {
+    const bound = await adf.stream_bind({
+      a: { kind: "tcp", host: "127.0.0.1", port: Number(req.query.a) },
+      b: { kind: "tcp", host: "127.0.0.1", port: Number(req.query.b) },
+      bidirectional: true
+    });
+    return { status: 200, body: bound };
+  } catch (e) {
+    return { status: 200, body: { code: e.code, message: e.message } };
+  }
+}
+export async function list(req) {
+  return { status: 200, body: await adf.stream_bindings({}) };
+}
+export async function unbind(req) {
+  return { status: 200, body: await adf.stream_unbind({ binding_id: req.query.id }) };
+}
+"#;
+
+fn stream_tools() -> Vec<(&'static str, Value)> {
+    vec![
+        ("tools.stream_bind.enabled", json!(true)),
+        ("tools.stream_unbind.enabled", json!(true)),
+        ("tools.stream_bindings.enabled", json!(true)),
+    ]
+}
+
+#[tokio::test]
+async fn srv_39_srv_40_a_lambda_binds_two_local_sockets_through_the_stream_tools() {
+    let h = Harness::start().await;
+    let (left, left_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let mut config = vec![
+        ("handle", json!("pipes")),
+        ("stream_bind", gates(&[left_port, right_port])),
+        (
+            "serving.api",
+            json!([
+                { "method": "GET", "path": "/bind", "lambda": "lib/streams.ts:bind" },
+                { "method": "GET", "path": "/list", "lambda": "lib/streams.ts:list" },
+                { "method": "GET", "path": "/unbind", "lambda": "lib/streams.ts:unbind" }
+            ]),
+        ),
+    ];
+    config.extend(stream_tools());
+    let path = agent_file(
+        h.dir.path(),
+        "pipes",
+        &[("lib/streams.ts", STREAM_ROUTES)],
+        &config,
+    );
+    load(&h, &path).await;
+
+    let refused = get_json(&h, &format!("/agents/pipes/bind?a={left_port}&b=1")).await;
+    assert_eq!(refused["code"], "TOOL_ERROR", "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("tcp_allowlist"),
+        "{refused}"
+    );
+
+    let bound = get_json(
+        &h,
+        &format!("/agents/pipes/bind?a={left_port}&b={right_port}"),
+    )
+    .await;
+    let id = bound["binding_id"]
+        .as_str()
+        .expect("a binding id")
+        .to_owned();
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    a.write_all(b"ping").await.unwrap();
+    assert_eq!(read_exactly(&mut b, 4).await, b"ping");
+    b.write_all(b"pong!").await.unwrap();
+    assert_eq!(read_exactly(&mut a, 5).await, b"pong!");
+
+    let listed = get_json(&h, "/agents/pipes/list").await;
+    let entry = &listed["bindings"][0];
+    assert_eq!(entry["binding_id"], id.as_str(), "{listed}");
+    assert_eq!(entry["origin"], "imperative");
+    assert_eq!(entry["a"], tcp(left_port));
+    assert_eq!(entry["b"], tcp(right_port));
+
+    let unbound = get_json(&h, &format!("/agents/pipes/unbind?id={id}")).await;
+    assert_eq!(unbound, json!({ "ok": true }));
+    assert!(read_to_end(&mut a).await.is_empty());
+    assert!(read_to_end(&mut b).await.is_empty());
+    let listed = get_json(&h, "/agents/pipes/list").await;
+    assert_eq!(listed["bindings"], json!([]));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn srv_41_stl_04_declared_bindings_run_from_load_until_off() {
+    let h = Harness::start().await;
+    let (left, left_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let path = agent_file(
+        h.dir.path(),
+        "declared",
+        &[],
+        &[
+            ("handle", json!("declared")),
+            ("stream_bind", gates(&[left_port, right_port])),
+            (
+                "stream_bindings",
+                json!([{ "id": "pipe", "a": tcp(left_port), "b": tcp(right_port), "bidirectional": true }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    a.write_all(b"declared").await.unwrap();
+    assert_eq!(read_exactly(&mut b, 8).await, b"declared");
+
+    wait_for("binding.materialized on the bus", || async {
+        h.server.daemon.events().since(0).iter().any(|f| {
+            f.event.event_type == "binding.materialized"
+                && f.event.source == "system:stream_bind"
+                && f.event.payload["binding_id"] == "pipe"
+        })
+    })
+    .await;
+
+    h.client
+        .call(
+            Method::POST,
+            &format!("/agents/{}/state", agent.id),
+            Some(&json!({ "state": "off" })),
+        )
+        .await
+        .unwrap();
+    assert!(read_to_end(&mut a).await.is_empty(), "off closed a");
+    assert!(read_to_end(&mut b).await.is_empty(), "off closed b");
+    wait_for("binding.terminated on the bus", || async {
+        h.server.daemon.events().since(0).iter().any(|f| {
+            f.event.event_type == "binding.terminated" && f.event.payload["reason"] == "released"
+        })
+    })
+    .await;
+    h.stop().await;
+}
+
+/// The agent's `turn.delta` events through an umbilical endpoint bound to a local socket.
+#[tokio::test]
+async fn umbilical_stream_deltas_reach_the_umbilical_as_turn_delta_events() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("streamed in pieces").with_chunk_chars(4));
+    let h = Harness::start().await;
+    let (sink, sink_port) = listener().await;
+    let mut config = model_config(&mock);
+    config.extend([
+        ("handle", json!("talker")),
+        ("umbilical", json!({ "stream_deltas": true, "log": { "enabled": true } })),
+        ("stream_bind", gates(&[sink_port])),
+        (
+            "stream_bindings",
+            json!([{ "id": "deltas", "a": { "kind": "umbilical", "filter": { "event_types": ["turn.delta"] } }, "b": tcp(sink_port) }]),
+        ),
+    ]);
+    let path = agent_file(h.dir.path(), "talker", &[], &config);
+    let agent = load(&h, &path).await;
+    let mut socket = accept(&sink).await;
+    chat(&h, &agent, "say something").await;
+
+    let mut text = String::new();
+    let mut pieces = 0;
+    let mut pending = Vec::new();
+    while text != "streamed in pieces" {
+        assert!(text.len() < 18, "more text than the reply: {text}");
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(SAFETY, socket.read_exact(&mut byte))
+            .await
+            .expect("a delta arrived")
+            .unwrap();
+        if byte[0] != b'\n' {
+            pending.push(byte[0]);
+            continue;
+        }
+        let event: Value = serde_json::from_slice(&std::mem::take(&mut pending)).unwrap();
+        assert_eq!(event["event_type"], "turn.delta", "{event}");
+        assert_eq!(event["agent_id"], agent.id.as_str());
+        if event["payload"]["kind"] == "text" {
+            text.push_str(event["payload"]["text"].as_str().unwrap());
+            pieces += 1;
+        }
+    }
+    assert!(pieces >= 2, "the reply arrived in {pieces} delta(s)");
+
+    // The replay window never keeps deltas (they would flush it).
+    let log = h
+        .client
+        .get(&format!("/agents/{}/umbilical/events", agent.id))
+        .await
+        .unwrap();
+    let types: Vec<&str> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event_type"].as_str())
+        .collect();
+    assert!(types.contains(&"binding.materialized"), "{types:?}");
+    assert!(!types.contains(&"turn.delta"), "{types:?}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn without_stream_deltas_no_turn_delta_is_emitted() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::text("quiet reply").with_chunk_chars(2));
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.push(("handle", json!("quiet")));
+    let path = agent_file(h.dir.path(), "quiet", &[], &config);
+    let agent = load(&h, &path).await;
+    chat(&h, &agent, "say something").await;
+    wait_for("turn.completed", || async {
+        h.server
+            .daemon
+            .events()
+            .since(0)
+            .iter()
+            .any(|f| f.event.event_type == "turn.completed")
+    })
+    .await;
+    let deltas = h
+        .server
+        .daemon
+        .events()
+        .since(0)
+        .iter()
+        .filter(|f| f.event.event_type == "turn.delta")
+        .count();
+    assert_eq!(deltas, 0);
+    h.stop().await;
+}
