@@ -548,3 +548,70 @@ async fn wait(
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use endpoint::{Sink, Source};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    fn binding() -> Arc<Binding> {
+        Arc::new(Binding {
+            id: "sb_test".into(),
+            agent_id: "agent".into(),
+            a: Value::Null,
+            b: Value::Null,
+            bidirectional: false,
+            declarative: false,
+            created_at: 0,
+            status: Mutex::new(("active", None)),
+            bytes_a_to_b: AtomicU64::new(0),
+            bytes_b_to_a: AtomicU64::new(0),
+            stop: watch::channel(None).0,
+        })
+    }
+
+    /// On a paused clock: traffic moves the idle deadline, silence reaches it.
+    #[tokio::test(start_paused = true)]
+    async fn srv_39_traffic_keeps_a_binding_from_its_idle_timeout() {
+        let (mut writer, a_side) = tokio::io::duplex(64);
+        let (b_side, mut reader) = tokio::io::duplex(64);
+        let binding = binding();
+        let options = Options::parse(Some(&json!({ "idle_timeout_ms": 1000 }))).unwrap();
+        let direction = Direction {
+            source: Source::Io(Box::new(a_side)),
+            sink: Sink::Io(Box::new(b_side)),
+        };
+        let pumped = Arc::clone(&binding);
+        let mut stop = binding.stop.subscribe();
+        let pump = tokio::spawn(async move {
+            let emit = |_: &Binding, _: &str, _: Value| {};
+            pump::run(
+                &pumped,
+                Some(direction),
+                None,
+                options,
+                None,
+                &mut stop,
+                &emit,
+            )
+            .await
+        });
+        for round in 0..3u8 {
+            tokio::time::advance(Duration::from_millis(700)).await;
+            writer.write_all(&[round]).await.unwrap();
+            let mut got = [0u8; 1];
+            reader.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, [round]);
+            assert!(
+                !pump.is_finished(),
+                "round {round}: 2.1 s passed, never 1 s quiet"
+            );
+        }
+        let reason = pump.await.unwrap();
+        assert_eq!(reason, EndReason::IdleTimeout);
+        assert_eq!(binding.bytes_a_to_b.load(Ordering::Relaxed), 3);
+    }
+}

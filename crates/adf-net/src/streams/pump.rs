@@ -136,6 +136,9 @@ pub(super) async fn run(
             } => emit(binding, "binding.flow_summary", binding.counters()),
         }
     };
+    // Ending the binding may also end an endpoint (release drops the umbilical feed); the
+    // host's reason is the one that counts.
+    let reason = stop.borrow().unwrap_or(reason);
     for direction in [a_to_b.as_mut(), b_to_a.as_mut()].into_iter().flatten() {
         direction.sink.finish().await;
     }
