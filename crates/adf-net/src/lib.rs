@@ -30,6 +30,10 @@
 //! `LAMBDA_TIMEOUT`), and the whole request (504 `REQUEST_TIMEOUT`, for a request queued
 //! behind slow lambdas). Responses of `GET` routes with `cache_ttl_ms` are cached per agent,
 //! method, path and query for that long.
+//!
+//! Beside serving: [`outbound`] (the agent's outbound WebSockets), [`tools`] (the `ws_*`
+//! tools), [`streams`] (stream bindings and the `stream_*` tools, §5.23) and [`umbilical`]
+//! (the replay log, §5.24).
 
 mod cache;
 pub mod handshake;

@@ -11,7 +11,7 @@
 //! `host_process_bind`) is a child with a cleared environment (`PATH` plus the endpoint's
 //! `env`), no shell, killed when the binding ends — container isolations are "not supported
 //! yet"; `umbilical` (only as `a`) is the agent's umbilical events, one JSON object per line,
-//! fed by [`Streams::offer_event`] (a binding that falls [`endpoint::QUEUE`] events behind
+//! fed by [`Streams::offer_event`] (a binding that falls 256 events behind
 //! loses events rather than slowing the agent); `ws` is an open outbound connection of the
 //! agent (by connection id or config id): the binary frames it receives feed the binding and
 //! bytes written to it go out as binary frames, while its text frames stay ALF messages.
