@@ -322,3 +322,52 @@ async fn without_stream_deltas_no_turn_delta_is_emitted() {
     assert_eq!(deltas, 0);
     h.stop().await;
 }
+
+const SELF_UNLOCK: &str = r#"
+export async function unlock(req) {
+  try {
+    await adf.sys_update_config({ path: "stream_bind.allow_tcp_bind", value: true });
+    return { status: 200, body: { changed: true } };
+  } catch (e) {
+    return { status: 200, body: { code: e.code, message: e.message } };
+  }
+}
+"#;
+
+#[tokio::test]
+async fn srv_42_cfg_12_an_agent_cannot_open_its_own_stream_gates() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "gated",
+        &[("lib/unlock.ts", SELF_UNLOCK)],
+        &[
+            ("handle", json!("gated")),
+            ("tools.sys_update_config.enabled", json!(true)),
+            // Unrestricted, so what refuses the write is the lock on `stream_bind` itself.
+            ("tools.sys_update_config.restricted", json!(false)),
+            (
+                "serving.api",
+                json!([{ "method": "GET", "path": "/unlock", "lambda": "lib/unlock.ts:unlock" }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let answer = get_json(&h, "/agents/gated/unlock").await;
+    assert_ne!(answer["changed"], true, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("'stream_bind' is locked"),
+        "{answer}"
+    );
+    let config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    assert_ne!(config["stream_bind"]["allow_tcp_bind"], true, "{config}");
+    h.stop().await;
+}
