@@ -248,14 +248,18 @@ impl Streams {
         Ok(id)
     }
 
-    /// Materializes the agent's declared `stream_bindings` (enabled ones): each is listed at
-    /// once and opens in the background. Returns the declarations refused outright (bad
+    /// Materializes the agent's declared `stream_bindings` (enabled ones; none while the
+    /// config's `state` is `off`): each is listed at once and opens in the background. Returns the declarations refused outright (bad
     /// shape, a closed gate), which are also listed with status `error`.
     pub fn materialize(
         self: &Arc<Self>,
         agent_id: &str,
         config: &Value,
     ) -> Vec<(String, StreamError)> {
+        // An agent stored `off` holds no runtime resources (§6.1).
+        if config.get("state").and_then(Value::as_str) == Some("off") {
+            return Vec::new();
+        }
         let gates = Gates::from_config(config);
         let policy = crate::tools::ws_policy(config);
         let mut refused = Vec::new();

@@ -539,6 +539,12 @@ async fn srv_41_declared_bindings_are_materialized_and_refusals_listed() {
     // Materializing again (a reload without release) does not double a running binding.
     let again = rig.streams.materialize(AGENT, &config);
     assert!(again.iter().any(|(id, _)| id == "pipe"), "{again:?}");
+    rig.streams.release(AGENT);
+
+    // An agent stored `off` materializes nothing.
+    config["state"] = json!("off");
+    assert!(rig.streams.materialize(AGENT, &config).is_empty());
+    assert!(rig.streams.list(AGENT).is_empty());
 }
 
 #[tokio::test]
