@@ -188,14 +188,14 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "curl",
         "Network",
-        "curl [-s] [-X METHOD] [-H 'K: V'] [-d DATA] [-o FILE] URL — HTTP through sys_fetch and the egress policy",
+        "curl [-sSfiI] [-X METHOD] [-H 'K: V'] [-d DATA] [--json DATA] [-o FILE] URL — HTTP through sys_fetch and the egress policy; -f: exit 22 on HTTP >= 400; 7 when refused or unreachable, 28 on timeout",
         agent::curl
     ),
     spec!(
         "wget",
         "Network",
-        "wget [-O FILE] URL — fetch a URL through sys_fetch",
-        agent::curl
+        "wget [-q] [-O FILE|-] [--header 'K: V'] [--post-data DATA] URL — save a URL to a file (named after the URL unless -O) through sys_fetch; exit 8 on HTTP >= 400",
+        agent::wget
     ),
     spec!(
         "at",
@@ -212,7 +212,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "node",
         "Code",
-        "node -e CODE — run JavaScript in the sandbox (sys_code)",
+        "node -e CODE | node -p EXPR | node < code.js — run JavaScript in the sandbox (sys_code); console.log to stdout, console.error to stderr; ./lib/x.ts [FN] runs a lambda file",
         agent::node
     ),
     spec!("ps", "Process", "ps — running and pending tasks", agent::ps),
