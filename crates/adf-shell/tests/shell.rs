@@ -526,7 +526,7 @@ fn every_row_of_the_command_table_runs() {
         ("node -e 'console.log(1+1)'", 0, "2\n"),
         // Process
         ("ps | head -1", 0, "ID\tTOOL\tSTATUS\n"),
-        ("kill 1; echo $?", 0, "1\n"),
+        ("kill nosuch; echo $?", 0, "1\n"),
         ("wait nope; echo $?", 0, "1\n"),
         // Identity and config
         ("whoami | grep -c '('", 0, "1\n"),
@@ -605,4 +605,107 @@ fn tol_55_state_from_the_shell_sets_the_agent_state() {
     );
     assert_eq!(run.stdout, "state: idle\n");
     assert_eq!(text(&file, "out.md").as_deref(), Some("done\n"));
+}
+
+#[test]
+fn kill_stops_and_restarts_an_inner_loop_and_refuses_tasks_and_main() {
+    let (_dir, mut file) = agent();
+    registry()
+        .call(
+            &mut file,
+            &model(),
+            "loop_manage",
+            json!({ "action": "create", "name": "watcher", "config": { "goal": "watch the inbox", "enabled": true } }),
+            &DenyAll,
+        )
+        .unwrap();
+    let enabled = |file: &AdfFile| {
+        file.config().unwrap()["loops"][0]["enabled"]
+            .as_bool()
+            .unwrap()
+    };
+    let mut run = |file: &mut AdfFile, line: &str| {
+        to_run(&shell_call(file, &model(), line, &DenyAll).unwrap())
+    };
+
+    let ps = run(&mut file, "ps | grep watcher");
+    assert_eq!(ps.stdout, "watcher\tloop\tenabled\n", "{ps:?}");
+    let stop = run(&mut file, "kill watcher");
+    assert_eq!(
+        (stop.stdout.as_str(), stop.exit_code),
+        ("stopped loop watcher\n", 0),
+        "{stop:?}"
+    );
+    assert!(!enabled(&file));
+    assert_eq!(
+        run(&mut file, "ps | grep watcher").stdout,
+        "watcher\tloop\tstopped\n"
+    );
+    let start = run(&mut file, "kill -CONT watcher");
+    assert_eq!(start.stdout, "started loop watcher\n", "{start:?}");
+    assert!(enabled(&file));
+    assert_eq!(
+        run(&mut file, "kill -9 watcher").stdout,
+        "stopped loop watcher\n"
+    );
+    assert!(!enabled(&file));
+
+    let main = run(&mut file, "kill main");
+    assert_eq!(main.exit_code, 1);
+    assert!(main.stderr.contains("end the turn"), "{main:?}");
+    let missing = run(&mut file, "kill ghost");
+    assert_eq!(
+        (missing.stderr.as_str(), missing.exit_code),
+        ("kill: (ghost) - No such process\n", 1)
+    );
+    let bad = run(&mut file, "kill -WINCH watcher");
+    assert!(bad.stderr.contains("invalid signal"), "{bad:?}");
+
+    // A task the model queued: listed by ps, and not the agent's to kill.
+    let queued = registry()
+        .call(
+            &mut file,
+            &model(),
+            "fs_list",
+            json!({ "_async": true }),
+            &DenyAll,
+        )
+        .unwrap();
+    let adf_runtime::tools::CallOutcome::Queued { task_id, .. } = queued else {
+        panic!("an _async call is queued, got {queued:?}")
+    };
+    let listed = run(&mut file, &format!("ps | grep -c {task_id}"));
+    assert_eq!(listed.stdout, "1\n", "{listed:?}");
+    let refused = run(&mut file, &format!("kill {task_id}"));
+    assert_eq!(refused.exit_code, 1);
+    assert!(
+        refused.stderr.contains("not the agent's to kill"),
+        "{refused:?}"
+    );
+    assert_eq!(file.task(&task_id).unwrap().unwrap().status, "running");
+}
+
+#[test]
+fn chmod_is_refused_for_the_agent_and_leaves_the_protection() {
+    let (_dir, mut file) = agent();
+    put(&mut file, "notes.md", "x\n");
+    let before = digest(&file);
+    let run = to_run(
+        &shell_call(
+            &mut file,
+            &model(),
+            "chmod read_only notes.md a.md; echo $?",
+            &ApproveAll,
+        )
+        .unwrap(),
+    );
+    assert_eq!(run.stdout, "1\n");
+    assert_eq!(run.stderr.lines().count(), 2, "one line per file: {run:?}");
+    assert!(run.stderr.contains("owner or authorized code"), "{run:?}");
+    let notes = file.file_read("notes.md").unwrap().unwrap();
+    assert_eq!(notes.info.protection.as_str(), "none");
+    assert_eq!(digest(&file), before);
+    let usage =
+        to_run(&shell_call(&mut file, &model(), "chmod 644 notes.md", &ApproveAll).unwrap());
+    assert!(usage.stderr.contains("numeric modes"), "{usage:?}");
 }

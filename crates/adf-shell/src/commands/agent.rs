@@ -667,15 +667,111 @@ pub(crate) fn ps(shell: &mut Shell<'_>, _: &[String], io: &mut Io) -> Result<i32
                     cell("status")
                 ));
             }
+            // Inner loops are the agent's other processes (`kill` stops them).
+            if let Ok(list) = shell.host.call("loop_list", json!({})) {
+                for l in list
+                    .get("loops")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|l| l.get("name").and_then(Value::as_str) != Some("main"))
+                {
+                    let enabled = l.get("enabled").and_then(Value::as_bool) == Some(true);
+                    io.out.push_str(&format!(
+                        "{}\tloop\t{}\n",
+                        l.get("name").and_then(Value::as_str).unwrap_or(""),
+                        if enabled { "enabled" } else { "stopped" }
+                    ));
+                }
+            }
             Ok(0)
         }
         Err(error) => Ok(io.fail("ps", error.message)),
     }
 }
 
-pub(crate) fn kill(_: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let _ = args;
-    Ok(io.fail("kill", "cancelling tasks from the shell is not supported yet (the owner denies or cancels them with `adf deny`)"))
+/// `kill [-STOP|-TERM|-KILL|-9|-CONT] LOOP…`: stops an inner loop (`loop_manage` sets
+/// `enabled: false`; `-CONT` enables it again). Tasks are not the agent's to kill: a running
+/// one finishes by itself and a pending approval is the owner's to answer, so a task id is
+/// refused with that explanation.
+pub(crate) fn kill(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
+    let mut enable = false;
+    let mut targets = Vec::new();
+    let mut index = 0;
+    while index < args.len() {
+        let arg = args[index].as_str();
+        let signal = match arg {
+            "-s" | "-n" => {
+                index += 1;
+                Some(args.get(index).map(String::as_str).unwrap_or(""))
+            }
+            other if other.starts_with('-') && other.len() > 1 => Some(&other[1..]),
+            _ => None,
+        };
+        match signal.map(|s| s.trim_start_matches("SIG")) {
+            Some("CONT" | "18") => enable = true,
+            Some("STOP" | "TERM" | "KILL" | "INT" | "HUP" | "9" | "15" | "19" | "2" | "1") => {
+                enable = false
+            }
+            Some(other) => {
+                return Ok(io.fail(
+                    "kill",
+                    format!("{other}: invalid signal specification (STOP/TERM/KILL stop a loop, CONT starts it)"),
+                ));
+            }
+            None => targets.push(arg.to_owned()),
+        }
+        index += 1;
+    }
+    if targets.is_empty() {
+        return Ok(io.fail("kill", "usage: kill [-STOP|-CONT] LOOP… (see ps)"));
+    }
+    let mut status = 0;
+    for target in targets {
+        if target.eq_ignore_ascii_case("main") {
+            status = io.fail(
+                "kill",
+                "(main) - main is the loop running this shell; end the turn instead (state idle)",
+            );
+            continue;
+        }
+        let escaped = target.replace('\'', "''");
+        let sql = format!("SELECT status FROM adf_tasks WHERE id = '{escaped}'");
+        let task = shell
+            .host
+            .call("db_query", json!({ "sql": sql }))
+            .ok()
+            .and_then(|r| {
+                r.pointer("/rows/0/status")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        if let Some(task_status) = task {
+            status = io.fail(
+                "kill",
+                format!(
+                    "({target}) - task {target} is {task_status}: tasks are not the agent's to kill (a running task finishes by itself, see `wait {target}`; an approval request is answered by the owner)"
+                ),
+            );
+            continue;
+        }
+        let call = json!({
+            "action": "update",
+            "name": target,
+            "config": { "enabled": enable },
+        });
+        match shell.host.call("loop_manage", call) {
+            Ok(_) => io.out.push_str(&format!(
+                "{} loop {target}\n",
+                if enable { "started" } else { "stopped" }
+            )),
+            Err(error) if error.code == ErrorCode::NotFound => {
+                status = io.fail("kill", format!("({target}) - No such process"));
+            }
+            Err(error) => status = io.fail("kill", error.message),
+        }
+    }
+    Ok(status)
 }
 
 pub(crate) fn wait(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {

@@ -73,7 +73,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "chmod",
         "Filesystem",
-        "chmod none|read_only|no_delete FILE… — set a file's protection (the agent's own protection rules apply)",
+        "chmod none|read_only|no_delete FILE… — always refused for the agent: protection is set at creation (fs_write protection) and changed only by the owner or authorized code",
         fs::chmod
     ),
     spec!(
@@ -215,11 +215,16 @@ pub(crate) const COMMANDS: &[Spec] = &[
         "node -e CODE | node -p EXPR | node < code.js — run JavaScript in the sandbox (sys_code); console.log to stdout, console.error to stderr; ./lib/x.ts [FN] runs a lambda file",
         agent::node
     ),
-    spec!("ps", "Process", "ps — running and pending tasks", agent::ps),
+    spec!(
+        "ps",
+        "Process",
+        "ps — running and pending tasks, then the inner loops (TOOL loop, STATUS enabled|stopped)",
+        agent::ps
+    ),
     spec!(
         "kill",
         "Process",
-        "kill TASK_ID — cancel a task",
+        "kill [-STOP|-CONT] LOOP… — stop an inner loop (loop_manage enabled:false; -CONT starts it again); tasks are refused: a running task finishes by itself (wait ID), an approval request is the owner's to answer",
         agent::kill
     ),
     spec!(
