@@ -430,3 +430,70 @@ fn a_registry_host_runs_synchronous_tools_only_and_says_how_to_run_the_rest() {
     assert_eq!(outcome.stdout, "ok\n");
     assert!(outcome.stderr.contains("adf_shell tool"), "{outcome:?}");
 }
+
+/// Runs `source` as `sys_code` does (unauthorized agent code) with the shell registered.
+async fn code(file: &mut AdfFile, source: &str) -> Value {
+    use adf_runtime::code::{CodeEnv, RunOptions, Sandbox, SandboxConfig};
+    let sandbox = Sandbox::new(SandboxConfig::default()).await.unwrap();
+    let env = CodeEnv::new(sandbox, registry());
+    let run =
+        adf_runtime::code::run_inline(file, &env, source, false, &DenyAll, &RunOptions::default())
+            .await;
+    match run.result {
+        Ok(value) => value,
+        Err(error) => panic!("code failed: {error}; console: {:?}", run.logs),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_calls_the_shell_through_the_same_pipeline() {
+    let (base, _hits) = server().await;
+    let (_dir, mut file) = agent();
+    put(&mut file, "notes.md", "b\na\nb\n");
+    let value = code(
+        &mut file,
+        "return await adf.adf_shell({ command: 'sort notes.md | uniq -c | head -1 && echo made > out.txt' })",
+    )
+    .await;
+    assert_eq!(value["stdout"], "      1 a\n", "{value}");
+    assert_eq!(value["exit_code"], 0);
+    assert_eq!(text(&file, "out.txt").as_deref(), Some("made\n"));
+
+    // curl inside it reaches sys_fetch.
+    let value = code(
+        &mut file,
+        &format!("return await adf.adf_shell({{ command: 'curl -s {base}/hello' }})"),
+    )
+    .await;
+    assert_eq!(value["stdout"], "hello\n", "{value}");
+
+    // Protection holds and code gets no owner to ask: the redirect onto a read_only file fails.
+    common::registry()
+        .call(
+            &mut file,
+            &adf_runtime::tools::Caller::Owner,
+            "fs_write",
+            json!({ "mode": "write", "path": "locked.txt", "content": "keep\n", "protection": "read_only" }),
+            &DenyAll,
+        )
+        .unwrap();
+    let value = code(
+        &mut file,
+        "return await adf.adf_shell({ command: 'echo changed > locked.txt; echo $?' })",
+    )
+    .await;
+    assert_eq!(value["stdout"], "1\n", "{value}");
+    assert_eq!(text(&file, "locked.txt").as_deref(), Some("keep\n"));
+
+    // Code → shell → code does not nest.
+    let value = code(
+        &mut file,
+        "return await adf.adf_shell({ command: \"node -e 'console.log(1)'\" })",
+    )
+    .await;
+    assert_eq!(value["exit_code"], 1, "{value}");
+    assert!(
+        value["stderr"].as_str().unwrap().contains("does not nest"),
+        "{value}"
+    );
+}
