@@ -2,9 +2,13 @@
 //!
 //! Principal types: [`ShellTool`] (the `adf_shell` [`Tool`], registered where a binary
 //! assembles its runtime), [`Host`] (the narrow seam every command goes through: one tool call
-//! at a time), [`RegistryHost`] (that seam over [`ToolRegistry::call`] with the caller's
-//! identity, so access, protection, approvals and audit hold inside a pipeline), [`Shell`]
-//! (the interpreter: variables, `$?`, budgets), [`Limits`] and [`Outcome`].
+//! at a time), [`Shell`] (the interpreter: variables, `$?`, budgets), [`Limits`] and
+//! [`Outcome`]. As a tool, the line runs on a thread of its own whose host hands each call to
+//! the hosted future holding the file: the pipeline call as the outer caller (access,
+//! protection, approvals and audit hold inside a pipeline), and for a call the pipeline defers
+//! (`curl` → `sys_fetch`, `node` → `sys_code`) the caller's
+//! [`adf_runtime::tools::DeferredDriver`]. [`RegistryHost`] is the synchronous embedding over
+//! [`ToolRegistry::call`] (synchronous tools only).
 //!
 //! The language is parsed in [`parse`]: pipes, `&&`, `||`, `;`, redirects, variables,
 //! `$( … )`, quoting, heredocs, comments. Constructs it does not run (`&`, subshells, globs,

@@ -624,7 +624,7 @@ fn kill_stops_and_restarts_an_inner_loop_and_refuses_tasks_and_main() {
             .as_bool()
             .unwrap()
     };
-    let mut run = |file: &mut AdfFile, line: &str| {
+    let run = |file: &mut AdfFile, line: &str| {
         to_run(&shell_call(file, &model(), line, &DenyAll).unwrap())
     };
 
