@@ -93,6 +93,11 @@ async fn serve(mut socket: TcpStream, hits: Hits) {
             .into_bytes(),
         ),
         "/png" => ("200 OK", "image/png", PNG.to_vec()),
+        // Holds the connection without answering, until the client gives up.
+        "/hang" => {
+            let _ = socket.read(&mut buf).await;
+            return;
+        }
         _ => ("404 Not Found", "text/plain", b"no such page\n".to_vec()),
     };
     let response = format!(
@@ -274,11 +279,15 @@ async fn curl_exit_codes_follow_curl_on_http_errors_and_refusals() {
     let run = line(&mut file, "curl -s http://intranet.test/; echo $?").await;
     assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("7\n", ""));
 
+    // -m is sys_fetch's time limit; running out of it is curl's 28.
+    let run = line(&mut file, &format!("curl -s -m 0.2 {base}/hang; echo $?")).await;
+    assert_eq!(run.stdout, "28\n", "{run:?}");
+
     // A malformed URL is curl's 3.
     let run = line(&mut file, "curl -s ftp://127.0.0.1/x; echo $?").await;
     assert_eq!(run.stdout, "3\n", "{run:?}");
 
-    assert_eq!(hits.lock().unwrap().len(), 4, "only the loopback requests");
+    assert_eq!(hits.lock().unwrap().len(), 5, "only the loopback requests");
 }
 
 /// Denies every approval and records what it was asked.

@@ -116,6 +116,8 @@ struct HttpRequest {
     headers: serde_json::Map<String, Value>,
     body: Option<String>,
     url: Option<String>,
+    /// `-m SECONDS` as `sys_fetch`'s `timeout_ms`.
+    timeout_ms: Option<u64>,
 }
 
 impl HttpRequest {
@@ -134,6 +136,9 @@ impl HttpRequest {
         }
         if let Some(body) = &self.body {
             request["body"] = Value::String(body.clone());
+        }
+        if let Some(timeout_ms) = self.timeout_ms {
+            request["timeout_ms"] = Value::from(timeout_ms);
         }
         request
     }
@@ -247,6 +252,19 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
                 }
             }
             "-o" | "--output" => output = value(),
+            "-m" | "--max-time" => {
+                let given = value().unwrap_or_default();
+                match given.parse::<f64>() {
+                    Ok(seconds) if seconds > 0.0 => {
+                        request.timeout_ms = Some(((seconds * 1000.0) as u64).clamp(1, 60_000));
+                    }
+                    _ => {
+                        io.err
+                            .push_str(&format!("curl: (2) bad --max-time '{given}'\n"));
+                        return Ok(2);
+                    }
+                }
+            }
             "-s" | "--silent" => silent = true,
             "-S" | "--show-error" => show_errors = true,
             "-f" | "--fail" => fail = true,

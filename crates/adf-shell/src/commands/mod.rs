@@ -188,7 +188,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "curl",
         "Network",
-        "curl [-sSfiI] [-X METHOD] [-H 'K: V'] [-d DATA] [--json DATA] [-o FILE] URL — HTTP through sys_fetch and the egress policy; -f: exit 22 on HTTP >= 400; 7 when refused or unreachable, 28 on timeout",
+        "curl [-sSfiI] [-X METHOD] [-H 'K: V'] [-d DATA] [--json DATA] [-o FILE] [-m SECONDS] URL — HTTP through sys_fetch and the egress policy; -f: exit 22 on HTTP >= 400; 7 when refused or unreachable, 28 on timeout",
         agent::curl
     ),
     spec!(
