@@ -93,7 +93,6 @@ fn bench(c: &mut Criterion) {
     c.bench_function("cat 1MB | grep | sort | uniq -c | head", |b| {
         b.iter(|| run(line))
     });
-    drop(run);
     // The same line on the calling thread through the synchronous RegistryHost: the
     // difference to the line above is the hosted call's thread and channel round trips.
     c.bench_function("same line, interpreter on the calling thread", |b| {
