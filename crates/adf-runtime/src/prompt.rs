@@ -65,8 +65,8 @@ other tools are reached through it. Syntax: pipes, && || ; (bash precedence), > 
 ${VAR} $(cmd), quotes, heredocs (<<EOF, <<'EOF', <<-EOF), ./script.sh. Not supported: &, ( ), \
 globs, $(( )), <( ), if/for/while/case: chain with && and ||, loop with xargs. Files are flat \
 paths (notes/a.md). Commands: cat ls rm cp mv touch find du head tail; grep sed (ERE) sort uniq wc \
-cut tr tee rev tac diff xargs; jq (full language) sqlite3 (local_* tables); msg who ping; at \
-crontab; state meta config (config tools NAME prints a tool's schema) status whoami env export \
+cut tr tee rev tac diff xargs; jq (full language) sqlite3 (local_* tables); msg who ping; curl \
+wget; node -e, ./lib/x.ts (sandbox); ps kill wait; at crontab; state meta config (config tools NAME prints a tool's schema) status whoami env export \
 date; help, `CMD -h`. Each command is a tool call: protected files and restricted tools still ask \
 the owner. The result is {stdout, stderr, exit_code}; output is capped, so narrow it with grep, \
 head or jq."

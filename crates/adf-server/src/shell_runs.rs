@@ -1,7 +1,12 @@
 //! Command trigger targets and `.sh` timer lambdas: the line runs through the `adf_shell`
 //! tool (registered by the hub), as the agent's unauthorized code, with the event as
-//! variables. Its outcome is one `adf_logs` row (origin `shell`).
+//! variables. Its outcome is one `adf_logs` row (origin `shell`). The line runs on the store
+//! worker through the runtime's one deferred-call driver (`code::drive_deferred`), so `curl`
+//! and `node` inside it reach `sys_fetch` and the sandbox as they do in a model turn.
 
+use std::sync::Arc;
+
+use adf_runtime::code::{self, CodeEnv, RunOptions, Sandbox, SandboxConfig};
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{CallOutcome, Caller, ToolError, ToolRegistry};
 use adf_store::AdfFile;
@@ -15,7 +20,7 @@ const LOGGED_OUTPUT: usize = 2_000;
 /// why the shell could not run (logged either way).
 pub(crate) fn run(
     file: &mut AdfFile,
-    registry: &ToolRegistry,
+    registry: &Arc<ToolRegistry>,
     source: &str,
     command: &str,
     event: &Value,
@@ -31,13 +36,27 @@ pub(crate) fn run(
     let args = json!({ "command": command, "env": env });
     // No one is at hand to approve: restricted commands inside the line are refused.
     let result = match registry.call(file, &caller, "adf_shell", args, &DenyAll) {
-        Ok(CallOutcome::Deferred(call)) => registry
-            .run_hosted(file, &caller, &call, &DenyAll)
-            .unwrap_or_else(|| {
-                Err(ToolError::not_found(
-                    "adf_shell is not registered in this runtime",
-                ))
-            }),
+        Ok(CallOutcome::Deferred(call)) => match crate::turns::current_thread() {
+            None => Err(ToolError::new(
+                adf_runtime::tools::ErrorCode::InternalError,
+                "cannot start a runtime for the shell",
+            )),
+            Some(runtime) => {
+                // The sandbox opens only if the line runs code (`node`, `./x.ts`).
+                let env = async {
+                    let sandbox = Sandbox::new(SandboxConfig::default()).await.map_err(|e| {
+                        ToolError::new(adf_runtime::tools::ErrorCode::InternalError, e.to_string())
+                    })?;
+                    Ok(CodeEnv::new(sandbox, Arc::clone(registry)))
+                };
+                let options = RunOptions::default();
+                runtime
+                    .block_on(code::drive_deferred(
+                        file, registry, &caller, &call, env, &DenyAll, &options,
+                    ))
+                    .value
+            }
+        },
         Ok(other) => Ok(other.into_value()),
         Err(error) => Err(error),
     };

@@ -51,6 +51,10 @@ fn bench(c: &mut Criterion) {
     let caller = Caller::Model {
         loop_name: "main".into(),
     };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut run = |command: &str| -> Value {
         match registry
             .call(
@@ -62,9 +66,23 @@ fn bench(c: &mut Criterion) {
             )
             .unwrap()
         {
-            CallOutcome::Deferred(call) => registry
-                .run_hosted(&mut file, &caller, &call, &DenyAll)
-                .unwrap()
+            // The executor's driver; the line runs no code, so no sandbox opens.
+            CallOutcome::Deferred(call) => runtime
+                .block_on(adf_runtime::code::drive_deferred(
+                    &mut file,
+                    &registry,
+                    &caller,
+                    &call,
+                    async {
+                        Err::<adf_runtime::code::CodeEnv, _>(adf_runtime::tools::ToolError::new(
+                            adf_runtime::tools::ErrorCode::InternalError,
+                            "the benchmark runs no code",
+                        ))
+                    },
+                    &DenyAll,
+                    &adf_runtime::code::RunOptions::default(),
+                ))
+                .value
                 .unwrap(),
             other => other.into_value(),
         }
@@ -74,6 +92,16 @@ fn bench(c: &mut Criterion) {
     assert_eq!(first["exit_code"], 0, "{first}");
     c.bench_function("cat 1MB | grep | sort | uniq -c | head", |b| {
         b.iter(|| run(line))
+    });
+    // The same line on the calling thread through the synchronous RegistryHost: the
+    // difference to the line above is the hosted call's thread and channel round trips.
+    c.bench_function("same line, interpreter on the calling thread", |b| {
+        b.iter(|| {
+            let mut host = adf_shell::RegistryHost::new(&mut file, &registry, &caller, &DenyAll);
+            let outcome = adf_shell::run_line(&mut host, line);
+            assert_eq!(outcome.exit_code, 0);
+            outcome
+        })
     });
 }
 

@@ -2,9 +2,13 @@
 //!
 //! Principal types: [`ShellTool`] (the `adf_shell` [`Tool`], registered where a binary
 //! assembles its runtime), [`Host`] (the narrow seam every command goes through: one tool call
-//! at a time), [`RegistryHost`] (that seam over [`ToolRegistry::call`] with the caller's
-//! identity, so access, protection, approvals and audit hold inside a pipeline), [`Shell`]
-//! (the interpreter: variables, `$?`, budgets), [`Limits`] and [`Outcome`].
+//! at a time), [`Shell`] (the interpreter: variables, `$?`, budgets), [`Limits`] and
+//! [`Outcome`]. As a tool, the line runs on a thread of its own whose host hands each call to
+//! the hosted future holding the file: the pipeline call as the outer caller (access,
+//! protection, approvals and audit hold inside a pipeline), and for a call the pipeline defers
+//! (`curl` → `sys_fetch`, `node` → `sys_code`) the caller's
+//! [`adf_runtime::tools::DeferredDriver`]. [`RegistryHost`] is the synchronous embedding over
+//! [`ToolRegistry::call`] (synchronous tools only).
 //!
 //! The language is parsed in [`parse`]: pipes, `&&`, `||`, `;`, redirects, variables,
 //! `$( … )`, quoting, heredocs, comments. Constructs it does not run (`&`, subshells, globs,
@@ -19,11 +23,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use adf_runtime::tools::{
-    Approver, CallOutcome, Caller, ErrorCode, HostedContext, Tool, ToolContext, ToolError,
-    ToolRegistry,
+    Approver, CallOutcome, Caller, ErrorCode, HostedContext, HostedFuture, Tool, ToolContext,
+    ToolError, ToolRegistry,
 };
 use adf_store::AdfFile;
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
 
 pub use exec::{Limits, Outcome, Shell};
 
@@ -89,16 +94,10 @@ impl Host for RegistryHost<'_> {
                 Ok(json!({ "task_id": task_id, "status": status }))
             }
             CallOutcome::Deferred(call) => {
-                if let Some(result) =
-                    self.registry
-                        .run_hosted(self.file, self.caller, &call, self.approver)
-                {
-                    return result;
-                }
                 let error = ToolError::new(
                     ErrorCode::ToolError,
                     format!(
-                        "{tool} runs outside the shell's synchronous pipeline; calling it from adf_shell is not supported yet (call the {tool} tool directly)"
+                        "{tool} runs outside the store; a RegistryHost carries out synchronous tools only (run the line through the adf_shell tool, whose host drives {tool})"
                     ),
                 );
                 // The pipeline approved the call; its task (if any) records that it did not run.
@@ -193,29 +192,8 @@ impl Tool for ShellTool {
         true
     }
 
-    fn run_hosted(
-        &self,
-        cx: &mut HostedContext<'_>,
-        args: Value,
-    ) -> Option<Result<Value, ToolError>> {
-        let command = args
-            .get("command")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let env: BTreeMap<String, String> = args
-            .get("env")
-            .and_then(Value::as_object)
-            .map(|vars| {
-                vars.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let limits = limits_from(&cx.file.config_shared().ok());
-        let mut host = RegistryHost::new(cx.file, cx.registry, cx.caller, cx.approver);
-        let outcome = Shell::new(&mut host, env, limits).run(&command);
-        Some(Ok(outcome.to_json()))
+    fn run_hosted<'a>(&'a self, cx: HostedContext<'a>, args: Value) -> Option<HostedFuture<'a>> {
+        Some(Box::pin(run_threaded(cx, args)))
     }
 
     fn absorbs(&self) -> &'static [&'static str] {
@@ -237,4 +215,144 @@ fn limits_from(config: &Option<std::sync::Arc<Value>>) -> Limits {
             .max(1024);
     }
     limits
+}
+
+/// One request of the interpreter thread to the task that holds the file.
+enum Request {
+    /// A tool call through the pipeline.
+    Call {
+        tool: String,
+        args: Value,
+        reply: oneshot::Sender<Result<Value, ToolError>>,
+    },
+    /// The bytes of a file (after `fs_read` decided access).
+    ReadBytes {
+        path: String,
+        reply: oneshot::Sender<Result<Option<Vec<u8>>, ToolError>>,
+    },
+}
+
+/// The interpreter thread's [`Host`]: each call is a [`Request`] to the task that holds the
+/// file, answered once that task has carried it out (awaiting `sys_fetch` or `sys_code` if
+/// need be).
+struct ChannelHost {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+/// The error of a call whose answer never came: the tool call was abandoned.
+fn abandoned() -> ToolError {
+    ToolError::new(
+        ErrorCode::ToolError,
+        "the adf_shell call was abandoned before this command finished",
+    )
+}
+
+impl Host for ChannelHost {
+    fn call(&mut self, tool: &str, args: Value) -> Result<Value, ToolError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Call {
+                tool: tool.to_owned(),
+                args,
+                reply,
+            })
+            .map_err(|_| abandoned())?;
+        answer.blocking_recv().map_err(|_| abandoned())?
+    }
+
+    fn read_bytes(&mut self, path: &str) -> Result<Option<Vec<u8>>, ToolError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::ReadBytes {
+                path: path.to_owned(),
+                reply,
+            })
+            .map_err(|_| abandoned())?;
+        answer.blocking_recv().map_err(|_| abandoned())?
+    }
+}
+
+/// Runs one `adf_shell` call. The interpreter is synchronous and may sleep, so it runs on a
+/// thread of its own; this future holds the file and carries out its requests one at a time,
+/// so a deferred command (`curl` over `sys_fetch`, `node` over `sys_code`) is awaited here
+/// through the caller's driver while the interpreter waits, and no executor thread blocks.
+async fn run_threaded(mut cx: HostedContext<'_>, args: Value) -> Result<Value, ToolError> {
+    let command = args
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let env: BTreeMap<String, String> = args
+        .get("env")
+        .and_then(Value::as_object)
+        .map(|vars| {
+            vars.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let limits = limits_from(&cx.file.config_shared().ok());
+    let (requests, mut incoming) = mpsc::unbounded_channel();
+    let (done, outcome) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("adf-shell".into())
+        .spawn(move || {
+            let mut host = ChannelHost { requests };
+            let outcome = Shell::new(&mut host, env, limits).run(&command);
+            let _ = done.send(outcome);
+        })
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::InternalError,
+                format!("cannot start the shell: {e}"),
+            )
+        })?;
+    // The thread drops its sender when the line ends (or the interpreter stops).
+    while let Some(request) = incoming.recv().await {
+        match request {
+            Request::Call { tool, args, reply } => {
+                let result = hosted_call(&mut cx, &tool, args).await;
+                let _ = reply.send(result);
+            }
+            Request::ReadBytes { path, reply } => {
+                let bytes = cx
+                    .file
+                    .file_read(&path)
+                    .map(|entry| entry.map(|e| e.content))
+                    .map_err(ToolError::from);
+                let _ = reply.send(bytes);
+            }
+        }
+    }
+    outcome.await.map(|o| o.to_json()).map_err(|_| {
+        ToolError::new(
+            ErrorCode::InternalError,
+            "the shell stopped on an internal error",
+        )
+    })
+}
+
+/// One inner call: the pipeline as the outer caller, then the caller's driver for a call the
+/// pipeline defers.
+async fn hosted_call(
+    cx: &mut HostedContext<'_>,
+    tool: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
+    if tool == SHELL_TOOL {
+        return Err(ToolError::new(
+            ErrorCode::ToolError,
+            "adf_shell cannot call itself; run the commands directly",
+        ));
+    }
+    match cx
+        .registry
+        .call(cx.file, cx.caller, tool, args, cx.approver)?
+    {
+        CallOutcome::Done(value) => Ok(value),
+        CallOutcome::Queued { task_id, status } => {
+            Ok(json!({ "task_id": task_id, "status": status }))
+        }
+        CallOutcome::Deferred(call) => cx.driver.drive(cx.file, cx.caller, &call).await,
+    }
 }

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
@@ -18,13 +17,13 @@ use serde_json::json;
 /// Approves every request and remembers which tools it was asked about.
 #[derive(Default)]
 struct Recording {
-    asked: RefCell<Vec<String>>,
+    asked: std::sync::Mutex<Vec<String>>,
     approve: bool,
 }
 
 impl Approver for Recording {
     fn decide(&self, _: &mut AdfFile, request: &ApprovalRequest) -> Result<Decision, ToolError> {
-        self.asked.borrow_mut().push(request.tool.clone());
+        self.asked.lock().unwrap().push(request.tool.clone());
         Ok(if self.approve {
             Decision::Approved
         } else {
@@ -229,7 +228,7 @@ fn a_redirect_onto_a_read_only_file_asks_the_owner_and_a_denial_leaves_the_file(
     assert_eq!(run.stdout, "1\n");
     assert!(run.stderr.contains("locked.md"), "{}", run.stderr);
     assert_eq!(
-        *owner.asked.borrow(),
+        *owner.asked.lock().unwrap(),
         ["fs_write"],
         "the owner was asked to lift the protection"
     );
@@ -249,7 +248,7 @@ fn a_redirect_onto_a_read_only_file_asks_the_owner_and_a_denial_leaves_the_file(
         .unwrap(),
     );
     assert_eq!(run.stdout, "keep\napproved\n", "{run:?}");
-    assert_eq!(owner.asked.borrow().len(), 1);
+    assert_eq!(owner.asked.lock().unwrap().len(), 1);
 }
 
 #[test]
@@ -273,7 +272,7 @@ fn restricted_tools_inside_a_pipeline_wait_for_the_owner() {
         .unwrap(),
     );
     assert_eq!(run.stdout, "refused\n");
-    assert_eq!(*denied.asked.borrow(), ["db_execute"]);
+    assert_eq!(*denied.asked.lock().unwrap(), ["db_execute"]);
     let approved = Recording {
         approve: true,
         ..Recording::default()
@@ -282,7 +281,7 @@ fn restricted_tools_inside_a_pipeline_wait_for_the_owner() {
     let run = to_run(&shell_call(&mut file, &model(), line, &approved).unwrap());
     assert_eq!(run.stdout, "[{\"a\":\"x\"}]\n", "{run:?}");
     assert_eq!(
-        approved.asked.borrow().len(),
+        approved.asked.lock().unwrap().len(),
         2,
         "each restricted call asks"
     );
@@ -447,22 +446,14 @@ fn tol_57_scripts_run_whole_files_with_heredocs_and_chains() {
 fn env_from_the_call_is_exported() {
     let (_dir, mut file) = agent();
     let registry = registry();
-    let call = registry
-        .call(
-            &mut file,
-            &model(),
-            "adf_shell",
-            json!({ "command": "echo $EVENT && env", "env": { "EVENT": "file_change" } }),
-            &DenyAll,
-        )
-        .unwrap();
-    let adf_runtime::tools::CallOutcome::Deferred(call) = call else {
-        panic!("adf_shell is deferred")
-    };
-    let value = registry
-        .run_hosted(&mut file, &model(), &call, &DenyAll)
-        .unwrap()
-        .unwrap();
+    let value = common::shell_call_with(
+        &std::sync::Arc::new(registry),
+        &mut file,
+        &model(),
+        json!({ "command": "echo $EVENT && env", "env": { "EVENT": "file_change" } }),
+        &DenyAll,
+    )
+    .unwrap();
     assert_eq!(value["stdout"], "file_change\nEVENT=file_change\n");
 }
 
@@ -520,17 +511,10 @@ fn every_row_of_the_command_table_runs() {
         ("msg read", 0, "[]\n"),
         ("who 2>&1 | grep -c 'adf daemon'", 0, "1\n"),
         ("ping bob 2>&1 | grep -c mesh", 0, "1\n"),
-        // Network: sys_fetch is asynchronous; from the shell it reports so.
-        (
-            "curl -s http://127.0.0.1:1/ 2>&1 | grep -c 'not supported yet'",
-            0,
-            "1\n",
-        ),
-        (
-            "wget http://127.0.0.1:1/ 2>&1 | grep -c 'not supported yet'",
-            0,
-            "1\n",
-        ),
+        // Network: sys_fetch through the runtime's driver (a closed loopback port: curl's 7,
+        // wget's 4; tests/network.rs serves real responses).
+        ("curl -s http://127.0.0.1:1/; echo $?", 0, "7\n"),
+        ("wget -q http://127.0.0.1:1/; echo $?", 0, "4\n"),
         // Timers
         ("at +5m remind me | jq -r .payload", 0, "remind me\n"),
         (
@@ -538,11 +522,11 @@ fn every_row_of_the_command_table_runs() {
             0,
             "0 9 * * 1\n1\n",
         ),
-        // Code: sys_code runs in the async sandbox; from the shell it reports so.
-        ("node -e '1+1' 2>&1 | grep -c 'not supported yet'", 0, "1\n"),
+        // Code: sys_code in the sandbox (more in tests/network.rs).
+        ("node -e 'console.log(1+1)'", 0, "2\n"),
         // Process
         ("ps | head -1", 0, "ID\tTOOL\tSTATUS\n"),
-        ("kill 1; echo $?", 0, "1\n"),
+        ("kill nosuch; echo $?", 0, "1\n"),
         ("wait nope; echo $?", 0, "1\n"),
         // Identity and config
         ("whoami | grep -c '('", 0, "1\n"),
@@ -621,4 +605,107 @@ fn tol_55_state_from_the_shell_sets_the_agent_state() {
     );
     assert_eq!(run.stdout, "state: idle\n");
     assert_eq!(text(&file, "out.md").as_deref(), Some("done\n"));
+}
+
+#[test]
+fn kill_stops_and_restarts_an_inner_loop_and_refuses_tasks_and_main() {
+    let (_dir, mut file) = agent();
+    registry()
+        .call(
+            &mut file,
+            &model(),
+            "loop_manage",
+            json!({ "action": "create", "name": "watcher", "config": { "goal": "watch the inbox", "enabled": true } }),
+            &DenyAll,
+        )
+        .unwrap();
+    let enabled = |file: &AdfFile| {
+        file.config().unwrap()["loops"][0]["enabled"]
+            .as_bool()
+            .unwrap()
+    };
+    let run = |file: &mut AdfFile, line: &str| {
+        to_run(&shell_call(file, &model(), line, &DenyAll).unwrap())
+    };
+
+    let ps = run(&mut file, "ps | grep watcher");
+    assert_eq!(ps.stdout, "watcher\tloop\tenabled\n", "{ps:?}");
+    let stop = run(&mut file, "kill watcher");
+    assert_eq!(
+        (stop.stdout.as_str(), stop.exit_code),
+        ("stopped loop watcher\n", 0),
+        "{stop:?}"
+    );
+    assert!(!enabled(&file));
+    assert_eq!(
+        run(&mut file, "ps | grep watcher").stdout,
+        "watcher\tloop\tstopped\n"
+    );
+    let start = run(&mut file, "kill -CONT watcher");
+    assert_eq!(start.stdout, "started loop watcher\n", "{start:?}");
+    assert!(enabled(&file));
+    assert_eq!(
+        run(&mut file, "kill -9 watcher").stdout,
+        "stopped loop watcher\n"
+    );
+    assert!(!enabled(&file));
+
+    let main = run(&mut file, "kill main");
+    assert_eq!(main.exit_code, 1);
+    assert!(main.stderr.contains("end the turn"), "{main:?}");
+    let missing = run(&mut file, "kill ghost");
+    assert_eq!(
+        (missing.stderr.as_str(), missing.exit_code),
+        ("kill: (ghost) - No such process\n", 1)
+    );
+    let bad = run(&mut file, "kill -WINCH watcher");
+    assert!(bad.stderr.contains("invalid signal"), "{bad:?}");
+
+    // A task the model queued: listed by ps, and not the agent's to kill.
+    let queued = registry()
+        .call(
+            &mut file,
+            &model(),
+            "fs_list",
+            json!({ "_async": true }),
+            &DenyAll,
+        )
+        .unwrap();
+    let adf_runtime::tools::CallOutcome::Queued { task_id, .. } = queued else {
+        panic!("an _async call is queued, got {queued:?}")
+    };
+    let listed = run(&mut file, &format!("ps | grep -c {task_id}"));
+    assert_eq!(listed.stdout, "1\n", "{listed:?}");
+    let refused = run(&mut file, &format!("kill {task_id}"));
+    assert_eq!(refused.exit_code, 1);
+    assert!(
+        refused.stderr.contains("not the agent's to kill"),
+        "{refused:?}"
+    );
+    assert_eq!(file.task(&task_id).unwrap().unwrap().status, "running");
+}
+
+#[test]
+fn chmod_is_refused_for_the_agent_and_leaves_the_protection() {
+    let (_dir, mut file) = agent();
+    put(&mut file, "notes.md", "x\n");
+    let before = digest(&file);
+    let run = to_run(
+        &shell_call(
+            &mut file,
+            &model(),
+            "chmod read_only notes.md a.md; echo $?",
+            &ApproveAll,
+        )
+        .unwrap(),
+    );
+    assert_eq!(run.stdout, "1\n");
+    assert_eq!(run.stderr.lines().count(), 2, "one line per file: {run:?}");
+    assert!(run.stderr.contains("owner or authorized code"), "{run:?}");
+    let notes = file.file_read("notes.md").unwrap().unwrap();
+    assert_eq!(notes.info.protection.as_str(), "none");
+    assert_eq!(digest(&file), before);
+    let usage =
+        to_run(&shell_call(&mut file, &model(), "chmod 644 notes.md", &ApproveAll).unwrap());
+    assert!(usage.stderr.contains("numeric modes"), "{usage:?}");
 }

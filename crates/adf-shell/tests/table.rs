@@ -156,6 +156,15 @@ const TEXT_OPS: &[&str] = &[
 ];
 
 const JQ_FILTERS: &[(&str, &str)] = &[
+    // `input` / `inputs` share the main loop's stream (-n: the loop runs once on null).
+    ("lines.ndjson", "-c '[., input]'"),
+    ("lines.ndjson", "-c input"),
+    ("lines.ndjson", "-n -c '[inputs]'"),
+    ("lines.ndjson", "-n 'input.k'"),
+    ("lines.ndjson", "-n 'reduce inputs as $x (0; . + $x.k)'"),
+    ("lines.ndjson", "-c '[inputs]'"),
+    ("people.json", "-n 'input | length'"),
+    ("people.json", "-n '[inputs] | length'"),
     ("people.json", "."),
     ("people.json", "-c ."),
     ("people.json", ".[0]"),
@@ -356,6 +365,11 @@ const SHELL_LINES: &[&str] = &[
     "jq 'invalid syntax here' doc.json 2>/dev/null; echo $?",
     "echo '{\"a\":1}' | jq '.a.b' 2>/dev/null; echo $?",
     "cat lines.ndjson | jq -s -c 'map(.k)'",
+    "cat old.txt | jq -R -n -c '[inputs]'",
+    "jq -R -c '[., input]' old.txt",
+    "jq -R -c '[., input]' notes.md 2>/dev/null; echo $?",
+    "echo '1 2 3' | jq -n '[inputs] | add'",
+    "echo '1 2' | jq -n 'input, input, input' 2>/dev/null; echo $?",
     "echo 5 | jq '. * 2' | xargs echo result",
 ];
 

@@ -259,6 +259,9 @@ fn adf_tool_runs_adf_shell_lines() {
         "--deny-all",
     );
     assert_eq!(result["stdout"], "refused\n", "{result}");
+    // Deferred inner calls run too: `node` in the sandbox, on the command's own runtime.
+    let result = run("node -e 'console.log(6 * 7)' | tr 4 X", "--deny-all");
+    assert_eq!(result["stdout"], "X2\n", "{result}");
     let shown = adf(&agent)
         .arg("cat")
         .arg(&agent.file)

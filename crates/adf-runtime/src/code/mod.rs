@@ -57,7 +57,10 @@ use serde_json::{Value, json};
 
 use crate::identity::LocalKeys;
 use crate::tools::approval::{self, Decision};
-use crate::tools::{Approver, Caller, DeferredCall, ErrorCode, ToolError, ToolRegistry};
+use crate::tools::{
+    Approver, Caller, DeferredCall, DeferredDriver, ErrorCode, HostedFuture, ToolError,
+    ToolRegistry,
+};
 
 pub(crate) use runner::lambda_file;
 use runner::{Frame, Runner};
@@ -593,46 +596,124 @@ pub struct DeferredRun {
 
 /// The one driver of a call the pipeline returned as `CallOutcome::Deferred`: code tools
 /// (`sys_code`, `sys_lambda`) run in the sandbox `code_env` opens (awaited only for them; its
-/// failure is the call's error), every other deferred tool as its detached future
+/// failure is the call's error), hosted tools (`adf_shell`) as their
+/// [`crate::tools::Tool::run_hosted`] body with this same driver for their inner deferred
+/// calls, every other deferred tool as its detached future
 /// ([`ToolRegistry::run_detached`]). Either way the outcome is recorded on the call's approval
-/// task. The executor, and the command line's `adf tool`, call this.
-pub async fn drive_deferred<E>(
+/// task. The executor, the command line's `adf tool` and the daemon's shell runs call this.
+pub async fn drive_deferred<E, F>(
     file: &mut AdfFile,
     registry: &ToolRegistry,
     caller: &Caller,
     call: &DeferredCall,
-    code_env: impl Future<Output = Result<E, ToolError>>,
+    code_env: F,
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> DeferredRun
 where
-    E: std::borrow::Borrow<CodeEnv>,
+    E: std::borrow::Borrow<CodeEnv> + Send,
+    F: Future<Output = Result<E, ToolError>> + Send,
 {
-    if let Some(value) = registry.run_hosted(file, caller, call, approver) {
-        return DeferredRun {
-            value,
-            injections: Vec::new(),
-        };
+    let mut driver = Driver {
+        registry,
+        approver,
+        options,
+        env: EnvSlot::Opening(Box::pin(code_env)),
+        injections: Vec::new(),
+    };
+    let value = match registry
+        .run_hosted(file, caller, call, approver, &mut driver)
+        .await
+    {
+        Some(value) => value,
+        None => driver.run(file, caller, call).await,
+    };
+    DeferredRun {
+        value,
+        injections: driver.injections,
     }
-    if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
-        return DeferredRun {
-            value: registry.run_detached(file, caller, call).await,
-            injections: Vec::new(),
-        };
-    }
-    let env = match code_env.await {
-        Ok(env) => env,
-        Err(error) => {
-            return DeferredRun {
-                value: Err(error),
-                injections: Vec::new(),
+}
+
+/// The code environment of a [`Driver`]: not opened yet, opened, or failed to open.
+enum EnvSlot<E, F> {
+    Opening(std::pin::Pin<Box<F>>),
+    Open(E),
+    Failed(ToolError),
+}
+
+/// [`drive_deferred`]'s [`DeferredDriver`]: opens the code environment on the first code
+/// call and collects the `loop_inject` contexts of every code run it carries out.
+struct Driver<'a, E, F> {
+    registry: &'a ToolRegistry,
+    approver: &'a (dyn Approver + Sync),
+    options: &'a RunOptions,
+    env: EnvSlot<E, F>,
+    injections: Vec<Injection>,
+}
+
+impl<E, F> Driver<'_, E, F>
+where
+    E: std::borrow::Borrow<CodeEnv> + Send,
+    F: Future<Output = Result<E, ToolError>> + Send,
+{
+    async fn run(
+        &mut self,
+        file: &mut AdfFile,
+        caller: &Caller,
+        call: &DeferredCall,
+    ) -> Result<Value, ToolError> {
+        if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
+            return self.registry.run_detached(file, caller, call).await;
+        }
+        if let EnvSlot::Opening(future) = &mut self.env {
+            self.env = match future.await {
+                Ok(env) => EnvSlot::Open(env),
+                Err(error) => EnvSlot::Failed(error),
             };
         }
-    };
-    let run = run_deferred(file, env.borrow(), caller, call, approver, options).await;
-    DeferredRun {
-        value: run.tool_value(),
-        injections: run.injections,
+        let env = match &self.env {
+            EnvSlot::Open(env) => env,
+            EnvSlot::Failed(error) => {
+                let error = error.clone();
+                // The pipeline approved the call; its task records that it did not run.
+                let _ = self
+                    .registry
+                    .finish_deferred(file, call, &Err(error.clone()));
+                return Err(error);
+            }
+            EnvSlot::Opening(..) => {
+                return Err(ToolError::new(
+                    ErrorCode::InternalError,
+                    "the code environment did not open",
+                ));
+            }
+        };
+        let mut run = run_deferred(
+            file,
+            env.borrow(),
+            caller,
+            call,
+            self.approver,
+            self.options,
+        )
+        .await;
+        self.injections.append(&mut run.injections);
+        run.tool_value()
+    }
+}
+
+impl<E, F> DeferredDriver for Driver<'_, E, F>
+where
+    E: std::borrow::Borrow<CodeEnv> + Send,
+    F: Future<Output = Result<E, ToolError>> + Send,
+{
+    fn drive<'b>(
+        &'b mut self,
+        file: &'b mut AdfFile,
+        caller: &'b Caller,
+        call: &'b DeferredCall,
+    ) -> HostedFuture<'b> {
+        Box::pin(self.run(file, caller, call))
     }
 }
 

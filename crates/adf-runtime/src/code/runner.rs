@@ -28,7 +28,8 @@ use super::{
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
 use crate::tools::{
-    Approver, CallOutcome, Caller, Detached, DetachedOutcome, ErrorCode, ToolError,
+    Approver, CallOutcome, Caller, DeferredCall, DeferredDriver, Detached, DetachedOutcome,
+    ErrorCode, HostedFuture, ToolError, ToolRegistry,
 };
 
 /// One execution's identity: who its `adf.*` calls are made as.
@@ -155,6 +156,9 @@ pub(crate) enum Reply {
         /// `sys_code` answers `{result, logs}`; a lambda answers its value.
         inline: bool,
     },
+    /// A hosted tool's call (`adf_shell`): run on this task, which holds the file, before
+    /// the next request is serviced.
+    Hosted(DeferredCall),
 }
 
 enum Completion {
@@ -248,7 +252,7 @@ impl<'a> Runner<'a> {
                 biased;
                 execution = &mut root => break execution,
                 Some(done) = self.pending.next(), if !self.pending.is_empty() => self.complete(done),
-                Some(msg) = self.rx.recv() => self.handle(msg),
+                Some(msg) = self.rx.recv() => self.handle(msg).await,
             }
         };
         // Background tasks the code started (`_async`) finish before the run reports, so
@@ -256,7 +260,7 @@ impl<'a> Runner<'a> {
         while !self.pending.is_empty() {
             tokio::select! {
                 Some(done) = self.pending.next() => self.complete(done),
-                Some(msg) = self.rx.recv() => self.handle(msg),
+                Some(msg) = self.rx.recv() => self.handle(msg).await,
             }
         }
         let mut logs = execution.logs;
@@ -270,7 +274,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn handle(&mut self, msg: HostMsg) {
+    async fn handle(&mut self, msg: HostMsg) {
         match msg {
             HostMsg::Load { frame, path, reply } => {
                 let _ = reply.send(self.load(&frame, &path));
@@ -330,6 +334,14 @@ impl<'a> Runner<'a> {
                             tool: Some(tool),
                         }
                     }));
+                }
+                Ok(Reply::Hosted(call)) => {
+                    let result = self.hosted(&frame, &call).await;
+                    self.calls.push(CallRecord::Tool {
+                        tool: call.tool.clone(),
+                        status: call_status(&result),
+                    });
+                    let _ = reply.send(result.map_err(host_error));
                 }
                 Ok(Reply::Nested {
                     request,
@@ -573,7 +585,7 @@ impl<'a> Runner<'a> {
                 let reply = self.tool(frame, method, args);
                 // Detached calls are recorded when they end; unknown names are not tool calls.
                 let settled = match &reply {
-                    Ok(Reply::Detached(..)) => None,
+                    Ok(Reply::Detached(..) | Reply::Hosted(..)) => None,
                     Ok(_) => Some(Ok(())),
                     Err(error)
                         if self.code_config().is_ok_and(|config| {
@@ -645,12 +657,35 @@ impl<'a> Runner<'a> {
                 let config = self.file.config_shared()?;
                 match self.env.registry.detach(&call, &config, &caller) {
                     Some(future) => Ok(Reply::Detached(call.tool.clone(), future)),
-                    None => Err(ToolError::new(
-                        ErrorCode::InternalError,
-                        format!("'{}' cannot run from code", call.tool),
-                    )),
+                    None => Ok(Reply::Hosted(call)),
                 }
             }
+        }
+    }
+
+    /// A hosted tool's call from code (`adf.adf_shell(...)`), as this frame's caller, with a
+    /// driver that carries out its detached inner calls (`curl`). Code inside it (`node`,
+    /// `./x.ts`) is refused: code → shell → code would nest without bound, and the code can
+    /// call `adf.sys_code` / `adf.sys_lambda` itself.
+    async fn hosted(
+        &mut self,
+        frame: &Arc<Frame>,
+        call: &DeferredCall,
+    ) -> Result<Value, ToolError> {
+        let caller = frame.caller();
+        let registry = self.env.registry.clone();
+        let mut driver = DetachedOnly {
+            registry: &registry,
+        };
+        match registry
+            .run_hosted(self.file, &caller, call, self.approver, &mut driver)
+            .await
+        {
+            Some(result) => result.map(|value| for_code(&call.tool, value)),
+            None => Err(ToolError::new(
+                ErrorCode::InternalError,
+                format!("'{}' cannot run from code", call.tool),
+            )),
         }
     }
 
@@ -785,4 +820,37 @@ fn call_status<T>(result: &Result<T, ToolError>) -> &'static str {
 
 pub(crate) fn host_error(error: ToolError) -> HostError {
     HostError::new(error.code.as_str(), error.message)
+}
+
+/// The [`DeferredDriver`] of a hosted call made from code: detached tools run as their
+/// futures; code tools are refused (see [`Runner::hosted`]).
+struct DetachedOnly<'r> {
+    registry: &'r ToolRegistry,
+}
+
+impl DeferredDriver for DetachedOnly<'_> {
+    fn drive<'a>(
+        &'a mut self,
+        file: &'a mut AdfFile,
+        caller: &'a Caller,
+        call: &'a DeferredCall,
+    ) -> HostedFuture<'a> {
+        if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
+            let error = ToolError::new(
+                ErrorCode::ToolError,
+                format!(
+                    "{} cannot run inside adf_shell called from code (code → shell → code does not nest); call adf.{} directly",
+                    call.tool, call.tool
+                ),
+            );
+            let recorded = self
+                .registry
+                .finish_deferred(file, call, &Err(error.clone()));
+            return Box::pin(async move {
+                recorded?;
+                Err(error)
+            });
+        }
+        Box::pin(self.registry.run_detached(file, caller, call))
+    }
 }

@@ -76,15 +76,12 @@ pub trait Tool: Send + Sync + 'static {
         Ok(())
     }
 
-    /// The body of a [`Tool::deferred`] tool that calls other tools (`adf_shell`): it runs
-    /// outside any transaction with the registry, so each inner call is a whole pipeline call
-    /// of its own for the same caller (access, approvals, audit, one transaction each).
-    /// `None`, the default, for tools that do not.
-    fn run_hosted(
-        &self,
-        cx: &mut HostedContext<'_>,
-        args: Value,
-    ) -> Option<Result<Value, ToolError>> {
+    /// The body of a [`Tool::deferred`] tool that calls other tools (`adf_shell`): a future
+    /// awaited outside any transaction with the registry, so each inner call is a whole
+    /// pipeline call of its own for the same caller (access, approvals, audit, one transaction
+    /// each); inner calls the pipeline defers (`sys_fetch`, `sys_code`) go to
+    /// [`HostedContext::driver`]. `None`, the default, for tools that do not.
+    fn run_hosted<'a>(&'a self, cx: HostedContext<'a>, args: Value) -> Option<HostedFuture<'a>> {
         let _ = (cx, args);
         None
     }
@@ -96,8 +93,12 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
+/// The future of a [`Tool::run_hosted`] body, and of a [`DeferredDriver`] call.
+pub type HostedFuture<'a> = futures::future::BoxFuture<'a, Result<Value, ToolError>>;
+
 /// What a [`Tool::run_hosted`] body may use: the file (no transaction open), the registry
-/// to call back into, who called, and who approves restricted inner calls.
+/// to call back into, who called, who approves restricted inner calls, and who carries out
+/// the inner calls the pipeline defers.
 pub struct HostedContext<'a> {
     /// The agent file.
     pub file: &'a mut AdfFile,
@@ -106,7 +107,9 @@ pub struct HostedContext<'a> {
     /// Who made the outer call; inner calls are made as this caller.
     pub caller: &'a Caller,
     /// Asked for restricted inner calls (and protection overrides), and waited for.
-    pub approver: &'a dyn Approver,
+    pub approver: &'a (dyn Approver + Sync),
+    /// Carries out inner calls the pipeline returned as [`CallOutcome::Deferred`].
+    pub driver: &'a mut dyn DeferredDriver,
 }
 
 impl std::fmt::Debug for HostedContext<'_> {
@@ -115,6 +118,21 @@ impl std::fmt::Debug for HostedContext<'_> {
             .field("caller", &self.caller)
             .finish_non_exhaustive()
     }
+}
+
+/// Carries out a call the pipeline deferred, for a hosted body: the async caller of
+/// [`ToolRegistry::run_hosted`] supplies it (`code::drive_deferred` runs code tools in the
+/// agent's sandbox and network tools as their detached futures), so a hosted tool reaches
+/// `sys_fetch` and `sys_code` without knowing how they run. It records the outcome on the
+/// call's approval task.
+pub trait DeferredDriver: Send {
+    /// Carries out `call` for `caller` on `file`.
+    fn drive<'a>(
+        &'a mut self,
+        file: &'a mut AdfFile,
+        caller: &'a Caller,
+        call: &'a DeferredCall,
+    ) -> HostedFuture<'a>;
 }
 
 /// How a `running` task is carried out (see [`ToolRegistry::start_task`]).
@@ -688,25 +706,36 @@ impl ToolRegistry {
     }
 
     /// Carries out a deferred call of a [`Tool::run_hosted`] tool and records its outcome on
-    /// the call's approval task; `None` when the tool is not a hosted one.
-    pub fn run_hosted(
+    /// the call's approval task; `None` when the tool is not a hosted one. `driver` carries
+    /// out the inner calls the pipeline defers.
+    pub async fn run_hosted(
         &self,
         file: &mut AdfFile,
         caller: &Caller,
         call: &DeferredCall,
-        approver: &dyn Approver,
+        approver: &(dyn Approver + Sync),
+        driver: &mut dyn DeferredDriver,
     ) -> Option<Result<Value, ToolError>> {
+        use futures::FutureExt as _;
         let tool = self.get(&call.tool)?.clone();
-        let mut cx = HostedContext {
-            file,
+        let cx = HostedContext {
+            file: &mut *file,
             registry: self,
             caller,
             approver,
+            driver,
         };
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tool.run_hosted(&mut cx, call.args.clone())
+        let future = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tool.run_hosted(cx, call.args.clone())
         }))
-        .unwrap_or_else(|payload| Some(Err(panicked(payload.as_ref()))))?;
+        .unwrap_or_else(|payload| {
+            let error = panicked(payload.as_ref());
+            Some(Box::pin(async move { Err(error) }))
+        })?;
+        let result = std::panic::AssertUnwindSafe(future)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|payload| Err(panicked(payload.as_ref())));
         if let Err(error) = self.finish_deferred(file, call, &result) {
             return Some(Err(error));
         }

@@ -317,7 +317,7 @@ async fn trg_37_a_sh_timer_lambda_runs_the_whole_script_through_adf_shell() {
     let path = new_agent(h.dir.path(), "scripted", &["system"]);
     {
         let mut file = AdfFile::open(&path).unwrap();
-        let script = "#!/bin/sh\n# a headless job\nN=$(echo \"$EVENT\" | jq .data.run_count)\ncat <<EOF > reports/sh-run-$N.md\n$EVENT_TYPE run $N\nEOF\n";
+        let script = "#!/bin/sh\n# a headless job\nN=$(echo \"$EVENT\" | jq .data.run_count)\ncat <<EOF > reports/sh-run-$N.md\n$EVENT_TYPE run $N\nEOF\nnode -e 'console.log(\"from node \" + 6 * 7)' >> reports/sh-run-$N.md\n";
         file.file_write(
             Caller::Owner,
             "jobs/report.sh",
@@ -351,6 +351,10 @@ async fn trg_37_a_sh_timer_lambda_runs_the_whole_script_through_adf_shell() {
         .await
         .unwrap()
         .expect("the second report");
-    assert_eq!(String::from_utf8_lossy(&report.content), "on_timer run 2\n");
+    // `node` inside the script ran in the sandbox through the daemon's deferred-call driver.
+    assert_eq!(
+        String::from_utf8_lossy(&report.content),
+        "on_timer run 2\nfrom node 42\n"
+    );
     h.stop().await;
 }

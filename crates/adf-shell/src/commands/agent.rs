@@ -2,6 +2,7 @@
 //! (tasks), identity and config, and `./script.sh`. Each is a thin translation to one tool
 //! call; the tool's result is printed as text (strings raw, the rest as JSON).
 
+use adf_runtime::tools::{ErrorCode, ToolError};
 use serde_json::{Value, json};
 
 use crate::commands::fs;
@@ -108,89 +109,355 @@ pub(crate) fn ping(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     }
 }
 
+/// One HTTP request as `curl`/`wget` describe it.
+#[derive(Default)]
+struct HttpRequest {
+    method: Option<String>,
+    headers: serde_json::Map<String, Value>,
+    body: Option<String>,
+    url: Option<String>,
+    /// `-m SECONDS` as `sys_fetch`'s `timeout_ms`.
+    timeout_ms: Option<u64>,
+}
+
+impl HttpRequest {
+    /// The `sys_fetch` arguments; a body without `-X` is a POST, as in curl.
+    fn to_args(&self, url: &str) -> Value {
+        let mut request = json!({ "url": url });
+        let method = self
+            .method
+            .clone()
+            .or_else(|| self.body.as_ref().map(|_| "POST".to_owned()));
+        if let Some(method) = method {
+            request["method"] = Value::String(method);
+        }
+        if !self.headers.is_empty() {
+            request["headers"] = Value::Object(self.headers.clone());
+        }
+        if let Some(body) = &self.body {
+            request["body"] = Value::String(body.clone());
+        }
+        if let Some(timeout_ms) = self.timeout_ms {
+            request["timeout_ms"] = Value::from(timeout_ms);
+        }
+        request
+    }
+}
+
+/// curl's exit status for a `sys_fetch` failure: 28 timed out, 3 malformed request, 7 for
+/// everything that kept the request from being answered (refused by the egress policy or
+/// the owner, connection failed).
+fn fetch_exit(error: &ToolError) -> i32 {
+    match error.code {
+        ErrorCode::Timeout => 28,
+        ErrorCode::InvalidInput => 3,
+        _ => 7,
+    }
+}
+
+/// A response body as bytes: text as is, a binary body (base64 for the shell's callers)
+/// decoded; `None` when it cannot be read.
+fn body_bytes(response: &Value) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let body = response.get("body")?.as_str()?;
+    if response.get("_body_encoding").and_then(Value::as_str) == Some("base64") {
+        base64::engine::general_purpose::STANDARD.decode(body).ok()
+    } else {
+        Some(body.as_bytes().to_vec())
+    }
+}
+
+/// Stores a response body at `path` through `fs_write` (binary bodies stay binary).
+fn save_body(shell: &mut Shell<'_>, path: &str, response: &Value) -> Result<(), String> {
+    match response.get("body") {
+        Some(Value::String(body))
+            if response.get("_body_encoding").and_then(Value::as_str) == Some("base64") =>
+        {
+            let path = fs::clean_path(path)?;
+            let mut args =
+                json!({ "mode": "write", "path": path, "content": body, "encoding": "base64" });
+            if let Some(mime) = response
+                .pointer("/headers/content-type")
+                .and_then(Value::as_str)
+            {
+                args["mime_type"] =
+                    Value::String(mime.split(';').next().unwrap_or(mime).trim().to_owned());
+            }
+            shell
+                .host
+                .call("fs_write", args)
+                .map(|_| ())
+                .map_err(|e| format!("{path}: {}", e.message))
+        }
+        Some(Value::String(body)) => fs::write_file(shell, path, body, false),
+        _ => fs::write_file(shell, path, "", false),
+    }
+}
+
+/// The status line and headers curl's `-i` prints before the body.
+fn head_lines(response: &Value) -> String {
+    let status = response.get("status").and_then(Value::as_u64).unwrap_or(0);
+    let text = response
+        .get("status_text")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut head = format!("HTTP/1.1 {status} {text}\r\n");
+    if let Some(headers) = response.get("headers").and_then(Value::as_object) {
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {}\r\n", value.as_str().unwrap_or("")));
+        }
+    }
+    head.push_str("\r\n");
+    head
+}
+
 pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let mut method: Option<String> = None;
-    let mut headers = serde_json::Map::new();
-    let mut body: Option<String> = None;
+    let mut request = HttpRequest::default();
+    let (mut silent, mut show_errors, mut fail, mut include, mut head_only) =
+        (false, false, false, false, false);
     let mut output: Option<String> = None;
-    let mut url = None;
     let mut index = 0;
     while index < args.len() {
-        let arg = &args[index];
+        let arg = args[index].clone();
         let mut value = || {
             index += 1;
             args.get(index).cloned()
         };
         match arg.as_str() {
-            "-s" | "--silent" | "-S" | "-L" | "--location" | "-q" | "-f" | "-sS" | "-sL"
-            | "-fsSL" => {}
-            "-X" | "--request" => method = value(),
+            "-X" | "--request" => request.method = value(),
             "-H" | "--header" => {
                 if let Some(header) = value()
                     && let Some((name, v)) = header.split_once(':')
                 {
-                    headers.insert(name.trim().to_owned(), Value::String(v.trim().to_owned()));
+                    request
+                        .headers
+                        .insert(name.trim().to_owned(), Value::String(v.trim().to_owned()));
                 }
             }
-            "-d" | "--data" | "--data-raw" | "--json" => {
-                body = value();
+            "-d" | "--data" | "--data-raw" | "--data-binary" | "--json" => {
+                let data = value().unwrap_or_default();
+                // curl joins repeated -d with '&'.
+                request.body = Some(match request.body.take() {
+                    Some(before) => format!("{before}&{data}"),
+                    None => data,
+                });
                 if arg == "--json" {
-                    headers.insert(
+                    request.headers.insert(
                         "Content-Type".into(),
                         Value::String("application/json".into()),
                     );
+                    request
+                        .headers
+                        .insert("Accept".into(), Value::String("application/json".into()));
                 }
             }
-            "-o" | "-O" | "--output" => output = value(),
-            other if other.starts_with('-') => {
+            "-o" | "--output" => output = value(),
+            "-m" | "--max-time" => {
+                let given = value().unwrap_or_default();
+                match given.parse::<f64>() {
+                    Ok(seconds) if seconds > 0.0 => {
+                        request.timeout_ms = Some(((seconds * 1000.0) as u64).clamp(1, 60_000));
+                    }
+                    _ => {
+                        io.err
+                            .push_str(&format!("curl: (2) bad --max-time '{given}'\n"));
+                        return Ok(2);
+                    }
+                }
+            }
+            "-s" | "--silent" => silent = true,
+            "-S" | "--show-error" => show_errors = true,
+            "-f" | "--fail" => fail = true,
+            "-i" | "--include" => include = true,
+            "-I" | "--head" => head_only = true,
+            "-L" | "--location" | "-q" => {}
+            flags
+                if flags.starts_with('-')
+                    && !flags.starts_with("--")
+                    && flags.len() > 2
+                    && flags[1..].chars().all(|c| "sSfiLq".contains(c)) =>
+            {
+                for flag in flags[1..].chars() {
+                    match flag {
+                        's' => silent = true,
+                        'S' => show_errors = true,
+                        'f' => fail = true,
+                        'i' => include = true,
+                        _ => {}
+                    }
+                }
+            }
+            other if other.starts_with('-') && other.len() > 1 => {
                 return Ok(io.fail(
                     "curl",
                     format!("unsupported option '{other}' (see curl -h)"),
                 ));
             }
-            other => url = Some(other.to_owned()),
+            other => request.url = Some(other.to_owned()),
         }
         index += 1;
     }
-    let Some(url) = url else {
-        return Ok(io.fail(
-            "curl",
-            "usage: curl [-X METHOD] [-H 'K: V'] [-d DATA] [-o FILE] URL",
-        ));
+    let Some(url) = request.url.clone() else {
+        io.err.push_str("curl: (2) no URL specified\n");
+        return Ok(2);
     };
-    let mut request = json!({ "url": url });
-    if let Some(method) = method.or_else(|| body.as_ref().map(|_| "POST".to_owned())) {
-        request["method"] = Value::String(method);
+    if head_only {
+        request.method = Some("HEAD".into());
+        include = true;
     }
-    if !headers.is_empty() {
-        request["headers"] = Value::Object(headers);
-    }
-    if let Some(body) = body {
-        request["body"] = Value::String(body);
-    }
-    match shell.host.call("sys_fetch", request) {
-        Ok(response) => {
-            let text = match response.get("body") {
-                Some(Value::String(text)) => text.clone(),
-                Some(other) => other.to_string(),
-                None => response.to_string(),
-            };
-            match output {
-                Some(path) => {
-                    if let Err(message) = fs::write_file(shell, &path, &text, false) {
-                        return Ok(io.fail("curl", message));
-                    }
-                }
-                None => io.out.push_str(&text),
+    let quiet_errors = silent && !show_errors;
+    let response = match shell.host.call("sys_fetch", request.to_args(&url)) {
+        Ok(response) => response,
+        Err(error) => {
+            let code = fetch_exit(&error);
+            if !quiet_errors {
+                io.err
+                    .push_str(&format!("curl: ({code}) {}\n", error.message));
             }
-            let status = response
-                .get("status")
-                .and_then(Value::as_u64)
-                .unwrap_or(200);
-            Ok(if status >= 400 { 22 } else { 0 })
+            return Ok(code);
         }
-        Err(error) => Ok(io.fail("curl", error.message)),
+    };
+    let status = response.get("status").and_then(Value::as_u64).unwrap_or(0);
+    if fail && status >= 400 {
+        if !quiet_errors {
+            io.err.push_str(&format!(
+                "curl: (22) The requested URL returned error: {status}\n"
+            ));
+        }
+        return Ok(22);
     }
+    let head = if include {
+        head_lines(&response)
+    } else {
+        String::new()
+    };
+    let binary = response.get("_body_encoding").and_then(Value::as_str) == Some("base64");
+    match output.as_deref() {
+        Some(path) if path != "-" => {
+            if let Err(message) = save_body(shell, path, &response) {
+                io.err.push_str(&format!("curl: (23) {message}\n"));
+                return Ok(23);
+            }
+            io.out.push_str(&head);
+        }
+        _ if binary && !head_only => {
+            io.out.push_str(&head);
+            io.err.push_str(
+                "curl: (23) the response is binary; save it with -o FILE instead of printing it\n",
+            );
+            return Ok(23);
+        }
+        _ => {
+            io.out.push_str(&head);
+            if !head_only {
+                let body = body_bytes(&response).unwrap_or_default();
+                io.out.push_str(&String::from_utf8_lossy(&body));
+            }
+        }
+    }
+    Ok(0)
+}
+
+pub(crate) fn wget(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
+    let mut request = HttpRequest::default();
+    let mut output: Option<String> = None;
+    let mut quiet = false;
+    let mut index = 0;
+    while index < args.len() {
+        let arg = args[index].clone();
+        let mut value = || {
+            index += 1;
+            args.get(index).cloned()
+        };
+        match arg.as_str() {
+            "-O" | "--output-document" => output = value(),
+            "-q" | "--quiet" | "-nv" | "--no-verbose" => quiet = true,
+            "-qO" | "-qO-" => {
+                quiet = true;
+                output = if arg == "-qO-" {
+                    Some("-".into())
+                } else {
+                    value()
+                };
+            }
+            "-O-" => output = Some("-".into()),
+            "--header" => {
+                if let Some(header) = value()
+                    && let Some((name, v)) = header.split_once(':')
+                {
+                    request
+                        .headers
+                        .insert(name.trim().to_owned(), Value::String(v.trim().to_owned()));
+                }
+            }
+            "--post-data" => request.body = value(),
+            "--method" => request.method = value(),
+            other if other.starts_with('-') && other.len() > 1 => {
+                return Ok(io.fail(
+                    "wget",
+                    format!("unsupported option '{other}' (see wget -h)"),
+                ));
+            }
+            other => request.url = Some(other.to_owned()),
+        }
+        index += 1;
+    }
+    let Some(url) = request.url.clone() else {
+        io.err.push_str("wget: missing URL\n");
+        return Ok(1);
+    };
+    let response = match shell.host.call("sys_fetch", request.to_args(&url)) {
+        Ok(response) => response,
+        Err(error) => {
+            io.err.push_str(&format!("wget: {}\n", error.message));
+            // wget: 4 network failure, 2 a request it could not parse.
+            return Ok(if error.code == ErrorCode::InvalidInput {
+                2
+            } else {
+                4
+            });
+        }
+    };
+    let status = response.get("status").and_then(Value::as_u64).unwrap_or(0);
+    if status >= 400 {
+        let text = response
+            .get("status_text")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        io.err
+            .push_str(&format!("wget: server returned error: {status} {text}\n"));
+        return Ok(8);
+    }
+    let target = output.unwrap_or_else(|| {
+        // wget names the file after the last path segment of the URL.
+        let path = url.split(['?', '#']).next().unwrap_or(&url);
+        let path = path.split_once("://").map(|(_, rest)| rest).unwrap_or(path);
+        match path
+            .split_once('/')
+            .map(|(_, p)| p.rsplit('/').next().unwrap_or(""))
+        {
+            Some(name) if !name.is_empty() => name.to_owned(),
+            _ => "index.html".to_owned(),
+        }
+    });
+    if target == "-" {
+        if response.get("_body_encoding").and_then(Value::as_str) == Some("base64") {
+            io.err
+                .push_str("wget: the response is binary; save it with -O FILE\n");
+            return Ok(1);
+        }
+        let body = body_bytes(&response).unwrap_or_default();
+        io.out.push_str(&String::from_utf8_lossy(&body));
+        return Ok(0);
+    }
+    if let Err(message) = save_body(shell, &target, &response) {
+        io.err.push_str(&format!("wget: {message}\n"));
+        return Ok(3);
+    }
+    if !quiet {
+        io.err.push_str(&format!("wget: '{target}' saved\n"));
+    }
+    Ok(0)
 }
 
 /// `+5m`, `+2h`, `+1d`, `+30s`, an ISO time or Unix milliseconds, as epoch ms.
@@ -292,23 +559,102 @@ pub(crate) fn crontab(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Re
     }
 }
 
+/// The console lines of a code run (`{result, logs}`): `console.error`/`warn` to stderr as
+/// node prints them, everything else to stdout.
+fn print_logs(value: &Value, io: &mut Io) {
+    for line in value
+        .get("logs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        match line
+            .strip_prefix("error: ")
+            .or_else(|| line.strip_prefix("warn: "))
+        {
+            Some(message) => {
+                io.err.push_str(message);
+                io.err.push('\n');
+            }
+            None => {
+                io.out.push_str(line);
+                io.out.push('\n');
+            }
+        }
+    }
+}
+
 pub(crate) fn node(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let code = match args {
-        [flag, code, ..] if flag == "-e" || flag == "--eval" => code.clone(),
-        [] => std::mem::take(&mut io.stdin),
-        _ => return Ok(io.fail("node", "usage: node -e CODE (or code on stdin)")),
+    let (code, print) = match args {
+        [flag, code, ..] if flag == "-e" || flag == "--eval" => (code.clone(), false),
+        [flag, code, ..] if flag == "-p" || flag == "--print" => (code.clone(), true),
+        [] => (std::mem::take(&mut io.stdin), false),
+        _ => {
+            return Ok(io.fail(
+                "node",
+                "usage: node -e CODE | node -p EXPRESSION | node < script.js (run a lambda file with ./lib/x.ts)",
+            ));
+        }
+    };
+    // Inline code is the body of an async function: `-p` returns the expression's value.
+    let code = if print {
+        format!("return (\n{code}\n);")
+    } else {
+        code
     };
     match shell.host.call("sys_code", json!({ "code": code })) {
         Ok(value) => {
-            if let Some(stdout) = value.get("stdout").and_then(Value::as_str) {
-                io.out.push_str(stdout);
-            }
-            if let Some(result) = value.get("result").filter(|v| !v.is_null()) {
-                print_value(result, io);
+            print_logs(&value, io);
+            if print {
+                match value.get("result") {
+                    Some(Value::String(text)) => {
+                        io.out.push_str(text);
+                        io.out.push('\n');
+                    }
+                    Some(Value::Null) | None => io.out.push_str("undefined\n"),
+                    Some(other) => {
+                        io.out.push_str(&other.to_string());
+                        io.out.push('\n');
+                    }
+                }
             }
             Ok(0)
         }
-        Err(error) => Ok(io.fail("node", error.message)),
+        Err(error) => {
+            io.err.push_str(&error.message);
+            io.err.push('\n');
+            Ok(1)
+        }
+    }
+}
+
+/// `./lib/x.ts [FUNCTION]`: the file's lambda (`main` unless named) through `sys_lambda`;
+/// a JSON object on stdin is its argument. Prints the console output, then the value.
+fn lambda(shell: &mut Shell<'_>, path: &str, argv: &[String], io: &mut Io) -> i32 {
+    let function = argv.get(1).map(String::as_str).unwrap_or("main");
+    let mut args = json!({ "source": format!("{path}:{function}") });
+    let stdin = std::mem::take(&mut io.stdin);
+    if !stdin.trim().is_empty() {
+        match serde_json::from_str::<Value>(&stdin) {
+            Ok(input @ Value::Object(_)) => args["args"] = input,
+            _ => {
+                return io.fail(path, "stdin must be a JSON object (the lambda's argument)");
+            }
+        }
+    }
+    match shell.host.call("sys_lambda", args) {
+        Ok(value) => {
+            print_logs(&value, io);
+            if let Some(result) = value.get("result").filter(|v| !v.is_null()) {
+                print_value(result, io);
+            }
+            0
+        }
+        Err(error) => {
+            io.err.push_str(&format!("{path}: {}\n", error.message));
+            1
+        }
     }
 }
 
@@ -339,15 +685,111 @@ pub(crate) fn ps(shell: &mut Shell<'_>, _: &[String], io: &mut Io) -> Result<i32
                     cell("status")
                 ));
             }
+            // Inner loops are the agent's other processes (`kill` stops them).
+            if let Ok(list) = shell.host.call("loop_list", json!({})) {
+                for l in list
+                    .get("loops")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|l| l.get("name").and_then(Value::as_str) != Some("main"))
+                {
+                    let enabled = l.get("enabled").and_then(Value::as_bool) == Some(true);
+                    io.out.push_str(&format!(
+                        "{}\tloop\t{}\n",
+                        l.get("name").and_then(Value::as_str).unwrap_or(""),
+                        if enabled { "enabled" } else { "stopped" }
+                    ));
+                }
+            }
             Ok(0)
         }
         Err(error) => Ok(io.fail("ps", error.message)),
     }
 }
 
-pub(crate) fn kill(_: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let _ = args;
-    Ok(io.fail("kill", "cancelling tasks from the shell is not supported yet (the owner denies or cancels them with `adf deny`)"))
+/// `kill [-STOP|-TERM|-KILL|-9|-CONT] LOOP…`: stops an inner loop (`loop_manage` sets
+/// `enabled: false`; `-CONT` enables it again). Tasks are not the agent's to kill: a running
+/// one finishes by itself and a pending approval is the owner's to answer, so a task id is
+/// refused with that explanation.
+pub(crate) fn kill(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
+    let mut enable = false;
+    let mut targets = Vec::new();
+    let mut index = 0;
+    while index < args.len() {
+        let arg = args[index].as_str();
+        let signal = match arg {
+            "-s" | "-n" => {
+                index += 1;
+                Some(args.get(index).map(String::as_str).unwrap_or(""))
+            }
+            other if other.starts_with('-') && other.len() > 1 => Some(&other[1..]),
+            _ => None,
+        };
+        match signal.map(|s| s.trim_start_matches("SIG")) {
+            Some("CONT" | "18") => enable = true,
+            Some("STOP" | "TERM" | "KILL" | "INT" | "HUP" | "9" | "15" | "19" | "2" | "1") => {
+                enable = false
+            }
+            Some(other) => {
+                return Ok(io.fail(
+                    "kill",
+                    format!("{other}: invalid signal specification (STOP/TERM/KILL stop a loop, CONT starts it)"),
+                ));
+            }
+            None => targets.push(arg.to_owned()),
+        }
+        index += 1;
+    }
+    if targets.is_empty() {
+        return Ok(io.fail("kill", "usage: kill [-STOP|-CONT] LOOP… (see ps)"));
+    }
+    let mut status = 0;
+    for target in targets {
+        if target.eq_ignore_ascii_case("main") {
+            status = io.fail(
+                "kill",
+                "(main) - main is the loop running this shell; end the turn instead (state idle)",
+            );
+            continue;
+        }
+        let escaped = target.replace('\'', "''");
+        let sql = format!("SELECT status FROM adf_tasks WHERE id = '{escaped}'");
+        let task = shell
+            .host
+            .call("db_query", json!({ "sql": sql }))
+            .ok()
+            .and_then(|r| {
+                r.pointer("/rows/0/status")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        if let Some(task_status) = task {
+            status = io.fail(
+                "kill",
+                format!(
+                    "({target}) - task {target} is {task_status}: tasks are not the agent's to kill (a running task finishes by itself, see `wait {target}`; an approval request is answered by the owner)"
+                ),
+            );
+            continue;
+        }
+        let call = json!({
+            "action": "update",
+            "name": target,
+            "config": { "enabled": enable },
+        });
+        match shell.host.call("loop_manage", call) {
+            Ok(_) => io.out.push_str(&format!(
+                "{} loop {target}\n",
+                if enable { "started" } else { "stopped" }
+            )),
+            Err(error) if error.code == ErrorCode::NotFound => {
+                status = io.fail("kill", format!("({target}) - No such process"));
+            }
+            Err(error) => status = io.fail("kill", error.message),
+        }
+    }
+    Ok(status)
 }
 
 pub(crate) fn wait(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
@@ -604,17 +1046,7 @@ pub(crate) fn script(shell: &mut Shell<'_>, argv: &[String], io: &mut Io) -> Res
     let path = name.trim_start_matches("./");
     if !path.ends_with(".sh") {
         if path.ends_with(".ts") || path.ends_with(".js") {
-            let source = format!(
-                "{path}:{}",
-                argv.get(1).map(String::as_str).unwrap_or("main")
-            );
-            return Ok(call_print(
-                shell,
-                path,
-                "sys_lambda",
-                json!({ "source": source }),
-                io,
-            ));
+            return Ok(lambda(shell, path, argv, io));
         }
         io.err.push_str(&format!(
             "adf_shell: {name}: only .sh scripts and .ts/.js lambdas run with ./\n"

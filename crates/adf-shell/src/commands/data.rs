@@ -2,8 +2,9 @@
 //! and `sqlite3` over `db_query` / `db_execute`.
 
 use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
+use jaq_core::{Compiler, Ctx, Vars, unwrap_valr};
 use jaq_json::Val;
+use jaq_std::input::{HasInputs, Inputs, RcIter};
 use serde_json::{Value, json};
 
 use crate::commands::fs;
@@ -107,46 +108,99 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
     }
     let filter = filter.unwrap_or_else(|| ".".into());
 
-    let text = if options.null_input {
-        String::new()
-    } else {
-        let (inputs, status) = fs::inputs(shell, "jq", &files, io);
-        if status != 0 {
-            return Ok(2);
-        }
-        inputs.into_iter().map(|(_, t)| t).collect()
-    };
-    let inputs: Vec<Val> = if options.null_input {
-        vec![Val::Null]
-    } else if options.raw_input {
+    // Read even under -n: `input` and `inputs` take from the same stream as jq's main loop.
+    let (texts, status) = fs::inputs(shell, "jq", &files, io);
+    if status != 0 {
+        return Ok(2);
+    }
+    let text: String = texts.into_iter().map(|(_, t)| t).collect();
+    let values: Box<dyn Iterator<Item = Result<Val, String>> + '_> = if options.raw_input {
         if options.slurp {
-            vec![Val::from(text.clone())]
+            Box::new(std::iter::once(Ok(Val::from(text.clone()))))
         } else {
-            super::text::lines(&text)
-                .into_iter()
-                .map(|l| Val::from(l.to_owned()))
-                .collect()
+            Box::new(
+                super::text::lines(&text)
+                    .into_iter()
+                    .map(|l| Ok(Val::from(l.to_owned()))),
+            )
         }
-    } else {
+    } else if options.slurp {
         let mut values = Vec::new();
         for value in jaq_json::read::parse_many(text.as_bytes()) {
             match value {
                 Ok(value) => values.push(value),
                 Err(error) => {
                     io.err.push_str(&format!(
-                        "jq: error (at <stdin>:0): cannot parse the input as JSON: {error}\n"
+                        "jq: error (at <stdin>:0): {CANNOT_PARSE}: {error}\n"
                     ));
                     return Ok(2);
                 }
             }
         }
-        if options.slurp {
-            vec![values.into_iter().collect::<Val>()]
-        } else {
-            values
-        }
+        Box::new(std::iter::once(Ok(values.into_iter().collect::<Val>())))
+    } else {
+        // Parsed as consumed, like jq: values before a malformed one are still processed,
+        // and the stream ends at the first error.
+        let mut failed = false;
+        Box::new(
+            jaq_json::read::parse_many(text.as_bytes()).map_while(move |value| {
+                if failed {
+                    return None;
+                }
+                failed = value.is_err();
+                Some(value.map_err(|error| format!("{CANNOT_PARSE}: {error}")))
+            }),
+        )
     };
-    run_filter(&filter, &options, inputs, io)
+    run_filter(&filter, &options, values, io)
+}
+
+/// `inputs` from jaq's standard library, and `input` as jq has it: past the last input it is
+/// the error "No more inputs" (jaq's yields nothing).
+fn input_funs() -> impl Iterator<Item = jaq_core::native::Fun<ShellData>> {
+    let input: jaq_core::native::Filter<jaq_core::RunPtr<ShellData>> =
+        ("input", jaq_core::native::v(0), |cv| {
+            let next = cv.0.data().inputs().next();
+            jaq_core::box_iter::box_once(match next {
+                Some(Ok(value)) => Ok(value),
+                Some(Err(error)) => Err(jaq_core::Exn::from(jaq_core::Error::str(error))),
+                None => Err(jaq_core::Exn::from(jaq_core::Error::str("No more inputs"))),
+            })
+        });
+    let mut filters: Vec<jaq_core::native::Filter<jaq_core::RunPtr<ShellData>>> =
+        jaq_std::input::funs::<ShellData>().into_vec();
+    filters.retain(|(name, ..)| *name == "inputs");
+    filters.push(input);
+    filters.into_iter().map(jaq_core::native::run::<ShellData>)
+}
+
+/// How an input that is not JSON is reported.
+const CANNOT_PARSE: &str = "cannot parse the input as JSON";
+
+/// jaq's run-time data for the shell's filters: the lookup table and the input stream that
+/// the main loop, `input` and `inputs` share.
+struct ShellData;
+
+impl jaq_core::DataT for ShellData {
+    type V<'a> = Val;
+    type Data<'a> = &'a InputData<'a>;
+}
+
+struct InputData<'a> {
+    lut: &'a jaq_core::Lut<ShellData>,
+    inputs: Inputs<'a, Val>,
+}
+
+impl<'a> jaq_core::data::HasLut<'a, ShellData> for &'a InputData<'a> {
+    fn lut(&self) -> &'a jaq_core::Lut<ShellData> {
+        self.lut
+    }
+}
+
+impl<'a> HasInputs<'a, Val> for &'a InputData<'a> {
+    fn inputs(&self) -> Inputs<'a, Val> {
+        self.inputs
+    }
 }
 
 /// jq formats jaq's standard library lacks, defined in jq itself (jq manual "Format strings").
@@ -157,7 +211,7 @@ def @tsv: map(if type == "string" then gsub("\\\\"; "\\\\") | gsub("\t"; "\\t") 
 fn run_filter(
     filter: &str,
     options: &JqOptions,
-    inputs: Vec<Val>,
+    values: Box<dyn Iterator<Item = Result<Val, String>> + '_>,
     io: &mut Io,
 ) -> Result<i32, Abort> {
     let code = format!("{EXTRA_DEFS}{filter}");
@@ -170,6 +224,7 @@ fn run_filter(
         .chain(jaq_json::defs());
     let funs = jaq_core::funs()
         .chain(jaq_std::funs())
+        .chain(input_funs())
         .chain(jaq_json::funs());
     let loader = Loader::new(defs);
     let arena = Arena::default();
@@ -206,11 +261,31 @@ fn run_filter(
     };
     let mut last: Option<Val> = None;
     let mut status = 0;
-    for input in inputs {
-        let ctx = Ctx::<data::JustLut<Val>>::new(
-            &compiled.lut,
-            Vars::new(options.values.iter().cloned()),
-        );
+    let stream = RcIter::new(values);
+    let data = InputData {
+        lut: &compiled.lut,
+        inputs: &stream,
+    };
+    let mut main: Inputs<'_, Val> = &stream;
+    let mut null_once = options.null_input.then_some(Val::Null);
+    loop {
+        let input = if options.null_input {
+            match null_once.take() {
+                Some(null) => null,
+                None => break,
+            }
+        } else {
+            match main.next() {
+                Some(Ok(value)) => value,
+                Some(Err(error)) => {
+                    io.err
+                        .push_str(&format!("jq: error (at <stdin>:0): {error}\n"));
+                    return Ok(2);
+                }
+                None => break,
+            }
+        };
+        let ctx = Ctx::<ShellData>::new(&data, Vars::new(options.values.iter().cloned()));
         for result in compiled.id.run((ctx, input)).map(unwrap_valr) {
             match result {
                 Ok(value) => {

@@ -455,6 +455,10 @@ pub(crate) fn du(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
     Ok(status)
 }
 
+/// `chmod LEVEL FILE…`: the shell's callers (the model, agent code) may not change a file's
+/// protection (spec: owner and authorized code only), so after checking its arguments it
+/// refuses, saying where protection is set: `fs_write`'s `protection` on a new file (in the
+/// shell, `chmod` has no creating form), the owner, or authorized code.
 pub(crate) fn chmod(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
     let [level, files @ ..] = args else {
         return Ok(io.fail("chmod", "usage: chmod none|read_only|no_delete FILE…"));
@@ -466,8 +470,13 @@ pub(crate) fn chmod(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resu
         ));
     }
     let _ = shell;
-    Ok(io.fail(
-        "chmod",
-        "changing a file's protection from the shell is not supported yet (the owner sets it with `adf files protect`)",
-    ))
+    for file in files {
+        io.fail(
+            "chmod",
+            format!(
+                "changing the protection of '{file}': not permitted (a file's protection is set when it is created, with fs_write's protection, and changed only by the owner or authorized code)"
+            ),
+        );
+    }
+    Ok(1)
 }

@@ -73,7 +73,7 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "chmod",
         "Filesystem",
-        "chmod none|read_only|no_delete FILE… — set a file's protection (the agent's own protection rules apply)",
+        "chmod none|read_only|no_delete FILE… — always refused for the agent: protection is set at creation (fs_write protection) and changed only by the owner or authorized code",
         fs::chmod
     ),
     spec!(
@@ -188,14 +188,14 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "curl",
         "Network",
-        "curl [-s] [-X METHOD] [-H 'K: V'] [-d DATA] [-o FILE] URL — HTTP through sys_fetch and the egress policy",
+        "curl [-sSfiI] [-X METHOD] [-H 'K: V'] [-d DATA] [--json DATA] [-o FILE] [-m SECONDS] URL — HTTP through sys_fetch and the egress policy; -f: exit 22 on HTTP >= 400; 7 when refused or unreachable, 28 on timeout",
         agent::curl
     ),
     spec!(
         "wget",
         "Network",
-        "wget [-O FILE] URL — fetch a URL through sys_fetch",
-        agent::curl
+        "wget [-q] [-O FILE|-] [--header 'K: V'] [--post-data DATA] URL — save a URL to a file (named after the URL unless -O) through sys_fetch; exit 8 on HTTP >= 400",
+        agent::wget
     ),
     spec!(
         "at",
@@ -212,14 +212,19 @@ pub(crate) const COMMANDS: &[Spec] = &[
     spec!(
         "node",
         "Code",
-        "node -e CODE — run JavaScript in the sandbox (sys_code)",
+        "node -e CODE | node -p EXPR | node < code.js — run JavaScript in the sandbox (sys_code); console.log to stdout, console.error to stderr; ./lib/x.ts [FN] runs a lambda file",
         agent::node
     ),
-    spec!("ps", "Process", "ps — running and pending tasks", agent::ps),
+    spec!(
+        "ps",
+        "Process",
+        "ps — running and pending tasks, then the inner loops (TOOL loop, STATUS enabled|stopped)",
+        agent::ps
+    ),
     spec!(
         "kill",
         "Process",
-        "kill TASK_ID — cancel a task",
+        "kill [-STOP|-CONT] LOOP… — stop an inner loop (loop_manage enabled:false; -CONT starts it again); tasks are refused: a running task finishes by itself (wait ID), an approval request is the owner's to answer",
         agent::kill
     ),
     spec!(

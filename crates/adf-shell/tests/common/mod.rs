@@ -3,9 +3,11 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use adf_runtime::code::{CodeEnv, RunOptions, Sandbox, SandboxConfig};
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, Caller, ErrorCode, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use serde_json::{Value, json};
 
@@ -72,24 +74,69 @@ pub fn text(file: &AdfFile, path: &str) -> Option<String> {
         .map(|e| String::from_utf8_lossy(&e.content).into_owned())
 }
 
-/// Calls `adf_shell` the way the executor does: the pipeline, then the hosted run.
+/// Calls `adf_shell` the way the executor does: the pipeline, then the runtime's driver.
 pub fn shell_call(
     file: &mut AdfFile,
     caller: &Caller,
     command: &str,
-    approver: &dyn Approver,
+    approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
-    let registry = registry();
-    match registry.call(
+    shell_call_with(
+        &Arc::new(registry()),
         file,
         caller,
-        "adf_shell",
         json!({ "command": command }),
         approver,
-    )? {
-        CallOutcome::Deferred(call) => registry
-            .run_hosted(file, caller, &call, approver)
-            .expect("adf_shell is a hosted tool"),
+    )
+}
+
+/// [`shell_call`] with this registry and these `adf_shell` arguments, on a runtime of its own
+/// (the sandbox opens only when the line runs code).
+pub fn shell_call_with(
+    registry: &Arc<ToolRegistry>,
+    file: &mut AdfFile,
+    caller: &Caller,
+    args: Value,
+    approver: &(dyn Approver + Sync),
+) -> Result<Value, ToolError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(shell_call_async(registry, file, caller, args, approver))
+}
+
+/// [`shell_call_with`] inside a runtime the test already runs.
+pub async fn shell_call_async(
+    registry: &Arc<ToolRegistry>,
+    file: &mut AdfFile,
+    caller: &Caller,
+    args: Value,
+    approver: &(dyn Approver + Sync),
+) -> Result<Value, ToolError> {
+    match registry.call(file, caller, "adf_shell", args, approver)? {
+        CallOutcome::Deferred(call) => {
+            let env = {
+                let registry = Arc::clone(registry);
+                async move {
+                    let sandbox = Sandbox::new(SandboxConfig::default())
+                        .await
+                        .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))?;
+                    Ok::<_, ToolError>(CodeEnv::new(sandbox, registry))
+                }
+            };
+            adf_runtime::code::drive_deferred(
+                file,
+                registry,
+                caller,
+                &call,
+                env,
+                approver,
+                &RunOptions::default(),
+            )
+            .await
+            .value
+        }
         other => Ok(other.into_value()),
     }
 }
