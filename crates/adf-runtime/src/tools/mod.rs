@@ -262,6 +262,9 @@ pub struct ToolContext<'a> {
     pub protection_override: bool,
     /// Code asked for results without output caps (`_full`; never honoured for the model).
     pub full: bool,
+    /// The registry running this call (with its sources: a tool that lists tools, like
+    /// `sys_get_config`, sees the MCP tools the binary attached).
+    pub registry: &'a ToolRegistry,
 }
 
 impl ToolContext<'_> {
@@ -520,7 +523,7 @@ impl ToolRegistry {
         }
         let needs_approval = decision == Access::NeedsApproval;
         if needs_approval {
-            check_before_approval(file, &tool, caller, &config, &args, cross.full)?;
+            check_before_approval(self, file, &tool, caller, &config, &args, cross.full)?;
         }
         if cross.run_async {
             return queue_async(file, caller, name, &cross, &args, needs_approval);
@@ -841,7 +844,7 @@ impl ToolRegistry {
         args: Value,
         full: bool,
     ) -> Result<Value, ToolError> {
-        in_transaction(file, caller, config, false, full, |cx| {
+        in_transaction(self, file, caller, config, false, full, |cx| {
             tool.prepare(cx, args)
         })
     }
@@ -857,9 +860,15 @@ impl ToolRegistry {
         protection_override: bool,
         full: bool,
     ) -> Result<Value, ToolError> {
-        in_transaction(file, caller, config, protection_override, full, |cx| {
-            tool.run(cx, args.clone())
-        })
+        in_transaction(
+            self,
+            file,
+            caller,
+            config,
+            protection_override,
+            full,
+            |cx| tool.run(cx, args.clone()),
+        )
     }
 }
 
@@ -867,6 +876,7 @@ impl ToolRegistry {
 /// A panicking tool is that call's error (its writes rolled back), never the end of the
 /// thread that holds the agent's file.
 fn in_transaction<T>(
+    registry: &ToolRegistry,
     file: &mut AdfFile,
     caller: &Caller,
     config: &Value,
@@ -881,6 +891,7 @@ fn in_transaction<T>(
             config,
             protection_override,
             full,
+            registry,
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut cx)))
             .unwrap_or_else(|payload| Err(panicked(payload.as_ref())))
@@ -915,6 +926,7 @@ fn unwinding_to_error(future: Detached) -> Detached {
 /// Runs [`Tool::check`] outside any transaction: it only reads, and a transaction would
 /// consume the clean-close marker and so change the file.
 fn check_before_approval(
+    registry: &ToolRegistry,
     file: &mut AdfFile,
     tool: &Arc<dyn Tool>,
     caller: &Caller,
@@ -928,6 +940,7 @@ fn check_before_approval(
         config,
         protection_override: false,
         full,
+        registry,
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.check(&cx, args)))
         .unwrap_or_else(|payload| Err(panicked(payload.as_ref())))

@@ -137,3 +137,47 @@ async fn tol_11_review_lists_a_changed_mcp_tool_and_accepting_records_its_new_ha
     drop(file);
     h.stop().await;
 }
+
+/// Issue 13 (b): the model turning its agent `off` (`sys_set_state`) stops its MCP servers as
+/// the owner's `off` does, and says so on the event stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stl_04_model_sys_set_state_off_stops_the_agents_mcp_servers() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("mcp_bad_echo", json!({"text": "before off"})),
+        Turn::tool_call("sys_set_state", json!({"state": "off"})),
+    ]);
+    let h = Harness::start().await;
+    let script = repo_root().join("crates/adf-mcp/tests/it/servers/misbehaving.py");
+    let mut config = model_config(&mock);
+    config.push((
+        "mcp",
+        json!({"servers": [{"name": "bad", "transport": "stdio", "command": "python3", "args": [script.display().to_string()], "source": "custom"}]}),
+    ));
+    config.push((
+        "tools",
+        json!([{"name": "mcp_bad_echo", "enabled": true, "visible": true, "restricted": false,
+                "mcp_tool_definition": {"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}}]),
+    ));
+    let path = agent_file(h.dir.path(), "mcp-off", &[], &config);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+
+    chat(&h, &agent, "echo, then stop").await;
+    wait_for("agent.state.changed to off", || async {
+        h.server.daemon.events().since(0).iter().any(|f| {
+            f.event.event_type == "agent.state.changed" && f.event.payload["state"] == "off"
+        })
+    })
+    .await;
+    assert!(
+        has_text(&agent, "main", "echo: before off").await,
+        "the server ran before the agent went off"
+    );
+    // The hub releases the servers right after publishing the event.
+    wait_for("the agent's server slots are gone", || async {
+        h.client.get("/runtime/mcp").await.unwrap()["servers"] == json!([])
+    })
+    .await;
+    assert_eq!(running(&h, &agent).await, json!(false));
+    h.stop().await;
+}
