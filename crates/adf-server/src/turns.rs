@@ -511,8 +511,8 @@ fn run_agent_turns(
 /// when the owner turns it off: `agent.state.changed` goes out, and the hub releases its MCP
 /// server processes on that event (STL-04).
 fn announce_turned_off(file: &AdfFile, before: &Value, scope: &TurnScope) {
-    let state_of = |config: &Value| config.get("state").and_then(Value::as_str) == Some("off");
-    if state_of(before) || !file.config_shared().is_ok_and(|after| state_of(&after)) {
+    let is_off = |config: &Value| config.get("state").and_then(Value::as_str) == Some("off");
+    if is_off(before) || !file.config_shared().is_ok_and(|after| is_off(&after)) {
         return;
     }
     scope
