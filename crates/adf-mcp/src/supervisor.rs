@@ -2,7 +2,7 @@
 //! (never at load), is shared by nothing across agents, stops after an idle period or when its
 //! agent stops, and a server that crashed or hung is restarted by the next call.
 //!
-//! Sessions live on the supervisor's own runtime (one background thread, [`Background`]), not
+//! Sessions live on the supervisor's own runtime (one background thread, `Background`), not
 //! on the runtime of the call that started them: the daemon runs each turn on a short-lived
 //! current-thread runtime, and a session whose tasks lived there would die with the turn (its
 //! child killed, the next turn starting it again), and a call the turn's abort dropped could
