@@ -62,12 +62,24 @@ impl McpSource {
         self.home.clone()
     }
 
+    /// The runtime home given at construction, else `$ADF_HOME`.
+    fn runtime_home(&self) -> Option<RuntimeHome> {
+        match &self.home {
+            Some(home) => Some(home.clone()),
+            None => RuntimeHome::from_env().ok(),
+        }
+    }
+
+    /// Whether this runtime lets agents run MCP servers on the host (CFG-37): see
+    /// [`runtime_host_access`].
+    pub fn host_access(&self) -> bool {
+        self.runtime_home()
+            .is_some_and(|home| runtime_host_access(home.dir()))
+    }
+
     /// The package cache of the runtime home (`$ADF_HOME` when none was given).
     fn packages(&self) -> Option<crate::install::PackageCache> {
-        let home = match &self.home {
-            Some(home) => home.clone(),
-            None => RuntimeHome::from_env().ok()?,
-        };
+        let home = self.runtime_home()?;
         Some(crate::install::PackageCache::new(home.dir()))
     }
 }
@@ -251,6 +263,15 @@ impl McpTool {
                 ),
             ));
         }
+        if spec.run_location.as_deref() == Some("host") && !self.source.host_access() {
+            return Err(ToolError::new(
+                ErrorCode::ToolError,
+                format!(
+                    "MCP server '{}' has run_location 'host', and this runtime's host access is off: the owner turns it on with the runtime setting {HOST_ACCESS_SETTING}: true (`$ADF_HOME/settings.json`, `PUT /settings/compute`)",
+                    self.server
+                ),
+            ));
+        }
         if matches!(spec.run_location.as_deref(), Some(location) if location != "host" && location != "shared" && location != "local")
         {
             return Err(ToolError::new(
@@ -297,6 +318,25 @@ fn redactions(credentials: &Credentials) -> Vec<Zeroizing<String>> {
         .filter(|v| v.len() >= 4)
         .cloned()
         .collect()
+}
+
+/// The runtime-level setting `compute.host_access` also needs (CFG-37, missing-tables §5.12):
+/// the key `hostAccess` of the `compute` object in the runtime home's `settings.json`.
+pub const HOST_ACCESS_SETTING: &str = "compute.hostAccess";
+
+/// Whether the runtime setting [`HOST_ACCESS_SETTING`] is on in the runtime home `home`
+/// (`settings.json` there). Off when the file, the key or a readable boolean is missing: host
+/// access is what an owner grants, never a default.
+pub fn runtime_host_access(home: &std::path::Path) -> bool {
+    std::fs::read(home.join("settings.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .and_then(|settings| {
+            settings
+                .pointer("/compute/hostAccess")
+                .and_then(Value::as_bool)
+        })
+        == Some(true)
 }
 
 /// The agent's egress policy for an HTTP server: `security.allow_local_fetch` and the

@@ -1,6 +1,13 @@
 //! Process supervision: one slot per (agent file, server). A server starts on the first call
 //! (never at load), is shared by nothing across agents, stops after an idle period or when its
 //! agent stops, and a server that crashed or hung is restarted by the next call.
+//!
+//! Sessions live on the supervisor's own runtime (one background thread, `Background`), not
+//! on the runtime of the call that started them: the daemon runs each turn on a short-lived
+//! current-thread runtime, and a session whose tasks lived there would die with the turn (its
+//! child killed, the next turn starting it again), and a call the turn's abort dropped could
+//! not tell the server: rmcp queues `notifications/cancelled` when a call's future is dropped,
+//! and only a runtime that keeps running writes it out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -35,12 +42,54 @@ struct Live {
     spec: ServerSpec,
 }
 
+/// The runtime the sessions, their stderr readers and the idle reapers run on: a
+/// current-thread runtime driven by one thread until the last clone of the supervisor is
+/// dropped (then its tasks end, and with them the child processes).
+struct Background {
+    handle: tokio::runtime::Handle,
+    /// Dropping it ends the thread's `block_on`.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Background {
+    fn start() -> Result<Background, McpError> {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (handle_sender, handle_receiver) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("adf-mcp".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _gone = handle_sender.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _gone = handle_sender.send(Ok(runtime.handle().clone()));
+                let _stopped = runtime.block_on(stopped);
+            })
+            .map_err(|e| McpError::Start(format!("cannot start the MCP session thread: {e}")))?;
+        let handle = handle_receiver
+            .recv()
+            .map_err(|_| McpError::Start("the MCP session thread ended at start".into()))?
+            .map_err(|e| McpError::Start(format!("cannot start the MCP session runtime: {e}")))?;
+        Ok(Background {
+            handle,
+            _stop: stop,
+        })
+    }
+}
+
 /// Every MCP server this process runs for its agents.
 #[derive(Clone)]
 pub struct Supervisor {
     slots: Arc<Mutex<HashMap<Key, Arc<Slot>>>>,
     idle_stop: Duration,
     starts: Arc<AtomicU64>,
+    background: Arc<std::sync::OnceLock<Background>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -76,7 +125,18 @@ impl Supervisor {
             slots: Arc::default(),
             idle_stop,
             starts: Arc::default(),
+            background: Arc::default(),
         }
+    }
+
+    /// The handle of the sessions' runtime, started on first use.
+    fn background(&self) -> Result<tokio::runtime::Handle, McpError> {
+        if let Some(background) = self.background.get() {
+            return Ok(background.handle.clone());
+        }
+        let started = Background::start()?;
+        // Two first calls may race: the loser's thread ends as its `Background` drops.
+        Ok(self.background.get_or_init(|| started).handle.clone())
     }
 
     /// How many sessions this supervisor has opened since it was made (every start and
@@ -119,7 +179,15 @@ impl Supervisor {
         if let Some(live) = guard.as_ref() {
             return Ok(live.session.peer().clone());
         }
-        let session = connect::open(spec, launch, &slot.stderr).await?;
+        let background = self.background()?;
+        let (owned_spec, owned_launch, stderr) =
+            (spec.clone(), launch.clone(), slot.stderr.clone());
+        let session = background
+            .spawn(async move { connect::open(&owned_spec, &owned_launch, &stderr).await })
+            .await
+            .map_err(|e| {
+                McpError::Start(format!("MCP server '{}' did not start: {e}", spec.name))
+            })??;
         self.starts.fetch_add(1, Ordering::SeqCst);
         let peer = session.peer().clone();
         *guard = Some(Live {
@@ -216,7 +284,7 @@ impl Supervisor {
     }
 
     /// Records a use and, unless one waits already, arms the task that stops the server once
-    /// it has been idle for `idle_stop` (only inside a tokio runtime).
+    /// it has been idle for `idle_stop` (on the sessions' runtime, so it outlives the caller's).
     fn touch(&self, slot: &Arc<Slot>) {
         if let Ok(mut last) = slot.last_used.lock() {
             *last = Some(Instant::now());
@@ -224,7 +292,7 @@ impl Supervisor {
         if slot.reaper_armed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        let Ok(handle) = self.background() else {
             slot.reaper_armed.store(false, Ordering::SeqCst);
             return;
         };
@@ -307,12 +375,9 @@ impl Supervisor {
     pub async fn status(&self) -> Vec<ServerStatus> {
         let mut out = Vec::new();
         for ((file, server), slot) in self.existing_slots() {
-            let running = slot
-                .session
-                .lock()
-                .await
-                .as_ref()
-                .is_some_and(|live| !live.session.is_closed());
+            let running = slot.session.lock().await.as_ref().is_some_and(|live| {
+                !live.session.is_closed() && !live.session.is_transport_closed()
+            });
             out.push(ServerStatus {
                 file,
                 server,

@@ -27,6 +27,7 @@ mod anthropic;
 mod control;
 mod error;
 mod http;
+mod models;
 mod openai;
 mod resolve;
 mod retry;

@@ -688,6 +688,38 @@ pub fn share_credentials(file: &mut AdfFile, open: &OpenIdentity, password: &str
     Ok(())
 }
 
+/// Removes the password slot of the credentials envelope (the owner's `DELETE
+/// /identity/password`): the file stops being openable by whoever knows the share password.
+/// The envelope must be unlocked here and keep a key slot, so removing the slot never leaves
+/// credentials nobody can open. Returns whether a slot was removed (none: nothing written).
+pub fn remove_password_slot(file: &mut AdfFile, open: &OpenIdentity) -> Result<bool> {
+    let e = EnvelopeName::Credentials;
+    let rows = to_crypto_rows(file.identity_rows()?);
+    let Some(desc) = descriptor_from_rows(&rows, e)? else {
+        return Ok(false);
+    };
+    if !desc.has_password_slot() {
+        return Ok(false);
+    }
+    if open.deks.get(e).is_none() {
+        return Err(credentials_unusable(open.status.credentials));
+    }
+    let kept = desc.without_password_slots();
+    if kept.slots.is_empty() {
+        return Err(IdentityError::Invalid(
+            "the password slot is the only way to open the credentials: unlock them with the password first (it adds this installation's slot), then remove it".into(),
+        ));
+    }
+    file.identity_apply(&IdentityWrite {
+        upsert_rows: vec![to_store_row(adf_crypto::IdentityRow::plain(
+            e.descriptor_purpose(),
+            kept.to_json_bytes(),
+        ))],
+        ..IdentityWrite::default()
+    })?;
+    Ok(true)
+}
+
 /// Recipient adoption (IDN-20): opens shared credentials with the share password and re-wraps
 /// them to this owner and runtime, removing the password slot. Returns the updated open state.
 pub fn adopt_shared_credentials(

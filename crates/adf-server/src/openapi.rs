@@ -754,9 +754,9 @@ const MORE_OPS: &[Op] = &[
     op(
         "delete",
         "/agents/{id}/identity/password",
-        "Remove the password slot: 501 NOT_SUPPORTED (capability password-slot-removal)",
+        "Remove the credentials envelope's password slot (refused when it is the only slot); {agentId, success, removed}",
         "Identity",
-        &[501],
+        &[200, 400, 404, 409],
         &[],
     ),
     op(
@@ -973,6 +973,30 @@ const MORE_OPS: &[Op] = &[
         "Host, mesh status and each agent's messaging and serving configuration",
         "Runtime",
         &[200, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/runtime/models",
+        "A provider's model ids, fetched from the vendor {provider, models, error?}",
+        "Runtime",
+        &[200, 400, 404],
+        &["provider", "agentId"],
+    ),
+    op(
+        "post",
+        "/runtime/token-count",
+        "Estimate the tokens of {text} (bytes / 4, the runtime's context-budget estimate; estimated: true)",
+        "Runtime",
+        &[200, 400, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/runtime/token-count/batch",
+        "Estimate the tokens of each of {texts} (bytes / 4; estimated: true)",
+        "Runtime",
+        &[200, 400, 404],
         &[],
     ),
     op(

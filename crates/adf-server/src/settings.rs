@@ -56,6 +56,8 @@ pub fn check_value(key: &str, value: &Value) -> Option<String> {
         "meshPort" => value.as_u64().is_some_and(|p| p <= u64::from(u16::MAX)),
         "meshEnabled" | "meshLan" | "tailnetDiscovery" => value.is_boolean(),
         "providers" | "mcpServers" | "adapters" | "sandboxPackages" => value.is_array(),
+        // `compute.hostAccess` is the runtime-level host-access switch adf-mcp reads (CFG-37).
+        "compute" => value.is_object() && value.get("hostAccess").is_none_or(Value::is_boolean),
         _ => true,
     };
     (!shape_ok).then(|| format!("setting \"{key}\" has the wrong type"))

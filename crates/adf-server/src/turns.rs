@@ -497,6 +497,7 @@ fn run_agent_turns(
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner),
     );
+    announce_turned_off(file, config, scope);
     // `emit_event` from the turn's code (`sys_code`, `sys_lambda`): on the bus after the
     // calls that made them, with the turn's other events.
     for event in custom.take() {
@@ -518,6 +519,23 @@ fn run_agent_turns(
         }
         Some(Ok(results)) => turn_results(file, scope, &event_type, results),
     }
+}
+
+/// An agent whose turn set it `off` (`sys_set_state`, from the model or its code) stops as
+/// when the owner turns it off: `agent.state.changed` goes out, and the hub releases its MCP
+/// server processes on that event (STL-04).
+fn announce_turned_off(file: &AdfFile, before: &Value, scope: &TurnScope) {
+    let is_off = |config: &Value| config.get("state").and_then(Value::as_str) == Some("off");
+    if is_off(before) || !file.config_shared().is_ok_and(|after| is_off(&after)) {
+        return;
+    }
+    scope
+        .agent
+        .update_info(|info| info.display_state = "off".to_owned());
+    scope.emit(
+        "agent.state.changed",
+        json!({ "filePath": scope.agent.file_path(), "state": "off" }),
+    );
 }
 
 /// The executor for a daemon turn, with the config's model resolved (the error when none can

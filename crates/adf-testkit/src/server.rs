@@ -80,6 +80,8 @@ struct Inner {
     hold_until: Mutex<Option<u64>>,
     /// The number of requests received, for handlers waiting on `hold_until`.
     arrived: tokio::sync::watch::Sender<u64>,
+    /// See [`MockProvider::serve_models`].
+    models: Mutex<Option<Vec<String>>>,
 }
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it: the mock's state
@@ -128,6 +130,7 @@ impl MockProvider {
             zero_latency: AtomicBool::new(false),
             hold_until: Mutex::new(None),
             arrived: tokio::sync::watch::Sender::new(0),
+            models: Mutex::new(None),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         #[allow(clippy::expect_used)]
@@ -187,6 +190,14 @@ impl MockProvider {
     /// any other key gets the vendor's 401 without consuming a scripted turn.
     pub fn require_api_key(&self, key: impl Into<String>) -> &Self {
         *lock(&self.inner.required_key) = Some(key.into());
+        self
+    }
+
+    /// Also answers `GET /v1/models` with these model ids, in the vendor's list format (OpenAI
+    /// `{object: "list", data: [{id, object: "model"}]}`, Anthropic `{data: [{id, type:
+    /// "model", display_name}], has_more: false}`), behind the same key check as chat requests.
+    pub fn serve_models(&self, ids: impl IntoIterator<Item = impl Into<String>>) -> &Self {
+        *lock(&self.inner.models) = Some(ids.into_iter().map(Into::into).collect());
         self
     }
 
@@ -330,6 +341,23 @@ async fn handle(
     }
     let wire = inner.wire;
 
+    let models = lock(&inner.models).clone();
+    if let Some(models) = models.filter(|_| method == Method::GET && uri.path() == "/v1/models") {
+        if let Some(resp) = check_auth(&inner, &headers) {
+            return resp;
+        }
+        let body = match wire {
+            Wire::OpenAi => serde_json::json!({
+                "object": "list",
+                "data": models.iter().map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "adf-testkit"})).collect::<Vec<_>>(),
+            }),
+            Wire::Anthropic => serde_json::json!({
+                "data": models.iter().map(|id| serde_json::json!({"id": id, "type": "model", "display_name": id})).collect::<Vec<_>>(),
+                "has_more": false,
+            }),
+        };
+        return json_response(200, body.to_string());
+    }
     if method != Method::POST || uri.path() != wire.path() {
         let msg = format!(
             "adf-testkit: no route for {method} {} (this mock serves POST {})",

@@ -6,7 +6,9 @@
 // A test crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
 
+mod cancel;
 mod common;
+mod gaps;
 mod http;
 mod packages;
 mod stdio;

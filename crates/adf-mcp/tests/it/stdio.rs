@@ -269,7 +269,7 @@ fn tol_11_a_schema_change_on_restart_disables_that_tool_until_reviewed_others_ke
         assert!(call(&registry, &mut file, &model(), "mcp_bad_env", json!({}), &DenyAll).await.is_ok());
         // Accepting the review records the new hash and enables the tool again.
         let mut config = file.config().unwrap();
-        assert_eq!(adf_mcp::declare::accept_reviews(&mut config), vec!["mcp_bad_echo".to_owned(), "mcp_bad_env".to_owned(), "mcp_bad_hang".to_owned(), "mcp_bad_crash".to_owned(), "mcp_bad_malformed".to_owned(), "mcp_bad_image".to_owned(), "mcp_bad_fail".to_owned()]);
+        assert_eq!(adf_mcp::declare::accept_reviews(&mut config), vec!["mcp_bad_echo".to_owned(), "mcp_bad_env".to_owned(), "mcp_bad_hang".to_owned(), "mcp_bad_crash".to_owned(), "mcp_bad_malformed".to_owned(), "mcp_bad_image".to_owned(), "mcp_bad_fail".to_owned(), "mcp_bad_wait".to_owned()]);
         file.config_replace(adf_store::Caller::Owner, config).unwrap();
         let echo = declaration(&file, "mcp_bad_echo");
         assert_eq!(echo["enabled"], json!(true));

@@ -280,6 +280,9 @@ pub struct ToolContext<'a> {
     pub protection_override: bool,
     /// Code asked for results without output caps (`_full`; never honoured for the model).
     pub full: bool,
+    /// The registry running this call (with its sources: a tool that lists tools, like
+    /// `sys_get_config`, sees the MCP tools the binary attached).
+    pub registry: &'a ToolRegistry,
 }
 
 impl ToolContext<'_> {
@@ -538,7 +541,7 @@ impl ToolRegistry {
         }
         let needs_approval = decision == Access::NeedsApproval;
         if needs_approval {
-            check_before_approval(file, &tool, caller, &config, &args, cross.full)?;
+            check_before_approval(self, file, &tool, caller, &config, &args, cross.full)?;
         }
         if cross.run_async {
             return queue_async(file, caller, name, &cross, &args, needs_approval);
@@ -870,7 +873,7 @@ impl ToolRegistry {
         args: Value,
         full: bool,
     ) -> Result<Value, ToolError> {
-        in_transaction(file, caller, config, false, full, |cx| {
+        in_transaction(self, file, caller, config, false, full, |cx| {
             tool.prepare(cx, args)
         })
     }
@@ -886,9 +889,15 @@ impl ToolRegistry {
         protection_override: bool,
         full: bool,
     ) -> Result<Value, ToolError> {
-        in_transaction(file, caller, config, protection_override, full, |cx| {
-            tool.run(cx, args.clone())
-        })
+        in_transaction(
+            self,
+            file,
+            caller,
+            config,
+            protection_override,
+            full,
+            |cx| tool.run(cx, args.clone()),
+        )
     }
 }
 
@@ -896,6 +905,7 @@ impl ToolRegistry {
 /// A panicking tool is that call's error (its writes rolled back), never the end of the
 /// thread that holds the agent's file.
 fn in_transaction<T>(
+    registry: &ToolRegistry,
     file: &mut AdfFile,
     caller: &Caller,
     config: &Value,
@@ -910,6 +920,7 @@ fn in_transaction<T>(
             config,
             protection_override,
             full,
+            registry,
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut cx)))
             .unwrap_or_else(|payload| Err(panicked(payload.as_ref())))
@@ -944,6 +955,7 @@ fn unwinding_to_error(future: Detached) -> Detached {
 /// Runs [`Tool::check`] outside any transaction: it only reads, and a transaction would
 /// consume the clean-close marker and so change the file.
 fn check_before_approval(
+    registry: &ToolRegistry,
     file: &mut AdfFile,
     tool: &Arc<dyn Tool>,
     caller: &Caller,
@@ -957,6 +969,7 @@ fn check_before_approval(
         config,
         protection_override: false,
         full,
+        registry,
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.check(&cx, args)))
         .unwrap_or_else(|payload| Err(panicked(payload.as_ref())))

@@ -744,3 +744,54 @@ fn idn_01_idn_13_python_cryptography_verifies_a_file_we_provisioned() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
 }
+
+#[test]
+fn idn_15_remove_password_slot_needs_the_credentials_open_here_and_keeps_key_slots() {
+    let sender = Env::with_test_owner();
+    let skeys = sender.keys();
+    let (path, mut file) = sender.new_file("unshare.adf");
+    let open = identity::provision_new(&mut file, &skeys).unwrap();
+    identity::set_credential(&mut file, &open, "provider:x:apiKey", b"sk-kept", false).unwrap();
+    assert!(
+        !identity::remove_password_slot(&mut file, &open).unwrap(),
+        "no slot yet: nothing removed"
+    );
+    identity::share_credentials(&mut file, &open, "pass phrase").unwrap();
+    file.close().unwrap();
+
+    // Another owner holds no key slot of a copy: it cannot remove the slot; nothing is written.
+    let other = Env::with_other_owner();
+    let okeys = other.keys();
+    let copy = other.dir.path().join("copy.adf");
+    std::fs::copy(&path, &copy).unwrap();
+    let mut file = AdfFile::open(&copy).unwrap();
+    let (_, open_elsewhere) = identity::claim(&mut file, &okeys).unwrap();
+    let claimed = descriptor(&file, EnvelopeName::Credentials);
+    assert!(claimed.has_password_slot());
+    assert!(identity::remove_password_slot(&mut file, &open_elsewhere).is_err());
+    assert_eq!(
+        descriptor(&file, EnvelopeName::Credentials).slots.len(),
+        claimed.slots.len(),
+        "a refused removal writes nothing"
+    );
+    file.close().unwrap();
+
+    // The sender removes it: the password no longer opens anything, the key slots remain.
+    let mut file = AdfFile::open(&path).unwrap();
+    let open = identity::open_identity(&mut file, &skeys).unwrap();
+    assert!(identity::remove_password_slot(&mut file, &open).unwrap());
+    let d = descriptor(&file, EnvelopeName::Credentials);
+    assert!(!d.has_password_slot());
+    assert!(d.key_slots(SlotKind::Owner).count() >= 1);
+    assert!(
+        d.unlock_with_password(EnvelopeName::Credentials, "pass phrase")
+            .is_err()
+    );
+    assert_eq!(
+        identity::read_credential(&file, &open, "provider:x:apiKey")
+            .unwrap()
+            .unwrap()
+            .as_slice(),
+        b"sk-kept"
+    );
+}

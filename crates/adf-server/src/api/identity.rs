@@ -1,5 +1,5 @@
 //! An agent's identity and credentials over HTTP (§8): purposes and how they are stored, the
-//! DID, the credentials envelope's password slot (status, unlock, set, change), setting and
+//! DID, the credentials envelope's password slot (status, unlock, set, change, remove), setting and
 //! deleting credentials, and re-keying or resetting the identity. Everything runs through
 //! `adf_runtime::identity` on the agent's store worker with this installation's keys.
 //!
@@ -340,6 +340,26 @@ pub(super) async fn password_change(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     share_with_password(&state, &id, &body, "newPassword").await
+}
+
+/// `DELETE /agents/{id}/identity/password`: removes the credentials envelope's password slot
+/// (`{agentId, success, removed}`; `removed: false` when there was none, nothing written). A
+/// slot that is the only way to open the credentials is refused (400).
+pub(super) async fn password_remove(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let agent = find(&state, &id)?;
+    // Without identity rows there is no envelope, and opening would provision one.
+    let provisioned = agent
+        .job(|file| Ok(!file.identity_rows()?.is_empty()))
+        .await?;
+    let removed = provisioned
+        && with_identity(&state, &agent, |file, _, open| {
+            identity::remove_password_slot(file, open)
+        })
+        .await?;
+    Ok(Json(json!({ "agentId": agent.id, "success": true, "removed": removed })).into_response())
 }
 
 /// Both password routes: the same slot write, the password read from `field`.

@@ -10,6 +10,7 @@ mod attach;
 mod contents;
 mod identity;
 mod mcp;
+mod models;
 mod network;
 mod provider_test;
 mod resources;
@@ -174,12 +175,6 @@ pub fn router(state: AppState) -> Router {
 fn more_routes() -> Router<AppState> {
     let adapters_later =
         || async { unsupported::not_supported("adapters", "attaching channel adapters") };
-    let remove_password = || async {
-        unsupported::not_supported(
-            "password-slot-removal",
-            "removing the credentials envelope's password slot",
-        )
-    };
     Router::new()
         .route(
             "/agents/{id}/document",
@@ -219,7 +214,7 @@ fn more_routes() -> Router<AppState> {
             "/agents/{id}/identity/password",
             get(identity::password_status)
                 .put(identity::password_set)
-                .delete(remove_password),
+                .delete(identity::password_remove),
         )
         .route(
             "/agents/{id}/identity/password/unlock",
@@ -281,6 +276,9 @@ fn more_routes() -> Router<AppState> {
         .route("/runtime/adapters", get(runtime::adapters))
         .route("/runtime/usage", get(runtime::usage))
         .route("/runtime/network", get(runtime::network))
+        .route("/runtime/models", get(models::list))
+        .route("/runtime/token-count", post(models::count))
+        .route("/runtime/token-count/batch", post(models::count_batch))
         .route("/diagnostics", get(runtime::diagnostics))
         .route("/network", get(runtime::network))
         .route("/network/mesh", get(network::mesh))

@@ -137,3 +137,110 @@ async fn tol_11_review_lists_a_changed_mcp_tool_and_accepting_records_its_new_ha
     drop(file);
     h.stop().await;
 }
+
+/// Issue 13 (b): the model turning its agent `off` (`sys_set_state`) stops its MCP servers as
+/// the owner's `off` does, and says so on the event stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stl_04_model_sys_set_state_off_stops_the_agents_mcp_servers() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("mcp_bad_echo", json!({"text": "before off"})),
+        Turn::tool_call("sys_set_state", json!({"state": "off"})),
+    ]);
+    let h = Harness::start().await;
+    let script = repo_root().join("crates/adf-mcp/tests/it/servers/misbehaving.py");
+    let mut config = model_config(&mock);
+    config.push((
+        "mcp",
+        json!({"servers": [{"name": "bad", "transport": "stdio", "command": "python3", "args": [script.display().to_string()], "source": "custom"}]}),
+    ));
+    config.push((
+        "tools",
+        json!([{"name": "mcp_bad_echo", "enabled": true, "visible": true, "restricted": false,
+                "mcp_tool_definition": {"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}}]),
+    ));
+    let path = agent_file(h.dir.path(), "mcp-off", &[], &config);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+
+    chat(&h, &agent, "echo, then stop").await;
+    wait_for("agent.state.changed to off", || async {
+        h.server.daemon.events().since(0).iter().any(|f| {
+            f.event.event_type == "agent.state.changed" && f.event.payload["state"] == "off"
+        })
+    })
+    .await;
+    assert!(
+        has_text(&agent, "main", "echo: before off").await,
+        "the server ran before the agent went off"
+    );
+    // The hub releases the servers right after publishing the event.
+    wait_for("the agent's server slots are gone", || async {
+        h.client.get("/runtime/mcp").await.unwrap()["servers"] == json!([])
+    })
+    .await;
+    assert_eq!(running(&h, &agent).await, json!(false));
+    h.stop().await;
+}
+
+/// Issue 13 (a): `POST /abort` during an MCP call tells the server (`notifications/cancelled`
+/// with the call's id); the server process outlives the aborted turn's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_of_a_turn_in_an_mcp_call_sends_notifications_cancelled_to_the_server() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([Turn::tool_call("mcp_bad_wait", json!({}))]);
+    let h = Harness::start().await;
+    let script = repo_root().join("crates/adf-mcp/tests/it/servers/misbehaving.py");
+    let mut config = model_config(&mock);
+    config.push((
+        "mcp",
+        json!({"servers": [{"name": "bad", "transport": "stdio", "command": "python3", "args": [script.display().to_string()], "source": "custom"}]}),
+    ));
+    config.push((
+        "tools",
+        json!([{"name": "mcp_bad_wait", "enabled": true, "visible": true, "restricted": false,
+                "mcp_tool_definition": {"description": "Answers only when cancelled.", "input_schema": {"type": "object"}}}]),
+    ));
+    let path = agent_file(h.dir.path(), "mcp-abort", &[], &config);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    let scratch = adf_mcp::connect::scratch_dir(&path, "bad");
+    let read_json = |name: &str| -> Option<Vec<Value>> {
+        let text = std::fs::read_to_string(scratch.join(name)).ok()?;
+        text.lines()
+            .map(|line| serde_json::from_str(line).ok())
+            .collect()
+    };
+
+    chat(&h, &agent, "wait for it").await;
+    wait_for("the call reached the server", || async {
+        read_json("waiting.json").is_some_and(|w| w.len() == 1)
+    })
+    .await;
+    let call_id = read_json("waiting.json").unwrap()[0]["id"].clone();
+    let (code, body) = h
+        .client
+        .raw(
+            Method::POST,
+            &format!("/agents/{}/abort", agent.id),
+            Some(&json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    wait_for("the server was told of the cancellation", || async {
+        read_json("cancelled.jsonl").is_some_and(|c| !c.is_empty())
+    })
+    .await;
+    let cancelled = read_json("cancelled.jsonl").unwrap();
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+    assert_eq!(cancelled[0]["requestId"], call_id);
+    assert_eq!(
+        cancelled[0]["reason"],
+        json!("request abandoned by the caller")
+    );
+    assert_eq!(
+        running(&h, &agent).await,
+        json!(true),
+        "the server lives on"
+    );
+    h.stop().await;
+}

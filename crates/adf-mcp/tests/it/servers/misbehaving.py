@@ -4,7 +4,9 @@ misbehave on purpose: the tests of crashes, hangs, malformed results, schema cha
 the child's environment run against it.
 
 Its `echo` schema is read from `schema.json` in the working directory (the scratch directory
-the runtime gives it) when present, so a test changes a schema between two runs."""
+the runtime gives it) when present, so a test changes a schema between two runs. `wait`
+answers only when a `notifications/cancelled` names it (it writes `waiting.json` when the call
+arrives), and every cancellation is appended to `cancelled.jsonl` there."""
 import json
 import os
 import sys
@@ -33,10 +35,12 @@ def tools():
         {"name": "malformed", "description": "Answers with a malformed result.", "inputSchema": {"type": "object"}},
         {"name": "image", "description": "Answers with an image.", "inputSchema": {"type": "object"}},
         {"name": "fail", "description": "Answers isError.", "inputSchema": {"type": "object"}},
+        {"name": "wait", "description": "Answers only when cancelled.", "inputSchema": {"type": "object"}},
     ]
 
 
 print("misbehaving server started pid=%d" % os.getpid(), file=sys.stderr, flush=True)
+waiting = []
 for line in sys.stdin:
     if not line.strip():
         continue
@@ -44,6 +48,14 @@ for line in sys.stdin:
     method = request.get("method")
     rid = request.get("id")
     if rid is None:
+        # Notifications: a cancellation is recorded in the working directory, for the tests.
+        if method == "notifications/cancelled":
+            with open("cancelled.jsonl", "a") as f:
+                f.write(json.dumps(request.get("params") or {}) + "\n")
+            rid_cancelled = (request.get("params") or {}).get("requestId")
+            if rid_cancelled is not None and rid_cancelled in waiting:
+                waiting.remove(rid_cancelled)
+                send({"jsonrpc": "2.0", "id": rid_cancelled, "error": {"code": -32800, "message": "cancelled"}})
         continue
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": rid, "result": {
@@ -69,6 +81,11 @@ for line in sys.stdin:
             send({"jsonrpc": "2.0", "id": rid, "result": {"content": "not a list"}})
         elif name == "image":
             send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "a dot"}, {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]}})
+        elif name == "wait":
+            # No answer until a notifications/cancelled names this request.
+            waiting.append(rid)
+            with open("waiting.json", "w") as f:
+                json.dump({"id": rid}, f)
         elif name == "fail":
             send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "it went wrong"}], "isError": True}})
         else:

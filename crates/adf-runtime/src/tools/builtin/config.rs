@@ -78,7 +78,7 @@ impl Tool for GetConfig {
                     .get("limits")
                     .unwrap_or(&Value::Object(Default::default())),
             )),
-            "tools" => Ok(Value::Array(describe_tools(&config))),
+            "tools" => Ok(Value::Array(describe_tools(cx.registry, &config))),
             "provider_status" => Ok(provider_status(&config)),
             "card" => Err(ToolError::new(
                 ErrorCode::MeshNotEnabled,
@@ -89,9 +89,11 @@ impl Tool for GetConfig {
     }
 }
 
-/// Every declared tool with its effective flags, where it comes from and its schema.
-fn describe_tools(config: &Value) -> Vec<Value> {
-    let mut tools = ToolRegistry::with_builtins().describe(config);
+/// Every declared tool with its effective flags, where it comes from and its schema, as the
+/// registry running the call resolves them (an MCP tool is implemented when its binary
+/// attached the MCP source).
+fn describe_tools(registry: &ToolRegistry, config: &Value) -> Vec<Value> {
+    let mut tools = registry.describe(config);
     for tool in &mut tools {
         let source = if tool
             .get("name")
