@@ -58,11 +58,12 @@ impl Hub {
             );
             tools.register(adf_shell::tool());
             let directory = crate::serving::directory(weak.clone());
+            let serving = adf_net::tools::ServingCell::default();
             let outbound = adf_net::outbound::Outbound::new(
                 Arc::clone(&directory),
                 Arc::new(adf_egress::SystemLookup),
+                Arc::clone(&serving),
             );
-            let serving = adf_net::tools::ServingCell::default();
             for tool in adf_net::tools::WsTools::tools(
                 Arc::clone(&outbound),
                 directory,
