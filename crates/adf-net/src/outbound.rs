@@ -177,6 +177,8 @@ pub struct Outbound {
     lookup: Arc<dyn Lookup>,
     /// The host's serving, which runs connection lambdas on the agent's sandbox.
     serving: ServingCell,
+    /// The host's runtime, where every connection lives (see [`Outbound::connect`]).
+    runtime: Option<tokio::runtime::Handle>,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
     /// ALF messages sent by `deliver_message`, by message id, waiting for their ack.
     pending: Mutex<HashMap<String, oneshot::Sender<Value>>>,
@@ -203,6 +205,7 @@ impl Outbound {
             directory,
             lookup,
             serving,
+            runtime: tokio::runtime::Handle::try_current().ok(),
             connections: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
         })
@@ -272,7 +275,27 @@ impl Outbound {
 
     /// Opens a connection for `agent` (the first attempt is awaited: its failure is the
     /// answer), then keeps it open in the background; its `connection_id`.
+    ///
+    /// The socket and its pump live on the host's runtime (the one `Outbound` was made on):
+    /// `ws_connect` is often called from a lambda, whose runtime only runs while a lambda
+    /// does, and a socket belongs to the runtime that opened it.
     pub async fn connect(
+        self: &Arc<Self>,
+        agent: ServedAgent,
+        spec: OutboundSpec,
+    ) -> Result<String, String> {
+        match &self.runtime {
+            Some(host) => {
+                let outbound = Arc::clone(self);
+                host.spawn(async move { outbound.connect_here(agent, spec).await })
+                    .await
+                    .map_err(|e| format!("the connection task failed: {e}"))?
+            }
+            None => self.connect_here(agent, spec).await,
+        }
+    }
+
+    async fn connect_here(
         self: &Arc<Self>,
         agent: ServedAgent,
         spec: OutboundSpec,
@@ -600,17 +623,8 @@ impl Pump<'_> {
         ping.tick().await;
         loop {
             tokio::select! {
-                _ = stopped.changed() => {
-                    let _ = socket.close(None).await;
-                    self.closed(1000, "disconnected").await;
-                    return true;
-                }
-                _ = ping.tick() => {
-                    if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
-                        self.closed(1006, "the socket dropped").await;
-                        return false;
-                    }
-                }
+                // Frames queued before a disconnect still go out, in order.
+                biased;
                 frame = queue.recv() => match frame {
                     Some(frame) => {
                         let length = frame_len(&frame);
@@ -625,6 +639,17 @@ impl Pump<'_> {
                     }
                     None => return true,
                 },
+                _ = stopped.changed() => {
+                    let _ = socket.close(None).await;
+                    self.closed(1000, "disconnected").await;
+                    return true;
+                }
+                _ = ping.tick() => {
+                    if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
+                        self.closed(1006, "the socket dropped").await;
+                        return false;
+                    }
+                }
                 incoming = socket.next() => {
                     let reply = match incoming {
                         Some(Ok(Message::Text(text))) => {
