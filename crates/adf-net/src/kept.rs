@@ -9,18 +9,21 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use adf_store::{AdfFile, StoreError};
 
-/// Guest connections kept per agent: requests beyond this many at once open their own.
+/// Guest connections per agent: a request beyond this many at once waits for one (lambda runs
+/// take turns anyway; connections past a few only add opens, closes and WAL checkpoints).
 const MAX_KEPT: usize = 4;
 
 /// The guest connections of one agent's slot (see the module docs).
 #[derive(Debug)]
 pub(crate) struct KeptFiles {
     state: Mutex<Kept>,
+    /// Signalled when a connection is given back or closed.
+    returned: Condvar,
     /// Whether a task is watching for the linger to run out.
     watched: AtomicBool,
 }
@@ -30,6 +33,8 @@ struct Kept {
     /// The file the kept connections are open on (an agent's path can change on reload).
     path: Option<PathBuf>,
     files: Vec<AdfFile>,
+    /// Connections open now: kept, or checked out.
+    open: usize,
     last_used: Instant,
 }
 
@@ -39,8 +44,10 @@ impl Default for KeptFiles {
             state: Mutex::new(Kept {
                 path: None,
                 files: Vec::new(),
+                open: 0,
                 last_used: Instant::now(),
             }),
+            returned: Condvar::new(),
             watched: AtomicBool::new(false),
         }
     }
@@ -51,54 +58,80 @@ impl KeptFiles {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A kept connection to `path`, or a newly opened one.
+    /// A kept connection to `path`, or a newly opened one; waits while [`MAX_KEPT`] are
+    /// checked out.
     pub(crate) fn checkout(&self, path: &Path) -> Result<AdfFile, StoreError> {
-        {
-            let mut kept = self.state();
+        let mut kept = self.state();
+        let mut stale = Vec::new();
+        if kept.path.as_deref() != Some(path) {
+            // The agent's file moved: what is kept is for the old one.
+            kept.open -= kept.files.len();
+            stale.append(&mut kept.files);
+            kept.path = Some(path.to_owned());
+        }
+        loop {
             kept.last_used = Instant::now();
-            if kept.path.as_deref() == Some(path)
-                && let Some(file) = kept.files.pop()
-            {
+            if let Some(file) = kept.files.pop() {
+                drop(kept);
+                drop(stale);
                 return Ok(file);
             }
+            if kept.open < MAX_KEPT {
+                kept.open += 1;
+                drop(kept);
+                drop(stale);
+                let opened = AdfFile::open_guest(path);
+                if opened.is_err() {
+                    self.state().open -= 1;
+                    self.returned.notify_one();
+                }
+                return opened;
+            }
+            kept = self
+                .returned
+                .wait(kept)
+                .unwrap_or_else(PoisonError::into_inner);
         }
-        AdfFile::open_guest(path)
     }
 
     /// Gives `file` back after a request. What is not kept (the pool is full, the path
     /// changed, the connection is inside a transaction) is returned for the caller to close
     /// outside the lock.
     pub(crate) fn checkin(&self, path: &Path, file: AdfFile) -> Vec<AdfFile> {
-        // A connection left inside a transaction (a lambda that timed out mid-write) would
-        // hold the write lock for the next request: close it instead.
-        if !file.connection().is_autocommit() {
-            return vec![file];
-        }
         let mut kept = self.state();
         kept.last_used = Instant::now();
-        let mut closing = Vec::new();
-        if kept.path.as_deref() != Some(path) {
-            closing.append(&mut kept.files);
-            kept.path = Some(path.to_owned());
-        }
-        if kept.files.len() < MAX_KEPT {
+        // A connection left inside a transaction (a lambda that timed out mid-write) would
+        // hold the write lock for the next request, and one to an old path serves nobody:
+        // close it instead.
+        let closing = if file.connection().is_autocommit() && kept.path.as_deref() == Some(path) {
             kept.files.push(file);
+            Vec::new()
         } else {
-            closing.push(file);
-        }
+            kept.open -= 1;
+            vec![file]
+        };
+        drop(kept);
+        self.returned.notify_one();
         closing
     }
 
     /// Every kept connection, when none was used for `linger` before `now`.
     pub(crate) fn take_idle(&self, now: Instant, linger: Duration) -> Option<Vec<AdfFile>> {
         let mut kept = self.state();
-        (now.saturating_duration_since(kept.last_used) >= linger)
-            .then(|| std::mem::take(&mut kept.files))
+        if now.saturating_duration_since(kept.last_used) < linger {
+            return None;
+        }
+        let taken = std::mem::take(&mut kept.files);
+        kept.open -= taken.len();
+        Some(taken)
     }
 
     /// Every kept connection (the agent is released).
     pub(crate) fn take_all(&self) -> Vec<AdfFile> {
-        std::mem::take(&mut self.state().files)
+        let mut kept = self.state();
+        let taken = std::mem::take(&mut kept.files);
+        kept.open -= taken.len();
+        taken
     }
 
     /// How many connections are kept now.
@@ -197,20 +230,40 @@ mod tests {
         let second = agent_file(dir.path(), "b.adf");
         let kept = KeptFiles::default();
         assert!(kept.checkin(&first, kept.checkout(&first).unwrap()).is_empty());
-        let closing = kept.checkin(&second, kept.checkout(&second).unwrap());
-        assert_eq!(closing.len(), 1, "the connection to the old path closes");
+        let old = kept.checkout(&first).unwrap();
+        let fresh = kept.checkout(&second).unwrap();
+        assert_eq!(kept.checkin(&first, old).len(), 1, "the old path's connection closes");
+        assert!(kept.checkin(&second, fresh).is_empty());
         assert_eq!(kept.len(), 1);
         let busy = kept.checkout(&second).unwrap();
         busy.connection().execute_batch("BEGIN").unwrap();
         assert_eq!(kept.checkin(&second, busy).len(), 1);
-        let mut many: Vec<AdfFile> = (0..MAX_KEPT + 1)
-            .map(|_| kept.checkout(&second).unwrap())
-            .collect();
-        let mut closing = Vec::new();
-        for file in many.drain(..) {
-            closing.extend(kept.checkin(&second, file));
+        assert_eq!(kept.state().open, 0);
+    }
+
+    #[test]
+    fn a_request_past_the_limit_waits_for_a_connection_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = agent_file(dir.path(), "a.adf");
+        let kept = std::sync::Arc::new(KeptFiles::default());
+        let mut held: Vec<AdfFile> = (0..MAX_KEPT).map(|_| kept.checkout(&path).unwrap()).collect();
+        let (got_tx, got) = std::sync::mpsc::channel();
+        let waiter = {
+            let kept = std::sync::Arc::clone(&kept);
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let file = kept.checkout(&path).unwrap();
+                got_tx.send(()).unwrap();
+                kept.checkin(&path, file)
+            })
+        };
+        assert!(kept.checkin(&path, held.pop().unwrap()).is_empty());
+        got.recv().unwrap();
+        assert!(waiter.join().unwrap().is_empty());
+        assert_eq!(kept.state().open, MAX_KEPT, "the waiter reused the given-back one");
+        for file in held {
+            assert!(kept.checkin(&path, file).is_empty());
         }
         assert_eq!(kept.len(), MAX_KEPT);
-        assert_eq!(closing.len(), 1);
     }
 }
