@@ -33,8 +33,11 @@ pub(crate) struct DaemonAgents {
 
 /// One agent's sweeps after route lambdas. A sweep is a job on the agent's worker that reads
 /// every row written since the last one, so lambdas that ran while one was in flight need
-/// one more sweep, not one each: under load a sweep per request kept the worker (and the
-/// file) busy for requests that need neither.
+/// one more sweep, not one each, and back-to-back sweeps are paced [`SWEEP_PACE`] apart:
+/// under load a sweep per request kept the worker (and the file) busy for requests that need
+/// neither. A row a lambda wrote raises its triggers at most one pace late.
+const SWEEP_PACE: std::time::Duration = std::time::Duration::from_millis(25);
+
 #[derive(Debug, Default)]
 struct Sweeps {
     running: AtomicBool,
@@ -73,6 +76,9 @@ impl AgentDirectory for DaemonAgents {
             loop {
                 while sweeps.again.swap(false, Ordering::AcqRel) {
                     crate::dispatch::notice_new_rows(&hub, &agent).await;
+                    if sweeps.again.load(Ordering::Acquire) {
+                        tokio::time::sleep(SWEEP_PACE).await;
+                    }
                 }
                 sweeps.running.store(false, Ordering::Release);
                 // A lambda that ran between the last check and the store above found the
