@@ -78,10 +78,15 @@ pub async fn connect_websocket_trusting(
         for addr in &addrs {
             match TcpStream::connect(addr).await {
                 Ok(stream) => {
+                    // A 4 KiB read buffer instead of the default 128 KiB allocated up front:
+                    // agents hold many mostly idle connections.
+                    let config =
+                        tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+                            .read_buffer_size(4 * 1024);
                     let handshake = tokio_tungstenite::client_async_tls_with_config(
                         url.as_str(),
                         stream,
-                        None,
+                        Some(config),
                         connector.clone(),
                     );
                     return match handshake.await {

@@ -229,10 +229,17 @@ mod tests {
         let first = agent_file(dir.path(), "a.adf");
         let second = agent_file(dir.path(), "b.adf");
         let kept = KeptFiles::default();
-        assert!(kept.checkin(&first, kept.checkout(&first).unwrap()).is_empty());
+        assert!(
+            kept.checkin(&first, kept.checkout(&first).unwrap())
+                .is_empty()
+        );
         let old = kept.checkout(&first).unwrap();
         let fresh = kept.checkout(&second).unwrap();
-        assert_eq!(kept.checkin(&first, old).len(), 1, "the old path's connection closes");
+        assert_eq!(
+            kept.checkin(&first, old).len(),
+            1,
+            "the old path's connection closes"
+        );
         assert!(kept.checkin(&second, fresh).is_empty());
         assert_eq!(kept.len(), 1);
         let busy = kept.checkout(&second).unwrap();
@@ -246,7 +253,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = agent_file(dir.path(), "a.adf");
         let kept = std::sync::Arc::new(KeptFiles::default());
-        let mut held: Vec<AdfFile> = (0..MAX_KEPT).map(|_| kept.checkout(&path).unwrap()).collect();
+        let mut held: Vec<AdfFile> = (0..MAX_KEPT)
+            .map(|_| kept.checkout(&path).unwrap())
+            .collect();
         let (got_tx, got) = std::sync::mpsc::channel();
         let waiter = {
             let kept = std::sync::Arc::clone(&kept);
@@ -260,7 +269,11 @@ mod tests {
         assert!(kept.checkin(&path, held.pop().unwrap()).is_empty());
         got.recv().unwrap();
         assert!(waiter.join().unwrap().is_empty());
-        assert_eq!(kept.state().open, MAX_KEPT, "the waiter reused the given-back one");
+        assert_eq!(
+            kept.state().open,
+            MAX_KEPT,
+            "the waiter reused the given-back one"
+        );
         for file in held {
             assert!(kept.checkin(&path, file).is_empty());
         }

@@ -394,8 +394,7 @@ impl Outbound {
     }
 
     fn connection(&self, agent_id: &str, id: &str) -> Result<Arc<Connection>, String> {
-        self
-            .table()
+        self.table()
             .get(id)
             .filter(|c| {
                 c.info

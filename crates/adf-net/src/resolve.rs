@@ -162,7 +162,9 @@ async fn upgrade(
             return error_response(ErrorCode::Internal, &format!("the upgrade failed: {error}"));
         }
     };
-    upgrade.on_upgrade(move |socket| crate::ws::connection(serving, agent, route, peer, socket))
+    upgrade
+        .read_buffer_size(crate::ws::READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| crate::ws::connection(serving, agent, route, peer, socket))
 }
 
 /// The agent's `WS` route at `segments`, read on a guest connection.
@@ -527,23 +529,24 @@ pub(crate) fn run_lambda_blocking(
     let runtime = turn
         .as_ref()
         .ok_or_else(|| internal("the lambda runtime is gone".to_owned()))?;
-    let run = runtime.block_on(async {
-        let sandbox = agent_sandbox(slot).await.map_err(internal)?;
-        let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
-        Ok::<_, LambdaFailure>(
-            code::run_lambda(
-                file,
-                &env,
-                lambda,
-                input,
-                Authorization::SourceFile,
-                &DenyAll,
-                &options,
+    let run = runtime
+        .block_on(async {
+            let sandbox = agent_sandbox(slot).await.map_err(internal)?;
+            let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
+            Ok::<_, LambdaFailure>(
+                code::run_lambda(
+                    file,
+                    &env,
+                    lambda,
+                    input,
+                    Authorization::SourceFile,
+                    &DenyAll,
+                    &options,
+                )
+                .await,
             )
-            .await,
-        )
-    })
-    .ok_or_else(|| internal("the lambda runtime is shut down".to_owned()))??;
+        })
+        .ok_or_else(|| internal("the lambda runtime is shut down".to_owned()))??;
     drop(turn);
     match run.result {
         Ok(value) => Ok(value),

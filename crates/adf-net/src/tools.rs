@@ -172,16 +172,14 @@ impl Tool for WsConnect {
                     OutboundSpec::from_entry(&entry, policy).map_err(ToolError::invalid)?;
                 let saving = ad_hoc && persist;
                 if saving {
-                    spec.config_id = Some(
-                        saved
-                            .clone()
-                            .unwrap_or_else(|| format!("ws-{}", adf_store::defaults::random_id(8))),
-                    );
+                    spec.config_id =
+                        Some(saved.clone().unwrap_or_else(|| {
+                            format!("ws-{}", adf_store::defaults::random_id(8))
+                        }));
                 }
-                let served = tools
-                    .directory
-                    .find(&agent)
-                    .ok_or_else(|| ToolError::new(ErrorCode::InternalError, "the agent is not loaded"))?;
+                let served = tools.directory.find(&agent).ok_or_else(|| {
+                    ToolError::new(ErrorCode::InternalError, "the agent is not loaded")
+                })?;
                 let config_id = spec.config_id.clone();
                 let path = served.path.clone();
                 let id = tools

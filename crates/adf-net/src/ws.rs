@@ -29,6 +29,10 @@ use adf_runtime::code::LambdaRef;
 use crate::handshake::{self, CLOSE_AUTH_FAILED, CLOSE_INVALID_FRAME, ClientAuth};
 use crate::{ServedAgent, Serving, Slot};
 
+/// The read buffer each connection allocates up front (tungstenite's default, 128 KiB, made
+/// 1,000 idle connections cost 140 MB; larger frames still arrive, in more reads).
+pub(crate) const READ_BUFFER_BYTES: usize = 4 * 1024;
+
 /// How long a client has to send its auth frame.
 const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -118,14 +118,20 @@ async fn srv_35_ws_send_waits_for_a_slow_reader_above_the_high_water_mark() {
         let now = *buffered.borrow_and_update();
         peak = peak.max(now);
         while let Ok((n, unsent)) = progress.try_recv() {
-            assert!(unsent <= MARK, "send {n} returned with {unsent} bytes unsent");
+            assert!(
+                unsent <= MARK,
+                "send {n} returned with {unsent} bytes unsent"
+            );
             sent = n + 1;
         }
         if now > MARK && sent >= 4 {
             break;
         }
     }
-    assert!(!sender.is_finished(), "the sender finished while nothing was read");
+    assert!(
+        !sender.is_finished(),
+        "the sender finished while nothing was read"
+    );
     start_reading.send(()).unwrap();
     let watch_peak = tokio::spawn(async move {
         let mut peak = peak;
@@ -136,7 +142,10 @@ async fn srv_35_ws_send_waits_for_a_slow_reader_above_the_high_water_mark() {
     });
     sender.await.unwrap();
     while let Some((n, unsent)) = progress.recv().await {
-        assert!(unsent <= MARK, "send {n} returned with {unsent} bytes unsent");
+        assert!(
+            unsent <= MARK,
+            "send {n} returned with {unsent} bytes unsent"
+        );
         sent = n + 1;
     }
     assert_eq!(sent, FRAMES);

@@ -1006,7 +1006,10 @@ impl ConfigCache {
         if !self.hooked || self.text.borrow().as_deref() != Some(text) {
             return None;
         }
-        self.parsed.borrow().as_ref().map(|(_, value)| value.clone())
+        self.parsed
+            .borrow()
+            .as_ref()
+            .map(|(_, value)| value.clone())
     }
 
     fn generation(&self) -> u64 {

@@ -223,7 +223,10 @@ async fn srv_35_a_wss_server_the_client_does_not_trust_is_refused() {
         "{}",
         error.reason
     );
-    assert!(server.await.unwrap().is_err(), "the server saw no finished TLS handshake");
+    assert!(
+        server.await.unwrap().is_err(),
+        "the server saw no finished TLS handshake"
+    );
     // Trusting the CA is not enough for another name: the URL's host is what is verified.
     let (addr, server) = tls_echo_server().await;
     let other = Url::parse(&format!("wss://other.test:{}/ws", addr.port())).unwrap();

@@ -1789,14 +1789,21 @@ async fn srv_31_an_ad_hoc_ws_connect_is_saved_to_ws_connections_unless_persist_i
     assert!(body["passing"].get("persisted").is_none(), "{body}");
     let saved = ws_connections_of(&agent).await;
     let saved = saved.as_array().unwrap();
-    assert_eq!(saved.len(), 1, "only the persisted connection is saved: {saved:?}");
+    assert_eq!(
+        saved.len(),
+        1,
+        "only the persisted connection is saved: {saved:?}"
+    );
     assert_eq!(saved[0]["url"], kept_url.as_str());
     assert_eq!(saved[0]["enabled"], true);
     assert_eq!(saved[0]["auth"], "none");
     assert_eq!(saved[0]["auto_reconnect"], false);
     assert_eq!(saved[0]["id"], body["kept"]["id"]);
     // The saved entry is the connection: connecting to its url again reuses both.
-    assert_eq!(body["again"]["connection_id"], body["kept"]["connection_id"]);
+    assert_eq!(
+        body["again"]["connection_id"],
+        body["kept"]["connection_id"]
+    );
     let open = h.server.daemon.outbound_connections(&agent.id);
     let by_config = open
         .iter()
