@@ -40,7 +40,7 @@ pub use client::{ClientOptions, agent_client, service_client};
 pub use control::protect_control_api;
 pub use reqwest::Url;
 pub use resolve::{Lookup, Pins, SystemLookup};
-pub use socket::connect_websocket;
+pub use socket::{TlsTrust, connect_websocket, connect_websocket_trusting};
 pub use tcp::connect_tcp;
 
 use rules::{canonical, link_local_or_metadata, local_kind};

@@ -15,14 +15,17 @@
 //! HTTP request never matches them and an upgrade request to one answers 501.
 //!
 //! How a request runs. Nothing waits for the agent's store worker (a model turn can hold it
-//! for minutes): the request opens the file as a short-lived guest connection on a blocking
-//! thread (`AdfFile::open_guest`, as message ingress does), resolves the path, runs the
-//! route's middleware chain (§12.3, [`adf_runtime::middleware::run_route_chain`]) and its
-//! lambda through [`adf_runtime::code::run_lambda`] under the source file's authorization, then
-//! closes the connection. An idle agent therefore holds no worker and no file for its routes;
-//! a request to it opens the file for just that request. The agent's sandbox (one QuickJS
-//! runtime, kept so `warm: true` routes keep their context) lives in the agent's slot until
-//! the agent is released ([`Serving::release`]); lambda runs of one agent take turns on it.
+//! for minutes): the request takes a guest connection to the file on a blocking thread
+//! (`AdfFile::open_guest`, as message ingress does), resolves the path, runs the route's
+//! middleware chain (§12.3, [`adf_runtime::middleware::run_route_chain`]) and its lambda
+//! through [`adf_runtime::code::run_lambda`] under the source file's authorization, then gives
+//! the connection back to the agent's slot. The slot keeps a few such connections while
+//! requests keep coming and closes them once the agent has had none for
+//! [`ServingLimits::idle_file_linger`]: an idle agent therefore holds no worker and no file,
+//! and a request to it opens the file again. The agent's sandbox (one QuickJS runtime, kept so
+//! `warm: true` routes keep their context) and the runtime that drives it live in the slot
+//! until the agent is released ([`Serving::release`]); lambda runs of one agent take turns on
+//! them.
 //!
 //! Limits, each a JSON error `{error, code}` rather than a hang: the body size (413
 //! `BODY_TOO_LARGE`), requests in flight per agent (503 `AGENT_BUSY` with `Retry-After`), the
@@ -37,6 +40,7 @@
 
 mod cache;
 pub mod handshake;
+mod kept;
 pub mod outbound;
 mod request;
 mod resolve;
@@ -142,6 +146,9 @@ pub struct ServingLimits {
     pub lambda_timeout: Duration,
     /// Longest a whole request may take, queueing included. Default 60 s.
     pub request_timeout: Duration,
+    /// How long an agent's guest connections stay open after its last request (so a busy
+    /// route reuses them and an idle agent holds no file). Default 10 s.
+    pub idle_file_linger: Duration,
 }
 
 impl Default for ServingLimits {
@@ -151,6 +158,7 @@ impl Default for ServingLimits {
             max_in_flight_per_agent: 64,
             lambda_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(60),
+            idle_file_linger: Duration::from_secs(10),
         }
     }
 }
@@ -162,9 +170,12 @@ struct Slot {
     /// The agent's sandbox, created by the first lambda run; its warm pool is what `warm`
     /// routes reuse.
     sandbox: Mutex<Option<Sandbox>>,
-    /// Lambda runs of one agent take turns on its sandbox (a std mutex: it is held on the
-    /// blocking thread that runs the lambda, never across an `.await`).
-    runs: Mutex<()>,
+    /// Lambda runs of one agent take turns on its sandbox and on the runtime that drives it
+    /// (a std mutex: it is held on the blocking thread that runs the lambda, never across an
+    /// `.await`). The runtime is built by the first run.
+    runs: Mutex<Option<kept::LambdaRuntime>>,
+    /// Guest connections kept between requests (see `kept`).
+    files: kept::KeptFiles,
     cache: cache::ResponseCache,
     /// Open inbound WebSockets by connection id.
     connections: Mutex<HashMap<String, ConnectionInfo>>,
@@ -216,7 +227,51 @@ impl Serving {
             .remove(id);
         if let Some(slot) = removed {
             slot.closers.send_replace(true);
+            kept::close_later(slot.files.take_all());
         }
+    }
+
+    /// Guest connections serving keeps open for the agent `id` now (none once it has been
+    /// idle for [`ServingLimits::idle_file_linger`]).
+    pub fn kept_files(&self, id: &str) -> usize {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .map_or(0, |slot| slot.files.len())
+    }
+
+    /// Makes sure a task closes `slot`'s kept connections once the agent is idle for the
+    /// linger. Called after every request that may have kept one.
+    fn watch_idle_files(&self, slot: &Arc<Slot>) {
+        if !slot.files.claim_watch() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            slot.files.end_watch();
+            return;
+        };
+        let linger = self.limits.idle_file_linger;
+        let watched = Arc::downgrade(slot);
+        handle.spawn(async move {
+            loop {
+                tokio::time::sleep(linger).await;
+                let Some(slot) = watched.upgrade() else {
+                    return;
+                };
+                // Ending the watch before taking the files: a request that checks a file in
+                // after the take sees no watcher and starts one.
+                slot.files.end_watch();
+                match slot.files.take_idle(std::time::Instant::now(), linger) {
+                    Some(files) => {
+                        kept::close_later(files);
+                        return;
+                    }
+                    None if slot.files.claim_watch() => {}
+                    None => return,
+                }
+            }
+        });
     }
 
     /// The open inbound WebSockets of the agent `id`, oldest first.
@@ -262,7 +317,8 @@ impl Serving {
                     self.limits.max_in_flight_per_agent,
                 )),
                 sandbox: Mutex::new(None),
-                runs: Mutex::new(()),
+                runs: Mutex::new(None),
+                files: kept::KeptFiles::default(),
                 cache: cache::ResponseCache::default(),
                 connections: Mutex::new(HashMap::new()),
                 closers: tokio::sync::watch::channel(false).0,

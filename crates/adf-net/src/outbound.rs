@@ -5,10 +5,16 @@
 //! A connection authenticates per its `auth` (`auto`: when the agent has a signing key;
 //! `required`: fail without; `none`: skip) with the signed `did + nonce + timestamp` frame and
 //! checks the server's answer (its signature, and the expected `did` when one is configured).
-//! Each incoming text frame is one ALF message delivered to the agent's inbox exactly as an
-//! HTTP delivery; a connection with a `lambda` is refused as not supported yet. Keepalive pings
-//! go out every `keepalive_interval_ms`; a dropped connection reconnects after
-//! `reconnect_delay_ms`, doubling up to a minute, while `auto_reconnect` holds.
+//! Without a `lambda`, each incoming text frame is one ALF message delivered to the agent's
+//! inbox exactly as an HTTP delivery. With one, the lambda receives the events an inbound WS
+//! route's lambda does (`open`, each `message`, `error`, `close`; crate::ws) on the agent's
+//! warm context, and what it returns is sent back as one text frame. Keepalive pings go out
+//! every `keepalive_interval_ms`; a dropped connection reconnects after `reconnect_delay_ms`,
+//! doubling up to a minute, while `auto_reconnect` holds.
+//!
+//! Back-pressure (`high_water_mark_bytes`): frames wait in an unbounded queue whose size in
+//! bytes is tracked; [`Outbound::send`] queues its frame, then waits while more than the
+//! mark is still unsent, so a slow reader holds the sender instead of the daemon's memory.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,13 +27,16 @@ use tokio_tungstenite::tungstenite::Message;
 
 use adf_egress::{Lookup, Url};
 
+use adf_runtime::code::LambdaRef;
+
 use crate::handshake::{self, ClientAuth};
+use crate::tools::ServingCell;
 use crate::{AgentDirectory, ServedAgent};
 
 /// Longest wait between two reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// Frames queued for sending per connection before `ws_send` waits.
-const SEND_QUEUE: usize = 64;
+/// `high_water_mark_bytes` when the entry sets none (§5.15).
+pub const DEFAULT_HIGH_WATER_MARK: usize = 1024 * 1024;
 
 /// How an outbound connection authenticates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +68,14 @@ pub struct OutboundSpec {
     pub keepalive: Duration,
     /// `connect_timeout_ms` (default 15000).
     pub connect_timeout: Duration,
+    /// `high_water_mark_bytes` (default 1 MiB): `ws_send` waits while more is unsent.
+    pub high_water_mark: usize,
+    /// `lambda`: the handler of the connection's events; without one frames are ALF.
+    pub lambda: Option<LambdaRef>,
     /// The agent's egress policy.
     pub policy: adf_egress::Policy,
+    /// Which certificates `wss://` trusts (the system's, but for tests).
+    pub trust: adf_egress::TlsTrust,
 }
 
 impl OutboundSpec {
@@ -72,15 +87,22 @@ impl OutboundSpec {
             .filter(|u| !u.is_empty())
             .ok_or("a WebSocket connection needs a url")?
             .to_owned();
-        if entry
-            .get("lambda")
-            .and_then(Value::as_str)
-            .is_some_and(|l| !l.is_empty())
-        {
-            return Err(
-                "outbound connections with a lambda are not supported yet; without one, each text frame is an ALF message".into(),
-            );
-        }
+        let lambda = match entry.get("lambda") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(source)) if source.is_empty() => None,
+            Some(Value::String(source)) => Some(
+                LambdaRef::parse(source)
+                    .map_err(|e| format!("the lambda is not valid: {}", e.message))?,
+            ),
+            Some(_) => return Err("lambda is a string like lib/ws.ts:onEvent".into()),
+        };
+        let high_water_mark = match entry.get("high_water_mark_bytes") {
+            None | Some(Value::Null) => DEFAULT_HIGH_WATER_MARK,
+            Some(mark) => mark
+                .as_u64()
+                .and_then(|mark| usize::try_from(mark).ok())
+                .ok_or("high_water_mark_bytes is a number of bytes")?,
+        };
         let ms = |key: &str, default: u64| {
             Duration::from_millis(entry.get(key).and_then(Value::as_u64).unwrap_or(default))
         };
@@ -99,7 +121,10 @@ impl OutboundSpec {
             reconnect_delay: ms("reconnect_delay_ms", 5000),
             keepalive: ms("keepalive_interval_ms", 30_000),
             connect_timeout: ms("connect_timeout_ms", 15_000),
+            high_water_mark,
+            lambda,
             policy,
+            trust: adf_egress::TlsTrust::System,
         })
     }
 }
@@ -123,18 +148,37 @@ pub struct OutboundInfo {
     pub connected_at: i64,
     /// When the last frame arrived (epoch ms), 0 before.
     pub last_message_at: i64,
+    /// Bytes queued by `ws_send` and not yet written to the socket.
+    pub buffered_bytes: usize,
 }
 
 struct Connection {
     info: Mutex<OutboundInfo>,
-    frames: mpsc::Sender<Message>,
+    /// `high_water_mark_bytes`.
+    high_water_mark: usize,
+    frames: mpsc::UnboundedSender<Message>,
+    /// Bytes queued and not yet written (see the module docs).
+    buffered: watch::Sender<usize>,
     stop: watch::Sender<bool>,
+}
+
+/// The bytes a frame puts on the queue.
+fn frame_len(frame: &Message) -> usize {
+    match frame {
+        Message::Text(text) => text.len(),
+        Message::Binary(bytes) => bytes.len(),
+        _ => 0,
+    }
 }
 
 /// The outbound connections of every agent of a host.
 pub struct Outbound {
     directory: Arc<dyn AgentDirectory>,
     lookup: Arc<dyn Lookup>,
+    /// The host's serving, which runs connection lambdas on the agent's sandbox.
+    serving: ServingCell,
+    /// The host's runtime, where every connection lives (see [`Outbound::connect`]).
+    runtime: Option<tokio::runtime::Handle>,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
     /// ALF messages sent by `deliver_message`, by message id, waiting for their ack.
     pending: Mutex<HashMap<String, oneshot::Sender<Value>>>,
@@ -150,11 +194,18 @@ impl std::fmt::Debug for Outbound {
 }
 
 impl Outbound {
-    /// Outbound connections for `directory`'s agents, resolving names through `lookup`.
-    pub fn new(directory: Arc<dyn AgentDirectory>, lookup: Arc<dyn Lookup>) -> Arc<Self> {
+    /// Outbound connections for `directory`'s agents, resolving names through `lookup`;
+    /// connection lambdas run on `serving` once the host serves.
+    pub fn new(
+        directory: Arc<dyn AgentDirectory>,
+        lookup: Arc<dyn Lookup>,
+        serving: ServingCell,
+    ) -> Arc<Self> {
         Arc::new(Outbound {
             directory,
             lookup,
+            serving,
+            runtime: tokio::runtime::Handle::try_current().ok(),
             connections: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
         })
@@ -224,7 +275,27 @@ impl Outbound {
 
     /// Opens a connection for `agent` (the first attempt is awaited: its failure is the
     /// answer), then keeps it open in the background; its `connection_id`.
+    ///
+    /// The socket and its pump live on the host's runtime (the one `Outbound` was made on):
+    /// `ws_connect` is often called from a lambda, whose runtime only runs while a lambda
+    /// does, and a socket belongs to the runtime that opened it.
     pub async fn connect(
+        self: &Arc<Self>,
+        agent: ServedAgent,
+        spec: OutboundSpec,
+    ) -> Result<String, String> {
+        match &self.runtime {
+            Some(host) => {
+                let outbound = Arc::clone(self);
+                host.spawn(async move { outbound.connect_here(agent, spec).await })
+                    .await
+                    .map_err(|e| format!("the connection task failed: {e}"))?
+            }
+            None => self.connect_here(agent, spec).await,
+        }
+    }
+
+    async fn connect_here(
         self: &Arc<Self>,
         agent: ServedAgent,
         spec: OutboundSpec,
@@ -237,9 +308,12 @@ impl Outbound {
         {
             return Ok(open.id);
         }
+        if spec.lambda.is_some() && self.serving.get().is_none() {
+            return Err("this host runs no lambdas for WebSockets (it does not serve HTTP)".into());
+        }
         let socket = self.open_socket(&agent, &spec).await?;
         let id = format!("wso_{}", adf_store::defaults::random_id(16));
-        let (frames, queue) = mpsc::channel(SEND_QUEUE);
+        let (frames, queue) = mpsc::unbounded_channel();
         let (stop, stopped) = watch::channel(false);
         let info = OutboundInfo {
             id: id.clone(),
@@ -250,10 +324,13 @@ impl Outbound {
             status: "open",
             connected_at: adf_store::time::now_ms(),
             last_message_at: 0,
+            buffered_bytes: 0,
         };
         let connection = Arc::new(Connection {
             info: Mutex::new(info),
+            high_water_mark: spec.high_water_mark,
             frames,
+            buffered: watch::channel(0).0,
             stop,
         });
         self.table().insert(id.clone(), Arc::clone(&connection));
@@ -272,10 +349,13 @@ impl Outbound {
             .table()
             .values()
             .map(|c| {
-                c.info
+                let mut info = c
+                    .info
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .clone()
+                    .clone();
+                info.buffered_bytes = *c.buffered.borrow();
+                info
             })
             .filter(|info| info.agent_id == agent_id)
             .collect();
@@ -283,10 +363,38 @@ impl Outbound {
         found
     }
 
-    /// Queues one frame on the agent's connection `id`; waits while the queue is full.
+    /// Queues one frame on the agent's connection `id`, then waits while more than the
+    /// connection's `high_water_mark_bytes` is unsent (a slow reader holds the sender).
     pub async fn send(&self, agent_id: &str, id: &str, frame: Message) -> Result<(), String> {
-        let connection = self
-            .table()
+        let connection = self.connection(agent_id, id)?;
+        let length = frame_len(&frame);
+        connection.buffered.send_modify(|queued| *queued += length);
+        if connection.frames.send(frame).is_err() {
+            connection
+                .buffered
+                .send_modify(|queued| *queued = queued.saturating_sub(length));
+            return Err(format!("the connection '{id}' closed"));
+        }
+        let mark = connection.high_water_mark;
+        let mut buffered = connection.buffered.subscribe();
+        let mut stopped = connection.stop.subscribe();
+        tokio::select! {
+            drained = buffered.wait_for(|queued| *queued <= mark) => {
+                drained.map(|_| ()).map_err(|_| format!("the connection '{id}' closed"))
+            }
+            _ = stopped.wait_for(|stop| *stop) => {
+                Err(format!("the connection '{id}' closed before its queue drained"))
+            }
+        }
+    }
+
+    /// A watch on the bytes queued on the agent's connection `id` and not yet written.
+    pub fn buffered(&self, agent_id: &str, id: &str) -> Result<watch::Receiver<usize>, String> {
+        Ok(self.connection(agent_id, id)?.buffered.subscribe())
+    }
+
+    fn connection(&self, agent_id: &str, id: &str) -> Result<Arc<Connection>, String> {
+        self.table()
             .get(id)
             .filter(|c| {
                 c.info
@@ -296,12 +404,7 @@ impl Outbound {
                     == agent_id
             })
             .cloned()
-            .ok_or_else(|| format!("no open WebSocket connection '{id}'"))?;
-        connection
-            .frames
-            .send(frame)
-            .await
-            .map_err(|_| format!("the connection '{id}' closed"))
+            .ok_or_else(|| format!("no open WebSocket connection '{id}'"))
     }
 
     /// Closes the agent's connection named by connection id or config id; whether one was.
@@ -346,11 +449,12 @@ impl Outbound {
         spec: &OutboundSpec,
     ) -> Result<(adf_egress::socket::WebSocket, Option<String>), String> {
         let url = Url::parse(&spec.url).map_err(|e| format!("the url is not valid: {e}"))?;
-        let (mut socket, _addr) = adf_egress::connect_websocket(
+        let (mut socket, _addr) = adf_egress::connect_websocket_trusting(
             &spec.policy,
             &url,
             self.lookup.as_ref(),
             spec.connect_timeout,
+            &spec.trust,
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -404,29 +508,40 @@ impl Outbound {
         spec: OutboundSpec,
         connection: Arc<Connection>,
         mut socket: adf_egress::socket::WebSocket,
-        mut queue: mpsc::Receiver<Message>,
+        mut queue: mpsc::UnboundedReceiver<Message>,
         mut stopped: watch::Receiver<bool>,
     ) {
         let mut backoff = spec.reconnect_delay;
+        let pump = Pump {
+            outbound: &self,
+            agent: &agent,
+            lambda: spec.lambda.as_ref(),
+            connection: &connection,
+        };
         loop {
-            let ended = self
-                .pump(
-                    &agent,
-                    &connection,
-                    &mut socket,
-                    &mut queue,
-                    &mut stopped,
-                    spec.keepalive,
-                )
-                .await;
-            if ended || !spec.auto_reconnect || *stopped.borrow() {
+            if let Some(reply) = pump.event("open", |_| {}).await
+                && socket.send(Message::Text(reply.into())).await.is_err()
+            {
+                pump.closed(1006, "the socket dropped").await;
+            } else {
+                let ended = pump
+                    .carry(&mut socket, &mut queue, &mut stopped, spec.keepalive)
+                    .await;
+                if ended || !spec.auto_reconnect || *stopped.borrow() {
+                    break;
+                }
+            }
+            if !spec.auto_reconnect || *stopped.borrow() {
                 break;
             }
             set_status(&connection, "reconnecting", None);
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = stopped.changed() => return,
+                    _ = stopped.changed() => {
+                        pump.outbound.forget(&connection);
+                        return;
+                    }
                 }
                 match self.open_socket(&agent, &spec).await {
                     Ok((fresh, did)) => {
@@ -442,6 +557,11 @@ impl Outbound {
                 }
             }
         }
+        self.forget(&connection);
+    }
+
+    /// Takes an ended connection out of the table; senders waiting on its queue are told.
+    fn forget(&self, connection: &Connection) {
         let id = connection
             .info
             .lock()
@@ -449,15 +569,52 @@ impl Outbound {
             .id
             .clone();
         self.table().remove(&id);
+        connection.stop.send_replace(true);
+    }
+}
+
+/// One connection's frames in both directions, and its lambda's events.
+struct Pump<'a> {
+    outbound: &'a Outbound,
+    agent: &'a ServedAgent,
+    lambda: Option<&'a LambdaRef>,
+    connection: &'a Connection,
+}
+
+impl Pump<'_> {
+    /// Runs the lambda with one event of `kind` (`fill` adds its fields); what to send back.
+    async fn event(&self, kind: &str, fill: impl FnOnce(&mut Value)) -> Option<String> {
+        let lambda = self.lambda?;
+        let serving = self.outbound.serving.get()?;
+        let (id, remote_did) = {
+            let info = self
+                .connection
+                .info
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            (info.id.clone(), info.remote_did.clone())
+        };
+        let mut event = crate::ws::event(kind, &id, remote_did.as_deref());
+        fill(&mut event);
+        let slot = serving.slot(&self.agent.id);
+        crate::ws::run_event(serving, &slot, self.agent, lambda, event).await
+    }
+
+    /// The `close` event of a socket that ended (lambda connections only).
+    async fn closed(&self, code: u16, reason: &str) {
+        let _ = self
+            .event("close", |event| {
+                event["code"] = json!(code);
+                event["reason"] = json!(reason);
+            })
+            .await;
     }
 
     /// Carries frames until the socket drops (false) or the connection is stopped (true).
-    async fn pump(
+    async fn carry(
         &self,
-        agent: &ServedAgent,
-        connection: &Connection,
         socket: &mut adf_egress::socket::WebSocket,
-        queue: &mut mpsc::Receiver<Message>,
+        queue: &mut mpsc::UnboundedReceiver<Message>,
         stopped: &mut watch::Receiver<bool>,
         keepalive: Duration,
     ) -> bool {
@@ -465,68 +622,131 @@ impl Outbound {
         ping.tick().await;
         loop {
             tokio::select! {
-                _ = stopped.changed() => {
-                    let _ = socket.close(None).await;
-                    return true;
-                }
-                _ = ping.tick() => {
-                    if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
-                        return false;
-                    }
-                }
+                // Frames queued before a disconnect still go out, in order.
+                biased;
                 frame = queue.recv() => match frame {
                     Some(frame) => {
-                        if socket.send(frame).await.is_err() {
+                        let length = frame_len(&frame);
+                        let written = socket.send(frame).await;
+                        self.connection
+                            .buffered
+                            .send_modify(|queued| *queued = queued.saturating_sub(length));
+                        if written.is_err() {
+                            self.closed(1006, "the socket dropped").await;
                             return false;
                         }
                     }
                     None => return true,
                 },
-                incoming = socket.next() => match incoming {
-                    Some(Ok(Message::Text(text))) => {
-                        connection
-                            .info
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .last_message_at = adf_store::time::now_ms();
-                        // Acks and errors answer our own messages: nothing to deliver.
-                        let kind = serde_json::from_str::<Value>(&text)
-                            .ok()
-                            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
-                        if matches!(kind.as_deref(), Some("ack" | "error" | "auth_result")) {
-                            if let Ok(answer) = serde_json::from_str::<Value>(&text)
-                                && let Some(id) = answer.get("message_id").and_then(Value::as_str)
-                                && let Some(waiting) = self
-                                    .pending
-                                    .lock()
-                                    .unwrap_or_else(PoisonError::into_inner)
-                                    .remove(id)
-                            {
-                                let _ = waiting.send(answer);
+                _ = stopped.changed() => {
+                    let _ = socket.close(None).await;
+                    self.closed(1000, "disconnected").await;
+                    return true;
+                }
+                _ = ping.tick() => {
+                    if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
+                        self.closed(1006, "the socket dropped").await;
+                        return false;
+                    }
+                }
+                incoming = socket.next() => {
+                    let reply = match incoming {
+                        Some(Ok(Message::Text(text))) => {
+                            self.touch();
+                            match self.lambda {
+                                Some(_) => {
+                                    let text = text.to_string();
+                                    self.event("message", |event| event["data"] = json!(text)).await
+                                }
+                                None => self.alf(&text).await,
                             }
-                            continue;
                         }
-                        let answer = match self
-                            .directory
-                            .deliver(agent, text.as_bytes().to_vec(), None)
+                        Some(Ok(Message::Binary(bytes))) if self.lambda.is_some() => {
+                            self.touch();
+                            self.event("message", |event| {
+                                event["data"] = adf_sandbox::bytes_value(&bytes);
+                            })
                             .await
-                        {
-                            Ok(mut accepted) => {
-                                accepted["type"] = json!("ack");
-                                accepted
-                            }
-                            Err((status, error)) => json!({ "type": "error", "status": status, "error": error }),
-                        };
-                        if socket.send(Message::Text(answer.to_string().into())).await.is_err() {
+                        }
+                        // Without a lambda, binary frames feed the stream bindings that
+                        // read this connection; text frames stay ALF.
+                        Some(Ok(Message::Binary(bytes))) => {
+                            self.touch();
+                            crate::streams::ws_frame(&self.connection.info, bytes.into()).await;
+                            None
+                        }
+                        Some(Ok(Message::Close(frame))) => {
+                            let (code, reason) = frame
+                                .map(|f| (u16::from(f.code), f.reason.to_string()))
+                                .unwrap_or((1005, String::new()));
+                            self.closed(code, &reason).await;
                             return false;
                         }
+                        None => {
+                            self.closed(1006, "the socket dropped").await;
+                            return false;
+                        }
+                        Some(Err(error)) => {
+                            let why = error.to_string();
+                            let _ = self.event("error", |event| event["error"] = json!(why)).await;
+                            self.closed(1006, "the socket failed").await;
+                            return false;
+                        }
+                        Some(Ok(_)) => None,
+                    };
+                    if let Some(reply) = reply
+                        && socket.send(Message::Text(reply.into())).await.is_err()
+                    {
+                        self.closed(1006, "the socket dropped").await;
+                        return false;
                     }
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return false,
-                    Some(Ok(Message::Binary(bytes))) => crate::streams::ws_frame(&connection.info, bytes.into()).await,
-                    Some(Ok(_)) => {}
-                },
+                }
             }
         }
+    }
+
+    fn touch(&self) {
+        self.connection
+            .info
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_message_at = adf_store::time::now_ms();
+    }
+
+    /// One ALF frame without a lambda: an ack or error answering one of our own messages
+    /// goes to its waiting sender; anything else is delivered, and the answer sent back.
+    async fn alf(&self, text: &str) -> Option<String> {
+        let answer = serde_json::from_str::<Value>(text).ok();
+        let kind = answer
+            .as_ref()
+            .and_then(|v| v.get("type").and_then(Value::as_str));
+        if matches!(kind, Some("ack" | "error" | "auth_result")) {
+            if let Some(answer) = answer
+                && let Some(id) = answer.get("message_id").and_then(Value::as_str)
+                && let Some(waiting) = self
+                    .outbound
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(id)
+            {
+                let _ = waiting.send(answer);
+            }
+            return None;
+        }
+        let delivered = self
+            .outbound
+            .directory
+            .deliver(self.agent, text.as_bytes().to_vec(), None)
+            .await;
+        let answer = match delivered {
+            Ok(mut accepted) => {
+                accepted["type"] = json!("ack");
+                accepted
+            }
+            Err((status, error)) => json!({ "type": "error", "status": status, "error": error }),
+        };
+        Some(answer.to_string())
     }
 }
 
@@ -593,10 +813,23 @@ mod tests {
         assert_eq!(spec.auth, AuthMode::Auto);
         assert!(spec.auto_reconnect);
         assert_eq!(spec.config_id.as_deref(), Some("relay"));
+        assert_eq!(spec.high_water_mark, 1024 * 1024);
+        assert!(spec.lambda.is_none());
+        let with_lambda = OutboundSpec::from_entry(
+            &json!({ "url": "wss://a/", "lambda": "lib/ws.ts:onEvent", "high_water_mark_bytes": 10 }),
+            adf_egress::Policy::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            with_lambda.lambda.map(|l| l.source()).as_deref(),
+            Some("lib/ws.ts:onEvent")
+        );
+        assert_eq!(with_lambda.high_water_mark, 10);
         for bad in [
             json!({ "id": "x" }),
             json!({ "url": "ws://a/", "auth": "sometimes" }),
-            json!({ "url": "ws://a/", "lambda": "lib/ws.ts:on" }),
+            json!({ "url": "ws://a/", "lambda": 7 }),
+            json!({ "url": "ws://a/", "high_water_mark_bytes": "lots" }),
         ] {
             assert!(
                 OutboundSpec::from_entry(&bad, adf_egress::Policy::default()).is_err(),

@@ -18,6 +18,7 @@ use adf_runtime::tools::ErrorCode as ToolCode;
 use adf_runtime::tools::approval::DenyAll;
 use adf_store::{AdfFile, NewLog};
 
+use crate::kept::LambdaRuntime;
 use crate::request::{self, BadBody};
 use crate::response::{self, ErrorCode, Shaped};
 use crate::{LOG_ORIGIN, RESERVED_SEGMENTS, ServedAgent, Serving, Slot, error_response};
@@ -128,6 +129,8 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
     }
     if off {
         serving.release(&agent.id);
+    } else {
+        serving.watch_idle_files(&slot);
     }
     shaped.into_response()
 }
@@ -159,7 +162,9 @@ async fn upgrade(
             return error_response(ErrorCode::Internal, &format!("the upgrade failed: {error}"));
         }
     };
-    upgrade.on_upgrade(move |socket| crate::ws::connection(serving, agent, route, peer, socket))
+    upgrade
+        .read_buffer_size(crate::ws::READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| crate::ws::connection(serving, agent, route, peer, socket))
 }
 
 /// The agent's `WS` route at `segments`, read on a guest connection.
@@ -220,14 +225,15 @@ fn ws_route(path: &std::path::Path, segments: &[String]) -> Result<crate::ws::Ws
     ))
 }
 
-/// The blocking part: `(answer, a lambda ran, the agent is off)`.
+/// The blocking part: `(answer, a lambda ran, the agent is off)`, on one of the slot's kept
+/// guest connections (see `kept`).
 fn resolve(
     serving: &Serving,
     agent: &ServedAgent,
     slot: &Slot,
     incoming: Incoming,
 ) -> (Shaped, bool, bool) {
-    let mut file = match AdfFile::open_guest(&agent.path) {
+    let mut file = match slot.files.checkout(&agent.path) {
         Ok(file) => file,
         Err(error) => {
             return (
@@ -240,6 +246,17 @@ fn resolve(
             );
         }
     };
+    let answer = resolve_on(serving, slot, &mut file, incoming);
+    drop(slot.files.checkin(&agent.path, file));
+    answer
+}
+
+fn resolve_on(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    incoming: Incoming,
+) -> (Shaped, bool, bool) {
     let config = match file.config_shared() {
         Ok(config) => config,
         Err(error) => {
@@ -263,10 +280,9 @@ fn resolve(
     let routes = config
         .pointer("/serving/api")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+        .map_or(&[][..], Vec::as_slice);
     let mut path_matched = Vec::new();
-    for route in &routes {
+    for route in routes {
         let Some(pattern) = route.get("path").and_then(Value::as_str) else {
             continue;
         };
@@ -286,11 +302,11 @@ fn resolve(
             path_matched.push(route_method);
             continue;
         }
-        let shaped = run_route(serving, slot, &mut file, route, params, incoming);
+        let shaped = run_route(serving, slot, file, route, params, incoming);
         return (shaped, true, false);
     }
     let is_read = incoming.method == Method::GET || incoming.method == Method::HEAD;
-    if is_read && let Some(found) = static_file(&file, &config, &incoming.segments) {
+    if is_read && let Some(found) = static_file(file, &config, &incoming.segments) {
         return (found, false, false);
     }
     if !path_matched.is_empty() {
@@ -502,28 +518,36 @@ pub(crate) fn run_lambda_blocking(
         timeout: Some(serving.limits.lambda_timeout),
         ..RunOptions::default()
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| internal(format!("cannot start a runtime for the lambda: {e}")))?;
     // One run at a time on the agent's sandbox; the request timeout bounds the wait.
-    let _turn = slot.runs.lock().unwrap_or_else(PoisonError::into_inner);
-    let run = runtime.block_on(async {
-        let sandbox = agent_sandbox(slot).await.map_err(internal)?;
-        let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
-        Ok::<_, LambdaFailure>(
-            code::run_lambda(
-                file,
-                &env,
-                lambda,
-                input,
-                Authorization::SourceFile,
-                &DenyAll,
-                &options,
+    let mut turn = slot.runs.lock().unwrap_or_else(PoisonError::into_inner);
+    if turn.is_none() {
+        *turn = Some(
+            LambdaRuntime::new()
+                .map_err(|e| internal(format!("cannot start a runtime for the lambda: {e}")))?,
+        );
+    }
+    let runtime = turn
+        .as_ref()
+        .ok_or_else(|| internal("the lambda runtime is gone".to_owned()))?;
+    let run = runtime
+        .block_on(async {
+            let sandbox = agent_sandbox(slot).await.map_err(internal)?;
+            let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
+            Ok::<_, LambdaFailure>(
+                code::run_lambda(
+                    file,
+                    &env,
+                    lambda,
+                    input,
+                    Authorization::SourceFile,
+                    &DenyAll,
+                    &options,
+                )
+                .await,
             )
-            .await,
-        )
-    })?;
+        })
+        .ok_or_else(|| internal("the lambda runtime is shut down".to_owned()))??;
+    drop(turn);
     match run.result {
         Ok(value) => Ok(value),
         Err(error) if error.code == ToolCode::Timeout => Err(LambdaFailure {

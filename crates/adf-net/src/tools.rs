@@ -3,9 +3,11 @@
 //! detached (outside the store transaction), through [`Outbound`] (and, for inbound
 //! connections, the host's [`Serving`]).
 //!
-//! Not done yet, said so in the results: `persist` (a `ws_connect` by `url` is not saved to
-//! `ws_connections`; the result says `persisted: false`), and `ws_send` on an inbound
-//! connection.
+//! An ad-hoc `ws_connect` (by `url`) with `persist` (the default) is saved to `ws_connections`
+//! once it is open: one config write through the store's checked path
+//! (`AdfFile::config_write_checked`, as the caller), on a guest connection, since the detached
+//! part runs outside the store transaction. Not done yet, said so in the results: `ws_send` on
+//! an inbound connection.
 
 use std::sync::{Arc, OnceLock};
 
@@ -129,7 +131,7 @@ impl Tool for WsConnect {
     fn detach(
         &self,
         config: &Value,
-        _caller: &adf_runtime::tools::Caller,
+        caller: &adf_runtime::tools::Caller,
         args: Value,
     ) -> Option<Detached> {
         let tools = self.0.clone();
@@ -150,24 +152,61 @@ impl Tool for WsConnect {
         let persist = args.get("persist").and_then(Value::as_bool) != Some(false);
         let agent = agent_id(config);
         let policy = ws_policy(config);
+        let store_caller = caller.store_caller();
+        // An ad-hoc connection to a url a config entry already names is that entry.
+        let saved = args.get("url").and_then(Value::as_str).and_then(|url| {
+            config
+                .get("ws_connections")
+                .and_then(Value::as_array)?
+                .iter()
+                .find(|c| c.get("url").and_then(Value::as_str) == Some(url))?
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
         Some(Box::pin(async move {
             let result = async {
                 let entry = entry?;
                 let agent = agent?;
-                let spec = OutboundSpec::from_entry(&entry, policy).map_err(ToolError::invalid)?;
-                let served = tools
-                    .directory
-                    .find(&agent)
-                    .ok_or_else(|| ToolError::new(ErrorCode::InternalError, "the agent is not loaded"))?;
+                let mut spec =
+                    OutboundSpec::from_entry(&entry, policy).map_err(ToolError::invalid)?;
+                let saving = ad_hoc && persist;
+                if saving {
+                    spec.config_id =
+                        Some(saved.clone().unwrap_or_else(|| {
+                            format!("ws-{}", adf_store::defaults::random_id(8))
+                        }));
+                }
+                let served = tools.directory.find(&agent).ok_or_else(|| {
+                    ToolError::new(ErrorCode::InternalError, "the agent is not loaded")
+                })?;
+                let config_id = spec.config_id.clone();
+                let path = served.path.clone();
                 let id = tools
                     .outbound
                     .connect(served, spec)
                     .await
                     .map_err(|why| ToolError::new(ErrorCode::InternalError, why))?;
                 let mut answer = json!({ "connection_id": id });
-                if ad_hoc && persist {
-                    answer["persisted"] = json!(false);
-                    answer["note"] = json!("persist is not supported yet: the connection is not saved to ws_connections");
+                if let (true, Some(config_id)) = (saving, config_id) {
+                    answer["id"] = json!(config_id);
+                    if saved.is_some() {
+                        answer["persisted"] = json!(true);
+                    } else {
+                        let saved_entry = persisted_entry(&entry, &config_id);
+                        let written = tokio::task::spawn_blocking(move || {
+                            save_connection(&path, store_caller, saved_entry)
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(format!("the config write failed: {e}")));
+                        match written {
+                            Ok(()) => answer["persisted"] = json!(true),
+                            Err(why) => {
+                                answer["persisted"] = json!(false);
+                                answer["error"] = json!(why);
+                            }
+                        }
+                    }
                 }
                 Ok(answer)
             }
@@ -179,6 +218,57 @@ impl Tool for WsConnect {
             }
         }))
     }
+}
+
+/// The `ws_connections` fields (§5.15) an ad-hoc `ws_connect` saves, under `id`.
+const SAVED_FIELDS: [&str; 10] = [
+    "url",
+    "did",
+    "lambda",
+    "auth",
+    "auto_reconnect",
+    "reconnect_delay_ms",
+    "keepalive_interval_ms",
+    "connect_timeout_ms",
+    "high_water_mark_bytes",
+    "enabled",
+];
+
+fn persisted_entry(args: &Value, id: &str) -> Value {
+    let mut entry = serde_json::Map::new();
+    entry.insert("id".into(), json!(id));
+    entry.insert("enabled".into(), json!(true));
+    for field in SAVED_FIELDS {
+        if let Some(value) = args.get(field).filter(|v| !v.is_null()) {
+            entry.insert(field.into(), value.clone());
+        }
+    }
+    Value::Object(entry)
+}
+
+/// Appends `entry` to the agent's `ws_connections` in one checked config write as `caller`.
+fn save_connection(
+    path: &std::path::Path,
+    caller: adf_store::Caller,
+    entry: Value,
+) -> Result<(), String> {
+    let mut file =
+        adf_store::AdfFile::open_guest(path).map_err(|e| format!("cannot open the agent: {e}"))?;
+    let mut config = file
+        .config()
+        .map_err(|e| format!("cannot read the config: {e}"))?;
+    let Some(object) = config.as_object_mut() else {
+        return Err("the config is not an object".into());
+    };
+    let list = object
+        .entry("ws_connections")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(list) = list.as_array_mut() else {
+        return Err("ws_connections is not an array".into());
+    };
+    list.push(entry);
+    file.config_write_checked(caller, config, None)
+        .map_err(|e| format!("ws_connections was not saved: {e}"))
 }
 
 struct WsSend(WsTools);
@@ -372,6 +462,7 @@ impl Tool for WsConnections {
                         "status": c.status,
                         "connected_at": c.connected_at,
                         "last_message_at": c.last_message_at,
+                        "buffered_bytes": c.buffered_bytes,
                     }));
                 }
             }

@@ -25,10 +25,13 @@ use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
 
 use adf_runtime::code::LambdaRef;
-use adf_store::AdfFile;
 
 use crate::handshake::{self, CLOSE_AUTH_FAILED, CLOSE_INVALID_FRAME, ClientAuth};
 use crate::{ServedAgent, Serving, Slot};
+
+/// The read buffer each connection allocates up front (tungstenite's default, 128 KiB, made
+/// 1,000 idle connections cost 140 MB; larger frames still arrive, in more reads).
+pub(crate) const READ_BUFFER_BYTES: usize = 4 * 1024;
 
 /// How long a client has to send its auth frame.
 const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,7 +62,7 @@ fn now_ms() -> i64 {
     adf_store::time::now_ms()
 }
 
-fn event(kind: &str, id: &str, remote_did: Option<&str>) -> Value {
+pub(crate) fn event(kind: &str, id: &str, remote_did: Option<&str>) -> Value {
     let mut event = json!({ "type": kind, "connection_id": id, "timestamp": now_ms() });
     if let Some(did) = remote_did {
         event["remote_did"] = json!(did);
@@ -313,7 +316,7 @@ async fn answer_auth(serving: &Serving, agent: &ServedAgent, auth: &ClientAuth) 
 
 /// Runs the route lambda with one event on a blocking thread (guest connection, warm
 /// context); its answer as a frame to send back, if any.
-async fn run_event(
+pub(crate) async fn run_event(
     serving: &Arc<Serving>,
     slot: &Arc<Slot>,
     agent: &ServedAgent,
@@ -325,8 +328,9 @@ async fn run_event(
     let path = agent.path.clone();
     let lambda = lambda.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        let mut file = AdfFile::open_guest(&path).ok()?;
+        let mut file = job_slot.files.checkout(&path).ok()?;
         let run = crate::resolve::run_lambda_blocking(&job_serving, &job_slot, &mut file, &lambda, event, true);
+        drop(job_slot.files.checkin(&path, file));
         match run {
             Ok(Value::Null) => None,
             Ok(Value::String(text)) => Some(text),
@@ -341,5 +345,6 @@ async fn run_event(
     .ok()
     .flatten();
     serving.directory.lambda_ran(agent);
+    serving.watch_idle_files(slot);
     answer
 }

@@ -60,11 +60,12 @@ impl Hub {
             );
             tools.register(adf_shell::tool());
             let directory = crate::serving::directory(weak.clone());
+            let serving = adf_net::tools::ServingCell::default();
             let outbound = adf_net::outbound::Outbound::new(
                 Arc::clone(&directory),
                 Arc::new(adf_egress::SystemLookup),
+                Arc::clone(&serving),
             );
-            let serving = adf_net::tools::ServingCell::default();
             let streams = adf_net::streams::Streams::new(
                 Arc::clone(&outbound),
                 Arc::new(adf_egress::SystemLookup),

@@ -5,7 +5,9 @@
 //! before any control handler could see them, so a path serving takes is never a control
 //! route reached without the token.
 
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method};
@@ -25,6 +27,21 @@ use crate::hub::Hub;
 #[derive(Debug)]
 pub(crate) struct DaemonAgents {
     hub: Weak<Hub>,
+    /// Per agent, the sweep for rows route lambdas wrote (see [`Sweeps`]).
+    sweeps: Mutex<HashMap<String, Arc<Sweeps>>>,
+}
+
+/// One agent's sweeps after route lambdas. A sweep is a job on the agent's worker that reads
+/// every row written since the last one, so lambdas that ran while one was in flight need
+/// one more sweep, not one each, and back-to-back sweeps are paced [`SWEEP_PACE`] apart:
+/// under load a sweep per request kept the worker (and the file) busy for requests that need
+/// neither. A row a lambda wrote raises its triggers at most one pace late.
+const SWEEP_PACE: std::time::Duration = std::time::Duration::from_millis(25);
+
+#[derive(Debug, Default)]
+struct Sweeps {
+    running: AtomicBool,
+    again: AtomicBool,
 }
 
 impl AgentDirectory for DaemonAgents {
@@ -43,8 +60,36 @@ impl AgentDirectory for DaemonAgents {
         let Ok(agent) = hub.agent(&served.id) else {
             return;
         };
+        let sweeps = Arc::clone(
+            self.sweeps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(served.id.clone())
+                .or_default(),
+        );
+        sweeps.again.store(true, Ordering::Release);
+        if sweeps.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
         // Rows the lambda wrote through its guest connection raise their triggers.
-        tokio::spawn(async move { crate::dispatch::notice_new_rows(&hub, &agent).await });
+        tokio::spawn(async move {
+            loop {
+                while sweeps.again.swap(false, Ordering::AcqRel) {
+                    crate::dispatch::notice_new_rows(&hub, &agent).await;
+                    if sweeps.again.load(Ordering::Acquire) {
+                        tokio::time::sleep(SWEEP_PACE).await;
+                    }
+                }
+                sweeps.running.store(false, Ordering::Release);
+                // A lambda that ran between the last check and the store above found the
+                // sweep still running: take the turn back for it.
+                if !sweeps.again.load(Ordering::Acquire)
+                    || sweeps.running.swap(true, Ordering::AcqRel)
+                {
+                    return;
+                }
+            }
+        });
     }
 
     fn deliver(
@@ -100,7 +145,10 @@ impl AgentDirectory for DaemonAgents {
 
 /// The directory of the hub behind `hub`.
 pub(crate) fn directory(hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
-    Arc::new(DaemonAgents { hub })
+    Arc::new(DaemonAgents {
+        hub,
+        sweeps: Mutex::new(HashMap::new()),
+    })
 }
 
 /// At load: the agent's umbilical replay log (`umbilical.log`), its enabled

@@ -748,9 +748,10 @@ pub fn new_violations(before: &Value, after: &Value) -> Vec<Violation> {
 
 impl AdfFile {
     /// The config as stored, every unknown field included.
-    /// The config, shared: parsed once and reused until this connection writes anything or
-    /// another connection commits (`PRAGMA data_version`), so hot paths such as every tool
-    /// call do not re-parse it. A conservative key: any write invalidates it.
+    /// The config, shared: parsed once and reused until it changes, so hot paths such as every
+    /// tool call do not re-parse it. This connection's own config writes invalidate it; after
+    /// another connection commits (`PRAGMA data_version`) the stored text is read and compared,
+    /// and parsed again only when it differs.
     pub fn config_shared(&self) -> Result<std::sync::Arc<Value>> {
         let data_version: i64 = self
             .conn
@@ -763,8 +764,17 @@ impl AdfFile {
         {
             return Ok(value.clone());
         }
-        let value = std::sync::Arc::new(self.config()?);
+        // Another connection committed something: most often a log row or a file, not the
+        // config. The stored text tells; parsing it again costs far more than reading it.
+        let text = self.config_text()?;
+        if let Some(value) = self.config_cache.same_text(&text) {
+            let mut parsed = self.config_cache.parsed.borrow_mut();
+            *parsed = Some((key, value.clone()));
+            return Ok(value);
+        }
+        let value = std::sync::Arc::new(parse_config(&text)?);
         *self.config_cache.parsed.borrow_mut() = Some((key, value.clone()));
+        *self.config_cache.text.borrow_mut() = Some(text);
         Ok(value)
     }
 
@@ -964,6 +974,8 @@ pub(crate) struct ConfigCache {
     hooked: bool,
     /// The config and the `(data_version, generation)` it was parsed at.
     parsed: std::cell::RefCell<Option<(ConfigVersion, std::sync::Arc<Value>)>>,
+    /// The stored text `parsed` came from, when it was read here (not seeded).
+    text: std::cell::RefCell<Option<String>>,
 }
 
 impl ConfigCache {
@@ -985,7 +997,19 @@ impl ConfigCache {
             generation,
             hooked,
             parsed: std::cell::RefCell::new(None),
+            text: std::cell::RefCell::new(None),
         }
+    }
+
+    /// The parsed config, when `text` is the text it was parsed from.
+    fn same_text(&self, text: &str) -> Option<std::sync::Arc<Value>> {
+        if !self.hooked || self.text.borrow().as_deref() != Some(text) {
+            return None;
+        }
+        self.parsed
+            .borrow()
+            .as_ref()
+            .map(|(_, value)| value.clone())
     }
 
     fn generation(&self) -> u64 {
@@ -1002,6 +1026,7 @@ impl ConfigCache {
             (data_version, self.generation()),
             std::sync::Arc::new(config),
         ));
+        *self.text.borrow_mut() = None;
         Ok(())
     }
 }

@@ -398,34 +398,38 @@ impl AdfFile {
             return Ok(None);
         }
         self.ensure_writable()?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                entry.level,
-                entry.origin,
-                entry.event,
-                entry.target,
-                entry.message,
-                entry.data.map(Value::to_string),
-                time::now_ms(),
-                entry.r#loop
-            ])?;
-        let id = self.conn.last_insert_rowid();
         let max_rows = match logging.and_then(|l| l.get("max_rows")) {
             Some(Value::Null) => None,
             Some(v) => v.as_u64(),
             None => Some(DEFAULT_LOG_MAX_ROWS),
         };
-        if let Some(max) = max_rows.filter(|max| *max > 0) {
+        // The row and the pruning behind it commit together: one WAL commit per row, not two.
+        let tx = crate::file::write_tx(&mut self.conn)?;
+        tx.prepare_cached(
+            "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            entry.level,
+            entry.origin,
+            entry.event,
+            entry.target,
+            entry.message,
+            entry.data.map(Value::to_string),
+            time::now_ms(),
+            entry.r#loop
+        ])?;
+        let id = tx.last_insert_rowid();
+        if let Some(max) = max_rows.filter(|max| *max > 0)
+            && let Some(newest_dropped) = id.checked_sub(i64::try_from(max).unwrap_or(i64::MAX))
+            && newest_dropped > 0
+        {
             // Row ids only grow, so everything at or below `id - max` is older than the newest
             // `max` rows; the primary key makes this a range delete.
-            self.conn
-                .prepare_cached("DELETE FROM adf_logs WHERE id <= ?1")?
-                .execute(params![id - max as i64])?;
+            tx.prepare_cached("DELETE FROM adf_logs WHERE id <= ?1")?
+                .execute(params![newest_dropped])?;
         }
+        tx.commit()?;
         Ok(Some(id))
     }
 

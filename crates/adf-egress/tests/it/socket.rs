@@ -63,9 +63,10 @@ async fn srv_26_ws_connect_follows_the_same_rules_as_fetch() {
         refusal(&local, "ws://metadata.test/").await,
         EgressErrorKind::Refused
     );
+    // wss:// is admitted by the same rules before any TLS.
     assert_eq!(
         refusal(&strict, "wss://internal.test/").await,
-        EgressErrorKind::Invalid
+        EgressErrorKind::Refused
     );
     assert_eq!(
         refusal(&strict, "http://internal.test/").await,
@@ -128,4 +129,124 @@ async fn srv_35_an_unresponsive_server_is_abandoned_at_the_connect_timeout() {
         error.reason
     );
     held.abort();
+}
+
+/// The test CA, and a certificate it signed for 127.0.0.1 and localhost (tests/fixtures,
+/// made with openssl; valid for a century; no production code can read them).
+const TEST_CA: &[u8] = include_bytes!("../fixtures/test-ca.pem");
+const LOCALHOST_CERT: &[u8] = include_bytes!("../fixtures/localhost-cert.pem");
+const LOCALHOST_KEY: &[u8] = include_bytes!("../fixtures/localhost-key.pem");
+
+/// A `wss://` echo server on 127.0.0.1 presenting the localhost certificate; it serves one
+/// connection and reports whether its TLS handshake completed.
+async fn tls_echo_server() -> (
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<Result<(), String>>,
+) {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    adf_egress::client::ensure_crypto_provider();
+    let certs = vec![CertificateDer::from_pem_slice(LOCALHOST_CERT).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(LOCALHOST_KEY).unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let tls = acceptor.accept(stream).await.map_err(|e| e.to_string())?;
+        let mut socket = tokio_tungstenite::accept_async(tls)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(Ok(Message::Text(text))) = socket.next().await {
+            socket
+                .send(Message::Text(format!("echo {text}").into()))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    (addr, server)
+}
+
+fn test_ca_trust() -> adf_egress::TlsTrust {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(TEST_CA).unwrap())
+        .unwrap();
+    adf_egress::TlsTrust::Roots(std::sync::Arc::new(roots))
+}
+
+#[tokio::test]
+async fn srv_35_a_wss_connection_verifies_the_server_and_carries_frames() {
+    let (addr, server) = tls_echo_server().await;
+    let url = Url::parse(&format!("wss://{addr}/ws")).unwrap();
+    let (mut socket, dialed) = adf_egress::connect_websocket_trusting(
+        &Policy::default(),
+        &url,
+        &names(),
+        Duration::from_secs(30),
+        &test_ca_trust(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(dialed, addr);
+    assert!(matches!(
+        socket.get_ref(),
+        tokio_tungstenite::MaybeTlsStream::Rustls(_)
+    ));
+    socket.send(Message::Text("over tls".into())).await.unwrap();
+    let answer = socket.next().await.unwrap().unwrap();
+    assert_eq!(answer, Message::Text("echo over tls".into()));
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn srv_35_a_wss_server_the_client_does_not_trust_is_refused() {
+    // The system roots do not hold the test CA: verification fails, nothing is carried.
+    let (addr, server) = tls_echo_server().await;
+    let url = Url::parse(&format!("wss://{addr}/ws")).unwrap();
+    let error = match connect_websocket(&Policy::default(), &url, &names(), Duration::from_secs(30))
+        .await
+    {
+        Ok(_) => panic!("a certificate from an untrusted CA was accepted"),
+        Err(error) => error,
+    };
+    assert_eq!(error.kind, EgressErrorKind::Failed);
+    assert!(
+        error.reason.to_ascii_lowercase().contains("certificate"),
+        "{}",
+        error.reason
+    );
+    assert!(
+        server.await.unwrap().is_err(),
+        "the server saw no finished TLS handshake"
+    );
+    // Trusting the CA is not enough for another name: the URL's host is what is verified.
+    let (addr, server) = tls_echo_server().await;
+    let other = Url::parse(&format!("wss://other.test:{}/ws", addr.port())).unwrap();
+    let loopback_name = Table(HashMap::from([("other.test", addr.ip())]));
+    let refused = match adf_egress::connect_websocket_trusting(
+        &Policy::default(),
+        &other,
+        &loopback_name,
+        Duration::from_secs(30),
+        &test_ca_trust(),
+    )
+    .await
+    {
+        Ok(_) => panic!("a certificate for another name was accepted"),
+        Err(error) => error,
+    };
+    assert!(
+        refused.reason.to_ascii_lowercase().contains("certificate"),
+        "{}",
+        refused.reason
+    );
+    assert!(server.await.unwrap().is_err());
 }

@@ -85,7 +85,11 @@ impl Rig {
             "db.internal.test",
             "10.0.0.5".parse().unwrap(),
         )])));
-        let outbound = Outbound::new(Arc::new(NoAgents), Arc::clone(&lookup));
+        let outbound = Outbound::new(
+            Arc::new(NoAgents),
+            Arc::clone(&lookup),
+            adf_net::tools::ServingCell::default(),
+        );
         let (sender, events) = mpsc::unbounded_channel();
         let streams = Streams::new(Arc::clone(&outbound), lookup, Arc::new(Recorded(sender)));
         Rig {

@@ -1679,3 +1679,215 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
     second.stop().await;
     first.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// ws_connect persist and outbound connection lambdas (§5.15)
+
+const WS_PERSIST: &str = r#"
+export async function main(req) {
+  const kept = await adf.ws_connect({ url: req.query.kept, auth: "none", auto_reconnect: false });
+  const passing = await adf.ws_connect({ url: req.query.passing, auth: "none", persist: false });
+  const again = await adf.ws_connect({ url: req.query.kept, auth: "none" });
+  return { status: 200, body: { kept, passing, again } };
+}
+"#;
+
+/// Accepts WebSocket connections on 127.0.0.1 and holds them open without a word.
+async fn quiet_server() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Some(Ok(_)) = socket.next().await {}
+            });
+        }
+    });
+    addr
+}
+
+async fn ws_connections_of(agent: &Agent) -> Value {
+    let text = text_column(
+        agent,
+        "SELECT json_extract(config_json, '$.ws_connections') FROM adf_config",
+        Vec::new(),
+    )
+    .await;
+    serde_json::from_str(&text[0]).unwrap()
+}
+
+#[tokio::test]
+async fn srv_31_an_ad_hoc_ws_connect_is_saved_to_ws_connections_unless_persist_is_false() {
+    let h = Harness::start().await;
+    let kept = quiet_server().await;
+    let passing = quiet_server().await;
+    let path = agent_file(
+        h.dir.path(),
+        "saver",
+        &[("lib/ws_persist.ts", WS_PERSIST)],
+        &[
+            ("handle", json!("saver")),
+            (
+                "serving.api",
+                json!([{ "method": "GET", "path": "/run", "lambda": "lib/ws_persist.ts:main" }]),
+            ),
+            ("tools.ws_connect.enabled", json!(true)),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    assert_eq!(ws_connections_of(&agent).await, json!([]));
+    let kept_url = format!("ws://{kept}/kept");
+    let passing_url = format!("ws://{passing}/passing");
+    let got = get(
+        &h,
+        &format!(
+            "/agents/saver/run?kept={}&passing={}",
+            adf_server::client::encode(&kept_url),
+            adf_server::client::encode(&passing_url)
+        ),
+    )
+    .await;
+    let body = got.json();
+    assert_eq!(got.status, 200, "{body}");
+    assert_eq!(body["kept"]["persisted"], true, "{body}");
+    assert!(body["passing"].get("persisted").is_none(), "{body}");
+    let saved = ws_connections_of(&agent).await;
+    let saved = saved.as_array().unwrap();
+    assert_eq!(
+        saved.len(),
+        1,
+        "only the persisted connection is saved: {saved:?}"
+    );
+    assert_eq!(saved[0]["url"], kept_url.as_str());
+    assert_eq!(saved[0]["enabled"], true);
+    assert_eq!(saved[0]["auth"], "none");
+    assert_eq!(saved[0]["auto_reconnect"], false);
+    assert_eq!(saved[0]["id"], body["kept"]["id"]);
+    // The saved entry is the connection: connecting to its url again reuses both.
+    assert_eq!(
+        body["again"]["connection_id"],
+        body["kept"]["connection_id"]
+    );
+    let open = h.server.daemon.outbound_connections(&agent.id);
+    let by_config = open
+        .iter()
+        .find(|c| c.config_id.as_deref() == saved[0]["id"].as_str())
+        .expect("the connection carries its config id");
+    assert_eq!(by_config.url, kept_url);
+    assert_eq!(open.len(), 2);
+    h.stop().await;
+}
+
+async fn next_text(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> String {
+    loop {
+        match socket.next().await {
+            Some(Ok(WsMessage::Text(text))) => return text.to_string(),
+            Some(Ok(_)) => {}
+            other => panic!("the client went away: {other:?}"),
+        }
+    }
+}
+
+async fn next_heard(heard: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(Duration::from_secs(60), heard.recv())
+        .await
+        .expect("the server heard the client")
+        .unwrap()
+}
+
+const WS_EVENTS: &str = r#"
+export async function onEvent(event) {
+  const line = JSON.stringify(event);
+  let log = "";
+  try { log = (await adf.fs_read({ path: "ws/events.jsonl" })).content } catch (e) {}
+  await adf.fs_write({ path: "ws/events.jsonl", content: log + line + "\n", mode: "write" });
+  if (event.type === "open") return "hello " + event.connection_id.slice(0, 4);
+  if (event.type === "message") return "got " + event.data;
+  return null;
+}
+"#;
+
+#[tokio::test]
+async fn srv_35_an_outbound_connection_with_a_lambda_delivers_its_events_to_the_lambda() {
+    let h = Harness::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+        let greeting = next_text(&mut socket).await;
+        heard_tx.send(greeting).unwrap();
+        socket
+            .send(WsMessage::Text("ping from the server".into()))
+            .await
+            .unwrap();
+        let answer = next_text(&mut socket).await;
+        heard_tx.send(answer).unwrap();
+        socket
+            .send(WsMessage::Close(Some(
+                tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                    code: 4000.into(),
+                    reason: "bye".into(),
+                },
+            )))
+            .await
+            .unwrap();
+        while let Some(Ok(_)) = socket.next().await {}
+    });
+    let path = agent_file(
+        h.dir.path(),
+        "listener",
+        &[("lib/ws.ts", WS_EVENTS)],
+        &[
+            ("handle", json!("listener")),
+            (
+                "ws_connections",
+                json!([{
+                    "id": "feed", "url": format!("ws://{addr}/feed"), "enabled": true,
+                    "auth": "none", "auto_reconnect": false, "lambda": "lib/ws.ts:onEvent"
+                }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    assert_eq!(next_heard(&mut heard).await, "hello wso_");
+    assert_eq!(next_heard(&mut heard).await, "got ping from the server");
+    let events_file = "ws/events.jsonl".to_owned();
+    let read_events = || async {
+        let text = text_column(
+            &agent,
+            "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = ?1",
+            vec![events_file.clone()],
+        )
+        .await;
+        text.first()
+            .map(|t| {
+                t.lines()
+                    .map(|line| serde_json::from_str::<Value>(line).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    common::wait_for("the close event", || async {
+        read_events().await.iter().any(|e| e["type"] == "close")
+    })
+    .await;
+    let events = read_events().await;
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["open", "message", "close"], "{events:?}");
+    let id = events[0]["connection_id"].as_str().unwrap();
+    assert!(id.starts_with("wso_"));
+    assert!(events.iter().all(|e| e["connection_id"] == id));
+    assert!(events.iter().all(|e| e["timestamp"].as_i64().unwrap() > 0));
+    assert_eq!(events[1]["data"], "ping from the server");
+    assert_eq!(events[2]["code"], 4000);
+    assert_eq!(events[2]["reason"], "bye");
+    // Without a lambda the frame would have been an ALF delivery: nothing reached the inbox.
+    let inbox = text_column(&agent, "SELECT id FROM adf_inbox", Vec::new()).await;
+    assert!(inbox.is_empty(), "{inbox:?}");
+    h.stop().await;
+}

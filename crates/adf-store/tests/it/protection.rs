@@ -733,6 +733,17 @@ fn shared_config_is_reused_until_the_config_changes() {
         "own writes invalidate"
     );
     let other = rusqlite::Connection::open(&path).unwrap();
+    let mine = file.config_shared().unwrap();
+    other
+        .execute(
+            "INSERT INTO adf_logs (level, message, created_at) VALUES ('info', 'elsewhere', 0)",
+            [],
+        )
+        .unwrap();
+    assert!(
+        std::sync::Arc::ptr_eq(&mine, &file.config_shared().unwrap()),
+        "another connection's commit that leaves the config text alone keeps the parse"
+    );
     other
         .execute(
             "UPDATE adf_config SET config_json = json_set(config_json, '$.description', 'theirs')",
@@ -742,7 +753,7 @@ fn shared_config_is_reused_until_the_config_changes() {
     assert_eq!(
         file.config_shared().unwrap()["description"],
         "theirs",
-        "another connection's commit invalidates"
+        "another connection's config change invalidates"
     );
 }
 
