@@ -133,7 +133,16 @@ impl LoopView<'_> {
 }
 
 fn flag(config: &Value, pointer: &str) -> Option<bool> {
-    config.pointer(pointer).and_then(Value::as_bool)
+    at(config, pointer).and_then(Value::as_bool)
+}
+
+/// `config.pointer(path)` for a path of plain object keys (no `~` escapes, no array
+/// indexes), without the two strings per key `Value::pointer` allocates: the turn reads a
+/// dozen config flags every step.
+pub(crate) fn at<'a>(config: &'a Value, path: &str) -> Option<&'a Value> {
+    path.strip_prefix('/')?
+        .split('/')
+        .try_fold(config, |value, key| value.get(key))
 }
 
 fn tool_enabled(config: &Value, name: &str) -> bool {
@@ -167,7 +176,8 @@ fn conditional_sections<'t>(texts: &'t PromptTexts, config: &Value) -> Vec<&'t s
     let serving = flag(config, "/serving/public/enabled") == Some(true)
         || flag(config, "/serving/shared/enabled") == Some(true)
         || config
-            .pointer("/serving/api")
+            .get("serving")
+            .and_then(|s| s.get("api"))
             .and_then(Value::as_array)
             .is_some_and(|a| !a.is_empty());
     if serving {
@@ -312,8 +322,13 @@ pub fn dynamic_instructions(
     loop_view: LoopView<'_>,
     facts: TurnFacts,
 ) -> adf_store::Result<Option<String>> {
-    let enabled =
-        |key: &str| flag(config, &format!("/context/dynamic_instructions/{key}")).unwrap_or(true);
+    let switches = at(config, "/context/dynamic_instructions");
+    let enabled = |key: &str| {
+        switches
+            .and_then(|s| s.get(key))
+            .and_then(Value::as_bool)
+            .unwrap_or(true)
+    };
     let mut lines = Vec::new();
     if loop_view.name == "main"
         && enabled("inbox_hints")
@@ -326,8 +341,7 @@ pub fn dynamic_instructions(
             ));
         }
     }
-    let threshold = config
-        .pointer("/context/compact_threshold")
+    let threshold = at(config, "/context/compact_threshold")
         .and_then(Value::as_u64)
         .unwrap_or(100_000);
     if enabled("context_warning")

@@ -39,7 +39,11 @@ const AUDIT_BROTLI_QUALITY: u32 = 3;
 
 /// Compresses JSON with brotli at a quality that favours speed (quality 3, see the constant).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
-    let text = value.to_string();
+    compress_text(&value.to_string())
+}
+
+/// [`compress_json`] of JSON already serialized.
+pub(crate) fn compress_text(text: &str) -> Result<(Vec<u8>, usize)> {
     let mut out = Vec::new();
     {
         // The window need not exceed the text: the encoder clears its whole ring buffer per
@@ -74,11 +78,31 @@ pub(crate) fn insert_snapshot(
     entry_count: i64,
     snapshot: &Value,
 ) -> Result<i64> {
-    let (data, size) = compress_json(snapshot)?;
-    conn.execute(
+    insert_snapshot_text(
+        conn,
+        source,
+        seq_range,
+        reference,
+        entry_count,
+        &snapshot.to_string(),
+    )
+}
+
+/// [`insert_snapshot`] of JSON already serialized.
+pub(crate) fn insert_snapshot_text(
+    conn: &Connection,
+    source: &str,
+    seq_range: Option<(i64, i64)>,
+    reference: Option<&str>,
+    entry_count: i64,
+    snapshot: &str,
+) -> Result<i64> {
+    let (data, size) = compress_text(snapshot)?;
+    conn.prepare_cached(
         "INSERT INTO adf_audit (source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
+    )?
+    .execute(params![
             source,
             seq_range.map(|r| r.0),
             seq_range.map(|r| r.1),

@@ -51,6 +51,54 @@ fn snapshot(rows: &[LoopRow]) -> Value {
     )
 }
 
+/// One row of the audit blob, in the key order of [`snapshot`], borrowing the stored text.
+#[derive(serde::Serialize)]
+struct SnapshotRow<'a> {
+    seq: i64,
+    role: &'a str,
+    content_json: StoredJson<'a>,
+    created_at: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<StoredJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ord: Option<i64>,
+}
+
+/// A JSON column as [`LoopRow`] reads it: the stored JSON, a malformed text as a JSON string,
+/// NULL as null.
+enum StoredJson<'a> {
+    Json(&'a serde_json::value::RawValue),
+    Text(&'a str),
+    Null,
+}
+
+impl<'a> StoredJson<'a> {
+    fn of(text: Option<&'a str>) -> Self {
+        match text {
+            None => StoredJson::Null,
+            Some(text) => match serde_json::from_str::<&serde_json::value::RawValue>(text) {
+                Ok(raw) => StoredJson::Json(raw),
+                Err(_) => StoredJson::Text(text),
+            },
+        }
+    }
+}
+
+impl serde::Serialize for StoredJson<'_> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            StoredJson::Json(raw) => raw.serialize(serializer),
+            StoredJson::Text(text) => serializer.serialize_str(text),
+            StoredJson::Null => serializer.serialize_unit(),
+        }
+    }
+}
+
 impl AdfFile {
     /// Rows of `loop_name` with `seq > after`, in `seq` order: what a running session has not
     /// seen yet (rows appended by itself, `loop_send` from other loops, `adf` from a shell).
@@ -132,6 +180,78 @@ impl AdfFile {
         })
     }
 
+    /// Deletes every row of `loop_name` (the owner's clear, `DELETE /chat`), snapshotting
+    /// them first to `adf_audit` as `loop:<name>` when `audit` is true: what [`Self::loop_remove`]
+    /// does with every `seq` of the loop, in one statement each. The rows' stored JSON goes
+    /// into the snapshot as it is, without parsing and re-serializing each one; the blob holds
+    /// the same rows in the same layout.
+    pub fn loop_clear(&mut self, loop_name: &str, audit_rows: bool) -> Result<RemoveOutcome> {
+        self.atomically(|file| {
+            let audit_id = if audit_rows {
+                file.audit_whole_loop(loop_name)?
+            } else {
+                None
+            };
+            let removed = file
+                .conn
+                .prepare_cached("DELETE FROM adf_loop WHERE loop = ?1")?
+                .execute([loop_name])?;
+            Ok(RemoveOutcome { removed, audit_id })
+        })
+    }
+
+    /// The `loop:<name>` snapshot of every row of the loop, or `None` when it has none.
+    fn audit_whole_loop(&mut self, loop_name: &str) -> Result<Option<i64>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop
+             WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq",
+        )?;
+        let mut rows = stmt.query([loop_name])?;
+        let mut text = String::from("[");
+        let mut count = 0i64;
+        let mut range: Option<(i64, i64)> = None;
+        while let Some(row) = rows.next()? {
+            let seq: i64 = row.get(0)?;
+            range = Some(range.map_or((seq, seq), |(lo, hi)| (lo.min(seq), hi.max(seq))));
+            let text_at = |i: usize| -> Result<Option<&str>> {
+                row.get_ref(i)?
+                    .as_str_or_null()
+                    .map_err(|e| StoreError::Malformed(format!("loop row {seq}, column {i}: {e}")))
+            };
+            let snapshot_row = SnapshotRow {
+                seq,
+                role: text_at(1)?.unwrap_or_default(),
+                content_json: StoredJson::of(text_at(2)?),
+                created_at: row.get(5)?,
+                model: text_at(3)?,
+                tokens: text_at(4)?.map(|t| StoredJson::of(Some(t))),
+                ord: row.get(6)?,
+            };
+            if count > 0 {
+                text.push(',');
+            }
+            let json = serde_json::to_string(&snapshot_row)
+                .map_err(|e| StoreError::Malformed(format!("snapshot row {seq}: {e}")))?;
+            text.push_str(&json);
+            count += 1;
+        }
+        text.push(']');
+        drop(rows);
+        drop(stmt);
+        let Some(range) = range else {
+            return Ok(None);
+        };
+        self.ensure_writable()?;
+        Ok(Some(audit::insert_snapshot_text(
+            &self.conn,
+            &format!("loop:{loop_name}"),
+            Some(range),
+            None,
+            count,
+            &text,
+        )?))
+    }
+
     /// Compaction (§13.2 steps 2–4) in one transaction: snapshot `removed` when `audit_rows`,
     /// delete them, and insert `summary` (already prefixed with `[Loop Compacted]` or
     /// `[Loop Compacted, audited]`) as a user row with `ord` one below the first preserved
@@ -190,8 +310,7 @@ impl AdfFile {
 
     /// Deletes every row of a loop after archiving them to `adf_audit` (loop deletion, §6.4).
     pub fn loop_archive_and_delete(&mut self, loop_name: &str) -> Result<RemoveOutcome> {
-        let seqs: Vec<i64> = self.loop_rows(loop_name)?.iter().map(|r| r.seq).collect();
-        self.loop_remove(loop_name, &seqs, true)
+        self.loop_clear(loop_name, true)
     }
 
     /// The current time in epoch ms, as the store stamps rows.

@@ -535,14 +535,10 @@ impl Executor {
     }
 
     fn loop_facts(&self, config: &Value, loop_name: &str) -> Result<LoopFacts, ExecutorError> {
-        let limit = |name: &str| {
-            config
-                .pointer(&format!("/limits/{name}"))
-                .and_then(Value::as_u64)
-        };
-        let context_threshold = config
-            .pointer("/context/compact_threshold")
-            .and_then(Value::as_u64);
+        let limits = config.get("limits");
+        let limit = |name: &str| limits.and_then(|l| l.get(name)).and_then(Value::as_u64);
+        let context_threshold =
+            prompt::at(config, "/context/compact_threshold").and_then(Value::as_u64);
         let mut facts = LoopFacts {
             autonomous: config.get("autonomous").and_then(Value::as_bool) == Some(true),
             threshold: context_threshold.unwrap_or(DEFAULT_COMPACT_THRESHOLD),

@@ -47,7 +47,8 @@ pub fn row_message(row: &LoopRow) -> Option<Message> {
         _ => Role::User,
     };
     let content: Vec<ContentBlock> = match &row.content {
-        Value::Array(_) => serde_json::from_value(row.content.clone()).ok()?,
+        // Read from the row's tree in place: `from_value` would need a deep copy of it.
+        Value::Array(_) => serde::Deserialize::deserialize(&row.content).ok()?,
         Value::String(text) => vec![ContentBlock::text(text.clone())],
         _ => return None,
     };

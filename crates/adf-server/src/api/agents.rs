@@ -364,9 +364,8 @@ pub(super) async fn chat_delete(
     let (removed, audit_id) = state
         .daemon
         .run_observed(&agent, move |file| {
-            let seqs: Vec<i64> = file.loop_rows(&target)?.iter().map(|r| r.seq).collect();
             let audit = file.audit_enabled("loop")?;
-            let outcome = file.loop_remove(&target, &seqs, audit)?;
+            let outcome = file.loop_clear(&target, audit)?;
             Ok((outcome.removed, outcome.audit_id))
         })
         .await?;

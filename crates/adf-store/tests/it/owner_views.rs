@@ -162,3 +162,76 @@ fn owner_delete_of_a_protected_file_needs_force() {
         Err(StoreError::NotFound { .. })
     ));
 }
+
+/// The owner's clear snapshots exactly what removing every row by `seq` snapshots: the same
+/// rows, keys and values in the same order, a malformed row's text as a string included, and
+/// leaves other loops alone.
+#[test]
+fn aud_08_loop_clear_snapshot_matches_loop_remove_of_every_row() {
+    let fill = |file: &mut adf_store::AdfFile| {
+        append(file, "main", "user", "one");
+        file.loop_append(&NewLoopRow {
+            r#loop: "main",
+            role: "assistant",
+            content: &json!([{ "type": "text", "text": "two \u{e9} \"quoted\"" }]),
+            model: Some("m-1"),
+            tokens: Some(&json!({ "input": 3, "output": 4 })),
+        })
+        .unwrap();
+        let third = append(file, "main", "user", "three");
+        file.connection()
+            .execute(
+                "UPDATE adf_loop SET content_json = 'not json {', ord = 0 WHERE seq = ?1",
+                [third],
+            )
+            .unwrap();
+        append(file, "side", "user", "elsewhere");
+        // The two files are filled at different moments.
+        file.connection()
+            .execute("UPDATE adf_loop SET created_at = 1000", [])
+            .unwrap();
+    };
+    let (_a, _pa, mut cleared) = common::new_file("clear-all");
+    fill(&mut cleared);
+    let (_b, _pb, mut removed) = common::new_file("remove-each");
+    fill(&mut removed);
+
+    let outcome = cleared.loop_clear("main", true).unwrap();
+    let seqs: Vec<i64> = removed
+        .loop_rows("main")
+        .unwrap()
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    let expected = removed.loop_remove("main", &seqs, true).unwrap();
+
+    assert_eq!(outcome.removed, 3);
+    assert_eq!(outcome.removed, expected.removed);
+    let blob = cleared.audit_data(outcome.audit_id.unwrap()).unwrap();
+    let reference = removed.audit_data(expected.audit_id.unwrap()).unwrap();
+    assert_eq!(blob, reference);
+    assert_eq!(blob[0]["content_json"], json!("not json {"));
+    assert_eq!(blob[2]["model"], json!("m-1"));
+    let info = cleared.audit_list().unwrap();
+    let theirs = removed.audit_list().unwrap();
+    assert_eq!(
+        (
+            info[0].start_seq,
+            info[0].end_seq,
+            info[0].entry_count,
+            info[0].size_bytes
+        ),
+        (
+            theirs[0].start_seq,
+            theirs[0].end_seq,
+            theirs[0].entry_count,
+            theirs[0].size_bytes
+        )
+    );
+    assert_eq!(cleared.loop_row_count_in("main").unwrap(), 0);
+    assert_eq!(cleared.loop_row_count_in("side").unwrap(), 1);
+    assert_eq!(
+        cleared.loop_clear("main", true).unwrap(),
+        Default::default()
+    );
+}
