@@ -16,10 +16,14 @@ fn the_unimplemented_tool_list_matches_the_registry() {
         );
     }
     for (name, ..) in DEFAULT_TOOLS {
-        // agent_discover exists only with a mesh, and the ws_* tools only with the daemon's
-        // outbound connections (adf-net): both are in the daemon's registry. adf_shell is a
+        // agent_discover exists only with a mesh, and the ws_* and stream_* tools only with
+        // the daemon's sockets (adf-net): all are in the daemon's registry. adf_shell is a
         // capability crate the binaries register (adf-runtime cannot name it).
-        if name == "agent_discover" || name == "adf_shell" || name.starts_with("ws_") {
+        if name == "agent_discover"
+            || name == "adf_shell"
+            || name.starts_with("ws_")
+            || name.starts_with("stream_")
+        {
             continue;
         }
         // The MCP management tools come from adf-mcp's tool source, which the binaries attach.
