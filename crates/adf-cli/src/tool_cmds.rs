@@ -10,7 +10,8 @@ use adf_runtime::tools::approval::{
     ApproveAll, DenyAll, Resolution, WaitForResolution, resolve_task,
 };
 use adf_runtime::tools::{
-    ApprovalRequest, Approver, CallOutcome, Caller, Decision, ToolError, ToolRegistry, render,
+    ApprovalRequest, Approver, CallOutcome, Caller, Decision, ErrorCode, ToolError, ToolRegistry,
+    render,
 };
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result, bail};
@@ -205,6 +206,16 @@ pub(crate) fn tool(
                 );
             }
             eprintln!("error: {} ({})", error.message, error.code);
+            // The message is the one the model sees; the owner at the terminal can act on it.
+            if error.code == ErrorCode::Disabled
+                && error.message.ends_with("is disabled")
+                && !matches!(call_as, CallAs::Owner)
+            {
+                eprintln!(
+                    "hint: the owner enables it with `adf config set '{}' tools.{name}.enabled true`, or calls it with `--as owner`",
+                    path.display()
+                );
+            }
             Ok(ExitCode::FAILURE)
         }
     }

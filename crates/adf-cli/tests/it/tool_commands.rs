@@ -224,6 +224,19 @@ fn tool_runs_as_each_caller_with_json_output() {
 #[test]
 fn adf_tool_runs_adf_shell_lines() {
     let agent = agent();
+    // Disabled by default: the refusal tells the owner how to turn it on.
+    let refused = adf(&agent)
+        .arg("tool")
+        .arg(&agent.file)
+        .args(["adf_shell", "--args", r#"{"command":"true"}"#])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("tools.adf_shell.enabled true"),
+        "no hint in: {stderr}"
+    );
     for (path, value) in [
         ("tools.adf_shell.enabled", "true"),
         ("tools.db_execute.enabled", "true"),
