@@ -15,6 +15,7 @@ use adf_runtime::code::{
 };
 use adf_runtime::middleware;
 use adf_runtime::tools::ErrorCode as ToolCode;
+use adf_runtime::tools::ToolError;
 use adf_runtime::tools::approval::DenyAll;
 use adf_store::{AdfFile, NewLog};
 
@@ -402,6 +403,7 @@ fn run_route(
     let method = incoming.method.to_string();
     let path = incoming.path.clone();
     let cache_key = incoming.cache_key.clone();
+    let is_get = incoming.method == Method::GET;
     let http_request = request::http_request(
         &method,
         &path,
@@ -410,16 +412,37 @@ fn run_route(
         incoming.headers,
         incoming.body,
     );
-    let shaped = match route_answer(serving, slot, file, route, http_request) {
-        Ok(shaped) => shaped,
-        Err(shaped) => shaped,
+    let target = route.get("lambda").and_then(Value::as_str);
+    let log_response = |file: &mut AdfFile, shaped: &Shaped| {
+        let data = json!({
+            "method": method,
+            "path": path,
+            "status": shaped.status,
+            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+        });
+        let level = if shaped.status >= 500 { "warn" } else { "info" };
+        if let Err(error) = file.log(&NewLog {
+            level,
+            origin: Some(LOG_ORIGIN),
+            event: Some("api_response"),
+            target,
+            message: &format!("{method} {path} → {}", shaped.status),
+            data: Some(&data),
+            r#loop: None,
+        }) {
+            tracing::warn!(%error, "cannot write a serving log row");
+        }
     };
+    let (shaped, logged) = route_answer(serving, slot, file, route, http_request, &log_response);
+    if !logged {
+        log_response(file, &shaped);
+    }
     let ttl = route
         .get("cache_ttl_ms")
         .and_then(Value::as_u64)
         .filter(|ttl| *ttl > 0);
     if let Some(ttl) = ttl
-        && incoming.method == Method::GET
+        && is_get
     {
         slot.cache.put(
             cache_key,
@@ -428,34 +451,19 @@ fn run_route(
             shaped.clone(),
         );
     }
-    let data = json!({
-        "method": method,
-        "path": path,
-        "status": shaped.status,
-        "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-    });
-    let level = if shaped.status >= 500 { "warn" } else { "info" };
-    if let Err(error) = file.log(&NewLog {
-        level,
-        origin: Some(LOG_ORIGIN),
-        event: Some("api_response"),
-        target: route.get("lambda").and_then(Value::as_str),
-        message: &format!("{method} {path} → {}", shaped.status),
-        data: Some(&data),
-        r#loop: None,
-    }) {
-        tracing::warn!(%error, "cannot write a serving log row");
-    }
     shaped
 }
 
+/// The route's answer, and whether its `api_response` row is written already (committed with
+/// the lambda's `result` row).
 fn route_answer(
     serving: &Serving,
     slot: &Slot,
     file: &mut AdfFile,
     route: &Value,
     http_request: Value,
-) -> Result<Shaped, Shaped> {
+    log_response: &dyn Fn(&mut AdfFile, &Shaped),
+) -> (Shaped, bool) {
     let lambda = route
         .get("lambda")
         .and_then(Value::as_str)
@@ -467,28 +475,58 @@ fn route_answer(
                     &format!("the route's lambda is not valid: {}", e.message),
                 )
             })
-        })?;
+        });
+    let lambda = match lambda {
+        Ok(lambda) => lambda,
+        Err(shaped) => return (shaped, false),
+    };
     let references = match route.get("middleware") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items.clone(),
         // Not an array: one reference, which fails closed as malformed.
         Some(other) => vec![other.clone()],
     };
-    let http_request = middleware::run_route_chain(file, references, http_request, Map::new())
-        .map_err(|rejection| {
+    let http_request = match middleware::run_route_chain(file, references, http_request, Map::new())
+    {
+        Ok(passed) => passed.data,
+        Err(rejection) => {
             let code = if rejection.failed {
                 ErrorCode::Internal
             } else {
                 ErrorCode::MiddlewareRejected
             };
-            Shaped::error_with_status(rejection.code.min(599), code, &rejection.reason)
-        })?
-        .data;
+            let shaped =
+                Shaped::error_with_status(rejection.code.min(599), code, &rejection.reason);
+            return (shaped, false);
+        }
+    };
     let warm = route.get("warm").and_then(Value::as_bool) == Some(true);
-    match run_lambda_blocking(serving, slot, file, &lambda, http_request, warm) {
-        Ok(value) => response::from_lambda(&value)
-            .map_err(|why| Shaped::error(ErrorCode::InvalidRouteResponse, &why)),
-        Err(failure) => Err(Shaped::error(failure.code, &failure.message)),
+    let mut answer = None;
+    let ran = run_lambda_with(
+        serving,
+        slot,
+        file,
+        &lambda,
+        http_request,
+        warm,
+        |file, outcome| {
+            let shaped = shape(outcome);
+            log_response(file, &shaped);
+            answer = Some(shaped);
+        },
+    );
+    match answer {
+        Some(shaped) => (shaped, true),
+        // The run never got to its closing rows (no runtime or sandbox).
+        None => (shape(&ran), false),
+    }
+}
+
+fn shape(outcome: &Result<Value, LambdaFailure>) -> Shaped {
+    match outcome {
+        Ok(value) => response::from_lambda(value)
+            .unwrap_or_else(|why| Shaped::error(ErrorCode::InvalidRouteResponse, &why)),
+        Err(failure) => Shaped::error(failure.code, &failure.message),
     }
 }
 
@@ -508,6 +546,20 @@ pub(crate) fn run_lambda_blocking(
     lambda: &LambdaRef,
     input: Value,
     warm: bool,
+) -> Result<Value, LambdaFailure> {
+    run_lambda_with(serving, slot, file, lambda, input, warm, |_, _| {})
+}
+
+/// [`run_lambda_blocking`], with `closing` writing rows that commit with the run's `result`
+/// row (before the agent's next run may start).
+fn run_lambda_with(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    lambda: &LambdaRef,
+    input: Value,
+    warm: bool,
+    closing: impl FnOnce(&mut AdfFile, &Result<Value, LambdaFailure>),
 ) -> Result<Value, LambdaFailure> {
     let internal = |message: String| LambdaFailure {
         code: ErrorCode::Internal,
@@ -529,27 +581,36 @@ pub(crate) fn run_lambda_blocking(
     let runtime = turn
         .as_ref()
         .ok_or_else(|| internal("the lambda runtime is gone".to_owned()))?;
-    let run = runtime
+    let mut outcome = None;
+    runtime
         .block_on(async {
             let sandbox = agent_sandbox(slot).await.map_err(internal)?;
             let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
-            Ok::<_, LambdaFailure>(
-                code::run_lambda(
-                    file,
-                    &env,
-                    lambda,
-                    input,
-                    Authorization::SourceFile,
-                    &DenyAll,
-                    &options,
-                )
-                .await,
+            code::run_lambda_closing(
+                file,
+                &env,
+                lambda,
+                input,
+                Authorization::SourceFile,
+                &DenyAll,
+                &options,
+                |file, run| {
+                    let result = lambda_outcome(&run.result);
+                    closing(file, &result);
+                    outcome = Some(result);
+                },
             )
+            .await;
+            Ok::<_, LambdaFailure>(())
         })
         .ok_or_else(|| internal("the lambda runtime is shut down".to_owned()))??;
     drop(turn);
-    match run.result {
-        Ok(value) => Ok(value),
+    outcome.ok_or_else(|| internal("the lambda run left no outcome".to_owned()))?
+}
+
+fn lambda_outcome(result: &Result<Value, ToolError>) -> Result<Value, LambdaFailure> {
+    match result {
+        Ok(value) => Ok(value.clone()),
         Err(error) if error.code == ToolCode::Timeout => Err(LambdaFailure {
             code: ErrorCode::LambdaTimeout,
             message: format!("the lambda timed out: {}", error.message),

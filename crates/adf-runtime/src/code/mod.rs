@@ -453,6 +453,44 @@ pub async fn run_lambda(
     .await
 }
 
+/// [`run_lambda`] whose `result` row commits together with the rows `closing` writes (an
+/// API route's `api_response`): one commit fewer per run, rows in the same order. The
+/// `execute` row and the lambda's own writes commit as in [`run_lambda`]: holding the write
+/// lock through the run would block a detached tool that writes through a connection of its
+/// own (`ws_connect` saving its entry).
+#[allow(clippy::too_many_arguments)]
+pub async fn run_lambda_closing(
+    file: &mut AdfFile,
+    env: &CodeEnv,
+    lambda: &LambdaRef,
+    input: Value,
+    authorization: Authorization,
+    approver: &(dyn Approver + Sync),
+    options: &RunOptions,
+    closing: impl FnOnce(&mut AdfFile, &CodeRun),
+) -> CodeRun {
+    let source = lambda.source();
+    log_execute(
+        file,
+        "lambda",
+        &source,
+        authorization == Authorization::SourceFile,
+    );
+    let started = std::time::Instant::now();
+    let run = run_lambda_unlogged(file, env, lambda, input, authorization, approver, options).await;
+    let elapsed = started.elapsed();
+    let committed = file.atomically(|file| {
+        log_result(file, "lambda", &source, &run.result, elapsed);
+        closing(file, &run);
+        Ok::<_, adf_store::StoreError>(())
+    });
+    if let Err(error) = committed {
+        // Like a log row that cannot be written, this never changes the run's outcome.
+        tracing::warn!(%error, "cannot commit a lambda's closing rows");
+    }
+    run
+}
+
 /// [`run_lambda`] between an `execute` and a `result` log row of `origin` (§13.5: `lambda`
 /// for triggers, timers and routes, `sys_lambda` for the tool).
 #[allow(clippy::too_many_arguments)]

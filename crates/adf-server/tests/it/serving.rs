@@ -1891,3 +1891,65 @@ async fn srv_35_an_outbound_connection_with_a_lambda_delivers_its_events_to_the_
     assert!(inbox.is_empty(), "{inbox:?}");
     h.stop().await;
 }
+
+const WRITING_ROUTES: &str = r#"
+export async function keeps(req) {
+  await adf.fs_write({ path: "data/kept.txt", content: "kept", mode: "write" });
+  return { status: 200, body: "kept" };
+}
+export async function throws(req) {
+  await adf.fs_write({ path: "data/half.txt", content: "half", mode: "write" });
+  throw new Error("after a write");
+}
+"#;
+
+/// A route's log rows keep their order when `result` and `api_response` commit together:
+/// `execute`, the lambda's writes, `result`, `api_response`, request after request, for a
+/// lambda that returns and one that throws.
+#[tokio::test]
+async fn srv_05_a_routes_log_rows_keep_their_order_with_result_and_response_in_one_commit() {
+    let h = Harness::start().await;
+    let agent = web_agent(
+        &h,
+        json!([
+            { "method": "GET", "path": "/keeps", "lambda": "lib/writes.ts:keeps" },
+            { "method": "GET", "path": "/throws", "lambda": "lib/writes.ts:throws" }
+        ]),
+        &[("lib/writes.ts", WRITING_ROUTES)],
+        &[],
+    )
+    .await;
+    let kept = get(&h, "/agents/web/keeps").await;
+    assert_eq!((kept.status, kept.text().as_str()), (200, "kept"));
+    let thrown = get(&h, "/agents/web/throws").await;
+    assert_eq!(thrown.status, 500, "{}", thrown.text());
+    let files = text_column(
+        &agent,
+        "SELECT path FROM adf_files WHERE path LIKE 'data/%' ORDER BY path",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        files,
+        vec!["data/half.txt".to_owned(), "data/kept.txt".to_owned()]
+    );
+    let rows = text_column(
+        &agent,
+        "SELECT origin || ' ' || event || ' ' || level FROM adf_logs
+         WHERE origin IN ('lambda', 'serving') ORDER BY id",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        rows,
+        vec![
+            "lambda execute info",
+            "lambda result info",
+            "serving api_response info",
+            "lambda execute info",
+            "lambda result error",
+            "serving api_response warn",
+        ],
+    );
+    h.stop().await;
+}
