@@ -11,8 +11,8 @@
 //!
 //! Resolution (§12.1): `serving.api` → `serving.public` → `serving.shared` → 404. The first
 //! path segment `inbox`, `card` or `health` is reserved (the daemon serves them itself) and
-//! never reaches a route or a file. WebSocket routes (`method: "WS"`) are not served yet: an
-//! HTTP request never matches them and an upgrade request to one answers 501.
+//! never reaches a route or a file. WebSocket routes (`method: "WS"`) answer upgrades only
+//! (see `ws`); a plain HTTP request never matches them.
 //!
 //! How a request runs. Nothing waits for the agent's store worker (a model turn can hold it
 //! for minutes): the request takes a guest connection to the file on a blocking thread
@@ -179,6 +179,8 @@ struct Slot {
     cache: cache::ResponseCache,
     /// Open inbound WebSockets by connection id.
     connections: Mutex<HashMap<String, ConnectionInfo>>,
+    /// How `ws_send`/`ws_disconnect` reach an open inbound connection's task, by its id.
+    outlets: Mutex<HashMap<String, tokio::sync::mpsc::Sender<ws::Outgoing>>>,
     /// Flipped when the slot is released: every open connection closes (1001).
     closers: tokio::sync::watch::Sender<bool>,
 }
@@ -296,6 +298,64 @@ impl Serving {
         open
     }
 
+    /// The outlet of the agent's open inbound connection `connection_id`, if any.
+    fn outlet(
+        &self,
+        agent_id: &str,
+        connection_id: &str,
+    ) -> Option<tokio::sync::mpsc::Sender<ws::Outgoing>> {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(agent_id)
+            .cloned()?;
+        slot.outlets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(connection_id)
+            .cloned()
+    }
+
+    /// Whether the agent has the open inbound connection `connection_id`.
+    pub fn has_connection(&self, agent_id: &str, connection_id: &str) -> bool {
+        self.outlet(agent_id, connection_id).is_some()
+    }
+
+    /// `ws_send` on an inbound connection: sends one text or binary frame and returns once
+    /// it is written to the socket (or why it could not be).
+    pub async fn send(
+        &self,
+        agent_id: &str,
+        connection_id: &str,
+        frame: tokio_tungstenite::tungstenite::Message,
+    ) -> Result<(), String> {
+        use tokio_tungstenite::tungstenite::Message as Frame;
+        let frame = match frame {
+            Frame::Text(text) => axum::extract::ws::Message::Text(text.as_str().into()),
+            Frame::Binary(bytes) => axum::extract::ws::Message::Binary(bytes.to_vec().into()),
+            _ => return Err("only text and binary frames can be sent".into()),
+        };
+        let outlet = self
+            .outlet(agent_id, connection_id)
+            .ok_or_else(|| format!("no open inbound connection '{connection_id}'"))?;
+        let (written, outcome) = tokio::sync::oneshot::channel();
+        outlet
+            .send(ws::Outgoing::Frame(frame, written))
+            .await
+            .map_err(|_| format!("the connection '{connection_id}' closed"))?;
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(format!("the connection '{connection_id}' closed")))
+    }
+
+    /// `ws_disconnect` on an inbound connection: closes it with 1000; false when the agent
+    /// has no open inbound connection by that id.
+    pub fn disconnect(&self, agent_id: &str, connection_id: &str) -> bool {
+        self.outlet(agent_id, connection_id)
+            .is_some_and(|outlet| outlet.try_send(ws::Outgoing::Close).is_ok())
+    }
+
     /// Agents that hold serving state now (a sandbox or cached responses).
     pub fn holding(&self) -> Vec<String> {
         let mut ids: Vec<String> = self
@@ -321,6 +381,7 @@ impl Serving {
                 files: kept::KeptFiles::default(),
                 cache: cache::ResponseCache::default(),
                 connections: Mutex::new(HashMap::new()),
+                outlets: Mutex::new(HashMap::new()),
                 closers: tokio::sync::watch::channel(false).0,
             })
         }))

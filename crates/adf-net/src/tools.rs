@@ -6,8 +6,11 @@
 //! An ad-hoc `ws_connect` (by `url`) with `persist` (the default) is saved to `ws_connections`
 //! once it is open: one config write through the store's checked path
 //! (`AdfFile::config_write_checked`, as the caller), on a guest connection, since the detached
-//! part runs outside the store transaction. Not done yet, said so in the results: `ws_send` on
-//! an inbound connection.
+//! part runs outside the store transaction.
+//!
+//! `ws_send` and `ws_disconnect` take the id of an inbound connection (a client of the
+//! agent's `WS` route, the `connection_id` of its route lambda's events) as well as an
+//! outbound one; `ws_connections` lists both.
 
 use std::sync::{Arc, OnceLock};
 
@@ -278,7 +281,7 @@ impl Tool for WsSend {
         "ws_send"
     }
     fn description(&self) -> &'static str {
-        "Send one text (default) or binary frame over an open outbound WebSocket connection."
+        "Send one text (default) or binary frame over an open WebSocket connection (inbound or outbound)."
     }
     fn parameters(&self) -> Value {
         json!({
@@ -320,11 +323,15 @@ impl Tool for WsSend {
                     Message::Binary(bytes) => bytes.len(),
                     _ => 0,
                 };
-                tools
-                    .outbound
-                    .send(&agent, &connection, frame)
-                    .await
-                    .map_err(ToolError::invalid)?;
+                match tools
+                    .serving
+                    .get()
+                    .filter(|serving| serving.has_connection(&agent, &connection))
+                {
+                    Some(serving) => serving.send(&agent, &connection, frame).await,
+                    None => tools.outbound.send(&agent, &connection, frame).await,
+                }
+                .map_err(ToolError::invalid)?;
                 Ok(json!({ "sent": true, "bytes": bytes }))
             }
             .await;
@@ -394,12 +401,15 @@ impl Tool for WsDisconnect {
             let key = key.ok_or_else(|| {
                 ToolError::invalid("ws_disconnect needs a connection_id or an id")
             })?;
-            if self.0.outbound.disconnect(&agent, &key) {
+            let inbound = self
+                .0
+                .serving
+                .get()
+                .is_some_and(|serving| serving.disconnect(&agent, &key));
+            if inbound || self.0.outbound.disconnect(&agent, &key) {
                 Ok(json!({ "ok": true }))
             } else {
-                Err(ToolError::invalid(format!(
-                    "no open outbound connection '{key}'"
-                )))
+                Err(ToolError::invalid(format!("no open connection '{key}'")))
             }
         });
         Some(done(result))

@@ -43,6 +43,18 @@ pub(crate) struct WsRoute {
     pub(crate) allow_unsigned: bool,
 }
 
+/// What the agent's code asks of an open inbound connection (`ws_send`, `ws_disconnect`).
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// Send the frame, then say whether it was written.
+    Frame(Message, tokio::sync::oneshot::Sender<Result<(), String>>),
+    /// Close the connection normally (1000).
+    Close,
+}
+
+/// Frames from code waiting for an inbound connection's task; a sender beyond it waits.
+const OUTLET_QUEUE: usize = 16;
+
 /// One open inbound connection, as `ws_connections` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
@@ -128,6 +140,11 @@ pub(crate) async fn connection(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(id.clone(), info.clone());
+    let (outlet, mut outgoing) = tokio::sync::mpsc::channel(OUTLET_QUEUE);
+    slot.outlets
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(id.clone(), outlet);
     let mut closed = slot.closers.subscribe();
     if let Some(lambda) = &route.lambda {
         let open = event("open", &id, info.remote_did.as_deref());
@@ -143,6 +160,22 @@ pub(crate) async fn connection(
     loop {
         let message = tokio::select! {
             message = receiver.next() => message,
+            Some(order) = outgoing.recv() => match order {
+                Outgoing::Frame(frame, written) => {
+                    let sent = sender.send(frame).await.map_err(|e| e.to_string());
+                    let failed = sent.is_err();
+                    let _ = written.send(sent);
+                    if failed {
+                        break;
+                    }
+                    continue;
+                }
+                Outgoing::Close => {
+                    let _ = sender.send(Message::Close(Some(CloseFrame { code: 1000, reason: "closed by the agent".into() }))).await;
+                    close_reason = "closed by the agent".into();
+                    break;
+                }
+            },
             _ = closed.changed() => {
                 let _ = sender.send(Message::Close(Some(CloseFrame { code: 1001, reason: "going away".into() }))).await;
                 close_code = 1001;
@@ -260,6 +293,10 @@ fn remember(slot: &Slot, info: &ConnectionInfo) {
 
 fn forget(slot: &Slot, id: &str) {
     slot.connections
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(id);
+    slot.outlets
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(id);

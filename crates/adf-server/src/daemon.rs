@@ -69,6 +69,7 @@ impl Daemon {
         self.hub.outbound().release(id);
         self.hub.streams().release(id);
         self.hub.umbilical().release(id);
+        self.hub.mark_network_released(id);
     }
 
     /// The agent's umbilical replay log after `since`; `None` when `umbilical.log` is off.
@@ -79,6 +80,13 @@ impl Daemon {
         limit: usize,
     ) -> Option<Vec<serde_json::Value>> {
         self.hub.umbilical().events(id, since, limit)
+    }
+
+    /// After a config change at run time: declared `ws_connections` and `stream_bindings`
+    /// follow the new config (removed or disabled ones close, new ones open, changed
+    /// bindings reopen with their new declaration).
+    pub async fn reconcile_network(&self, agent: &Arc<crate::registry::Agent>) {
+        crate::serving::reconcile_configured_connections(&self.hub, agent).await;
     }
 
     /// Applies a changed config's `umbilical.log` to the agent's replay log.

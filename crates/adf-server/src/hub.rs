@@ -45,6 +45,9 @@ pub(crate) struct Hub {
     umbilical: adf_net::umbilical::UmbilicalLogs,
     /// Stream bindings of every agent (`stream_bindings`, `stream_bind`).
     streams: Arc<adf_net::streams::Streams>,
+    /// Agents whose network was released (`off`, unload): leaving `off` opens their
+    /// declared `ws_connections` and `stream_bindings` again.
+    network_released: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Hub {
@@ -101,6 +104,7 @@ impl Hub {
                 outbound,
                 umbilical: adf_net::umbilical::UmbilicalLogs::default(),
                 streams,
+                network_released: std::sync::Mutex::default(),
             }
         })
     }
@@ -159,6 +163,22 @@ impl Hub {
     }
 
     /// Stream bindings of every agent.
+    /// Notes that the agent `id` holds no network resources now (see `network_released`).
+    pub(crate) fn mark_network_released(&self, id: &str) {
+        self.network_released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id.to_owned());
+    }
+
+    /// Whether the agent `id` was released, forgetting it (it is about to reopen).
+    fn take_network_released(&self, id: &str) -> bool {
+        self.network_released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id)
+    }
+
     pub(crate) fn streams(&self) -> &Arc<adf_net::streams::Streams> {
         &self.streams
     }
@@ -246,9 +266,16 @@ impl Hub {
         self.streams.offer_event(&agent.id, event_type, || {
             serde_json::to_value(&envelope).unwrap_or(Value::Null)
         });
-        let releases = envelope.event_type == "agent.unloaded"
-            || (envelope.event_type == "agent.state.changed"
-                && envelope.payload.get("state").and_then(Value::as_str) == Some("off"));
+        let new_state = (envelope.event_type == "agent.state.changed")
+            .then(|| envelope.payload.get("state").and_then(Value::as_str))
+            .flatten()
+            .map(str::to_owned);
+        let releases =
+            envelope.event_type == "agent.unloaded" || new_state.as_deref() == Some("off");
+        if envelope.event_type == "agent.loaded" {
+            // A load opens what the config declares itself.
+            self.take_network_released(&agent.id);
+        }
         // Publishing while holding the allocator keeps seq order equal to cursor order.
         self.events.publish(envelope);
         drop(seq);
@@ -256,7 +283,17 @@ impl Hub {
             // STL-04: an agent that goes off or unloads releases its MCP server processes
             // and its stream bindings.
             self.streams.release(&agent.id);
+            self.mark_network_released(&agent.id);
             self.mcp.stop_agent(&agent.path).await;
+        } else if new_state.is_some() && self.take_network_released(&agent.id) {
+            // Back from `off`: what load materialized opens again (in the background, as at
+            // load, so the state change never waits for a connect).
+            if let Ok(agent) = self.agent(&agent.id) {
+                let hub = Arc::clone(self);
+                tokio::spawn(async move {
+                    crate::serving::open_configured_connections(&hub, &agent).await;
+                });
+            }
         }
     }
 }

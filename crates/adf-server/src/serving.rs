@@ -198,6 +198,46 @@ pub(crate) async fn open_configured_connections(
     }
 }
 
+/// After a config change at run time: declared bindings end and materialize again from the
+/// new config, connections of `ws_connections` entries now gone or disabled close, and new
+/// or re-enabled entries open (open ones stay: the connect finds them by config id).
+pub(crate) async fn reconcile_configured_connections(
+    hub: &Arc<Hub>,
+    agent: &Arc<crate::registry::Agent>,
+) {
+    let path = agent.path.clone();
+    let config = tokio::task::spawn_blocking(move || {
+        adf_store::AdfFile::open_guest(&path)
+            .and_then(|file| file.config_shared())
+            .map(|config| (*config).clone())
+    })
+    .await;
+    let Ok(Ok(config)) = config else {
+        return;
+    };
+    let wanted: Vec<&str> = config
+        .get("ws_connections")
+        .and_then(Value::as_array)
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| e.get("enabled").and_then(Value::as_bool) != Some(false))
+                .filter_map(|e| e.get("id").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    for open in hub.outbound().list(&agent.id) {
+        // Ad-hoc connections that were not saved have no config id: code owns them.
+        if let Some(config_id) = &open.config_id
+            && !wanted.contains(&config_id.as_str())
+        {
+            hub.outbound().disconnect(&agent.id, &open.id);
+        }
+    }
+    hub.streams().release_declared(&agent.id);
+    open_configured_connections(hub, agent).await;
+}
+
 /// `binding.*` events reach the agent's umbilical through one task, in the order the
 /// bindings emitted them (started at the first event, so a hub built outside a runtime
 /// works).

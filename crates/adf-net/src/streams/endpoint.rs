@@ -42,8 +42,10 @@ impl Source {
     }
 
     /// A buffer for [`Self::next`].
-    pub(super) fn buffer() -> Vec<u8> {
-        vec![0; CHUNK]
+    /// A read buffer of at most `high_water` bytes (`queue_high_water_bytes`): what one
+    /// direction holds between reading a chunk and writing it.
+    pub(super) fn buffer(high_water: usize) -> Vec<u8> {
+        vec![0; CHUNK.min(high_water.max(1))]
     }
 }
 

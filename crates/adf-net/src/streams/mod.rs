@@ -356,6 +356,18 @@ impl Streams {
             .remove(agent_id);
     }
 
+    /// Ends the agent's declared bindings (their config changed; `stream_bind` ones stay):
+    /// [`Streams::materialize`] opens the new declarations afterwards.
+    pub fn release_declared(&self, agent_id: &str) {
+        self.table().retain(|_, binding| {
+            let declared = binding.agent_id == agent_id && binding.declarative;
+            if declared {
+                binding.stop.send_replace(Some(EndReason::Unbound));
+            }
+            !declared
+        });
+    }
+
     fn register(
         &self,
         agent_id: &str,

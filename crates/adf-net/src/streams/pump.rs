@@ -80,8 +80,8 @@ pub(super) async fn run(
     stop: &mut watch::Receiver<Option<EndReason>>,
     emit: &Emit,
 ) -> EndReason {
-    let mut forward = Source::buffer();
-    let mut backward = Source::buffer();
+    let mut forward = Source::buffer(options.queue_high_water_bytes);
+    let mut backward = Source::buffer(options.queue_high_water_bytes);
     let idle = options.idle_timeout;
     let mut idle_at = idle.map(|d| Instant::now() + d);
     let mut summary = options
@@ -101,7 +101,7 @@ pub(super) async fn run(
                 }
             }
             chunk = next_or_pending(&mut a_to_b, &mut forward) => {
-                match moved(binding, &mut a_to_b, chunk, true, options).await {
+                match moved(binding, &mut a_to_b, chunk, true, options, stop).await {
                     Flow::Moved(limit) => {
                         idle_at = idle.map(|d| Instant::now() + d);
                         if let Some(reason) = limit { break reason; }
@@ -114,7 +114,7 @@ pub(super) async fn run(
                 }
             }
             chunk = next_or_pending(&mut b_to_a, &mut backward) => {
-                match moved(binding, &mut b_to_a, chunk, false, options).await {
+                match moved(binding, &mut b_to_a, chunk, false, options, stop).await {
                     Flow::Moved(limit) => {
                         idle_at = idle.map(|d| Instant::now() + d);
                         if let Some(reason) = limit { break reason; }
@@ -140,7 +140,7 @@ pub(super) async fn run(
     // host's reason is the one that counts.
     let reason = stop.borrow().unwrap_or(reason);
     for direction in [a_to_b.as_mut(), b_to_a.as_mut()].into_iter().flatten() {
-        direction.sink.finish().await;
+        let _gave_up = tokio::time::timeout(options.drain_timeout, direction.sink.finish()).await;
     }
     reason
 }
@@ -158,13 +158,14 @@ async fn moved(
     chunk: std::io::Result<Option<Vec<u8>>>,
     forward: bool,
     options: Options,
+    stop: &mut watch::Receiver<Option<EndReason>>,
 ) -> Flow {
     let Some(d) = direction.as_mut() else {
         return Flow::Ended;
     };
     let Ok(Some(mut bytes)) = chunk else {
         // The other side learns the stream ended (a half-close), unless the policy ends all.
-        d.sink.finish().await;
+        let _gave_up = tokio::time::timeout(options.drain_timeout, d.sink.finish()).await;
         *direction = None;
         return Flow::Ended;
     };
@@ -178,7 +179,7 @@ async fn moved(
         }
     }
     let count = bytes.len() as u64;
-    if !bytes.is_empty() && d.sink.write(bytes).await.is_err() {
+    if !bytes.is_empty() && !written(d, bytes, options, stop).await {
         *direction = None;
         return Flow::Ended;
     }
@@ -189,6 +190,35 @@ async fn moved(
     };
     counter.fetch_add(count, Ordering::Relaxed);
     Flow::Moved(limit)
+}
+
+/// Writes one chunk; when the binding is ended meanwhile, the write gets
+/// `drain_timeout_ms` more to finish (a sink that never drains cannot hold the binding).
+async fn written(
+    d: &mut Direction,
+    bytes: Vec<u8>,
+    options: Options,
+    stop: &mut watch::Receiver<Option<EndReason>>,
+) -> bool {
+    let write = d.sink.write(bytes);
+    tokio::pin!(write);
+    tokio::select! {
+        result = &mut write => return result.is_ok(),
+        () = ended(stop) => {}
+    }
+    matches!(
+        tokio::time::timeout(options.drain_timeout, write).await,
+        Ok(Ok(()))
+    )
+}
+
+/// Resolves once the host ends the binding (or drops its handle).
+async fn ended(stop: &mut watch::Receiver<Option<EndReason>>) {
+    while stop.borrow_and_update().is_none() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The first delay before a declared binding reopens, and the longest.

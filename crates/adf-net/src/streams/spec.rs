@@ -247,7 +247,20 @@ pub struct Options {
     pub close_a_on_b_close: bool,
     /// `close_b_on_a_close` (default true).
     pub close_b_on_a_close: bool,
+    /// `queue_high_water_bytes` (default 4 MiB): the most bytes held between the endpoints
+    /// of one direction. The pump reads a chunk only once the previous one is written, so
+    /// the chunk size (at most this) bounds the queue.
+    pub queue_high_water_bytes: usize,
+    /// `drain_timeout_ms` (default 1000): how long a write in progress when the binding
+    /// ends, and the closing of each sink, may take before the binding gives them up.
+    pub drain_timeout: Duration,
 }
+
+/// `queue_high_water_bytes` when the options name none (§5.23).
+const DEFAULT_QUEUE_HIGH_WATER_BYTES: usize = 4 * 1024 * 1024;
+
+/// `drain_timeout_ms` when the options name none (§5.23).
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_millis(1000);
 
 impl Options {
     /// Reads `options` (absent: no limits, both close policies on).
@@ -272,6 +285,12 @@ impl Options {
             flow_summary_interval: number("flow_summary_interval_ms")?.map(Duration::from_millis),
             close_a_on_b_close: flag("close_a_on_b_close"),
             close_b_on_a_close: flag("close_b_on_a_close"),
+            queue_high_water_bytes: number("queue_high_water_bytes")?
+                .map_or(DEFAULT_QUEUE_HIGH_WATER_BYTES, |n| {
+                    usize::try_from(n).unwrap_or(usize::MAX)
+                }),
+            drain_timeout: number("drain_timeout_ms")?
+                .map_or(DEFAULT_DRAIN_TIMEOUT, Duration::from_millis),
         })
     }
 }

@@ -645,3 +645,94 @@ async fn srv_36_a_ws_endpoint_carries_binary_frames_of_an_outbound_connection() 
     rig.streams.release(AGENT);
     rig.outbound.release(AGENT);
 }
+
+#[tokio::test]
+async fn srv_39_queue_high_water_bytes_bounds_what_a_direction_holds() {
+    let rig = Rig::new();
+    let (ws_listener, ws_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let server = tokio::spawn(async move {
+        let stream = accept(&ws_listener).await;
+        tokio_tungstenite::accept_async(stream).await.unwrap()
+    });
+    let spec = OutboundSpec::from_entry(
+        &json!({ "id": "relay", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none", "auto_reconnect": false }),
+        adf_egress::Policy::default(),
+    )
+    .unwrap();
+    let agent = ServedAgent {
+        id: AGENT.to_owned(),
+        path: std::env::temp_dir().join("unused.adf"),
+    };
+    rig.outbound.connect(agent, spec).await.unwrap();
+    let mut peer = server.await.unwrap();
+    rig.bind(
+        &tcp_config(&[right_port]),
+        json!({
+            "a": { "kind": "ws", "connection_id": "relay" }, "b": tcp(right_port),
+            "bidirectional": true, "options": { "queue_high_water_bytes": 3 }
+        }),
+    )
+    .await
+    .unwrap();
+    let mut b = accept(&right).await;
+    b.write_all(b"to the peer").await.unwrap();
+    // Each chunk read from b becomes one frame: none may exceed the high-water mark.
+    let mut got = Vec::new();
+    tokio::time::timeout(SAFETY, async {
+        while got.len() < 11 {
+            match peer.next().await.unwrap().unwrap() {
+                Message::Binary(bytes) => {
+                    assert!(bytes.len() <= 3, "a {}-byte chunk", bytes.len());
+                    got.extend_from_slice(&bytes);
+                }
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, b"to the peer");
+    rig.streams.release(AGENT);
+    rig.outbound.release(AGENT);
+}
+
+#[tokio::test]
+async fn srv_39_drain_timeout_gives_up_a_write_a_sink_never_drains() {
+    let mut rig = Rig::new();
+    let (left, left_port) = listener().await;
+    let mut config = tcp_config(&[left_port]);
+    config["stream_bind"]["host_process_bind"] = json!(true);
+    // `sleep` never reads its stdin: once the pipe is full the pump's write waits forever.
+    let id = rig
+        .bind(
+            &config,
+            json!({ "a": tcp(left_port), "b": { "kind": "process", "command": ["sleep", "600"] },
+                    "options": { "drain_timeout_ms": 20 } }),
+        )
+        .await
+        .unwrap();
+    let mut a = accept(&left).await;
+    tokio::spawn(async move {
+        let _ = a.write_all(&vec![7u8; 4 * 1024 * 1024]).await;
+        a
+    });
+    // A Linux pipe holds 64 KiB: past that the pump is stuck in its write.
+    tokio::time::timeout(SAFETY, async {
+        loop {
+            let moved = rig.streams.list(AGENT)[0]["bytes_a_to_b"]
+                .as_u64()
+                .unwrap_or(0);
+            if moved >= 64 * 1024 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the pipe filled");
+    assert!(rig.streams.unbind(AGENT, &id));
+    let ended = rig.until("binding.terminated").await;
+    assert_eq!(ended["reason"], "unbound");
+}

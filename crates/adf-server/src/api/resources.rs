@@ -64,6 +64,10 @@ pub(super) async fn config_put(
         state.daemon.release_network(&agent.id);
     } else {
         state.daemon.configure_umbilical(&agent.id, &after);
+        let declared = ["ws_connections", "stream_bindings", "stream_bind"];
+        if declared.iter().any(|key| before.get(key) != after.get(key)) {
+            state.daemon.reconcile_network(&agent).await;
+        }
     }
     // A stored state of hibernate (or leaving it) moves the hibernate nudge's wake.
     state.daemon.rearm_timers(&agent).await;

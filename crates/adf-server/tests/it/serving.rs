@@ -709,6 +709,64 @@ async fn srv_04_srv_13_a_ws_route_lambda_gets_open_message_and_close_events() {
     h.stop().await;
 }
 
+/// Pushes `req.query.data` to the inbound connection `req.query.id` (`ws_send`), or closes
+/// it (`ws_disconnect`) when `req.query.close` is set; answers what the tools returned.
+const WS_PUSH: &str = r#"
+export async function push(req) {
+  const inbound = await adf.ws_connections({ direction: "inbound" });
+  if (req.query.close) {
+    const closed = await adf.ws_disconnect({ connection_id: req.query.id });
+    return { status: 200, body: { inbound, closed } };
+  }
+  const sent = await adf.ws_send({ connection_id: req.query.id, data: req.query.data });
+  return { status: 200, body: { inbound, sent } };
+}
+"#;
+
+#[tokio::test]
+async fn srv_31_srv_32_ws_send_and_ws_disconnect_reach_an_inbound_connection() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[("lib/ws.ts", WS_LAMBDA), ("lib/push.ts", WS_PUSH)],
+        &[
+            ("handle", json!("web")),
+            (
+                "serving.api",
+                json!([
+                    { "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" },
+                    { "method": "GET", "path": "/push", "lambda": "lib/push.ts:push" }
+                ]),
+            ),
+            ("tools.ws_send.enabled", json!(true)),
+            ("tools.ws_disconnect.enabled", json!(true)),
+            ("tools.ws_connections.enabled", json!(true)),
+        ],
+    );
+    load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/live").await;
+    let open = ws_json(&mut socket).await;
+    let id = open["connection_id"].as_str().unwrap().to_owned();
+
+    let pushed = get(&h, &format!("/agents/web/push?id={id}&data=from-the-agent")).await;
+    assert_eq!(pushed.status, 200, "{}", pushed.text());
+    let body = pushed.json();
+    assert_eq!(body["sent"]["sent"], true, "{body}");
+    let listed = body["inbound"]["connections"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{body}");
+    assert_eq!(listed[0]["connection_id"], id.as_str());
+    assert_eq!(ws_next(&mut socket).await, Ok("from-the-agent".to_owned()));
+
+    let unknown = get(&h, "/agents/web/push?id=ws_nobody&data=x").await;
+    assert_ne!(unknown.status, 200, "{}", unknown.text());
+
+    let closed = get(&h, &format!("/agents/web/push?id={id}&close=1")).await;
+    assert_eq!(closed.json()["closed"]["ok"], true, "{}", closed.text());
+    assert_eq!(ws_next(&mut socket).await, Err(1000));
+    h.stop().await;
+}
+
 fn alf_message(to: &str, content: &str) -> Value {
     json!({
         "version": "1.0", "network": "devnet",

@@ -229,6 +229,115 @@ async fn srv_41_stl_04_declared_bindings_run_from_load_until_off() {
     h.stop().await;
 }
 
+/// A plain WebSocket server on 127.0.0.1 that reports each connection it accepts and keeps
+/// it open until the client leaves.
+async fn counting_ws_server() -> (u16, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use futures::StreamExt as _;
+    let (listener, port) = listener().await;
+    let (accepted, seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let accepted = accepted.clone();
+            tokio::spawn(async move {
+                if let Ok(mut socket) = tokio_tungstenite::accept_async(socket).await {
+                    let _ = accepted.send(());
+                    while let Some(Ok(_)) = socket.next().await {}
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+async fn set_state(h: &Harness, agent: &Agent, state: &str) {
+    h.client
+        .call(
+            Method::POST,
+            &format!("/agents/{}/state", agent.id),
+            Some(&json!({ "state": state })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn srv_41_stl_04_leaving_off_and_a_config_change_materialize_declared_network_again() {
+    let h = Harness::start().await;
+    let (left, left_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let (third, third_port) = listener().await;
+    let (ws_port, mut ws_accepted) = counting_ws_server().await;
+    let path = agent_file(
+        h.dir.path(),
+        "comeback",
+        &[],
+        &[
+            ("handle", json!("comeback")),
+            ("stream_bind", gates(&[left_port, right_port, third_port])),
+            (
+                "stream_bindings",
+                json!([{ "id": "pipe", "a": tcp(left_port), "b": tcp(right_port), "bidirectional": true }]),
+            ),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none", "enabled": true }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    tokio::time::timeout(SAFETY, ws_accepted.recv())
+        .await
+        .unwrap()
+        .unwrap();
+
+    set_state(&h, &agent, "off").await;
+    assert!(read_to_end(&mut a).await.is_empty(), "off closed a");
+    assert!(read_to_end(&mut b).await.is_empty(), "off closed b");
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+
+    set_state(&h, &agent, "active").await;
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    a.write_all(b"again").await.unwrap();
+    assert_eq!(read_exactly(&mut b, 5).await, b"again");
+    tokio::time::timeout(SAFETY, ws_accepted.recv())
+        .await
+        .expect("the ws connection opened again")
+        .unwrap();
+    wait_for("the outbound connection listed", || async {
+        h.server.daemon.outbound_connections(&agent.id).len() == 1
+    })
+    .await;
+
+    // A config change at run time: the binding follows its new declaration.
+    let current = h
+        .client
+        .call(Method::GET, &format!("/agents/{}/config", agent.id), None)
+        .await
+        .unwrap();
+    let mut config = current["config"].clone();
+    config["stream_bindings"][0]["b"] = tcp(third_port);
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    assert!(read_to_end(&mut b).await.is_empty(), "the old b closed");
+    assert!(read_to_end(&mut a).await.is_empty(), "the old a closed");
+    let mut a = accept(&left).await;
+    let mut c = accept(&third).await;
+    a.write_all(b"moved").await.unwrap();
+    assert_eq!(read_exactly(&mut c, 5).await, b"moved");
+    // The unchanged ws_connections entry kept its one connection.
+    assert_eq!(h.server.daemon.outbound_connections(&agent.id).len(), 1);
+    h.stop().await;
+}
+
 /// The agent's `turn.delta` events through an umbilical endpoint bound to a local socket.
 #[tokio::test]
 async fn umbilical_stream_deltas_reach_the_umbilical_as_turn_delta_events() {
