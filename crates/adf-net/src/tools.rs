@@ -82,7 +82,8 @@ fn agent_id(config: &Value) -> Result<String, ToolError> {
         .ok_or_else(|| ToolError::new(ErrorCode::InternalError, "the agent has no config id"))
 }
 
-fn done(result: Result<Value, ToolError>) -> Detached {
+/// A detached tool's answer that needs no log row or delivery.
+pub(crate) fn done(result: Result<Value, ToolError>) -> Detached {
     Box::pin(async move {
         DetachedOutcome {
             result,
@@ -92,7 +93,8 @@ fn done(result: Result<Value, ToolError>) -> Detached {
     })
 }
 
-fn not_in_transaction(name: &str) -> ToolError {
+/// The answer of a detached tool asked to run inside the store transaction.
+pub(crate) fn not_in_transaction(name: &str) -> ToolError {
     ToolError::new(
         ErrorCode::InternalError,
         format!("{name} runs outside the store transaction (ToolRegistry::detach)"),

@@ -10,6 +10,7 @@ use adf_runtime::tools::{
 };
 
 use super::{BindRequest, StreamError, Streams};
+use crate::tools::{done, not_in_transaction};
 
 /// The three stream tools over one [`Streams`].
 #[derive(Debug, Clone)]
@@ -43,23 +44,6 @@ fn tool_error(error: StreamError) -> ToolError {
         StreamError::NotSupported(why) => ToolError::new(ErrorCode::Disabled, why),
         StreamError::Failed(why) => ToolError::new(ErrorCode::ToolError, why),
     }
-}
-
-fn detached(result: Result<Value, ToolError>) -> Detached {
-    Box::pin(async move {
-        DetachedOutcome {
-            result,
-            logs: Vec::new(),
-            deliveries: Vec::new(),
-        }
-    })
-}
-
-fn not_in_transaction(name: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::InternalError,
-        format!("{name} runs outside the store transaction (ToolRegistry::detach)"),
-    )
 }
 
 struct StreamBind(StreamTools);
@@ -162,7 +146,7 @@ impl Tool for StreamUnbind {
                 Err(ToolError::invalid(format!("no stream binding '{id}'")))
             }
         });
-        Some(detached(result))
+        Some(done(result))
     }
 }
 
@@ -186,6 +170,6 @@ impl Tool for StreamBindingsTool {
     }
     fn detach(&self, config: &Value, _caller: &Caller, _args: Value) -> Option<Detached> {
         let result = agent_id(config).map(|agent| json!({ "bindings": self.0.0.list(&agent) }));
-        Some(detached(result))
+        Some(done(result))
     }
 }
