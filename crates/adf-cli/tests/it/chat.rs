@@ -300,7 +300,8 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
     let id = loaded.id.clone();
     let mut published = daemon.events().watch();
     let mut cmd = adf(&agent);
-    cmd.args(["--url", &server.url(), "chat", &id, "Say hello."]);
+    // A nanoid may start with '-': `--` keeps clap from reading it as a flag (about 1 run in 64).
+    cmd.args(["--url", &server.url(), "chat", "--", &id, "Say hello."]);
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap();
