@@ -17,4 +17,5 @@ mod migrate;
 mod open;
 mod owner_views;
 mod protection;
+mod row_keys;
 mod unsupported;
