@@ -1,6 +1,8 @@
 //! `adf_store::unsupported::UNIMPLEMENTED_TOOLS` (what `adf check`, `adf review` and the
 //! load warnings call "not implemented") matches the registry: every default tool is either
 //! registered or on the list, and nothing on the list is registered.
+//! Also: removed tools stay out of the catalog (TOL-14) and the turn tools keep their parameter
+//! names (TOL-59).
 use adf_runtime::tools::ToolRegistry;
 use adf_store::defaults::DEFAULT_TOOLS;
 use adf_store::unsupported::UNIMPLEMENTED_TOOLS;
@@ -33,6 +35,40 @@ fn the_unimplemented_tool_list_matches_the_registry() {
         assert!(
             registered.contains(&name) || UNIMPLEMENTED_TOOLS.contains(&name),
             "{name} is neither registered nor listed as unimplemented"
+        );
+    }
+}
+
+#[test]
+fn tol_14_removed_tools_are_neither_registered_nor_declared() {
+    let registry = ToolRegistry::with_builtins();
+    let registered: Vec<&str> = registry.names().collect();
+    let declared: Vec<&str> = DEFAULT_TOOLS.iter().map(|(name, ..)| *name).collect();
+    for removed in ["respond", "loop_read", "loop_stats", "archive_read"] {
+        assert!(!registered.contains(&removed), "{removed} is registered");
+        assert!(
+            !declared.contains(&removed),
+            "{removed} is a default declaration"
+        );
+    }
+}
+
+#[test]
+fn tol_59_say_takes_message_and_ask_takes_question() {
+    let registry = ToolRegistry::with_builtins();
+    for (tool, parameter) in [("say", "message"), ("ask", "question")] {
+        let schema = registry
+            .get(tool)
+            .unwrap_or_else(|| panic!("{tool} is not registered"))
+            .parameters();
+        assert!(
+            schema["properties"].get(parameter).is_some(),
+            "{tool} lacks `{parameter}`: {schema}"
+        );
+        let required = schema["required"].as_array().cloned().unwrap_or_default();
+        assert!(
+            required.iter().any(|r| r == parameter),
+            "{tool} does not require `{parameter}`: {schema}"
         );
     }
 }
