@@ -533,6 +533,13 @@ fn every_row_of_the_command_table_runs() {
         ("config get model.temperature", 0, "0.7\n"),
         ("status | head -1", 0, "state: active\n"),
         ("state", 0, "active\n"),
+        // Both read the stored state that `state X` (sys_set_state) just wrote.
+        ("state hibernate >/dev/null && state", 0, "hibernate\n"),
+        (
+            "state idle >/dev/null && status | head -1",
+            0,
+            "state: idle\n",
+        ),
         (
             "meta set k v && meta get k && meta incr n 2 && meta incr n 3",
             0,

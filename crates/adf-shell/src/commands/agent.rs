@@ -919,12 +919,10 @@ pub(crate) fn config(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Res
 }
 
 pub(crate) fn status(shell: &mut Shell<'_>, _: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let state = shell
-        .host
-        .call("sys_get_meta", json!({ "key": "adf_state" }))
-        .ok()
-        .and_then(|v| v.get("value").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| "active".into());
+    let state = match current_state(shell) {
+        Ok(state) => state,
+        Err(message) => return Ok(io.fail("status", message)),
+    };
     let files = shell
         .host
         .call("fs_list", json!({}))
@@ -957,28 +955,26 @@ pub(crate) fn state(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resu
             }
             Err(error) => Ok(io.fail("state", error.message)),
         },
-        None => match shell
-            .host
-            .call("sys_get_meta", json!({ "key": "adf_state" }))
-        {
-            Ok(value) => {
-                let state = value
-                    .get("value")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| match &value {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    });
+        None => match current_state(shell) {
+            Ok(state) => {
                 io.out.push_str(&format!("{state}\n"));
                 Ok(0)
             }
-            Err(_) => {
-                io.out.push_str("active\n");
-                Ok(0)
-            }
+            Err(message) => Ok(io.fail("state", message)),
         },
     }
+}
+
+/// The agent's stored state: `config.state` (§6), which `sys_set_state` writes; a config
+/// without one is active.
+fn current_state(shell: &mut Shell<'_>) -> Result<String, String> {
+    let config = config_value(shell, None)?;
+    let config = config.get("config").unwrap_or(&config);
+    Ok(config
+        .get("state")
+        .and_then(Value::as_str)
+        .unwrap_or("active")
+        .to_owned())
 }
 
 pub(crate) fn meta(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {

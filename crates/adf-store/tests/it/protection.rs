@@ -829,3 +829,76 @@ fn aud_22_max_rows_bounds_the_table_and_null_is_unbounded() {
     assert_eq!(logged_under(json!({ "max_rows": 10 }), &rows).len(), 10);
     assert_eq!(logged_under(json!({ "max_rows": null }), &rows).len(), 25);
 }
+
+/// `adf_*` string literals in the runtime's sources that are not meta keys, with why.
+const NOT_META_KEYS: [(&str, &str); 5] = [
+    ("adf_session", "the daemon's session cookie name"),
+    ("adf_legacy_cleanup", "a savepoint name in the migrations"),
+    ("adf_archive", "a legacy table the migrations drop"),
+    ("adf_peers", "a legacy table the migrations drop"),
+    ("adf_future", "a table name a store unit test refuses"),
+];
+
+fn rust_sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn met_01_every_adf_key_the_runtime_names_is_in_the_registry() {
+    // Tables and indexes are the other `adf_*` names in the code; read them off a new file.
+    let (_dir, _path, file) = common::new_file("met01");
+    let schema_names: Vec<String> = file
+        .connection()
+        .prepare("SELECT name FROM sqlite_master")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let tool_names: Vec<&str> = adf_store::defaults::DEFAULT_TOOLS
+        .iter()
+        .map(|(name, ..)| *name)
+        .collect();
+    let registry: Vec<&str> = adf_store::meta::REGISTRY.iter().map(|(k, _)| *k).collect();
+
+    let crates_dir = common::repo_root().join("crates");
+    let mut sources = Vec::new();
+    for krate in std::fs::read_dir(&crates_dir).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if src.is_dir() {
+            rust_sources(&src, &mut sources);
+        }
+    }
+    assert!(sources.len() > 50, "found only {} sources", sources.len());
+    let mut strays = Vec::new();
+    for path in &sources {
+        let text = std::fs::read_to_string(path).unwrap();
+        for (start, _) in text.match_indices("\"adf_") {
+            let name: String = text[start + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // A bare "adf_" is the prefix itself (prefix checks), not a key.
+            if name.len() > "adf_".len()
+                && text[start + 1 + name.len()..].starts_with('"')
+                && !registry.contains(&name.as_str())
+                && !schema_names.contains(&name)
+                && !tool_names.contains(&name.as_str())
+                && !NOT_META_KEYS.iter().any(|(n, _)| *n == name)
+            {
+                strays.push(format!("{}: {name}", path.display()));
+            }
+        }
+    }
+    assert!(
+        strays.is_empty(),
+        "adf_* names outside the registry: {strays:#?}"
+    );
+}
