@@ -548,7 +548,7 @@ async fn cod_36_authorized_bypass_examples() {
 }
 
 #[tokio::test]
-async fn cod_36_protection_method_examples() {
+async fn cod_36_fil_16_protection_method_examples_and_refusal_from_unauthorized_code() {
     let (_d, _p, mut file) = new_agent();
     put(&mut file, "config/production.json", "{}", false);
     put(&mut file, "lib/handler.ts", "export const v = 1", false);

@@ -1383,7 +1383,7 @@ fn cfg_29_secrets_are_redacted_and_keys_kept() {
 }
 
 #[test]
-fn cfg_30_cfg_31_sections() {
+fn cfg_30_cfg_31_tol_51_sections_and_the_tools_section() {
     let (_dir, mut file) = agent();
     let before = digest(&file);
     let config = file.config().unwrap();
@@ -1411,6 +1411,14 @@ fn cfg_30_cfg_31_sections() {
     assert_eq!(update_tool["restricted"], json!(true));
     assert_eq!(update_tool["source"], json!("builtin"));
     assert_eq!(update_tool["implemented"], json!(true));
+    // TOL-51: a disabled, hidden tool is listed with its description and schema too.
+    assert!(
+        fs_delete["description"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty()),
+        "{fs_delete}"
+    );
+    assert_eq!(fs_delete["parameters"]["type"], json!("object"));
     assert_eq!(update_tool["parameters"]["required"], json!(["path"]));
     assert_eq!(
         find("sys_get_config")["parameters"]["properties"]["section"]["enum"][3],
