@@ -174,7 +174,7 @@ async fn cod_03_say_and_ask_excluded() {
 }
 
 #[tokio::test]
-async fn cod_04_loop_compact_and_clear_refused_with_the_guides_reason() {
+async fn cod_04_aud_04_loop_compact_and_clear_refused_with_the_guides_reason() {
     let (_d, _p, mut file) = new_agent();
     let env = env().await;
     let before = digest(&file);
