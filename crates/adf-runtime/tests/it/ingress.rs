@@ -1,5 +1,6 @@
 //! Mesh ingress on the recipient's file (`messaging::receive::accept`): what a signature that
-//! does not verify, or one in an algorithm ALF does not define, does to an inbound message.
+//! does not verify, one in an algorithm ALF does not define, or a missing payload signature the
+//! agent requires does to an inbound message.
 use crate::common::{digest, new_agent};
 
 use adf_crypto::alf;
@@ -111,4 +112,50 @@ fn msg_13_a_signature_that_does_not_verify_is_refused_403_and_an_rsa_one_400() {
         assert_eq!(digest(&file), unchanged, "{case}: the file changed");
     }
     assert_eq!(file.table_rows("adf_inbox", 100).unwrap().len(), 1);
+}
+
+#[test]
+fn msg_12_require_payload_signature_refuses_a_message_signed_only_outside() {
+    let (dir, _path, mut file) = new_agent();
+    let home = RuntimeHome::at(dir.path().join("home"));
+    home.init_owner(false).unwrap();
+    let keys = LocalKeys::from_home(&home).unwrap();
+    identity::provision_new(&mut file, &keys).unwrap();
+    let me = agent_did(&file).unwrap().unwrap();
+    let sender = adf_crypto::SigningKey::from_bytes(&[7u8; 32]);
+    // The message layer stays signed (so the outer check passes); only the payload is bare.
+    let outer_only = || {
+        let mut wire = signed_message(&sender, &me);
+        wire["payload"].as_object_mut().unwrap().remove("signature");
+        alf::sign_message(wire.as_object_mut().unwrap(), &sender);
+        wire
+    };
+
+    // Without the setting such a message is taken.
+    assert!(!deliver(&mut file, &keys, &outer_only()).unwrap().duplicate);
+
+    file.config_set_path(
+        adf_store::Caller::Owner,
+        "security.require_payload_signature",
+        adf_store::ConfigAction::Set,
+        json!(true),
+    )
+    .unwrap();
+    let unchanged = digest(&file);
+    let refusal = deliver(&mut file, &keys, &outer_only()).unwrap_err();
+    assert_eq!(refusal.status, 403, "{refusal}");
+    assert!(refusal.reason.to_lowercase().contains("payload"), "{refusal}");
+    assert_eq!(
+        digest(&file),
+        unchanged,
+        "a refused message changed the file"
+    );
+
+    // A message signed on both layers still arrives.
+    assert!(
+        !deliver(&mut file, &keys, &signed_message(&sender, &me))
+            .unwrap()
+            .duplicate
+    );
+    assert_eq!(file.table_rows("adf_inbox", 100).unwrap().len(), 2);
 }
