@@ -721,6 +721,92 @@ export async function main(event) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_19_msg_23_msg_25_msg_26_msg_send_checks_its_arguments_before_anything_is_stored() {
+    let h = Harness::start().await;
+    let alice = load(&h, &messaging_agent(&h, "alice", &[])).await;
+    let bob = load(&h, &messaging_agent(&h, "bob", &[])).await;
+    let stranger = adf_crypto::did_from_public(&foreign_key().verifying_key());
+    let form = adf_runtime::messaging::send::FORM_CONTENT_TYPE;
+    let refused = [
+        // MSG-19: a remote DID needs an http(s) inbox URL as its address.
+        (
+            "no-address",
+            json!({ "recipient": stranger, "content": "hi" }),
+        ),
+        (
+            "bad-address",
+            json!({ "recipient": stranger, "address": "not a url", "content": "hi" }),
+        ),
+        (
+            "ftp-address",
+            json!({ "recipient": stranger, "address": "ftp://127.0.0.1/inbox", "content": "hi" }),
+        ),
+        ("no-content", json!({ "recipient": "bob" })),
+        // MSG-26: no intent or trace_id parameters.
+        (
+            "intent",
+            json!({ "recipient": "bob", "content": "hi", "intent": "inform" }),
+        ),
+        (
+            "trace",
+            json!({ "recipient": "bob", "content": "hi", "trace_id": "t1" }),
+        ),
+        // MSG-25: the content must match its declared type.
+        (
+            "bad-json",
+            json!({ "recipient": "bob", "content": "{nope", "content_type": "application/json" }),
+        ),
+        (
+            "empty-form",
+            json!({ "recipient": "bob", "content": "{}", "content_type": form }),
+        ),
+        (
+            "not-a-type",
+            json!({ "recipient": "bob", "content": "hi", "content_type": "plain" }),
+        ),
+    ];
+    for (name, args) in refused {
+        check_send(&h, &alice, name, args, "code", "INVALID_INPUT").await;
+    }
+    assert!(
+        rows(&alice, Mailbox::Outbox).await.is_empty(),
+        "a refused send stored a row"
+    );
+    assert!(rows(&bob, Mailbox::Inbox).await.is_empty());
+
+    // MSG-23: `content` is the body; `payload` is accepted as its alias.
+    check_send(
+        &h,
+        &alice,
+        "alias",
+        json!({ "recipient": "bob", "payload": "via the alias" }),
+        "status",
+        "delivered",
+    )
+    .await;
+    let form_content = json!({ "questions": [{ "id": "q1", "text": "ok?" }] }).to_string();
+    check_send(
+        &h,
+        &alice,
+        "form",
+        json!({ "recipient": "bob", "content": form_content, "content_type": form }),
+        "status",
+        "delivered",
+    )
+    .await;
+    let mut contents: Vec<String> = rows(&bob, Mailbox::Inbox)
+        .await
+        .into_iter()
+        .map(|r| r["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    contents.sort();
+    let mut expected = vec!["via the alias".to_owned(), form_content];
+    expected.sort();
+    assert_eq!(contents, expected);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_sending_to_each_other_at_once_both_deliver() {
     let h = Harness::start().await;
     let alice = load(&h, &messaging_agent(&h, "alice", &[])).await;
