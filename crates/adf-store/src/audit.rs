@@ -35,7 +35,7 @@ pub struct AuditInfo {
 /// compaction) and read rarely: on 60 KB of text quality 3 took a quarter of quality 5's time
 /// for output 8 % larger, and a loop clear's snapshot was the largest single cost of the turn
 /// bench (BENCHMARKS.md, "Where a turn's time goes").
-const AUDIT_BROTLI_QUALITY: u32 = 3;
+const AUDIT_BROTLI_QUALITY: u32 = 0;
 
 /// Compresses JSON with brotli at a quality that favours speed (quality 3, see the constant).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {

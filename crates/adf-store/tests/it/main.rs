@@ -17,4 +17,5 @@ mod migrate;
 mod open;
 mod owner_views;
 mod protection;
+mod turn_path;
 mod unsupported;
