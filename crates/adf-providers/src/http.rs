@@ -384,7 +384,7 @@ pub(crate) fn messages_json(
     system: Option<&str>,
     messages: &[Message],
     encode: impl Fn(&Message, &mut Vec<serde_json::Value>),
-) -> Result<Box<RawValue>, serde_json::Error> {
+) -> Result<String, serde_json::Error> {
     fn push(out: &mut String, fragment: &str) {
         if fragment.is_empty() {
             return;
@@ -448,34 +448,32 @@ pub(crate) fn messages_json(
         system,
         entries,
     });
-    RawValue::from_string(out)
+    Ok(out)
 }
 
 /// Serializes a request body built with `null` placeholders, writing each `(key, json)` of
-/// `fill` in its key's place (key order and bytes as if the values had been in the body).
+/// `fill` in its key's place: the bytes serde_json writes for the whole body (compact, keys in
+/// order), with the kept JSON copied in rather than parsed again to be embedded.
 pub(crate) fn encode_filled(
     body: &serde_json::Value,
-    fill: &[(&str, &RawValue)],
+    fill: &[(&str, &str)],
 ) -> Result<Vec<u8>, serde_json::Error> {
-    struct Filled<'a> {
-        body: &'a serde_json::Map<String, serde_json::Value>,
-        fill: &'a [(&'a str, &'a RawValue)],
-    }
-    impl serde::Serialize for Filled<'_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            use serde::ser::SerializeMap;
-            let mut map = s.serialize_map(Some(self.body.len()))?;
-            for (key, value) in self.body {
-                match self.fill.iter().find(|(name, _)| name == key) {
-                    Some((_, json)) => map.serialize_entry(key, json)?,
-                    None => map.serialize_entry(key, value)?,
-                }
-            }
-            map.end()
+    let serde_json::Value::Object(map) = body else {
+        return serde_json::to_vec(body);
+    };
+    let mut out = Vec::with_capacity(512 + fill.iter().map(|(_, json)| json.len()).sum::<usize>());
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, key)?;
+        out.push(b':');
+        match fill.iter().find(|(name, _)| name == key) {
+            Some((_, json)) => out.extend_from_slice(json.as_bytes()),
+            None => serde_json::to_writer(&mut out, value)?,
         }
     }
-    match body {
-        serde_json::Value::Object(body) => serde_json::to_vec(&Filled { body, fill }),
-        other => serde_json::to_vec(other),
-    }
+    out.push(b'}');
+    Ok(out)
 }

@@ -364,9 +364,9 @@ impl HttpProvider {
             }
         }
         .map_err(config_error)?;
-        let mut fill: Vec<(&str, &serde_json::value::RawValue)> = vec![("messages", &messages)];
+        let mut fill: Vec<(&str, &str)> = vec![("messages", &messages)];
         if let Some(tools) = &tools {
-            fill.push(("tools", tools));
+            fill.push(("tools", tools.get()));
         }
         http::encode_filled(&self.build_body(req, true), &fill).map_err(config_error)
     }
