@@ -365,10 +365,10 @@ async fn agent_turns_while(
     let mut n = 0u64;
     while keep_going(n) {
         // Agents take turns with the runtime's threads between turns, as a daemon's agents
-        // do while they wait for their next trigger. Without it, a task that never waits
-        // (the provider answers at once) ran until tokio's cooperative budget ran out in
-        // the file lock, and the turn cut there carried the bursts of every other agent on
-        // its thread: that, not the turn's own work, was the 10-agent p99 (36–40 ms).
+        // do while they wait for their next trigger. Without it a task that never waits (the
+        // provider answers at once) yields only when tokio's cooperative budget runs out in
+        // the file lock, mid-turn, and that turn's latency then holds the turns of the other
+        // agents on its thread.
         tokio::task::yield_now().await;
         let start = Instant::now();
         executor
