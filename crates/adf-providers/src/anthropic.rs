@@ -108,10 +108,21 @@ pub(crate) fn tool_json(t: &ToolSpec) -> Value {
     json!({"name": t.name, "description": t.description, "input_schema": t.input_schema})
 }
 
-/// The JSON body of a streaming `POST /v1/messages`. With `tools_placeholder` the `tools`
-/// entry is `null` in its place, for the caller to fill with the list it serialized once
-/// ([`crate::http::ToolsJson`]).
-pub(crate) fn build_body(req: &ChatRequest, prompt_cache: bool, tools_placeholder: bool) -> Value {
+/// One message as the format sends it, or `None` when nothing of it can be sent.
+pub(crate) fn message_json(m: &super::types::Message) -> Option<Value> {
+    let content: Vec<Value> = m.content.iter().filter_map(block).collect();
+    (!content.is_empty()).then(|| {
+        json!({
+            "role": match m.role { Role::User => "user", Role::Assistant => "assistant" },
+            "content": content,
+        })
+    })
+}
+
+/// The JSON body of a streaming `POST /v1/messages`. With `placeholders` the `messages` and
+/// `tools` entries are `null` in their places, for the caller to fill with the JSON it keeps
+/// ([`crate::http::messages_json`], [`crate::http::ToolsJson`]).
+pub(crate) fn build_body(req: &ChatRequest, prompt_cache: bool, placeholders: bool) -> Value {
     let p = &req.params;
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -136,22 +147,14 @@ pub(crate) fn build_body(req: &ChatRequest, prompt_cache: bool, tools_placeholde
         }
         body.insert("system".into(), json!([block]));
     }
-    let messages: Vec<Value> = req
-        .messages
-        .iter()
-        .filter_map(|m| {
-            let content: Vec<Value> = m.content.iter().filter_map(block).collect();
-            (!content.is_empty()).then(|| {
-                json!({
-                    "role": match m.role { Role::User => "user", Role::Assistant => "assistant" },
-                    "content": content,
-                })
-            })
-        })
-        .collect();
-    body.insert("messages".into(), Value::Array(messages));
+    let messages = if placeholders {
+        Value::Null
+    } else {
+        Value::Array(req.messages.iter().filter_map(message_json).collect())
+    };
+    body.insert("messages".into(), messages);
     if !req.tools.is_empty() {
-        let tools = if tools_placeholder {
+        let tools = if placeholders {
             Value::Null
         } else {
             Value::Array(req.tools.iter().map(tool_json).collect())

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use zeroize::Zeroizing;
 
 use super::error::ProviderError;
-use super::types::{StreamEvent, ToolSpec};
+use super::types::{Message, StreamEvent, ToolSpec};
 use super::{EventStream, ProviderKind};
 
 /// An API key. Zeroized on drop; `Debug` never shows it; the only way out is
@@ -365,32 +365,115 @@ impl ToolsJson {
     }
 }
 
-/// Serializes a request body built with a `tools: null` placeholder, writing `tools` in its
-/// place (key order and bytes as if the list had been in the body).
-pub(crate) fn encode_with_tools(
-    body: &serde_json::Value,
-    tools: &RawValue,
-) -> Result<Vec<u8>, serde_json::Error> {
-    struct WithTools<'a> {
-        body: &'a serde_json::Map<String, serde_json::Value>,
-        tools: &'a RawValue,
+/// What a [`crate::WireCache`] holds: the format, the system message (OpenAI formats send
+/// it as the first message) and each message with the JSON it became, fragments joined by
+/// commas (a message may become none, one or several wire messages).
+pub(crate) struct WireMessages {
+    format: crate::ProviderKind,
+    system: Option<(String, String)>,
+    entries: Vec<(Message, String)>,
+}
+
+/// The JSON array of a request's `messages`: `system` (when the format sends it as a message)
+/// then each message as `encode` writes it, reusing the fragments `cache` holds for messages
+/// equal to the ones at their positions last time. The bytes are those of serializing the
+/// array of values `encode` builds.
+pub(crate) fn messages_json(
+    cache: &crate::WireCache,
+    format: crate::ProviderKind,
+    system: Option<&str>,
+    messages: &[Message],
+    encode: impl Fn(&Message, &mut Vec<serde_json::Value>),
+) -> Result<String, serde_json::Error> {
+    fn push(out: &mut String, fragment: &str) {
+        if fragment.is_empty() {
+            return;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(fragment);
     }
-    impl serde::Serialize for WithTools<'_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            use serde::ser::SerializeMap;
-            let mut map = s.serialize_map(Some(self.body.len()))?;
-            for (key, value) in self.body {
-                if key == "tools" {
-                    map.serialize_entry(key, self.tools)?;
-                } else {
-                    map.serialize_entry(key, value)?;
+    let mut slot = cache
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (old_system, old_entries) = match slot.take() {
+        Some(prior) if prior.format == format => (prior.system, prior.entries),
+        _ => (None, Vec::new()),
+    };
+    let system = match (system, old_system) {
+        (None, _) => None,
+        (Some(text), Some((old, json))) if old == text => Some((old, json)),
+        (Some(text), _) => Some((
+            text.to_owned(),
+            serde_json::to_string(&serde_json::json!({"role": "system", "content": text}))?,
+        )),
+    };
+    let mut out = String::with_capacity(
+        2 + system.as_ref().map_or(0, |(_, json)| json.len())
+            + old_entries
+                .iter()
+                .map(|(_, json)| json.len() + 1)
+                .sum::<usize>(),
+    );
+    out.push('[');
+    if let Some((_, json)) = &system {
+        push(&mut out, json);
+    }
+    let mut old = old_entries.into_iter();
+    let mut entries = Vec::with_capacity(messages.len());
+    for message in messages {
+        let entry = match old.next() {
+            Some((sent, json)) if sent == *message => (sent, json),
+            _ => {
+                let mut values = Vec::new();
+                encode(message, &mut values);
+                let mut json = String::new();
+                for value in &values {
+                    if !json.is_empty() {
+                        json.push(',');
+                    }
+                    json.push_str(&serde_json::to_string(value)?);
                 }
+                (message.clone(), json)
             }
-            map.end()
+        };
+        push(&mut out, &entry.1);
+        entries.push(entry);
+    }
+    out.push(']');
+    *slot = Some(WireMessages {
+        format,
+        system,
+        entries,
+    });
+    Ok(out)
+}
+
+/// Serializes a request body built with `null` placeholders, writing each `(key, json)` of
+/// `fill` in its key's place: the bytes serde_json writes for the whole body (compact, keys in
+/// order), with the kept JSON copied in rather than parsed again to be embedded.
+pub(crate) fn encode_filled(
+    body: &serde_json::Value,
+    fill: &[(&str, &str)],
+) -> Result<Vec<u8>, serde_json::Error> {
+    let serde_json::Value::Object(map) = body else {
+        return serde_json::to_vec(body);
+    };
+    let mut out = Vec::with_capacity(512 + fill.iter().map(|(_, json)| json.len()).sum::<usize>());
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, key)?;
+        out.push(b':');
+        match fill.iter().find(|(name, _)| name == key) {
+            Some((_, json)) => out.extend_from_slice(json.as_bytes()),
+            None => serde_json::to_writer(&mut out, value)?,
         }
     }
-    match body {
-        serde_json::Value::Object(body) => serde_json::to_vec(&WithTools { body, tools }),
-        other => serde_json::to_vec(other),
-    }
+    out.push(b'}');
+    Ok(out)
 }

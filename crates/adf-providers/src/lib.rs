@@ -49,6 +49,7 @@ pub use retry::{RetryNotice, RetryObserver, RetryPolicy};
 pub use types::{
     AssistantMessage, ChatRequest, ContentBlock, InputAudio, MediaUrl, Message, ModelParams,
     Reasoning, Role, StopReason, StreamEvent, ToolCall, ToolResultContent, ToolSpec, Usage,
+    WireCache,
 };
 
 /// A stream of response events; an `Err` item ends it.
@@ -301,45 +302,73 @@ impl HttpProvider {
         self.build_body(req, false)
     }
 
-    fn build_body(&self, req: &ChatRequest, tools_placeholder: bool) -> serde_json::Value {
+    fn build_body(&self, req: &ChatRequest, placeholders: bool) -> serde_json::Value {
         match self.kind {
-            ProviderKind::Anthropic => {
-                anthropic::build_body(req, self.prompt_cache, tools_placeholder)
-            }
-            ProviderKind::OpenAi => {
-                openai::build_body(req, openai::Flavor::OpenAi, tools_placeholder)
-            }
+            ProviderKind::Anthropic => anthropic::build_body(req, self.prompt_cache, placeholders),
+            ProviderKind::OpenAi => openai::build_body(req, openai::Flavor::OpenAi, placeholders),
             ProviderKind::OpenRouter => {
-                openai::build_body(req, openai::Flavor::OpenRouter, tools_placeholder)
+                openai::build_body(req, openai::Flavor::OpenRouter, placeholders)
             }
             ProviderKind::OpenAiCompatible => {
-                openai::build_body(req, openai::Flavor::Compatible, tools_placeholder)
+                openai::build_body(req, openai::Flavor::Compatible, placeholders)
             }
         }
     }
 
     /// The bytes of [`request_body`](Self::request_body), with the tool list serialized once
-    /// per list rather than once per request. A `params`/`provider_params` entry named `tools`
-    /// replaces the list, as it does in `request_body`, so such a body is encoded whole.
+    /// per list rather than once per request and each message once per conversation (the
+    /// request's [`WireCache`]). A `params`/`provider_params` entry named `tools` or
+    /// `messages` replaces that entry, as it does in `request_body`, so such a body is
+    /// encoded whole.
     fn encode_body(&self, req: &ChatRequest) -> Result<Vec<u8>, ProviderError> {
         let config_error = |e: serde_json::Error| ProviderError::Config {
             provider: self.id.clone(),
             message: format!("cannot encode the request body: {e}"),
         };
-        let extras_name_tools = req.params.params.iter().any(|(k, _)| k == "tools")
-            || req.params.provider_params.contains_key("tools");
-        if req.tools.is_empty() || extras_name_tools {
+        let extras_name = |key: &str| {
+            req.params.params.iter().any(|(k, _)| k == key)
+                || req.params.provider_params.contains_key(key)
+        };
+        if extras_name("tools") || extras_name("messages") {
             return serde_json::to_vec(&self.request_body(req)).map_err(config_error);
         }
-        let declare = match self.kind {
-            ProviderKind::Anthropic => anthropic::tool_json,
-            _ => openai::tool_json,
+        let tools = if req.tools.is_empty() {
+            None
+        } else {
+            let declare = match self.kind {
+                ProviderKind::Anthropic => anthropic::tool_json,
+                _ => openai::tool_json,
+            };
+            Some(
+                self.tools_json
+                    .get(&req.tools, declare)
+                    .map_err(config_error)?,
+            )
         };
-        let tools = self
-            .tools_json
-            .get(&req.tools, declare)
-            .map_err(config_error)?;
-        http::encode_with_tools(&self.build_body(req, true), &tools).map_err(config_error)
+        let messages = match self.kind {
+            ProviderKind::Anthropic => {
+                http::messages_json(&req.wire, self.kind, None, &req.messages, |m, out| {
+                    out.extend(anthropic::message_json(m));
+                })
+            }
+            kind => {
+                let flavor = match kind {
+                    ProviderKind::OpenAi => openai::Flavor::OpenAi,
+                    ProviderKind::OpenRouter => openai::Flavor::OpenRouter,
+                    _ => openai::Flavor::Compatible,
+                };
+                let system = req.system.as_deref().filter(|s| !s.is_empty());
+                http::messages_json(&req.wire, kind, system, &req.messages, |m, out| {
+                    openai::push_messages(out, m, flavor);
+                })
+            }
+        }
+        .map_err(config_error)?;
+        let mut fill: Vec<(&str, &str)> = vec![("messages", &messages)];
+        if let Some(tools) = &tools {
+            fill.push(("tools", tools.get()));
+        }
+        http::encode_filled(&self.build_body(req, true), &fill).map_err(config_error)
     }
 
     /// One attempt: send, check the status, hand back the event stream.
@@ -447,8 +476,92 @@ fn normalize_base_url(url: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::normalize_base_url;
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool_use(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: "fs_read".into(),
+            input: json!({"path": "a.md"}),
+        }
+    }
+
+    /// Requests of one growing conversation sharing a cache: a step, the next step, a changed
+    /// message in the middle, a new system prompt, no tools, and an extra named `messages`.
+    fn conversation(wire: &WireCache) -> Vec<ChatRequest> {
+        let tools: std::sync::Arc<[ToolSpec]> = vec![ToolSpec {
+            name: "fs_read".into(),
+            description: "Reads \"a file\"".into(),
+            input_schema: json!({"type": "object"}),
+        }]
+        .into();
+        let first = vec![
+            Message::user_text("hi \u{e9}\n"),
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::text("calling"), tool_use("a")],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::tool_result("a", "body", true)],
+            },
+        ];
+        let mut second = first.clone();
+        second.push(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text("done")],
+        });
+        second.push(Message::user_text("next"));
+        let mut changed = second.clone();
+        changed[0] = Message::user_text("edited");
+        let request = |system: &str, messages: Vec<Message>, tools: &std::sync::Arc<[ToolSpec]>| {
+            ChatRequest {
+                model: "m".into(),
+                system: Some(system.to_owned()),
+                messages,
+                tools: tools.clone(),
+                params: ModelParams::default(),
+                wire: wire.clone(),
+            }
+        };
+        let mut extras = request("prompt", second.clone(), &tools);
+        extras.params.params.push(("messages".into(), "[]".into()));
+        vec![
+            request("prompt", first, &tools),
+            request("prompt", second.clone(), &tools),
+            request("prompt", changed.clone(), &tools),
+            request("other prompt", changed, &tools),
+            request("", second.clone(), &std::sync::Arc::from(Vec::new())),
+            extras,
+            request("prompt", second, &tools),
+        ]
+    }
+
+    #[test]
+    fn encoded_bodies_reusing_the_wire_cache_are_the_request_body_bytes() {
+        for kind in [
+            ProviderKind::Anthropic,
+            ProviderKind::OpenAi,
+            ProviderKind::OpenAiCompatible,
+            ProviderKind::OpenRouter,
+        ] {
+            let provider = HttpProvider::new("test", kind, "http://127.0.0.1:9/v1", None);
+            let wire = WireCache::default();
+            for (step, req) in conversation(&wire).iter().enumerate() {
+                let encoded = provider.encode_body(req).unwrap();
+                let whole = serde_json::to_vec(&provider.request_body(req)).unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&encoded),
+                    String::from_utf8_lossy(&whole),
+                    "{kind:?}, request {step}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn base_urls_normalize() {

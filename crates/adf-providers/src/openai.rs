@@ -60,7 +60,7 @@ fn user_content(parts: Vec<Value>) -> Value {
     }
 }
 
-fn push_messages(out: &mut Vec<Value>, m: &super::types::Message, flavor: Flavor) {
+pub(crate) fn push_messages(out: &mut Vec<Value>, m: &super::types::Message, flavor: Flavor) {
     match m.role {
         Role::User => {
             // Tool results become `tool` messages, which must directly follow the assistant
@@ -151,23 +151,27 @@ pub(crate) fn tool_json(t: &ToolSpec) -> Value {
     }})
 }
 
-/// The JSON body of a streaming `POST {baseUrl}/chat/completions`. With `tools_placeholder`
-/// the `tools` entry is `null` in its place, for the caller to fill with the list it
-/// serialized once ([`crate::http::ToolsJson`]).
-pub(crate) fn build_body(req: &ChatRequest, flavor: Flavor, tools_placeholder: bool) -> Value {
+/// The JSON body of a streaming `POST {baseUrl}/chat/completions`. With `placeholders` the
+/// `messages` and `tools` entries are `null` in their places, for the caller to fill with
+/// the JSON it keeps ([`crate::http::messages_json`], [`crate::http::ToolsJson`]).
+pub(crate) fn build_body(req: &ChatRequest, flavor: Flavor, placeholders: bool) -> Value {
     let p = &req.params;
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    let mut messages = Vec::new();
-    if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(json!({"role": "system", "content": system}));
+    if placeholders {
+        body.insert("messages".into(), Value::Null);
+    } else {
+        let mut messages = Vec::new();
+        if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for m in &req.messages {
+            push_messages(&mut messages, m, flavor);
+        }
+        body.insert("messages".into(), Value::Array(messages));
     }
-    for m in &req.messages {
-        push_messages(&mut messages, m, flavor);
-    }
-    body.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
-        let tools = if tools_placeholder {
+        let tools = if placeholders {
             Value::Null
         } else {
             Value::Array(req.tools.iter().map(tool_json).collect())

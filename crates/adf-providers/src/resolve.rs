@@ -306,6 +306,7 @@ impl ResolvedModel {
             messages,
             tools: tools.into(),
             params: self.params.clone(),
+            wire: crate::WireCache::default(),
         }
     }
 }

@@ -306,6 +306,33 @@ pub struct ChatRequest {
     pub tools: std::sync::Arc<[ToolSpec]>,
     /// Sampling and reasoning parameters.
     pub params: ModelParams,
+    /// Where an HTTP provider keeps the bytes of the messages it sent, so the next request of
+    /// the same conversation serializes only what is new (see [`WireCache`]).
+    pub wire: WireCache,
+}
+
+/// The messages of a conversation as an HTTP provider last serialized them, held by whoever
+/// keeps the conversation (an executor session, a daemon's agent) and handed to every request
+/// of it in [`ChatRequest::wire`]. A request repeats the history it extends, so each message
+/// is encoded once instead of once per request; a message that differs from the one at its
+/// position is encoded again. It never changes what is sent: a body built with it has the
+/// bytes of one built without. Clones share the cache; two requests compare equal whatever
+/// their caches hold.
+#[derive(Clone, Default)]
+pub struct WireCache(
+    pub(crate) std::sync::Arc<std::sync::Mutex<Option<crate::http::WireMessages>>>,
+);
+
+impl PartialEq for WireCache {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for WireCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireCache").finish_non_exhaustive()
+    }
 }
 
 /// Token usage of one response, stored on assistant rows as

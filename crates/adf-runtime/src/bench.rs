@@ -87,11 +87,21 @@ impl MirrorProvider {
     }
 }
 
-/// `text` cut into `parts` pieces of near-equal length (on char boundaries).
+/// `text` cut into `parts` pieces of near-equal length in chars (on char boundaries).
 fn split_in(text: &str, parts: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let size = chars.len().div_ceil(parts.max(1)).max(1);
-    let mut pieces: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
+    let parts = parts.max(1);
+    let size = text.chars().count().div_ceil(parts).max(1);
+    let mut pieces = Vec::with_capacity(parts);
+    let mut rest = text;
+    while !rest.is_empty() {
+        let cut = rest
+            .char_indices()
+            .nth(size)
+            .map_or(rest.len(), |(at, _)| at);
+        let (piece, after) = rest.split_at(cut);
+        pieces.push(piece.to_owned());
+        rest = after;
+    }
     // A short text still streams as `parts` deltas, as the reference's does.
     while pieces.len() < parts {
         pieces.push(String::new());
@@ -354,6 +364,12 @@ async fn agent_turns_while(
     let mut latencies = Vec::new();
     let mut n = 0u64;
     while keep_going(n) {
+        // Agents take turns with the runtime's threads between turns, as a daemon's agents
+        // do while they wait for their next trigger. Without it a task that never waits (the
+        // provider answers at once) yields only when tokio's cooperative budget runs out in
+        // the file lock, mid-turn, and that turn's latency then holds the turns of the other
+        // agents on its thread.
+        tokio::task::yield_now().await;
         let start = Instant::now();
         executor
             .run_turn(
@@ -455,6 +471,13 @@ pub fn run_turns(options: &TurnOptions) -> Result<TurnStats, BenchError> {
 #[allow(clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_in_cuts_on_char_boundaries_into_near_equal_pieces() {
+        let pieces = split_in("héllo wörld", 3);
+        assert_eq!(pieces, ["héll", "o wö", "rld"]);
+        assert_eq!(split_in("ab", 4), ["a", "b", "", ""]);
+    }
 
     #[test]
     fn mirror_reply_streams_eight_deltas_that_make_the_whole_text_and_reports_usage() {

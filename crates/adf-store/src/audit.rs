@@ -32,12 +32,14 @@ pub struct AuditInfo {
 }
 
 /// Brotli quality of audit snapshots. They are written on hot paths (file deletes, clears,
-/// compaction) and read rarely: on 60 KB of text quality 3 took a quarter of quality 5's time
-/// for output 8 % larger, and a loop clear's snapshot was the largest single cost of the turn
-/// bench (BENCHMARKS.md, "Where a turn's time goes").
-const AUDIT_BROTLI_QUALITY: u32 = 3;
+/// compaction) and read rarely; the spec fixes only the format (brotli-compressed JSON,
+/// AUD-08), and any quality decodes the same. On a loop clear's 50 turns of rows quality 1
+/// (the two-pass fast compressor) took 0.72 of quality 3's instructions for output about 3 %
+/// larger; quality 0 took 0.57 but its output was about 24 % larger, and snapshots stay in
+/// the file (BENCHMARKS.md, issue 17 "Third pass").
+const AUDIT_BROTLI_QUALITY: u32 = 1;
 
-/// Compresses JSON with brotli at a quality that favours speed (quality 3, see the constant).
+/// Compresses JSON with brotli at a quality that favours speed (see the constant).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
     compress_text(&value.to_string())
 }

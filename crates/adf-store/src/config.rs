@@ -971,6 +971,9 @@ type ConfigVersion = (i64, u64);
 #[derive(Debug)]
 pub(crate) struct ConfigCache {
     generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Bumped by the same hook on every row change of `adf_files`, so a reader that watches
+    /// one file (the skills catalog, every step) asks a counter instead of reading the file.
+    files_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
     hooked: bool,
     /// The config and the `(data_version, generation)` it was parsed at.
     parsed: std::cell::RefCell<Option<(ConfigVersion, std::sync::Arc<Value>)>>,
@@ -984,17 +987,24 @@ impl ConfigCache {
     pub(crate) fn attach(conn: &mut rusqlite::Connection) -> Self {
         let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let bump = generation.clone();
+        let files_generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let bump_files = files_generation.clone();
         let hooked = conn
             .update_hook(Some(
-                move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| {
-                    if table == "adf_config" {
+                move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| match table {
+                    "adf_config" => {
                         bump.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
+                    "adf_files" => {
+                        bump_files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    _ => {}
                 },
             ))
             .is_ok();
         ConfigCache {
             generation,
+            files_generation,
             hooked,
             parsed: std::cell::RefCell::new(None),
             text: std::cell::RefCell::new(None),
@@ -1014,6 +1024,15 @@ impl ConfigCache {
 
     fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Row changes of `adf_files` on this connection so far; `None` when the hook is not
+    /// installed, so callers cannot tell and must read.
+    pub(crate) fn files_generation(&self) -> Option<u64> {
+        self.hooked.then(|| {
+            self.files_generation
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
     }
 
     /// Remembers `config`, just read from `conn` (the connection this cache watches), as the

@@ -64,6 +64,28 @@ pub fn reindex(conn: &Connection) -> Result<bool> {
     Ok(true)
 }
 
+/// What `adf_files` was at: SQLite's `data_version` (moves when another connection commits)
+/// and the count of this connection's row changes of `adf_files`. Equal versions mean no
+/// file, the skills catalog included, changed in between; a rolled-back change only makes
+/// them differ needlessly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilesVersion(i64, u64);
+
+impl crate::AdfFile {
+    /// The current [`FilesVersion`], or `None` when this connection cannot watch its own
+    /// writes (its update hook was refused): then only reading the file tells.
+    pub fn files_version(&self) -> Result<Option<FilesVersion>> {
+        let Some(generation) = self.config_cache.files_generation() else {
+            return Ok(None);
+        };
+        let data_version: i64 = self
+            .conn
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |row| row.get(0))?;
+        Ok(Some(FilesVersion(data_version, generation)))
+    }
+}
+
 /// Whether a write to `path` can change the registry.
 pub fn affects_registry(path: &str) -> bool {
     path == STATE_PATH || (path.starts_with("skills/") && path.ends_with("/SKILL.md"))

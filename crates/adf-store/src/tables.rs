@@ -247,14 +247,22 @@ impl AdfFile {
             ));
         }
         self.ensure_writable()?;
+        // `serde_json::to_string` writes the bytes `Value`'s `Display` does, straight into a
+        // buffer instead of through a `fmt::Formatter`.
+        let encode = |value: &Value| {
+            serde_json::to_string(value)
+                .map_err(|e| StoreError::invalid(format!("loop row is not JSON: {e}")))
+        };
+        let content = encode(row.content)?;
+        let tokens = row.tokens.map(encode).transpose()?;
         self.conn.prepare_cached(
             "INSERT INTO adf_loop (role, content_json, model, tokens, created_at, loop) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?.execute(
             params![
                 row.role,
-                row.content.to_string(),
+                content,
                 row.model,
-                row.tokens.map(Value::to_string),
+                tokens,
                 time::now_ms(),
                 row.r#loop
             ],

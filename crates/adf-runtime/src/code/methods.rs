@@ -169,6 +169,7 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
         messages,
         tools: std::sync::Arc::default(),
         params,
+        wire: adf_providers::WireCache::default(),
     };
     let provider = resolved.provider.clone();
     Ok(Reply::Model(Box::pin(async move {

@@ -82,7 +82,7 @@ impl Checkpoint {
 
     /// Writes the record.
     pub fn store(&self, file: &mut AdfFile, loop_name: &str) -> adf_store::Result<()> {
-        file.meta_set_runtime(&key(loop_name), &self.to_json())
+        file.turn_checkpoint_set(&key(loop_name), &self.to_json())
     }
 }
 

@@ -136,6 +136,7 @@ impl Executor {
             messages: vec![Message::user_text(ask)],
             tools: std::sync::Arc::default(),
             params: self.params.clone(),
+            wire: adf_providers::WireCache::default(),
         };
         let reply = self.provider.complete(&req).await;
         self.log_retries(file, &loop_name, &NoHost)?;

@@ -288,9 +288,20 @@ pub struct Session {
     /// prompt snapshot, or by a later catalog injection. `None` when the prompt does not
     /// inject the catalog.
     catalog: Option<Vec<u8>>,
+    /// The files version `catalog` was read at: while it holds, the catalog is unchanged and
+    /// the step does not read it again.
+    catalog_version: Option<adf_store::skills::FilesVersion>,
     /// Media blocks for the next request, by the `fs_read` call they answer (never stored).
     media: std::collections::HashMap<String, Vec<ContentBlock>>,
     messages: Vec<Message>,
+    /// The messages of the last request (taken back from it) and how many of `messages` they
+    /// were assembled from, for the next request to extend (`request::assemble_after`).
+    assembled: Option<(usize, Vec<Message>)>,
+    /// How many of `messages` the request in flight was assembled from; `None` when its
+    /// messages carry media for that request only, so they cannot be reused.
+    assembled_len: Option<usize>,
+    /// The wire bytes of this loop's messages, kept for the provider (see [`WireCaches`]).
+    wire: adf_providers::WireCache,
     last_seq: i64,
     loaded: bool,
     text_only_streak: u32,
@@ -319,13 +330,17 @@ struct ToolCache {
 }
 
 impl Session {
-    fn new(loop_name: &str, recovered: Option<Recovered>) -> Self {
+    fn new(loop_name: &str, recovered: Option<Recovered>, wire: adf_providers::WireCache) -> Self {
         Session {
             loop_name: loop_name.to_owned(),
             prompt: None,
             catalog: None,
+            catalog_version: None,
             media: std::collections::HashMap::new(),
             messages: Vec::new(),
+            assembled: None,
+            assembled_len: None,
+            wire,
             last_seq: 0,
             loaded: false,
             text_only_streak: 0,
@@ -359,8 +374,11 @@ impl Session {
     pub fn reset(&mut self) {
         self.prompt = None;
         self.catalog = None;
+        self.catalog_version = None;
         self.media.clear();
         self.messages.clear();
+        self.assembled = None;
+        self.assembled_len = None;
         self.pending_keys.clear();
         self.last_seq = 0;
         self.loaded = false;
@@ -413,6 +431,27 @@ pub struct Executor {
     code: tokio::sync::OnceCell<Arc<crate::code::CodeEnv>>,
     /// Where `emit_event` from the model's code goes when the code runner is made here.
     events: Option<Arc<dyn crate::code::EventSink>>,
+    /// The agent's wire caches, when they outlive this executor (the daemon's).
+    wire: Option<WireCaches>,
+}
+
+/// The wire caches of one agent's loops ([`adf_providers::WireCache`], one per loop), for a
+/// host that makes a new executor (and sessions) for every turn, as the daemon does: kept
+/// with the agent and handed to each executor with [`Executor::with_wire_caches`], the
+/// messages of earlier turns are not serialized again. Without it a session keeps its own.
+#[derive(Debug, Clone, Default)]
+pub struct WireCaches(Arc<Mutex<std::collections::HashMap<String, adf_providers::WireCache>>>);
+
+impl WireCaches {
+    /// The cache of `loop_name`, made on first use.
+    pub fn of(&self, loop_name: &str) -> adf_providers::WireCache {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(loop_name.to_owned())
+            .or_default()
+            .clone()
+    }
 }
 
 impl std::fmt::Debug for Executor {
@@ -440,7 +479,15 @@ impl Executor {
             retries: RetryLog::default(),
             code: tokio::sync::OnceCell::new(),
             events: None,
+            wire: None,
         }
+    }
+
+    /// Keeps the sessions' wire caches in `caches` (the agent's), so they outlive this
+    /// executor (see [`WireCaches`]).
+    pub fn with_wire_caches(mut self, caches: WireCaches) -> Self {
+        self.wire = Some(caches);
+        self
     }
 
     /// Hands `emit_event`'s `custom.*` events of the model's code to `sink` (the daemon's
@@ -531,7 +578,11 @@ impl Executor {
         loop_name: &str,
     ) -> Result<Session, ExecutorError> {
         let recovered = recover(file, loop_name)?;
-        Ok(Session::new(loop_name, recovered))
+        let wire = match &self.wire {
+            Some(caches) => caches.of(loop_name),
+            None => adf_providers::WireCache::default(),
+        };
+        Ok(Session::new(loop_name, recovered, wire))
     }
 
     fn loop_facts(&self, config: &Value, loop_name: &str) -> Result<LoopFacts, ExecutorError> {
@@ -725,12 +776,13 @@ impl Executor {
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             let config = file.config_shared()?;
-            let system = self.ensure_prompt(file, session, &config, facts)?;
+            self.ensure_prompt(file, session, &config, facts)?;
+            let system = system_text(session);
             self.deliver_catalog_change(file, session)?;
             if self.compact_when_full(file, session, facts, host).await? {
                 continue;
             }
-            let req = self.next_request(file, session, &config, facts, system)?;
+            let mut req = self.next_request(file, session, &config, facts, system)?;
             session.set_state(ExecState::Thinking, host);
             // The model's answer is the long wait of a step: other loops use the file meanwhile.
             drop(guard);
@@ -743,6 +795,9 @@ impl Executor {
             host.event(&TurnEvent::Reply(&reply));
             let assistant_seq =
                 self.record_reply(file, session, facts, checkpoint, &req, &reply)?;
+            if let Some(len) = session.assembled_len.take() {
+                session.assembled = Some((len, std::mem::take(&mut req.messages)));
+            }
             let calls = reply.tool_calls();
             let text = reply.text();
             let end = if calls.is_empty() {
@@ -808,7 +863,7 @@ impl Executor {
         system: String,
     ) -> Result<ChatRequest, ExecutorError> {
         self.sync_messages(file, session)?;
-        let mut messages = request::assemble(&session.messages);
+        let mut messages = request::assemble_after(session.assembled.take(), &session.messages);
         if messages.first().map(|m| m.role) != Some(Role::User) {
             // After a loop_clear that took the whole conversation, the next request still
             // needs a user message first; it is recorded like any runtime text (§1.5).
@@ -827,6 +882,7 @@ impl Executor {
             self.sync_messages(file, session)?;
             messages = request::assemble(&session.messages);
         }
+        session.assembled_len = session.media.is_empty().then_some(session.messages.len());
         media::attach(&mut messages, &mut session.media);
         Ok(ChatRequest {
             model: self.model_id.clone(),
@@ -834,6 +890,7 @@ impl Executor {
             messages,
             tools: self.tool_specs(session, config, facts),
             params: self.params.clone(),
+            wire: session.wire.clone(),
         })
     }
 
@@ -1086,16 +1143,17 @@ impl Executor {
         Ok(())
     }
 
-    /// The session's system prompt, building and recording it once per session (§1.5).
+    /// Builds and records the session's system prompt once per session (§1.5); the text is
+    /// then `session.prompt` (read by [`system_text`]).
     fn ensure_prompt(
         &self,
         file: &mut AdfFile,
         session: &mut Session,
         config: &Value,
         facts: &LoopFacts,
-    ) -> Result<String, ExecutorError> {
-        if let Some(p) = &session.prompt {
-            return Ok(p.text.clone());
+    ) -> Result<(), ExecutorError> {
+        if session.prompt.is_some() {
+            return Ok(());
         }
         let built = prompt::build_system_prompt(
             file,
@@ -1108,14 +1166,15 @@ impl Executor {
         )?;
         let row = json!([{ "type": "text", "text": format!("{}{}", request::SYSTEM_PROMPT_MARKER, built.text) }]);
         append(file, &session.loop_name, "user", &row, None, None)?;
+        session.catalog_version = None;
         session.catalog = if built.referenced_files.iter().any(|f| f == REGISTRY_PATH) {
+            session.catalog_version = file.files_version()?;
             Some(registry_bytes(file)?)
         } else {
             None
         };
-        let text = built.text.clone();
         session.prompt = Some(built);
-        Ok(text)
+        Ok(())
     }
 
     /// §5.1: a skills catalog that changed after the session's snapshot is never written into
@@ -1130,8 +1189,13 @@ impl Executor {
         let Some(delivered) = &session.catalog else {
             return Ok(());
         };
+        let version = file.files_version()?;
+        if version.is_some() && version == session.catalog_version {
+            return Ok(());
+        }
         let current = registry_bytes(file)?;
         if *delivered == current {
+            session.catalog_version = version;
             return Ok(());
         }
         let injection = crate::code::Injection {
@@ -1150,6 +1214,8 @@ impl Executor {
             None,
         )?;
         session.catalog = Some(current);
+        // Taken before the injection row: that row is not a file, so the version still holds.
+        session.catalog_version = version;
         Ok(())
     }
 
@@ -1160,6 +1226,7 @@ impl Executor {
         } else {
             session.loaded = true;
             session.messages.clear();
+            session.assembled = None;
             session.pending_keys.clear();
             file.loop_rows(&session.loop_name)?
         };
@@ -1179,6 +1246,13 @@ impl Executor {
                     && let Some(old) = session.messages.get_mut(earlier)
                 {
                     old.content.clear();
+                    if session
+                        .assembled
+                        .as_ref()
+                        .is_some_and(|(settled, _)| earlier < *settled)
+                    {
+                        session.assembled = None;
+                    }
                 }
                 session
                     .pending_keys
@@ -1434,6 +1508,15 @@ fn code_options(session: &Session) -> crate::code::RunOptions {
 }
 
 /// The stored skills catalog (empty when the file has none).
+/// The system prompt of the session's snapshot, for one request.
+fn system_text(session: &Session) -> String {
+    session
+        .prompt
+        .as_ref()
+        .map(|p| p.text.clone())
+        .unwrap_or_default()
+}
+
 fn registry_bytes(file: &AdfFile) -> Result<Vec<u8>, StoreError> {
     Ok(file
         .file_read(REGISTRY_PATH)?

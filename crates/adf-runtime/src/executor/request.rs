@@ -133,6 +133,39 @@ pub fn assemble(messages: &[Message]) -> Vec<Message> {
     out
 }
 
+/// [`assemble`] of `messages`, reusing `settled` = `assemble(&messages[..n])` (the messages of
+/// the previous request, moved back out of it) instead of cloning those `n` messages again.
+///
+/// The reuse is exact when the settled part ends with a user message and the messages after
+/// it open with an assistant one (the reply that request got): merging, ordering and pairing
+/// then never look across the boundary, so assembling the whole is assembling the two parts
+/// one after the other, unless dropping unpaired blocks leaves one role on both sides of the
+/// boundary, which the final merge would join. Every other case assembles everything.
+pub fn assemble_after(
+    settled: Option<(usize, Vec<Message>)>,
+    messages: &[Message],
+) -> Vec<Message> {
+    let Some((n, mut out)) = settled.filter(|(n, _)| *n <= messages.len()) else {
+        return assemble(messages);
+    };
+    let (before, after) = messages.split_at(n);
+    let last_before = before.iter().rev().find(|m| !m.content.is_empty());
+    let Some(first_after) = after.iter().find(|m| !m.content.is_empty()) else {
+        return out;
+    };
+    if last_before.is_some_and(|m| m.role != Role::User) || first_after.role != Role::Assistant {
+        return assemble(messages);
+    }
+    let rest = assemble(after);
+    match (out.last(), rest.first()) {
+        (Some(last), Some(first)) if last.role == first.role => assemble(messages),
+        _ => {
+            out.extend(rest);
+            out
+        }
+    }
+}
+
 /// A rough token estimate (4 characters a token) for when the provider reports no usage.
 pub fn estimate_tokens(text_len: usize) -> u64 {
     text_len.div_ceil(4) as u64
@@ -189,6 +222,90 @@ mod tests {
         assert_eq!(out[0].content.len(), 2);
         assert_eq!(out[1].content.len(), 2, "unanswered call b dropped");
         assert_eq!(out[2].content.len(), 1, "orphan result dropped");
+    }
+
+    fn assistant(blocks: Vec<ContentBlock>) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: blocks,
+        }
+    }
+
+    fn results(ids: &[&str]) -> Message {
+        Message {
+            role: Role::User,
+            content: ids
+                .iter()
+                .map(|id| ContentBlock::tool_result(*id, "r", false))
+                .collect(),
+        }
+    }
+
+    /// Transcripts whose every prefix is a possible "previous request".
+    fn transcripts() -> Vec<Vec<Message>> {
+        vec![
+            // Text turns, a trigger followed by dynamic instructions.
+            vec![
+                Message::user_text("hi"),
+                Message::user_text("[Context: dynamic_instructions] x"),
+                assistant(vec![ContentBlock::text("a")]),
+                Message::user_text("again"),
+                assistant(vec![ContentBlock::text("b")]),
+                Message::user_text("third"),
+            ],
+            // Calls answered, unanswered and orphan results across every cut.
+            vec![
+                Message::user_text("go"),
+                assistant(vec![tool_use("a"), tool_use("b")]),
+                results(&["a"]),
+                results(&["zz"]),
+                assistant(vec![tool_use("c")]),
+                Message::user_text("no result for c"),
+                assistant(vec![ContentBlock::text("done")]),
+                results(&["c"]),
+                Message::user_text("next"),
+            ],
+            // An assistant message that pairing empties, between two user messages.
+            vec![
+                Message::user_text("one"),
+                assistant(vec![tool_use("x")]),
+                Message::user_text("two"),
+                assistant(vec![ContentBlock::text("ok")]),
+                Message::user_text("three"),
+            ],
+            // Emptied (superseded) messages at the cut.
+            vec![
+                Message::user_text("one"),
+                Message {
+                    role: Role::User,
+                    content: Vec::new(),
+                },
+                assistant(vec![ContentBlock::text("ok")]),
+                Message {
+                    role: Role::User,
+                    content: Vec::new(),
+                },
+                Message::user_text("two"),
+            ],
+        ]
+    }
+
+    #[test]
+    fn assemble_after_equals_assembling_everything_at_every_cut() {
+        for messages in transcripts() {
+            let whole = assemble(&messages);
+            for cut in 0..=messages.len() {
+                for end in cut..=messages.len() {
+                    let settled = Some((cut, assemble(&messages[..cut])));
+                    assert_eq!(
+                        assemble_after(settled, &messages[..end]),
+                        assemble(&messages[..end]),
+                        "cut {cut}, end {end}"
+                    );
+                }
+            }
+            assert_eq!(assemble_after(None, &messages), whole);
+        }
     }
 
     #[test]

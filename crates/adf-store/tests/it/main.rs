@@ -18,4 +18,5 @@ mod open;
 mod owner_views;
 mod protection;
 mod row_keys;
+mod turn_path;
 mod unsupported;
