@@ -144,7 +144,10 @@ fn msg_12_require_payload_signature_refuses_a_message_signed_only_outside() {
     let unchanged = digest(&file);
     let refusal = deliver(&mut file, &keys, &outer_only()).unwrap_err();
     assert_eq!(refusal.status, 403, "{refusal}");
-    assert!(refusal.reason.to_lowercase().contains("payload"), "{refusal}");
+    assert!(
+        refusal.reason.to_lowercase().contains("payload"),
+        "{refusal}"
+    );
     assert_eq!(
         digest(&file),
         unchanged,
