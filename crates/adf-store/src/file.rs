@@ -121,7 +121,20 @@ impl AdfFile {
             })?;
         {
             use std::io::Write as _;
-            out.write_all(&image)?;
+            match &image {
+                NewImage::Pages(pages) => {
+                    let mut slices = pages.slices();
+                    let mut rest = &mut slices[..];
+                    while !rest.is_empty() {
+                        let written = out.write_vectored(rest)?;
+                        if written == 0 {
+                            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+                        }
+                        std::io::IoSlice::advance_slices(&mut rest, written);
+                    }
+                }
+                NewImage::Bytes(bytes) => out.write_all(bytes)?,
+            }
         }
         out.sync_data()?;
         drop(out);
@@ -502,7 +515,7 @@ impl Drop for AdfFile {
 /// for the switch to WAL, a WAL of ~60 pages and a checkpoint (8 syncs). The rows are encoded
 /// into the pages directly ([`page_image`]); only rows too large for that layout go through
 /// SQLite ([`sqlite_file_image`]).
-fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
+fn new_file_image(path: &Path, options: &CreateOptions) -> Result<NewImage> {
     let name = options
         .name
         .clone()
@@ -524,9 +537,15 @@ fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
     let template = page_image::template()?;
     let config = template.config_text(&agent);
     match page_image::build(template, &agent, &config)? {
-        Some(image) => Ok(image),
-        None => sqlite_file_image(&template.schema, &agent, &config),
+        Some(pages) => Ok(NewImage::Pages(pages)),
+        None => sqlite_file_image(&template.schema, &agent, &config).map(NewImage::Bytes),
     }
+}
+
+/// A new file's content, from [`page_image::build`] or [`sqlite_file_image`].
+enum NewImage {
+    Pages(page_image::NewFile),
+    Bytes(Vec<u8>),
 }
 
 /// [`new_file_image`] through SQLite: the rows inserted into an in-memory copy of the schema

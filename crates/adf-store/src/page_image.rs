@@ -229,16 +229,15 @@ fn push_json_string(out: &mut String, value: &str) {
 /// The bytes of a new agent's file, or `None` when its rows do not fit the one-leaf layout
 /// (the caller then builds the file through SQLite). `now` is the creation timestamp.
 pub(crate) fn build(
-    template: &Template,
+    template: &'static Template,
     agent: &NewAgent<'_>,
     config_text: &str,
-) -> Result<Option<Vec<u8>>> {
-    // Room for the config's overflow pages, so the schema is copied once.
-    let mut bytes = Vec::with_capacity(template.schema.len() + 8 * template.page_size);
-    bytes.extend_from_slice(&template.schema);
+) -> Result<Option<NewFile>> {
     let mut image = Image {
-        bytes,
+        base: &template.schema,
         page_size: template.page_size,
+        replaced: std::collections::BTreeMap::new(),
+        appended: Vec::new(),
     };
     let now = agent.now_iso;
     let roots = template.roots;
@@ -314,14 +313,65 @@ pub(crate) fn build(
     }
 
     image.set_page_count()?;
-    crate::file::mark_wal_mode(&mut image.bytes)?;
-    Ok(Some(image.bytes))
+    crate::file::mark_wal_mode(image.page_mut(1)?)?;
+    Ok(Some(NewFile {
+        base: image.base,
+        page_size: image.page_size,
+        replaced: image.replaced,
+        appended: image.appended,
+    }))
 }
 
-/// The file being assembled: whole pages, overflow pages appended as cells need them.
-struct Image {
-    bytes: Vec<u8>,
+/// A new file as [`build`] makes it: the shared schema image with a few pages replaced and
+/// overflow pages appended, written without copying the unchanged pages.
+#[derive(Debug)]
+pub(crate) struct NewFile {
+    base: &'static [u8],
     page_size: usize,
+    replaced: std::collections::BTreeMap<u32, Vec<u8>>,
+    appended: Vec<u8>,
+}
+
+impl NewFile {
+    /// The file's bytes in order, as runs of the schema image and the pages that replace or
+    /// follow it.
+    pub(crate) fn slices(&self) -> Vec<std::io::IoSlice<'_>> {
+        let mut slices = Vec::with_capacity(2 * self.replaced.len() + 2);
+        let mut next = 0;
+        for (page, bytes) in &self.replaced {
+            let start = (*page as usize - 1) * self.page_size;
+            if start > next {
+                slices.push(std::io::IoSlice::new(&self.base[next..start]));
+            }
+            slices.push(std::io::IoSlice::new(bytes));
+            next = start + self.page_size;
+        }
+        if next < self.base.len() {
+            slices.push(std::io::IoSlice::new(&self.base[next..]));
+        }
+        if !self.appended.is_empty() {
+            slices.push(std::io::IoSlice::new(&self.appended));
+        }
+        slices
+    }
+
+    /// The whole file in one buffer.
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        self.slices()
+            .iter()
+            .flat_map(|slice| slice.iter().copied())
+            .collect()
+    }
+}
+
+/// The file being assembled: the schema image, copies of the pages that change, and overflow
+/// pages appended as cells need them.
+struct Image {
+    base: &'static [u8],
+    page_size: usize,
+    replaced: std::collections::BTreeMap<u32, Vec<u8>>,
+    appended: Vec<u8>,
 }
 
 impl Image {
@@ -381,17 +431,35 @@ impl Image {
             } else {
                 first + i as u32 + 1
             };
-            let start = self.bytes.len();
-            self.bytes.resize(start + self.page_size, 0);
-            self.bytes[start..start + 4].copy_from_slice(&next.to_be_bytes());
-            self.bytes[start + 4..start + 4 + chunk.len()].copy_from_slice(chunk);
+            let start = self.appended.len();
+            self.appended.resize(start + self.page_size, 0);
+            self.appended[start..start + 4].copy_from_slice(&next.to_be_bytes());
+            self.appended[start + 4..start + 4 + chunk.len()].copy_from_slice(chunk);
         }
         cell.extend_from_slice(&first.to_be_bytes());
         cell
     }
 
     fn page_count(&self) -> u32 {
-        (self.bytes.len() / self.page_size) as u32
+        ((self.base.len() + self.appended.len()) / self.page_size) as u32
+    }
+
+    /// Page `page` of the schema image (numbered from 1), copied on first change.
+    fn page_mut(&mut self, page: u32) -> Result<&mut [u8]> {
+        let size = self.page_size;
+        let base = self.base;
+        let start = (page as usize)
+            .checked_sub(1)
+            .map(|index| index * size)
+            .filter(|start| start + size <= base.len())
+            .ok_or_else(|| {
+                StoreError::invalid(format!("page {page} is not in the schema image"))
+            })?;
+        Ok(self
+            .replaced
+            .entry(page)
+            .or_insert_with(|| base[start..start + size].to_vec())
+            .as_mut_slice())
     }
 
     fn fill_table(&mut self, page: u32, cells: &[Vec<u8>]) -> Result<bool> {
@@ -420,12 +488,7 @@ impl Image {
         if pointers + 2 * cells.len() + content > size {
             return Ok(false);
         }
-        let start = (page as usize)
-            .checked_sub(1)
-            .map(|index| index * size)
-            .filter(|start| start + size <= self.bytes.len())
-            .ok_or_else(|| StoreError::invalid(format!("page {page} is not in the image")))?;
-        let bytes = &mut self.bytes[start..start + size];
+        let bytes = self.page_mut(page)?;
         if bytes[header] != flag || bytes[header + 3..header + 5] != [0, 0] {
             return Err(StoreError::invalid(format!(
                 "page {page} of the schema image is not an empty leaf"
@@ -453,7 +516,7 @@ impl Image {
     fn set_page_count(&mut self) -> Result<()> {
         let count = self.page_count();
         let header = self
-            .bytes
+            .page_mut(1)?
             .get_mut(..HEADER_LEN)
             .ok_or_else(|| StoreError::invalid("the image has no header"))?;
         let counter = u32::from_be_bytes([header[24], header[25], header[26], header[27]])
@@ -656,7 +719,7 @@ mod tests {
         {
             let agent = agent(name, description);
             let config = template.config_text(&agent);
-            let built = build(template, &agent, &config).unwrap().unwrap();
+            let built = build(template, &agent, &config).unwrap().unwrap().to_vec();
             let reference =
                 crate::file::sqlite_file_image(&template.schema, &agent, &config).unwrap();
             assert_eq!(built.len() % template.page_size, 0);
