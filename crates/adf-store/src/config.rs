@@ -271,7 +271,7 @@ impl Checker {
     }
 
     fn kind(&mut self, config: &Value, path: &str, expected: &str) -> bool {
-        let Some(value) = config.pointer(&pointer(path)) else {
+        let Some(value) = lookup(config, path) else {
             return false;
         };
         let ok = match expected {
@@ -291,7 +291,7 @@ impl Checker {
     }
 
     fn one_of(&mut self, config: &Value, path: &str, allowed: &[&str]) {
-        if let Some(value) = config.pointer(&pointer(path)) {
+        if let Some(value) = lookup(config, path) {
             match value.as_str() {
                 Some(text) if allowed.contains(&text) => {}
                 _ => self.push(path, format!("must be one of {}", allowed.join(", "))),
@@ -300,7 +300,7 @@ impl Checker {
     }
 
     fn range(&mut self, config: &Value, path: &str, min: f64, max: f64) {
-        if let Some(value) = config.pointer(&pointer(path)) {
+        if let Some(value) = lookup(config, path) {
             match value.as_f64() {
                 Some(n) if (min..=max).contains(&n) => {}
                 Some(_) if value.is_null() => {}
@@ -311,8 +311,27 @@ impl Checker {
     }
 }
 
-fn pointer(path: &str) -> String {
-    format!("/{}", path.replace('.', "/"))
+/// `config.pointer("/" + path with '.' as '/')` without building the pointer: validation
+/// looks up about a hundred paths per config, and formatting each was a fifth of its cost.
+fn lookup<'a>(config: &'a Value, path: &str) -> Option<&'a Value> {
+    if path.contains('~') {
+        // JSON-pointer escapes: leave them to serde_json.
+        return config.pointer(&format!("/{}", path.replace('.', "/")));
+    }
+    path.split(['.', '/'])
+        .try_fold(config, |value, token| match value {
+            Value::Object(map) => map.get(token),
+            Value::Array(items) => array_index(token).and_then(|index| items.get(index)),
+            _ => None,
+        })
+}
+
+/// An array index as JSON pointers write it: digits, no sign, no leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 /// Validates a config against the schema of §5; returns every violation, sorted.
@@ -948,6 +967,33 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn lookup_finds_what_a_json_pointer_finds() {
+        let config = json!({
+            "a": { "b": [10, { "c": true }], "x/y": 1, "t~": 2 },
+            "": { "": 3 }
+        });
+        for path in [
+            "a",
+            "a.b",
+            "a.b.0",
+            "a.b.1.c",
+            "a.b.01",
+            "a.b.+1",
+            "a.b.2",
+            "a.x/y",
+            "a.t~0",
+            "a.missing",
+            "a.b.0.deeper",
+            ".",
+            "",
+        ] {
+            let expected = config.pointer(&format!("/{}", path.replace('.', "/")));
+            assert_eq!(lookup(&config, path), expected, "path {path:?}");
+        }
+        assert_eq!(lookup(&config, "a.b.1.c"), Some(&json!(true)));
     }
 
     #[test]

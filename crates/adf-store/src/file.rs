@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::defaults::{self, NewAgent};
 use crate::error::{Result, StoreError};
-use crate::schema::{FORMAT_VERSION, OLDEST_MIGRATABLE_SCHEMA, SCHEMA_DDL, SCHEMA_VERSION};
-use crate::{config, meta, migrate, skills, time, vec_ext};
+use crate::schema::{FORMAT_VERSION, OLDEST_MIGRATABLE_SCHEMA, SCHEMA_VERSION};
+use crate::{config, meta, migrate, page_image, skills, time, vec_ext};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const SQLITE_HEADER_LEN: usize = 100;
@@ -121,14 +121,29 @@ impl AdfFile {
             })?;
         {
             use std::io::Write as _;
-            out.write_all(&image)?;
+            match &image {
+                NewImage::Pages(pages) => {
+                    let mut slices = pages.slices();
+                    let mut rest = &mut slices[..];
+                    while !rest.is_empty() {
+                        let written = out.write_vectored(rest)?;
+                        if written == 0 {
+                            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+                        }
+                        std::io::IoSlice::advance_slices(&mut rest, written);
+                    }
+                }
+                NewImage::Bytes(bytes) => out.write_all(bytes)?,
+            }
         }
         out.sync_data()?;
         drop(out);
 
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags)?;
-        apply_pragmas(&conn)?;
+        // The image's header says WAL: nothing here needs the schema, so a file closed right
+        // after creation never has SQLite parse it.
+        apply_pragmas(&conn, true)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
         let wal_watch = crate::checkpointer::WalWatch::attach(&mut conn, path);
@@ -155,7 +170,7 @@ impl AdfFile {
     /// before the session's first write.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        check_header(&path)?;
+        let header = check_header(&path)?;
         if let Some(detail) = not_writable(&path) {
             return Err(StoreError::NotWritable { path, detail });
         }
@@ -173,7 +188,7 @@ impl AdfFile {
         };
         report.clean_close = has_clean_close_marker(&conn, &path)?;
         report.integrity_check = integrity_check(&conn, &path, report.clean_close, had_sidecar)?;
-        apply_pragmas(&conn)?;
+        apply_pragmas(&conn, header.is_wal())?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
 
         if found < SCHEMA_VERSION {
@@ -222,7 +237,7 @@ impl AdfFile {
     /// migrated it when it loaded it.
     pub fn open_guest(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        check_header(&path)?;
+        let header = check_header(&path)?;
         vec_ext::ensure_registered();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| classify(&path, e))?;
@@ -234,7 +249,7 @@ impl AdfFile {
                 path.display()
             )));
         }
-        apply_pragmas(&conn)?;
+        apply_pragmas(&conn, header.is_wal())?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let clean_close = has_clean_close_marker(&conn, &path)?;
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
@@ -340,9 +355,11 @@ impl AdfFile {
             self.conn
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         }
-        // Swap in a throwaway connection so the real one can be closed by value.
-        let conn = std::mem::replace(&mut self.conn, Connection::open_in_memory()?);
-        conn.close().map_err(|(_, e)| StoreError::Sqlite(e))
+        // The connection itself closes when `self` is dropped, right after this. Closing it by
+        // value here needed a throwaway connection in its place, and opening one (extensions
+        // registered, collations made) cost a tenth of a create. `sqlite3_close` fails only on
+        // unfinalized statements, which the borrow rules and rusqlite's cache flush rule out.
+        Ok(())
     }
 
     /// The path this file was opened from.
@@ -493,10 +510,12 @@ impl Drop for AdfFile {
 }
 
 /// The bytes of a new agent's file: the schema image with this agent's registry keys, default
-/// config, reserved files, skills registry and clean-close marker, built in memory. Writing a
-/// ready page set costs one write and one sync, where running the DDL against the file cost a
-/// rollback journal for the switch to WAL, a WAL of ~60 pages and a checkpoint (8 syncs).
-fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
+/// config, reserved files, skills registry and clean-close marker. Writing a ready page set
+/// costs one write and one sync, where running the DDL against the file cost a rollback journal
+/// for the switch to WAL, a WAL of ~60 pages and a checkpoint (8 syncs). The rows are encoded
+/// into the pages directly ([`page_image`]); only rows too large for that layout go through
+/// SQLite ([`sqlite_file_image`]).
+fn new_file_image(path: &Path, options: &CreateOptions) -> Result<NewImage> {
     let name = options
         .name
         .clone()
@@ -508,15 +527,35 @@ fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
     let id = options.id.clone().unwrap_or_else(defaults::new_agent_id);
     let description = options.description.clone().unwrap_or_default();
     let now = time::now_iso();
-    let config = defaults::default_config(&NewAgent {
+    let agent = NewAgent {
         id: &id,
         name: &name,
         handle: &handle,
         description: &description,
         now_iso: &now,
-    });
+    };
+    let template = page_image::template()?;
+    let config = template.config_text(&agent);
+    match page_image::build(template, &agent, &config)? {
+        Some(pages) => Ok(NewImage::Pages(pages)),
+        None => sqlite_file_image(&template.schema, &agent, &config).map(NewImage::Bytes),
+    }
+}
 
-    let schema = schema_image()?;
+/// A new file's content, from [`page_image::build`] or [`sqlite_file_image`].
+enum NewImage {
+    Pages(page_image::NewFile),
+    Bytes(Vec<u8>),
+}
+
+/// [`new_file_image`] through SQLite: the rows inserted into an in-memory copy of the schema
+/// image. Slower (the copy parses the schema), but takes rows of any size.
+pub(crate) fn sqlite_file_image(
+    schema: &[u8],
+    agent: &NewAgent<'_>,
+    config: &str,
+) -> Result<Vec<u8>> {
+    let now = agent.now_iso;
     let mut conn = Connection::open_in_memory()?;
     conn.deserialize_read_exact(rusqlite::MAIN_DB, schema, schema.len(), false)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -524,12 +563,12 @@ fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
     let readonly_meta: [(&str, &str); 8] = [
         ("adf_version", FORMAT_VERSION),
         ("adf_schema_version", &SCHEMA_VERSION.to_string()),
-        ("adf_name", &name),
-        ("adf_handle", &handle),
+        ("adf_name", agent.name),
+        ("adf_handle", agent.handle),
         ("adf_parent_did", ""),
-        ("adf_created_at", &now),
-        ("adf_updated_at", &now),
-        ("adf_clean_close", &now),
+        ("adf_created_at", now),
+        ("adf_updated_at", now),
+        ("adf_clean_close", now),
     ];
     {
         let mut insert = tx
@@ -544,16 +583,16 @@ fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
     )?;
     tx.execute(
         "INSERT INTO adf_config (id, config_json, updated_at) VALUES (1, ?1, ?2)",
-        params![config.to_string(), now],
+        params![config, now],
     )?;
-    let date = &now[..10];
+    let date = now.get(..10).unwrap_or(now);
     {
         let mut insert = tx.prepare(
             "INSERT INTO adf_files (path, content, mime_type, size, protection, authorized, created_at, updated_at)
              VALUES (?1, ?2, 'text/markdown', ?3, 'no_delete', 0, ?4, ?4)",
         )?;
         for core in defaults::CORE_FILES {
-            let content = defaults::core_file_content(core, &name, date).unwrap_or_default();
+            let content = defaults::core_file_content(core, agent.name, date).unwrap_or_default();
             insert.execute(params![core, content.as_bytes(), content.len() as i64, now])?;
         }
     }
@@ -561,29 +600,15 @@ fn new_file_image(path: &Path, options: &CreateOptions) -> Result<Vec<u8>> {
     tx.commit()?;
 
     let mut bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    // The copy is written back as a rollback-mode image; the file opens in WAL mode.
     mark_wal_mode(&mut bytes)?;
     Ok(bytes)
-}
-
-/// The §3.2 schema as SQLite lays it out in a new database, built once per process.
-fn schema_image() -> Result<&'static [u8]> {
-    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    if let Some(image) = IMAGE.get() {
-        return Ok(image);
-    }
-    vec_ext::ensure_registered();
-    let mut conn = Connection::open_in_memory()?;
-    let tx = conn.transaction()?;
-    tx.execute_batch(SCHEMA_DDL)?;
-    tx.commit()?;
-    let image = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
-    Ok(IMAGE.get_or_init(|| image))
 }
 
 /// Header bytes 18 and 19 (file format write/read version) are 2 in a WAL database; setting
 /// them in the image makes the file open in WAL mode without the journaled switch that
 /// `PRAGMA journal_mode=WAL` performs on a rollback-mode file.
-fn mark_wal_mode(image: &mut [u8]) -> Result<()> {
+pub(crate) fn mark_wal_mode(image: &mut [u8]) -> Result<()> {
     let header = image
         .get_mut(..SQLITE_HEADER_LEN)
         .ok_or_else(|| StoreError::invalid("the serialized schema image has no header"))?;
@@ -597,17 +622,47 @@ fn mark_wal_mode(image: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-/// The four pragmas of spec §3.1, applied on every writer connection before anything else,
+/// The four pragmas of spec §3.1, in force on every writer connection before anything else,
 /// plus one connection-tuning pragma (§3.1 allows those): checkpointing every 10,000 WAL pages
 /// instead of 1,000 cuts the fsync pauses of a busy agent's turns tenfold; a clean close still
 /// checkpoints everything.
-fn apply_pragmas(conn: &Connection) -> Result<()> {
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.pragma_update(None, "busy_timeout", 5000)?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
+///
+/// `journal_mode` and `synchronous` make SQLite parse the whole schema (a fifth of a millisecond)
+/// before they run, so each is skipped when the file already has its value: a file whose
+/// header says WAL (`file_is_wal`) opens in WAL mode by itself, and a SQLite built with
+/// `SQLITE_DEFAULT_WAL_SYNCHRONOUS=1` (`.cargo/config.toml`) runs a WAL file at `NORMAL`.
+/// `busy_timeout` and `foreign_keys` go through the C API, which parses nothing.
+fn apply_pragmas(conn: &Connection, file_is_wal: bool) -> Result<()> {
+    if !file_is_wal {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+    }
+    if !(file_is_wal && wal_is_normal_by_default()) {
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+    }
+    conn.busy_timeout(std::time::Duration::from_millis(5000))?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_FKEY,
+        true,
+    )?;
     conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
     Ok(())
+}
+
+/// Whether this SQLite was built to run WAL files at `synchronous = NORMAL` without the pragma,
+/// asked once per process; without the build flag every writer sets the pragma as before.
+fn wal_is_normal_by_default() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        Connection::open_in_memory()
+            .and_then(|conn| {
+                conn.query_row(
+                    "SELECT sqlite_compileoption_used('DEFAULT_WAL_SYNCHRONOUS=1')",
+                    [],
+                    |row| row.get::<_, bool>(0),
+                )
+            })
+            .unwrap_or(false)
+    })
 }
 
 /// `<file><suffix>`: the `-wal`, `-shm` and `.bak` companions of a file.
@@ -632,7 +687,7 @@ fn uri_escape(path: &Path) -> String {
 /// Rejects what is plainly not an intact SQLite file before SQLite sees it, so the error says
 /// what is wrong instead of "file is not a database", and so a zero-byte file is never turned
 /// into an empty database.
-fn check_header(path: &Path) -> Result<()> {
+fn check_header(path: &Path) -> Result<Header> {
     use std::io::Read as _;
     let meta = match fs::metadata(path) {
         Ok(meta) => meta,
@@ -702,7 +757,24 @@ fn check_header(path: &Path) -> Result<()> {
             actual: len,
         });
     }
-    Ok(())
+    Ok(Header {
+        write_version: header[18],
+        read_version: header[19],
+    })
+}
+
+/// What [`check_header`] read that opening uses.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    write_version: u8,
+    read_version: u8,
+}
+
+impl Header {
+    /// File format versions 2/2: SQLite opens the file in WAL mode without being told.
+    fn is_wal(self) -> bool {
+        self.write_version == 2 && self.read_version == 2
+    }
 }
 
 /// Why a writer may not open `path`, judged from the permission bits: a file with no write

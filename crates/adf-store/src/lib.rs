@@ -33,6 +33,7 @@ pub mod meta;
 pub mod migrate;
 pub mod mime;
 pub mod owner_ops;
+mod page_image;
 pub mod schema;
 pub mod skills;
 pub mod sql;

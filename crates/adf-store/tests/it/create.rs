@@ -598,3 +598,27 @@ fn sto_04_a_long_session_checkpoints_in_the_background_and_closes_without_sideca
     let value = reopened.meta_get("k49").unwrap().unwrap().value;
     assert!(value.starts_with("1999"));
 }
+
+#[test]
+fn sto_03_a_name_too_long_for_the_page_image_still_makes_a_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.adf");
+    // Rows this large do not fit the one-leaf page image; the file is built through SQLite.
+    let name = "n".repeat(3_900);
+    let options = CreateOptions {
+        name: Some(name.clone()),
+        handle: Some("long".into()),
+        ..CreateOptions::default()
+    };
+    AdfFile::create(&path, &options).unwrap().close().unwrap();
+    let file = AdfFile::open(&path).unwrap();
+    let integrity: String = file
+        .connection()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    assert_eq!(file.meta_get("adf_name").unwrap().unwrap().value, name);
+    let readme = file.file_read("README.md").unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&readme.content).starts_with(&format!("# {name}\n")));
+    file.close().unwrap();
+}
