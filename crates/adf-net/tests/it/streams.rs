@@ -25,7 +25,7 @@ const AGENT: &str = "agent-1";
 const SAFETY: Duration = Duration::from_secs(20);
 
 #[derive(Debug)]
-struct NoAgents;
+pub(crate) struct NoAgents;
 
 impl AgentDirectory for NoAgents {
     fn find(&self, _key: &str) -> Option<ServedAgent> {
