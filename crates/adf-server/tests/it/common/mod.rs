@@ -295,3 +295,22 @@ pub fn repo_root() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir.join("../..")
 }
+
+/// `method path` with `body` through the harness's client: the status and the JSON answer.
+pub async fn status(
+    h: &Harness,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    h.client.raw(method, path, body.as_ref()).await.unwrap()
+}
+
+/// The owner's local keys in the harness's home, created on first use.
+pub fn owner_keys(h: &Harness) -> adf_runtime::identity::LocalKeys {
+    let home = RuntimeHome::at(h.dir.path().join("home"));
+    if home.load_owner().unwrap().is_none() {
+        home.init_owner(false).unwrap();
+    }
+    adf_runtime::identity::LocalKeys::from_home(&home).unwrap()
+}
