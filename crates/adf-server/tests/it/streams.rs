@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn};
-use common::{Harness, agent_file, chat, model_config, wait_for};
+use common::{Harness, agent_file, chat, model_config, stored_config, wait_for};
 
 /// Only a hung test waits this long; no assertion depends on it.
 const SAFETY: Duration = Duration::from_secs(30);
@@ -333,12 +333,7 @@ async fn srv_41_stl_04_leaving_off_and_a_config_change_materialize_declared_netw
     .await;
 
     // A config change at run time: the binding follows its new declaration.
-    let current = h
-        .client
-        .call(Method::GET, &format!("/agents/{}/config", agent.id), None)
-        .await
-        .unwrap();
-    let mut config = current["config"].clone();
+    let mut config = stored_config(&h, &agent).await;
     config["stream_bindings"][0]["b"] = tcp(third_port);
     h.client
         .call(
@@ -469,13 +464,9 @@ async fn stl_04_srv_41_an_agent_stored_off_opens_its_declared_network_when_turne
         h.server.daemon.outbound_connections(&agent.id).len() == 1
     })
     .await;
-    let stored = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap();
     assert_eq!(
-        stored["config"]["state"], "off",
+        stored_config(&h, &agent).await["state"],
+        "off",
         "POST /state wrote nothing"
     );
     h.stop().await;

@@ -253,12 +253,7 @@ pub async fn drained(agent: &Agent) {
 
 /// Sets the agent's `state` through the config API (read, change, `PUT` back).
 pub async fn set_state(h: &Harness, agent: &Agent, state: &str) {
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
+    let mut config = stored_config(h, agent).await;
     config["state"] = serde_json::json!(state);
     h.client
         .call(
@@ -313,4 +308,13 @@ pub fn owner_keys(h: &Harness) -> adf_runtime::identity::LocalKeys {
         home.init_owner(false).unwrap();
     }
     adf_runtime::identity::LocalKeys::from_home(&home).unwrap()
+}
+
+/// The agent's config as `GET /agents/{id}/config` answers it (what its file holds).
+pub async fn stored_config(h: &Harness, agent: &Agent) -> serde_json::Value {
+    h.client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone()
 }
