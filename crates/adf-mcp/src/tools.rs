@@ -22,30 +22,32 @@ pub const MANAGEMENT_TOOLS: [&str; 3] = ["mcp_install", "mcp_restart", "mcp_unin
 
 /// The management tool `name`, bound to `source`.
 pub(crate) fn management_tool(source: &McpSource, name: &str) -> Option<Arc<dyn Tool>> {
-    let kind = match name {
-        "mcp_install" => Management::Install,
-        "mcp_restart" => Management::Restart,
-        "mcp_uninstall" => Management::Uninstall,
+    let management = Management {
+        source: source.clone(),
+    };
+    let tool: Arc<dyn Tool> = match name {
+        "mcp_install" => Arc::new(McpInstall(management)),
+        "mcp_restart" => Arc::new(McpRestart(management)),
+        "mcp_uninstall" => Arc::new(McpUninstall(management)),
         _ => return None,
     };
-    Some(Arc::new(ManagementTool {
-        kind,
-        source: source.clone(),
-    }))
+    Some(tool)
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Management {
-    Install,
-    Restart,
-    Uninstall,
+/// What the three tools share: the source whose servers they manage.
+#[derive(Debug)]
+struct Management {
+    source: McpSource,
 }
 
 #[derive(Debug)]
-struct ManagementTool {
-    kind: Management,
-    source: McpSource,
-}
+struct McpInstall(Management);
+
+#[derive(Debug)]
+struct McpRestart(Management);
+
+#[derive(Debug)]
+struct McpUninstall(Management);
 
 fn failed(error: McpError) -> ToolError {
     let code = match error {
@@ -102,7 +104,7 @@ fn with_runtime<T>(
     runtime.block_on(work)
 }
 
-impl ManagementTool {
+impl Management {
     fn manager(&self) -> Result<Manager, ToolError> {
         let home = match self.source.home() {
             Some(home) => home,
@@ -274,62 +276,64 @@ fn store_credentials(
     Ok(())
 }
 
-impl Tool for ManagementTool {
-    fn name(&self) -> &str {
-        match self.kind {
-            Management::Install => "mcp_install",
-            Management::Restart => "mcp_restart",
-            Management::Uninstall => "mcp_uninstall",
-        }
-    }
+/// The arguments of `mcp_restart` and `mcp_uninstall`: the server's name.
+fn server_name_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "name": { "type": "string" } },
+        "required": ["name"],
+        "additionalProperties": false
+    })
+}
 
-    fn description(&self) -> &str {
-        match self.kind {
-            Management::Install => {
-                "Install an MCP server package (npm by default, or pypi), attach a custom command, or connect a Streamable HTTP server; its tools are discovered, enabled and protected by human approval."
-            }
-            Management::Restart => {
-                "Reconnect an MCP server of this agent and refresh its discovered tools; existing tool choices are kept."
-            }
-            Management::Uninstall => {
-                "Remove an MCP server from this agent with every mcp_<name>_* tool declaration."
-            }
-        }
-    }
-
-    fn parameters(&self) -> Value {
-        match self.kind {
-            Management::Install => json!({
-                "type": "object",
-                "properties": {
-                    "package": { "type": "string", "description": "npm or PyPI package, or the command for type custom" },
-                    "type": { "type": "string", "enum": ["npm", "pypi", "custom", "http"] },
-                    "url": { "type": "string" },
-                    "name": { "type": "string" },
-                    "args": { "type": "array", "items": { "type": "string" } },
-                    "host": { "type": "boolean" },
-                    "env_keys": { "type": "array", "items": { "type": "string" } },
-                    "env": { "type": "object", "description": "credential values, stored sealed as mcp:<name>:<KEY>" },
-                    "headers": { "type": "object" },
-                    "header_env": { "type": "array", "items": { "type": "object" } },
-                    "bearer_token_env_var": { "type": "string" }
-                },
-                "additionalProperties": true
-            }),
-            Management::Restart | Management::Uninstall => json!({
-                "type": "object",
-                "properties": { "name": { "type": "string" } },
-                "required": ["name"],
-                "additionalProperties": false
-            }),
-        }
+impl Tool for McpInstall {
+    adf_runtime::declare_tool! {
+        name: "mcp_install",
+        description: "Install an MCP server package (npm by default, or pypi), attach a custom command, or connect a Streamable HTTP server; its tools are discovered, enabled and protected by human approval.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "package": { "type": "string", "description": "npm or PyPI package, or the command for type custom" },
+                "type": { "type": "string", "enum": ["npm", "pypi", "custom", "http"] },
+                "url": { "type": "string" },
+                "name": { "type": "string" },
+                "args": { "type": "array", "items": { "type": "string" } },
+                "host": { "type": "boolean" },
+                "env_keys": { "type": "array", "items": { "type": "string" } },
+                "env": { "type": "object", "description": "credential values, stored sealed as mcp:<name>:<KEY>" },
+                "headers": { "type": "object" },
+                "header_env": { "type": "array", "items": { "type": "object" } },
+                "bearer_token_env_var": { "type": "string" }
+            },
+            "additionalProperties": true
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        match self.kind {
-            Management::Install => self.install(cx, &args),
-            Management::Restart => self.restart(cx, &args),
-            Management::Uninstall => self.uninstall(cx, &args),
-        }
+        self.0.install(cx, &args)
+    }
+}
+
+impl Tool for McpRestart {
+    adf_runtime::declare_tool! {
+        name: "mcp_restart",
+        description: "Reconnect an MCP server of this agent and refresh its discovered tools; existing tool choices are kept.",
+        parameters: server_name_schema(),
+    }
+
+    fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        self.0.restart(cx, &args)
+    }
+}
+
+impl Tool for McpUninstall {
+    adf_runtime::declare_tool! {
+        name: "mcp_uninstall",
+        description: "Remove an MCP server from this agent with every mcp_<name>_* tool declaration.",
+        parameters: server_name_schema(),
+    }
+
+    fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        self.0.uninstall(cx, &args)
     }
 }

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use adf_runtime::tools::{Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError};
+use adf_runtime::tools::{Detached, DetachedOutcome, ErrorCode, Tool, ToolError};
 
 use crate::outbound::{Outbound, OutboundSpec};
 use crate::{AgentDirectory, Serving};
@@ -101,17 +101,32 @@ pub(crate) fn not_in_transaction(name: &str) -> ToolError {
     )
 }
 
+/// The `run` and `deferred` of a tool whose whole work is its [`Tool::detach`] future: the
+/// pipeline never runs it inside the store transaction.
+macro_rules! runs_detached {
+    () => {
+        fn run(
+            &self,
+            _cx: &mut adf_runtime::tools::ToolContext<'_>,
+            _args: serde_json::Value,
+        ) -> Result<serde_json::Value, adf_runtime::tools::ToolError> {
+            Err($crate::tools::not_in_transaction(self.name()))
+        }
+
+        fn deferred(&self) -> bool {
+            true
+        }
+    };
+}
+pub(crate) use runs_detached;
+
 struct WsConnect(WsTools);
 
 impl Tool for WsConnect {
-    fn name(&self) -> &'static str {
-        "ws_connect"
-    }
-    fn description(&self) -> &'static str {
-        "Open a WebSocket connection: by the id of a ws_connections entry, or ad hoc by url. Returns connection_id."
-    }
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: "ws_connect",
+        description: "Open a WebSocket connection: by the id of a ws_connections entry, or ad hoc by url. Returns connection_id.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "id": { "type": "string" },
@@ -125,14 +140,10 @@ impl Tool for WsConnect {
                 "connect_timeout_ms": { "type": "integer" },
                 "auth": { "type": "string", "enum": ["auto", "required", "none"] }
             }
-        })
+        }),
     }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(
         &self,
         config: &Value,
@@ -279,14 +290,10 @@ fn save_connection(
 struct WsSend(WsTools);
 
 impl Tool for WsSend {
-    fn name(&self) -> &'static str {
-        "ws_send"
-    }
-    fn description(&self) -> &'static str {
-        "Send one text (default) or binary frame over an open WebSocket connection (inbound or outbound)."
-    }
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: "ws_send",
+        description: "Send one text (default) or binary frame over an open WebSocket connection (inbound or outbound).",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "connection_id": { "type": "string" },
@@ -294,14 +301,10 @@ impl Tool for WsSend {
                 "binary": { "type": "boolean" }
             },
             "required": ["connection_id", "data"]
-        })
+        }),
     }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(
         &self,
         config: &Value,
@@ -367,27 +370,19 @@ fn frame_of(args: &Value) -> Result<Message, ToolError> {
 struct WsDisconnect(WsTools);
 
 impl Tool for WsDisconnect {
-    fn name(&self) -> &'static str {
-        "ws_disconnect"
-    }
-    fn description(&self) -> &'static str {
-        "Close an open WebSocket connection by its connection_id or config id."
-    }
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: "ws_disconnect",
+        description: "Close an open WebSocket connection by its connection_id or config id.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "connection_id": { "type": "string" },
                 "id": { "type": "string" }
             }
-        })
+        }),
     }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(
         &self,
         config: &Value,
@@ -421,24 +416,16 @@ impl Tool for WsDisconnect {
 struct WsConnections(WsTools);
 
 impl Tool for WsConnections {
-    fn name(&self) -> &'static str {
-        "ws_connections"
-    }
-    fn description(&self) -> &'static str {
-        "List open WebSocket connections (inbound and outbound), optionally by direction."
-    }
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: "ws_connections",
+        description: "List open WebSocket connections (inbound and outbound), optionally by direction.",
+        parameters: json!({
             "type": "object",
             "properties": { "direction": { "type": "string", "enum": ["inbound", "outbound"] } }
-        })
+        }),
     }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(
         &self,
         config: &Value,

@@ -63,13 +63,7 @@ impl Daemon {
     /// served routes' sandbox and cache, its inbound WebSockets (closed with 1001), its
     /// outbound ones and its stream bindings.
     pub fn release_network(&self, id: &str) {
-        if let Some(serving) = self.hub.serving() {
-            serving.release(id);
-        }
-        self.hub.outbound().release(id);
-        self.hub.streams().release(id);
-        self.hub.umbilical().release(id);
-        self.hub.mark_network_released(id);
+        self.hub.release_network(id);
     }
 
     /// The agent's umbilical replay log after `since`; `None` when `umbilical.log` is off.
@@ -208,7 +202,12 @@ impl Daemon {
             json!({}),
         );
         crate::dispatch::dispatch(&self.hub, agent, startup).await;
-        crate::serving::open_configured_connections(&self.hub, agent).await;
+        if agent.info().display_state == "off" {
+            // Stored `off`: nothing opens now; `POST /state` back on opens what it declares.
+            self.hub.mark_network_released(&agent.id);
+        } else {
+            crate::serving::open_configured_connections(&self.hub, agent).await;
+        }
         crate::turns::kick_autostart(&self.hub, agent).await;
     }
 

@@ -163,6 +163,19 @@ impl Hub {
     }
 
     /// Stream bindings of every agent.
+    /// Releases what the network holds for the agent `id` (STL-04, whoever turned it `off`):
+    /// its served routes' sandbox and cache, its inbound WebSockets (closed with 1001), its
+    /// outbound ones, its stream bindings and its umbilical replay log. Idempotent.
+    pub(crate) fn release_network(&self, id: &str) {
+        if let Some(serving) = self.serving() {
+            serving.release(id);
+        }
+        self.outbound.release(id);
+        self.streams.release(id);
+        self.umbilical.release(id);
+        self.mark_network_released(id);
+    }
+
     /// Notes that the agent `id` holds no network resources now (see `network_released`).
     pub(crate) fn mark_network_released(&self, id: &str) {
         self.network_released
@@ -280,10 +293,9 @@ impl Hub {
         self.events.publish(envelope);
         drop(seq);
         if releases {
-            // STL-04: an agent that goes off or unloads releases its MCP server processes
-            // and its stream bindings.
-            self.streams.release(&agent.id);
-            self.mark_network_released(&agent.id);
+            // STL-04: an agent that goes off or unloads (by the owner, or by its own turn's
+            // `sys_set_state`) releases its network resources and its MCP server processes.
+            self.release_network(&agent.id);
             self.mcp.stop_agent(&agent.path).await;
         } else if new_state.is_some() && self.take_network_released(&agent.id) {
             // Back from `off`: what load materialized opens again (in the background, as at

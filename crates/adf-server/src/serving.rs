@@ -165,9 +165,18 @@ pub(crate) async fn open_configured_connections(
             .map(|config| (*config).clone())
     })
     .await;
-    let Ok(Ok(config)) = config else {
+    let Ok(Ok(mut config)) = config else {
         return;
     };
+    // The live state decides, not the stored one: `POST /state` is not persisted, so an
+    // agent stored `off` and turned back on still reads `off` in its file.
+    let live = agent.info().display_state;
+    if live == "off" {
+        return;
+    }
+    if let Some(fields) = config.as_object_mut() {
+        fields.insert("state".to_owned(), Value::String(live));
+    }
     hub.umbilical().configure(&agent.id, &config);
     let entries = config
         .get("ws_connections")

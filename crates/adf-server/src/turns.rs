@@ -522,8 +522,9 @@ fn run_agent_turns(
 }
 
 /// An agent whose turn set it `off` (`sys_set_state`, from the model or its code) stops as
-/// when the owner turns it off: `agent.state.changed` goes out, and the hub releases its MCP
-/// server processes on that event (STL-04).
+/// when the owner turns it off: `agent.state.changed` goes out, and the hub releases its
+/// network resources (routes, WebSockets, bindings) and MCP server processes on that event
+/// (STL-04).
 fn announce_turned_off(file: &AdfFile, before: &Value, scope: &TurnScope) {
     let is_off = |config: &Value| config.get("state").and_then(Value::as_str) == Some("off");
     if is_off(before) || !file.config_shared().is_ok_and(|after| is_off(&after)) {

@@ -161,16 +161,10 @@ pub fn run_line(host: &mut dyn Host, command: &str) -> Outcome {
 }
 
 impl Tool for ShellTool {
-    fn name(&self) -> &'static str {
-        SHELL_TOOL
-    }
-
-    fn description(&self) -> &'static str {
-        "Run a bash-like command line over your files and tools: pipes, && || ;, > >> <, $VAR, $(cmd), quotes, heredocs. Commands: cat ls rm cp mv grep sed sort uniq wc cut tr head tail jq sqlite3 msg curl at crontab meta state config… (`help`, `CMD -h`). Returns {stdout, stderr, exit_code}."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: SHELL_TOOL,
+        description: "Run a bash-like command line over your files and tools: pipes, && || ;, > >> <, $VAR, $(cmd), quotes, heredocs. Commands: cat ls rm cp mv grep sed sort uniq wc cut tr head tail jq sqlite3 msg curl at crontab meta state config… (`help`, `CMD -h`). Returns {stdout, stderr, exit_code}.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "command": { "type": "string", "minLength": 1, "description": "The command line (or a multi-line script)." },
@@ -178,7 +172,7 @@ impl Tool for ShellTool {
             },
             "required": ["command"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, _: &mut ToolContext<'_>, _: Value) -> Result<Value, ToolError> {

@@ -716,3 +716,22 @@ fn chmod_is_refused_for_the_agent_and_leaves_the_protection() {
         to_run(&shell_call(&mut file, &model(), "chmod 644 notes.md", &ApproveAll).unwrap());
     assert!(usage.stderr.contains("numeric modes"), "{usage:?}");
 }
+
+/// The `sys_shell` declaration (name, description, argument schema) against a snapshot taken
+/// before it moved to `adf_runtime::declare_tool!`: models see the same tool, byte for byte.
+#[test]
+fn shell_tool_declaration_matches_its_snapshot() {
+    let tool = adf_shell::tool();
+    assert_eq!(tool.name(), adf_shell::SHELL_TOOL);
+    adf_testkit::snapshot::assert_json_snapshot(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tool-declarations.json"
+        ),
+        &json!([{
+            "name": tool.name(),
+            "description": tool.description(),
+            "parameters": tool.parameters(),
+        }]),
+    );
+}

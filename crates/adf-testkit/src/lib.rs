@@ -32,9 +32,13 @@
 //! assert_eq!(mock.requests().len(), 0);
 //! # }
 //! ```
+//!
+//! [`snapshot::assert_json_snapshot`] compares a JSON value with a fixture file taken earlier
+//! (tool declarations before and after a refactor).
 
 pub mod fixtures;
 mod server;
+pub mod snapshot;
 mod turn;
 mod wire;
 

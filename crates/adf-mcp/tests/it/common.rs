@@ -53,6 +53,14 @@ impl World {
         .unwrap()
     }
 
+    /// A fresh world and its agent `name` with the misbehaving server attached as `bad`.
+    pub(crate) async fn with_misbehaving(name: &str) -> (World, AdfFile) {
+        let world = World::new();
+        let mut file = world.agent(name);
+        attach_misbehaving(&world, &mut file, "bad").await;
+        (world, file)
+    }
+
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.adf"))
     }
@@ -116,4 +124,13 @@ pub(crate) fn unrestrict(file: &mut AdfFile, name: &str) {
     }
     file.config_replace(adf_store::Caller::Owner, config)
         .unwrap();
+}
+
+/// A two-thread runtime for a test that also calls the synchronous tool pipeline.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }

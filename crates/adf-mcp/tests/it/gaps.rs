@@ -8,20 +8,10 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn sys_get_config_tools_lists_declared_mcp_tools_as_implemented_with_their_definition() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("listing");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("listing").await;
         let registry = world.registry();
         let tools = call(
             &registry,
@@ -89,9 +79,7 @@ fn host_server(file: &mut adf_store::AdfFile) {
 #[test]
 fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("host");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("host").await;
         host_server(&mut file);
         let registry = world.registry();
         let starts = world.supervisor.starts();

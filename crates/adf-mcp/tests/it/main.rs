@@ -8,6 +8,7 @@
 
 mod cancel;
 mod common;
+mod declarations;
 mod gaps;
 mod http;
 mod packages;

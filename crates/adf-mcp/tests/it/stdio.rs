@@ -9,20 +9,10 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn tol_12_tol_39_discovery_declares_restricted_tools_and_a_model_call_asks_first() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("a");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("a").await;
         let echo = declaration(&file, "mcp_bad_echo");
         assert_eq!(
             (
@@ -76,9 +66,7 @@ fn tol_12_tol_39_discovery_declares_restricted_tools_and_a_model_call_asks_first
 #[test]
 fn stdio_child_gets_a_cleared_environment_and_a_scratch_dir_next_to_the_file() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("env");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("env").await;
         let registry = world.registry();
         // SAFETY of the assertion: the test process has variables the child must not see.
         let out = call(
@@ -126,9 +114,7 @@ fn stdio_child_gets_a_cleared_environment_and_a_scratch_dir_next_to_the_file() {
 #[test]
 fn a_server_that_crashes_mid_call_is_an_error_and_restarts_on_the_next_call() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("c");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("c").await;
         let registry = world.registry();
         let starts = world.supervisor.starts();
         let crashed = call(
@@ -166,9 +152,7 @@ fn a_server_that_crashes_mid_call_is_an_error_and_restarts_on_the_next_call() {
 #[test]
 fn a_hanging_server_times_out_within_tool_call_timeout_ms_and_restarts() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("h");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("h").await;
         let mut config = file.config().unwrap();
         config["mcp"]["servers"][0]["tool_call_timeout_ms"] = json!(300);
         file.config_replace(adf_store::Caller::Owner, config)
@@ -205,9 +189,7 @@ fn a_hanging_server_times_out_within_tool_call_timeout_ms_and_restarts() {
 #[test]
 fn malformed_results_and_is_error_are_clear_errors_and_images_keep_their_blocks() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("m");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("m").await;
         let registry = world.registry();
         let malformed = call(
             &registry,
@@ -247,9 +229,7 @@ fn malformed_results_and_is_error_are_clear_errors_and_images_keep_their_blocks(
 #[test]
 fn tol_11_a_schema_change_on_restart_disables_that_tool_until_reviewed_others_keep_working() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("s");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("s").await;
         adf_mcp::declare::accept_reviews(&mut file.config().unwrap());
         let scratch = format!("{}.mcp/bad", world.path("s").display());
         std::fs::write(
@@ -281,9 +261,7 @@ fn tol_11_a_schema_change_on_restart_disables_that_tool_until_reviewed_others_ke
 #[test]
 fn tol_41_remove_drops_the_server_and_its_declarations() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("r");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("r").await;
         world.manager().remove(&mut file, "bad").await.unwrap();
         let config = file.config().unwrap();
         assert!(
@@ -300,9 +278,7 @@ fn tol_41_remove_drops_the_server_and_its_declarations() {
 #[test]
 fn hundred_idle_agents_declaring_a_server_start_no_process_until_a_call() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut first = world.agent("agent0");
-        attach_misbehaving(&world, &mut first, "bad").await;
+        let (world, first) = World::with_misbehaving("agent0").await;
         let declared = first.config().unwrap();
         world
             .supervisor
@@ -376,9 +352,7 @@ fn hundred_idle_agents_declaring_a_server_start_no_process_until_a_call() {
 #[test]
 fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
     runtime().block_on(async {
-        let world = World::new();
-        let mut file = world.agent("k");
-        attach_misbehaving(&world, &mut file, "bad").await;
+        let (world, mut file) = World::with_misbehaving("k").await;
         let mut config = file.config().unwrap();
         config["mcp"]["servers"][0]["env_schema"] =
             json!([{"key": "API_TOKEN", "scope": "agent", "required": true}]);

@@ -589,20 +589,15 @@ mod tests {
         })
     }
 
-    /// On a paused clock: traffic moves the idle deadline, silence reaches it.
-    #[tokio::test(start_paused = true)]
-    async fn srv_39_traffic_keeps_a_binding_from_its_idle_timeout() {
-        let (mut writer, a_side) = tokio::io::duplex(64);
-        let (b_side, mut reader) = tokio::io::duplex(64);
-        let binding = binding();
-        let options = Options::parse(Some(&json!({ "idle_timeout_ms": 1000 }))).unwrap();
-        let direction = Direction {
-            source: Source::Io(Box::new(a_side)),
-            sink: Sink::Io(Box::new(b_side)),
-        };
-        let pumped = Arc::clone(&binding);
+    /// Runs `binding`'s pump a → b over `direction` until it ends, emitting nothing.
+    fn spawn_pump(
+        binding: &Arc<Binding>,
+        direction: Direction,
+        options: Options,
+    ) -> tokio::task::JoinHandle<EndReason> {
+        let pumped = Arc::clone(binding);
         let mut stop = binding.stop.subscribe();
-        let pump = tokio::spawn(async move {
+        tokio::spawn(async move {
             let emit = |_: &Binding, _: &str, _: Value| {};
             pump::run(
                 &pumped,
@@ -614,7 +609,21 @@ mod tests {
                 &emit,
             )
             .await
-        });
+        })
+    }
+
+    /// On a paused clock: traffic moves the idle deadline, silence reaches it.
+    #[tokio::test(start_paused = true)]
+    async fn srv_39_traffic_keeps_a_binding_from_its_idle_timeout() {
+        let (mut writer, a_side) = tokio::io::duplex(64);
+        let (b_side, mut reader) = tokio::io::duplex(64);
+        let binding = binding();
+        let options = Options::parse(Some(&json!({ "idle_timeout_ms": 1000 }))).unwrap();
+        let direction = Direction {
+            source: Source::Io(Box::new(a_side)),
+            sink: Sink::Io(Box::new(b_side)),
+        };
+        let pump = spawn_pump(&binding, direction, options);
         for round in 0..3u8 {
             tokio::time::advance(Duration::from_millis(700)).await;
             writer.write_all(&[round]).await.unwrap();
@@ -629,5 +638,69 @@ mod tests {
         let reason = pump.await.unwrap();
         assert_eq!(reason, EndReason::IdleTimeout);
         assert_eq!(binding.bytes_a_to_b.load(Ordering::Relaxed), 3);
+    }
+
+    /// A sink that accepts no byte, ever: its first write says so on `entered` and stays
+    /// pending without registering a waker, so only the pump giving up can end that write.
+    struct NeverDrains {
+        entered: Option<tokio::sync::oneshot::Sender<()>>,
+    }
+
+    impl tokio::io::AsyncWrite for NeverDrains {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if let Some(entered) = self.entered.take() {
+                let _ = entered.send(());
+            }
+            std::task::Poll::Pending
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Pending
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    /// On a paused clock: a binding ended while its pump is stuck in a write to a sink that
+    /// never drains gives the write `drain_timeout_ms` and ends. Without that timeout the
+    /// only timer left is the safety one, which fails the test.
+    #[tokio::test(start_paused = true)]
+    async fn srv_39_drain_timeout_gives_up_a_write_a_sink_never_drains() {
+        let (mut writer, a_side) = tokio::io::duplex(64);
+        let (entered, in_write) = tokio::sync::oneshot::channel();
+        let binding = binding();
+        let options = Options::parse(Some(&json!({ "drain_timeout_ms": 20 }))).unwrap();
+        let direction = Direction {
+            source: Source::Io(Box::new(a_side)),
+            sink: Sink::Io(Box::new(NeverDrains {
+                entered: Some(entered),
+            })),
+        };
+        let pump = spawn_pump(&binding, direction, options);
+        writer.write_all(b"stuck").await.unwrap();
+        in_write.await.unwrap();
+        binding.stop.send_replace(Some(EndReason::Unbound));
+        let reason = tokio::time::timeout(Duration::from_secs(3600), pump)
+            .await
+            .unwrap_or_else(|_| panic!("the stuck write held the binding past its drain timeout"))
+            .unwrap();
+        assert_eq!(reason, EndReason::Unbound);
+        assert_eq!(
+            binding.bytes_a_to_b.load(Ordering::Relaxed),
+            0,
+            "no byte was written"
+        );
     }
 }

@@ -5,12 +5,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use adf_runtime::tools::{
-    Caller, Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError,
-};
+use adf_runtime::tools::{Caller, Detached, DetachedOutcome, ErrorCode, Tool, ToolError};
 
 use super::{BindRequest, StreamError, Streams};
-use crate::tools::{done, not_in_transaction};
+use crate::tools::{done, runs_detached};
 
 /// The three stream tools over one [`Streams`].
 #[derive(Debug, Clone)]
@@ -49,14 +47,10 @@ fn tool_error(error: StreamError) -> ToolError {
 struct StreamBind(StreamTools);
 
 impl Tool for StreamBind {
-    fn name(&self) -> &'static str {
-        "stream_bind"
-    }
-    fn description(&self) -> &'static str {
-        "Bind two byte endpoints (ws, tcp, process, umbilical) so the runtime pumps data between them outside the loop. Returns binding_id."
-    }
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: "stream_bind",
+        description: "Bind two byte endpoints (ws, tcp, process, umbilical) so the runtime pumps data between them outside the loop. Returns binding_id.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "a": { "type": "object", "description": "source endpoint: {kind: ws|tcp|process|umbilical, ...}" },
@@ -75,14 +69,10 @@ impl Tool for StreamBind {
                 }
             },
             "required": ["a", "b"]
-        })
+        }),
     }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(&self, config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
         let streams = Arc::clone(&self.0.0);
         let agent = agent_id(config);
@@ -115,25 +105,17 @@ impl Tool for StreamBind {
 struct StreamUnbind(StreamTools);
 
 impl Tool for StreamUnbind {
-    fn name(&self) -> &'static str {
-        "stream_unbind"
-    }
-    fn description(&self) -> &'static str {
-        "Terminate a stream binding by binding_id, closing both endpoints. Returns { ok: true }."
-    }
-    fn parameters(&self) -> Value {
-        json!({
+    adf_runtime::declare_tool! {
+        name: "stream_unbind",
+        description: "Terminate a stream binding by binding_id, closing both endpoints. Returns { ok: true }.",
+        parameters: json!({
             "type": "object",
             "properties": { "binding_id": { "type": "string" } },
             "required": ["binding_id"]
-        })
+        }),
     }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(&self, config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
         let result = agent_id(config).and_then(|agent| {
             let id = args
@@ -153,21 +135,13 @@ impl Tool for StreamUnbind {
 struct StreamBindingsTool(StreamTools);
 
 impl Tool for StreamBindingsTool {
-    fn name(&self) -> &'static str {
-        "stream_bindings"
+    adf_runtime::declare_tool! {
+        name: "stream_bindings",
+        description: "List this agent's stream bindings with their endpoints, origin, status and byte counters.",
+        parameters: json!({ "type": "object", "properties": {} }),
     }
-    fn description(&self) -> &'static str {
-        "List this agent's stream bindings with their endpoints, origin, status and byte counters."
-    }
-    fn parameters(&self) -> Value {
-        json!({ "type": "object", "properties": {} })
-    }
-    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
-        Err(not_in_transaction(self.name()))
-    }
-    fn deferred(&self) -> bool {
-        true
-    }
+    runs_detached!();
+
     fn detach(&self, config: &Value, _caller: &Caller, _args: Value) -> Option<Detached> {
         let result = agent_id(config).map(|agent| json!({ "bindings": self.0.0.list(&agent) }));
         Some(done(result))

@@ -4,4 +4,5 @@
 // A test or bench crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
 
+mod declarations;
 mod streams;

@@ -25,7 +25,7 @@ const AGENT: &str = "agent-1";
 const SAFETY: Duration = Duration::from_secs(20);
 
 #[derive(Debug)]
-struct NoAgents;
+pub(crate) struct NoAgents;
 
 impl AgentDirectory for NoAgents {
     fn find(&self, _key: &str) -> Option<ServedAgent> {
@@ -165,24 +165,92 @@ fn tcp(port: u16) -> Value {
     json!({ "kind": "tcp", "host": "127.0.0.1", "port": port })
 }
 
+/// A binding between two fresh sockets on 127.0.0.1, both ends accepted.
+struct TcpPair {
+    id: String,
+    a: TcpStream,
+    b: TcpStream,
+    a_port: u16,
+    b_port: u16,
+}
+
+type Peer = tokio_tungstenite::WebSocketStream<TcpStream>;
+
+impl Rig {
+    /// Binds a → b between two fresh listeners, with `extra` request fields
+    /// (`bidirectional`, `options`), and accepts both ends.
+    async fn tcp_pair(&self, extra: Value) -> TcpPair {
+        let (left, a_port) = listener().await;
+        let (right, b_port) = listener().await;
+        let mut request = json!({ "a": tcp(a_port), "b": tcp(b_port) });
+        if let (Some(fields), Value::Object(more)) = (request.as_object_mut(), extra) {
+            fields.extend(more);
+        }
+        let id = self
+            .bind(&tcp_config(&[a_port, b_port]), request)
+            .await
+            .unwrap();
+        let a = accept(&left).await;
+        let b = accept(&right).await;
+        TcpPair {
+            id,
+            a,
+            b,
+            a_port,
+            b_port,
+        }
+    }
+
+    /// Opens the outbound connection `relay` to a fresh WebSocket server on 127.0.0.1 and
+    /// returns the server's side of it.
+    async fn ws_relay(&self) -> Peer {
+        let (ws_listener, ws_port) = listener().await;
+        let server = tokio::spawn(async move {
+            let stream = accept(&ws_listener).await;
+            tokio_tungstenite::accept_async(stream).await.unwrap()
+        });
+        let spec = OutboundSpec::from_entry(
+            &json!({ "id": "relay", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none", "auto_reconnect": false }),
+            adf_egress::Policy::default(),
+        )
+        .unwrap();
+        let agent = ServedAgent {
+            id: AGENT.to_owned(),
+            path: std::env::temp_dir().join("unused.adf"),
+        };
+        self.outbound.connect(agent, spec).await.unwrap();
+        server.await.unwrap()
+    }
+}
+
+/// The next binary frame the peer receives (pings and pongs skipped).
+async fn next_binary(peer: &mut Peer) -> Vec<u8> {
+    tokio::time::timeout(SAFETY, async {
+        loop {
+            match peer.next().await.unwrap().unwrap() {
+                Message::Binary(bytes) => return bytes.to_vec(),
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn srv_39_srv_40_a_tcp_binding_pipes_bytes_both_ways_and_counts_them() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    let id = rig
-        .bind(
-            &config,
-            json!({ "a": tcp(left_port), "b": tcp(right_port), "bidirectional": true }),
-        )
-        .await
-        .unwrap();
+    let TcpPair {
+        id,
+        mut a,
+        mut b,
+        a_port: left_port,
+        b_port: right_port,
+    } = rig.tcp_pair(json!({ "bidirectional": true })).await;
     assert!(id.starts_with("sb_"), "{id}");
     let created = rig.until("binding.created").await;
     assert_eq!(created["binding_id"], id.as_str());
-    let mut a = accept(&left).await;
-    let mut b = accept(&right).await;
 
     a.write_all(b"hello").await.unwrap();
     assert_eq!(read_exactly(&mut b, 5).await, b"hello");
@@ -214,18 +282,9 @@ async fn srv_39_srv_40_a_tcp_binding_pipes_bytes_both_ways_and_counts_them() {
 #[tokio::test]
 async fn srv_40_stream_unbind_closes_both_endpoints() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    let id = rig
-        .bind(
-            &config,
-            json!({ "a": tcp(left_port), "b": tcp(right_port) }),
-        )
-        .await
-        .unwrap();
-    let mut a = accept(&left).await;
-    let mut b = accept(&right).await;
+    let TcpPair {
+        id, mut a, mut b, ..
+    } = rig.tcp_pair(json!({})).await;
     a.write_all(b"x").await.unwrap();
     assert_eq!(read_exactly(&mut b, 1).await, b"x");
     assert!(rig.streams.unbind(AGENT, &id));
@@ -307,17 +366,7 @@ async fn srv_37_srv_38_bindings_are_refused_by_their_gates() {
 #[tokio::test]
 async fn srv_39_max_bytes_closes_the_binding_after_exactly_that_many_bytes() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    rig.bind(
-        &config,
-        json!({ "a": tcp(left_port), "b": tcp(right_port), "options": { "max_bytes": 4 } }),
-    )
-    .await
-    .unwrap();
-    let mut a = accept(&left).await;
-    let mut b = accept(&right).await;
+    let TcpPair { mut a, mut b, .. } = rig.tcp_pair(json!({ "options": { "max_bytes": 4 } })).await;
     a.write_all(b"abcdefgh").await.unwrap();
     assert_eq!(read_to_end(&mut b).await, b"abcd");
     let exceeded = rig.until("binding.threshold_exceeded").await;
@@ -330,17 +379,11 @@ async fn srv_39_max_bytes_closes_the_binding_after_exactly_that_many_bytes() {
 #[tokio::test]
 async fn srv_39_idle_timeout_closes_a_quiet_binding() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    rig.bind(
-        &config,
-        json!({ "a": tcp(left_port), "b": tcp(right_port), "options": { "idle_timeout_ms": 100, "flow_summary_interval_ms": 10000 } }),
-    )
-    .await
-    .unwrap();
-    let _a = accept(&left).await;
-    let mut b = accept(&right).await;
+    let TcpPair { a: _a, mut b, .. } = rig
+        .tcp_pair(
+            json!({ "options": { "idle_timeout_ms": 100, "flow_summary_interval_ms": 10000 } }),
+        )
+        .await;
     // Nobody writes: the binding closes b by itself (no max_duration, no max_bytes).
     assert!(read_to_end(&mut b).await.is_empty());
     let ended = rig.until("binding.terminated").await;
@@ -351,17 +394,9 @@ async fn srv_39_idle_timeout_closes_a_quiet_binding() {
 #[tokio::test]
 async fn srv_39_max_duration_ends_a_busy_binding() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    rig.bind(
-        &config,
-        json!({ "a": tcp(left_port), "b": tcp(right_port), "options": { "max_duration_ms": 100 } }),
-    )
-    .await
-    .unwrap();
-    let _a = accept(&left).await;
-    let mut b = accept(&right).await;
+    let TcpPair { a: _a, mut b, .. } = rig
+        .tcp_pair(json!({ "options": { "max_duration_ms": 100 } }))
+        .await;
     assert!(read_to_end(&mut b).await.is_empty());
     let ended = rig.until("binding.terminated").await;
     assert_eq!(ended["reason"], "max_duration");
@@ -370,18 +405,11 @@ async fn srv_39_max_duration_ends_a_busy_binding() {
 #[tokio::test]
 async fn srv_39_flow_summaries_report_the_counters() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    let id = rig
-        .bind(
-            &config,
-            json!({ "a": tcp(left_port), "b": tcp(right_port), "options": { "flow_summary_interval_ms": 20 } }),
-        )
-        .await
-        .unwrap();
-    let mut a = accept(&left).await;
-    let mut b = accept(&right).await;
+    let TcpPair {
+        id, mut a, mut b, ..
+    } = rig
+        .tcp_pair(json!({ "options": { "flow_summary_interval_ms": 20 } }))
+        .await;
     a.write_all(b"12345").await.unwrap();
     assert_eq!(read_exactly(&mut b, 5).await, b"12345");
     let summary = loop {
@@ -485,17 +513,7 @@ async fn srv_36_the_umbilical_endpoint_streams_the_agents_events_as_ndjson() {
 #[tokio::test]
 async fn stl_04_release_ends_every_binding_of_the_agent() {
     let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let (right, right_port) = listener().await;
-    let config = tcp_config(&[left_port, right_port]);
-    rig.bind(
-        &config,
-        json!({ "a": tcp(left_port), "b": tcp(right_port), "bidirectional": true }),
-    )
-    .await
-    .unwrap();
-    let mut a = accept(&left).await;
-    let mut b = accept(&right).await;
+    let TcpPair { mut a, mut b, .. } = rig.tcp_pair(json!({ "bidirectional": true })).await;
     assert_eq!(rig.streams.list(AGENT).len(), 1);
     rig.streams.release(AGENT);
     assert!(rig.streams.list(AGENT).is_empty());
@@ -580,23 +598,8 @@ async fn srv_41_a_declared_binding_with_reconnect_opens_again() {
 #[tokio::test]
 async fn srv_36_a_ws_endpoint_carries_binary_frames_of_an_outbound_connection() {
     let rig = Rig::new();
-    let (ws_listener, ws_port) = listener().await;
+    let mut peer = rig.ws_relay().await;
     let (right, right_port) = listener().await;
-    let server = tokio::spawn(async move {
-        let stream = accept(&ws_listener).await;
-        tokio_tungstenite::accept_async(stream).await.unwrap()
-    });
-    let spec = OutboundSpec::from_entry(
-        &json!({ "id": "relay", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none", "auto_reconnect": false }),
-        adf_egress::Policy::default(),
-    )
-    .unwrap();
-    let agent = ServedAgent {
-        id: AGENT.to_owned(),
-        path: std::env::temp_dir().join("unused.adf"),
-    };
-    rig.outbound.connect(agent, spec).await.unwrap();
-    let mut peer = server.await.unwrap();
     let config = tcp_config(&[right_port]);
     rig.bind(
         &config,
@@ -610,18 +613,7 @@ async fn srv_36_a_ws_endpoint_carries_binary_frames_of_an_outbound_connection() 
         .unwrap();
     assert_eq!(read_exactly(&mut b, 9).await, b"from peer");
     b.write_all(b"to peer").await.unwrap();
-    let frame = tokio::time::timeout(SAFETY, async {
-        loop {
-            match peer.next().await.unwrap().unwrap() {
-                Message::Binary(bytes) => return bytes.to_vec(),
-                Message::Ping(_) | Message::Pong(_) => continue,
-                other => panic!("unexpected frame {other:?}"),
-            }
-        }
-    })
-    .await
-    .unwrap();
-    assert_eq!(frame, b"to peer");
+    assert_eq!(next_binary(&mut peer).await, b"to peer");
 
     let second = rig
         .bind(
@@ -649,23 +641,8 @@ async fn srv_36_a_ws_endpoint_carries_binary_frames_of_an_outbound_connection() 
 #[tokio::test]
 async fn srv_39_queue_high_water_bytes_bounds_what_a_direction_holds() {
     let rig = Rig::new();
-    let (ws_listener, ws_port) = listener().await;
+    let mut peer = rig.ws_relay().await;
     let (right, right_port) = listener().await;
-    let server = tokio::spawn(async move {
-        let stream = accept(&ws_listener).await;
-        tokio_tungstenite::accept_async(stream).await.unwrap()
-    });
-    let spec = OutboundSpec::from_entry(
-        &json!({ "id": "relay", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none", "auto_reconnect": false }),
-        adf_egress::Policy::default(),
-    )
-    .unwrap();
-    let agent = ServedAgent {
-        id: AGENT.to_owned(),
-        path: std::env::temp_dir().join("unused.adf"),
-    };
-    rig.outbound.connect(agent, spec).await.unwrap();
-    let mut peer = server.await.unwrap();
     rig.bind(
         &tcp_config(&[right_port]),
         json!({
@@ -679,60 +656,12 @@ async fn srv_39_queue_high_water_bytes_bounds_what_a_direction_holds() {
     b.write_all(b"to the peer").await.unwrap();
     // Each chunk read from b becomes one frame: none may exceed the high-water mark.
     let mut got = Vec::new();
-    tokio::time::timeout(SAFETY, async {
-        while got.len() < 11 {
-            match peer.next().await.unwrap().unwrap() {
-                Message::Binary(bytes) => {
-                    assert!(bytes.len() <= 3, "a {}-byte chunk", bytes.len());
-                    got.extend_from_slice(&bytes);
-                }
-                Message::Ping(_) | Message::Pong(_) => continue,
-                other => panic!("unexpected frame {other:?}"),
-            }
-        }
-    })
-    .await
-    .unwrap();
+    while got.len() < 11 {
+        let chunk = next_binary(&mut peer).await;
+        assert!(chunk.len() <= 3, "a {}-byte chunk", chunk.len());
+        got.extend_from_slice(&chunk);
+    }
     assert_eq!(got, b"to the peer");
     rig.streams.release(AGENT);
     rig.outbound.release(AGENT);
-}
-
-#[tokio::test]
-async fn srv_39_drain_timeout_gives_up_a_write_a_sink_never_drains() {
-    let mut rig = Rig::new();
-    let (left, left_port) = listener().await;
-    let mut config = tcp_config(&[left_port]);
-    config["stream_bind"]["host_process_bind"] = json!(true);
-    // `sleep` never reads its stdin: once the pipe is full the pump's write waits forever.
-    let id = rig
-        .bind(
-            &config,
-            json!({ "a": tcp(left_port), "b": { "kind": "process", "command": ["sleep", "600"] },
-                    "options": { "drain_timeout_ms": 20 } }),
-        )
-        .await
-        .unwrap();
-    let mut a = accept(&left).await;
-    tokio::spawn(async move {
-        let _ = a.write_all(&vec![7u8; 4 * 1024 * 1024]).await;
-        a
-    });
-    // A Linux pipe holds 64 KiB: past that the pump is stuck in its write.
-    tokio::time::timeout(SAFETY, async {
-        loop {
-            let moved = rig.streams.list(AGENT)[0]["bytes_a_to_b"]
-                .as_u64()
-                .unwrap_or(0);
-            if moved >= 64 * 1024 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the pipe filled");
-    assert!(rig.streams.unbind(AGENT, &id));
-    let ended = rig.until("binding.terminated").await;
-    assert_eq!(ended["reason"], "unbound");
 }

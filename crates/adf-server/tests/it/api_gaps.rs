@@ -3,24 +3,11 @@
 //! and token counting (the runtime's estimate, said to be one).
 use crate::common;
 
-use adf_runtime::home::RuntimeHome;
-use adf_runtime::identity::{self, LocalKeys};
+use adf_runtime::identity;
 use adf_testkit::{MockProvider, Wire};
-use common::{Harness, agent_file};
+use common::{Harness, agent_file, owner_keys, status};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-async fn status(h: &Harness, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    h.client.raw(method, path, body.as_ref()).await.unwrap()
-}
-
-fn keys(h: &Harness) -> LocalKeys {
-    let home = RuntimeHome::at(h.dir.path().join("home"));
-    if home.load_owner().unwrap().is_none() {
-        home.init_owner(false).unwrap();
-    }
-    LocalKeys::from_home(&home).unwrap()
-}
 
 /// The credentials envelope's slots, as stored (`crypto:envelope:credentials`).
 async fn credential_slot_kinds(h: &Harness, id: &str) -> Vec<String> {
@@ -48,7 +35,7 @@ async fn credential_slot_kinds(h: &Harness, id: &str) -> Vec<String> {
 async fn idn_15_delete_identity_password_removes_the_password_slot_and_keeps_the_key_slots() {
     let h = Harness::start().await;
     let path = agent_file(h.dir.path(), "pw", &[], &[]);
-    let keys = keys(&h);
+    let keys = owner_keys(&h);
     {
         let mut file = adf_store::AdfFile::open(&path).unwrap();
         identity::provision_new(&mut file, &keys).unwrap();

@@ -6,11 +6,10 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use adf_runtime::home::RuntimeHome;
-use adf_runtime::identity::{self, LocalKeys};
+use adf_runtime::identity;
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, agent_file, text_column, wait_for};
+use common::{Harness, agent_file, owner_keys, status, text_column, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -41,10 +40,6 @@ fn operations(doc: &Value) -> BTreeSet<String> {
         }
     }
     out
-}
-
-async fn status(h: &Harness, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    h.client.raw(method, path, body.as_ref()).await.unwrap()
 }
 
 /// Every reference operation is served (or owned by another subsystem), every documented
@@ -694,21 +689,13 @@ async fn api_recent_tools_lists_the_tool_calls_of_the_transcript() {
     h.stop().await;
 }
 
-fn keys(h: &Harness) -> LocalKeys {
-    let home = RuntimeHome::at(h.dir.path().join("home"));
-    if home.load_owner().unwrap().is_none() {
-        home.init_owner(false).unwrap();
-    }
-    LocalKeys::from_home(&home).unwrap()
-}
-
 /// IDN-28 over HTTP: credentials are sealed, listed by purpose and never returned; the password
 /// slot can be set and used to unlock; re-keying moves the DID; a reset empties it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
     let h = Harness::start().await;
     let path = agent_file(h.dir.path(), "ident", &[], &[]);
-    let keys = keys(&h);
+    let keys = owner_keys(&h);
     {
         let mut file = adf_store::AdfFile::open(&path).unwrap();
         identity::provision_new(&mut file, &keys).unwrap();

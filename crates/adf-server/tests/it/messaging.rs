@@ -7,14 +7,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use adf_crypto::alf;
-use adf_runtime::home::RuntimeHome;
-use adf_runtime::identity::{self, LocalKeys};
+use adf_runtime::identity;
 use adf_server::daemon::Agent;
 use adf_store::messages::{Mailbox, MessageFilter};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::common::{Harness, agent_file, wait_for};
+use crate::common::{Harness, agent_file, owner_keys, wait_for};
 
 /// Sends what the file `send/<name>.json` asks for when it is written, and records the
 /// outcome (or the error code) in `sent/<name>.json`.
@@ -34,14 +33,6 @@ export async function main(event) {
   await adf.fs_write({ path: `heard/${Date.now()}-${Math.random()}.json`, content: JSON.stringify(event.data), mode: 'write' });
 }
 "#;
-
-fn keys(h: &Harness) -> LocalKeys {
-    let home = RuntimeHome::at(h.dir.path().join("home"));
-    if home.load_owner().unwrap().is_none() {
-        home.init_owner(false).unwrap();
-    }
-    LocalKeys::from_home(&home).unwrap()
-}
 
 /// An agent with an identity, the sender lambda on `send/**` and the listener on `on_inbox`.
 fn messaging_agent(h: &Harness, name: &str, config: &[(&str, Value)]) -> PathBuf {
@@ -63,7 +54,7 @@ fn messaging_agent(h: &Harness, name: &str, config: &[(&str, Value)]) -> PathBuf
         &[("lib/send.ts", SENDER), ("lib/listen.ts", LISTENER)],
         &settings,
     );
-    let keys = keys(h);
+    let keys = owner_keys(h);
     let mut file = adf_store::AdfFile::open(&path).unwrap();
     identity::provision_new(&mut file, &keys).unwrap();
     file.close().unwrap();

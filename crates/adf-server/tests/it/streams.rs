@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn};
-use common::{Harness, agent_file, chat, model_config, wait_for};
+use common::{Harness, agent_file, chat, model_config, stored_config, wait_for};
 
 /// Only a hung test waits this long; no assertion depends on it.
 const SAFETY: Duration = Duration::from_secs(30);
@@ -232,21 +232,42 @@ async fn srv_41_stl_04_declared_bindings_run_from_load_until_off() {
 /// A plain WebSocket server on 127.0.0.1 that reports each connection it accepts and keeps
 /// it open until the client leaves.
 async fn counting_ws_server() -> (u16, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let (port, accepted, _closed) = watched_ws_server().await;
+    (port, accepted)
+}
+
+/// [`counting_ws_server`] that also reports each connection's end (the client closed or
+/// dropped it).
+async fn watched_ws_server() -> (
+    u16,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
     use futures::StreamExt as _;
     let (listener, port) = listener().await;
     let (accepted, seen) = tokio::sync::mpsc::unbounded_channel();
+    let (closed, ended) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
             let accepted = accepted.clone();
+            let closed = closed.clone();
             tokio::spawn(async move {
                 if let Ok(mut socket) = tokio_tungstenite::accept_async(socket).await {
                     let _ = accepted.send(());
                     while let Some(Ok(_)) = socket.next().await {}
+                    let _ = closed.send(());
                 }
             });
         }
     });
-    (port, seen)
+    (port, seen, ended)
+}
+
+async fn next_signal(signals: &mut tokio::sync::mpsc::UnboundedReceiver<()>, what: &str) {
+    tokio::time::timeout(SAFETY, signals.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .unwrap();
 }
 
 async fn set_state(h: &Harness, agent: &Agent, state: &str) {
@@ -312,12 +333,7 @@ async fn srv_41_stl_04_leaving_off_and_a_config_change_materialize_declared_netw
     .await;
 
     // A config change at run time: the binding follows its new declaration.
-    let current = h
-        .client
-        .call(Method::GET, &format!("/agents/{}/config", agent.id), None)
-        .await
-        .unwrap();
-    let mut config = current["config"].clone();
+    let mut config = stored_config(&h, &agent).await;
     config["stream_bindings"][0]["b"] = tcp(third_port);
     h.client
         .call(
@@ -335,6 +351,124 @@ async fn srv_41_stl_04_leaving_off_and_a_config_change_materialize_declared_netw
     assert_eq!(read_exactly(&mut c, 5).await, b"moved");
     // The unchanged ws_connections entry kept its one connection.
     assert_eq!(h.server.daemon.outbound_connections(&agent.id).len(), 1);
+    h.stop().await;
+}
+
+const WARM_ROUTE: &str = r#"
+export async function counter(req) {
+  globalThis.count = (globalThis.count || 0) + 1;
+  return { status: 200, body: String(globalThis.count) };
+}
+"#;
+
+/// Issue 15 (a): the model turning its own agent `off` (`sys_set_state`) releases what the
+/// owner's `POST /state off` releases: the outbound WebSocket closes, the declared binding
+/// ends and the warm route's sandbox is dropped, without any `POST /state` or config PUT.
+#[tokio::test]
+async fn stl_04_a_turn_that_turns_its_agent_off_releases_websockets_bindings_and_routes() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::tool_call("sys_set_state", json!({ "state": "off" })));
+    let h = Harness::start().await;
+    let (left, left_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let (ws_port, mut ws_accepted, mut ws_closed) = watched_ws_server().await;
+    let mut config = model_config(&mock);
+    config.extend([
+        ("handle", json!("selfoff")),
+        ("stream_bind", gates(&[left_port, right_port])),
+        (
+            "stream_bindings",
+            json!([{ "id": "pipe", "a": tcp(left_port), "b": tcp(right_port) }]),
+        ),
+        (
+            "ws_connections",
+            json!([{ "id": "peer", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none", "auto_reconnect": false }]),
+        ),
+        (
+            "serving.api",
+            json!([{ "method": "GET", "path": "/warm", "lambda": "lib/routes.ts:counter", "warm": true }]),
+        ),
+    ]);
+    let path = agent_file(
+        h.dir.path(),
+        "selfoff",
+        &[("lib/routes.ts", WARM_ROUTE)],
+        &config,
+    );
+    let agent = load(&h, &path).await;
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    next_signal(&mut ws_accepted, "the ws connection opened").await;
+    assert_eq!(get_json(&h, "/agents/selfoff/warm").await, json!(1));
+    let serving = h.server.daemon.serving().unwrap();
+    assert_eq!(serving.holding(), vec![agent.id.clone()]);
+
+    chat(&h, &agent, "stop now").await;
+    next_signal(
+        &mut ws_closed,
+        "the turn's off closed the outbound WebSocket",
+    )
+    .await;
+    assert!(read_to_end(&mut a).await.is_empty(), "off closed a");
+    assert!(read_to_end(&mut b).await.is_empty(), "off closed b");
+    // One release, in order: the routes went before the WebSocket whose close we saw.
+    assert!(serving.holding().is_empty(), "the warm sandbox was dropped");
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+    assert_eq!(agent.info().display_state, "off");
+    h.stop().await;
+}
+
+/// Issue 15 (b): an agent whose file says `state: off` opens nothing at load, and
+/// `POST /state active` materializes its declared binding and `ws_connections` entry
+/// (the live state decides; `POST /state` is not written to the file).
+#[tokio::test]
+async fn stl_04_srv_41_an_agent_stored_off_opens_its_declared_network_when_turned_on() {
+    let h = Harness::start().await;
+    let (left, left_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let (ws_port, mut ws_accepted) = counting_ws_server().await;
+    let path = agent_file(
+        h.dir.path(),
+        "storedoff",
+        &[],
+        &[
+            ("handle", json!("storedoff")),
+            ("state", json!("off")),
+            ("stream_bind", gates(&[left_port, right_port])),
+            (
+                "stream_bindings",
+                json!([{ "id": "pipe", "a": tcp(left_port), "b": tcp(right_port) }]),
+            ),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://127.0.0.1:{ws_port}/ws"), "auth": "none" }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    assert_eq!(agent.info().display_state, "off");
+    // The load awaits what it opens: an off agent has opened nothing by now.
+    assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
+    assert!(
+        ws_accepted.is_empty(),
+        "no WebSocket for an agent stored off"
+    );
+
+    set_state(&h, &agent, "active").await;
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    a.write_all(b"awake").await.unwrap();
+    assert_eq!(read_exactly(&mut b, 5).await, b"awake");
+    next_signal(&mut ws_accepted, "the ws connection opened on active").await;
+    wait_for("the outbound connection listed", || async {
+        h.server.daemon.outbound_connections(&agent.id).len() == 1
+    })
+    .await;
+    assert_eq!(
+        stored_config(&h, &agent).await["state"],
+        "off",
+        "POST /state wrote nothing"
+    );
     h.stop().await;
 }
 

@@ -8,9 +8,38 @@ use super::Tool;
 
 /// Writes the declaration half of a [`Tool`] impl (name, description, argument schema) from
 /// one block, so each tool states what it is in a few lines and only its behaviour is code.
-/// `parameters` is any expression that evaluates to the JSON Schema `Value`.
+///
+/// Used inside `impl Tool for …`: `name` and `description` are `&'static str` expressions (a
+/// literal or a constant), `parameters` any expression that evaluates to the JSON Schema
+/// [`serde_json::Value`] (the calling crate names `serde_json`, as `json!` needs anyway).
+/// Tools of other crates (adf-net, adf-mcp, adf-shell) declare themselves with it too, so
+/// every tool a model sees is declared the same way.
+///
+/// ```
+/// use adf_runtime::declare_tool;
+/// use adf_runtime::tools::{Tool, ToolContext, ToolError};
+/// use serde_json::{Value, json};
+///
+/// struct Ping;
+///
+/// impl Tool for Ping {
+///     declare_tool! {
+///         name: "ping",
+///         description: "Answers pong.",
+///         parameters: json!({ "type": "object", "properties": {} }),
+///     }
+///
+///     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
+///         Ok(json!("pong"))
+///     }
+/// }
+///
+/// assert_eq!(Ping.name(), "ping");
+/// assert_eq!(Ping.parameters()["type"], "object");
+/// ```
+#[macro_export]
 macro_rules! declare_tool {
-    (name: $name:literal, description: $description:expr, parameters: $parameters:expr $(,)?) => {
+    (name: $name:expr, description: $description:expr, parameters: $parameters:expr $(,)?) => {
         fn name(&self) -> &'static str {
             $name
         }
@@ -19,7 +48,7 @@ macro_rules! declare_tool {
             $description
         }
 
-        fn parameters(&self) -> serde_json::Value {
+        fn parameters(&self) -> ::serde_json::Value {
             $parameters
         }
     };

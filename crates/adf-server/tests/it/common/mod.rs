@@ -253,12 +253,7 @@ pub async fn drained(agent: &Agent) {
 
 /// Sets the agent's `state` through the config API (read, change, `PUT` back).
 pub async fn set_state(h: &Harness, agent: &Agent, state: &str) {
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
+    let mut config = stored_config(h, agent).await;
     config["state"] = serde_json::json!(state);
     h.client
         .call(
@@ -294,4 +289,32 @@ pub fn repo_root() -> std::path::PathBuf {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir.join("../..")
+}
+
+/// `method path` with `body` through the harness's client: the status and the JSON answer.
+pub async fn status(
+    h: &Harness,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    h.client.raw(method, path, body.as_ref()).await.unwrap()
+}
+
+/// The owner's local keys in the harness's home, created on first use.
+pub fn owner_keys(h: &Harness) -> adf_runtime::identity::LocalKeys {
+    let home = RuntimeHome::at(h.dir.path().join("home"));
+    if home.load_owner().unwrap().is_none() {
+        home.init_owner(false).unwrap();
+    }
+    adf_runtime::identity::LocalKeys::from_home(&home).unwrap()
+}
+
+/// The agent's config as `GET /agents/{id}/config` answers it (what its file holds).
+pub async fn stored_config(h: &Harness, agent: &Agent) -> serde_json::Value {
+    h.client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone()
 }
