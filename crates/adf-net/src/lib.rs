@@ -41,6 +41,7 @@
 mod cache;
 pub mod handshake;
 mod kept;
+mod lane;
 pub mod outbound;
 mod request;
 mod resolve;
@@ -79,6 +80,11 @@ pub const LOG_ORIGIN: &str = "serving";
 /// Path segments served by the daemon itself directly under the handle (§12.1).
 pub const RESERVED_SEGMENTS: [&str; 3] = ["inbox", "card", "health"];
 
+/// The highest rowid of `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox`, in that
+/// order (the tables whose new rows are trigger events, §7), read on a request's connection
+/// after its rows committed.
+pub type RowsThrough = [i64; 4];
+
 /// One agent as serving needs to know it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServedAgent {
@@ -94,8 +100,11 @@ pub trait AgentDirectory: Send + Sync + std::fmt::Debug + 'static {
     fn find(&self, key: &str) -> Option<ServedAgent>;
 
     /// Called after a route lambda ran for `agent`, so the host can notice rows the lambda
-    /// wrote (the daemon's trigger sweep). Never waits for the agent's worker.
-    fn lambda_ran(&self, agent: &ServedAgent);
+    /// wrote (the daemon's trigger sweep). `through`, when known, is where the observed
+    /// tables ended once the run's rows committed ([`RowsThrough`]): a host with nothing
+    /// that reacts to those rows can move its marks there instead of sweeping. Never waits
+    /// for the agent's worker.
+    fn lambda_ran(&self, agent: &ServedAgent, through: Option<RowsThrough>);
 
     /// Delivers one ALF message that arrived over a WebSocket from `peer`, exactly as the
     /// inbox route would (`{accepted, id, message_id, duplicate}`), or the refusal's status
@@ -176,6 +185,8 @@ struct Slot {
     runs: Mutex<Option<kept::LambdaRuntime>>,
     /// Guest connections kept between requests (see `kept`).
     files: kept::KeptFiles,
+    /// The thread that runs the agent's HTTP requests while it is busy (see `lane`).
+    lane: lane::Lane,
     cache: cache::ResponseCache,
     /// Open inbound WebSockets by connection id.
     connections: Mutex<HashMap<String, ConnectionInfo>>,
@@ -229,6 +240,7 @@ impl Serving {
             .remove(id);
         if let Some(slot) = removed {
             slot.closers.send_replace(true);
+            slot.lane.close();
             kept::close_later(slot.files.take_all());
         }
     }
@@ -241,6 +253,18 @@ impl Serving {
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
             .map_or(0, |slot| slot.files.len())
+    }
+
+    /// Whether a request thread of the agent `id` runs now (none once the agent has been
+    /// idle for [`ServingLimits::idle_file_linger`]), and how many it started so far.
+    pub fn request_thread(&self, id: &str) -> (bool, u64) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .map_or((false, 0), |slot| {
+                (slot.lane.is_running(), slot.lane.started())
+            })
     }
 
     /// Makes sure a task closes `slot`'s kept connections once the agent is idle for the
@@ -379,6 +403,7 @@ impl Serving {
                 sandbox: Mutex::new(None),
                 runs: Mutex::new(None),
                 files: kept::KeptFiles::default(),
+                lane: lane::Lane::default(),
                 cache: cache::ResponseCache::default(),
                 connections: Mutex::new(HashMap::new()),
                 outlets: Mutex::new(HashMap::new()),

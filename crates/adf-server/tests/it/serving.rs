@@ -2011,3 +2011,84 @@ async fn srv_05_a_routes_log_rows_keep_their_order_with_result_and_response_in_o
     );
     h.stop().await;
 }
+
+/// Records each `on_logs` event it receives as `seen/<log id>.md`.
+const LOG_SEEN: &str = r#"
+export async function seen(event) {
+  await adf.fs_write({ path: `seen/${event.data.log_id}.md`, content: "seen", mode: "write" });
+}
+"#;
+
+/// Route runs of an agent none of whose triggers is a row source (`on_logs`, `on_task_create`,
+/// `on_inbox`, `on_outbox`) take no sweep job on its worker: the row marks move past their
+/// rows instead. So an `on_logs` trigger added afterwards receives the rows written after it,
+/// never the earlier ones (TRG-05's row source, SRV-05's route rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_05_trg_05_route_rows_nothing_reacts_to_take_no_sweep_and_a_later_on_logs_trigger_never_replays_them()
+ {
+    let h = Harness::start().await;
+    let agent = web_agent(
+        &h,
+        json!([route("GET", "/hello", "hello")]),
+        &[("lib/seen.ts", LOG_SEEN)],
+        &[],
+    )
+    .await;
+    // The first run may sweep (the agent's targets are read by a sweep's dispatch).
+    common::wait_for("a route run passes its rows without a sweep", || async {
+        assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+        agent.triggers().stats().rows_passed > 0
+    })
+    .await;
+    let passed = agent.triggers().stats().rows_passed;
+    for _ in 0..3 {
+        assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+    }
+    assert_eq!(
+        agent.triggers().stats().rows_passed,
+        passed + 3,
+        "every run with known targets and no row source skips the sweep"
+    );
+    let responses = || {
+        text_column(
+            &agent,
+            "SELECT CAST(id AS TEXT) FROM adf_logs WHERE origin = 'serving' ORDER BY id",
+            Vec::new(),
+        )
+    };
+    assert!(responses().await.len() >= 4);
+
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["triggers"]["on_logs"] = json!({ "enabled": true, "targets": [
+        { "scope": "system", "lambda": "lib/seen.ts:seen", "filter": { "origin": ["serving"] } }
+    ] });
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    let before = responses().await;
+    assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+    let after = responses().await;
+    assert_eq!(after.len(), before.len() + 1);
+    let fresh = after.last().unwrap().clone();
+    common::wait_for("the new api_response row is seen", || async {
+        !common::paths(&agent, "seen/").await.is_empty()
+    })
+    .await;
+    common::drained(&agent).await;
+    assert_eq!(
+        common::paths(&agent, "seen/").await,
+        vec![format!("seen/{fresh}.md")],
+        "only the row written after the trigger was added"
+    );
+    h.stop().await;
+}
