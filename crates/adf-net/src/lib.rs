@@ -15,17 +15,20 @@
 //! (see `ws`); a plain HTTP request never matches them.
 //!
 //! How a request runs. Nothing waits for the agent's store worker (a model turn can hold it
-//! for minutes): the request takes a guest connection to the file on a blocking thread
-//! (`AdfFile::open_guest`, as message ingress does), resolves the path, runs the route's
-//! middleware chain (§12.3, [`adf_runtime::middleware::run_route_chain`]) and its lambda
-//! through [`adf_runtime::code::run_lambda`] under the source file's authorization, then gives
-//! the connection back to the agent's slot. The slot keeps a few such connections while
-//! requests keep coming and closes them once the agent has had none for
-//! [`ServingLimits::idle_file_linger`]: an idle agent therefore holds no worker and no file,
-//! and a request to it opens the file again. The agent's sandbox (one QuickJS runtime, kept so
-//! `warm: true` routes keep their context) and the runtime that drives it live in the slot
-//! until the agent is released ([`Serving::release`]); lambda runs of one agent take turns on
-//! them.
+//! for minutes): the request's blocking part goes to the agent's request thread (`lane`: one
+//! thread per busy agent, requests in arrival order, gone after the linger), which takes a
+//! guest connection to the file (`AdfFile::open_guest`, as message ingress does), resolves
+//! the path, runs the route's middleware chain (§12.3,
+//! [`adf_runtime::middleware::run_route_chain`]) and its lambda through
+//! [`adf_runtime::code::run_lambda_closing`] under the source file's authorization (the
+//! request's rows in one write transaction), then gives the connection back to the agent's
+//! slot. A static file waits behind a slow lambda of the same agent on that thread. The slot
+//! keeps a few such connections while requests keep coming and closes them once the agent
+//! has had none for [`ServingLimits::idle_file_linger`]: an idle agent therefore holds no
+//! thread, no worker and no file, and a request to it opens the file again. The agent's
+//! sandbox (one QuickJS runtime, kept so `warm: true` routes keep their context) and the
+//! runtime that drives it live in the slot until the agent is released ([`Serving::release`]);
+//! lambda runs of one agent take turns on them.
 //!
 //! Limits, each a JSON error `{error, code}` rather than a hang: the body size (413
 //! `BODY_TOO_LARGE`), requests in flight per agent (503 `AGENT_BUSY` with `Retry-After`), the

@@ -476,8 +476,7 @@ pub async fn run_lambda_closing(
     closing: impl FnOnce(&mut AdfFile, &CodeRun),
 ) -> CodeRun {
     let source = lambda.source();
-    let own = file.connection().is_autocommit()
-        && file.connection().execute_batch("BEGIN IMMEDIATE").is_ok();
+    let own = file.connection().is_autocommit() && run_statement(file, "BEGIN IMMEDIATE").is_ok();
     log_execute(
         file,
         "lambda",
@@ -519,20 +518,23 @@ pub async fn run_lambda_closing(
     run
 }
 
-/// The savepoint the lambda's own writes go under, in the run's transaction.
-const RUN_SAVEPOINT: &str = "adf_lambda_run";
+/// The savepoint the lambda's own writes go under, in the run's transaction: opened,
+/// released, rolled back to.
+const RUN_SAVEPOINT: [&str; 3] = [
+    "SAVEPOINT adf_lambda_run",
+    "RELEASE adf_lambda_run",
+    "ROLLBACK TO adf_lambda_run",
+];
 
 /// Opens the lambda's savepoint; the id of the newest log row before it (rows above it are
 /// the lambda's). `None` when it cannot be opened (the run then commits as it goes).
 fn open_run_savepoint(file: &AdfFile) -> Option<i64> {
     let conn = file.connection();
     let newest = conn
-        .query_row("SELECT COALESCE(max(id), 0) FROM adf_logs", [], |row| {
-            row.get(0)
-        })
+        .prepare_cached("SELECT COALESCE(max(id), 0) FROM adf_logs")
+        .and_then(|mut newest| newest.query_row([], |row| row.get(0)))
         .ok()?;
-    conn.execute_batch(&format!("SAVEPOINT {RUN_SAVEPOINT}"))
-        .ok()?;
+    run_statement(file, RUN_SAVEPOINT[0]).ok()?;
     Some(newest)
 }
 
@@ -575,7 +577,7 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
                 }
                 kept
             };
-            conn.execute_batch(&format!("ROLLBACK TO {RUN_SAVEPOINT}"))?;
+            run_statement(file, RUN_SAVEPOINT[2])?;
             // The rollback can restore the clean-close marker the lambda's first write took
             // away; the run writes its `result` row next, so the marker goes either way.
             conn.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])?;
@@ -587,7 +589,7 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
                 insert.execute(row)?;
             }
         }
-        conn.execute_batch(&format!("RELEASE {RUN_SAVEPOINT}"))?;
+        run_statement(file, RUN_SAVEPOINT[1])?;
         Ok(())
     })();
     if let Err(error) = outcome {
@@ -595,11 +597,18 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
     }
 }
 
+/// Runs one transaction-control statement from the connection's statement cache (one per
+/// route request: parsing them each time showed in the profile).
+fn run_statement(file: &AdfFile, sql: &str) -> Result<(), adf_store::StoreError> {
+    file.connection().prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 /// Commits a run's transaction (see [`run_lambda_closing`]); a failed commit rolls back.
 pub(crate) fn commit_run_transaction(file: &AdfFile) {
     let conn = file.connection();
     // A savepoint still open (the run waited off the file) is part of what commits.
-    if let Err(error) = conn.execute_batch("COMMIT") {
+    if let Err(error) = run_statement(file, "COMMIT") {
         tracing::warn!(%error, "cannot commit a lambda run");
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
