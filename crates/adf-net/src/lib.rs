@@ -15,17 +15,20 @@
 //! (see `ws`); a plain HTTP request never matches them.
 //!
 //! How a request runs. Nothing waits for the agent's store worker (a model turn can hold it
-//! for minutes): the request takes a guest connection to the file on a blocking thread
-//! (`AdfFile::open_guest`, as message ingress does), resolves the path, runs the route's
-//! middleware chain (§12.3, [`adf_runtime::middleware::run_route_chain`]) and its lambda
-//! through [`adf_runtime::code::run_lambda`] under the source file's authorization, then gives
-//! the connection back to the agent's slot. The slot keeps a few such connections while
-//! requests keep coming and closes them once the agent has had none for
-//! [`ServingLimits::idle_file_linger`]: an idle agent therefore holds no worker and no file,
-//! and a request to it opens the file again. The agent's sandbox (one QuickJS runtime, kept so
-//! `warm: true` routes keep their context) and the runtime that drives it live in the slot
-//! until the agent is released ([`Serving::release`]); lambda runs of one agent take turns on
-//! them.
+//! for minutes): the request's blocking part goes to the agent's request thread (`lane`: one
+//! thread per busy agent, requests in arrival order, gone after the linger), which takes a
+//! guest connection to the file (`AdfFile::open_guest`, as message ingress does), resolves
+//! the path, runs the route's middleware chain (§12.3,
+//! [`adf_runtime::middleware::run_route_chain`]) and its lambda through
+//! [`adf_runtime::code::run_lambda_closing`] under the source file's authorization (the
+//! request's rows in one write transaction), then gives the connection back to the agent's
+//! slot. A static file waits behind a slow lambda of the same agent on that thread. The slot
+//! keeps a few such connections while requests keep coming and closes them once the agent
+//! has had none for [`ServingLimits::idle_file_linger`]: an idle agent therefore holds no
+//! thread, no worker and no file, and a request to it opens the file again. The agent's
+//! sandbox (one QuickJS runtime, kept so `warm: true` routes keep their context) and the
+//! runtime that drives it live in the slot until the agent is released ([`Serving::release`]);
+//! lambda runs of one agent take turns on them.
 //!
 //! Limits, each a JSON error `{error, code}` rather than a hang: the body size (413
 //! `BODY_TOO_LARGE`), requests in flight per agent (503 `AGENT_BUSY` with `Retry-After`), the
@@ -41,6 +44,7 @@
 mod cache;
 pub mod handshake;
 mod kept;
+mod lane;
 pub mod outbound;
 mod request;
 mod resolve;
@@ -79,6 +83,11 @@ pub const LOG_ORIGIN: &str = "serving";
 /// Path segments served by the daemon itself directly under the handle (§12.1).
 pub const RESERVED_SEGMENTS: [&str; 3] = ["inbox", "card", "health"];
 
+/// The highest rowid of `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox`, in that
+/// order (the tables whose new rows are trigger events, §7), read on a request's connection
+/// after its rows committed.
+pub type RowsThrough = [i64; 4];
+
 /// One agent as serving needs to know it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServedAgent {
@@ -94,8 +103,11 @@ pub trait AgentDirectory: Send + Sync + std::fmt::Debug + 'static {
     fn find(&self, key: &str) -> Option<ServedAgent>;
 
     /// Called after a route lambda ran for `agent`, so the host can notice rows the lambda
-    /// wrote (the daemon's trigger sweep). Never waits for the agent's worker.
-    fn lambda_ran(&self, agent: &ServedAgent);
+    /// wrote (the daemon's trigger sweep). `through`, when known, is where the observed
+    /// tables ended once the run's rows committed ([`RowsThrough`]): a host with nothing
+    /// that reacts to those rows can move its marks there instead of sweeping. Never waits
+    /// for the agent's worker.
+    fn lambda_ran(&self, agent: &ServedAgent, through: Option<RowsThrough>);
 
     /// Delivers one ALF message that arrived over a WebSocket from `peer`, exactly as the
     /// inbox route would (`{accepted, id, message_id, duplicate}`), or the refusal's status
@@ -176,6 +188,8 @@ struct Slot {
     runs: Mutex<Option<kept::LambdaRuntime>>,
     /// Guest connections kept between requests (see `kept`).
     files: kept::KeptFiles,
+    /// The thread that runs the agent's HTTP requests while it is busy (see `lane`).
+    lane: lane::Lane,
     cache: cache::ResponseCache,
     /// Open inbound WebSockets by connection id.
     connections: Mutex<HashMap<String, ConnectionInfo>>,
@@ -229,6 +243,7 @@ impl Serving {
             .remove(id);
         if let Some(slot) = removed {
             slot.closers.send_replace(true);
+            slot.lane.close();
             kept::close_later(slot.files.take_all());
         }
     }
@@ -241,6 +256,18 @@ impl Serving {
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
             .map_or(0, |slot| slot.files.len())
+    }
+
+    /// Whether a request thread of the agent `id` runs now (none once the agent has been
+    /// idle for [`ServingLimits::idle_file_linger`]), and how many it started so far.
+    pub fn request_thread(&self, id: &str) -> (bool, u64) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .map_or((false, 0), |slot| {
+                (slot.lane.is_running(), slot.lane.started())
+            })
     }
 
     /// Makes sure a task closes `slot`'s kept connections once the agent is idle for the
@@ -379,6 +406,7 @@ impl Serving {
                 sandbox: Mutex::new(None),
                 runs: Mutex::new(None),
                 files: kept::KeptFiles::default(),
+                lane: lane::Lane::default(),
                 cache: cache::ResponseCache::default(),
                 connections: Mutex::new(HashMap::new()),
                 outlets: Mutex::new(HashMap::new()),

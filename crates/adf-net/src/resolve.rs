@@ -22,7 +22,9 @@ use adf_store::{AdfFile, NewLog};
 use crate::kept::LambdaRuntime;
 use crate::request::{self, BadBody};
 use crate::response::{self, ErrorCode, Shaped};
-use crate::{LOG_ORIGIN, RESERVED_SEGMENTS, ServedAgent, Serving, Slot, error_response};
+use crate::{
+    LOG_ORIGIN, RESERVED_SEGMENTS, RowsThrough, ServedAgent, Serving, Slot, error_response,
+};
 
 /// What the async side knows of a request once its body is read.
 struct Incoming {
@@ -111,22 +113,36 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
     let job_serving = Arc::clone(&serving);
     let job_agent = agent.clone();
     let job_slot = Arc::clone(&slot);
-    let outcome = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let _hold = hold;
-        resolve(&job_serving, &job_agent, &job_slot, incoming)
-    })
-    .await;
-    let (shaped, lambda_ran, off) = match outcome {
-        Ok(outcome) => outcome,
-        Err(error) => (
-            Shaped::error(ErrorCode::Internal, &format!("the request failed: {error}")),
-            false,
-            false,
-        ),
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    // On the agent's lane: one hand-off to a thread that is usually awake already, instead
+    // of a blocking task per request contending for the agent's connections and lambda lock.
+    let submitted = slot.lane.submit(
+        Box::new(move || {
+            let _permit = permit;
+            let _hold = hold;
+            let _gone = answer.send(resolve(&job_serving, &job_agent, &job_slot, incoming));
+        }),
+        serving.limits.idle_file_linger,
+    );
+    let outcome = match submitted {
+        Ok(()) => answered
+            .await
+            .map_err(|_| "the request's thread ended before it answered".to_owned()),
+        Err(error) => Err(format!("cannot start the agent's request thread: {error}")),
     };
-    if lambda_ran {
-        serving.directory.lambda_ran(&agent);
+    let Resolved {
+        shaped,
+        lambda_ran,
+        off,
+    } = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => Resolved::answer(Shaped::error(
+            ErrorCode::Internal,
+            &format!("the request failed: {error}"),
+        )),
+    };
+    if let Some(through) = lambda_ran {
+        serving.directory.lambda_ran(&agent, through);
     }
     if off {
         serving.release(&agent.id);
@@ -226,30 +242,64 @@ fn ws_route(path: &std::path::Path, segments: &[String]) -> Result<crate::ws::Ws
     ))
 }
 
-/// The blocking part: `(answer, a lambda ran, the agent is off)`, on one of the slot's kept
-/// guest connections (see `kept`).
-fn resolve(
-    serving: &Serving,
-    agent: &ServedAgent,
-    slot: &Slot,
-    incoming: Incoming,
-) -> (Shaped, bool, bool) {
+/// What the blocking part of a request ends with.
+struct Resolved {
+    shaped: Shaped,
+    /// A route lambda ran, with where the observed tables ended after it when that could
+    /// be read.
+    lambda_ran: Option<Option<RowsThrough>>,
+    /// The agent is off.
+    off: bool,
+}
+
+impl Resolved {
+    fn answer(shaped: Shaped) -> Self {
+        Resolved {
+            shaped,
+            lambda_ran: None,
+            off: false,
+        }
+    }
+}
+
+/// The blocking part, on one of the slot's kept guest connections (see `kept`).
+fn resolve(serving: &Serving, agent: &ServedAgent, slot: &Slot, incoming: Incoming) -> Resolved {
     let mut file = match slot.files.checkout(&agent.path) {
         Ok(file) => file,
         Err(error) => {
-            return (
-                Shaped::error(
-                    ErrorCode::Internal,
-                    &format!("cannot open the agent: {error}"),
-                ),
-                false,
-                false,
-            );
+            return Resolved::answer(Shaped::error(
+                ErrorCode::Internal,
+                &format!("cannot open the agent: {error}"),
+            ));
         }
     };
-    let answer = resolve_on(serving, slot, &mut file, incoming);
+    let (shaped, ran, off) = resolve_on(serving, slot, &mut file, incoming);
+    let lambda_ran = ran.then(|| rows_through(&file));
     drop(slot.files.checkin(&agent.path, file));
-    answer
+    Resolved {
+        shaped,
+        lambda_ran,
+        off,
+    }
+}
+
+/// Where the tables whose rows are trigger events end now (see [`RowsThrough`]); `None`
+/// when they cannot be read (the host then sweeps).
+fn rows_through(file: &AdfFile) -> Option<RowsThrough> {
+    let read = file
+        .connection()
+        .prepare_cached(
+            "SELECT (SELECT COALESCE(max(rowid), 0) FROM adf_tasks),
+                    (SELECT COALESCE(max(rowid), 0) FROM adf_logs),
+                    (SELECT COALESCE(max(rowid), 0) FROM adf_inbox),
+                    (SELECT COALESCE(max(rowid), 0) FROM adf_outbox)",
+        )
+        .and_then(|mut statement| {
+            statement.query_row([], |row| {
+                Ok([row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?])
+            })
+        });
+    read.ok()
 }
 
 fn resolve_on(

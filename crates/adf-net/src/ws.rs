@@ -381,7 +381,7 @@ pub(crate) async fn run_event(
     .await
     .ok()
     .flatten();
-    serving.directory.lambda_ran(agent);
+    serving.directory.lambda_ran(agent, None);
     serving.watch_idle_files(slot);
     answer
 }

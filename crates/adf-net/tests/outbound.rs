@@ -24,7 +24,7 @@ impl AgentDirectory for OneAgent {
     fn find(&self, _key: &str) -> Option<ServedAgent> {
         Some(agent())
     }
-    fn lambda_ran(&self, _agent: &ServedAgent) {}
+    fn lambda_ran(&self, _agent: &ServedAgent, _through: Option<adf_net::RowsThrough>) {}
     fn deliver(
         &self,
         _agent: &ServedAgent,

@@ -89,6 +89,8 @@ struct QueueState {
     command_reported: bool,
     /// The highest rowid already seen in each observed table; `None` until the first read.
     marks: Option<RowMarks>,
+    /// See [`QueueStats::rows_passed`].
+    rows_passed: u64,
     /// Bumped by every `invalidate`, so other caches of config-derived data (taps) know.
     generation: u64,
 }
@@ -118,6 +120,9 @@ pub struct QueueStats {
     pub delivered: u64,
     /// Whether a task is draining the queue.
     pub draining: bool,
+    /// Route lambda runs whose rows the marks passed without a sweep (no row source among
+    /// the targets), since the agent loaded.
+    pub rows_passed: u64,
 }
 
 impl TriggerQueue {
@@ -135,6 +140,7 @@ impl TriggerQueue {
             dropped: state.dropped,
             delivered: state.delivered,
             draining: state.draining,
+            rows_passed: state.rows_passed,
         }
     }
 
@@ -684,11 +690,46 @@ pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<T
         }
         marks[slot] = newest;
     }
-    agent.triggers().lock().marks = Some(marks);
+    // Merged, not stored: marks only move forward, also past a concurrent
+    // `pass_unobserved_rows`.
+    {
+        let mut state = agent.triggers().lock();
+        let merged = match state.marks {
+            Some(current) => std::array::from_fn(|slot| marks[slot].max(current[slot])),
+            None => marks,
+        };
+        state.marks = Some(merged);
+    }
     if skipped > 0 {
         agent.triggers().count_dropped(skipped);
     }
     events
+}
+
+/// Moves the agent's row marks to `through` (never back) instead of sweeping, when no new
+/// row is one a target reacts to: each observed table (`adf_tasks`, `adf_logs`, `adf_inbox`,
+/// `adf_outbox`) either has no target of its kind (`on_task_create`, `on_logs`, `on_inbox`,
+/// `on_outbox`: its rows concern nobody) or no row past its mark (a route writes log rows; the
+/// default `on_inbox` target does not care). Rows nothing reacts to need no job on the agent's
+/// worker. False (the caller sweeps) while the targets are unknown (not read yet, or the
+/// config changed), or when a watched table has new rows.
+pub(crate) fn pass_unobserved_rows(agent: &Agent, through: RowMarks) -> bool {
+    let mut state = agent.triggers().lock();
+    let Some(cached) = state.cached.clone() else {
+        return false;
+    };
+    let Some(marks) = state.marks.as_mut() else {
+        return false;
+    };
+    let watched = OBSERVED.map(|(_, kind)| cached.targets.iter().any(|t| t.kind == kind));
+    if (0..OBSERVED.len()).any(|slot| watched[slot] && through[slot] > marks[slot]) {
+        return false;
+    }
+    for (mark, end) in marks.iter_mut().zip(through) {
+        *mark = (*mark).max(end);
+    }
+    state.rows_passed += 1;
+    true
 }
 
 /// Runs `work` between two sweeps: rows that appeared before it (another process) are

@@ -53,13 +53,20 @@ impl AgentDirectory for DaemonAgents {
         })
     }
 
-    fn lambda_ran(&self, served: &ServedAgent) {
+    fn lambda_ran(&self, served: &ServedAgent, through: Option<adf_net::RowsThrough>) {
         let Some(hub) = self.hub.upgrade() else {
             return;
         };
         let Ok(agent) = hub.agent(&served.id) else {
             return;
         };
+        // Nothing of the agent reacts to new rows: no job on its worker, only the marks move
+        // past the run's rows (so a trigger added later does not receive them).
+        if let Some(through) = through
+            && crate::dispatch::pass_unobserved_rows(&agent, through)
+        {
+            return;
+        }
         let sweeps = Arc::clone(
             self.sweeps
                 .lock()

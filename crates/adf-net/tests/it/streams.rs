@@ -31,7 +31,7 @@ impl AgentDirectory for NoAgents {
     fn find(&self, _key: &str) -> Option<ServedAgent> {
         None
     }
-    fn lambda_ran(&self, _agent: &ServedAgent) {}
+    fn lambda_ran(&self, _agent: &ServedAgent, _through: Option<adf_net::RowsThrough>) {}
     fn deliver(
         &self,
         _agent: &ServedAgent,

@@ -453,11 +453,17 @@ pub async fn run_lambda(
     .await
 }
 
-/// [`run_lambda`] whose `result` row commits together with the rows `closing` writes (an
-/// API route's `api_response`): one commit fewer per run, rows in the same order. The
-/// `execute` row and the lambda's own writes commit as in [`run_lambda`]: holding the write
-/// lock through the run would block a detached tool that writes through a connection of its
-/// own (`ws_connect` saving its entry).
+/// [`run_lambda`] as one write transaction with the rows `closing` writes (an API route's
+/// `api_response`): the `execute` row, the lambda's own writes, its `result` row and the
+/// closing rows commit once, in that order. A lambda that throws (or times out) has its own
+/// writes rolled back; the log rows it wrote (what it did, why it failed) stay, in their
+/// order, between `execute` and `result`.
+///
+/// No write lock is held across a wait off the file: before the run awaits a detached tool
+/// (`sys_fetch`, `ws_connect`, which may write through a connection of its own), a model
+/// request, native `fetch` or a hosted shell command, what it wrote so far commits, and its
+/// later writes commit one call at a time as in [`run_lambda`] (and are kept if it throws).
+/// Inside a caller's transaction the run only nests in it.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_lambda_closing(
     file: &mut AdfFile,
@@ -470,15 +476,33 @@ pub async fn run_lambda_closing(
     closing: impl FnOnce(&mut AdfFile, &CodeRun),
 ) -> CodeRun {
     let source = lambda.source();
+    let own = file.connection().is_autocommit() && run_statement(file, "BEGIN IMMEDIATE").is_ok();
     log_execute(
         file,
         "lambda",
         &source,
         authorization == Authorization::SourceFile,
     );
+    let logs_before = if own { open_run_savepoint(file) } else { None };
     let started = std::time::Instant::now();
-    let run = run_lambda_unlogged(file, env, lambda, input, authorization, approver, options).await;
+    let run = run_lambda_unlogged(
+        file,
+        env,
+        lambda,
+        input,
+        authorization,
+        approver,
+        options,
+        logs_before.is_some(),
+    )
+    .await;
     let elapsed = started.elapsed();
+    // Still inside the run's transaction: no wait committed it.
+    if let Some(logs_before) = logs_before
+        && !file.connection().is_autocommit()
+    {
+        close_run_savepoint(file, logs_before, run.result.is_err());
+    }
     let committed = file.atomically(|file| {
         log_result(file, "lambda", &source, &run.result, elapsed);
         closing(file, &run);
@@ -488,7 +512,108 @@ pub async fn run_lambda_closing(
         // Like a log row that cannot be written, this never changes the run's outcome.
         tracing::warn!(%error, "cannot commit a lambda's closing rows");
     }
+    if own && !file.connection().is_autocommit() {
+        commit_run_transaction(file);
+    }
     run
+}
+
+/// The savepoint the lambda's own writes go under, in the run's transaction: opened,
+/// released, rolled back to.
+const RUN_SAVEPOINT: [&str; 3] = [
+    "SAVEPOINT adf_lambda_run",
+    "RELEASE adf_lambda_run",
+    "ROLLBACK TO adf_lambda_run",
+];
+
+/// Opens the lambda's savepoint; the id of the newest log row before it (rows above it are
+/// the lambda's). `None` when it cannot be opened (the run then commits as it goes).
+fn open_run_savepoint(file: &AdfFile) -> Option<i64> {
+    let conn = file.connection();
+    let newest = conn
+        .prepare_cached("SELECT COALESCE(max(id), 0) FROM adf_logs")
+        .and_then(|mut newest| newest.query_row([], |row| row.get(0)))
+        .ok()?;
+    run_statement(file, RUN_SAVEPOINT[0]).ok()?;
+    Some(newest)
+}
+
+/// Ends the lambda's savepoint: kept when it returned; when it threw, its writes are rolled
+/// back and its log rows (above `logs_before`) written again after the rollback, in order.
+fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
+    let conn = file.connection();
+    let outcome = (|| -> Result<(), adf_store::StoreError> {
+        if threw {
+            type LogRow = (
+                String,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                String,
+                Option<String>,
+                i64,
+                Option<String>,
+            );
+            let kept = {
+                let mut rows = conn.prepare_cached(
+                    "SELECT level, origin, event, target, message, data, created_at, loop
+                     FROM adf_logs WHERE id > ?1 ORDER BY id",
+                )?;
+                let read = rows.query_map([logs_before], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                        row.get(6)?,
+                        row.get(7)?,
+                    ))
+                })?;
+                let mut kept: Vec<LogRow> = Vec::new();
+                for row in read {
+                    kept.push(row?);
+                }
+                kept
+            };
+            run_statement(file, RUN_SAVEPOINT[2])?;
+            // The rollback can restore the clean-close marker the lambda's first write took
+            // away; the run writes its `result` row next, so the marker goes either way.
+            conn.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])?;
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for row in kept {
+                insert.execute(row)?;
+            }
+        }
+        run_statement(file, RUN_SAVEPOINT[1])?;
+        Ok(())
+    })();
+    if let Err(error) = outcome {
+        tracing::warn!(%error, "cannot close a lambda run's savepoint");
+    }
+}
+
+/// Runs one transaction-control statement from the connection's statement cache (one per
+/// route request: parsing them each time showed in the profile).
+fn run_statement(file: &AdfFile, sql: &str) -> Result<(), adf_store::StoreError> {
+    file.connection().prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+/// Commits a run's transaction (see [`run_lambda_closing`]); a failed commit rolls back.
+pub(crate) fn commit_run_transaction(file: &AdfFile) {
+    let conn = file.connection();
+    // A savepoint still open (the run waited off the file) is part of what commits.
+    if let Err(error) = run_statement(file, "COMMIT") {
+        tracing::warn!(%error, "cannot commit a lambda run");
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 /// [`run_lambda`] between an `execute` and a `result` log row of `origin` (§13.5: `lambda`
@@ -508,7 +633,17 @@ async fn run_logged_lambda(
     let authorized = authorization == Authorization::SourceFile;
     log_execute(file, origin, &source, authorized);
     let started = std::time::Instant::now();
-    let run = run_lambda_unlogged(file, env, lambda, input, authorization, approver, options).await;
+    let run = run_lambda_unlogged(
+        file,
+        env,
+        lambda,
+        input,
+        authorization,
+        approver,
+        options,
+        false,
+    )
+    .await;
     log_result(file, origin, &source, &run.result, started.elapsed());
     run
 }
@@ -560,6 +695,9 @@ pub(crate) fn log_result(
     });
 }
 
+/// `holding`: the run is inside [`run_lambda_closing`]'s transaction, which the runner
+/// commits before any wait off the file.
+#[allow(clippy::too_many_arguments)]
 async fn run_lambda_unlogged(
     file: &mut AdfFile,
     env: &CodeEnv,
@@ -568,6 +706,7 @@ async fn run_lambda_unlogged(
     authorization: Authorization,
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
+    holding: bool,
 ) -> CodeRun {
     let config = match profiled_config(file, options) {
         Ok(config) => config,
@@ -590,9 +729,9 @@ async fn run_lambda_unlogged(
     .timeout(options_timeout(&config, options.timeout))
     .network(network(&config))
     .warm(options.warm);
-    Runner::new(file, env, approver, options)
-        .run(request, frame)
-        .await
+    let mut runner = Runner::new(file, env, approver, options);
+    runner.holding_transaction = holding;
+    runner.run(request, frame).await
 }
 
 /// Runs inline code (`sys_code`, `adf code`) in the agent's persistent context, unauthorized.

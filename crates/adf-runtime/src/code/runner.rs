@@ -213,6 +213,9 @@ pub(crate) struct Runner<'a> {
     calls: Vec<CallRecord>,
     /// The file's identity, opened on the first identity method (`None` inside: could not).
     pub(crate) identity: Option<Option<OpenIdentity>>,
+    /// The run is inside a route's transaction (`run_lambda_closing`): it commits before the
+    /// first wait off the file, so no write lock is held across one.
+    pub(crate) holding_transaction: bool,
 }
 
 impl<'a> Runner<'a> {
@@ -235,6 +238,18 @@ impl<'a> Runner<'a> {
             injections: Vec::new(),
             calls: Vec::new(),
             identity: None,
+            holding_transaction: false,
+        }
+    }
+
+    /// Before a wait off the file (a detached tool, a model request, native `fetch`, a hosted
+    /// shell command): commits the route's transaction. A detached tool may write through a
+    /// connection of its own (`ws_connect` saving its entry) and must not meet this run's
+    /// write lock; and no other writer of the agent waits on a network round trip.
+    fn release_transaction(&mut self) {
+        if std::mem::take(&mut self.holding_transaction) && !self.file.connection().is_autocommit()
+        {
+            super::commit_run_transaction(self.file);
         }
     }
 
@@ -283,6 +298,7 @@ impl<'a> Runner<'a> {
                 // The sandbox installs `fetch` only with the network on; checked again here
                 // against the config as it is now.
                 Ok(config) if super::network(&config) => {
+                    self.release_transaction();
                     let future = crate::fetch::native(&config, &request, Default::default());
                     self.pending.push(Box::pin(async move {
                         Completion::Detached {
@@ -317,6 +333,7 @@ impl<'a> Runner<'a> {
                     self.start_task(&frame, task_id);
                 }
                 Ok(Reply::Model(future)) => {
+                    self.release_transaction();
                     self.pending.push(Box::pin(async move {
                         let (result, record) = future.await;
                         Completion::Model {
@@ -327,6 +344,7 @@ impl<'a> Runner<'a> {
                     }));
                 }
                 Ok(Reply::Detached(tool, future)) => {
+                    self.release_transaction();
                     self.pending.push(Box::pin(async move {
                         Completion::Detached {
                             reply,
@@ -336,6 +354,7 @@ impl<'a> Runner<'a> {
                     }));
                 }
                 Ok(Reply::Hosted(call)) => {
+                    self.release_transaction();
                     let result = self.hosted(&frame, &call).await;
                     self.calls.push(CallRecord::Tool {
                         tool: call.tool.clone(),
@@ -384,6 +403,7 @@ impl<'a> Runner<'a> {
         match registry.start_task(self.file, &task_id, &frame.caller()) {
             Ok(crate::tools::TaskRun::Done(_)) | Err(_) => {}
             Ok(crate::tools::TaskRun::Detached(future)) => {
+                self.release_transaction();
                 self.pending.push(Box::pin(async move {
                     Completion::Task {
                         task_id,

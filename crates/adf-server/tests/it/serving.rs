@@ -1957,28 +1957,64 @@ export async function keeps(req) {
 }
 export async function throws(req) {
   await adf.fs_write({ path: "data/half.txt", content: "half", mode: "write" });
+  await adf.emit_event({ type: "custom.before_throw", payload: { n: 1 } });
   throw new Error("after a write");
 }
 "#;
 
-/// A route's log rows keep their order when `result` and `api_response` commit together:
-/// `execute`, the lambda's writes, `result`, `api_response`, request after request, for a
-/// lambda that returns and one that throws.
+/// Commit records in the agent's WAL since its last reset: each commit ends with one frame
+/// whose header carries the database size (frames of an earlier generation have other
+/// salts). The file's own commit count, read the way SQLite reads the WAL.
+fn wal_commits(path: &std::path::Path) -> usize {
+    let wal = std::fs::read(adf_store::sidecar(path, "-wal")).unwrap_or_default();
+    if wal.len() < 32 {
+        return 0;
+    }
+    let word = |at: usize| u32::from_be_bytes(wal[at..at + 4].try_into().unwrap());
+    let page_size = word(8) as usize;
+    let salts = (word(16), word(20));
+    let mut commits = 0;
+    let mut at = 32;
+    while at + 24 + page_size <= wal.len() {
+        if (word(at + 8), word(at + 12)) != salts {
+            break;
+        }
+        if word(at + 4) != 0 {
+            commits += 1;
+        }
+        at += 24 + page_size;
+    }
+    commits
+}
+
+/// A route request is one write transaction: its `execute` row, the lambda's writes, `result`
+/// and `api_response` commit once (the WAL gains one commit per request), in that order. A
+/// lambda that throws has its writes rolled back; the log rows it wrote stay, between
+/// `execute` and `result`.
 #[tokio::test]
-async fn srv_05_a_routes_log_rows_keep_their_order_with_result_and_response_in_one_commit() {
+async fn srv_05_a_route_request_commits_once_and_a_throwing_lambda_keeps_only_its_log_rows() {
     let h = Harness::start().await;
     let agent = web_agent(
         &h,
         json!([
             { "method": "GET", "path": "/keeps", "lambda": "lib/writes.ts:keeps" },
-            { "method": "GET", "path": "/throws", "lambda": "lib/writes.ts:throws" }
+            { "method": "GET", "path": "/throws", "lambda": "lib/writes.ts:throws" },
+            route("GET", "/hello", "hello")
         ]),
         &[("lib/writes.ts", WRITING_ROUTES)],
         &[],
     )
     .await;
-    let kept = get(&h, "/agents/web/keeps").await;
-    assert_eq!((kept.status, kept.text().as_str()), (200, "kept"));
+    // The first request opens the connections and may write what a first open writes.
+    assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+    let mut commits = Vec::new();
+    for path in ["/hello", "/keeps", "/hello"] {
+        let before = wal_commits(&agent.path);
+        let got = get(&h, &format!("/agents/web{path}")).await;
+        assert_eq!(got.status, 200, "{}", got.text());
+        commits.push(wal_commits(&agent.path) - before);
+    }
+    assert_eq!(commits, vec![1, 1, 1], "one commit per route request");
     let thrown = get(&h, "/agents/web/throws").await;
     assert_eq!(thrown.status, 500, "{}", thrown.text());
     let files = text_column(
@@ -1989,25 +2025,114 @@ async fn srv_05_a_routes_log_rows_keep_their_order_with_result_and_response_in_o
     .await;
     assert_eq!(
         files,
-        vec!["data/half.txt".to_owned(), "data/kept.txt".to_owned()]
+        vec!["data/kept.txt".to_owned()],
+        "the throwing lambda's write is rolled back"
     );
     let rows = text_column(
         &agent,
         "SELECT origin || ' ' || event || ' ' || level FROM adf_logs
-         WHERE origin IN ('lambda', 'serving') ORDER BY id",
+         WHERE origin IN ('lambda', 'serving', 'emit_event') ORDER BY id",
         Vec::new(),
     )
     .await;
+    let throws_rows = &rows[rows.len() - 4..];
     assert_eq!(
-        rows,
-        vec![
+        throws_rows,
+        [
             "lambda execute info",
-            "lambda result info",
-            "serving api_response info",
-            "lambda execute info",
+            "emit_event custom.before_throw info",
             "lambda result error",
             "serving api_response warn",
         ],
+    );
+    assert_eq!(
+        rows[rows.len() - 7..rows.len() - 4],
+        [
+            "lambda execute info",
+            "lambda result info",
+            "serving api_response info",
+        ]
+    );
+    h.stop().await;
+}
+
+/// Records each `on_logs` event it receives as `seen/<log id>.md`.
+const LOG_SEEN: &str = r#"
+export async function seen(event) {
+  await adf.fs_write({ path: `seen/${event.data.log_id}.md`, content: "seen", mode: "write" });
+}
+"#;
+
+/// Route runs of an agent none of whose triggers is a row source (`on_logs`, `on_task_create`,
+/// `on_inbox`, `on_outbox`) take no sweep job on its worker: the row marks move past their
+/// rows instead. So an `on_logs` trigger added afterwards receives the rows written after it,
+/// never the earlier ones (TRG-05's row source, SRV-05's route rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_05_trg_05_route_rows_nothing_reacts_to_take_no_sweep_and_a_later_on_logs_trigger_never_replays_them()
+ {
+    let h = Harness::start().await;
+    let agent = web_agent(
+        &h,
+        json!([route("GET", "/hello", "hello")]),
+        &[("lib/seen.ts", LOG_SEEN)],
+        &[],
+    )
+    .await;
+    // The first run may sweep (the agent's targets are read by a sweep's dispatch).
+    common::wait_for("a route run passes its rows without a sweep", || async {
+        assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+        agent.triggers().stats().rows_passed > 0
+    })
+    .await;
+    let passed = agent.triggers().stats().rows_passed;
+    for _ in 0..3 {
+        assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+    }
+    assert_eq!(
+        agent.triggers().stats().rows_passed,
+        passed + 3,
+        "every run with known targets and no row source skips the sweep"
+    );
+    let responses = || {
+        text_column(
+            &agent,
+            "SELECT CAST(id AS TEXT) FROM adf_logs WHERE origin = 'serving' ORDER BY id",
+            Vec::new(),
+        )
+    };
+    assert!(responses().await.len() >= 4);
+
+    let mut config = h
+        .client
+        .get(&format!("/agents/{}/config", agent.id))
+        .await
+        .unwrap()["config"]
+        .clone();
+    config["triggers"]["on_logs"] = json!({ "enabled": true, "targets": [
+        { "scope": "system", "lambda": "lib/seen.ts:seen", "filter": { "origin": ["serving"] } }
+    ] });
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(&config),
+        )
+        .await
+        .unwrap();
+    let before = responses().await;
+    assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+    let after = responses().await;
+    assert_eq!(after.len(), before.len() + 1);
+    let fresh = after.last().unwrap().clone();
+    common::wait_for("the new api_response row is seen", || async {
+        !common::paths(&agent, "seen/").await.is_empty()
+    })
+    .await;
+    common::drained(&agent).await;
+    assert_eq!(
+        common::paths(&agent, "seen/").await,
+        vec![format!("seen/{fresh}.md")],
+        "only the row written after the trigger was added"
     );
     h.stop().await;
 }
