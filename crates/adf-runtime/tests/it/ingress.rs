@@ -52,14 +52,21 @@ fn flip_a_bit(signature: &Value) -> Value {
     json!(format!("ed25519:{}", adf_crypto::keys::b64(&raw)))
 }
 
-#[test]
-fn msg_13_a_signature_that_does_not_verify_is_refused_403_and_an_rsa_one_400() {
+/// An agent with a provisioned identity under a fresh owner home: its dir guard, file, the
+/// runtime's keys and the agent's DID.
+fn agent_with_identity() -> (tempfile::TempDir, AdfFile, LocalKeys, String) {
     let (dir, _path, mut file) = new_agent();
     let home = RuntimeHome::at(dir.path().join("home"));
     home.init_owner(false).unwrap();
     let keys = LocalKeys::from_home(&home).unwrap();
     identity::provision_new(&mut file, &keys).unwrap();
     let me = agent_did(&file).unwrap().unwrap();
+    (dir, file, keys, me)
+}
+
+#[test]
+fn msg_13_a_signature_that_does_not_verify_is_refused_403_and_an_rsa_one_400() {
+    let (_dir, mut file, keys, me) = agent_with_identity();
     let sender = adf_crypto::SigningKey::from_bytes(&[42u8; 32]);
 
     // The control: the same kind of message, untouched, is accepted.
@@ -116,12 +123,7 @@ fn msg_13_a_signature_that_does_not_verify_is_refused_403_and_an_rsa_one_400() {
 
 #[test]
 fn msg_12_require_payload_signature_refuses_a_message_signed_only_outside() {
-    let (dir, _path, mut file) = new_agent();
-    let home = RuntimeHome::at(dir.path().join("home"));
-    home.init_owner(false).unwrap();
-    let keys = LocalKeys::from_home(&home).unwrap();
-    identity::provision_new(&mut file, &keys).unwrap();
-    let me = agent_did(&file).unwrap().unwrap();
+    let (_dir, mut file, keys, me) = agent_with_identity();
     let sender = adf_crypto::SigningKey::from_bytes(&[7u8; 32]);
     // The message layer stays signed (so the outer check passes); only the payload is bare.
     let outer_only = || {
