@@ -1266,14 +1266,7 @@ async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_
         .unwrap()["config"]
         .clone();
     config["card"]["publish_attestations"] = json!(true);
-    h.client
-        .call(
-            Method::PUT,
-            &format!("/agents/{}/config", agent.id),
-            Some(&config),
-        )
-        .await
-        .unwrap();
+    common::put_config(&h, &agent, &config).await;
     let published = card_with_host(&h, &format!("localhost:{port}")).await;
     assert!(
         published["policies"]
@@ -2111,14 +2104,7 @@ async fn srv_05_trg_05_route_rows_nothing_reacts_to_take_no_sweep_and_a_later_on
     config["triggers"]["on_logs"] = json!({ "enabled": true, "targets": [
         { "scope": "system", "lambda": "lib/seen.ts:seen", "filter": { "origin": ["serving"] } }
     ] });
-    h.client
-        .call(
-            Method::PUT,
-            &format!("/agents/{}/config", agent.id),
-            Some(&config),
-        )
-        .await
-        .unwrap();
+    common::put_config(&h, &agent, &config).await;
     let before = responses().await;
     assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
     let after = responses().await;

@@ -335,14 +335,7 @@ async fn srv_41_stl_04_leaving_off_and_a_config_change_materialize_declared_netw
     // A config change at run time: the binding follows its new declaration.
     let mut config = stored_config(&h, &agent).await;
     config["stream_bindings"][0]["b"] = tcp(third_port);
-    h.client
-        .call(
-            Method::PUT,
-            &format!("/agents/{}/config", agent.id),
-            Some(&config),
-        )
-        .await
-        .unwrap();
+    common::put_config(&h, &agent, &config).await;
     assert!(read_to_end(&mut b).await.is_empty(), "the old b closed");
     assert!(read_to_end(&mut a).await.is_empty(), "the old a closed");
     let mut a = accept(&left).await;

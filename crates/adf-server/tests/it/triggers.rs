@@ -320,14 +320,7 @@ async fn trg_11_system_targets_run_when_suspended_and_never_when_off() {
         .unwrap()["config"]
         .clone();
     config["state"] = json!("suspended");
-    h.client
-        .call(
-            Method::PUT,
-            &format!("/agents/{}/config", agent.id),
-            Some(&config),
-        )
-        .await
-        .unwrap();
+    common::put_config(&h, &agent, &config).await;
     put("while-suspended.md").await;
     wait_for("the suspended delivery", || async {
         !paths(&agent, "seen/").await.is_empty()

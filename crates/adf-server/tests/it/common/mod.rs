@@ -310,6 +310,19 @@ pub fn owner_keys(h: &Harness) -> adf_runtime::identity::LocalKeys {
     adf_runtime::identity::LocalKeys::from_home(&home).unwrap()
 }
 
+/// Replaces the agent's config with `PUT /agents/{id}/config` (the owner's edit); panics when
+/// the daemon refuses it.
+pub async fn put_config(h: &Harness, agent: &Agent, config: &serde_json::Value) {
+    h.client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/agents/{}/config", agent.id),
+            Some(config),
+        )
+        .await
+        .unwrap();
+}
+
 /// The agent's config as `GET /agents/{id}/config` answers it (what its file holds).
 pub async fn stored_config(h: &Harness, agent: &Agent) -> serde_json::Value {
     h.client
