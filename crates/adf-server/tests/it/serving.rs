@@ -1259,12 +1259,7 @@ async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_
     adf_crypto::verify_card(&rewritten).unwrap();
 
     // Publishing attestations adds the owner-attestation policy and the unexpired ones.
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
+    let mut config = common::stored_config(&h, &agent).await;
     config["card"]["publish_attestations"] = json!(true);
     common::put_config(&h, &agent, &config).await;
     let published = card_with_host(&h, &format!("localhost:{port}")).await;
@@ -2095,12 +2090,7 @@ async fn srv_05_trg_05_route_rows_nothing_reacts_to_take_no_sweep_and_a_later_on
     };
     assert!(responses().await.len() >= 4);
 
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
+    let mut config = common::stored_config(&h, &agent).await;
     config["triggers"]["on_logs"] = json!({ "enabled": true, "targets": [
         { "scope": "system", "lambda": "lib/seen.ts:seen", "filter": { "origin": ["serving"] } }
     ] });

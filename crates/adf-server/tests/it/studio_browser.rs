@@ -247,12 +247,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     assert_eq!(agent.info().name, "Studio Scout");
 
     // Point the new agent at the mock (the provider's URL is the test's, not a page field).
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
+    let mut config = common::stored_config(&h, &agent).await;
     for (path, value) in model_config(&mock) {
         let mut at = &mut config;
         let keys: Vec<&str> = path.split('.').collect();

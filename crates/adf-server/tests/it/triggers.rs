@@ -313,12 +313,7 @@ async fn trg_11_system_targets_run_when_suspended_and_never_when_off() {
     };
     put("while-off.md").await;
     // The owner moves the stored state to suspended (a config write re-reads the targets).
-    let mut config = h
-        .client
-        .get(&format!("/agents/{}/config", agent.id))
-        .await
-        .unwrap()["config"]
-        .clone();
+    let mut config = common::stored_config(&h, &agent).await;
     config["state"] = json!("suspended");
     common::put_config(&h, &agent, &config).await;
     put("while-suspended.md").await;
