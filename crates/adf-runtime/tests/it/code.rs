@@ -1128,6 +1128,50 @@ async fn cod_30_cod_31_cod_32_cod_34_task_resolve_examples() {
     assert_eq!(text(&file, "later.txt").as_deref(), Some("?"));
 }
 
+#[tokio::test]
+async fn aud_15_requires_authorization_is_one_way() {
+    let (_d, _p, mut file) = new_agent();
+    let task = new_task(
+        &mut file,
+        "fs_write",
+        json!({ "mode": "write", "path": "guarded.txt", "content": "x" }),
+        "pending_approval",
+        true,
+    );
+    let env = env().await;
+    let attempts = format!(
+        r#"const out = []
+        for (const f of [
+          () => adf.task_resolve({{ task_id: '{task}', action: 'pending_approval', requires_authorization: false }}),
+          () => adf.task_resolve({{ task_id: '{task}', action: 'approve', requires_authorization: false }}),
+          () => adf.db_execute({{ sql: 'UPDATE adf_tasks SET requires_authorization = 0' }}),
+        ]) {{ try {{ await f(); out.push('ok') }} catch (e) {{ out.push(e.code) }} }}
+        return out"#
+    );
+    // From unauthorized code: escalating is allowed (and leaves the flag), approving and a
+    // direct table write are refused.
+    let v = ok(inline(&mut file, &env, &attempts).await);
+    assert_eq!(v[0], "ok", "{v}");
+    assert_eq!(v[1], "REQUIRES_AUTHORIZED_CODE", "{v}");
+    assert_ne!(v[2], "ok", "{v}");
+    let stored = file.task(&task).unwrap().unwrap();
+    assert!(stored.requires_authorization);
+    assert_eq!(stored.status, "pending_approval");
+
+    // Authorized code may resolve the task, but `requires_authorization: false` still does not
+    // clear the flag.
+    put(
+        &mut file,
+        "lib/admin.ts",
+        &format!(
+            "export async function main() {{ return adf.task_resolve({{ task_id: '{task}', action: 'pending_approval', requires_authorization: false }}) }}"
+        ),
+        true,
+    );
+    ok(lambda(&mut file, &env, "lib/admin.ts", json!({})).await);
+    assert!(file.task(&task).unwrap().unwrap().requires_authorization);
+}
+
 // ---------- loop_inject (COD-25..29) ----------
 
 #[tokio::test]
