@@ -1,5 +1,6 @@
 //! How rows are keyed and stored (§0.2, §3.3, §13.2): `seq` is one sequence across loops, never
-//! reused or renumbered, only a compaction summary carries `ord`, structured columns hold JSON.
+//! reused or renumbered, only a compaction summary carries `ord`, structured columns hold JSON,
+//! and new audit snapshots use the current sources and read back whole.
 
 use adf_store::NewLoopRow;
 use serde_json::json;
@@ -167,4 +168,69 @@ fn sto_09_structured_columns_hold_json_text() {
             .unwrap();
         assert_eq!((rows, valid), (1, 1), "{table}.{column}");
     }
+}
+
+#[test]
+fn aud_09_aud_12_aud_26_new_snapshots_use_current_sources_and_read_back_whole() {
+    use adf_store::messages::Mailbox;
+    use adf_store::{Caller, ConfigAction, FileWrite};
+
+    let (_dir, _path, mut file) = new_file("audit-sources");
+    for kind in ["inbox", "outbox", "files"] {
+        file.config_set_path(
+            Caller::Owner,
+            &format!("context.audit.{kind}"),
+            ConfigAction::Set,
+            json!(true),
+        )
+        .unwrap();
+    }
+    // A file, deleted with `audit.files` on: its snapshot holds path, base64 content, mime, size.
+    let bytes = b"hello \xff audit";
+    file.file_write(Caller::Agent, "notes/a.bin", bytes, &FileWrite::default())
+        .unwrap();
+    file.file_delete(Caller::Agent, "notes/a.bin").unwrap();
+    // A message into each mailbox, with its ALF form audited.
+    let alf = json!({ "id": "alf_1", "payload": { "content": "hi" } });
+    let mut row = serde_json::Map::new();
+    row.insert("from".into(), json!("did:key:a"));
+    row.insert("content".into(), json!("hi"));
+    row.insert("received_at".into(), json!(1));
+    file.message_insert(Mailbox::Inbox, &row, Some(("alf_1", &alf)))
+        .unwrap();
+    row.remove("received_at");
+    row.insert("to".into(), json!("did:key:b"));
+    row.insert("created_at".into(), json!(1));
+    file.message_insert(Mailbox::Outbox, &row, Some(("alf_1", &alf)))
+        .unwrap();
+    // And a loop clear.
+    let content = json!([{ "type": "text", "text": "x" }]);
+    file.loop_append(&text_row("main", "user", &content))
+        .unwrap();
+    file.loop_clear("main", true).unwrap();
+
+    let audits = file.audit_list().unwrap();
+    let mut sources: Vec<&str> = audits.iter().map(|a| a.source.as_str()).collect();
+    sources.sort_unstable();
+    // AUD-09: the legacy `loop`, `inbox` and `outbox` sources are never written.
+    assert_eq!(
+        sources,
+        ["file", "inbox_message", "loop:main", "outbox_message"]
+    );
+
+    // AUD-12/AUD-26: the owner's read decodes the file snapshot whole.
+    let snapshot = audits.iter().find(|a| a.source == "file").unwrap();
+    assert_eq!(snapshot.r#ref.as_deref(), Some("notes/a.bin"));
+    let blob = file.audit_data(snapshot.id).unwrap();
+    assert_eq!(blob["path"], "notes/a.bin");
+    assert_eq!(blob["size"], json!(bytes.len()));
+    assert!(blob.get("mime_type").is_some(), "{blob}");
+    let decoded = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        blob["content_base64"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(decoded, bytes);
+    let message = audits.iter().find(|a| a.source == "inbox_message").unwrap();
+    assert_eq!(file.audit_data(message.id).unwrap(), alf);
 }
