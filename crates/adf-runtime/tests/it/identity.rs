@@ -167,6 +167,46 @@ fn idn_01_idn_03_idn_14_a_new_file_gets_a_full_identity() {
 }
 
 #[test]
+fn idn_25_envelope_rows_never_make_a_file_password_protected() {
+    let env = Env::with_test_owner();
+    let keys = env.keys();
+    let (path, mut file) = env.new_file("envelopes-only.adf");
+    identity::provision_new(&mut file, &keys).unwrap();
+    drop(file);
+
+    let mut file = AdfFile::open(&path).unwrap();
+    let algos: Vec<String> = file
+        .connection()
+        .prepare("SELECT encryption_algo FROM adf_identity")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(algos.iter().any(|a| a.starts_with("env:")), "{algos:?}");
+    let open = identity::open_identity(&mut file, &keys).unwrap();
+    assert!(
+        !identity::status(&file, &keys, &open)
+            .unwrap()
+            .password_protected
+    );
+
+    // One row sealed under the legacy whole-file password is what asks for it.
+    file.connection()
+        .execute(
+            "INSERT INTO adf_identity (purpose, value, encryption_algo) VALUES ('legacy:test', x'00', 'aes-256-gcm')",
+            [],
+        )
+        .unwrap();
+    let open = identity::open_identity(&mut file, &keys).unwrap();
+    assert!(
+        identity::status(&file, &keys, &open)
+            .unwrap()
+            .password_protected
+    );
+}
+
+#[test]
 fn idn_02_an_older_plain_key_file_keeps_its_did_and_a_keyless_one_gets_one() {
     let env = Env::with_test_owner();
     let keys = env.keys();
