@@ -1491,3 +1491,25 @@ fn cfg_50_provider_type_is_checked_on_the_owner_path() {
         &args,
     );
 }
+
+#[test]
+fn tol_60_an_unlocked_disable_is_a_suggestion_the_agent_can_undo_and_a_lock_makes_it_stick() {
+    let enabled = |file: &AdfFile| {
+        file.config().unwrap()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "fs_delete")
+            .map(|t| t["enabled"].clone())
+    };
+    let (_dir, mut file) = free_agent();
+    owner_set(&mut file, "tools.fs_delete.enabled", json!(false));
+    let enable = json!({ "path": "tools.fs_delete.enabled", "value": true });
+    update(&mut file, &model(), enable.clone()).unwrap();
+    assert_eq!(enabled(&file), Some(json!(true)));
+
+    owner_set(&mut file, "tools.fs_delete.enabled", json!(false));
+    owner_set(&mut file, "tools.fs_delete.locked", json!(true));
+    assert_model_asks_owner(&mut file, enable);
+    assert_eq!(enabled(&file), Some(json!(false)));
+}
