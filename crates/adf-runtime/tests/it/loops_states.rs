@@ -574,3 +574,35 @@ async fn stl_15_code_setting_idle_waits_for_the_turn_and_off_stops_it_at_once() 
     assert_eq!(state(&file), "off");
     assert_eq!(mock.remaining(), 1);
 }
+
+#[test]
+fn stl_32_tasks_and_timers_an_inner_loop_creates_carry_its_name() {
+    let (_dir, _path, mut file) = common::new_agent();
+    let inner = Caller::Model {
+        loop_name: "worker".into(),
+    };
+    let delay = json!({"type": "delay", "delay_ms": 60_000});
+    common::call(
+        &mut file,
+        &inner,
+        "sys_set_timer",
+        json!({"schedule": delay, "scope": ["agent"]}),
+    )
+    .unwrap();
+    // A restricted call asks the owner: its approval task belongs to the loop that asked.
+    common::call_approved(
+        &mut file,
+        &inner,
+        "sys_update_config",
+        json!({"path": "model.temperature", "value": 0.2}),
+    )
+    .unwrap();
+    let timers = file.timers().unwrap();
+    assert_eq!(timers.len(), 1);
+    assert_eq!(timers[0].r#loop.as_deref(), Some("worker"));
+    let tasks = file.tasks(None).unwrap();
+    assert!(!tasks.is_empty(), "the restricted call left no task");
+    for task in &tasks {
+        assert_eq!(task.r#loop.as_deref(), Some("worker"), "{}", task.tool);
+    }
+}
