@@ -1,34 +1,19 @@
 //! Outbound WebSockets through the policy (SRV-26): refusals are decided before any dial
 //! (names resolve through a table), and an admitted loopback server is reached.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
-use adf_egress::{EgressErrorKind, Lookup, Policy, Url, connect_websocket};
-use futures::future::BoxFuture;
+use crate::names::Table;
+use adf_egress::{EgressErrorKind, Policy, Url, connect_websocket};
 use futures::{SinkExt as _, StreamExt as _};
 use tokio_tungstenite::tungstenite::Message;
 
-struct Table(HashMap<&'static str, IpAddr>);
-
-impl Lookup for Table {
-    fn lookup(&self, host: &str, _port: u16) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
-        let found = self.0.get(host).copied();
-        Box::pin(async move {
-            found
-                .map(|ip| vec![ip])
-                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such name"))
-        })
-    }
-}
-
 fn names() -> Table {
-    Table(HashMap::from([
-        ("internal.test", "10.0.0.5".parse().unwrap()),
-        ("metadata.test", "169.254.169.254".parse().unwrap()),
-        ("cgnat.test", "100.64.0.1".parse().unwrap()),
-    ]))
+    Table::of(&[
+        ("internal.test", "10.0.0.5"),
+        ("metadata.test", "169.254.169.254"),
+        ("cgnat.test", "100.64.0.1"),
+    ])
 }
 
 async fn refusal(policy: &Policy, url: &str) -> EgressErrorKind {
@@ -230,7 +215,7 @@ async fn srv_35_a_wss_server_the_client_does_not_trust_is_refused() {
     // Trusting the CA is not enough for another name: the URL's host is what is verified.
     let (addr, server) = tls_echo_server().await;
     let other = Url::parse(&format!("wss://other.test:{}/ws", addr.port())).unwrap();
-    let loopback_name = Table(HashMap::from([("other.test", addr.ip())]));
+    let loopback_name = Table::of(&[("other.test", &addr.ip().to_string())]);
     let refused = match adf_egress::connect_websocket_trusting(
         &Policy::default(),
         &other,

@@ -1,34 +1,20 @@
 //! Raw TCP for stream bindings through the policy: refusals are decided before any dial
 //! (names resolve through a table), and an admitted loopback listener is reached.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::names::Table;
 use adf_egress::tcp::admit_tcp;
-use adf_egress::{EgressErrorKind, Lookup, Policy, connect_tcp};
-use futures::future::BoxFuture;
+use adf_egress::{EgressErrorKind, Policy, connect_tcp};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-struct Table(HashMap<&'static str, IpAddr>);
-
-impl Lookup for Table {
-    fn lookup(&self, host: &str, _port: u16) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
-        let found = self.0.get(host).copied();
-        Box::pin(async move {
-            found
-                .map(|ip| vec![ip])
-                .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such name"))
-        })
-    }
-}
-
 fn names() -> Table {
-    Table(HashMap::from([
-        ("db.internal.test", "10.0.0.5".parse().unwrap()),
-        ("metadata.test", "169.254.169.254".parse().unwrap()),
-        ("public.test", "93.184.216.34".parse().unwrap()),
-    ]))
+    Table::of(&[
+        ("db.internal.test", "10.0.0.5"),
+        ("metadata.test", "169.254.169.254"),
+        ("public.test", "93.184.216.34"),
+    ])
 }
 
 async fn kind(policy: &Policy, host: &str, port: u16) -> EgressErrorKind {
