@@ -3,9 +3,8 @@
 //! and token counting (the runtime's estimate, said to be one).
 use crate::common;
 
-use adf_runtime::identity;
 use adf_testkit::{MockProvider, Wire};
-use common::{Harness, agent_file, owner_keys, status};
+use common::{Harness, agent_file, provision_identity, status};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -35,12 +34,7 @@ async fn credential_slot_kinds(h: &Harness, id: &str) -> Vec<String> {
 async fn idn_15_delete_identity_password_removes_the_password_slot_and_keeps_the_key_slots() {
     let h = Harness::start().await;
     let path = agent_file(h.dir.path(), "pw", &[], &[]);
-    let keys = owner_keys(&h);
-    {
-        let mut file = adf_store::AdfFile::open(&path).unwrap();
-        identity::provision_new(&mut file, &keys).unwrap();
-        file.close().unwrap();
-    }
+    provision_identity(&h, &path);
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     let base = format!("/agents/{}", agent.id);
     let (code, body) = status(

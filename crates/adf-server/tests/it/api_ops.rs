@@ -6,10 +6,9 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use adf_runtime::identity;
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, agent_file, owner_keys, status, text_column, wait_for};
+use common::{Harness, agent_file, provision_identity, status, text_column, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -695,12 +694,7 @@ async fn api_recent_tools_lists_the_tool_calls_of_the_transcript() {
 async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
     let h = Harness::start().await;
     let path = agent_file(h.dir.path(), "ident", &[], &[]);
-    let keys = owner_keys(&h);
-    {
-        let mut file = adf_store::AdfFile::open(&path).unwrap();
-        identity::provision_new(&mut file, &keys).unwrap();
-        file.close().unwrap();
-    }
+    provision_identity(&h, &path);
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     let base = format!("/agents/{}", agent.id);
     let secret = "very-secret-value-123";

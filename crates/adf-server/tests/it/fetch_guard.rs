@@ -67,14 +67,7 @@ fn caller_agent(h: &Harness, name: &str) -> std::path::PathBuf {
             }),
         )],
     );
-    let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
-    if home.load_owner().unwrap().is_none() {
-        home.init_owner(false).unwrap();
-    }
-    let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
-    let mut file = adf_store::AdfFile::open(&path).unwrap();
-    adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
-    file.close().unwrap();
+    common::provision_identity(h, &path);
     path
 }
 

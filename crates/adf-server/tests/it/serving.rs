@@ -866,14 +866,7 @@ async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsig
     );
     {
         // An identity, so the answer carries the agent's own signature (mutual, MSG-51).
-        let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
-        if home.load_owner().unwrap().is_none() {
-            home.init_owner(false).unwrap();
-        }
-        let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
-        let mut file = adf_store::AdfFile::open(&strict_path).unwrap();
-        adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
-        file.close().unwrap();
+        common::provision_identity(&h, &strict_path);
     }
     load(&h, &strict_path).await;
     let key = client_key();
@@ -1006,14 +999,7 @@ async fn next_seen(
 }
 
 async fn with_identity(h: &Harness, path: &std::path::Path) {
-    let home = adf_runtime::home::RuntimeHome::at(h.dir.path().join("home"));
-    if home.load_owner().unwrap().is_none() {
-        home.init_owner(false).unwrap();
-    }
-    let keys = adf_runtime::identity::LocalKeys::from_home(&home).unwrap();
-    let mut file = adf_store::AdfFile::open(path).unwrap();
-    adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
-    file.close().unwrap();
+    common::provision_identity(h, path);
 }
 
 #[tokio::test]

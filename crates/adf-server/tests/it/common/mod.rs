@@ -310,6 +310,15 @@ pub fn owner_keys(h: &Harness) -> adf_runtime::identity::LocalKeys {
     adf_runtime::identity::LocalKeys::from_home(&home).unwrap()
 }
 
+/// Gives the closed agent file at `path` an identity sealed for this harness's owner, so the
+/// daemon can sign as it.
+pub fn provision_identity(h: &Harness, path: &std::path::Path) {
+    let keys = owner_keys(h);
+    let mut file = adf_store::AdfFile::open(path).unwrap();
+    adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+    file.close().unwrap();
+}
+
 /// Replaces the agent's config with `PUT /agents/{id}/config` (the owner's edit); panics when
 /// the daemon refuses it.
 pub async fn put_config(h: &Harness, agent: &Agent, config: &serde_json::Value) {
