@@ -190,6 +190,8 @@ struct Slot {
     files: kept::KeptFiles,
     /// The thread that runs the agent's HTTP requests while it is busy (see `lane`).
     lane: lane::Lane,
+    /// Requests waiting for the lane, taken a batch at a time (see `resolve::enqueue`).
+    queue: Mutex<resolve::RequestQueue>,
     cache: cache::ResponseCache,
     /// Open inbound WebSockets by connection id.
     connections: Mutex<HashMap<String, ConnectionInfo>>,
@@ -268,6 +270,18 @@ impl Serving {
             .map_or((false, 0), |slot| {
                 (slot.lane.is_running(), slot.lane.started())
             })
+    }
+
+    /// Requests of the agent `id` whose bodies are read and that wait for its request thread
+    /// (not counting the batch it runs now).
+    pub fn waiting_requests(&self, id: &str) -> usize {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned();
+        slot.map_or(0, |slot| resolve::waiting(&slot))
     }
 
     /// Makes sure a task closes `slot`'s kept connections once the agent is idle for the
@@ -407,6 +421,7 @@ impl Serving {
                 runs: Mutex::new(None),
                 files: kept::KeptFiles::default(),
                 lane: lane::Lane::default(),
+                queue: Mutex::default(),
                 cache: cache::ResponseCache::default(),
                 connections: Mutex::new(HashMap::new()),
                 outlets: Mutex::new(HashMap::new()),

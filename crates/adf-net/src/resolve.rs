@@ -2,7 +2,8 @@
 //! guest connection resolve `serving.api` → `public/` → `shared` → 404 (§12.1) and run the
 //! route's middleware and lambda.
 
-use std::sync::{Arc, PoisonError};
+use std::collections::VecDeque;
+use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
@@ -23,7 +24,8 @@ use crate::kept::LambdaRuntime;
 use crate::request::{self, BadBody};
 use crate::response::{self, ErrorCode, Shaped};
 use crate::{
-    LOG_ORIGIN, RESERVED_SEGMENTS, RowsThrough, ServedAgent, Serving, Slot, error_response,
+    BodyHold, LOG_ORIGIN, RESERVED_SEGMENTS, RowsThrough, ServedAgent, Serving, Slot,
+    error_response,
 };
 
 /// What the async side knows of a request once its body is read.
@@ -110,26 +112,17 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
         body,
         cache_key,
     };
-    let job_serving = Arc::clone(&serving);
-    let job_agent = agent.clone();
-    let job_slot = Arc::clone(&slot);
     let (answer, answered) = tokio::sync::oneshot::channel();
-    // On the agent's lane: one hand-off to a thread that is usually awake already, instead
-    // of a blocking task per request contending for the agent's connections and lambda lock.
-    let submitted = slot.lane.submit(
-        Box::new(move || {
-            let _permit = permit;
-            let _hold = hold;
-            let _gone = answer.send(resolve(&job_serving, &job_agent, &job_slot, incoming));
-        }),
-        serving.limits.idle_file_linger,
-    );
-    let outcome = match submitted {
-        Ok(()) => answered
-            .await
-            .map_err(|_| "the request's thread ended before it answered".to_owned()),
-        Err(error) => Err(format!("cannot start the agent's request thread: {error}")),
+    let queued = Queued {
+        incoming,
+        answer,
+        _permit: permit,
+        _hold: hold,
     };
+    enqueue(&serving, &agent, &slot, queued);
+    let outcome = answered
+        .await
+        .map_err(|_| "the request's thread ended before it answered".to_owned());
     let Resolved {
         shaped,
         lambda_ran,
@@ -262,25 +255,241 @@ impl Resolved {
     }
 }
 
-/// The blocking part, on one of the slot's kept guest connections (see `kept`).
-fn resolve(serving: &Serving, agent: &ServedAgent, slot: &Slot, incoming: Incoming) -> Resolved {
+/// Requests of one agent waiting for its lane (see [`enqueue`]).
+#[derive(Default)]
+pub(crate) struct RequestQueue {
+    waiting: VecDeque<Queued>,
+    /// A drain job is on the lane (queued or running): new requests only join the queue.
+    draining: bool,
+}
+
+impl std::fmt::Debug for RequestQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestQueue")
+            .field("waiting", &self.waiting.len())
+            .field("draining", &self.draining)
+            .finish()
+    }
+}
+
+/// A request whose body is read, waiting for the agent's lane.
+struct Queued {
+    incoming: Incoming,
+    answer: tokio::sync::oneshot::Sender<Resolved>,
+    /// Counts against the agent's in-flight limit until answered.
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _hold: BodyHold,
+}
+
+/// Requests one commit covers at most: the first of a batch waits for all of them.
+const BATCH_LIMIT: usize = 32;
+
+fn queue(slot: &Slot) -> MutexGuard<'_, RequestQueue> {
+    slot.queue.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Requests in `slot`'s queue now.
+pub(crate) fn waiting(slot: &Slot) -> usize {
+    queue(slot).waiting.len()
+}
+
+/// Queues `queued` for the agent's lane and, when no drain job is on the lane, puts one there.
+///
+/// Under load, requests pile up while the lane runs a batch; the next drain takes them all
+/// and commits them as one transaction (`resolve_batch`). Each request's rows still go in
+/// order, a throwing lambda still rolls back only its own writes, and no answer leaves
+/// before the commit that holds its rows — but the WAL pages the requests share (the log
+/// table's last leaf, its indexes) are written once per batch instead of once per request.
+fn enqueue(serving: &Arc<Serving>, agent: &ServedAgent, slot: &Arc<Slot>, queued: Queued) {
+    let schedule = {
+        let mut waiting = queue(slot);
+        waiting.waiting.push_back(queued);
+        !std::mem::replace(&mut waiting.draining, true)
+    };
+    if !schedule {
+        return;
+    }
+    let job_serving = Arc::clone(serving);
+    let job_agent = agent.clone();
+    let job_slot = Arc::clone(slot);
+    let submitted = slot.lane.submit(
+        Box::new(move || drain(&job_serving, &job_agent, &job_slot)),
+        serving.limits.idle_file_linger,
+    );
+    if let Err(error) = submitted {
+        let stranded = {
+            let mut waiting = queue(slot);
+            waiting.draining = false;
+            std::mem::take(&mut waiting.waiting)
+        };
+        for queued in stranded {
+            let _gone = queued.answer.send(Resolved::answer(Shaped::error(
+                ErrorCode::Internal,
+                &format!("cannot start the agent's request thread: {error}"),
+            )));
+        }
+    }
+}
+
+/// Empties the queue a batch at a time, on the lane's thread.
+fn drain(serving: &Serving, agent: &ServedAgent, slot: &Slot) {
+    let _unwinding = DrainGuard(slot);
+    loop {
+        let batch: Vec<Queued> = {
+            let mut waiting = queue(slot);
+            if waiting.waiting.is_empty() {
+                waiting.draining = false;
+                return;
+            }
+            let take = waiting.waiting.len().min(BATCH_LIMIT);
+            waiting.waiting.drain(..take).collect()
+        };
+        let (incomings, answers): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|queued| {
+                (
+                    queued.incoming,
+                    (queued.answer, queued._permit, queued._hold),
+                )
+            })
+            .unzip();
+        let resolved = resolve_batch(serving, agent, slot, incomings);
+        for ((answer, _permit, _hold), resolved) in answers.into_iter().zip(resolved) {
+            let _gone = answer.send(resolved);
+        }
+    }
+}
+
+/// When a request panics the lane's thread: the requests still queued are dropped (each
+/// answers 500, "ended before it answered") and the next request schedules a drain again,
+/// so the agent never stops answering.
+struct DrainGuard<'a>(&'a Slot);
+
+impl Drop for DrainGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let dropped = {
+                let mut waiting = queue(self.0);
+                waiting.draining = false;
+                std::mem::take(&mut waiting.waiting)
+            };
+            drop(dropped);
+        }
+    }
+}
+
+/// One batch of requests on one of the slot's kept guest connections (see `kept`), in one
+/// transaction when there are several (see [`enqueue`]); one answer per request, in order.
+fn resolve_batch(
+    serving: &Serving,
+    agent: &ServedAgent,
+    slot: &Slot,
+    batch: Vec<Incoming>,
+) -> Vec<Resolved> {
     let mut file = match slot.files.checkout(&agent.path) {
         Ok(file) => file,
         Err(error) => {
-            return Resolved::answer(Shaped::error(
-                ErrorCode::Internal,
-                &format!("cannot open the agent: {error}"),
-            ));
+            return batch
+                .iter()
+                .map(|_| {
+                    Resolved::answer(Shaped::error(
+                        ErrorCode::Internal,
+                        &format!("cannot open the agent: {error}"),
+                    ))
+                })
+                .collect();
         }
     };
-    let (shaped, ran, off) = resolve_on(serving, slot, &mut file, incoming);
-    let lambda_ran = ran.then(|| rows_through(&file));
-    drop(slot.files.checkin(&agent.path, file));
-    Resolved {
-        shaped,
-        lambda_ran,
-        off,
+    let mut shared = Batch::new(batch.len() > 1);
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut last_ran = None;
+    for (index, incoming) in batch.into_iter().enumerate() {
+        shared.begin(&file, index);
+        let (shaped, ran, off) = resolve_on(serving, slot, &mut file, &mut shared, incoming);
+        if ran {
+            last_ran = Some(index);
+        }
+        answers.push(Resolved {
+            shaped,
+            lambda_ran: None,
+            off,
+        });
     }
+    shared.settle(&file);
+    for lost in shared.lost {
+        if let Some(answer) = answers.get_mut(lost) {
+            *answer = Resolved::answer(Shaped::error(
+                ErrorCode::Internal,
+                "the request ran but its rows could not be committed",
+            ));
+        }
+    }
+    // The host hears once per batch where the rows end, after they committed.
+    if let Some(answer) = last_ran.and_then(|index| answers.get_mut(index)) {
+        answer.lambda_ran = Some(rows_through(&file));
+    }
+    drop(slot.files.checkin(&agent.path, file));
+    answers
+}
+
+/// The transaction a batch's requests share (see [`enqueue`]).
+struct Batch {
+    /// More than one request: worth a shared transaction.
+    shared: bool,
+    /// The request that opened the transaction open now, if the batch opened one.
+    open_since: Option<usize>,
+    /// The request running now.
+    current: usize,
+    /// Requests whose rows a failed commit rolled back.
+    lost: Vec<usize>,
+}
+
+impl Batch {
+    fn new(shared: bool) -> Self {
+        Batch {
+            shared,
+            open_since: None,
+            current: 0,
+            lost: Vec::new(),
+        }
+    }
+
+    /// Before request `index`: (re)opens the shared transaction when none is open (the first
+    /// request, or a run committed it before a wait off the file).
+    fn begin(&mut self, file: &AdfFile, index: usize) {
+        self.current = index;
+        if !file.connection().is_autocommit() {
+            return;
+        }
+        self.open_since = None;
+        if self.shared && transaction_statement(file, "BEGIN IMMEDIATE").is_ok() {
+            self.open_since = Some(index);
+        }
+    }
+
+    /// Commits what the batch holds so far: at its end, and before a request that must run
+    /// outside it (route middleware runs lambdas on a thread of its own, which must not
+    /// meet this connection's write lock).
+    fn settle(&mut self, file: &AdfFile) {
+        let Some(since) = self.open_since.take() else {
+            return;
+        };
+        if file.connection().is_autocommit() {
+            return;
+        }
+        if let Err(error) = transaction_statement(file, "COMMIT") {
+            tracing::warn!(%error, "cannot commit a batch of route requests");
+            if !file.connection().is_autocommit() {
+                let _ = file.connection().execute_batch("ROLLBACK");
+            }
+            self.lost.extend(since..=self.current);
+        }
+    }
+}
+
+fn transaction_statement(file: &AdfFile, sql: &str) -> Result<(), adf_store::StoreError> {
+    file.connection().prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
 /// Where the tables whose rows are trigger events end now (see [`RowsThrough`]); `None`
@@ -306,6 +515,7 @@ fn resolve_on(
     serving: &Serving,
     slot: &Slot,
     file: &mut AdfFile,
+    batch: &mut Batch,
     incoming: Incoming,
 ) -> (Shaped, bool, bool) {
     let config = match file.config_shared() {
@@ -353,7 +563,7 @@ fn resolve_on(
             path_matched.push(route_method);
             continue;
         }
-        let shaped = run_route(serving, slot, file, route, params, incoming);
+        let shaped = run_route(serving, slot, file, batch, route, params, incoming);
         return (shaped, true, false);
     }
     let is_read = incoming.method == Method::GET || incoming.method == Method::HEAD;
@@ -445,6 +655,7 @@ fn run_route(
     serving: &Serving,
     slot: &Slot,
     file: &mut AdfFile,
+    batch: &mut Batch,
     route: &Value,
     params: Map<String, Value>,
     incoming: Incoming,
@@ -483,7 +694,15 @@ fn run_route(
             tracing::warn!(%error, "cannot write a serving log row");
         }
     };
-    let (shaped, logged) = route_answer(serving, slot, file, route, http_request, &log_response);
+    let (shaped, logged) = route_answer(
+        serving,
+        slot,
+        file,
+        batch,
+        route,
+        http_request,
+        &log_response,
+    );
     if !logged {
         log_response(file, &shaped);
     }
@@ -510,6 +729,7 @@ fn route_answer(
     serving: &Serving,
     slot: &Slot,
     file: &mut AdfFile,
+    batch: &mut Batch,
     route: &Value,
     http_request: Value,
     log_response: &dyn Fn(&mut AdfFile, &Shaped),
@@ -536,6 +756,9 @@ fn route_answer(
         // Not an array: one reference, which fails closed as malformed.
         Some(other) => vec![other.clone()],
     };
+    if !references.is_empty() {
+        batch.settle(file);
+    }
     let http_request = match middleware::run_route_chain(file, references, http_request, Map::new())
     {
         Ok(passed) => passed.data,

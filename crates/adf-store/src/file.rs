@@ -253,6 +253,10 @@ impl AdfFile {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let clean_close = has_clean_close_marker(&conn, &path)?;
         let config_cache = crate::config::ConfigCache::attach(&mut conn);
+        // A guest that serves an agent's routes may be the file's only writer for minutes:
+        // without the hook its WAL grows to SQLite's automatic checkpoint, which then copies
+        // tens of megabytes inside one request's commit.
+        let wal_watch = crate::checkpointer::WalWatch::attach(&mut conn, &path);
         Ok(Self {
             conn,
             path,
@@ -265,7 +269,7 @@ impl AdfFile {
             closed: false,
             marker_pending: Cell::new(clean_close),
             config_cache,
-            wal_watch: None,
+            wal_watch,
         })
     }
 

@@ -463,7 +463,10 @@ pub async fn run_lambda(
 /// (`sys_fetch`, `ws_connect`, which may write through a connection of its own), a model
 /// request, native `fetch` or a hosted shell command, what it wrote so far commits, and its
 /// later writes commit one call at a time as in [`run_lambda`] (and are kept if it throws).
-/// Inside a caller's transaction the run only nests in it.
+///
+/// Inside a transaction the caller opened (a batch of route requests committed together) the
+/// run treats that transaction as its own, savepoint and commit-before-a-wait included, but
+/// leaves the final commit to the caller.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_lambda_closing(
     file: &mut AdfFile,
@@ -476,14 +479,19 @@ pub async fn run_lambda_closing(
     closing: impl FnOnce(&mut AdfFile, &CodeRun),
 ) -> CodeRun {
     let source = lambda.source();
-    let own = file.connection().is_autocommit() && run_statement(file, "BEGIN IMMEDIATE").is_ok();
+    let enclosing = !file.connection().is_autocommit();
+    let own = !enclosing && run_statement(file, "BEGIN IMMEDIATE").is_ok();
     log_execute(
         file,
         "lambda",
         &source,
         authorization == Authorization::SourceFile,
     );
-    let logs_before = if own { open_run_savepoint(file) } else { None };
+    let logs_before = if own || enclosing {
+        open_run_savepoint(file)
+    } else {
+        None
+    };
     let started = std::time::Instant::now();
     let run = run_lambda_unlogged(
         file,

@@ -2030,6 +2030,158 @@ async fn srv_05_a_route_request_commits_once_and_a_throwing_lambda_keeps_only_it
     h.stop().await;
 }
 
+/// Routes for the batch test: one that waits on a gate server, one that writes a file named
+/// by its query, one that writes and throws.
+const BATCH_ROUTES: &str = r#"
+export async function hold(req) {
+  const answer = await adf.sys_fetch({ url: req.query.gate });
+  return { status: 200, body: "held " + answer.body };
+}
+export async function numbered(req) {
+  await adf.fs_write({ path: `data/k${req.query.n}.txt`, content: "kept", mode: "write" });
+  return { status: 200, body: "kept " + req.query.n };
+}
+export async function throws(req) {
+  await adf.fs_write({ path: "data/half.txt", content: "half", mode: "write" });
+  await adf.emit_event({ type: "custom.before_throw", payload: { n: 1 } });
+  throw new Error("after a write");
+}
+"#;
+
+/// Requests that queue for an agent's request thread while it is busy run as one batch in one
+/// write transaction (group commit): the WAL gains fewer commits than requests, every
+/// request's rows are there in order, and a lambda that throws in the middle of the batch
+/// rolls back only its own writes, keeping its log rows (SRV-05).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_throw_rolls_back_only_its_own_writes()
+ {
+    let h = Harness::start().await;
+    let agent = web_agent(
+        &h,
+        json!([
+            { "method": "GET", "path": "/hold", "lambda": "lib/batch.ts:hold" },
+            { "method": "GET", "path": "/numbered", "lambda": "lib/batch.ts:numbered" },
+            { "method": "GET", "path": "/throws", "lambda": "lib/batch.ts:throws" },
+        ]),
+        &[("lib/batch.ts", BATCH_ROUTES)],
+        &[("security.allow_local_fetch", json!(true))],
+    )
+    .await;
+    assert_eq!(get(&h, "/agents/web/numbered?n=0").await.status, 200);
+    // The gate: answers the held request only when the test says so.
+    let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gate_url = format!("http://{}/gate", gate.local_addr().unwrap());
+    let (held_tx, held) = tokio::sync::oneshot::channel();
+    let (open_tx, open) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (mut stream, _) = gate.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = stream.read(&mut request).await.unwrap();
+        held_tx.send(()).unwrap();
+        open.await.unwrap();
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
+            .await
+            .unwrap();
+    });
+    let hold = {
+        let base = h.server.url();
+        let url = format!("{base}/agents/web/hold?gate={gate_url}");
+        tokio::spawn(async move { public_client().get(url).send().await.unwrap().text().await })
+    };
+    let mut hold = hold;
+    tokio::select! {
+        reached = held => reached.unwrap(),
+        answered = &mut hold => panic!("the held request answered before it reached the gate: {answered:?}"),
+    }
+    let before = wal_commits(&agent.path);
+    let mut queued = Vec::new();
+    for path in [
+        "/numbered?n=1",
+        "/numbered?n=2",
+        "/throws",
+        "/numbered?n=3",
+        "/numbered?n=4",
+    ] {
+        let url = format!("{}/agents/web{path}", h.server.url());
+        queued.push(tokio::spawn(async move {
+            let answer = public_client().get(url).send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }));
+    }
+    let serving = h.server.daemon.serving().unwrap();
+    common::wait_for("five requests wait behind the held one", || async {
+        serving.waiting_requests(&agent.id) == 5
+    })
+    .await;
+    open_tx.send(()).unwrap();
+    assert_eq!(hold.await.unwrap().unwrap(), "held open");
+    let mut answers = Vec::new();
+    for answer in queued {
+        answers.push(answer.await.unwrap());
+    }
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, vec![200, 200, 500, 200, 200], "{answers:?}");
+    let commits = wal_commits(&agent.path) - before;
+    assert!(
+        commits < 5,
+        "five queued requests should commit together, not one by one: {commits} commits"
+    );
+    let files = text_column(
+        &agent,
+        "SELECT path FROM adf_files WHERE path LIKE 'data/%' ORDER BY path",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        files,
+        [
+            "data/k0.txt",
+            "data/k1.txt",
+            "data/k2.txt",
+            "data/k3.txt",
+            "data/k4.txt"
+        ],
+        "every kept write is there and the throwing lambda's write is rolled back"
+    );
+    let rows = text_column(
+        &agent,
+        "SELECT origin || ' ' || event || ' ' || level FROM adf_logs
+         WHERE origin IN ('lambda', 'serving', 'emit_event') ORDER BY id",
+        Vec::new(),
+    )
+    .await;
+    // Requests arrive in any order; each one's rows stay together, in their own order.
+    let kept = [
+        "lambda execute info",
+        "lambda result info",
+        "serving api_response info",
+    ];
+    let thrown = [
+        "lambda execute info",
+        "emit_event custom.before_throw info",
+        "lambda result error",
+        "serving api_response warn",
+    ];
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    for row in &rows[rows.len() - (4 * kept.len() + thrown.len())..] {
+        if row == "lambda execute info" {
+            groups.push(Vec::new());
+        }
+        groups
+            .last_mut()
+            .expect("rows start with an execute row")
+            .push(row.clone());
+    }
+    groups.sort();
+    let mut expected = vec![thrown.map(str::to_owned).to_vec()];
+    expected.extend((0..4).map(|_| kept.map(str::to_owned).to_vec()));
+    expected.sort();
+    assert_eq!(groups, expected, "{rows:?}");
+    h.stop().await;
+}
+
 /// Records each `on_logs` event it receives as `seen/<log id>.md`.
 const LOG_SEEN: &str = r#"
 export async function seen(event) {
