@@ -2,6 +2,7 @@
 # Agent serving bench (BENCHMARKS.md "Agent serving"): a route answered by a warm lambda vs the
 # daemon's GET /health floor, both with wrk on this machine.
 #   ADF=target/release/adf scripts/bench-serving.sh [seconds] [connections]
+# SKIP_FLOOR=1 skips the /health run (repeated runs of the route alone).
 # Needs wrk (scripts/setup.d/40-wrk.sh). Uses a temporary ADF_HOME and port 7395.
 set -euo pipefail
 ADF=${ADF:-target/release/adf}
@@ -29,8 +30,10 @@ for _ in $(seq 1 100); do
 done
 curl -fs "http://127.0.0.1:$PORT/agents/web/hello" && echo
 echo "load: $(cat /proc/loadavg)"
-echo "== GET /health (floor)"
-wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --latency "http://127.0.0.1:$PORT/health"
+if [ -z "${SKIP_FLOOR:-}" ]; then
+  echo "== GET /health (floor)"
+  wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --latency "http://127.0.0.1:$PORT/health"
+fi
 echo "== GET /agents/web/hello (warm route lambda)"
 wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --latency "http://127.0.0.1:$PORT/agents/web/hello"
 echo "load: $(cat /proc/loadavg)"
