@@ -172,8 +172,16 @@ pub(crate) async fn open_configured_connections(
             .map(|config| (*config).clone())
     })
     .await;
-    let Ok(Ok(mut config)) = config else {
-        return;
+    let mut config = match config {
+        Ok(Ok(config)) => config,
+        Ok(Err(error)) => {
+            tracing::warn!(agent = %agent.id, %error, "cannot read the config to open the declared network");
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, %error, "reading the config to open the declared network failed");
+            return;
+        }
     };
     // The live state decides, not the stored one: `POST /state` is not persisted, so an
     // agent stored `off` and turned back on still reads `off` in its file.
