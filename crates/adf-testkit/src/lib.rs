@@ -37,6 +37,7 @@
 //! (tool declarations before and after a refactor).
 
 pub mod fixtures;
+mod scan;
 mod server;
 pub mod snapshot;
 mod turn;
