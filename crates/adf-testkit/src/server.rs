@@ -84,6 +84,9 @@ struct Inner {
     models: Mutex<Option<Vec<String>>>,
     /// The streamed reply to the repeated turn, rendered once (zero-latency mode only).
     rendered: Mutex<Option<Rendered>>,
+    /// The top-level fields of the last request body that passed the zero-latency check,
+    /// slices of that body (see [`crate::scan`]).
+    seen: Mutex<Vec<(Bytes, Bytes)>>,
 }
 
 /// The SSE body of a streamed reply to the repeated turn for one `model` (and OpenAI's
@@ -164,6 +167,7 @@ impl MockProvider {
             arrived: tokio::sync::watch::Sender::new(0),
             models: Mutex::new(None),
             rendered: Mutex::new(None),
+            seen: Mutex::new(Vec::new()),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         #[allow(clippy::expect_used)]
@@ -295,10 +299,16 @@ impl MockProvider {
 /// mock's cost per request, which a benchmark of the runtime should not be measuring. What
 /// comes back is an object with just those fields, or `Null` when the body is not a JSON
 /// object (or one of those fields is not JSON).
-fn probe(body: &[u8]) -> Value {
-    let Some(top) = crate::scan::top_level_fields(body) else {
+fn probe(body: &Bytes, seen: &Mutex<Vec<(Bytes, Bytes)>>) -> Value {
+    let mut seen = lock(seen);
+    let Some(top) = crate::scan::top_level_fields(body, &seen) else {
         return Value::Null;
     };
+    *seen = top
+        .iter()
+        .map(|(key, value)| (body.slice_ref(key), body.slice_ref(value)))
+        .collect();
+    drop(seen);
     let mut fields = serde_json::Map::new();
     for (key, raw) in top {
         let name = match key {
@@ -330,7 +340,7 @@ async fn handle(
 ) -> Response {
     let zero = inner.zero_latency.load(Ordering::Relaxed);
     let parsed = if zero {
-        probe(&body)
+        probe(&body, &inner.seen)
     } else {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     };
