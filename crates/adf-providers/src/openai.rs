@@ -273,15 +273,21 @@ impl Parser {
     }
 
     fn read_usage(u: &Value) -> Usage {
-        let get = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-        let prompt = get("/prompt_tokens");
-        let cached = get("/prompt_tokens_details/cached_tokens");
+        // `Value::pointer` would allocate each segment to unescape it; these need none.
+        let get = |path: &[&str]| {
+            path.iter()
+                .try_fold(u, |v, key| v.get(key))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        let prompt = get(&["prompt_tokens"]);
+        let cached = get(&["prompt_tokens_details", "cached_tokens"]);
         Usage {
             input: prompt.saturating_sub(cached),
-            output: get("/completion_tokens"),
+            output: get(&["completion_tokens"]),
             cache_read: cached,
             cache_write: 0,
-            reasoning: get("/completion_tokens_details/reasoning_tokens"),
+            reasoning: get(&["completion_tokens_details", "reasoning_tokens"]),
         }
     }
 }
