@@ -31,6 +31,7 @@ mod models;
 mod openai;
 mod resolve;
 mod retry;
+mod sse;
 mod types;
 
 use std::fmt;
