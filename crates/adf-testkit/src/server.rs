@@ -240,7 +240,10 @@ impl MockProvider {
     }
 
     /// Benchmark mode: ignores scripted delays, sends text and arguments in one fragment each,
-    /// and records only the method, path and headers of requests (bodies become `Null`).
+    /// and records only the method, path and headers of requests (bodies become `Null`). The
+    /// body's check is structural (see the `scan` module) and a streamed reply to the
+    /// [`repeat`](Self::repeat)ed turn comes from bytes rendered once, the same bytes the
+    /// scripted mode sends: the vendor's work is not what a benchmark of the runtime measures.
     pub fn zero_latency(&self, on: bool) -> &Self {
         self.inner.zero_latency.store(on, Ordering::Relaxed);
         self
