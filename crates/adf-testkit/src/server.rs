@@ -72,7 +72,7 @@ impl RecordedRequest {
 struct Inner {
     wire: Wire,
     script: Mutex<VecDeque<Turn>>,
-    repeat: Mutex<Option<Turn>>,
+    repeat: Mutex<Repeat>,
     requests: Mutex<Vec<RecordedRequest>>,
     required_key: Mutex<Option<String>>,
     zero_latency: AtomicBool,
@@ -82,11 +82,18 @@ struct Inner {
     arrived: tokio::sync::watch::Sender<u64>,
     /// See [`MockProvider::serve_models`].
     models: Mutex<Option<Vec<String>>>,
-    /// The streamed reply to the repeated turn, rendered once (zero-latency mode only).
-    rendered: Mutex<Option<Rendered>>,
     /// The top-level fields of the last request body that passed the zero-latency check,
     /// slices of that body (see [`crate::scan`]).
     seen: Mutex<Vec<(Bytes, Bytes)>>,
+}
+
+/// The turn [`MockProvider::repeat`] set, how many times one was set (a rendering made from
+/// an earlier one is not kept), and its streamed reply rendered once (zero-latency mode only).
+#[derive(Debug, Default)]
+struct Repeat {
+    turn: Option<Turn>,
+    set: u64,
+    rendered: Option<Rendered>,
 }
 
 /// The SSE body of a streamed reply to the repeated turn for one `model` (and OpenAI's
@@ -159,14 +166,13 @@ impl MockProvider {
         let inner = Arc::new(Inner {
             wire,
             script: Mutex::new(VecDeque::new()),
-            repeat: Mutex::new(None),
+            repeat: Mutex::new(Repeat::default()),
             requests: Mutex::new(Vec::new()),
             required_key: Mutex::new(None),
             zero_latency: AtomicBool::new(false),
             hold_until: Mutex::new(None),
             arrived: tokio::sync::watch::Sender::new(0),
             models: Mutex::new(None),
-            rendered: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
@@ -219,8 +225,10 @@ impl MockProvider {
     /// Answers with `turn` whenever the queue is empty (instead of the "script exhausted"
     /// error), for benchmarks and long runs.
     pub fn repeat(&self, turn: Turn) -> &Self {
-        *lock(&self.inner.repeat) = Some(turn);
-        *lock(&self.inner.rendered) = None;
+        let mut repeat = lock(&self.inner.repeat);
+        repeat.turn = Some(turn);
+        repeat.set += 1;
+        repeat.rendered = None;
         self
     }
 
@@ -423,7 +431,8 @@ async fn handle(
     let next = lock(&inner.script).pop_front();
     let repeated = next.is_none();
     if zero && repeated && stream {
-        let body = lock(&inner.rendered)
+        let body = lock(&inner.repeat)
+            .rendered
             .as_ref()
             .filter(|r| r.model == model && r.include_usage == include_usage)
             .map(|r| r.body(n));
@@ -431,7 +440,13 @@ async fn handle(
             return sse_response(vec![body], false);
         }
     }
-    let turn = match next.or_else(|| lock(&inner.repeat).clone()) {
+    let mut repeat_set = 0;
+    let next = next.or_else(|| {
+        let repeat = lock(&inner.repeat);
+        repeat_set = repeat.set;
+        repeat.turn.clone()
+    });
+    let turn = match next {
         Some(t) => t,
         None => {
             // 418 is deliberately not a status a provider retries, so the test fails at once
@@ -513,7 +528,10 @@ async fn handle(
                 pieces: pieces.into_iter().map(|p| p.as_bytes().to_vec()).collect(),
             };
             let body = rendered.body(n);
-            *lock(&inner.rendered) = Some(rendered);
+            let mut repeat = lock(&inner.repeat);
+            if repeat.set == repeat_set {
+                repeat.rendered = Some(rendered);
+            }
             return sse_response(vec![body], false);
         }
     }
