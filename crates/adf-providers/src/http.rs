@@ -6,7 +6,6 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::value::RawValue;
 use zeroize::Zeroizing;
@@ -221,14 +220,16 @@ pub(crate) fn sse_events<P: SseParser>(
     parser: P,
 ) -> EventStream {
     struct St<S, P> {
-        sse: S,
+        body: S,
+        sse: super::sse::SseDecoder,
         parser: P,
         pending: VecDeque<StreamEvent>,
         done: bool,
         provider: String,
     }
     let st = St {
-        sse: Box::pin(resp.bytes_stream().eventsource()),
+        body: Box::pin(resp.bytes_stream()),
+        sse: super::sse::SseDecoder::default(),
         parser,
         pending: VecDeque::new(),
         done: false,
@@ -242,7 +243,22 @@ pub(crate) fn sse_events<P: SseParser>(
             if st.done {
                 return None;
             }
-            match st.sse.next().await {
+            let event = match st.sse.next_event() {
+                Ok(Some(event)) => Some(Ok(event)),
+                Ok(None) => match st.body.next().await {
+                    Some(Ok(bytes)) => {
+                        st.sse.push(&bytes);
+                        continue;
+                    }
+                    Some(Err(e)) => Some(Err(transport_error(&st.provider, &e))),
+                    None => None,
+                },
+                Err(e) => Some(Err(ProviderError::Protocol {
+                    provider: st.provider.clone(),
+                    message: e.to_string(),
+                })),
+            };
+            match event {
                 Some(Ok(ev)) => match st.parser.feed(&ev.event, &ev.data, &mut st.pending) {
                     Ok(true) => {
                         if let Err(e) = st.parser.finish(&mut st.pending) {
@@ -257,17 +273,8 @@ pub(crate) fn sse_events<P: SseParser>(
                         return Some((Err(e), st));
                     }
                 },
-                Some(Err(e)) => {
+                Some(Err(err)) => {
                     st.done = true;
-                    let err = match e {
-                        eventsource_stream::EventStreamError::Transport(t) => {
-                            transport_error(&st.provider, &t)
-                        }
-                        other => ProviderError::Protocol {
-                            provider: st.provider.clone(),
-                            message: other.to_string(),
-                        },
-                    };
                     return Some((Err(err), st));
                 }
                 None => {

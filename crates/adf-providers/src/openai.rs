@@ -8,7 +8,10 @@
 //! `reasoning_effort`. Reasoning text is read from `delta.reasoning_content` (vLLM, DeepSeek,
 //! llama.cpp) or `delta.reasoning` (OpenRouter, Ollama).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
+
+use serde::Deserialize;
 
 use serde_json::{Map, Value, json};
 
@@ -270,38 +273,98 @@ impl Parser {
     }
 
     fn read_usage(u: &Value) -> Usage {
-        let get = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-        let prompt = get("/prompt_tokens");
-        let cached = get("/prompt_tokens_details/cached_tokens");
+        // `Value::pointer` would allocate each segment to unescape it; these need none.
+        let get = |path: &[&str]| {
+            path.iter()
+                .try_fold(u, |v, key| v.get(key))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        let prompt = get(&["prompt_tokens"]);
+        let cached = get(&["prompt_tokens_details", "cached_tokens"]);
         Usage {
             input: prompt.saturating_sub(cached),
-            output: get("/completion_tokens"),
+            output: get(&["completion_tokens"]),
             cache_read: cached,
             cache_write: 0,
-            reasoning: get("/completion_tokens_details/reasoning_tokens"),
+            reasoning: get(&["completion_tokens_details", "reasoning_tokens"]),
         }
     }
 }
 
-impl SseParser for Parser {
-    fn feed(
+/// A chunk in the shape servers send, read without building a tree: the fields are borrowed
+/// from the data where they hold no escapes. A chunk this does not read (an `error` entry, a
+/// field of an unexpected type, a repeated key) goes through the `Value` path of
+/// [`Parser::feed`], which this mirrors field by field.
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    /// Present at all (even `null`): the `Value` path reports it.
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Delta<'a> {
+    /// `Some(None)` for an explicit `null`, which hides `reasoning` as in the `Value` path.
+    #[serde(default, borrow, deserialize_with = "nullable")]
+    reasoning_content: Option<Option<Cow<'a, str>>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<CallDelta<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CallDelta<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(|_| true)
+}
+
+fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl Parser {
+    /// What [`SseParser::feed`] does with a parsed chunk.
+    fn feed_value(
         &mut self,
-        _event: &str,
-        data: &str,
+        v: &Value,
         out: &mut VecDeque<StreamEvent>,
     ) -> Result<bool, ProviderError> {
-        let data = data.trim();
-        if data == "[DONE]" {
-            self.done = true;
-            return Ok(true);
-        }
-        if data.is_empty() {
-            return Ok(false);
-        }
-        let v: Value = serde_json::from_str(data).map_err(|e| ProviderError::Protocol {
-            provider: self.provider.clone(),
-            message: format!("bad JSON in a stream chunk: {e}"),
-        })?;
         if let Some(err) = v.get("error") {
             // OpenRouter reports upstream failures inside a 200 stream.
             let message = err
@@ -378,6 +441,88 @@ impl SseParser for Parser {
         Ok(false)
     }
 
+    /// What [`SseParser::feed`] does with a chunk without `error`, from its typed form.
+    fn apply(&mut self, chunk: Chunk<'_>, out: &mut VecDeque<StreamEvent>) {
+        if let Some(u) = chunk.usage.as_ref().filter(|u| u.is_object()) {
+            self.usage = Some(Self::read_usage(u));
+        }
+        let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
+            return;
+        };
+        if let Some(delta) = choice.delta {
+            let reasoning = match delta.reasoning_content {
+                Some(explicit) => explicit,
+                None => delta.reasoning,
+            }
+            .filter(|s| !s.is_empty());
+            if let Some(r) = reasoning {
+                self.thinking.push_str(&r);
+                out.push_back(StreamEvent::ThinkingDelta(r.into_owned()));
+            }
+            if let Some(c) = delta.content.filter(|s| !s.is_empty()) {
+                self.flush_thinking(out);
+                out.push_back(StreamEvent::TextDelta(c.into_owned()));
+            }
+            if let Some(calls) = delta.tool_calls {
+                self.flush_thinking(out);
+                for (pos, c) in calls.into_iter().enumerate() {
+                    let idx = c.index.unwrap_or(pos as u64);
+                    let entry = self.calls.entry(idx).or_default();
+                    if let Some(id) = c.id.filter(|s| !s.is_empty()) {
+                        entry.id = id.into_owned();
+                    }
+                    if let Some(f) = c.function {
+                        if let Some(n) = f.name {
+                            entry.name.push_str(&n);
+                        }
+                        if let Some(a) = f.arguments {
+                            entry.args.push_str(&a);
+                        }
+                    }
+                    if !entry.announced && !entry.name.is_empty() {
+                        entry.announced = true;
+                        out.push_back(StreamEvent::ToolCallStarted {
+                            id: entry.id.clone(),
+                            name: entry.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(f) = choice.finish_reason {
+            self.finish = Some(f.into_owned());
+        }
+    }
+}
+
+impl SseParser for Parser {
+    fn feed(
+        &mut self,
+        _event: &str,
+        data: &str,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<bool, ProviderError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        if let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data)
+            && !chunk.error
+        {
+            self.apply(chunk, out);
+            return Ok(false);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| ProviderError::Protocol {
+            provider: self.provider.clone(),
+            message: format!("bad JSON in a stream chunk: {e}"),
+        })?;
+        self.feed_value(&v, out)
+    }
+
     fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError> {
         // Some servers close without `[DONE]`; a finish_reason already says the reply is whole.
         if !self.done && self.finish.is_none() {
@@ -423,5 +568,93 @@ impl SseParser for Parser {
         };
         out.push_back(StreamEvent::Stop(stop));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Feeds `chunks` through `feed` (the typed reading first) and through the `Value` reading
+    /// alone, and returns what each side gave, step by step and at the end.
+    fn both_ways(chunks: &[&str]) -> (Vec<String>, Vec<String>) {
+        let mut typed = Parser::new("p");
+        let mut by_value = Parser::new("p");
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for data in chunks {
+            let mut out = VecDeque::new();
+            let result = typed.feed("", data, &mut out);
+            a.push(format!("{result:?} {out:?}"));
+            let mut out = VecDeque::new();
+            let result = match serde_json::from_str::<Value>(data) {
+                Ok(v) => by_value.feed_value(&v, &mut out),
+                Err(e) => Err(ProviderError::Protocol {
+                    provider: "p".into(),
+                    message: format!("bad JSON in a stream chunk: {e}"),
+                }),
+            };
+            b.push(format!("{result:?} {out:?}"));
+        }
+        let mut out = VecDeque::new();
+        a.push(format!("{:?} {out:?}", typed.finish(&mut out)));
+        let mut out = VecDeque::new();
+        b.push(format!("{:?} {out:?}", by_value.finish(&mut out)));
+        (a, b)
+    }
+
+    #[test]
+    fn typed_chunks_read_as_the_value_path_reads_them() {
+        let streams: &[&[&str]] = &[
+            &[
+                r#"{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+                r#"{"id":"c","choices":[{"index":0,"delta":{"content":"h\u00e9 \"q\"\n"},"finish_reason":null}]}"#,
+                r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                r#"{"id":"c","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":1}}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{"reasoning_content":"think"}}],"usage":null}"#,
+                r#"{"choices":[{"delta":{"reasoning":"r","reasoning_content":null,"content":"x"}}]}"#,
+                r#"{"choices":[{"delta":{"reasoning":"r2"}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"call_1","type":"function","function":{"name":"fs_","arguments":""}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"name":"read","arguments":"{\"path\":"}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"a\"}"}},{"index":null,"id":"","function":null}]}}]}"#,
+                r#"{"choices":[{"delta":null,"finish_reason":"tool_calls"},{"delta":{"content":"second"}}]}"#,
+            ],
+            // Shapes the typed reading leaves to the `Value` path.
+            &[
+                r#"{"choices":[{"delta":{"content":5,"reasoning_content":"kept?"}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":-1,"function":{"name":"n"}}]}}]}"#,
+                r#"{"choices":{"0":{"delta":{"content":"object choices"}}}}"#,
+                r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
+                r#"{"choices":[null,{"delta":{"content":"c"}}],"usage":7}"#,
+                r#"[]"#,
+                r#"[{"choices":[]}]"#,
+                r#""text""#,
+                r#"{"choices":[{"finish_reason":"length"}]}"#,
+            ],
+            &[r#"{"error":null}"#],
+            &[r#"{"error":{"message":"upstream","code":502}}"#],
+            &[r#"{"choices":[{"delta":{"content":"x"}}]} trailing"#],
+        ];
+        for chunks in streams {
+            let (typed, by_value) = both_ways(chunks);
+            assert_eq!(typed, by_value, "{chunks:?}");
+        }
+        // The corpus reaches what it is meant to: text, reasoning, calls, usage, an error.
+        let (typed, _) = both_ways(streams[1]);
+        let all = typed.join("\n");
+        for seen in [
+            "ThinkingDelta(\"think\")",
+            "Thinking {",
+            "ToolCall(ToolCall { id: \"call_1\", name: \"fs_read\"",
+            "TextDelta(\"x\")",
+        ] {
+            assert!(all.contains(seen), "{seen} in {all}");
+        }
+        let (typed, _) = both_ways(streams[0]);
+        assert!(typed.join("\n").contains("cache_read: 2"), "{typed:?}");
+        let (typed, _) = both_ways(streams[4]);
+        assert!(typed[0].contains("upstream"), "{typed:?}");
     }
 }

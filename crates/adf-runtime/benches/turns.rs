@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo bench -p adf-runtime --bench turns -- [--agents N] [--seconds S] [--window W]
-//!     [--threads T] [--inproc [--mirror | --ok]]
+//!     [--threads T] [--mock-thread] [--inproc [--mirror | --ok]]
 //! ```
 //!
 //! `--inproc` runs the library driver `adf_runtime::bench` (the same as `adf bench turns`): an
@@ -17,6 +17,15 @@
 //! Each agent runs turns back to back (one in flight per agent) on a T-worker tokio runtime
 //! (default 2); every W turns (default 50) the owner clears the loop, standing in for the
 //! reference's compaction, so the figure does not depend on how long the run lasts.
+//!
+//! Threads of the HTTP variant: without `--threads`, one agent runs on a current-thread
+//! runtime, as the daemon runs each turn (`adf-server` `turns.rs`): one turn is sequential
+//! work, and on a two-worker runtime its task, the client's connection task and the mock's
+//! were spread over both workers, which then woke each other several times a turn (3.3
+//! context switches a turn against 0.2; about 2,500 turns/s against 3,400 on this machine).
+//! More agents get two workers. `--mock-thread` serves the mock from a thread and runtime of its
+//! own instead of the agents' runtime, as a vendor's server is a process of its own: the
+//! request and the reply then each wake a sleeping thread.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // A test or bench crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
@@ -60,7 +69,12 @@ fn main() {
     let stats = if flag("--inproc") {
         run_turns(&options).unwrap()
     } else {
-        http(&options)
+        let threads = if std::env::args().any(|a| a == "--threads") {
+            options.threads
+        } else {
+            options.agents.min(2)
+        };
+        http(&TurnOptions { threads, ..options })
     };
     println!("{}", stats.line());
 }
@@ -79,16 +93,18 @@ fn http(options: &TurnOptions) -> adf_runtime::bench::TurnStats {
             .build()
             .unwrap()
     };
+    let shared = (!flag("--mock-thread")).then(|| rt.block_on(mock()));
+    let base_url = match &shared {
+        Some(mock) => mock.base_url(),
+        None => mock_thread(),
+    };
     rt.block_on(async {
-        let mock = MockProvider::openai().await;
-        mock.zero_latency(true);
-        mock.repeat(Turn::text("ok"));
         let dir = tempfile::tempdir().unwrap();
         let paths = create_agents(dir.path(), options.agents).unwrap();
         for path in &paths {
             let mut file = AdfFile::open(path).unwrap();
             for (p, v) in [
-                ("model.provider", json!(mock.base_url())),
+                ("model.provider", json!(base_url)),
                 ("model.model_id", json!("bench")),
             ] {
                 file.config_set_path(Caller::Owner, p, ConfigAction::Set, v)
@@ -121,4 +137,29 @@ fn http(options: &TurnOptions) -> adf_runtime::bench::TurnStats {
         .await
         .unwrap()
     })
+}
+
+async fn mock() -> MockProvider {
+    let mock = MockProvider::openai().await;
+    mock.zero_latency(true);
+    mock.repeat(Turn::text("ok"));
+    mock
+}
+
+/// Starts the mock on a thread with a current-thread runtime of its own, serving until the
+/// process ends, and returns its base URL.
+fn mock_thread() -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mock = mock().await;
+            tx.send(mock.base_url()).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    rx.recv().unwrap()
 }

@@ -18,7 +18,8 @@
 //! When the queue runs dry the server answers `418` with a message that says so (and prints it to
 //! stderr), so a test that made one request too many fails with an obvious cause rather than
 //! hanging or retrying. For benchmarks, [`MockProvider::zero_latency`] ignores delays, sends each
-//! reply in as few chunks as the format allows and stops recording bodies.
+//! reply in as few chunks as the format allows, stops recording bodies, checks them only for
+//! their structure and answers a repeated turn from bytes rendered once.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -37,6 +38,7 @@
 //! (tool declarations before and after a refactor).
 
 pub mod fixtures;
+mod scan;
 mod server;
 pub mod snapshot;
 mod turn;

@@ -72,7 +72,7 @@ impl RecordedRequest {
 struct Inner {
     wire: Wire,
     script: Mutex<VecDeque<Turn>>,
-    repeat: Mutex<Option<Turn>>,
+    repeat: Mutex<Repeat>,
     requests: Mutex<Vec<RecordedRequest>>,
     required_key: Mutex<Option<String>>,
     zero_latency: AtomicBool,
@@ -82,6 +82,48 @@ struct Inner {
     arrived: tokio::sync::watch::Sender<u64>,
     /// See [`MockProvider::serve_models`].
     models: Mutex<Option<Vec<String>>>,
+    /// The top-level fields of the last request body that passed the zero-latency check,
+    /// slices of that body (see [`crate::scan`]).
+    seen: Mutex<Vec<(Bytes, Bytes)>>,
+}
+
+/// The turn [`MockProvider::repeat`] set, how many times one was set (a rendering made from
+/// an earlier one is not kept), and its streamed reply rendered once (zero-latency mode only).
+#[derive(Debug, Default)]
+struct Repeat {
+    turn: Option<Turn>,
+    set: u64,
+    rendered: Option<Rendered>,
+}
+
+/// The SSE body of a streamed reply to the repeated turn for one `model` (and OpenAI's
+/// `include_usage`), split where the request's sequence number goes (ids such as
+/// `chatcmpl-mock-N`): a zero-latency mock answers from these bytes instead of building the
+/// chunks as JSON values and serializing them for every request, which, like parsing the
+/// request, is the vendor's work that a benchmark of the runtime should not be measuring.
+/// The bytes are those the frames of [`wire`] give for the same request.
+#[derive(Debug)]
+struct Rendered {
+    model: String,
+    include_usage: bool,
+    pieces: Vec<Vec<u8>>,
+}
+
+impl Rendered {
+    /// The body for request number `n`.
+    fn body(&self, n: u64) -> Bytes {
+        let n = n.to_string();
+        let len = self.pieces.iter().map(Vec::len).sum::<usize>()
+            + n.len() * self.pieces.len().saturating_sub(1);
+        let mut body = Vec::with_capacity(len);
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                body.extend_from_slice(n.as_bytes());
+            }
+            body.extend_from_slice(piece);
+        }
+        Bytes::from(body)
+    }
 }
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it: the mock's state
@@ -124,13 +166,14 @@ impl MockProvider {
         let inner = Arc::new(Inner {
             wire,
             script: Mutex::new(VecDeque::new()),
-            repeat: Mutex::new(None),
+            repeat: Mutex::new(Repeat::default()),
             requests: Mutex::new(Vec::new()),
             required_key: Mutex::new(None),
             zero_latency: AtomicBool::new(false),
             hold_until: Mutex::new(None),
             arrived: tokio::sync::watch::Sender::new(0),
             models: Mutex::new(None),
+            seen: Mutex::new(Vec::new()),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         #[allow(clippy::expect_used)]
@@ -182,7 +225,10 @@ impl MockProvider {
     /// Answers with `turn` whenever the queue is empty (instead of the "script exhausted"
     /// error), for benchmarks and long runs.
     pub fn repeat(&self, turn: Turn) -> &Self {
-        *lock(&self.inner.repeat) = Some(turn);
+        let mut repeat = lock(&self.inner.repeat);
+        repeat.turn = Some(turn);
+        repeat.set += 1;
+        repeat.rendered = None;
         self
     }
 
@@ -202,7 +248,10 @@ impl MockProvider {
     }
 
     /// Benchmark mode: ignores scripted delays, sends text and arguments in one fragment each,
-    /// and records only the method, path and headers of requests (bodies become `Null`).
+    /// and records only the method, path and headers of requests (bodies become `Null`). The
+    /// body's check is structural (see the `scan` module) and a streamed reply to the
+    /// [`repeat`](Self::repeat)ed turn comes from bytes rendered once, the same bytes the
+    /// scripted mode sends: the vendor's work is not what a benchmark of the runtime measures.
     pub fn zero_latency(&self, on: bool) -> &Self {
         self.inner.zero_latency.store(on, Ordering::Relaxed);
         self
@@ -255,42 +304,35 @@ impl MockProvider {
     }
 }
 
-/// In zero-latency mode the body is only checked to be a JSON object and read for the fields
-/// the reply depends on: building a tree of the whole request (about 20 KB of tool schemas)
-/// and dropping it again was the larger part of the mock's cost per request, which a
-/// benchmark of the runtime should not be measuring. What comes back is an object with just
-/// those fields, or `Null` when the body is not a JSON object.
-fn probe(body: &[u8]) -> Value {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        #[serde(default)]
-        model: Option<Value>,
-        #[serde(default)]
-        stream: Option<Value>,
-        #[serde(default)]
-        stream_options: Option<Value>,
-    }
-    // A struct also deserializes from an array; the real path accepts objects only.
-    if body.trim_ascii_start().first() != Some(&b'{') {
-        return Value::Null;
-    }
-    let Ok(Probe {
-        model,
-        stream,
-        stream_options,
-    }) = serde_json::from_slice::<Probe>(body)
-    else {
+/// In zero-latency mode the body is only checked to be a JSON object (structurally: see
+/// [`crate::scan`]) and read for the fields the reply depends on: building a tree of the whole
+/// request (about 20 KB of tool schemas) and dropping it again was the larger part of the
+/// mock's cost per request, which a benchmark of the runtime should not be measuring. What
+/// comes back is an object with just those fields, or `Null` when the body is not a JSON
+/// object (or one of those fields is not JSON).
+fn probe(body: &Bytes, seen: &Mutex<Vec<(Bytes, Bytes)>>) -> Value {
+    let mut seen = lock(seen);
+    let Some(top) = crate::scan::top_level_fields(body, &seen) else {
         return Value::Null;
     };
+    *seen = top
+        .iter()
+        .map(|(key, value)| (body.slice_ref(key), body.slice_ref(value)))
+        .collect();
+    drop(seen);
     let mut fields = serde_json::Map::new();
-    for (name, value) in [
-        ("model", model),
-        ("stream", stream),
-        ("stream_options", stream_options),
-    ] {
-        if let Some(value) = value {
-            fields.insert(name.to_owned(), value);
-        }
+    for (key, raw) in top {
+        let name = match key {
+            b"model" => "model",
+            b"stream" => "stream",
+            b"stream_options" => "stream_options",
+            _ => continue,
+        };
+        let Ok(value) = serde_json::from_slice::<Value>(raw) else {
+            return Value::Null;
+        };
+        // As in a parse of the whole object, a repeated key keeps its last value.
+        fields.insert(name.to_owned(), value);
     }
     Value::Object(fields)
 }
@@ -309,7 +351,7 @@ async fn handle(
 ) -> Response {
     let zero = inner.zero_latency.load(Ordering::Relaxed);
     let parsed = if zero {
-        probe(&body)
+        probe(&body, &inner.seen)
     } else {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     };
@@ -376,8 +418,35 @@ async fn handle(
         );
     }
 
+    let model = parsed
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-model");
+    let stream = parsed.get("stream").and_then(Value::as_bool) == Some(true);
+    let include_usage = wire == Wire::OpenAi
+        && parsed
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            == Some(true);
     let next = lock(&inner.script).pop_front();
-    let turn = match next.or_else(|| lock(&inner.repeat).clone()) {
+    let repeated = next.is_none();
+    if zero && repeated && stream {
+        let body = lock(&inner.repeat)
+            .rendered
+            .as_ref()
+            .filter(|r| r.model == model && r.include_usage == include_usage)
+            .map(|r| r.body(n));
+        if let Some(body) = body {
+            return sse_response(vec![body], false);
+        }
+    }
+    let mut repeat_set = 0;
+    let next = next.or_else(|| {
+        let repeat = lock(&inner.repeat);
+        repeat_set = repeat.set;
+        repeat.turn.clone()
+    });
+    let turn = match next {
         Some(t) => t,
         None => {
             // 418 is deliberately not a status a provider retries, so the test fails at once
@@ -418,46 +487,61 @@ async fn handle(
         Outcome::Reply(parts) => parts,
     };
 
-    let model = parsed
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("mock-model");
-    let ctx = ReplyCtx {
+    let ctx = |n| ReplyCtx {
         model,
         n,
         usage: turn.usage,
         stop_reason: turn.stop_reason.as_deref(),
         chunk_chars: if zero { usize::MAX } else { turn.chunk_chars },
     };
-    let stream = parsed.get("stream").and_then(Value::as_bool) == Some(true);
     if !stream {
         let body = match wire {
-            Wire::OpenAi => wire::openai_json(parts, &ctx),
-            Wire::Anthropic => wire::anthropic_json(parts, &ctx),
+            Wire::OpenAi => wire::openai_json(parts, &ctx(n)),
+            Wire::Anthropic => wire::anthropic_json(parts, &ctx(n)),
         };
         return json_response(200, body.to_string());
     }
 
-    let frames: Vec<String> = match wire {
-        Wire::OpenAi => {
-            let include_usage = parsed
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                == Some(true);
-            wire::openai_sse(parts, &ctx, include_usage)
+    let frames = |n| -> Vec<String> {
+        match wire {
+            Wire::OpenAi => wire::openai_sse(parts, &ctx(n), include_usage)
                 .into_iter()
                 .map(|d| format!("data: {d}\n\n"))
-                .collect()
+                .collect(),
+            Wire::Anthropic => wire::anthropic_sse(parts, &ctx(n))
+                .into_iter()
+                .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+                .collect(),
         }
-        Wire::Anthropic => wire::anthropic_sse(parts, &ctx)
-            .into_iter()
-            .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
-            .collect(),
     };
-    sse_response(frames, turn.abort_mid_stream)
+    if zero && repeated && !turn.abort_mid_stream {
+        // Rendered with a number no request reaches and split there; kept only when joining
+        // the pieces with another number gives that request's bytes (the reply's own text
+        // could hold the digits).
+        const MARK: u64 = u64::MAX;
+        let template = frames(MARK).concat();
+        let pieces: Vec<&str> = template.split(MARK.to_string().as_str()).collect();
+        if pieces.join(n.to_string().as_str()) == frames(n).concat() {
+            let rendered = Rendered {
+                model: model.to_owned(),
+                include_usage,
+                pieces: pieces.into_iter().map(|p| p.as_bytes().to_vec()).collect(),
+            };
+            let body = rendered.body(n);
+            let mut repeat = lock(&inner.repeat);
+            if repeat.set == repeat_set {
+                repeat.rendered = Some(rendered);
+            }
+            return sse_response(vec![body], false);
+        }
+    }
+    sse_response(
+        frames(n).into_iter().map(Bytes::from).collect(),
+        turn.abort_mid_stream,
+    )
 }
 
-fn sse_response(frames: Vec<String>, abort_mid_stream: bool) -> Response {
+fn sse_response(frames: Vec<Bytes>, abort_mid_stream: bool) -> Response {
     let keep = if abort_mid_stream {
         frames.len() / 2
     } else {
@@ -467,7 +551,7 @@ fn sse_response(frames: Vec<String>, abort_mid_stream: bool) -> Response {
         frames
             .into_iter()
             .take(keep)
-            .map(|f| Ok::<Bytes, std::io::Error>(Bytes::from(f))),
+            .map(Ok::<Bytes, std::io::Error>),
     );
     let body = if abort_mid_stream {
         // An error item makes hyper abort the connection mid-body, as a reset would.

@@ -157,3 +157,45 @@ async fn zero_latency_mode_reads_model_and_stream_options_from_the_body() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], json!("same"));
 }
+
+/// The zero-latency mode answers the repeated turn from bytes rendered once; every request
+/// must still get the bytes the scripted mode sends for it (its own sequence number in the
+/// ids, its model, usage only when asked), on both wires, including a reply whose text holds
+/// the digits the rendering splits at.
+#[tokio::test]
+async fn zero_latency_repeat_replies_are_the_scripted_bytes_for_each_request() {
+    let turns = || {
+        [
+            Turn::text("ok").with_chunk_chars(1000),
+            Turn::text("18446744073709551615 and 1").with_chunk_chars(1000),
+            Turn::text("t")
+                .with_tool_call("fs_read", json!({"path": "a"}))
+                .with_chunk_chars(1000),
+        ]
+    };
+    for (zero_mock, scripted) in [
+        (MockProvider::openai().await, MockProvider::openai().await),
+        (
+            MockProvider::anthropic().await,
+            MockProvider::anthropic().await,
+        ),
+    ] {
+        let path = match zero_mock.wire() {
+            adf_testkit::Wire::OpenAi => "/v1/chat/completions",
+            adf_testkit::Wire::Anthropic => "/v1/messages",
+        };
+        zero_mock.zero_latency(true);
+        for (turn, expected_turn) in turns().into_iter().zip(turns()) {
+            zero_mock.repeat(turn);
+            scripted.repeat(expected_turn);
+            for (model, usage) in [("m1", true), ("m1", true), ("m2", false), ("m1", true)] {
+                let body = json!({"model": model, "messages": [], "stream": true,
+                                  "stream_options": {"include_usage": usage}});
+                let (status, got) = post(&zero_mock, path, body.clone()).await;
+                let (_, expected) = post(&scripted, path, body).await;
+                assert_eq!(status, 200);
+                assert_eq!(got, expected, "{path} {model} {usage}");
+            }
+        }
+    }
+}
