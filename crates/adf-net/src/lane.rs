@@ -46,7 +46,7 @@ impl Lane {
         let job = match state.sender.as_ref() {
             Some(sender) => match sender.send(job) {
                 Ok(()) => return Ok(()),
-                // The thread died (a job panicked): start another for this job.
+                // The thread is gone without clearing the sender: start another.
                 Err(returned) => returned.0,
             },
             None => job,
@@ -88,11 +88,19 @@ impl Lane {
     }
 }
 
+/// Runs one job; a job that panics ends alone. The jobs sent behind it still run: a thread
+/// that died with them in its channel would drop them unrun.
+fn run_job(job: Job) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+        tracing::error!("a request job of an agent panicked; the agent's next requests still run");
+    }
+}
+
 /// The thread: jobs in order until the lane is closed or idle for `linger`.
 fn run(shared: &Mutex<LaneState>, receiver: &Receiver<Job>, linger: Duration) {
     loop {
         match receiver.recv_timeout(linger) {
-            Ok(job) => job(),
+            Ok(job) => run_job(job),
             Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {
                 // Senders send under the lock: holding it, an empty queue stays empty.
@@ -100,7 +108,7 @@ fn run(shared: &Mutex<LaneState>, receiver: &Receiver<Job>, linger: Duration) {
                 match receiver.try_recv() {
                     Ok(job) => {
                         drop(state);
-                        job();
+                        run_job(job);
                     }
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
                         state.sender = None;
@@ -174,14 +182,23 @@ mod tests {
     }
 
     #[test]
-    fn a_job_that_panics_costs_its_thread_and_the_next_job_gets_a_new_one() {
+    fn a_job_that_panics_ends_alone_and_the_jobs_behind_it_run_on_the_same_thread() {
         let lane = Lane::default();
         let linger = Duration::from_secs(3600);
-        lane.submit(Box::new(|| panic!("a failing job")), linger)
-            .unwrap();
-        lane.join();
-        assert_eq!(answer(&lane, linger, 3).recv().unwrap(), 3);
-        assert_eq!(lane.started(), 2);
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        // The failing job waits until the next one is in the channel behind it.
+        lane.submit(
+            Box::new(move || {
+                gate.recv().unwrap();
+                panic!("a failing job");
+            }),
+            linger,
+        )
+        .unwrap();
+        let behind = answer(&lane, linger, 3);
+        release.send(()).unwrap();
+        assert_eq!(behind.recv().unwrap(), 3);
+        assert_eq!(lane.started(), 1, "the panic did not cost the thread");
         lane.close();
         lane.join();
     }

@@ -360,9 +360,9 @@ fn drain(serving: &Serving, agent: &ServedAgent, slot: &Slot) {
     }
 }
 
-/// When a request panics the lane's thread: the requests still queued are dropped (each
-/// answers 500, "ended before it answered") and the next request schedules a drain again,
-/// so the agent never stops answering.
+/// When a request panics, the drain ends there (the lane's thread lives on, see `lane`): the
+/// requests still queued are dropped (each answers 500, "ended before it answered") and the
+/// next request schedules a drain again, so the agent never stops answering.
 struct DrainGuard<'a>(&'a Slot);
 
 impl Drop for DrainGuard<'_> {
