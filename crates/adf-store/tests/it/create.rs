@@ -87,7 +87,7 @@ fn sto_14_sto_15_new_file_has_the_exact_spec_ddl() {
 
 #[test]
 fn sto_01_to_05_pragmas_on_the_writer_connection() {
-    let (_dir, _path, file) = common::new_file("pragmas");
+    let (_dir, path, file) = common::new_file("pragmas");
     let conn = file.connection();
     let get = |pragma: &str| -> String {
         conn.query_row(&format!("PRAGMA {pragma}"), [], |r| {
@@ -105,6 +105,14 @@ fn sto_01_to_05_pragmas_on_the_writer_connection() {
     assert_eq!(get("synchronous"), "1");
     assert_eq!(get("busy_timeout"), "5000");
     assert_eq!(get("foreign_keys"), "1");
+    // Savepoint sub-journals never spill to a temporary file (one `pwrite` pair per page).
+    assert_eq!(get("temp_store"), "2");
+    let guest = adf_store::AdfFile::open_guest(&path).unwrap();
+    let guest_temp_store: i64 = guest
+        .connection()
+        .query_row("PRAGMA temp_store", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(guest_temp_store, 2, "a guest (route requests) keeps them in memory too");
 }
 
 #[test]
