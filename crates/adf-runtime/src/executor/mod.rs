@@ -1085,7 +1085,7 @@ impl Executor {
             Ok(crate::tools::TaskRun::Done(_)) | Err(_) => return,
             Ok(crate::tools::TaskRun::Detached(future)) => {
                 let outcome = future.await;
-                outcome.record(file);
+                outcome.record(file, caller.inner_loop());
                 self.registry.finish_task(file, task_id, &outcome.result)
             }
             Ok(crate::tools::TaskRun::Code(call)) => match self.code_env().await {

@@ -1681,3 +1681,86 @@ fn stl_24_stl_36_stl_37_stl_38_stl_39_stl_40_stl_41_stl_49_stl_53_stl_54_loop_to
         .is_ok()
     );
 }
+
+/// A listener on `127.0.0.1:0` that accepts every connection and closes it unanswered, so
+/// each `sys_fetch` to it ends in an `error` log row; the count tells how often it was dialed.
+async fn closing_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/",
+        listener.local_addr().unwrap().port()
+    );
+    let dialed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = dialed.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (url, dialed)
+}
+
+/// The `loop` column of every `sys_fetch` log row, oldest first.
+fn fetch_log_loops(file: &AdfFile) -> Vec<(String, Option<String>)> {
+    let mut stmt = file
+        .connection()
+        .prepare("SELECT event, loop FROM adf_logs WHERE origin = 'sys_fetch' ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn aud_19_sys_fetch_log_rows_of_an_inner_loop_carry_its_name_and_main_leaves_null() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    let (url, dialed) = closing_server().await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true,
+                "tools": ["sys_fetch", "sys_code"]}]),
+    );
+    let code = format!(
+        "try {{ await adf.sys_fetch({{ url: '{url}' }}) }} catch (e) {{ return e.code }}\n\
+         return 'fetched'"
+    );
+    mock.push_all([
+        // worker: the model's own call (run_detached), an `_async` one (the executor's task
+        // path) and one from the code it runs (the code runner's completion).
+        Turn::tool_call("sys_fetch", json!({ "url": url })),
+        Turn::tool_call("sys_fetch", json!({ "url": url, "_async": true })),
+        Turn::tool_call("sys_code", json!({ "code": code })),
+        Turn::text("worker done"),
+        // main: the same call leaves `loop` NULL.
+        Turn::tool_call("sys_fetch", json!({ "url": url })),
+        Turn::text("main done"),
+    ]);
+    let ex = executor(&file);
+    let host = Host::default();
+    let mut worker = ex.open_session(&mut file, "worker").unwrap();
+    ex.run_turn(&mut file, &mut worker, Trigger::Owner("go".into()), &host)
+        .await
+        .unwrap();
+    let mut main = ex.open_session(&mut file, "main").unwrap();
+    ex.run_turn(&mut file, &mut main, Trigger::Owner("go".into()), &host)
+        .await
+        .unwrap();
+    assert_eq!(mock.remaining(), 0);
+    let rows = fetch_log_loops(&file);
+    assert!(
+        dialed.load(std::sync::atomic::Ordering::SeqCst) >= 4,
+        "every call reached the server: {rows:?}"
+    );
+    let worker = Some("worker".to_owned());
+    assert_eq!(
+        rows,
+        [
+            ("error".to_owned(), worker.clone()),
+            ("error".to_owned(), worker.clone()),
+            ("error".to_owned(), worker),
+            ("error".to_owned(), None),
+        ]
+    );
+}
