@@ -1129,6 +1129,46 @@ async fn cod_30_cod_31_cod_32_cod_34_task_resolve_examples() {
 }
 
 #[tokio::test]
+async fn cod_33_approving_a_parked_sys_set_state_applies_the_state() {
+    let (_d, _p, mut file) = new_agent();
+    owner_set(&mut file, "tools.sys_set_state.restricted", json!(true));
+    // The model's restricted `_async` call parks as a task: nothing changes yet.
+    let registry = ToolRegistry::with_builtins();
+    let queued = registry
+        .call(
+            &mut file,
+            &model(),
+            "sys_set_state",
+            json!({ "state": "idle", "_async": true }),
+            &DenyAll,
+        )
+        .unwrap();
+    let CallOutcome::Queued { task_id, status } = queued else {
+        panic!("a restricted _async call must park: {queued:?}")
+    };
+    assert_eq!(status, "pending_approval");
+    let state = |f: &AdfFile| f.config().unwrap()["state"].clone();
+    assert_ne!(state(&file), "idle");
+    // Authorized code approves it: the tool runs, and its side effect is the agent's state.
+    put(
+        &mut file,
+        "lib/admin.ts",
+        &format!(
+            "export async function main() {{ return adf.task_resolve({{ task_id: '{task_id}', action: 'approve' }}) }}"
+        ),
+        true,
+    );
+    let env = env().await;
+    let resolved = ok(lambda(&mut file, &env, "lib/admin.ts", json!({})).await);
+    assert_eq!(resolved["status"], "completed", "{resolved}");
+    assert_eq!(state(&file), "idle");
+    let task = file.task(&task_id).unwrap().unwrap();
+    assert_eq!(task.status, "completed");
+    let result: Value = serde_json::from_str(task.result.as_deref().unwrap()).unwrap();
+    assert_eq!(result["state"], "idle", "{result}");
+}
+
+#[tokio::test]
 async fn aud_15_requires_authorization_is_one_way() {
     let (_d, _p, mut file) = new_agent();
     let task = new_task(
