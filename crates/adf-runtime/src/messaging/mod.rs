@@ -13,8 +13,9 @@
 //! store the `pending` outbox row inside the tool call's transaction ([`send::prepare`]);
 //! deliver outside it ([`send::deliver`]); record `delivered` or `failed` afterwards
 //! ([`crate::tools::DetachedOutcome`]'s delivery records). Transport order (§12.2): same
-//! runtime, then HTTP POST; WebSockets are not built, and adapter recipients (`telegram:…`)
-//! answer that no channel adapter runs here.
+//! runtime, then a WebSocket the sender holds open to the recipient
+//! ([`Mesh::deliver_over_socket`], the daemon's outbound connections), then HTTP POST;
+//! adapter recipients (`telegram:…`) answer that no channel adapter runs here.
 //!
 //! Ingress (`receive::accept`) is the reverse pipeline of Appendix A.7 — receive flag,
 //! visibility, sender lists, message signature, decryption, payload signature, trust-key
