@@ -70,6 +70,10 @@ pub use pool::{LoopPool, LoopResults, autostart_loops, wakes};
 #[derive(Debug)]
 pub struct SharedFile<'a> {
     file: tokio::sync::Mutex<&'a mut AdfFile>,
+    /// The config as the last tool batch of any loop left it, so a loop waiting on its model
+    /// learns at once that another loop deleted or disabled it (STL-42).
+    config: std::sync::Mutex<Option<Arc<Value>>>,
+    config_changed: tokio::sync::Notify,
 }
 
 impl<'a> SharedFile<'a> {
@@ -77,6 +81,8 @@ impl<'a> SharedFile<'a> {
     pub fn new(file: &'a mut AdfFile) -> Self {
         SharedFile {
             file: tokio::sync::Mutex::new(file),
+            config: std::sync::Mutex::new(None),
+            config_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -84,6 +90,42 @@ impl<'a> SharedFile<'a> {
     pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, &'a mut AdfFile> {
         self.file.lock().await
     }
+
+    /// Publishes the config a tool batch left, waking the loops that wait on their model.
+    fn publish_config(&self, config: Arc<Value>) {
+        *self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(config);
+        self.config_changed.notify_waiters();
+    }
+
+    /// Completes once a published config no longer declares `loop_name` enabled; pending for
+    /// `main` and as long as the loop stays.
+    async fn loop_stopped(&self, loop_name: &str) {
+        loop {
+            // Registered before the check, so a publish between the two is not lost.
+            let changed = self.config_changed.notified();
+            let published = self
+                .config
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            if let Some(config) = published
+                && !loop_available(&config, loop_name)
+            {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// Whether `loop_name` may run: main, or an inner loop declared and enabled.
+fn loop_available(config: &Value, loop_name: &str) -> bool {
+    loop_name == "main"
+        || loop_config(config, loop_name)
+            .is_some_and(|l| l.get("enabled").and_then(Value::as_bool) == Some(true))
 }
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
@@ -248,6 +290,10 @@ pub enum ExecutorError {
     /// The loop is not declared or is disabled; the dispatch was dropped and logged.
     #[error("loop '{0}' does not exist or is disabled; the dispatch was dropped")]
     LoopUnavailable(String),
+    /// Another loop deleted or disabled this one while its turn ran: the turn was aborted
+    /// at its next wait (a model answer in flight is dropped unrecorded, §6.4 STL-42).
+    #[error("loop '{0}' was deleted or disabled; its turn was aborted")]
+    LoopStopped(String),
 }
 
 /// Collects the retries providers schedule, so the executor can log them as `provider_error`
@@ -772,10 +818,14 @@ impl Executor {
     ) -> Result<TurnOutcome, ExecutorError> {
         let mut steps = 0u32;
         let mut wakes: Vec<String> = Vec::new();
+        let loop_name = session.loop_name.clone();
         loop {
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             let config = file.config_shared()?;
+            if !loop_available(&config, &loop_name) {
+                return Err(ExecutorError::LoopStopped(loop_name));
+            }
             self.ensure_prompt(file, session, &config, facts)?;
             let system = system_text(session);
             self.deliver_catalog_change(file, session)?;
@@ -786,11 +836,21 @@ impl Executor {
             session.set_state(ExecState::Thinking, host);
             // The model's answer is the long wait of a step: other loops use the file meanwhile.
             drop(guard);
-            let reply = self.request_reply(&req, host).await;
+            // Deleting or disabling a loop is never refused because it is busy: its model
+            // answer is abandoned instead (STL-42).
+            let reply = tokio::select! {
+                reply = self.request_reply(&req, host) => reply,
+                () = shared.loop_stopped(&loop_name) => {
+                    return Err(ExecutorError::LoopStopped(loop_name));
+                }
+            };
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             self.log_retries(file, &session.loop_name, host)?;
             let reply = reply?;
+            if !loop_available(&*file.config_shared()?, &loop_name) {
+                return Err(ExecutorError::LoopStopped(loop_name));
+            }
             steps += 1;
             host.event(&TurnEvent::Reply(&reply));
             let assistant_seq =
@@ -804,17 +864,20 @@ impl Executor {
                 self.after_text_reply(file, session, facts, host)?
             } else {
                 session.text_only_streak = 0;
-                self.run_tool_batch(
-                    file,
-                    session,
-                    facts,
-                    &config,
-                    &calls,
-                    assistant_seq,
-                    host,
-                    &mut wakes,
-                )
-                .await?
+                let end = self
+                    .run_tool_batch(
+                        file,
+                        session,
+                        facts,
+                        &config,
+                        &calls,
+                        assistant_seq,
+                        host,
+                        &mut wakes,
+                    )
+                    .await?;
+                shared.publish_config(file.config_shared()?);
+                end
             };
             if let Some(end) = end {
                 return Ok(TurnOutcome {
@@ -1587,6 +1650,20 @@ fn close_turn(
     // A turn that ended on a text reply stored `completed` with that reply already.
     let finished = checkpoint.status == "completed";
     match result {
+        Err(ExecutorError::LoopStopped(_)) => {
+            let reason = "the loop was deleted or disabled while its turn ran";
+            checkpoint.finish("interrupted", Some(reason.to_owned()));
+            session.set_state(ExecState::Stopped, host);
+            file.log(&NewLog {
+                level: "info",
+                origin: Some("executor"),
+                event: Some("turn_aborted"),
+                target: Some(loop_name),
+                message: reason,
+                data: None,
+                r#loop: Some(loop_name),
+            })?;
+        }
         Ok(_) => {
             checkpoint.finish("completed", None);
             if session.state != ExecState::Stopped && session.state != ExecState::Suspended {

@@ -1764,3 +1764,89 @@ async fn aud_19_sys_fetch_log_rows_of_an_inner_loop_carry_its_name_and_main_leav
         ]
     );
 }
+
+#[tokio::test]
+async fn stl_42_deleting_a_loop_whose_model_answer_is_in_flight_succeeds_and_aborts_its_turn() {
+    let (_dir, mut file, main_mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": []}]),
+    );
+    // The worker's model never answers (its request is held): only an abort ends its turn.
+    let worker_mock = MockProvider::start(Wire::OpenAi).await;
+    worker_mock.require_api_key(KEY);
+    worker_mock.hold_until(u64::MAX);
+    worker_mock.push(Turn::text("must never be recorded"));
+    wire_up(&mut file, &worker_mock);
+    let worker_ex = executor(&file);
+    wire_up(&mut file, &main_mock);
+    let main_ex = executor(&file);
+    main_mock.push_all([
+        Turn::tool_call("loop_manage", json!({"action": "delete", "name": "worker"})),
+        Turn::text("deleted it"),
+    ]);
+    let host = Host::default();
+    let mut worker = worker_ex.open_session(&mut file, "worker").unwrap();
+    let mut main = main_ex.open_session(&mut file, "main").unwrap();
+    let shared = adf_runtime::executor::SharedFile::new(&mut file);
+    let worker_turn = worker_ex.run_turn_shared(
+        &shared,
+        &mut worker,
+        Trigger::Event {
+            event_type: "test".into(),
+            text: "start working".into(),
+        },
+        &host,
+    );
+    // main deletes the worker only once the worker's request reached its model.
+    let main_turn = async {
+        worker_mock.requests_arrived(1).await;
+        main_ex
+            .run_turn_shared(&shared, &mut main, Trigger::Owner("drop it".into()), &host)
+            .await
+    };
+    let (worker_out, main_out) = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        futures::future::join(worker_turn, main_turn),
+    )
+    .await
+    .expect("the deleted loop's turn went on waiting for its model");
+    drop(shared);
+    assert_eq!(main_out.unwrap().reply, "deleted it");
+    match worker_out {
+        Err(ExecutorError::LoopStopped(name)) => assert_eq!(name, "worker"),
+        other => panic!("the worker's turn was not aborted: {other:?}"),
+    }
+    // The delete went through: the loop is gone and its transcript archived, and the
+    // aborted turn wrote nothing after it.
+    let loops = file.config().unwrap()["loops"].clone();
+    assert_eq!(loops, json!([]));
+    assert!(file.loop_rows("worker").unwrap().is_empty());
+    assert!(
+        file.audit_list()
+            .unwrap()
+            .iter()
+            .any(|a| a.source == "loop:worker")
+    );
+    let aborted: Vec<(String, Option<String>)> = {
+        let mut stmt = file
+            .connection()
+            .prepare("SELECT target, loop FROM adf_logs WHERE event = 'turn_aborted'")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(aborted, [("worker".to_owned(), Some("worker".to_owned()))]);
+    let checkpoint: Value = serde_json::from_str(
+        &file
+            .meta_get("adf_runtime_turn_checkpoint:worker")
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(checkpoint["status"], "interrupted", "{checkpoint}");
+    assert_eq!(worker_mock.request_count(), 1);
+}
