@@ -162,6 +162,10 @@ impl DaemonMesh {
 }
 
 impl Mesh for DaemonMesh {
+    fn roster_version(&self) -> Option<u64> {
+        Some(self.hub.upgrade()?.registry().roster_version())
+    }
+
     fn deliver_over_socket(
         &self,
         sender_id: &str,

@@ -44,6 +44,7 @@
 mod checkpoint;
 mod compact;
 mod media;
+mod mesh_updates;
 mod pool;
 pub mod request;
 
@@ -64,6 +65,7 @@ use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
 
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
+pub use mesh_updates::MeshUpdates;
 pub use pool::{LoopPool, LoopResults, autostart_loops, wakes};
 
 /// An agent file that the turns of several loops share (see [`Executor::run_turn_shared`]).
@@ -479,6 +481,8 @@ pub struct Executor {
     events: Option<Arc<dyn crate::code::EventSink>>,
     /// The agent's wire caches, when they outlive this executor (the daemon's).
     wire: Option<WireCaches>,
+    /// The host's mesh, for main's `mesh_updates` (§5.19); `None` without a mesh.
+    mesh_updates: Option<MeshUpdates>,
 }
 
 /// The wire caches of one agent's loops ([`adf_providers::WireCache`], one per loop), for a
@@ -526,7 +530,16 @@ impl Executor {
             code: tokio::sync::OnceCell::new(),
             events: None,
             wire: None,
+            mesh_updates: None,
         }
+    }
+
+    /// Tells main which agents of the host's mesh it can reach whenever that list changes
+    /// (`mesh_updates`, §5.19); `updates` is kept by the host with the agent so the list
+    /// last delivered outlives this executor.
+    pub fn with_mesh_updates(mut self, updates: MeshUpdates) -> Self {
+        self.mesh_updates = Some(updates);
+        self
     }
 
     /// Keeps the sessions' wire caches in `caches` (the agent's), so they outlive this
@@ -766,6 +779,10 @@ impl Executor {
                 context_warning_given: session.context_warning_given,
             },
         )?;
+        let dynamic = match (dynamic, self.mesh_change(file, session, config)) {
+            (Some(text), Some(mesh)) => Some(format!("{text}\n{mesh}")),
+            (text, mesh) => text.or(mesh),
+        };
         if let Some(text) = dynamic {
             if session.context_tokens >= near {
                 session.context_warning_given = true;
@@ -775,6 +792,22 @@ impl Executor {
             append(file, &session.loop_name, "user", &row, None, None)?;
         }
         Ok(())
+    }
+
+    /// Main's `mesh_updates` line when the reachable agents changed since last delivered.
+    fn mesh_change(&self, file: &AdfFile, session: &Session, config: &Value) -> Option<String> {
+        let updates = self.mesh_updates.as_ref()?;
+        let switched_on = prompt::at(config, "/context/dynamic_instructions/mesh_updates")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let can_send = crate::tools::access::declarations(config)
+            .0
+            .iter()
+            .any(|d| d.name == "msg_send" && d.enabled);
+        if session.loop_name != "main" || !switched_on || !can_send {
+            return None;
+        }
+        updates.change(file.path())
     }
 
     fn suspend(

@@ -240,6 +240,13 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
         message: Value,
     ) -> BoxFuture<'static, Delivery>;
 
+    /// A number that changes whenever the hosted agents change (loads, unloads), so a caller
+    /// can skip listing them again while it holds (`mesh_updates`); `None` when the mesh
+    /// keeps none, and then every caller lists.
+    fn roster_version(&self) -> Option<u64> {
+        None
+    }
+
     /// Delivers `message` over a WebSocket the agent `sender_id` (its config id) holds open
     /// to `recipient` (a DID), when it holds one: §12.2's transport order is same runtime,
     /// open WebSocket, HTTP POST. `None` (the default) when there is no such socket.

@@ -5,7 +5,7 @@
 use crate::common;
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{
@@ -1849,4 +1849,158 @@ async fn stl_42_deleting_a_loop_whose_model_answer_is_in_flight_succeeds_and_abo
     .unwrap();
     assert_eq!(checkpoint["status"], "interrupted", "{checkpoint}");
     assert_eq!(worker_mock.request_count(), 1);
+}
+
+/// A runtime's directory of hosted agents whose list the test changes.
+#[derive(Debug, Default)]
+struct Directory {
+    agents: Mutex<Vec<adf_runtime::messaging::LocalAgent>>,
+    /// The roster version it reports (`None`: keeps none).
+    version: Mutex<Option<u64>>,
+    /// How often the agents were listed.
+    listed: std::sync::atomic::AtomicUsize,
+}
+
+impl Directory {
+    fn host(&self, handle: &str, path: &std::path::Path, description: &str) {
+        self.agents
+            .lock()
+            .unwrap()
+            .push(adf_runtime::messaging::LocalAgent {
+                handle: handle.into(),
+                did: None,
+                description: description.into(),
+                path: path.to_path_buf(),
+                tier: adf_runtime::messaging::Tier::Localhost,
+                inbox_url: format!("http://127.0.0.1:1/agents/{handle}/inbox"),
+                card: json!({}),
+            });
+    }
+}
+
+impl adf_runtime::messaging::Mesh for Directory {
+    fn reachable_agents(
+        &self,
+        _sender: &std::path::Path,
+    ) -> Vec<adf_runtime::messaging::LocalAgent> {
+        self.listed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.agents.lock().unwrap().clone()
+    }
+    fn roster_version(&self) -> Option<u64> {
+        *self.version.lock().unwrap()
+    }
+    fn find(&self, _: &str, _: Option<&str>) -> Option<adf_runtime::messaging::LocalAgent> {
+        None
+    }
+    fn inbox_url(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn deliver(
+        &self,
+        _: &adf_runtime::messaging::LocalAgent,
+        _: &std::path::Path,
+        _: Value,
+    ) -> futures::future::BoxFuture<'static, adf_runtime::messaging::Delivery> {
+        Box::pin(async { adf_runtime::messaging::Delivery::failed(None, "not in this test") })
+    }
+}
+
+/// The texts of `loop_name`'s rows that list reachable agents, oldest first.
+fn mesh_listings(file: &AdfFile, loop_name: &str) -> Vec<String> {
+    file.loop_rows(loop_name)
+        .unwrap()
+        .iter()
+        .map(first_text)
+        .filter(|t| t.contains("agents you can reach"))
+        .collect()
+}
+
+#[tokio::test]
+async fn prm_33_main_is_told_the_reachable_agents_when_the_list_changes() {
+    let (dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": ["msg_send"]}]),
+    );
+    mock.repeat(Turn::text("ok"));
+    let mesh = Arc::new(Directory::default());
+    let own = file.path().to_path_buf();
+    mesh.host("me", &own, "this agent itself");
+    mesh.host(
+        "helper",
+        &dir.path().join("helper.adf"),
+        "Answers questions",
+    );
+    // Kept by the host across the executors it makes, as the daemon does per turn.
+    let updates = adf_runtime::executor::MeshUpdates::new(mesh.clone());
+    async fn turn_with(
+        updates: &adf_runtime::executor::MeshUpdates,
+        file: &mut AdfFile,
+        loop_name: &str,
+    ) {
+        let ex = executor(file).with_mesh_updates(updates.clone());
+        let mut session = ex.open_session(file, loop_name).unwrap();
+        ex.run_turn(
+            file,
+            &mut session,
+            Trigger::Owner("hi".into()),
+            &Host::default(),
+        )
+        .await
+        .unwrap();
+    }
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh_listings(&file, "main");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0].contains("- helper: Answers questions"),
+        "{}",
+        listed[0]
+    );
+    assert!(
+        !listed[0].contains("- me"),
+        "its own entry is left out: {}",
+        listed[0]
+    );
+    // Unchanged: not repeated, even by a new executor.
+    turn_with(&updates, &mut file, "main").await;
+    assert_eq!(mesh_listings(&file, "main").len(), 1);
+    // A new local agent: the next turn of main carries the new list; inner loops never do.
+    mesh.host("scribe", &dir.path().join("scribe.adf"), "Writes reports");
+    turn_with(&updates, &mut file, "worker").await;
+    assert!(mesh_listings(&file, "worker").is_empty());
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh_listings(&file, "main");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed[1].contains("- helper: Answers questions\n- scribe: Writes reports"),
+        "{}",
+        listed[1]
+    );
+    // A mesh that keeps a roster version is listed again only when the version moved.
+    *mesh.version.lock().unwrap() = Some(7);
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh.listed.load(std::sync::atomic::Ordering::SeqCst);
+    turn_with(&updates, &mut file, "main").await;
+    assert_eq!(
+        mesh.listed.load(std::sync::atomic::Ordering::SeqCst),
+        listed
+    );
+    mesh.host("courier", &dir.path().join("courier.adf"), "Delivers");
+    *mesh.version.lock().unwrap() = Some(8);
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh_listings(&file, "main");
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert!(listed[2].contains("- courier: Delivers"), "{}", listed[2]);
+    // Switched off: a change goes unannounced.
+    set(
+        &mut file,
+        "context.dynamic_instructions.mesh_updates",
+        json!(false),
+    );
+    mesh.host("auditor", &dir.path().join("auditor.adf"), "Checks");
+    *mesh.version.lock().unwrap() = Some(9);
+    turn_with(&updates, &mut file, "main").await;
+    assert_eq!(mesh_listings(&file, "main").len(), 3);
 }
