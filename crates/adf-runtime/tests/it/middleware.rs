@@ -382,7 +382,7 @@ fn message_snapshot(file: &AdfFile, source: &str) -> Value {
 }
 
 #[test]
-fn aud_25_message_audits_hold_the_whole_alf_message_with_inline_attachment_data() {
+fn aud_25_msg_42_message_audits_hold_the_whole_alf_message_and_inline_attachments_are_imported() {
     use base64::Engine as _;
     let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     // Arrival: the stored row points at the imported file; the snapshot keeps the inline data.
@@ -402,6 +402,8 @@ fn aud_25_message_audits_hold_the_whole_alf_message_with_inline_attachment_data(
     assert_eq!(stored[0]["transfer"], "imported", "{stored}");
     assert!(stored[0].get("data").is_none(), "{stored}");
     let imported = stored[0]["path"].as_str().unwrap();
+    // MSG-42: written under imports/{sender}/ (the sender has no alias: its DID's last part).
+    assert_eq!(imported, "imports/z6MkSender/q3.bin");
     assert_eq!(
         file.file_read(imported).unwrap().unwrap().content,
         sent_bytes

@@ -2,7 +2,8 @@
 //! to the recipient, then HTTP POST. A spy mesh stands in for the daemon (it records each
 //! same-runtime delivery and each question about an open socket) and a recording inbox on
 //! `127.0.0.1:0` counts the POSTs, so each step shows which transports it used and which it
-//! left alone. The daemon's real sockets are in adf-server's serving tests.
+//! left alone. The daemon's real sockets are in adf-server's serving tests. Also the §5.8
+//! visibility matrix (MSG-31): which sender locations each tier admits.
 use crate::common;
 
 use std::path::Path;
@@ -216,4 +217,90 @@ async fn msg_28_same_runtime_first_then_an_open_websocket_then_http_post() {
         .unwrap();
     assert_eq!(rows.len(), 3);
     assert!(rows.iter().all(|r| r["status"] == "delivered"), "{rows:?}");
+}
+
+#[test]
+fn msg_31_visibility_tiers_nest_public_lan_localhost_directory() {
+    use adf_runtime::messaging::Origin;
+    let target = Path::new("/agents/team/worker.adf");
+    let same_runtime = |sender: &str| Origin::SameRuntime {
+        sender: sender.into(),
+    };
+    // Sender locations, nearest first, and the tiers (off, directory, localhost, lan, public)
+    // that admit each: every tier admits what the tier below it admits, and one more ring.
+    let matrix: [(&str, Origin, [bool; 5]); 7] = [
+        (
+            "same directory",
+            same_runtime("/agents/team/lead.adf"),
+            [false, true, true, true, true],
+        ),
+        (
+            "ancestor directory",
+            same_runtime("/agents/boss.adf"),
+            [false, true, true, true, true],
+        ),
+        (
+            "root ancestor",
+            same_runtime("/root.adf"),
+            [false, true, true, true, true],
+        ),
+        (
+            "sibling directory",
+            same_runtime("/agents/other/x.adf"),
+            [false, false, true, true, true],
+        ),
+        (
+            "child directory",
+            same_runtime("/agents/team/sub/y.adf"),
+            [false, false, true, true, true],
+        ),
+        (
+            "this machine",
+            Origin::Loopback,
+            [false, false, true, true, true],
+        ),
+        (
+            "the local network",
+            Origin::Lan,
+            [false, false, false, true, true],
+        ),
+    ];
+    let tiers = [
+        Tier::Off,
+        Tier::Directory,
+        Tier::Localhost,
+        Tier::Lan,
+        Tier::Public,
+    ];
+    for (place, origin, admitted) in &matrix {
+        for (tier, expected) in tiers.iter().zip(admitted) {
+            assert_eq!(
+                tier.admits(origin, target),
+                *expected,
+                "a sender in {place} reaching a {} agent",
+                tier.as_str()
+            );
+        }
+    }
+    for (tier, expected) in tiers.iter().zip([false, false, false, false, true]) {
+        assert_eq!(
+            tier.admits(&Origin::Public, target),
+            expected,
+            "the internet, {tier:?}"
+        );
+    }
+    // The config spells the tiers; anything else is localhost.
+    for (visibility, tier) in [
+        ("off", Tier::Off),
+        ("directory", Tier::Directory),
+        ("localhost", Tier::Localhost),
+        ("lan", Tier::Lan),
+        ("public", Tier::Public),
+        ("everyone", Tier::Localhost),
+    ] {
+        assert_eq!(
+            Tier::of(&json!({ "messaging": { "visibility": visibility } })),
+            tier
+        );
+    }
 }
