@@ -2004,3 +2004,78 @@ async fn prm_33_main_is_told_the_reachable_agents_when_the_list_changes() {
     turn_with(&updates, &mut file, "main").await;
     assert_eq!(mesh_listings(&file, "main").len(), 3);
 }
+
+#[tokio::test]
+async fn aud_07_prm_07_a_session_reset_by_loop_clear_or_compaction_rereads_templated_files() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    common::enable(&mut file, "loop_clear");
+    common::enable(&mut file, "loop_compact");
+    set(
+        &mut file,
+        "instructions",
+        json!("Standing notes: {{notes.md}}"),
+    );
+    let write_notes = |file: &mut AdfFile, text: &str| {
+        file.file_write(
+            adf_store::Caller::Owner,
+            "notes.md",
+            text.as_bytes(),
+            &adf_store::FileWrite::default(),
+        )
+        .unwrap();
+    };
+    write_notes(&mut file, "NOTE-ONE");
+    mock.push_all([
+        Turn::text("read them"),
+        // After the edit: the same session keeps its snapshot until loop_clear resets it.
+        Turn::tool_call("loop_clear", json!({})),
+        Turn::text("cleared"),
+        // After another edit: compaction resets the session too.
+        Turn::tool_call("loop_compact", json!({})),
+        Turn::text("Summary of the conversation."),
+        Turn::text("compacted"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    chat(&ex, &mut file, &mut session, "one", &host)
+        .await
+        .unwrap();
+    write_notes(&mut file, "NOTE-TWO");
+    chat(&ex, &mut file, &mut session, "two", &host)
+        .await
+        .unwrap();
+    write_notes(&mut file, "NOTE-THREE");
+    let out = chat(&ex, &mut file, &mut session, "three", &host)
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "compacted");
+    let systems: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| request_view(Wire::Anthropic, &r.body).0)
+        .collect();
+    assert_eq!(systems.len(), 6);
+    let notes = |system: &str| {
+        ["NOTE-ONE", "NOTE-TWO", "NOTE-THREE"]
+            .into_iter()
+            .filter(|n| system.contains(n))
+            .collect::<Vec<_>>()
+    };
+    // Requests 0-1: the first snapshot, edit or not; 2-3: after loop_clear; 4 is the
+    // compaction request itself; 5: after compaction.
+    assert_eq!(notes(&systems[0]), ["NOTE-ONE"]);
+    assert_eq!(
+        notes(&systems[1]),
+        ["NOTE-ONE"],
+        "a mid-session edit is not picked up"
+    );
+    assert_eq!(notes(&systems[2]), ["NOTE-TWO"], "loop_clear refreshed it");
+    assert_eq!(notes(&systems[3]), ["NOTE-TWO"]);
+    assert_eq!(systems[4], adf_runtime::executor::COMPACTION_PROMPT);
+    assert_eq!(
+        notes(&systems[5]),
+        ["NOTE-THREE"],
+        "compaction refreshed it"
+    );
+}
