@@ -754,6 +754,74 @@ async fn cod_08_model_sys_lambda_on_authorized_file_needs_approval_and_runs_auth
 }
 
 #[tokio::test]
+async fn cod_21_the_model_reaches_a_restricted_method_only_through_an_approved_authorized_lambda() {
+    let (_d, _p, mut file) = new_agent();
+    owner_set(
+        &mut file,
+        "code_execution.restricted_methods",
+        json!(["loop_inject"]),
+    );
+    let inject = "await adf.loop_inject({ content: 'INJECTED-BY-CODE' }); return 'injected'";
+    put(
+        &mut file,
+        "lib/trusted.ts",
+        &format!("export async function main() {{ {inject} }}"),
+        true,
+    );
+    let env = env().await;
+    let injected = |file: &AdfFile| {
+        file.loop_rows("main")
+            .unwrap()
+            .iter()
+            .filter(|r| r.content.to_string().contains("INJECTED-BY-CODE"))
+            .count()
+    };
+    // The model's own code is unauthorized: the restricted method is refused outright.
+    let inline = model_tool(
+        &mut file,
+        &env,
+        "sys_code",
+        json!({ "code": format!("try {{ {inject} }} catch (e) {{ return e.code }}") }),
+        &DenyAll,
+    )
+    .await
+    .unwrap();
+    assert_eq!(inline["result"], "REQUIRES_AUTHORIZED_CODE", "{inline}");
+    // Through an authorized lambda the owner is asked (HIL): denied, nothing happens ...
+    let denied = model_tool(
+        &mut file,
+        &env,
+        "sys_lambda",
+        json!({ "source": "lib/trusted.ts" }),
+        &DenyAll,
+    )
+    .await;
+    assert_eq!(denied.unwrap_err().code.as_str(), "DENIED");
+    assert_eq!(injected(&file), 0);
+    // ... approved, the method runs.
+    let approved = model_tool(
+        &mut file,
+        &env,
+        "sys_lambda",
+        json!({ "source": "lib/trusted.ts" }),
+        &ApproveAll,
+    )
+    .await
+    .unwrap();
+    assert_eq!(approved["result"], "injected", "{approved}");
+    assert_eq!(injected(&file), 1);
+    let mut tasks = task_rows(&file);
+    tasks.sort();
+    assert_eq!(
+        tasks,
+        vec![
+            ("sys_lambda".into(), "completed".into()),
+            ("sys_lambda".into(), "denied".into())
+        ]
+    );
+}
+
+#[tokio::test]
 async fn cod_09_model_sys_lambda_on_unauthorized_file_runs_unauthorized_without_prompt() {
     let (_d, _p, mut file) = new_agent();
     put(
