@@ -162,6 +162,21 @@ impl DaemonMesh {
 }
 
 impl Mesh for DaemonMesh {
+    fn start_agent(&self, path: &Path) -> Result<(), String> {
+        let (Some(hub), Some(runtime)) = (self.hub.upgrade(), &self.runtime) else {
+            return Err("the daemon is shutting down".to_owned());
+        };
+        let path = path.to_path_buf();
+        // Loading waits on the child's store worker and the registry's load lock, which a
+        // tool call on the parent's worker must not hold up: the load runs on its own.
+        runtime.spawn(async move {
+            if let Err(error) = crate::daemon::Daemon::of_hub(hub).load(&path).await {
+                tracing::warn!(path = %path.display(), %error, "cannot start a new autostart agent");
+            }
+        });
+        Ok(())
+    }
+
     fn roster_version(&self) -> Option<u64> {
         Some(self.hub.upgrade()?.registry().roster_version())
     }

@@ -240,6 +240,14 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
         message: Value,
     ) -> BoxFuture<'static, Delivery>;
 
+    /// Starts hosting the agent file at `path` (a child `sys_create_adf` just made with
+    /// `autostart`), without waiting for it to load; why not when it cannot. The default is
+    /// a runtime that cannot host another agent.
+    fn start_agent(&self, path: &Path) -> Result<(), String> {
+        let _ = path;
+        Err("this runtime cannot start another agent from a tool".to_owned())
+    }
+
     /// A number that changes whenever the hosted agents change (loads, unloads), so a caller
     /// can skip listing them again while it holds (`mesh_updates`); `None` when the mesh
     /// keeps none, and then every caller lists.

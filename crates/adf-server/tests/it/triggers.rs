@@ -419,3 +419,72 @@ async fn fil_20_owner_model_and_import_writes_each_fire_on_file_change_once() {
     }
     h.stop().await;
 }
+
+const MAKER: &str = r#"
+export async function main(event) {
+  const made = await adf.sys_create_adf({ name: 'child', handle: 'child', autostart: true });
+  await adf.fs_write({ path: 'out/made.json', content: JSON.stringify(made), mode: 'write' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tol_49_an_autostart_child_made_by_sys_create_adf_is_loaded_at_once() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "maker",
+        &[("lib/make.ts", MAKER)],
+        &[
+            ("tools.sys_create_adf.enabled", json!(true)),
+            (
+                "triggers",
+                json!({ "on_file_change": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/make.ts:main", "filter": { "watch": "make/**" } }
+                ] } }),
+            ),
+        ],
+    );
+    // sys_create_adf is restricted: only authorized code calls it without the owner.
+    let mut file = AdfFile::open(&path).unwrap();
+    file.file_set_authorized(Caller::Owner, "lib/make.ts", true)
+        .unwrap();
+    file.close().unwrap();
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=make%2Fgo", agent.id),
+            Some(&json!({ "content": "go" })),
+        )
+        .await
+        .unwrap();
+    wait_for("the child made", || async {
+        paths(&agent, "out/made.json").await.len() == 1
+    })
+    .await;
+    let made: Value = serde_json::from_slice(
+        &agent
+            .store()
+            .run(|file| file.file_read("out/made.json"))
+            .await
+            .unwrap()
+            .unwrap()
+            .content,
+    )
+    .unwrap();
+    assert_eq!(made["autostarted"], true, "{made}");
+    wait_for("the child loaded", || async {
+        h.server
+            .daemon
+            .agents()
+            .iter()
+            .any(|a| a.info().handle.as_deref() == Some("child"))
+    })
+    .await;
+    let child = h.server.daemon.agent("child").unwrap();
+    assert_eq!(
+        child.path,
+        std::fs::canonicalize(made["path"].as_str().unwrap()).unwrap()
+    );
+    h.stop().await;
+}
