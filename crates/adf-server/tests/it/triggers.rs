@@ -381,7 +381,13 @@ async fn fil_20_owner_model_and_import_writes_each_fire_on_file_change_once() {
         .unwrap();
     // The model, through fs_write in a chat turn.
     common::chat(&h, &agent, "write it").await;
-    // An inbound message whose inline attachment is imported.
+    wait_for("the turn", || async {
+        common::has_text(&agent, "main", "written").await
+    })
+    .await;
+    common::drained(&agent).await;
+    // An inbound message whose inline attachment is imported (on a guest connection, outside
+    // any job of the agent).
     let message = json!({
         "version": "1.0", "network": "devnet",
         "id": "msg-fil20-0001",
