@@ -176,7 +176,7 @@ pub(crate) fn run_queued(
         TaskRun::Detached(future) => {
             let runtime = tool_runtime()?;
             let outcome = runtime.block_on(future);
-            outcome.record(file);
+            outcome.record(file, caller.inner_loop());
             registry.finish_task(file, task_id, &outcome.result)?;
             outcome.result
         }

@@ -41,6 +41,12 @@ pub struct Loaded {
 }
 
 impl Daemon {
+    /// The daemon of `hub`, for work that needs the daemon's whole load path (the mesh
+    /// starting an `autostart` child).
+    pub(crate) fn of_hub(hub: Arc<Hub>) -> Daemon {
+        Daemon { hub }
+    }
+
     /// A daemon with no agents, keeping its settings in `home`.
     pub fn new(home: RuntimeHome) -> Self {
         Self {

@@ -481,6 +481,8 @@ pub(crate) struct TurnScope {
     /// Providers and keys of the runtime settings (`PUT /settings/providers`), read when the
     /// turn was queued.
     pub(crate) resolver: adf_providers::Resolver,
+    /// The daemon's mesh and what main was last told of it (`mesh_updates`).
+    pub(crate) mesh_updates: adf_runtime::executor::MeshUpdates,
 }
 
 impl Drop for TurnScope {
@@ -531,6 +533,10 @@ impl TurnScope {
                 agent: Arc::clone(agent),
                 events,
                 resolver: crate::settings::runtime_resolver(hub.home()),
+                mesh_updates: agent.mesh_updates(|| {
+                    let mesh: Arc<dyn adf_runtime::messaging::Mesh> = hub.mesh().clone();
+                    mesh
+                }),
                 turn,
                 abort,
             },

@@ -27,6 +27,7 @@ use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::LocalKeys;
 use adf_runtime::messaging::receive::{self, Arrival, Refusal};
 use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, card};
+use adf_runtime::triggers::Producer;
 use adf_store::AdfFile;
 
 use crate::api::AppState;
@@ -155,13 +156,39 @@ impl DaemonMesh {
             && let (Some(daemon), Some(runtime)) = (self.hub.upgrade(), &self.runtime)
         {
             let agent = Arc::clone(agent);
-            runtime.spawn(async move { crate::dispatch::notice_new_rows(&daemon, &agent).await });
+            // The imports were written on a guest connection, which no job's file diff saw:
+            // they are file changes of an outside writer like an owner's write (FIL-20).
+            let imported = outcome.imported.clone();
+            runtime.spawn(async move {
+                crate::dispatch::notice_new_rows(&daemon, &agent).await;
+                crate::dispatch::dispatch_writes(&daemon, &agent, imported, Producer::External)
+                    .await;
+            });
         }
         Ok(outcome)
     }
 }
 
 impl Mesh for DaemonMesh {
+    fn start_agent(&self, path: &Path) -> Result<(), String> {
+        let (Some(hub), Some(runtime)) = (self.hub.upgrade(), &self.runtime) else {
+            return Err("the daemon is shutting down".to_owned());
+        };
+        let path = path.to_path_buf();
+        // Loading waits on the child's store worker and the registry's load lock, which a
+        // tool call on the parent's worker must not hold up: the load runs on its own.
+        runtime.spawn(async move {
+            if let Err(error) = crate::daemon::Daemon::of_hub(hub).load(&path).await {
+                tracing::warn!(path = %path.display(), %error, "cannot start a new autostart agent");
+            }
+        });
+        Ok(())
+    }
+
+    fn roster_version(&self) -> Option<u64> {
+        Some(self.hub.upgrade()?.registry().roster_version())
+    }
+
     fn deliver_over_socket(
         &self,
         sender_id: &str,

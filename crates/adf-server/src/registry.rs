@@ -71,6 +71,9 @@ pub struct Agent {
     taps: crate::taps::Taps,
     /// Streaming text and tool progress of its turns, for the Studio (see `live`).
     live: crate::live::LiveFeed,
+    /// The reachable agents main was last told of (`mesh_updates`, §5.19), kept across the
+    /// executor each turn makes; set on the first turn.
+    mesh_updates: std::sync::OnceLock<adf_runtime::executor::MeshUpdates>,
 }
 
 impl Agent {
@@ -82,6 +85,16 @@ impl Agent {
     /// The store worker that owns the file.
     pub fn store(&self) -> &StoreHandle {
         &self.store
+    }
+
+    /// Its `mesh_updates` state over `mesh` (made on first use).
+    pub(crate) fn mesh_updates(
+        &self,
+        mesh: impl FnOnce() -> Arc<dyn adf_runtime::messaging::Mesh>,
+    ) -> adf_runtime::executor::MeshUpdates {
+        self.mesh_updates
+            .get_or_init(|| adf_runtime::executor::MeshUpdates::new(mesh()))
+            .clone()
     }
 
     /// The agent's turns in flight and the approvals and asks they wait for.
@@ -157,6 +170,9 @@ struct Lists {
     loaded: Vec<Arc<Agent>>,
     /// Agents stopped in this process, by id, so `start` can load them again.
     stopped: Vec<(String, PathBuf)>,
+    /// Moves with every load and unload, so a turn sees whether the roster changed without
+    /// opening every file (`mesh_updates`).
+    version: u64,
 }
 
 /// A newly opened agent, not yet visible in the registry.
@@ -239,6 +255,7 @@ impl AgentRegistry {
         let mut lists = self.lists_mut();
         lists.stopped.retain(|(id, _)| *id != agent.id);
         lists.loaded.push(Arc::clone(agent));
+        lists.version += 1;
     }
 
     /// Removes `agent`, remembering its path so `start` can load it again.
@@ -246,11 +263,19 @@ impl AgentRegistry {
         let mut lists = self.lists_mut();
         lists.loaded.retain(|a| !Arc::ptr_eq(a, agent));
         lists.stopped.push((agent.id.clone(), agent.path.clone()));
+        lists.version += 1;
     }
 
     /// Removes and returns every loaded agent (shutdown).
     pub(crate) fn take_all(&self) -> Vec<Arc<Agent>> {
-        std::mem::take(&mut self.lists_mut().loaded)
+        let mut lists = self.lists_mut();
+        lists.version += 1;
+        std::mem::take(&mut lists.loaded)
+    }
+
+    /// Changes whenever an agent is loaded or unloaded.
+    pub(crate) fn roster_version(&self) -> u64 {
+        self.lists().version
     }
 
     /// Opens the file at `canonical` on its own worker and builds its agent: the start state
@@ -371,6 +396,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         hil: Hil::default(),
         taps: crate::taps::Taps::default(),
         live: crate::live::LiveFeed::default(),
+        mesh_updates: std::sync::OnceLock::new(),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
-use adf_providers::Resolver;
 use adf_runtime::executor::{Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost};
 use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
@@ -464,7 +463,7 @@ fn run_agent_turns(
             .map(|(name, _)| (name.clone(), Err(message.to_owned())))
             .collect()
     };
-    let (executor, custom) = match turn_executor(config, registry, &scope.resolver) {
+    let (executor, custom) = match turn_executor(config, registry, scope) {
         Ok(built) => built,
         Err(error) => {
             let message = format!("no model turn for {event_type}: {error}");
@@ -544,17 +543,19 @@ fn announce_turned_off(file: &AdfFile, before: &Value, scope: &TurnScope) {
 fn turn_executor(
     config: &Value,
     registry: Arc<ToolRegistry>,
-    resolver: &Resolver,
+    scope: &TurnScope,
 ) -> Result<(Executor, Arc<crate::taps::CustomEvents>), adf_providers::ProviderError> {
     let retries = RetryLog::default();
-    let resolved = resolver
+    let resolved = scope
+        .resolver
         .clone()
         .with_retry_observer(retries.observer())
         .resolve(config, None)?;
     let custom = Arc::new(crate::taps::CustomEvents::default());
     let executor = Executor::from_resolved(resolved, retries)
         .with_registry(registry)
-        .with_event_sink(custom.clone());
+        .with_event_sink(custom.clone())
+        .with_mesh_updates(scope.mesh_updates.clone());
     Ok((executor, custom))
 }
 

@@ -388,6 +388,22 @@ fn check_config(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
             );
         }
     }
+    // §8.5: an agent reachable from the internet should refuse unsigned messages.
+    let public = config
+        .pointer("/messaging/visibility")
+        .and_then(Value::as_str)
+        == Some("public");
+    let allows_unsigned = config
+        .pointer("/security/allow_unsigned")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    if public && allows_unsigned {
+        report.warn(
+            "§8.5",
+            "messaging.visibility is public but security.allow_unsigned is true: an agent \
+reachable from the internet should set security.allow_unsigned to false",
+        );
+    }
     for removed in ["loop_mode"] {
         if config.get(removed).is_some() {
             report.warn(

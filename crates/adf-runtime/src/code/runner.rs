@@ -22,8 +22,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    CallRecord, CodeEnv, CodeRun, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions, log_lines,
-    methods, options_timeout, requires_authorized_caller, sandbox_error,
+    CallRecord, CodeEnv, CodeRun, InjectMode, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions,
+    log_lines, methods, options_timeout, requires_authorized_caller, sandbox_error,
 };
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
@@ -458,14 +458,24 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The inner loop this run belongs to (`None` for main): code callers carry no loop, so
+    /// the rows their detached calls leave take the run's (§6.4).
+    fn in_loop(&self) -> Option<&'a str> {
+        let options: &'a RunOptions = self.options;
+        let (InjectMode::Immediate { loop_name } | InjectMode::Collect { loop_name }) =
+            &options.inject;
+        (loop_name != "main").then_some(loop_name.as_str())
+    }
+
     fn complete(&mut self, done: Completion) {
+        let in_loop = self.in_loop();
         let done = match done {
             Completion::Detached {
                 reply,
                 outcome,
                 tool,
             } => {
-                outcome.record(self.file);
+                outcome.record(self.file, in_loop);
                 if let Some(tool) = tool {
                     self.calls.push(CallRecord::Tool {
                         tool,
@@ -505,7 +515,7 @@ impl<'a> Runner<'a> {
                 return;
             }
             Completion::Task { task_id, outcome } => {
-                outcome.record(self.file);
+                outcome.record(self.file, in_loop);
                 let _ = self
                     .env
                     .registry

@@ -44,6 +44,7 @@
 mod checkpoint;
 mod compact;
 mod media;
+mod mesh_updates;
 mod pool;
 pub mod request;
 
@@ -64,12 +65,17 @@ use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
 
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
+pub use mesh_updates::MeshUpdates;
 pub use pool::{LoopPool, LoopResults, autostart_loops, wakes};
 
 /// An agent file that the turns of several loops share (see [`Executor::run_turn_shared`]).
 #[derive(Debug)]
 pub struct SharedFile<'a> {
     file: tokio::sync::Mutex<&'a mut AdfFile>,
+    /// The config as the last tool batch of any loop left it, so a loop waiting on its model
+    /// learns at once that another loop deleted or disabled it (STL-42).
+    config: std::sync::Mutex<Option<Arc<Value>>>,
+    config_changed: tokio::sync::Notify,
 }
 
 impl<'a> SharedFile<'a> {
@@ -77,6 +83,8 @@ impl<'a> SharedFile<'a> {
     pub fn new(file: &'a mut AdfFile) -> Self {
         SharedFile {
             file: tokio::sync::Mutex::new(file),
+            config: std::sync::Mutex::new(None),
+            config_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -84,6 +92,42 @@ impl<'a> SharedFile<'a> {
     pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, &'a mut AdfFile> {
         self.file.lock().await
     }
+
+    /// Publishes the config a tool batch left, waking the loops that wait on their model.
+    fn publish_config(&self, config: Arc<Value>) {
+        *self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(config);
+        self.config_changed.notify_waiters();
+    }
+
+    /// Completes once a published config no longer declares `loop_name` enabled; pending for
+    /// `main` and as long as the loop stays.
+    async fn loop_stopped(&self, loop_name: &str) {
+        loop {
+            // Registered before the check, so a publish between the two is not lost.
+            let changed = self.config_changed.notified();
+            let published = self
+                .config
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            if let Some(config) = published
+                && !loop_available(&config, loop_name)
+            {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// Whether `loop_name` may run: main, or an inner loop declared and enabled.
+fn loop_available(config: &Value, loop_name: &str) -> bool {
+    loop_name == "main"
+        || loop_config(config, loop_name)
+            .is_some_and(|l| l.get("enabled").and_then(Value::as_bool) == Some(true))
 }
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
@@ -248,6 +292,10 @@ pub enum ExecutorError {
     /// The loop is not declared or is disabled; the dispatch was dropped and logged.
     #[error("loop '{0}' does not exist or is disabled; the dispatch was dropped")]
     LoopUnavailable(String),
+    /// Another loop deleted or disabled this one while its turn ran: the turn was aborted
+    /// at its next wait (a model answer in flight is dropped unrecorded, §6.4 STL-42).
+    #[error("loop '{0}' was deleted or disabled; its turn was aborted")]
+    LoopStopped(String),
 }
 
 /// Collects the retries providers schedule, so the executor can log them as `provider_error`
@@ -433,6 +481,8 @@ pub struct Executor {
     events: Option<Arc<dyn crate::code::EventSink>>,
     /// The agent's wire caches, when they outlive this executor (the daemon's).
     wire: Option<WireCaches>,
+    /// The host's mesh, for main's `mesh_updates` (§5.19); `None` without a mesh.
+    mesh_updates: Option<MeshUpdates>,
 }
 
 /// The wire caches of one agent's loops ([`adf_providers::WireCache`], one per loop), for a
@@ -480,7 +530,16 @@ impl Executor {
             code: tokio::sync::OnceCell::new(),
             events: None,
             wire: None,
+            mesh_updates: None,
         }
+    }
+
+    /// Tells main which agents of the host's mesh it can reach whenever that list changes
+    /// (`mesh_updates`, §5.19); `updates` is kept by the host with the agent so the list
+    /// last delivered outlives this executor.
+    pub fn with_mesh_updates(mut self, updates: MeshUpdates) -> Self {
+        self.mesh_updates = Some(updates);
+        self
     }
 
     /// Keeps the sessions' wire caches in `caches` (the agent's), so they outlive this
@@ -720,6 +779,10 @@ impl Executor {
                 context_warning_given: session.context_warning_given,
             },
         )?;
+        let dynamic = match (dynamic, self.mesh_change(file, session, config)) {
+            (Some(text), Some(mesh)) => Some(format!("{text}\n{mesh}")),
+            (text, mesh) => text.or(mesh),
+        };
         if let Some(text) = dynamic {
             if session.context_tokens >= near {
                 session.context_warning_given = true;
@@ -729,6 +792,22 @@ impl Executor {
             append(file, &session.loop_name, "user", &row, None, None)?;
         }
         Ok(())
+    }
+
+    /// Main's `mesh_updates` line when the reachable agents changed since last delivered.
+    fn mesh_change(&self, file: &AdfFile, session: &Session, config: &Value) -> Option<String> {
+        let updates = self.mesh_updates.as_ref()?;
+        let switched_on = prompt::at(config, "/context/dynamic_instructions/mesh_updates")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let can_send = crate::tools::access::declarations(config)
+            .0
+            .iter()
+            .any(|d| d.name == "msg_send" && d.enabled);
+        if session.loop_name != "main" || !switched_on || !can_send {
+            return None;
+        }
+        updates.change(file.path())
     }
 
     fn suspend(
@@ -772,10 +851,14 @@ impl Executor {
     ) -> Result<TurnOutcome, ExecutorError> {
         let mut steps = 0u32;
         let mut wakes: Vec<String> = Vec::new();
+        let loop_name = session.loop_name.clone();
         loop {
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             let config = file.config_shared()?;
+            if !loop_available(&config, &loop_name) {
+                return Err(ExecutorError::LoopStopped(loop_name));
+            }
             self.ensure_prompt(file, session, &config, facts)?;
             let system = system_text(session);
             self.deliver_catalog_change(file, session)?;
@@ -786,11 +869,21 @@ impl Executor {
             session.set_state(ExecState::Thinking, host);
             // The model's answer is the long wait of a step: other loops use the file meanwhile.
             drop(guard);
-            let reply = self.request_reply(&req, host).await;
+            // Deleting or disabling a loop is never refused because it is busy: its model
+            // answer is abandoned instead (STL-42).
+            let reply = tokio::select! {
+                reply = self.request_reply(&req, host) => reply,
+                () = shared.loop_stopped(&loop_name) => {
+                    return Err(ExecutorError::LoopStopped(loop_name));
+                }
+            };
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             self.log_retries(file, &session.loop_name, host)?;
             let reply = reply?;
+            if !loop_available(&*file.config_shared()?, &loop_name) {
+                return Err(ExecutorError::LoopStopped(loop_name));
+            }
             steps += 1;
             host.event(&TurnEvent::Reply(&reply));
             let assistant_seq =
@@ -804,17 +897,20 @@ impl Executor {
                 self.after_text_reply(file, session, facts, host)?
             } else {
                 session.text_only_streak = 0;
-                self.run_tool_batch(
-                    file,
-                    session,
-                    facts,
-                    &config,
-                    &calls,
-                    assistant_seq,
-                    host,
-                    &mut wakes,
-                )
-                .await?
+                let end = self
+                    .run_tool_batch(
+                        file,
+                        session,
+                        facts,
+                        &config,
+                        &calls,
+                        assistant_seq,
+                        host,
+                        &mut wakes,
+                    )
+                    .await?;
+                shared.publish_config(file.config_shared()?);
+                end
             };
             if let Some(end) = end {
                 return Ok(TurnOutcome {
@@ -1085,7 +1181,7 @@ impl Executor {
             Ok(crate::tools::TaskRun::Done(_)) | Err(_) => return,
             Ok(crate::tools::TaskRun::Detached(future)) => {
                 let outcome = future.await;
-                outcome.record(file);
+                outcome.record(file, caller.inner_loop());
                 self.registry.finish_task(file, task_id, &outcome.result)
             }
             Ok(crate::tools::TaskRun::Code(call)) => match self.code_env().await {
@@ -1587,6 +1683,20 @@ fn close_turn(
     // A turn that ended on a text reply stored `completed` with that reply already.
     let finished = checkpoint.status == "completed";
     match result {
+        Err(ExecutorError::LoopStopped(_)) => {
+            let reason = "the loop was deleted or disabled while its turn ran";
+            checkpoint.finish("interrupted", Some(reason.to_owned()));
+            session.set_state(ExecState::Stopped, host);
+            file.log(&NewLog {
+                level: "info",
+                origin: Some("executor"),
+                event: Some("turn_aborted"),
+                target: Some(loop_name),
+                message: reason,
+                data: None,
+                r#loop: Some(loop_name),
+            })?;
+        }
         Ok(_) => {
             checkpoint.finish("completed", None);
             if session.state != ExecState::Stopped && session.state != ExecState::Suspended {

@@ -134,7 +134,10 @@ impl LoopPool {
                 }))
                 .await;
             for ((name, session, ..), outcome) in round.into_iter().zip(outcomes) {
-                self.sessions.insert(name.clone(), session);
+                // A loop deleted or disabled mid-turn keeps no session (STL-42).
+                if !matches!(outcome, Err(ExecutorError::LoopStopped(_))) {
+                    self.sessions.insert(name.clone(), session);
+                }
                 if let Ok(o) = &outcome {
                     for wake in wakes(o.wakes.clone()) {
                         if !waiting.iter().any(|(name, _)| *name == wake.0) {

@@ -13,8 +13,9 @@
 //! store the `pending` outbox row inside the tool call's transaction ([`send::prepare`]);
 //! deliver outside it ([`send::deliver`]); record `delivered` or `failed` afterwards
 //! ([`crate::tools::DetachedOutcome`]'s delivery records). Transport order (§12.2): same
-//! runtime, then HTTP POST; WebSockets are not built, and adapter recipients (`telegram:…`)
-//! answer that no channel adapter runs here.
+//! runtime, then a WebSocket the sender holds open to the recipient
+//! ([`Mesh::deliver_over_socket`], the daemon's outbound connections), then HTTP POST;
+//! adapter recipients (`telegram:…`) answer that no channel adapter runs here.
 //!
 //! Ingress (`receive::accept`) is the reverse pipeline of Appendix A.7 — receive flag,
 //! visibility, sender lists, message signature, decryption, payload signature, trust-key
@@ -238,6 +239,21 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
         sender: &Path,
         message: Value,
     ) -> BoxFuture<'static, Delivery>;
+
+    /// Starts hosting the agent file at `path` (a child `sys_create_adf` just made with
+    /// `autostart`), without waiting for it to load; why not when it cannot. The default is
+    /// a runtime that cannot host another agent.
+    fn start_agent(&self, path: &Path) -> Result<(), String> {
+        let _ = path;
+        Err("this runtime cannot start another agent from a tool".to_owned())
+    }
+
+    /// A number that changes whenever the hosted agents change (loads, unloads), so a caller
+    /// can skip listing them again while it holds (`mesh_updates`); `None` when the mesh
+    /// keeps none, and then every caller lists.
+    fn roster_version(&self) -> Option<u64> {
+        None
+    }
 
     /// Delivers `message` over a WebSocket the agent `sender_id` (its config id) holds open
     /// to `recipient` (a DID), when it holds one: §12.2's transport order is same runtime,

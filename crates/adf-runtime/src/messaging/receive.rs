@@ -79,6 +79,9 @@ pub struct Accepted {
     pub message_id: String,
     /// True when the ALF id was already in the inbox and nothing new was stored.
     pub duplicate: bool,
+    /// The inline attachments written to the agent's files, `(path, size)`: file changes the
+    /// host reports as any other writer's (§7.1).
+    pub imported: Vec<(String, i64)>,
 }
 
 fn bool_at(config: &Value, pointer: &str, default: bool) -> bool {
@@ -205,19 +208,24 @@ pub fn accept(
             inbox_id: existing,
             message_id,
             duplicate: true,
+            imported: Vec::new(),
         });
     }
     let verified = inbox_middleware(file, verified, arrival)?;
     // Attachments and the row land together or not at all.
-    let inbox_id = file.atomically(|file| {
+    let (inbox_id, imported) = file.atomically(|file| {
         let row = project(file, &verified, arrival)?;
-        file.message_insert(Mailbox::Inbox, &row, Some((&message_id, &verified.message)))
-            .map_err(Refusal::from)
+        let imported = imported_files(&row);
+        let id = file
+            .message_insert(Mailbox::Inbox, &row, Some((&message_id, &verified.message)))
+            .map_err(Refusal::from)?;
+        Ok::<_, Refusal>((id, imported))
     })?;
     Ok(Accepted {
         inbox_id,
         message_id,
         duplicate: false,
+        imported,
     })
 }
 
@@ -400,6 +408,28 @@ fn safe_segment(raw: &str) -> String {
     } else {
         trimmed.chars().take(120).collect()
     }
+}
+
+/// `(path, size)` of the attachments a projected row imported into the agent's files.
+fn imported_files(row: &Map<String, Value>) -> Vec<(String, i64)> {
+    let Some(records) = row
+        .get("attachments")
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Vec<Value>>(text).ok())
+    else {
+        return Vec::new();
+    };
+    records
+        .iter()
+        .filter(|r| r.get("transfer").and_then(Value::as_str) == Some("imported"))
+        .filter_map(|r| {
+            let path = r.get("path")?.as_str()?.to_owned();
+            Some((
+                path,
+                r.get("size_bytes").and_then(Value::as_i64).unwrap_or(0),
+            ))
+        })
+        .collect()
 }
 
 /// Writes inline attachments to `imports/{sender}/` and returns the stored records (§11.4):

@@ -50,6 +50,12 @@ impl Caller {
         }
     }
 
+    /// The inner loop a model caller runs in: `None` for `main` (whose rows leave `loop`
+    /// NULL, §6.4), code and the owner.
+    pub fn inner_loop(&self) -> Option<&str> {
+        self.loop_name().filter(|name| *name != "main")
+    }
+
     /// The store-level caller whose protections apply.
     pub fn store_caller(&self) -> adf_store::Caller {
         match self {

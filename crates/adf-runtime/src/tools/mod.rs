@@ -184,10 +184,12 @@ impl From<Result<Value, ToolError>> for DetachedOutcome {
 
 impl DetachedOutcome {
     /// Writes what the detached part reports (log rows, delivery statuses) once the caller
-    /// holds the file again. Each is a record, not the outcome: a failure to write one is
-    /// reported in the process log and the rest carry on.
-    pub fn record(&self, file: &mut AdfFile) {
-        write_logs(file, &self.logs);
+    /// holds the file again. `in_loop` is the inner loop that made the call (`None` for main,
+    /// the owner and code outside a loop): its log rows carry that name (§6.4). Each is a
+    /// record, not the outcome: a failure to write one is reported in the process log and the
+    /// rest carry on.
+    pub fn record(&self, file: &mut AdfFile, in_loop: Option<&str>) {
+        write_logs(file, &self.logs, in_loop);
         for delivery in &self.deliveries {
             if let Err(error) = delivery.write(file) {
                 tracing::warn!(outbox = %delivery.outbox_id, %error, "cannot record a delivery");
@@ -242,9 +244,14 @@ pub struct LogRow {
 }
 
 impl LogRow {
-    /// Appends the row (its own transaction). A log row is a record, never the outcome: a
-    /// caller reports a failure to write it and carries on.
-    pub fn write(&self, file: &mut AdfFile) -> Result<(), adf_store::StoreError> {
+    /// Appends the row (its own transaction), stamped with the inner loop that made the call
+    /// (`None` for main: NULL reads as main, §6.4). A log row is a record, never the outcome:
+    /// a caller reports a failure to write it and carries on.
+    pub fn write(
+        &self,
+        file: &mut AdfFile,
+        in_loop: Option<&str>,
+    ) -> Result<(), adf_store::StoreError> {
         file.log(&adf_store::NewLog {
             level: self.level,
             origin: Some(self.origin),
@@ -252,16 +259,17 @@ impl LogRow {
             target: self.target.as_deref(),
             message: &self.message,
             data: self.data.as_ref(),
-            r#loop: None,
+            r#loop: in_loop,
         })
         .map(|_| ())
     }
 }
 
-/// Writes the log rows of a detached call, reporting (not failing on) a row it cannot write.
-pub fn write_logs(file: &mut AdfFile, logs: &[LogRow]) {
+/// Writes the log rows of a detached call made in `in_loop` (see [`LogRow::write`]),
+/// reporting (not failing on) a row it cannot write.
+pub fn write_logs(file: &mut AdfFile, logs: &[LogRow], in_loop: Option<&str>) {
     for row in logs {
-        if let Err(error) = row.write(file) {
+        if let Err(error) = row.write(file, in_loop) {
             tracing::warn!(origin = row.origin, event = row.event, %error, "cannot write a log row");
         }
     }
@@ -703,7 +711,7 @@ impl ToolRegistry {
             )
         })?;
         let outcome = future.await;
-        outcome.record(file);
+        outcome.record(file, caller.inner_loop());
         self.finish_deferred(file, call, &outcome.result)?;
         outcome.result
     }

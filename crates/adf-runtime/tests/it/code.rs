@@ -754,6 +754,74 @@ async fn cod_08_model_sys_lambda_on_authorized_file_needs_approval_and_runs_auth
 }
 
 #[tokio::test]
+async fn cod_21_the_model_reaches_a_restricted_method_only_through_an_approved_authorized_lambda() {
+    let (_d, _p, mut file) = new_agent();
+    owner_set(
+        &mut file,
+        "code_execution.restricted_methods",
+        json!(["loop_inject"]),
+    );
+    let inject = "await adf.loop_inject({ content: 'INJECTED-BY-CODE' }); return 'injected'";
+    put(
+        &mut file,
+        "lib/trusted.ts",
+        &format!("export async function main() {{ {inject} }}"),
+        true,
+    );
+    let env = env().await;
+    let injected = |file: &AdfFile| {
+        file.loop_rows("main")
+            .unwrap()
+            .iter()
+            .filter(|r| r.content.to_string().contains("INJECTED-BY-CODE"))
+            .count()
+    };
+    // The model's own code is unauthorized: the restricted method is refused outright.
+    let inline = model_tool(
+        &mut file,
+        &env,
+        "sys_code",
+        json!({ "code": format!("try {{ {inject} }} catch (e) {{ return e.code }}") }),
+        &DenyAll,
+    )
+    .await
+    .unwrap();
+    assert_eq!(inline["result"], "REQUIRES_AUTHORIZED_CODE", "{inline}");
+    // Through an authorized lambda the owner is asked (HIL): denied, nothing happens ...
+    let denied = model_tool(
+        &mut file,
+        &env,
+        "sys_lambda",
+        json!({ "source": "lib/trusted.ts" }),
+        &DenyAll,
+    )
+    .await;
+    assert_eq!(denied.unwrap_err().code.as_str(), "DENIED");
+    assert_eq!(injected(&file), 0);
+    // ... approved, the method runs.
+    let approved = model_tool(
+        &mut file,
+        &env,
+        "sys_lambda",
+        json!({ "source": "lib/trusted.ts" }),
+        &ApproveAll,
+    )
+    .await
+    .unwrap();
+    assert_eq!(approved["result"], "injected", "{approved}");
+    assert_eq!(injected(&file), 1);
+    let mut tasks = task_rows(&file);
+    tasks.sort();
+    assert_eq!(
+        tasks,
+        vec![
+            ("sys_lambda".into(), "completed".into()),
+            ("sys_lambda".into(), "denied".into())
+        ]
+    );
+}
+
+#[tokio::test]
 async fn cod_09_model_sys_lambda_on_unauthorized_file_runs_unauthorized_without_prompt() {
     let (_d, _p, mut file) = new_agent();
     put(
@@ -1126,6 +1194,46 @@ async fn cod_30_cod_31_cod_32_cod_34_task_resolve_examples() {
     );
     ok(lambda(&mut file, &env, "lib/admin.ts", json!({})).await);
     assert_eq!(text(&file, "later.txt").as_deref(), Some("?"));
+}
+
+#[tokio::test]
+async fn cod_33_approving_a_parked_sys_set_state_applies_the_state() {
+    let (_d, _p, mut file) = new_agent();
+    owner_set(&mut file, "tools.sys_set_state.restricted", json!(true));
+    // The model's restricted `_async` call parks as a task: nothing changes yet.
+    let registry = ToolRegistry::with_builtins();
+    let queued = registry
+        .call(
+            &mut file,
+            &model(),
+            "sys_set_state",
+            json!({ "state": "idle", "_async": true }),
+            &DenyAll,
+        )
+        .unwrap();
+    let CallOutcome::Queued { task_id, status } = queued else {
+        panic!("a restricted _async call must park: {queued:?}")
+    };
+    assert_eq!(status, "pending_approval");
+    let state = |f: &AdfFile| f.config().unwrap()["state"].clone();
+    assert_ne!(state(&file), "idle");
+    // Authorized code approves it: the tool runs, and its side effect is the agent's state.
+    put(
+        &mut file,
+        "lib/admin.ts",
+        &format!(
+            "export async function main() {{ return adf.task_resolve({{ task_id: '{task_id}', action: 'approve' }}) }}"
+        ),
+        true,
+    );
+    let env = env().await;
+    let resolved = ok(lambda(&mut file, &env, "lib/admin.ts", json!({})).await);
+    assert_eq!(resolved["status"], "completed", "{resolved}");
+    assert_eq!(state(&file), "idle");
+    let task = file.task(&task_id).unwrap().unwrap();
+    assert_eq!(task.status, "completed");
+    let result: Value = serde_json::from_str(task.result.as_deref().unwrap()).unwrap();
+    assert_eq!(result["state"], "idle", "{result}");
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use crate::common;
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{
@@ -1679,5 +1679,403 @@ fn stl_24_stl_36_stl_37_stl_38_stl_39_stl_40_stl_41_stl_49_stl_53_stl_54_loop_to
             json!({"action": "get", "name": "l3"})
         )
         .is_ok()
+    );
+}
+
+/// A listener on `127.0.0.1:0` that accepts every connection and closes it unanswered, so
+/// each `sys_fetch` to it ends in an `error` log row; the count tells how often it was dialed.
+async fn closing_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/",
+        listener.local_addr().unwrap().port()
+    );
+    let dialed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = dialed.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (url, dialed)
+}
+
+/// The `loop` column of every `sys_fetch` log row, oldest first.
+fn fetch_log_loops(file: &AdfFile) -> Vec<(String, Option<String>)> {
+    let mut stmt = file
+        .connection()
+        .prepare("SELECT event, loop FROM adf_logs WHERE origin = 'sys_fetch' ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn aud_19_sys_fetch_log_rows_of_an_inner_loop_carry_its_name_and_main_leaves_null() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    let (url, dialed) = closing_server().await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true,
+                "tools": ["sys_fetch", "sys_code"]}]),
+    );
+    let code = format!(
+        "try {{ await adf.sys_fetch({{ url: '{url}' }}) }} catch (e) {{ return e.code }}\n\
+         return 'fetched'"
+    );
+    mock.push_all([
+        // worker: the model's own call (run_detached), an `_async` one (the executor's task
+        // path) and one from the code it runs (the code runner's completion).
+        Turn::tool_call("sys_fetch", json!({ "url": url })),
+        Turn::tool_call("sys_fetch", json!({ "url": url, "_async": true })),
+        Turn::tool_call("sys_code", json!({ "code": code })),
+        Turn::text("worker done"),
+        // main: the same call leaves `loop` NULL.
+        Turn::tool_call("sys_fetch", json!({ "url": url })),
+        Turn::text("main done"),
+    ]);
+    let ex = executor(&file);
+    let host = Host::default();
+    let mut worker = ex.open_session(&mut file, "worker").unwrap();
+    ex.run_turn(&mut file, &mut worker, Trigger::Owner("go".into()), &host)
+        .await
+        .unwrap();
+    let mut main = ex.open_session(&mut file, "main").unwrap();
+    ex.run_turn(&mut file, &mut main, Trigger::Owner("go".into()), &host)
+        .await
+        .unwrap();
+    assert_eq!(mock.remaining(), 0);
+    let rows = fetch_log_loops(&file);
+    assert!(
+        dialed.load(std::sync::atomic::Ordering::SeqCst) >= 4,
+        "every call reached the server: {rows:?}"
+    );
+    let worker = Some("worker".to_owned());
+    assert_eq!(
+        rows,
+        [
+            ("error".to_owned(), worker.clone()),
+            ("error".to_owned(), worker.clone()),
+            ("error".to_owned(), worker),
+            ("error".to_owned(), None),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn stl_42_deleting_a_loop_whose_model_answer_is_in_flight_succeeds_and_aborts_its_turn() {
+    let (_dir, mut file, main_mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": []}]),
+    );
+    // The worker's model never answers (its request is held): only an abort ends its turn.
+    let worker_mock = MockProvider::start(Wire::OpenAi).await;
+    worker_mock.require_api_key(KEY);
+    worker_mock.hold_until(u64::MAX);
+    worker_mock.push(Turn::text("must never be recorded"));
+    wire_up(&mut file, &worker_mock);
+    let worker_ex = executor(&file);
+    wire_up(&mut file, &main_mock);
+    let main_ex = executor(&file);
+    main_mock.push_all([
+        Turn::tool_call("loop_manage", json!({"action": "delete", "name": "worker"})),
+        Turn::text("deleted it"),
+    ]);
+    let host = Host::default();
+    let mut worker = worker_ex.open_session(&mut file, "worker").unwrap();
+    let mut main = main_ex.open_session(&mut file, "main").unwrap();
+    let shared = adf_runtime::executor::SharedFile::new(&mut file);
+    let worker_turn = worker_ex.run_turn_shared(
+        &shared,
+        &mut worker,
+        Trigger::Event {
+            event_type: "test".into(),
+            text: "start working".into(),
+        },
+        &host,
+    );
+    // main deletes the worker only once the worker's request reached its model.
+    let main_turn = async {
+        worker_mock.requests_arrived(1).await;
+        main_ex
+            .run_turn_shared(&shared, &mut main, Trigger::Owner("drop it".into()), &host)
+            .await
+    };
+    let (worker_out, main_out) = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        futures::future::join(worker_turn, main_turn),
+    )
+    .await
+    .expect("the deleted loop's turn went on waiting for its model");
+    drop(shared);
+    assert_eq!(main_out.unwrap().reply, "deleted it");
+    match worker_out {
+        Err(ExecutorError::LoopStopped(name)) => assert_eq!(name, "worker"),
+        other => panic!("the worker's turn was not aborted: {other:?}"),
+    }
+    // The delete went through: the loop is gone and its transcript archived, and the
+    // aborted turn wrote nothing after it.
+    let loops = file.config().unwrap()["loops"].clone();
+    assert_eq!(loops, json!([]));
+    assert!(file.loop_rows("worker").unwrap().is_empty());
+    assert!(
+        file.audit_list()
+            .unwrap()
+            .iter()
+            .any(|a| a.source == "loop:worker")
+    );
+    let aborted: Vec<(String, Option<String>)> = {
+        let mut stmt = file
+            .connection()
+            .prepare("SELECT target, loop FROM adf_logs WHERE event = 'turn_aborted'")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(aborted, [("worker".to_owned(), Some("worker".to_owned()))]);
+    let checkpoint: Value = serde_json::from_str(
+        &file
+            .meta_get("adf_runtime_turn_checkpoint:worker")
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(checkpoint["status"], "interrupted", "{checkpoint}");
+    assert_eq!(worker_mock.request_count(), 1);
+}
+
+/// A runtime's directory of hosted agents whose list the test changes.
+#[derive(Debug, Default)]
+struct Directory {
+    agents: Mutex<Vec<adf_runtime::messaging::LocalAgent>>,
+    /// The roster version it reports (`None`: keeps none).
+    version: Mutex<Option<u64>>,
+    /// How often the agents were listed.
+    listed: std::sync::atomic::AtomicUsize,
+}
+
+impl Directory {
+    fn host(&self, handle: &str, path: &std::path::Path, description: &str) {
+        self.agents
+            .lock()
+            .unwrap()
+            .push(adf_runtime::messaging::LocalAgent {
+                handle: handle.into(),
+                did: None,
+                description: description.into(),
+                path: path.to_path_buf(),
+                tier: adf_runtime::messaging::Tier::Localhost,
+                inbox_url: format!("http://127.0.0.1:1/agents/{handle}/inbox"),
+                card: json!({}),
+            });
+    }
+}
+
+impl adf_runtime::messaging::Mesh for Directory {
+    fn reachable_agents(
+        &self,
+        _sender: &std::path::Path,
+    ) -> Vec<adf_runtime::messaging::LocalAgent> {
+        self.listed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.agents.lock().unwrap().clone()
+    }
+    fn roster_version(&self) -> Option<u64> {
+        *self.version.lock().unwrap()
+    }
+    fn find(&self, _: &str, _: Option<&str>) -> Option<adf_runtime::messaging::LocalAgent> {
+        None
+    }
+    fn inbox_url(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn deliver(
+        &self,
+        _: &adf_runtime::messaging::LocalAgent,
+        _: &std::path::Path,
+        _: Value,
+    ) -> futures::future::BoxFuture<'static, adf_runtime::messaging::Delivery> {
+        Box::pin(async { adf_runtime::messaging::Delivery::failed(None, "not in this test") })
+    }
+}
+
+/// The texts of `loop_name`'s rows that list reachable agents, oldest first.
+fn mesh_listings(file: &AdfFile, loop_name: &str) -> Vec<String> {
+    file.loop_rows(loop_name)
+        .unwrap()
+        .iter()
+        .map(first_text)
+        .filter(|t| t.contains("agents you can reach"))
+        .collect()
+}
+
+#[tokio::test]
+async fn prm_33_main_is_told_the_reachable_agents_when_the_list_changes() {
+    let (dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": ["msg_send"]}]),
+    );
+    mock.repeat(Turn::text("ok"));
+    let mesh = Arc::new(Directory::default());
+    let own = file.path().to_path_buf();
+    mesh.host("me", &own, "this agent itself");
+    mesh.host(
+        "helper",
+        &dir.path().join("helper.adf"),
+        "Answers questions",
+    );
+    // Kept by the host across the executors it makes, as the daemon does per turn.
+    let updates = adf_runtime::executor::MeshUpdates::new(mesh.clone());
+    async fn turn_with(
+        updates: &adf_runtime::executor::MeshUpdates,
+        file: &mut AdfFile,
+        loop_name: &str,
+    ) {
+        let ex = executor(file).with_mesh_updates(updates.clone());
+        let mut session = ex.open_session(file, loop_name).unwrap();
+        ex.run_turn(
+            file,
+            &mut session,
+            Trigger::Owner("hi".into()),
+            &Host::default(),
+        )
+        .await
+        .unwrap();
+    }
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh_listings(&file, "main");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0].contains("- helper: Answers questions"),
+        "{}",
+        listed[0]
+    );
+    assert!(
+        !listed[0].contains("- me"),
+        "its own entry is left out: {}",
+        listed[0]
+    );
+    // Unchanged: not repeated, even by a new executor.
+    turn_with(&updates, &mut file, "main").await;
+    assert_eq!(mesh_listings(&file, "main").len(), 1);
+    // A new local agent: the next turn of main carries the new list; inner loops never do.
+    mesh.host("scribe", &dir.path().join("scribe.adf"), "Writes reports");
+    turn_with(&updates, &mut file, "worker").await;
+    assert!(mesh_listings(&file, "worker").is_empty());
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh_listings(&file, "main");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed[1].contains("- helper: Answers questions\n- scribe: Writes reports"),
+        "{}",
+        listed[1]
+    );
+    // A mesh that keeps a roster version is listed again only when the version moved.
+    *mesh.version.lock().unwrap() = Some(7);
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh.listed.load(std::sync::atomic::Ordering::SeqCst);
+    turn_with(&updates, &mut file, "main").await;
+    assert_eq!(
+        mesh.listed.load(std::sync::atomic::Ordering::SeqCst),
+        listed
+    );
+    mesh.host("courier", &dir.path().join("courier.adf"), "Delivers");
+    *mesh.version.lock().unwrap() = Some(8);
+    turn_with(&updates, &mut file, "main").await;
+    let listed = mesh_listings(&file, "main");
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert!(listed[2].contains("- courier: Delivers"), "{}", listed[2]);
+    // Switched off: a change goes unannounced.
+    set(
+        &mut file,
+        "context.dynamic_instructions.mesh_updates",
+        json!(false),
+    );
+    mesh.host("auditor", &dir.path().join("auditor.adf"), "Checks");
+    *mesh.version.lock().unwrap() = Some(9);
+    turn_with(&updates, &mut file, "main").await;
+    assert_eq!(mesh_listings(&file, "main").len(), 3);
+}
+
+#[tokio::test]
+async fn aud_07_prm_07_a_session_reset_by_loop_clear_or_compaction_rereads_templated_files() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    common::enable(&mut file, "loop_clear");
+    common::enable(&mut file, "loop_compact");
+    set(
+        &mut file,
+        "instructions",
+        json!("Standing notes: {{notes.md}}"),
+    );
+    let write_notes = |file: &mut AdfFile, text: &str| {
+        file.file_write(
+            adf_store::Caller::Owner,
+            "notes.md",
+            text.as_bytes(),
+            &adf_store::FileWrite::default(),
+        )
+        .unwrap();
+    };
+    write_notes(&mut file, "NOTE-ONE");
+    mock.push_all([
+        Turn::text("read them"),
+        // After the edit: the same session keeps its snapshot until loop_clear resets it.
+        Turn::tool_call("loop_clear", json!({})),
+        Turn::text("cleared"),
+        // After another edit: compaction resets the session too.
+        Turn::tool_call("loop_compact", json!({})),
+        Turn::text("Summary of the conversation."),
+        Turn::text("compacted"),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    chat(&ex, &mut file, &mut session, "one", &host)
+        .await
+        .unwrap();
+    write_notes(&mut file, "NOTE-TWO");
+    chat(&ex, &mut file, &mut session, "two", &host)
+        .await
+        .unwrap();
+    write_notes(&mut file, "NOTE-THREE");
+    let out = chat(&ex, &mut file, &mut session, "three", &host)
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "compacted");
+    let systems: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| request_view(Wire::Anthropic, &r.body).0)
+        .collect();
+    assert_eq!(systems.len(), 6);
+    let notes = |system: &str| {
+        ["NOTE-ONE", "NOTE-TWO", "NOTE-THREE"]
+            .into_iter()
+            .filter(|n| system.contains(n))
+            .collect::<Vec<_>>()
+    };
+    // Requests 0-1: the first snapshot, edit or not; 2-3: after loop_clear; 4 is the
+    // compaction request itself; 5: after compaction.
+    assert_eq!(notes(&systems[0]), ["NOTE-ONE"]);
+    assert_eq!(
+        notes(&systems[1]),
+        ["NOTE-ONE"],
+        "a mid-session edit is not picked up"
+    );
+    assert_eq!(notes(&systems[2]), ["NOTE-TWO"], "loop_clear refreshed it");
+    assert_eq!(notes(&systems[3]), ["NOTE-TWO"]);
+    assert_eq!(systems[4], adf_runtime::executor::COMPACTION_PROMPT);
+    assert_eq!(
+        notes(&systems[5]),
+        ["NOTE-THREE"],
+        "compaction refreshed it"
     );
 }

@@ -29,6 +29,8 @@ use tokio::net::{TcpListener, TcpStream};
 const PNG: &[u8] = &[
     0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0xff, 0xfe, 0x80, 0x01, 0x02,
 ];
+/// A skill catalog: a JSON document naming installable skill packages (§5.1).
+const CATALOG: &str = r#"{"skills":[{"name":"pdf-tools","description":"Read PDFs","path":"skills/pdf-tools/SKILL.md"}]}"#;
 const MP3: &[u8] = &[0xff, 0xfb, 0x90, 0x64, 0x00, 0x00, 0x0f, 0xf0, 0xc3];
 
 struct Server {
@@ -162,6 +164,16 @@ async fn serve(mut socket: TcpStream, hits: Arc<Mutex<Vec<String>>>) {
             .await
         }
         "/png" => respond(&mut socket, "200 OK", &ct("image/png"), PNG, true).await,
+        "/skills/catalog.json" => {
+            respond(
+                &mut socket,
+                "200 OK",
+                &ct("application/json"),
+                CATALOG.as_bytes(),
+                true,
+            )
+            .await
+        }
         "/svg" => respond(&mut socket, "200 OK", &ct("image/svg+xml"), b"<svg/>", true).await,
         "/noct" => respond(&mut socket, "200 OK", &[], b"plain words", true).await,
         "/tts" => {
@@ -593,6 +605,51 @@ async fn srv_19_checks_the_dns_resolved_address() {
     assert_refused(
         call(&registry, &mut file, &model(), json!({ "url": url })).await,
         "metadata name with the flag on",
+    );
+}
+
+#[tokio::test]
+async fn prm_30_skill_catalogs_come_through_sys_fetch_and_its_address_rules() {
+    let server = Server::start().await;
+    let port = server.port();
+    let registry = registry_with(names(&[
+        ("catalog.test", &["127.0.0.1"]),
+        ("internal-catalog.test", &["10.1.2.3"]),
+    ]));
+    let (_d, _p, mut file) = new_agent();
+    // A catalog on an allowed host is an ordinary JSON fetch.
+    let allowed = format!("http://catalog.test:{port}/skills/catalog.json");
+    let v = call(&registry, &mut file, &model(), json!({ "url": allowed }))
+        .await
+        .unwrap();
+    let catalog: Value = serde_json::from_str(v["body"].as_str().unwrap()).unwrap();
+    assert_eq!(catalog["skills"][0]["name"], "pdf-tools");
+    // A catalog whose name resolves to a private address, or a private literal, is refused
+    // before any connection, from the model and from code alike.
+    let private_name = format!("http://internal-catalog.test:{port}/skills/catalog.json");
+    let private_literal = "http://192.168.10.10/skills/catalog.json";
+    for url in [private_name.as_str(), private_literal] {
+        assert_refused(
+            call(&registry, &mut file, &model(), json!({ "url": url })).await,
+            url,
+        );
+    }
+    let env = env_with(registry).await;
+    let source = format!(
+        "try {{ await adf.sys_fetch({{ url: '{private_name}' }}); return 'fetched' }} catch (e) {{ return e.code }}"
+    );
+    assert_eq!(ok(inline(&mut file, &env, &source).await), "TOOL_ERROR");
+    assert_eq!(server.hits(), ["GET /skills/catalog.json"]);
+    let rejected: Vec<Option<String>> = fetch_logs(&file)
+        .into_iter()
+        .filter(|row| row.0 == "rejected")
+        .map(|row| row.2)
+        .collect();
+    assert_eq!(rejected.len(), 3, "{rejected:?}");
+    assert!(
+        rejected
+            .iter()
+            .all(|t| t.as_deref().unwrap().contains("catalog"))
     );
 }
 

@@ -25,5 +25,6 @@ mod tools_messages;
 mod tools_meta;
 mod tools_state;
 mod tools_timers;
+mod transport;
 mod triggers;
 mod unsupported_tools;

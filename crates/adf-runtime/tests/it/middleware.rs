@@ -369,6 +369,93 @@ export async function retarget(input) {
     assert!(contents(&file, Mailbox::Outbox).is_empty());
 }
 
+/// The one audit snapshot of `source` (`inbox_message` / `outbox_message`), decompressed.
+fn message_snapshot(file: &AdfFile, source: &str) -> Value {
+    let rows: Vec<_> = file
+        .audit_list()
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.source == source)
+        .collect();
+    assert_eq!(rows.len(), 1, "one {source} snapshot: {rows:?}");
+    file.audit_data(rows[0].id).unwrap()
+}
+
+#[test]
+fn aud_25_msg_42_message_audits_hold_the_whole_alf_message_and_inline_attachments_are_imported() {
+    use base64::Engine as _;
+    let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    // Arrival: the stored row points at the imported file; the snapshot keeps the inline data.
+    let (_d, _p, mut file) = new_agent();
+    owner_set(&mut file, "context.audit.inbox", json!(true));
+    let sent_bytes = b"quarterly numbers\x00\xff";
+    let mut message = message_to(&file, "see attached");
+    message["payload"]["attachments"] = json!([{
+        "filename": "q3.bin", "content_type": "application/octet-stream",
+        "transfer": "inline", "data": encode(sent_bytes),
+    }]);
+    deliver(&mut file, &message).unwrap();
+    let row = &file
+        .messages(Mailbox::Inbox, &MessageFilter::default(), None)
+        .unwrap()[0];
+    let stored: Value = serde_json::from_str(row["attachments"].as_str().unwrap()).unwrap();
+    assert_eq!(stored[0]["transfer"], "imported", "{stored}");
+    assert!(stored[0].get("data").is_none(), "{stored}");
+    let imported = stored[0]["path"].as_str().unwrap();
+    // MSG-42: written under imports/{sender}/ (the sender has no alias: its DID's last part).
+    assert_eq!(imported, "imports/z6MkSender/q3.bin");
+    assert_eq!(
+        file.file_read(imported).unwrap().unwrap().content,
+        sent_bytes
+    );
+    let snapshot = message_snapshot(&file, "inbox_message");
+    assert_eq!(snapshot["id"], message["id"]);
+    assert_eq!(
+        snapshot["payload"]["attachments"][0]["data"],
+        encode(sent_bytes),
+        "{snapshot}"
+    );
+
+    // Sending: the outbox row flattens the attachment; the snapshot is the message as sent.
+    let (_d, _p, mut file) = unsigned_sender();
+    owner_set(&mut file, "context.audit.outbox", json!(true));
+    let report = b"the report body";
+    file.file_write(
+        adf_store::Caller::Owner,
+        "report.txt",
+        report,
+        &FileWrite::default(),
+    )
+    .unwrap();
+    let args = json!({
+        "recipient": "did:key:z6MkReceiver",
+        "address": "http://127.0.0.1:9/agents/r/inbox",
+        "content": "attached",
+        "attachments": ["report.txt"],
+    });
+    let CallOutcome::Deferred(call) = ToolRegistry::with_builtins()
+        .call(&mut file, &model(), "msg_send", args, &DenyAll)
+        .unwrap()
+    else {
+        panic!("msg_send must be deferred")
+    };
+    let prepared: Prepared = serde_json::from_value(call.args).unwrap();
+    let outbox = Value::Object(
+        file.messages(Mailbox::Outbox, &MessageFilter::default(), None)
+            .unwrap()[0]
+            .clone(),
+    );
+    assert!(
+        !outbox.to_string().contains(&encode(report)),
+        "the outbox row holds no attachment data: {outbox}"
+    );
+    let snapshot = message_snapshot(&file, "outbox_message");
+    assert_eq!(snapshot["id"], prepared.message["id"]);
+    let attachment = &snapshot["payload"]["attachments"][0];
+    assert_eq!(attachment["data"], encode(report), "{snapshot}");
+    assert_eq!(attachment["transfer"], "inline", "{snapshot}");
+}
+
 #[test]
 fn a_point_without_middleware_runs_nothing() {
     let (_d, _p, mut file) = unsigned_sender();

@@ -812,22 +812,103 @@ fn tol_50_location_is_a_directory_below_the_parent_and_collisions_are_refused() 
 }
 
 #[test]
-fn not_supported_yet_autostart_of_a_created_child_is_stored_and_reported_as_not_started() {
+fn tol_49_without_a_hosting_runtime_an_autostart_child_is_stored_and_reported_as_not_started() {
     let mut env = Env::new();
     let result = env
         .create(json!({ "name": "auto", "autostart": true, "autonomous": true }))
         .unwrap();
     assert_eq!(result["autostart"], true);
     assert_eq!(result["autostarted"], false);
-    assert!(
-        result["autostart_note"]
-            .as_str()
-            .unwrap()
-            .contains("autostart")
-    );
+    let note = result["autostart_note"].as_str().unwrap();
+    assert!(note.contains("cannot start another agent"), "{note}");
+    assert!(note.contains("autostart"), "{note}");
     let child = config(&env.path("auto.adf"));
     assert_eq!(child["autostart"], true);
     assert_eq!(child["autonomous"], true);
+}
+
+/// A runtime hosting agents that records what it was asked to start, or refuses with `refusal`.
+#[derive(Debug, Default)]
+struct Host {
+    started: std::sync::Mutex<Vec<PathBuf>>,
+    refusal: Option<String>,
+}
+
+impl adf_runtime::messaging::Mesh for Host {
+    fn reachable_agents(&self, _: &Path) -> Vec<adf_runtime::messaging::LocalAgent> {
+        Vec::new()
+    }
+    fn find(&self, _: &str, _: Option<&str>) -> Option<adf_runtime::messaging::LocalAgent> {
+        None
+    }
+    fn inbox_url(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn deliver(
+        &self,
+        _: &adf_runtime::messaging::LocalAgent,
+        _: &Path,
+        _: Value,
+    ) -> futures::future::BoxFuture<'static, adf_runtime::messaging::Delivery> {
+        Box::pin(async { adf_runtime::messaging::Delivery::failed(None, "not in this test") })
+    }
+    fn start_agent(&self, path: &Path) -> Result<(), String> {
+        if let Some(why) = &self.refusal {
+            return Err(why.clone());
+        }
+        self.started.lock().unwrap().push(path.to_path_buf());
+        Ok(())
+    }
+}
+
+#[test]
+fn tol_49_a_hosting_runtime_starts_an_autostart_child_at_once() {
+    let mut env = Env::new();
+    let host = Arc::new(Host::default());
+    let mut registry = ToolRegistry::with_builtins();
+    registry.register(Arc::new(CreateAdf::hosted(
+        host.clone(),
+        Some(env.home.clone()),
+    )));
+    let create = |env: &mut Env, args: Value| {
+        registry
+            .call(&mut env.parent, &authorized(), TOOL, args, &DenyAll)
+            .map(CallOutcome::into_value)
+            .unwrap()
+    };
+    let started = create(&mut env, json!({ "name": "eager", "autostart": true }));
+    assert_eq!(started["autostarted"], true, "{started}");
+    assert!(started.get("autostart_note").is_none(), "{started}");
+    assert_eq!(*host.started.lock().unwrap(), [env.path("eager.adf")]);
+    // Without autostart nothing is started.
+    let idle = create(&mut env, json!({ "name": "idle" }));
+    assert_eq!(idle["autostarted"], false);
+    assert_eq!(host.started.lock().unwrap().len(), 1);
+
+    // A host that cannot start it: the child stays created, the note says why.
+    let refusing = Arc::new(Host {
+        refusal: Some("the daemon is shutting down".into()),
+        ..Host::default()
+    });
+    let mut registry = ToolRegistry::with_builtins();
+    registry.register(Arc::new(CreateAdf::hosted(
+        refusing,
+        Some(env.home.clone()),
+    )));
+    let result = registry
+        .call(
+            &mut env.parent,
+            &authorized(),
+            TOOL,
+            json!({ "name": "late", "autostart": true }),
+            &DenyAll,
+        )
+        .map(CallOutcome::into_value)
+        .unwrap();
+    assert_eq!(result["autostarted"], false);
+    let note = result["autostart_note"].as_str().unwrap();
+    assert!(note.contains("the daemon is shutting down"), "{note}");
+    assert!(env.path("late.adf").exists());
 }
 
 #[test]

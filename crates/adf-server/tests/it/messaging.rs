@@ -983,3 +983,49 @@ export async function stamp(input) {
     assert_eq!(meta["payload_verified"], true, "{meta}");
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prm_33_loading_a_new_local_agent_tells_main_the_reachable_agents_at_its_next_turn() {
+    use adf_testkit::{MockProvider, Turn, Wire};
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.repeat(Turn::text("noted"));
+    let h = Harness::start().await;
+    let mut config = crate::common::model_config(&mock);
+    config.push(("handle", json!("lead")));
+    let lead_path = agent_file(h.dir.path(), "lead", &[], &config);
+    let lead = h.server.daemon.load(&lead_path).await.unwrap().agent;
+    let turns_ended = |n: usize| {
+        let lead = Arc::clone(&lead);
+        async move {
+            let texts = crate::common::loop_texts_in(&lead, "main").await;
+            texts.iter().filter(|t| t.contains("noted")).count() >= n
+        }
+    };
+    // Alone on the runtime: nothing to announce.
+    crate::common::chat(&h, &lead, "first").await;
+    wait_for("the first turn", || turns_ended(1)).await;
+    let listing = "agents you can reach on this runtime";
+    assert!(!crate::common::has_text(&lead, "main", listing).await);
+    // Another agent is loaded: lead's next turn carries the list, once.
+    let helper_path = agent_file(
+        h.dir.path(),
+        "helper",
+        &[],
+        &[
+            ("handle", json!("helper")),
+            ("description", json!("Answers questions")),
+        ],
+    );
+    h.server.daemon.load(&helper_path).await.unwrap();
+    crate::common::chat(&h, &lead, "second").await;
+    wait_for("the second turn", || turns_ended(2)).await;
+    crate::common::chat(&h, &lead, "third").await;
+    wait_for("the third turn", || turns_ended(3)).await;
+    let texts = crate::common::loop_texts_in(&lead, "main").await;
+    let listed: Vec<&String> = texts.iter().filter(|t| t.contains(listing)).collect();
+    assert_eq!(listed.len(), 1, "{texts:?}");
+    assert!(listed[0].contains("- helper"), "{}", listed[0]);
+    assert!(listed[0].contains("Answers questions"), "{}", listed[0]);
+    assert!(!listed[0].contains("- lead"), "{}", listed[0]);
+    h.stop().await;
+}

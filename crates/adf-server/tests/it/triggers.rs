@@ -329,3 +329,168 @@ async fn trg_11_system_targets_run_when_suspended_and_never_when_off() {
     );
     h.stop().await;
 }
+
+/// Counts every change it is told of: one `x` appended to `seen/<path with _ for />` each.
+const COUNTER: &str = r#"
+export async function main(event) {
+  if (!/^(docs|imports)\//.test(event.data.path)) return;
+  const name = event.data.path.split('/').join('_');
+  await adf.fs_write({ path: `seen/${name}`, content: 'x', mode: 'append' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_owner_model_and_import_writes_each_fire_on_file_change_once() {
+    use adf_testkit::{MockProvider, Turn, Wire};
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "fs_write",
+            json!({ "path": "docs/by-model.md", "mode": "write", "content": "m" }),
+        ),
+        Turn::text("written"),
+    ]);
+    let h = Harness::start().await;
+    let mut config = common::model_config(&mock);
+    // include_self: the model's own fs_write is a write by its agent (§7.3).
+    config.extend([
+        ("handle", json!("counter")),
+        (
+            "triggers",
+            json!({ "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/count.ts:main", "filter": { "watch": "**", "include_self": true } }
+            ] } }),
+        ),
+    ]);
+    let path = agent_file(
+        h.dir.path(),
+        "counter",
+        &[("lib/count.ts", COUNTER)],
+        &config,
+    );
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+
+    // The owner, through the files API.
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=docs%2Fby-owner.md", agent.id),
+            Some(&json!({ "content": "o" })),
+        )
+        .await
+        .unwrap();
+    // The model, through fs_write in a chat turn.
+    common::chat(&h, &agent, "write it").await;
+    wait_for("the turn", || async {
+        common::has_text(&agent, "main", "written").await
+    })
+    .await;
+    common::drained(&agent).await;
+    // An inbound message whose inline attachment is imported (on a guest connection, outside
+    // any job of the agent).
+    let message = json!({
+        "version": "1.0", "network": "devnet",
+        "id": "msg-fil20-0001",
+        "timestamp": adf_store::time::now_iso(),
+        "from": "did:key:z6MkSender", "to": "counter",
+        "payload": { "meta": {}, "content_type": "text/plain", "content": "see attached",
+                     "sent_at": adf_store::time::now_iso(),
+                     "attachments": [{ "filename": "a.txt", "content_type": "text/plain",
+                                       "transfer": "inline", "data": "aW1wb3J0ZWQ=" }] }
+    });
+    let (status, body) =
+        common::status(&h, Method::POST, "/agents/counter/inbox", Some(message)).await;
+    assert!((200..300).contains(&status), "{status} {body}");
+
+    let expected = [
+        "seen/docs_by-model.md",
+        "seen/docs_by-owner.md",
+        "seen/imports_z6MkSender_a.txt",
+    ];
+    wait_for("every write seen", || async {
+        paths(&agent, "seen/").await.len() == expected.len()
+    })
+    .await;
+    common::drained(&agent).await;
+    assert_eq!(paths(&agent, "seen/").await, expected);
+    for seen in expected {
+        let count = agent
+            .store()
+            .run(move |file| file.file_read(seen))
+            .await
+            .unwrap()
+            .unwrap()
+            .content;
+        assert_eq!(count, b"x", "{seen}: one event per write");
+    }
+    h.stop().await;
+}
+
+const MAKER: &str = r#"
+export async function main(event) {
+  const made = await adf.sys_create_adf({ name: 'child', handle: 'child', autostart: true });
+  await adf.fs_write({ path: 'out/made.json', content: JSON.stringify(made), mode: 'write' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tol_49_an_autostart_child_made_by_sys_create_adf_is_loaded_at_once() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "maker",
+        &[("lib/make.ts", MAKER)],
+        &[
+            ("tools.sys_create_adf.enabled", json!(true)),
+            (
+                "triggers",
+                json!({ "on_file_change": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/make.ts:main", "filter": { "watch": "make/**" } }
+                ] } }),
+            ),
+        ],
+    );
+    // sys_create_adf is restricted: only authorized code calls it without the owner.
+    let mut file = AdfFile::open(&path).unwrap();
+    file.file_set_authorized(Caller::Owner, "lib/make.ts", true)
+        .unwrap();
+    file.close().unwrap();
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    h.client
+        .call(
+            Method::PUT,
+            &format!("/agents/{}/files/content?path=make%2Fgo", agent.id),
+            Some(&json!({ "content": "go" })),
+        )
+        .await
+        .unwrap();
+    wait_for("the child made", || async {
+        paths(&agent, "out/made.json").await.len() == 1
+    })
+    .await;
+    let made: Value = serde_json::from_slice(
+        &agent
+            .store()
+            .run(|file| file.file_read("out/made.json"))
+            .await
+            .unwrap()
+            .unwrap()
+            .content,
+    )
+    .unwrap();
+    assert_eq!(made["autostarted"], true, "{made}");
+    wait_for("the child loaded", || async {
+        h.server
+            .daemon
+            .agents()
+            .iter()
+            .any(|a| a.info().handle.as_deref() == Some("child"))
+    })
+    .await;
+    let child = h.server.daemon.agent("child").unwrap();
+    assert_eq!(
+        child.path,
+        std::fs::canonicalize(made["path"].as_str().unwrap()).unwrap()
+    );
+    h.stop().await;
+}

@@ -1,5 +1,6 @@
 //! Config and skills-registry rules the store owns: loading an invalid config (§5), the audit
-//! precedence (§5.19) and the runtime-owned skills registry (§5.1).
+//! precedence (§5.19), the runtime-owned skills registry (§5.1) and the `adf check` advice on
+//! unsigned messages to a public agent (§8.5).
 use crate::common;
 
 use std::sync::{Arc, Mutex};
@@ -265,4 +266,33 @@ fn stl_23_no_one_can_declare_a_loop_named_main_not_even_the_owner() {
         json!([{ "name": "mainly", "goal": "Fine.", "enabled": true }]),
     )
     .unwrap();
+}
+
+#[test]
+fn msg_18_check_warns_when_a_public_agent_accepts_unsigned_messages() {
+    let advice = |report: &adf_store::check::CheckReport| {
+        report
+            .warnings()
+            .filter(|f| f.message.contains("security.allow_unsigned"))
+            .count()
+    };
+    let (_dir, path, mut file) = common::new_file("public");
+    let set = |file: &mut AdfFile, key: &str, value: serde_json::Value| {
+        file.config_set_path(Caller::Owner, key, ConfigAction::Set, value)
+            .unwrap();
+    };
+    // Localhost (the default) with unsigned messages allowed (the default): nothing to say.
+    assert_eq!(advice(&file.check().unwrap()), 0);
+    set(&mut file, "messaging.visibility", json!("public"));
+    let report = file.check().unwrap();
+    assert_eq!(advice(&report), 1, "{:?}", report.findings);
+    assert!(report.warnings().any(|f| f.rule == "§8.5"));
+    // Refusing unsigned messages answers it; the default allow_unsigned counts as true.
+    set(&mut file, "security.allow_unsigned", json!(false));
+    assert_eq!(advice(&file.check().unwrap()), 0);
+    set(&mut file, "security", json!({ "level": 1 }));
+    assert_eq!(advice(&file.check().unwrap()), 1);
+    set(&mut file, "messaging.visibility", json!("lan"));
+    assert_eq!(advice(&file.check().unwrap()), 0);
+    drop(path);
 }

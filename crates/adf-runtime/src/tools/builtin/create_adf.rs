@@ -43,9 +43,13 @@
 //!   of the same path (keeping its protection) unless it is `read_only`; new ones get `none`.
 //!   Only config, files and those identity rows come from the template: its transcripts,
 //!   inbox, outbox, timers, tasks, logs, meta and attestations stay behind (§16, POR-07/08).
-//! - **Autostart.** `autostart` is stored in the child's config. A tool cannot start another
-//!   agent in this runtime yet, so the result says `autostarted: false` and why; a runtime
-//!   that starts `autostart` agents when it loads them starts the child then.
+//! - **Autostart.** `autostart` is stored in the child's config. With a mesh that hosts agents
+//!   (the daemon's, [`Mesh::start_agent`]) the child is started at once, before the parent's
+//!   turn ends, and the result says `autostarted: true`; elsewhere (the command line) nothing
+//!   can host it, so the result says `autostarted: false` and why, and a runtime that starts
+//!   `autostart` agents when it loads them starts the child then. A child never needs a
+//!   password here (its identity is sealed to the owner and runtime keys), so a start is never
+//!   skipped for one.
 
 use std::fs;
 use std::path::{Component, Path, PathBuf};
@@ -60,6 +64,7 @@ use serde_json::{Map, Value, json};
 use super::config::{leaf_error, new_structural};
 use crate::home::RuntimeHome;
 use crate::identity::{self, IdentityError, LocalKeys, OpenIdentity};
+use crate::messaging::Mesh;
 use crate::tools::{ErrorCode, Tool, ToolContext, ToolError};
 
 /// The tools of this family.
@@ -110,24 +115,38 @@ const SECTIONS: [(&str, Option<&str>); 36] = [
 ];
 
 /// Why `autostarted` is false (see the module docs).
-const AUTOSTART_NOTE: &str = "not started now: this runtime cannot start another agent from a tool yet. config.autostart is true, so the runtime starts the agent when it next loads it.";
+const AUTOSTART_NOTE: &str =
+    "config.autostart is true, so the runtime starts the agent when it next loads it.";
 
 /// `sys_create_adf`.
 #[derive(Debug, Clone, Default)]
 pub struct CreateAdf {
     /// Where the owner and runtime keys live; `None` reads `$ADF_HOME` at call time.
     home: Option<RuntimeHome>,
+    /// The runtime's hosted agents, which can start an `autostart` child at once.
+    mesh: Option<Arc<dyn Mesh>>,
 }
 
 impl CreateAdf {
     /// The tool as registered by default: keys from `$ADF_HOME` (else `~/.adf`).
     pub fn new() -> Self {
-        Self { home: None }
+        Self::default()
     }
 
     /// The tool with an explicit runtime home (tests, embedding runtimes).
     pub fn with_home(home: RuntimeHome) -> Self {
-        Self { home: Some(home) }
+        Self {
+            home: Some(home),
+            mesh: None,
+        }
+    }
+
+    /// The tool of a runtime hosting agents: an `autostart` child starts on `mesh` at once.
+    pub fn hosted(mesh: Arc<dyn Mesh>, home: Option<RuntimeHome>) -> Self {
+        Self {
+            home,
+            mesh: Some(mesh),
+        }
     }
 
     /// The keys the child is provisioned with: none when the home has no owner. Never creates
@@ -284,6 +303,12 @@ impl Tool for CreateAdf {
         )?;
 
         let autostart = plan.config.get("autostart").and_then(Value::as_bool) == Some(true);
+        // The child exists and is closed: a failure to start it is the note, not the call's.
+        let not_started = match (autostart, &self.mesh) {
+            (false, _) => None,
+            (true, Some(mesh)) => mesh.start_agent(&path).err(),
+            (true, None) => Some("this runtime cannot start another agent from a tool".to_owned()),
+        };
         let mut result = json!({
             "name": request.name,
             "id": plan.id,
@@ -292,7 +317,7 @@ impl Tool for CreateAdf {
             "parent_did": lineage,
             "files": built.files,
             "autostart": autostart,
-            "autostarted": false,
+            "autostarted": autostart && not_started.is_none(),
         });
         if let Some(object) = result.as_object_mut() {
             if let Some(did) = built.did {
@@ -305,10 +330,10 @@ impl Tool for CreateAdf {
                     json!(built.identity_rows_copied),
                 );
             }
-            if autostart {
+            if let Some(why) = &not_started {
                 object.insert(
                     "autostart_note".into(),
-                    Value::String(AUTOSTART_NOTE.into()),
+                    Value::String(format!("not started now: {why}. {AUTOSTART_NOTE}")),
                 );
             }
         }

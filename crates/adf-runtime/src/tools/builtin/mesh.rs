@@ -35,6 +35,10 @@ pub fn with_mesh(mesh: Arc<dyn Mesh>, home: Option<RuntimeHome>) -> Vec<Arc<dyn 
             mesh: Some(Arc::clone(&mesh)),
             home: home.clone(),
         }),
+        Arc::new(super::create_adf::CreateAdf::hosted(
+            Arc::clone(&mesh),
+            home.clone(),
+        )),
         Arc::new(AgentDiscover { mesh }),
     ]
 }

@@ -23,7 +23,7 @@ use adf_store::{StoreError, TimerRow, time};
 use serde_json::{Value, json};
 
 use crate::schedule::Schedule;
-use crate::tools::{Caller, ErrorCode, Tool, ToolContext, ToolError};
+use crate::tools::{ErrorCode, Tool, ToolContext, ToolError};
 
 /// The tools of this family.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
@@ -35,11 +35,6 @@ pub fn tools() -> Vec<Arc<dyn Tool>> {
 }
 
 const MAIN_LOOP: &str = "main";
-
-/// The inner loop a model caller runs in; `None` for `main`, code and the owner.
-fn inner_loop(caller: &Caller) -> Option<&str> {
-    caller.loop_name().filter(|name| *name != MAIN_LOOP)
-}
 
 /// A timer as the tools show it: the row with ISO companions for the epoch-ms times.
 fn timer_view(timer: &TimerRow) -> Value {
@@ -185,7 +180,7 @@ impl Tool for SetTimer {
                 "lambda and warm apply to system scope only; add \"system\" to scope or drop them",
             ));
         }
-        if let Some(inner) = inner_loop(cx.caller) {
+        if let Some(inner) = cx.caller.inner_loop() {
             if locked {
                 return Err(ToolError::invalid(format!(
                     "inner loop '{inner}' cannot create locked timers"
@@ -244,7 +239,7 @@ impl Tool for ListTimers {
             .get("include_expired")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let own_loop = inner_loop(cx.caller);
+        let own_loop = cx.caller.inner_loop();
         let timers: Vec<Value> = cx
             .file
             .timers()?
@@ -280,7 +275,7 @@ impl Tool for DeleteTimer {
             .file
             .timer(id)?
             .ok_or_else(|| ToolError::not_found(format!("timer {id} not found")))?;
-        if let Some(inner) = inner_loop(cx.caller)
+        if let Some(inner) = cx.caller.inner_loop()
             && timer.r#loop.as_deref() != Some(inner)
         {
             return Err(ToolError::failed(format!(
