@@ -172,14 +172,18 @@ pub(crate) async fn open_configured_connections(
             .map(|config| (*config).clone())
     })
     .await;
+    // Whenever nothing opens, the agent stays marked released, so its next state change
+    // tries again instead of finding nothing to reopen.
     let mut config = match config {
         Ok(Ok(config)) => config,
         Ok(Err(error)) => {
             tracing::warn!(agent = %agent.id, %error, "cannot read the config to open the declared network");
+            hub.mark_network_released(&agent.id);
             return;
         }
         Err(error) => {
             tracing::warn!(agent = %agent.id, %error, "reading the config to open the declared network failed");
+            hub.mark_network_released(&agent.id);
             return;
         }
     };
@@ -187,6 +191,7 @@ pub(crate) async fn open_configured_connections(
     // agent stored `off` and turned back on still reads `off` in its file.
     let live = agent.info().display_state;
     if live == "off" {
+        hub.mark_network_released(&agent.id);
         return;
     }
     if let Some(fields) = config.as_object_mut() {

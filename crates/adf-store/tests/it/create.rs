@@ -112,7 +112,10 @@ fn sto_01_to_05_pragmas_on_the_writer_connection() {
         .connection()
         .query_row("PRAGMA temp_store", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(guest_temp_store, 2, "a guest (route requests) keeps them in memory too");
+    assert_eq!(
+        guest_temp_store, 2,
+        "a guest (route requests) keeps them in memory too"
+    );
 }
 
 #[test]
