@@ -253,34 +253,21 @@ impl Serving {
     /// Guest connections serving keeps open for the agent `id` now (none once it has been
     /// idle for [`ServingLimits::idle_file_linger`]).
     pub fn kept_files(&self, id: &str) -> usize {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .map_or(0, |slot| slot.files.len())
+        self.existing_slot(id).map_or(0, |slot| slot.files.len())
     }
 
     /// Whether a request thread of the agent `id` runs now (none once the agent has been
     /// idle for [`ServingLimits::idle_file_linger`]), and how many it started so far.
     pub fn request_thread(&self, id: &str) -> (bool, u64) {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .map_or((false, 0), |slot| {
-                (slot.lane.is_running(), slot.lane.started())
-            })
+        self.existing_slot(id).map_or((false, 0), |slot| {
+            (slot.lane.is_running(), slot.lane.started())
+        })
     }
 
     /// Requests of the agent `id` whose bodies are read and that wait for its request thread
     /// (not counting the batch it runs now).
     pub fn waiting_requests(&self, id: &str) -> usize {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned();
+        let slot = self.existing_slot(id);
         slot.map_or(0, |slot| resolve::waiting(&slot))
     }
 
@@ -319,12 +306,7 @@ impl Serving {
 
     /// The open inbound WebSockets of the agent `id`, oldest first.
     pub fn connections(&self, id: &str) -> Vec<ConnectionInfo> {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned();
+        let slot = self.existing_slot(id);
         let mut open: Vec<ConnectionInfo> = slot
             .map(|slot| {
                 slot.connections
@@ -345,12 +327,7 @@ impl Serving {
         agent_id: &str,
         connection_id: &str,
     ) -> Option<tokio::sync::mpsc::Sender<ws::Outgoing>> {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(agent_id)
-            .cloned()?;
+        let slot = self.existing_slot(agent_id)?;
         slot.outlets
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -408,6 +385,15 @@ impl Serving {
             .collect();
         ids.sort();
         ids
+    }
+
+    /// The agent's serving state if it has any (it has served or holds a connection).
+    fn existing_slot(&self, id: &str) -> Option<Arc<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
     }
 
     fn slot(&self, id: &str) -> Arc<Slot> {

@@ -2031,7 +2031,7 @@ async fn srv_05_a_route_request_commits_once_and_a_throwing_lambda_keeps_only_it
 }
 
 /// Routes for the batch test: one that waits on a gate server, one that writes a file named
-/// by its query, one that writes and throws.
+/// by its query (the throwing one is `WRITING_ROUTES`' `throws`).
 const BATCH_ROUTES: &str = r#"
 export async function hold(req) {
   const answer = await adf.sys_fetch({ url: req.query.gate });
@@ -2040,11 +2040,6 @@ export async function hold(req) {
 export async function numbered(req) {
   await adf.fs_write({ path: `data/k${req.query.n}.txt`, content: "kept", mode: "write" });
   return { status: 200, body: "kept " + req.query.n };
-}
-export async function throws(req) {
-  await adf.fs_write({ path: "data/half.txt", content: "half", mode: "write" });
-  await adf.emit_event({ type: "custom.before_throw", payload: { n: 1 } });
-  throw new Error("after a write");
 }
 "#;
 
@@ -2061,9 +2056,12 @@ async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_th
         json!([
             { "method": "GET", "path": "/hold", "lambda": "lib/batch.ts:hold" },
             { "method": "GET", "path": "/numbered", "lambda": "lib/batch.ts:numbered" },
-            { "method": "GET", "path": "/throws", "lambda": "lib/batch.ts:throws" },
+            { "method": "GET", "path": "/throws", "lambda": "lib/writes.ts:throws" },
         ]),
-        &[("lib/batch.ts", BATCH_ROUTES)],
+        &[
+            ("lib/batch.ts", BATCH_ROUTES),
+            ("lib/writes.ts", WRITING_ROUTES),
+        ],
         &[("security.allow_local_fetch", json!(true))],
     )
     .await;
