@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -85,6 +85,8 @@ struct Inner {
     /// The top-level fields of the last request body that passed the zero-latency check,
     /// slices of that body (see [`crate::scan`]).
     seen: Mutex<Vec<(Bytes, Bytes)>>,
+    /// TCP connections accepted so far (see [`MockProvider::connections_accepted`]).
+    connections: AtomicU64,
 }
 
 /// The turn [`MockProvider::repeat`] set, how many times one was set (a rendering made from
@@ -174,6 +176,7 @@ impl MockProvider {
             arrived: tokio::sync::watch::Sender::new(0),
             models: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
+            connections: AtomicU64::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         #[allow(clippy::expect_used)]
@@ -184,7 +187,9 @@ impl MockProvider {
         let addr = listener.local_addr().expect("adf-testkit: local_addr");
         // A vendor's server answers without Nagle's delay; without this a reply written in
         // more than one segment can wait for the client's ACK of the first.
-        let listener = listener.tap_io(|stream| {
+        let counted = inner.clone();
+        let listener = listener.tap_io(move |stream| {
+            counted.connections.fetch_add(1, Ordering::SeqCst);
             let _ = stream.set_nodelay(true);
         });
         let task = tokio::spawn(async move {
@@ -286,6 +291,12 @@ impl MockProvider {
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.inner.requests).clone()
+    }
+
+    /// How many TCP connections the server accepted so far: a client that keeps its
+    /// connections alive sends many requests over one.
+    pub fn connections_accepted(&self) -> u64 {
+        self.inner.connections.load(Ordering::SeqCst)
     }
 
     /// How many requests were received.
