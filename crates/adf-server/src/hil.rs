@@ -530,7 +530,8 @@ impl TurnScope {
             Self {
                 agent: Arc::clone(agent),
                 events,
-                resolver: crate::settings::runtime_resolver(hub.home()),
+                resolver: crate::settings::runtime_resolver(hub.home())
+                    .with_io_runtime(hub.io_runtime()),
                 turn,
                 abort,
             },
