@@ -1265,3 +1265,37 @@ fn without_an_io_runtime_each_turn_runtime_connects_anew() {
         "a connection dies with the runtime that opened it"
     );
 }
+
+#[test]
+fn dropping_the_turn_cancels_its_request_on_the_io_runtime() {
+    let (io, mock) = io_runtime_with_mock();
+    mock.hold_until(u64::MAX).push(Turn::text("never sent"));
+    let m = resolver()
+        .with_io_runtime(Some(io.handle().clone()))
+        .resolve(
+            &config(&mock, "openai", json!({"model_id": "m"})),
+            Some(ApiKey::new(KEY)),
+        )
+        .unwrap();
+    let turn = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let req = m.request(None, vec![Message::user_text("hi")], vec![]);
+    turn.block_on(async {
+        tokio::select! {
+            reply = m.provider.complete(&req) => panic!("the held request was answered: {reply:?}"),
+            () = mock.requests_arrived(1) => {}
+        }
+    });
+    // The turn's future is gone; its request, sent on the I/O runtime, must go with it: the
+    // mock sees the connection close while it holds the answer. The timeout only turns a
+    // failure into a panic instead of a hang.
+    let cancelled = io.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), mock.requests_abandoned(1)).await
+    });
+    assert!(
+        cancelled.is_ok(),
+        "the request outlived the turn that sent it"
+    );
+}
