@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -213,14 +214,186 @@ pub(crate) trait SseParser: Send + 'static {
     fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError>;
 }
 
+/// How many body chunks a relayed response buffers ahead of the turn reading them.
+const RELAY_CHUNKS: usize = 16;
+
+/// How long a relay keeps reading the rest of a reply the turn already finished (the end of
+/// the chunked body after the format's end marker), so the connection goes back to the pool;
+/// past this a server still talking loses the connection.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// A response's status line, headers and body, read either where the request was sent
+/// (`Direct`) or on the long-lived runtime that sent it, chunk by chunk (`Relayed`).
+pub(crate) enum Reply {
+    /// Sent on the caller's runtime.
+    Direct(reqwest::Response),
+    /// Sent on the I/O runtime; the body arrives through [`Relay`].
+    Relayed {
+        status: reqwest::StatusCode,
+        headers: reqwest::header::HeaderMap,
+        body: Relay,
+    },
+}
+
+/// A response body read on another runtime: its chunks in order, and the reading task,
+/// aborted when this is dropped before the reply was complete (a cancelled or aborted turn
+/// cancels the request it was waiting for).
+pub(crate) struct Relay {
+    chunks: tokio::sync::mpsc::Receiver<reqwest::Result<bytes::Bytes>>,
+    task: AbortOnDrop,
+}
+
+/// Aborts the relay task on drop unless the reply was marked complete.
+struct AbortOnDrop {
+    task: tokio::task::AbortHandle,
+    complete: Arc<AtomicBool>,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if !self.complete.load(Ordering::Acquire) {
+            self.task.abort();
+        }
+    }
+}
+
+/// A body being read: a direct response's byte stream or a relay.
+pub(crate) enum Body {
+    Direct(futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>),
+    Relayed(Relay),
+}
+
+impl Body {
+    async fn next(&mut self) -> Option<reqwest::Result<bytes::Bytes>> {
+        match self {
+            Body::Direct(stream) => stream.next().await,
+            Body::Relayed(relay) => relay.chunks.recv().await,
+        }
+    }
+
+    /// The parser saw the reply's end: a relay reads what is left of the body (instead of
+    /// being aborted when the turn drops it), so its connection is kept alive for the next.
+    fn complete(&self) {
+        if let Body::Relayed(relay) = self {
+            relay.task.complete.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Reply {
+    pub(crate) fn status(&self) -> reqwest::StatusCode {
+        match self {
+            Reply::Direct(resp) => resp.status(),
+            Reply::Relayed { status, .. } => *status,
+        }
+    }
+
+    pub(crate) fn headers(&self) -> &reqwest::header::HeaderMap {
+        match self {
+            Reply::Direct(resp) => resp.headers(),
+            Reply::Relayed { headers, .. } => headers,
+        }
+    }
+
+    /// The whole body as text (an error reply's); empty when it cannot be read.
+    pub(crate) async fn text(self) -> String {
+        match self {
+            Reply::Direct(resp) => resp.text().await.unwrap_or_default(),
+            Reply::Relayed { mut body, .. } => {
+                let mut bytes = Vec::new();
+                while let Some(chunk) = body.chunks.recv().await {
+                    match chunk {
+                        Ok(chunk) => bytes.extend_from_slice(&chunk),
+                        Err(_) => return String::new(),
+                    }
+                }
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+        }
+    }
+
+    fn into_body(self) -> Body {
+        match self {
+            Reply::Direct(resp) => Body::Direct(Box::pin(resp.bytes_stream())),
+            Reply::Relayed { body, .. } => Body::Relayed(body),
+        }
+    }
+}
+
+/// Sends `rb`. With no `io` runtime, here, as any request. With one, the exchange (sending,
+/// then reading the body) runs there and the bytes come back through a channel: the shared
+/// client's connections then live on that runtime, so a caller whose runtime is dropped
+/// after each turn (the daemon's turns) still finds them kept alive for its next request.
+pub(crate) async fn exchange(
+    provider: &str,
+    rb: reqwest::RequestBuilder,
+    io: Option<&tokio::runtime::Handle>,
+) -> Result<Reply, ProviderError> {
+    let Some(io) = io else {
+        return rb
+            .send()
+            .await
+            .map(Reply::Direct)
+            .map_err(|e| transport_error(provider, &e));
+    };
+    let (head_tx, head_rx) = tokio::sync::oneshot::channel();
+    let (chunk_tx, chunks) = tokio::sync::mpsc::channel(RELAY_CHUNKS);
+    let complete = Arc::new(AtomicBool::new(false));
+    let finished = Arc::clone(&complete);
+    let task = io.spawn(async move {
+        let mut resp = match rb.send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                let _ = head_tx.send(Err(e));
+                return;
+            }
+        };
+        let head = (resp.status(), std::mem::take(resp.headers_mut()));
+        if head_tx.send(Ok(head)).is_err() {
+            return;
+        }
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let failed = chunk.is_err();
+            if chunk_tx.send(chunk).await.is_err() {
+                if finished.load(Ordering::Acquire) {
+                    let rest = async { while let Some(Ok(_)) = body.next().await {} };
+                    let _ = tokio::time::timeout(DRAIN_LIMIT, rest).await;
+                }
+                return;
+            }
+            if failed {
+                return;
+            }
+        }
+    });
+    // Made before the first await: a turn cancelled while waiting for the head aborts the
+    // request too.
+    let task = AbortOnDrop {
+        task: task.abort_handle(),
+        complete,
+    };
+    match head_rx.await {
+        Ok(Ok((status, headers))) => Ok(Reply::Relayed {
+            status,
+            headers,
+            body: Relay { chunks, task },
+        }),
+        Ok(Err(e)) => Err(transport_error(provider, &e)),
+        Err(_) => Err(ProviderError::Transient {
+            provider: provider.to_owned(),
+            status: None,
+            message: "the daemon's HTTP runtime stopped before the response arrived".into(),
+            retry_after: None,
+            attempts: 1,
+        }),
+    }
+}
+
 /// Adapts a streaming HTTP response into an [`EventStream`].
-pub(crate) fn sse_events<P: SseParser>(
-    provider: String,
-    resp: reqwest::Response,
-    parser: P,
-) -> EventStream {
-    struct St<S, P> {
-        body: S,
+pub(crate) fn sse_events<P: SseParser>(provider: String, resp: Reply, parser: P) -> EventStream {
+    struct St<P> {
+        body: Body,
         sse: super::sse::SseDecoder,
         parser: P,
         pending: VecDeque<StreamEvent>,
@@ -228,7 +401,7 @@ pub(crate) fn sse_events<P: SseParser>(
         provider: String,
     }
     let st = St {
-        body: Box::pin(resp.bytes_stream()),
+        body: resp.into_body(),
         sse: super::sse::SseDecoder::default(),
         parser,
         pending: VecDeque::new(),
@@ -261,6 +434,7 @@ pub(crate) fn sse_events<P: SseParser>(
             match event {
                 Some(Ok(ev)) => match st.parser.feed(&ev.event, &ev.data, &mut st.pending) {
                     Ok(true) => {
+                        st.body.complete();
                         if let Err(e) = st.parser.finish(&mut st.pending) {
                             st.done = true;
                             return Some((Err(e), st));

@@ -226,6 +226,9 @@ pub struct HttpProvider {
     /// when it parses: parsing it for every request cost about 2% of a turn against a local
     /// server. One that does not parse is handed to reqwest as text, to report as before.
     endpoint: (String, Option<reqwest::Url>),
+    /// The long-lived runtime model requests are sent and read on (see
+    /// [`with_io_runtime`](Self::with_io_runtime)); none: the caller's.
+    io: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for HttpProvider {
@@ -266,7 +269,18 @@ impl HttpProvider {
             prompt_cache: true,
             daemon_record: control::daemon_record_path(&|name| std::env::var(name).ok()),
             tools_json: http::ToolsJson::default(),
+            io: None,
         }
+    }
+
+    /// Sends each request and reads its reply on `io` (a runtime with I/O and time enabled
+    /// that outlives the callers), handing the bytes back through a channel. Connections are
+    /// tied to the runtime that opened them, so a caller that runs each turn on a fresh runtime
+    /// (the daemon) keeps them alive across turns only this way. Dropping the caller's future
+    /// still cancels the request.
+    pub fn with_io_runtime(mut self, io: Option<tokio::runtime::Handle>) -> Self {
+        self.io = io;
+        self
     }
 
     /// Reads the daemon record at `path` (none: only this process's control APIs) before each
@@ -424,16 +438,14 @@ impl HttpProvider {
         };
         control::refuse_control_api(&self.id, url, self.daemon_record.as_deref()).await?;
         tracing::debug!(target: "adf::provider", provider = %self.id, %url, model = %req.model, "model request");
-        let resp = rb
+        let rb = rb
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| http::transport_error(&self.id, &e))?;
+            .body(body);
+        let resp = http::exchange(&self.id, rb, self.io.as_ref()).await?;
         let status = resp.status();
         if !status.is_success() {
             let headers = resp.headers().clone();
-            let text = resp.text().await.unwrap_or_default();
+            let text = resp.text().await;
             return Err(http::status_error(
                 &self.id,
                 self.kind,

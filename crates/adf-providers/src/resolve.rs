@@ -110,6 +110,7 @@ pub struct Resolver {
     runtime_keys: HashMap<String, ApiKey>,
     env: EnvFn,
     observer: Option<RetryObserver>,
+    io: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for Resolver {
@@ -137,7 +138,15 @@ impl Resolver {
             runtime_keys: HashMap::new(),
             env: Arc::new(|k| std::env::var(k).ok()),
             observer: None,
+            io: None,
         }
+    }
+
+    /// The runtime the providers this resolver builds send their requests on
+    /// ([`HttpProvider::with_io_runtime`]).
+    pub fn with_io_runtime(mut self, io: Option<tokio::runtime::Handle>) -> Self {
+        self.io = io;
+        self
     }
 
     /// Replaces the environment lookup (tests; embedding runtimes with their own settings).
@@ -272,7 +281,8 @@ impl Resolver {
         let provider = HttpProvider::new(id.clone(), pc.kind, &base_url, key)
             .with_retry(retry)
             .with_request_delay(Duration::from_millis(pc.request_delay_ms))
-            .with_daemon_record(super::control::daemon_record_path(&*self.env));
+            .with_daemon_record(super::control::daemon_record_path(&*self.env))
+            .with_io_runtime(self.io.clone());
         Ok(ResolvedModel {
             provider: Arc::new(provider),
             model_id,

@@ -532,7 +532,8 @@ impl TurnScope {
             Self {
                 agent: Arc::clone(agent),
                 events,
-                resolver: crate::settings::runtime_resolver(hub.home()),
+                resolver: crate::settings::runtime_resolver(hub.home())
+                    .with_io_runtime(hub.io_runtime()),
                 mesh_updates: agent.mesh_updates(|| {
                     let mesh: Arc<dyn adf_runtime::messaging::Mesh> = hub.mesh().clone();
                     mesh

@@ -48,6 +48,10 @@ pub(crate) struct Hub {
     /// Agents whose network was released (`off`, unload): leaving `off` opens their
     /// declared `ws_connections` and `stream_bindings` again.
     network_released: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The runtime the hub was made on (the daemon's), which outlives every turn: model
+    /// requests are sent on it so their connections stay alive across turns, each of which
+    /// runs on a runtime of its own. `None` when the hub was made outside a runtime.
+    io: Option<tokio::runtime::Handle>,
 }
 
 impl Hub {
@@ -105,8 +109,14 @@ impl Hub {
                 umbilical: adf_net::umbilical::UmbilicalLogs::default(),
                 streams,
                 network_released: std::sync::Mutex::default(),
+                io: tokio::runtime::Handle::try_current().ok(),
             }
         })
+    }
+
+    /// The daemon's long-lived runtime, for model requests (see the field).
+    pub(crate) fn io_runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.io.clone()
     }
 
     pub(crate) fn registry(&self) -> &AgentRegistry {

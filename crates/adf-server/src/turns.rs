@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
-use adf_runtime::executor::{Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost};
+use adf_runtime::executor::{
+    Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost, WireCaches,
+};
 use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
 use adf_store::{AdfFile, StoreError};
@@ -538,6 +540,20 @@ fn announce_turned_off(file: &AdfFile, before: &Value, scope: &TurnScope) {
     );
 }
 
+thread_local! {
+    /// The wire caches of the agent whose store worker this thread is (turns run on their
+    /// agent's worker, one thread per open file): each turn gets a new executor, and these let
+    /// it reuse the request JSON of earlier turns' messages instead of encoding the whole
+    /// conversation again. Made on a worker's first turn and dropped with the thread when the
+    /// agent's file is idle-released, so an idle agent holds none.
+    static WIRE_CACHES: Arc<WireCaches> = Arc::default();
+}
+
+/// This worker thread's wire caches (see [`WIRE_CACHES`]).
+fn worker_wire_caches() -> Arc<WireCaches> {
+    WIRE_CACHES.with(Arc::clone)
+}
+
 /// The executor for a daemon turn, with the config's model resolved (the error when none can
 /// be reached) and the sink that collects its code's `emit_event` calls.
 fn turn_executor(
@@ -553,6 +569,7 @@ fn turn_executor(
         .resolve(config, None)?;
     let custom = Arc::new(crate::taps::CustomEvents::default());
     let executor = Executor::from_resolved(resolved, retries)
+        .with_wire_caches(WireCaches::clone(&worker_wire_caches()))
         .with_registry(registry)
         .with_event_sink(custom.clone())
         .with_mesh_updates(scope.mesh_updates.clone());
@@ -620,4 +637,25 @@ fn turn_results(
             (name, result)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod wire_cache_tests {
+    use super::*;
+
+    #[test]
+    fn wire_caches_are_kept_per_worker_thread_and_dropped_when_it_exits() {
+        let (shared, left) = std::thread::spawn(|| {
+            let first = worker_wire_caches();
+            let again = worker_wire_caches();
+            (Arc::ptr_eq(&first, &again), Arc::downgrade(&first))
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the worker thread panicked"));
+        assert!(shared, "every turn of one worker shares its caches");
+        assert!(
+            left.upgrade().is_none(),
+            "a released worker's caches go with its thread"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -85,6 +85,10 @@ struct Inner {
     /// The top-level fields of the last request body that passed the zero-latency check,
     /// slices of that body (see [`crate::scan`]).
     seen: Mutex<Vec<(Bytes, Bytes)>>,
+    /// TCP connections accepted so far (see [`MockProvider::connections_accepted`]).
+    connections: AtomicU64,
+    /// Requests whose client went away before their answer was ready.
+    abandoned: tokio::sync::watch::Sender<u64>,
 }
 
 /// The turn [`MockProvider::repeat`] set, how many times one was set (a rendering made from
@@ -174,6 +178,8 @@ impl MockProvider {
             arrived: tokio::sync::watch::Sender::new(0),
             models: Mutex::new(None),
             seen: Mutex::new(Vec::new()),
+            connections: AtomicU64::new(0),
+            abandoned: tokio::sync::watch::Sender::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         #[allow(clippy::expect_used)]
@@ -184,7 +190,9 @@ impl MockProvider {
         let addr = listener.local_addr().expect("adf-testkit: local_addr");
         // A vendor's server answers without Nagle's delay; without this a reply written in
         // more than one segment can wait for the client's ACK of the first.
-        let listener = listener.tap_io(|stream| {
+        let counted = inner.clone();
+        let listener = listener.tap_io(move |stream| {
+            counted.connections.fetch_add(1, Ordering::SeqCst);
             let _ = stream.set_nodelay(true);
         });
         let task = tokio::spawn(async move {
@@ -288,6 +296,22 @@ impl MockProvider {
         lock(&self.inner.requests).clone()
     }
 
+    /// How many TCP connections the server accepted so far: a client that keeps its
+    /// connections alive sends many requests over one.
+    pub fn connections_accepted(&self) -> u64 {
+        self.inner.connections.load(Ordering::SeqCst)
+    }
+
+    /// Returns once `count` requests were abandoned in total: their client closed the
+    /// connection while the mock was still preparing the answer (held by
+    /// [`hold_until`](Self::hold_until) or a turn's delay). The event that shows a cancelled
+    /// request really went away rather than being left running.
+    pub async fn requests_abandoned(&self, count: u64) {
+        let mut abandoned = self.inner.abandoned.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive: the channel cannot close.
+        let _ = abandoned.wait_for(|n| *n >= count).await;
+    }
+
     /// How many requests were received.
     pub fn request_count(&self) -> usize {
         lock(&self.inner.requests).len()
@@ -342,8 +366,33 @@ fn json_response(status: u16, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// Counts a request as abandoned when dropped armed: the server drops a handler whose client
+/// closed the connection before the answer was ready.
+struct Abandoned(Option<Arc<Inner>>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            inner.abandoned.send_modify(|n| *n += 1);
+        }
+    }
+}
+
 async fn handle(
     State(inner): State<Arc<Inner>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut pending = Abandoned(Some(inner.clone()));
+    let response = answer(inner, method, uri, headers, body).await;
+    pending.0 = None;
+    response
+}
+
+async fn answer(
+    inner: Arc<Inner>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,

@@ -199,3 +199,31 @@ async fn zero_latency_repeat_replies_are_the_scripted_bytes_for_each_request() {
         }
     }
 }
+
+#[tokio::test]
+async fn connections_are_counted_per_tcp_connection_not_per_request() {
+    let mock = MockProvider::openai().await;
+    mock.repeat(Turn::text("hi"));
+    assert_eq!(mock.connections_accepted(), 0);
+    let send = |client: &reqwest::Client| {
+        client
+            .post(format!("http://{}/v1/chat/completions", mock.addr()))
+            .json(&json!({"model": "m", "messages": []}))
+            .send()
+    };
+    let kept = client();
+    for _ in 0..3 {
+        let resp = send(&kept).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.text().await.unwrap();
+    }
+    assert_eq!(mock.connections_accepted(), 1, "one kept-alive connection");
+    let fresh = client();
+    send(&fresh).await.unwrap().text().await.unwrap();
+    assert_eq!(
+        mock.connections_accepted(),
+        2,
+        "a second client connects anew"
+    );
+    assert_eq!(mock.request_count(), 4);
+}

@@ -1171,3 +1171,131 @@ async fn anthropic_tool_list_follows_the_request() {
 async fn openai_tool_list_follows_the_request() {
     tool_list_follows_the_request(Wire::OpenAi, "openai").await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Connections across the daemon's per-turn runtimes
+// ---------------------------------------------------------------------------------------------
+
+/// Sends one request per prompt, each on a fresh current-thread runtime dropped right after
+/// it, as the daemon runs each turn; the text of each reply, or its error.
+fn turns_on_fresh_runtimes(m: &ResolvedModel, prompts: &[&str]) -> Vec<Result<String, String>> {
+    prompts
+        .iter()
+        .map(|prompt| {
+            let turn = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let req = m.request(None, vec![Message::user_text(*prompt)], vec![]);
+            turn.block_on(m.provider.complete(&req))
+                .map(|reply| {
+                    reply
+                        .content
+                        .iter()
+                        .filter_map(|block| match block {
+                            ContentBlock::Text { text } => Some(text.clone()),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// A runtime that outlives the turns, serving `mock` and the resolved model.
+fn io_runtime_with_mock() -> (tokio::runtime::Runtime, MockProvider) {
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mock = io.block_on(MockProvider::openai());
+    (io, mock)
+}
+
+#[test]
+fn requests_sent_on_an_io_runtime_reuse_one_connection_across_turn_runtimes() {
+    let (io, mock) = io_runtime_with_mock();
+    mock.push_all([
+        Turn::text("one"),
+        Turn::error(400, "bad thing"),
+        Turn::text("three"),
+        Turn::text("four"),
+    ]);
+    let m = resolver()
+        .with_io_runtime(Some(io.handle().clone()))
+        .resolve(
+            &config(&mock, "openai", json!({"model_id": "m"})),
+            Some(ApiKey::new(KEY)),
+        )
+        .unwrap();
+    let replies = turns_on_fresh_runtimes(&m, &["a", "b", "c", "d"]);
+    assert_eq!(replies[0], Ok("one".to_owned()));
+    let error = replies[1].as_ref().unwrap_err();
+    assert!(
+        error.starts_with("mock rejected the request (400): bad thing"),
+        "an error body read through the relay: {error}"
+    );
+    assert_eq!(
+        replies[2..],
+        [Ok("three".to_owned()), Ok("four".to_owned())]
+    );
+    assert_eq!(mock.request_count(), 4);
+    assert_eq!(
+        mock.connections_accepted(),
+        1,
+        "every turn's request went over the one kept-alive connection"
+    );
+}
+
+#[test]
+fn without_an_io_runtime_each_turn_runtime_connects_anew() {
+    let (_io, mock) = io_runtime_with_mock();
+    mock.repeat(Turn::text("same"));
+    let m = resolve(&mock, "openai", json!({"model_id": "m"}));
+    let replies = turns_on_fresh_runtimes(&m, &["a", "b", "c"]);
+    assert!(
+        replies.iter().all(|r| r.as_deref() == Ok("same")),
+        "{replies:?}"
+    );
+    assert_eq!(
+        mock.connections_accepted(),
+        3,
+        "a connection dies with the runtime that opened it"
+    );
+}
+
+#[test]
+fn dropping_the_turn_cancels_its_request_on_the_io_runtime() {
+    let (io, mock) = io_runtime_with_mock();
+    mock.hold_until(u64::MAX).push(Turn::text("never sent"));
+    let m = resolver()
+        .with_io_runtime(Some(io.handle().clone()))
+        .resolve(
+            &config(&mock, "openai", json!({"model_id": "m"})),
+            Some(ApiKey::new(KEY)),
+        )
+        .unwrap();
+    let turn = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let req = m.request(None, vec![Message::user_text("hi")], vec![]);
+    turn.block_on(async {
+        tokio::select! {
+            reply = m.provider.complete(&req) => panic!("the held request was answered: {reply:?}"),
+            () = mock.requests_arrived(1) => {}
+        }
+    });
+    // The turn's future is gone; its request, sent on the I/O runtime, must go with it: the
+    // mock sees the connection close while it holds the answer. The timeout only turns a
+    // failure into a panic instead of a hang.
+    let cancelled = io.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), mock.requests_abandoned(1)).await
+    });
+    assert!(
+        cancelled.is_ok(),
+        "the request outlived the turn that sent it"
+    );
+}

@@ -86,3 +86,43 @@ async fn trg_13_chat_starts_an_owner_turn_and_an_agent_scope_trigger_starts_a_tu
     );
     h.stop().await;
 }
+
+/// Each turn runs on a runtime of its own, dropped after it; the model requests of all of them
+/// go out on the daemon's runtime, so they share one kept-alive connection to the vendor
+/// instead of a TCP (and, against a real vendor, TLS) handshake per turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_turns_of_an_agent_reuse_one_model_connection() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "fs_write",
+            json!({ "path": "notes/a.md", "mode": "write", "content": "a" }),
+        ),
+        Turn::text("reply one"),
+        Turn::text("reply two"),
+        Turn::text("reply three"),
+        Turn::text("reply four"),
+    ]);
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    for (message, reply) in [
+        ("first", "reply one"),
+        ("second", "reply two"),
+        ("third", "reply three"),
+        ("fourth", "reply four"),
+    ] {
+        chat(&h, &agent, message).await;
+        wait_for(reply, || async {
+            loop_texts(&agent).await.iter().any(|t| t.contains(reply))
+        })
+        .await;
+    }
+    assert_eq!(mock.request_count(), 5, "four turns, one with a tool call");
+    assert_eq!(
+        mock.connections_accepted(),
+        1,
+        "every turn's model requests went over one kept-alive connection"
+    );
+    h.stop().await;
+}

@@ -421,6 +421,11 @@ async fn abort_of_a_turn_waiting_for_a_slow_provider_frees_the_agent() {
     assert_eq!(body["aborted"], true);
     turn_ended(&h, &agent).await;
     assert_eq!(checkpoint_status(&agent).await, "in_progress");
+    // The model request (sent on the daemon's runtime, not the turn's) went with the turn:
+    // the mock saw its client leave before the delayed answer.
+    tokio::time::timeout(Duration::from_secs(30), mock.requests_abandoned(1))
+        .await
+        .expect("the aborted turn's model request was cancelled");
 
     mock.push(Turn::text("Here now."));
     chat(&h, &agent, "hello again").await;
