@@ -482,6 +482,9 @@ function tokenText(tokens, model) {
 
 async function renderPending(box, base) {
   const [tasks, asks] = await Promise.all([api('GET', `${base}/tasks?status=pending_approval`), api('GET', `${base}/asks`)]);
+  // Events redraw this list while the owner may be typing an answer: keep what they typed.
+  const typed = new Map([...box.querySelectorAll('input[data-ask-input]')].map((input) => [input.dataset.askInput, input.value]));
+  const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.askInput : undefined;
   clear(box);
   for (const task of (tasks.ok ? tasks.data.tasks : [])) {
     box.append(h('div', { class: 'card pending', 'data-task': task.id, role: 'group', 'aria-label': `Approval for ${task.tool}` },
@@ -492,6 +495,7 @@ async function renderPending(box, base) {
   }
   for (const ask of (asks.ok ? asks.data.asks : [])) {
     const answer = h('input', { type: 'text', 'data-ask-input': ask.requestId });
+    if (typed.has(ask.requestId)) answer.value = typed.get(ask.requestId);
     box.append(h('form', { class: 'card pending', 'data-ask': ask.requestId, onsubmit: async (e) => {
       e.preventDefault();
       const r = await api('POST', `${base}/asks/${encodeURIComponent(ask.requestId)}/respond`, { answer: answer.value });
@@ -499,6 +503,7 @@ async function renderPending(box, base) {
       renderPending(box, base);
     } }, h('strong', { text: 'The agent asks:' }), h('p', { text: ask.question }),
       h('div', { class: 'row' }, h('label', {}, 'Your answer', answer), h('button', { class: 'primary', type: 'submit' }, 'Answer'))));
+    if (focused === ask.requestId) answer.focus();
   }
 }
 

@@ -130,6 +130,24 @@ async fn click(c: &Client, selector: &str) {
     }
 }
 
+/// Types `text` into `selector`, looking it up again when the page replaced it before the
+/// keys landed (as [`click`] does).
+async fn fill(c: &Client, selector: &str, text: &str) {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        match css(c, selector).await.send_keys(text).await {
+            Ok(()) => return,
+            Err(error) if error.is_stale_element_reference() => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{selector} kept being replaced: {error}"
+                );
+            }
+            Err(error) => panic!("typing into {selector}: {error}"),
+        }
+    }
+}
+
 async fn css(c: &Client, selector: &str) -> fantoccini::elements::Element {
     c.wait()
         .at_most(GUARD)
@@ -365,7 +383,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     click(&c, "#chat-send").await;
-    let answer = css(&c, "input[data-ask-input]").await;
+    css(&c, "input[data-ask-input]").await;
     assert!(
         css(&c, "#pending")
             .await
@@ -374,7 +392,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
             .unwrap()
             .contains("Which colour should the report be?")
     );
-    answer.send_keys("teal, please").await.unwrap();
+    fill(&c, "input[data-ask-input]", "teal, please").await;
     shot(&c, &shots, "4-ask").await;
     click(&c, "form[data-ask] button[type=submit]").await;
     until(
