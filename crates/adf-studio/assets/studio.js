@@ -503,7 +503,7 @@ async function renderPending(box, base) {
       renderPending(box, base);
     } }, h('strong', { text: 'The agent asks:' }), h('p', { text: ask.question }),
       h('div', { class: 'row' }, h('label', {}, 'Your answer', answer), h('button', { class: 'primary', type: 'submit' }, 'Answer'))));
-    if (focused === ask.requestId) answer.focus();
+    if (focused === ask.requestId) answer.focus({ preventScroll: true });
   }
 }
 

@@ -119,7 +119,13 @@ async fn click(c: &Client, selector: &str) {
     loop {
         match css(c, selector).await.click().await {
             Ok(()) => return,
-            Err(error) if error.is_stale_element_reference() => {
+            // Replaced by a redraw, not laid out yet, or under something mid-redraw.
+            Err(error)
+                if error.is_stale_element_reference()
+                    || error.is_element_not_interactable()
+                    || matches!(&error, fantoccini::error::CmdError::Standard(w)
+                        if w.error == fantoccini::error::ErrorStatus::ElementClickIntercepted) =>
+            {
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "{selector} kept being replaced: {error}"
@@ -131,13 +137,16 @@ async fn click(c: &Client, selector: &str) {
 }
 
 /// Types `text` into `selector`, looking it up again when the page replaced it before the
-/// keys landed (as [`click`] does).
+/// keys landed or it cannot take them yet (as [`click`] does).
 async fn fill(c: &Client, selector: &str, text: &str) {
     let deadline = tokio::time::Instant::now() + GUARD;
     loop {
         match css(c, selector).await.send_keys(text).await {
             Ok(()) => return,
-            Err(error) if error.is_stale_element_reference() => {
+            // Replaced by a redraw, or not laid out yet after one.
+            Err(error)
+                if error.is_stale_element_reference() || error.is_element_not_interactable() =>
+            {
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "{selector} kept being replaced: {error}"
