@@ -416,6 +416,11 @@ fn resolve_batch(
         });
     }
     shared.settle(&file);
+    for (index, key, ttl, shaped) in shared.to_cache {
+        if !shared.lost.contains(&index) {
+            slot.cache.put(key, ttl, Instant::now(), shaped);
+        }
+    }
     for lost in shared.lost {
         if let Some(answer) = answers.get_mut(lost) {
             *answer = Resolved::answer(Shaped::error(
@@ -442,6 +447,8 @@ struct Batch {
     current: usize,
     /// Requests whose rows a failed commit rolled back.
     lost: Vec<usize>,
+    /// Responses to cache once their request's rows committed: request, key, time to live.
+    to_cache: Vec<(usize, String, Duration, Shaped)>,
 }
 
 impl Batch {
@@ -451,6 +458,7 @@ impl Batch {
             open_since: None,
             current: 0,
             lost: Vec::new(),
+            to_cache: Vec::new(),
         }
     }
 
@@ -462,7 +470,7 @@ impl Batch {
             return;
         }
         self.open_since = None;
-        if self.shared && transaction_statement(file, "BEGIN IMMEDIATE").is_ok() {
+        if self.shared && file.run_cached("BEGIN IMMEDIATE").is_ok() {
             self.open_since = Some(index);
         }
     }
@@ -477,19 +485,14 @@ impl Batch {
         if file.connection().is_autocommit() {
             return;
         }
-        if let Err(error) = transaction_statement(file, "COMMIT") {
+        if let Err(error) = file.run_cached("COMMIT") {
             tracing::warn!(%error, "cannot commit a batch of route requests");
-            if !file.connection().is_autocommit() {
-                let _ = file.connection().execute_batch("ROLLBACK");
+            if let Err(error) = file.rollback_open_transaction() {
+                tracing::warn!(%error, "cannot roll back a batch of route requests");
             }
             self.lost.extend(since..=self.current);
         }
     }
-}
-
-fn transaction_statement(file: &AdfFile, sql: &str) -> Result<(), adf_store::StoreError> {
-    file.connection().prepare_cached(sql)?.execute([])?;
-    Ok(())
 }
 
 /// Where the tables whose rows are trigger events end now (see [`RowsThrough`]); `None`
@@ -713,12 +716,13 @@ fn run_route(
     if let Some(ttl) = ttl
         && is_get
     {
-        slot.cache.put(
+        // Cached only once the rows behind it committed (after the batch).
+        batch.to_cache.push((
+            batch.current,
             cache_key,
             Duration::from_millis(ttl),
-            Instant::now(),
             shaped.clone(),
-        );
+        ));
     }
     shaped
 }

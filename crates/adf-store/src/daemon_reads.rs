@@ -154,6 +154,14 @@ impl AdfFile {
             .optional()?)
     }
 
+    /// Runs one parameterless transaction-control statement (`BEGIN IMMEDIATE`, `SAVEPOINT x`,
+    /// `RELEASE x`, `COMMIT`, ...) through the connection's statement cache: callers that
+    /// shape their own transactions around many store calls (route requests) run these per
+    /// request, and parsing them each time showed in profiles.
+    pub fn run_cached(&self, sql: &str) -> Result<()> {
+        Ok(crate::file::run_cached(&self.conn, sql)?)
+    }
+
     /// Rolls back a transaction left open (a turn cancelled while a tool call's transaction
     /// was open); true when there was one.
     pub fn rollback_open_transaction(&self) -> Result<bool> {

@@ -480,7 +480,7 @@ pub async fn run_lambda_closing(
 ) -> CodeRun {
     let source = lambda.source();
     let enclosing = !file.connection().is_autocommit();
-    let own = !enclosing && run_statement(file, "BEGIN IMMEDIATE").is_ok();
+    let own = !enclosing && file.run_cached("BEGIN IMMEDIATE").is_ok();
     log_execute(
         file,
         "lambda",
@@ -542,7 +542,7 @@ fn open_run_savepoint(file: &AdfFile) -> Option<i64> {
         .prepare_cached("SELECT COALESCE(max(id), 0) FROM adf_logs")
         .and_then(|mut newest| newest.query_row([], |row| row.get(0)))
         .ok()?;
-    run_statement(file, RUN_SAVEPOINT[0]).ok()?;
+    file.run_cached(RUN_SAVEPOINT[0]).ok()?;
     Some(newest)
 }
 
@@ -585,7 +585,7 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
                 }
                 kept
             };
-            run_statement(file, RUN_SAVEPOINT[2])?;
+            file.run_cached(RUN_SAVEPOINT[2])?;
             // The rollback can restore the clean-close marker the lambda's first write took
             // away; the run writes its `result` row next, so the marker goes either way.
             conn.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])?;
@@ -597,7 +597,7 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
                 insert.execute(row)?;
             }
         }
-        run_statement(file, RUN_SAVEPOINT[1])?;
+        file.run_cached(RUN_SAVEPOINT[1])?;
         Ok(())
     })();
     if let Err(error) = outcome {
@@ -605,21 +605,13 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
     }
 }
 
-/// Runs one transaction-control statement from the connection's statement cache (one per
-/// route request: parsing them each time showed in the profile).
-fn run_statement(file: &AdfFile, sql: &str) -> Result<(), adf_store::StoreError> {
-    file.connection().prepare_cached(sql)?.execute([])?;
-    Ok(())
-}
-
 /// Commits a run's transaction (see [`run_lambda_closing`]); a failed commit rolls back.
 pub(crate) fn commit_run_transaction(file: &AdfFile) {
-    let conn = file.connection();
     // A savepoint still open (the run waited off the file) is part of what commits.
-    if let Err(error) = run_statement(file, "COMMIT") {
+    if let Err(error) = file.run_cached("COMMIT") {
         tracing::warn!(%error, "cannot commit a lambda run");
-        if !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
+        if let Err(error) = file.rollback_open_transaction() {
+            tracing::warn!(%error, "cannot roll back a lambda run");
         }
     }
 }
