@@ -29,6 +29,13 @@ struct Delivered {
     version: Option<u64>,
 }
 
+impl Delivered {
+    /// A list was delivered at the roster `version` (a mesh without versions is never current).
+    fn is_current(&self, version: Option<u64>) -> bool {
+        version.is_some() && version == self.version && self.listing.is_some()
+    }
+}
+
 impl MeshUpdates {
     /// Lists from `mesh`; nothing delivered yet. Clones share what was delivered.
     pub fn new(mesh: Arc<dyn Mesh>) -> Self {
@@ -59,6 +66,16 @@ impl MeshUpdates {
         lines.join("\n")
     }
 
+    /// Whether the mesh's roster has not moved since the list was last delivered (nothing
+    /// to announce, without listing anything).
+    pub(crate) fn roster_unchanged(&self) -> bool {
+        let delivered = self
+            .delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        delivered.is_current(self.mesh.roster_version())
+    }
+
     /// The dynamic-instructions text when the list differs from the one last delivered
     /// (then remembered as delivered); `None` when it is unchanged.
     pub(crate) fn change(&self, sender: &Path) -> Option<String> {
@@ -68,7 +85,7 @@ impl MeshUpdates {
             .unwrap_or_else(PoisonError::into_inner);
         // Listing opens every hosted agent's config: skipped while the roster stands still.
         let version = self.mesh.roster_version();
-        if version.is_some() && version == delivered.version && delivered.listing.is_some() {
+        if delivered.is_current(version) {
             return None;
         }
         delivered.version = version;

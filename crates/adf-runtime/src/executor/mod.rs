@@ -800,11 +800,16 @@ impl Executor {
         let switched_on = prompt::at(config, "/context/dynamic_instructions/mesh_updates")
             .and_then(Value::as_bool)
             .unwrap_or(true);
+        // Checked every step: the cheap tests first, the tool declarations only when there may
+        // be something to announce.
+        if session.loop_name != "main" || !switched_on || updates.roster_unchanged() {
+            return None;
+        }
         let can_send = crate::tools::access::declarations(config)
             .0
             .iter()
             .any(|d| d.name == "msg_send" && d.enabled);
-        if session.loop_name != "main" || !switched_on || !can_send {
+        if !can_send {
             return None;
         }
         updates.change(file.path())
