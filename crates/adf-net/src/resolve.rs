@@ -400,12 +400,12 @@ fn resolve_batch(
                 .collect();
         }
     };
-    let mut shared = Batch::new(batch.len() > 1);
+    let mut transaction = Batch::new(batch.len() > 1);
     let mut answers = Vec::with_capacity(batch.len());
     let mut last_ran = None;
     for (index, incoming) in batch.into_iter().enumerate() {
-        shared.begin(&file, index);
-        let (shaped, ran, off) = resolve_on(serving, slot, &mut file, &mut shared, incoming);
+        transaction.begin(&file, index);
+        let (shaped, ran, off) = resolve_on(serving, slot, &mut file, &mut transaction, incoming);
         if ran {
             last_ran = Some(index);
         }
@@ -415,13 +415,13 @@ fn resolve_batch(
             off,
         });
     }
-    shared.settle(&file);
-    for (index, key, ttl, shaped) in shared.to_cache {
-        if !shared.lost.contains(&index) {
+    transaction.settle(&file);
+    for (index, key, ttl, shaped) in transaction.to_cache {
+        if !transaction.lost.contains(&index) {
             slot.cache.put(key, ttl, Instant::now(), shaped);
         }
     }
-    for lost in shared.lost {
+    for lost in transaction.lost {
         if let Some(answer) = answers.get_mut(lost) {
             *answer = Resolved::answer(Shaped::error(
                 ErrorCode::Internal,
@@ -440,7 +440,7 @@ fn resolve_batch(
 /// The transaction a batch's requests share (see [`enqueue`]).
 struct Batch {
     /// More than one request: worth a shared transaction.
-    shared: bool,
+    worth_sharing: bool,
     /// The request that opened the transaction open now, if the batch opened one.
     open_since: Option<usize>,
     /// The request running now.
@@ -452,9 +452,9 @@ struct Batch {
 }
 
 impl Batch {
-    fn new(shared: bool) -> Self {
+    fn new(worth_sharing: bool) -> Self {
         Batch {
-            shared,
+            worth_sharing,
             open_since: None,
             current: 0,
             lost: Vec::new(),
@@ -470,7 +470,7 @@ impl Batch {
             return;
         }
         self.open_since = None;
-        if self.shared && file.run_cached("BEGIN IMMEDIATE").is_ok() {
+        if self.worth_sharing && file.run_cached("BEGIN IMMEDIATE").is_ok() {
             self.open_since = Some(index);
         }
     }
