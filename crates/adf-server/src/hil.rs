@@ -209,7 +209,8 @@ impl Hil {
     }
 
     /// Aborts every turn in flight: their pending approvals are denied, their asks go
-    /// unanswered, and their turn futures are dropped at the next await. Returns how many.
+    /// unanswered, and each turn ends at its next await or right after the wait this cut
+    /// short, whichever comes first. Returns how many.
     pub fn abort_all(&self) -> usize {
         let state = self.lock();
         for abort in state.turns.values() {

@@ -9,15 +9,17 @@
 //! served) on a current-thread runtime on the worker thread, and records each tool and model
 //! call as an `on_tool_call` / `on_llm_call` trigger event ([`Recorder`], which is also the
 //! turn's `TurnHost`: approvals and `ask` answers go to the owner through `hil`). Aborting is
-//! `hil`'s abort signal, raced against the pool here. After the job, the caller publishes
-//! `turn.completed`, re-arms timers and dispatches the files written and the events recorded.
+//! `hil`'s abort signal, raced against the pool here and reported to the executor, which
+//! ends a turn whose wait the abort cut short at that call. After the job, the caller
+//! publishes `turn.completed`, re-arms timers and dispatches the files written and the events
+//! recorded.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
 use adf_runtime::executor::{
-    Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost, WireCaches,
+    Executor, ExecutorError, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost, WireCaches,
 };
 use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
@@ -380,6 +382,10 @@ impl TurnHost for Recorder<'_> {
         self.owner.ask(file, question)
     }
 
+    fn aborted(&self) -> bool {
+        self.owner.scope.abort().is_aborted()
+    }
+
     fn event(&self, event: &TurnEvent<'_>) {
         self.live(event);
         match event {
@@ -440,9 +446,10 @@ fn run_agent_turn(
 /// they cause (`loop_send` with `wake: true`, served one round after another). When no model
 /// can be reached (no provider configured, no key) it writes a `warn` row `turn_skipped` and
 /// returns the reason for each turn; a failed turn is a `warn` row `trigger_turn_failed`.
-/// `POST /abort` cancels the whole job at its next await: its checkpoint stays
-/// `in_progress`, so the next session of the loop recovers it without replay (an `info` row
-/// `turn_aborted` says so). Never panics. Tool and model calls are appended to `events`.
+/// `POST /abort` cancels the whole job at its next await, or right after the approval or ask
+/// wait it ended (`ExecutorError::Aborted`): its checkpoint stays `in_progress`, so the next
+/// session of the loop recovers it without replay (an `info` row `turn_aborted` says so).
+/// Never panics. Tool and model calls are appended to `events`.
 fn run_agent_turns(
     file: &mut AdfFile,
     config: &Value,
@@ -493,6 +500,11 @@ fn run_agent_turns(
             results = pool.run_many(&executor, file, turns.clone(), &host) => Some(results),
         }
     });
+    // A turn whose approval or ask wait the abort ended stops right there on its own
+    // (`ExecutorError::Aborted`, through `Recorder::aborted`): the select above only sees
+    // aborts that come while the turn awaits, and the rest of an aborted turn may run to its
+    // end without awaiting (a model error already relayed back, a batch of synchronous calls).
+    let outcome = outcome.filter(|outcome| !ended_by_abort(outcome));
     events.extend(
         host.events
             .into_inner()
@@ -519,6 +531,17 @@ fn run_agent_turns(
             every(&message)
         }
         Some(Ok(results)) => turn_results(file, scope, &event_type, results),
+    }
+}
+
+/// Whether a turn of the job stopped because the owner aborted it: the job then ends as an
+/// abort (see [`record_abort`]), whatever the other loops of its round did.
+fn ended_by_abort(outcome: &Result<adf_runtime::executor::LoopResults, ExecutorError>) -> bool {
+    match outcome {
+        Err(error) => matches!(error, ExecutorError::Aborted),
+        Ok(results) => results
+            .iter()
+            .any(|(_, result)| matches!(result, Err(ExecutorError::Aborted))),
     }
 }
 

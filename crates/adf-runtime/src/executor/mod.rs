@@ -240,6 +240,12 @@ pub trait TurnHost: Sync {
     }
     /// Observes progress.
     fn event(&self, _event: &TurnEvent<'_>) {}
+    /// Whether the owner aborted the turn. A host whose approvals and asks give up when the
+    /// turn is aborted (a denial, no answer) says so here: the turn then ends after that call
+    /// ([`ExecutorError::Aborted`]) instead of showing the model the denial and going on.
+    fn aborted(&self) -> bool {
+        false
+    }
 }
 
 /// How a turn ended.
@@ -296,6 +302,11 @@ pub enum ExecutorError {
     /// at its next wait (a model answer in flight is dropped unrecorded, §6.4 STL-42).
     #[error("loop '{0}' was deleted or disabled; its turn was aborted")]
     LoopStopped(String),
+    /// The owner aborted the turn ([`TurnHost::aborted`]): it ended after the call in
+    /// progress, its checkpoint left `in_progress` for the loop's next session to recover
+    /// without replay. The host records the abort.
+    #[error("the owner aborted the turn")]
+    Aborted,
 }
 
 /// Collects the retries providers schedule, so the executor can log them as `provider_error`
@@ -858,6 +869,9 @@ impl Executor {
         let mut wakes: Vec<String> = Vec::new();
         let loop_name = session.loop_name.clone();
         loop {
+            if host.aborted() {
+                return Err(ExecutorError::Aborted);
+            }
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
             let config = file.config_shared()?;
@@ -1129,6 +1143,11 @@ impl Executor {
                     }
                 }
                 Effect::RunTask(task_id) => queued.push(task_id),
+            }
+            // The owner's abort ended this call's approval or ask wait early; nothing after
+            // the wait runs, whether or not the host's next await would have stopped it.
+            if host.aborted() {
+                return Err(ExecutorError::Aborted);
             }
             // Code this call ran (`sys_code`, `sys_lambda`) may have set the agent `off`
             // through `sys_set_state`; unlike idle/hibernate, off is never deferred to the
@@ -1701,6 +1720,11 @@ fn close_turn(
                 data: None,
                 r#loop: Some(loop_name),
             })?;
+        }
+        Err(ExecutorError::Aborted) => {
+            // The checkpoint stays `in_progress` as stored, for recovery without replay.
+            session.set_state(ExecState::Idle, host);
+            return Ok(());
         }
         Ok(_) => {
             checkpoint.finish("completed", None);

@@ -97,7 +97,8 @@ impl LoopPool {
     ) -> Result<LoopResults, ExecutorError> {
         let mut waiting = std::collections::VecDeque::from(turns);
         let mut results = LoopResults::new();
-        while !waiting.is_empty() && results.len() < MAX_WAKE_TURNS {
+        // An aborted job starts no further round: its wakes are dropped with it.
+        while !waiting.is_empty() && results.len() < MAX_WAKE_TURNS && !host.aborted() {
             let config = file.config_shared()?;
             let mut round: Vec<(String, Session, Trigger, Option<Executor>)> = Vec::new();
             let mut later = std::collections::VecDeque::new();

@@ -2079,3 +2079,89 @@ async fn aud_07_prm_07_a_session_reset_by_loop_clear_or_compaction_rereads_templ
         "compaction refreshed it"
     );
 }
+
+// ---------- owner abort ----------
+
+/// A host whose owner aborts the turn while it waits for an approval: the wait ends in a
+/// denial (as the daemon's does) and the host reports the turn aborted from then on.
+#[derive(Default)]
+struct AbortingHost {
+    aborted: std::sync::atomic::AtomicBool,
+}
+
+impl Approver for AbortingHost {
+    fn decide(&self, _: &mut AdfFile, _: &ApprovalRequest) -> Result<Decision, ToolError> {
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(Decision::Denied("the owner aborted the turn".into()))
+    }
+}
+
+impl TurnHost for AbortingHost {
+    fn approver(&self) -> &dyn Approver {
+        self
+    }
+    fn answer(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn aborted(&self) -> bool {
+        self.aborted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// An abort that ends an approval wait ends the turn at that call: the later call of the same
+/// reply does not run, no model request follows (nothing is scripted for one: it would fail
+/// the turn), and the checkpoint stays `in_progress` for recovery without replay.
+#[tokio::test]
+async fn an_abort_that_ends_an_approval_wait_ends_the_turn_at_that_call() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    mock.push(
+        Turn::tool_call(
+            "sys_update_config",
+            json!({"path": "description", "value": "never"}),
+        )
+        .with_tool_call(
+            "fs_write",
+            json!({"path": "after-abort.md", "mode": "write", "content": "too late"}),
+        ),
+    );
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = AbortingHost::default();
+    let err = ex
+        .run_turn(
+            &mut file,
+            &mut session,
+            Trigger::Owner("two calls".into()),
+            &host,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::Aborted), "{err}");
+    assert_eq!(mock.request_count(), 1, "no model request after the abort");
+    assert!(file.file_read("after-abort.md").unwrap().is_none());
+    let results: Vec<Value> = file
+        .loop_rows("main")
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.content.as_array().cloned().unwrap_or_default())
+        .filter(|block| block["type"] == "tool_result")
+        .collect();
+    assert_eq!(
+        results.len(),
+        1,
+        "only the denied call has a result: {results:?}"
+    );
+    assert_eq!(results[0]["is_error"], true);
+    let cp: Value = serde_json::from_str(
+        &file
+            .meta_get("adf_runtime_turn_checkpoint")
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(cp["status"], "in_progress");
+    assert!(logs(&file, "turn_error").is_empty());
+    assert_eq!(session.state(), ExecState::Idle);
+}

@@ -404,6 +404,91 @@ async fn abort_of_a_turn_waiting_for_approval_denies_it_and_the_next_chat_recove
     h.stop().await;
 }
 
+/// The deterministic form of the race behind a flake of the test above: after the abort
+/// ends the approval wait, the rest of the turn could run within the same poll of the turn
+/// job, never giving its abort signal a chance (here a second call of the same reply, which
+/// needs no await; in the flake, the next model request's error already relayed back). The
+/// turn must stop at the aborted wait itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_during_an_approval_wait_ends_the_turn_there_without_running_the_rest_of_its_batch() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push(
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "never" }),
+        )
+        .with_tool_call(
+            "fs_write",
+            json!({ "path": "after-abort.md", "mode": "write", "content": "too late" }),
+        ),
+    );
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock, "batch", &[]);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    chat(&h, &agent, "two calls").await;
+    let task = pending_task(&h, &agent).await;
+    let task_id = task["id"].as_str().unwrap();
+
+    let (status, body) = post(&h, &format!("/agents/{}/abort", agent.id), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["aborted"], true);
+    turn_ended(&h, &agent).await;
+    let row = get(&h, &format!("/agents/{}/tasks/{task_id}", agent.id)).await;
+    assert_eq!(row["task"]["error"], adf_server::hil::ABORTED);
+    let written = agent
+        .job(|file| file.file_read("after-abort.md"))
+        .await
+        .unwrap();
+    assert!(
+        written.is_none(),
+        "the call after the aborted approval did not run"
+    );
+    assert_eq!(mock.request_count(), 1, "no model request after the abort");
+    assert_eq!(checkpoint_status(&agent).await, "in_progress");
+    let logged = log_events(&agent).await;
+    assert!(logged.contains(&"turn_aborted".to_owned()), "{logged:?}");
+    assert!(!logged.contains(&"turn_error".to_owned()), "{logged:?}");
+    h.stop().await;
+}
+
+/// The same for an `ask` the abort leaves unanswered: the turn ends at the ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_during_an_ask_ends_the_turn_there_without_running_the_rest_of_its_batch() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push(
+        Turn::tool_call("ask", json!({ "question": "Which colour?" })).with_tool_call(
+            "fs_write",
+            json!({ "path": "after-abort.md", "mode": "write", "content": "too late" }),
+        ),
+    );
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock, "askbatch", &[]);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    chat(&h, &agent, "ask, then write").await;
+    wait_for("the ask", || async {
+        agent.hil().runtime_state() == "awaiting_ask"
+    })
+    .await;
+
+    let (status, body) = post(&h, &format!("/agents/{}/abort", agent.id), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["aborted"], true);
+    turn_ended(&h, &agent).await;
+    let written = agent
+        .job(|file| file.file_read("after-abort.md"))
+        .await
+        .unwrap();
+    assert!(
+        written.is_none(),
+        "the call after the aborted ask did not run"
+    );
+    assert_eq!(mock.request_count(), 1, "no model request after the abort");
+    assert_eq!(checkpoint_status(&agent).await, "in_progress");
+    let logged = log_events(&agent).await;
+    assert!(logged.contains(&"turn_aborted".to_owned()), "{logged:?}");
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_of_a_turn_waiting_for_a_slow_provider_frees_the_agent() {
     let mock = MockProvider::start(Wire::OpenAi).await;
