@@ -33,19 +33,21 @@ pub struct AuditInfo {
 
 /// Brotli quality of audit snapshots. They are written on hot paths (file deletes, clears,
 /// compaction) and read rarely; the spec fixes only the format (brotli-compressed JSON,
-/// AUD-08), and any quality decodes the same. On a loop clear's 50 turns of rows quality 1
-/// (the two-pass fast compressor) took 0.72 of quality 3's instructions for output about 3 %
-/// larger; quality 0 took 0.57 but its output was about 24 % larger, and snapshots stay in
-/// the file (BENCHMARKS.md, issue 17 "Third pass").
-const AUDIT_BROTLI_QUALITY: u32 = 1;
+/// AUD-08), and any quality decodes the same. An owner clear of 50 turns is the slowest turn
+/// an agent has (the 1-agent bench's p99), and its compression was most of it: quality 0 (the
+/// one-pass fast compressor, a hash table a quarter the size of quality 1's, no command
+/// buffers) took 1.42 M instructions against 1.81 M for quality 1 and cut the clear's turn
+/// from 0.86–1.0 ms to 0.58–0.69 ms in the same minutes; its output is about a fifth larger
+/// (9.3 KB against 7.7 KB for 71 KB of rows). BENCHMARKS.md, issue 17 "Fifth pass".
+const AUDIT_BROTLI_QUALITY: u32 = 0;
 
 /// Compresses JSON with brotli at a quality that favours speed (see the constant).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
-    compress_text(&value.to_string())
+    compress_text(value.to_string().as_bytes())
 }
 
-/// [`compress_json`] of JSON already serialized.
-pub(crate) fn compress_text(text: &str) -> Result<(Vec<u8>, usize)> {
+/// [`compress_json`] of JSON already serialized (UTF-8).
+pub(crate) fn compress_text(text: &[u8]) -> Result<(Vec<u8>, usize)> {
     let mut out = Vec::new();
     {
         // The window need not exceed the text: the encoder clears its whole ring buffer per
@@ -58,7 +60,7 @@ pub(crate) fn compress_text(text: &str) -> Result<(Vec<u8>, usize)> {
             .min(22);
         let mut writer =
             brotli::CompressorWriter::new(&mut out, 4096, AUDIT_BROTLI_QUALITY, window_bits);
-        writer.write_all(text.as_bytes())?;
+        writer.write_all(text)?;
     }
     Ok((out, text.len()))
 }
@@ -86,18 +88,18 @@ pub(crate) fn insert_snapshot(
         seq_range,
         reference,
         entry_count,
-        &snapshot.to_string(),
+        snapshot.to_string().as_bytes(),
     )
 }
 
-/// [`insert_snapshot`] of JSON already serialized.
+/// [`insert_snapshot`] of JSON already serialized (UTF-8).
 pub(crate) fn insert_snapshot_text(
     conn: &Connection,
     source: &str,
     seq_range: Option<(i64, i64)>,
     reference: Option<&str>,
     entry_count: i64,
-    snapshot: &str,
+    snapshot: &[u8],
 ) -> Result<i64> {
     let (data, size) = compress_text(snapshot)?;
     conn.prepare_cached(
@@ -122,7 +124,9 @@ impl AdfFile {
     /// Whether auditing of `kind` (`loop`, `inbox`, `outbox`, `files`) is on. `context.audit`
     /// wins when present, else top-level `audit`, else nothing is audited (§5.19; not merged).
     pub fn audit_enabled(&self, kind: &str) -> Result<bool> {
-        let config = self.config()?;
+        // The cached parse (checked against `data_version`): a full parse of the config text
+        // here was a fifth of an owner clear.
+        let config = self.config_shared()?;
         let section = config
             .pointer("/context/audit")
             .or_else(|| config.get("audit"));

@@ -452,6 +452,12 @@ impl Session {
     }
 }
 
+/// A step's request, prepared before the model is asked, and the config it was built from.
+struct PreparedStep {
+    config: Arc<Value>,
+    req: ChatRequest,
+}
+
 /// Per-turn facts read from the config.
 struct LoopFacts {
     autonomous: bool,
@@ -741,7 +747,13 @@ impl Executor {
 
         let mut checkpoint = Checkpoint::start(trigger.event_type());
         // One transaction opens the turn: the checkpoint, the trigger row, the session's
-        // system prompt snapshot (first turn of a session) and the dynamic instructions.
+        // system prompt snapshot (first turn of a session) and the dynamic instructions; and
+        // the first step's request is prepared inside it. Its reads (the config and files
+        // versions, the new rows) then share the transaction's lock instead of taking and
+        // dropping a WAL read lock each, and while the write lock is held no other connection
+        // can commit, so they see what they would see right after the commit. A failure of
+        // that preparation is kept for the step, as if it had happened there.
+        let mut first_step = None;
         file.atomically(|file| -> Result<(), ExecutorError> {
             checkpoint.store(file, &loop_name)?;
             if let Some(text) = trigger.text() {
@@ -755,11 +767,13 @@ impl Executor {
                 )?;
             }
             self.ensure_prompt(file, session, &config, &facts)?;
-            self.append_dynamic_instructions(file, session, &config, &facts)
+            self.append_dynamic_instructions(file, session, &config, &facts)?;
+            first_step = Some(self.prepare_step(file, session, &facts, true));
+            Ok(())
         })?;
         drop(guard);
         let result = self
-            .turn_body(shared, session, &facts, &mut checkpoint, host)
+            .turn_body(shared, session, &facts, &mut checkpoint, host, first_step)
             .await;
         let mut guard = shared.lock().await;
         close_turn(&mut guard, session, &mut checkpoint, &result, host)?;
@@ -864,6 +878,7 @@ impl Executor {
         facts: &LoopFacts,
         checkpoint: &mut Checkpoint,
         host: &dyn TurnHost,
+        mut first_step: Option<Result<Option<PreparedStep>, ExecutorError>>,
     ) -> Result<TurnOutcome, ExecutorError> {
         let mut steps = 0u32;
         let mut wakes: Vec<String> = Vec::new();
@@ -874,17 +889,24 @@ impl Executor {
             }
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
-            let config = file.config_shared()?;
-            if !loop_available(&config, &loop_name) {
-                return Err(ExecutorError::LoopStopped(loop_name));
-            }
-            self.ensure_prompt(file, session, &config, facts)?;
-            let system = system_text(session);
-            self.deliver_catalog_change(file, session)?;
-            if self.compact_when_full(file, session, facts, host).await? {
-                continue;
-            }
-            let mut req = self.next_request(file, session, &config, facts, system)?;
+            let prepared = match first_step.take() {
+                Some(prepared) => prepared?,
+                None => self.prepare_step(file, session, facts, true)?,
+            };
+            let PreparedStep { config, mut req } = match prepared {
+                Some(step) => step,
+                None => {
+                    if self.compact_when_full(file, session, facts, host).await? {
+                        continue;
+                    }
+                    // Nothing was left to summarize: the step goes on, as it did before the
+                    // compaction check.
+                    match self.prepare_step(file, session, facts, false)? {
+                        Some(step) => step,
+                        None => continue,
+                    }
+                }
+            };
             session.set_state(ExecState::Thinking, host);
             // The model's answer is the long wait of a step: other loops use the file meanwhile.
             drop(guard);
@@ -900,13 +922,11 @@ impl Executor {
             let file: &mut AdfFile = &mut guard;
             self.log_retries(file, &session.loop_name, host)?;
             let reply = reply?;
-            if !loop_available(&*file.config_shared()?, &loop_name) {
-                return Err(ExecutorError::LoopStopped(loop_name));
-            }
-            steps += 1;
-            host.event(&TurnEvent::Reply(&reply));
             let assistant_seq =
-                self.record_reply(file, session, facts, checkpoint, &req, &reply)?;
+                self.record_reply(file, session, facts, checkpoint, &req, &reply, || {
+                    steps += 1;
+                    host.event(&TurnEvent::Reply(&reply));
+                })?;
             if let Some(len) = session.assembled_len.take() {
                 session.assembled = Some((len, std::mem::take(&mut req.messages)));
             }
@@ -1010,7 +1030,10 @@ impl Executor {
     }
 
     /// Stores the model's reply (and the checkpoint) and updates the context size; returns the
-    /// reply row's sequence number.
+    /// reply row's sequence number. The loop must still be available when the reply arrives
+    /// (STL-42); that is checked inside the reply's transaction, where its config read shares
+    /// the write lock, and `accepted` runs once it passed, before anything is written.
+    #[allow(clippy::too_many_arguments)]
     fn record_reply(
         &self,
         file: &mut AdfFile,
@@ -1019,6 +1042,7 @@ impl Executor {
         checkpoint: &mut Checkpoint,
         req: &ChatRequest,
         reply: &AssistantMessage,
+        accepted: impl FnOnce(),
     ) -> Result<i64, ExecutorError> {
         let usage = reply.usage;
         session.context_tokens = if usage.prompt_tokens() + usage.output > 0 {
@@ -1035,17 +1059,47 @@ impl Executor {
             checkpoint.finish("completed", None);
         }
         let loop_name = &session.loop_name;
-        Ok(file.atomically(|file| -> Result<i64, StoreError> {
+        file.atomically(|file| -> Result<i64, ExecutorError> {
+            if !loop_available(&*file.config_shared()?, loop_name) {
+                return Err(ExecutorError::LoopStopped(loop_name.clone()));
+            }
+            accepted();
             checkpoint.store(file, loop_name)?;
-            append(
+            Ok(append(
                 file,
                 loop_name,
                 "assistant",
                 &content,
                 Some(&self.model_id),
                 tokens.as_ref(),
-            )
-        })?)
+            )?)
+        })
+    }
+
+    /// The part of a step before the model is asked: the config (the loop must still be
+    /// available), the system prompt snapshot, a changed skills catalog, and the request.
+    /// `None` when the context reached the compaction threshold and `may_stop_for_compaction`:
+    /// the caller compacts first (it awaits the model, so it cannot run inside the turn's
+    /// opening transaction).
+    fn prepare_step(
+        &self,
+        file: &mut AdfFile,
+        session: &mut Session,
+        facts: &LoopFacts,
+        may_stop_for_compaction: bool,
+    ) -> Result<Option<PreparedStep>, ExecutorError> {
+        let config = file.config_shared()?;
+        if !loop_available(&config, &session.loop_name) {
+            return Err(ExecutorError::LoopStopped(session.loop_name.clone()));
+        }
+        self.ensure_prompt(file, session, &config, facts)?;
+        let system = system_text(session);
+        self.deliver_catalog_change(file, session)?;
+        if may_stop_for_compaction && session.context_tokens >= facts.threshold {
+            return Ok(None);
+        }
+        let req = self.next_request(file, session, &config, facts, system)?;
+        Ok(Some(PreparedStep { config, req }))
     }
 
     /// A reply without tool calls: it ends an interactive turn; an autonomous loop goes idle

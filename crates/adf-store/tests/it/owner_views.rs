@@ -163,6 +163,58 @@ fn owner_delete_of_a_protected_file_needs_force() {
     ));
 }
 
+/// A clear of the file's only loop (emptied without a `WHERE`, page by page) snapshots and
+/// removes what removing every row by `seq` does, and the next row's `seq` is still above every
+/// earlier one (AUTOINCREMENT keeps the highest).
+#[test]
+fn aud_08_sto_21_clear_of_the_only_loop_matches_loop_remove_and_never_reuses_seq() {
+    let fill = |file: &mut adf_store::AdfFile| {
+        for i in 0..40 {
+            append(file, "main", "user", &format!("question {i}"));
+            file.loop_append(&NewLoopRow {
+                r#loop: "main",
+                role: "assistant",
+                content: &json!([{ "type": "text", "text": "an answer ".repeat(40) }]),
+                model: Some("m-1"),
+                tokens: Some(&json!({ "input": i, "output": 4 })),
+            })
+            .unwrap();
+        }
+        file.connection()
+            .execute("UPDATE adf_loop SET created_at = 1000", [])
+            .unwrap();
+    };
+    let (_a, _pa, mut cleared) = common::new_file("clear-only-loop");
+    fill(&mut cleared);
+    let (_b, _pb, mut removed) = common::new_file("remove-only-loop");
+    fill(&mut removed);
+    let highest = cleared.loop_max_seq("main").unwrap();
+
+    let outcome = cleared.loop_clear("main", true).unwrap();
+    let seqs: Vec<i64> = removed
+        .loop_rows("main")
+        .unwrap()
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    let expected = removed.loop_remove("main", &seqs, true).unwrap();
+
+    assert_eq!(outcome.removed, 80);
+    assert_eq!(outcome.removed, expected.removed);
+    assert_eq!(
+        cleared.audit_data(outcome.audit_id.unwrap()).unwrap(),
+        removed.audit_data(expected.audit_id.unwrap()).unwrap()
+    );
+    assert_eq!(cleared.loop_row_count_in("main").unwrap(), 0);
+    let integrity: String = cleared
+        .connection()
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    let next = append(&mut cleared, "main", "user", "after the clear");
+    assert!(next > highest, "seq {next} reused (highest was {highest})");
+}
+
 /// The owner's clear snapshots exactly what removing every row by `seq` snapshots: the same
 /// rows, keys and values in the same order, a malformed row's text as a string included, and
 /// leaves other loops alone.
