@@ -472,9 +472,11 @@ async fn answer(
         .and_then(Value::as_str)
         .unwrap_or("mock-model");
     let stream = parsed.get("stream").and_then(Value::as_bool) == Some(true);
+    // Keys read one by one: `Value::pointer` allocates each segment to unescape it.
     let include_usage = wire == Wire::OpenAi
         && parsed
-            .pointer("/stream_options/include_usage")
+            .get("stream_options")
+            .and_then(|options| options.get("include_usage"))
             .and_then(Value::as_bool)
             == Some(true);
     let next = lock(&inner.script).pop_front();
