@@ -210,6 +210,12 @@ impl ReplyBuilder {
     }
 }
 
+/// Header values sent with every request, made once rather than checked again each time.
+const EVENT_STREAM: reqwest::header::HeaderValue =
+    reqwest::header::HeaderValue::from_static("text/event-stream");
+const APPLICATION_JSON: reqwest::header::HeaderValue =
+    reqwest::header::HeaderValue::from_static("application/json");
+
 /// What a request body's [`http::Frame`] depends on besides the provider's own settings.
 struct FrameKey {
     model: String,
@@ -484,14 +490,14 @@ impl HttpProvider {
             ProviderKind::Anthropic => {
                 let mut rb = rb
                     .header("anthropic-version", ANTHROPIC_VERSION)
-                    .header("accept", "text/event-stream");
+                    .header(reqwest::header::ACCEPT, EVENT_STREAM);
                 if let Some(k) = &self.key {
                     rb = rb.header("x-api-key", k.expose());
                 }
                 rb
             }
             _ => {
-                let mut rb = rb.header("accept", "text/event-stream");
+                let mut rb = rb.header(reqwest::header::ACCEPT, EVENT_STREAM);
                 if let Some(k) = &self.key {
                     rb = rb.bearer_auth(k.expose());
                 }
@@ -503,7 +509,7 @@ impl HttpProvider {
         };
         control::refuse_control_api(&self.id, url, self.daemon_record.as_deref()).await?;
         tracing::debug!(target: "adf::provider", provider = %self.id, %url, model = %req.model, "model request");
-        let rb = rb.header(reqwest::header::CONTENT_TYPE, "application/json");
+        let rb = rb.header(reqwest::header::CONTENT_TYPE, APPLICATION_JSON);
         // Over plain HTTP/1.1 the body goes out in its pieces, so the kept tool list is not
         // copied into a buffer of its own for every request (hyper writes the pieces with
         // one `writev`; the length is declared, so the framing is the same). Over TLS the
