@@ -8,7 +8,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde_json::value::RawValue;
 use zeroize::Zeroizing;
 
 use super::error::ProviderError;
@@ -511,14 +510,15 @@ pub(crate) fn apply_extras(body: &mut serde_json::Value, params: &super::types::
 /// The serialized tool list of the last request, reused while the caller passes the same
 /// list: a session advertises one `Arc<[ToolSpec]>` until its tool declarations change, and
 /// the schemas (about 20 KB for the default tools) would otherwise be deep-cloned into the
-/// body and serialized again on every request.
+/// body and serialized again on every request. Kept as `Bytes` so a body sent in pieces
+/// ([`EncodedBody`]) shares them instead of copying them.
 #[derive(Default)]
 pub(crate) struct ToolsJson {
     last: std::sync::Mutex<Option<SerializedTools>>,
 }
 
 /// A tool list and its JSON array.
-type SerializedTools = (Arc<[ToolSpec]>, Arc<RawValue>);
+type SerializedTools = (Arc<[ToolSpec]>, bytes::Bytes);
 
 impl ToolsJson {
     /// The JSON array of `tools`, each declared by `declare`, from the cache when `tools` is
@@ -527,7 +527,7 @@ impl ToolsJson {
         &self,
         tools: &Arc<[ToolSpec]>,
         declare: fn(&ToolSpec) -> serde_json::Value,
-    ) -> Result<Arc<RawValue>, serde_json::Error> {
+    ) -> Result<bytes::Bytes, serde_json::Error> {
         let mut last = self
             .last
             .lock()
@@ -540,7 +540,7 @@ impl ToolsJson {
             return Ok(json.clone());
         }
         let array: Vec<serde_json::Value> = tools.iter().map(declare).collect();
-        let json: Arc<RawValue> = RawValue::from_string(serde_json::to_string(&array)?)?.into();
+        let json = bytes::Bytes::from(serde_json::to_vec(&array)?);
         *last = Some((tools.clone(), json.clone()));
         Ok(json)
     }
@@ -556,15 +556,15 @@ pub(crate) struct WireMessages {
 }
 
 /// The JSON array of a request's `messages`: `system` (when the format sends it as a message)
-/// then each message as `encode` writes it, reusing the fragments `cache` holds for messages
-/// equal to the ones at their positions last time. The bytes are those of serializing the
-/// array of values `encode` builds.
+/// then each message as `encode` writes it (its wire messages' JSON joined by commas, none
+/// for a message the format leaves out), reusing the fragments `cache` holds for messages
+/// equal to the ones at their positions last time.
 pub(crate) fn messages_json(
     cache: &crate::WireCache,
     format: crate::ProviderKind,
     system: Option<&str>,
     messages: &[Message],
-    encode: impl Fn(&Message, &mut Vec<serde_json::Value>),
+    encode: impl Fn(&Message) -> Result<String, serde_json::Error>,
 ) -> Result<String, serde_json::Error> {
     fn push(out: &mut String, fragment: &str) {
         if fragment.is_empty() {
@@ -607,18 +607,7 @@ pub(crate) fn messages_json(
     for message in messages {
         let entry = match old.next() {
             Some((sent, json)) if sent == *message => (sent, json),
-            _ => {
-                let mut values = Vec::new();
-                encode(message, &mut values);
-                let mut json = String::new();
-                for value in &values {
-                    if !json.is_empty() {
-                        json.push(',');
-                    }
-                    json.push_str(&serde_json::to_string(value)?);
-                }
-                (message.clone(), json)
-            }
+            _ => (message.clone(), encode(message)?),
         };
         push(&mut out, &entry.1);
         entries.push(entry);
@@ -632,29 +621,132 @@ pub(crate) fn messages_json(
     Ok(out)
 }
 
-/// Serializes a request body built with `null` placeholders, writing each `(key, json)` of
-/// `fill` in its key's place: the bytes serde_json writes for the whole body (compact, keys in
-/// order), with the kept JSON copied in rather than parsed again to be embedded.
-pub(crate) fn encode_filled(
-    body: &serde_json::Value,
-    fill: &[(&str, &str)],
-) -> Result<Vec<u8>, serde_json::Error> {
-    let serde_json::Value::Object(map) = body else {
-        return serde_json::to_vec(body);
-    };
-    let mut out = Vec::with_capacity(512 + fill.iter().map(|(_, json)| json.len()).sum::<usize>());
-    out.push(b'{');
-    for (i, (key, value)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        serde_json::to_writer(&mut out, key)?;
-        out.push(b':');
-        match fill.iter().find(|(name, _)| name == key) {
-            Some((_, json)) => out.extend_from_slice(json.as_bytes()),
-            None => serde_json::to_writer(&mut out, value)?,
+/// A request body as the pieces it was written in: the kept JSON (the tool list, the
+/// messages) is shared rather than copied into one buffer.
+#[derive(Debug, Default)]
+pub(crate) struct EncodedBody {
+    pieces: Vec<bytes::Bytes>,
+    len: usize,
+}
+
+impl From<Vec<u8>> for EncodedBody {
+    fn from(whole: Vec<u8>) -> Self {
+        let mut body = EncodedBody::default();
+        body.push(whole.into());
+        body
+    }
+}
+
+impl EncodedBody {
+    fn push(&mut self, piece: bytes::Bytes) {
+        if !piece.is_empty() {
+            self.len += piece.len();
+            self.pieces.push(piece);
         }
     }
-    out.push(b'}');
-    Ok(out)
+
+    /// The body's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The body in one buffer.
+    pub(crate) fn into_bytes(mut self) -> bytes::Bytes {
+        if self.pieces.len() == 1 {
+            return self.pieces.pop().unwrap_or_default();
+        }
+        let mut out = Vec::with_capacity(self.len);
+        for piece in &self.pieces {
+            out.extend_from_slice(piece);
+        }
+        bytes::Bytes::from(out)
+    }
+
+    /// The pieces in order, to send as they are.
+    pub(crate) fn into_pieces(self) -> Vec<bytes::Bytes> {
+        self.pieces
+    }
+}
+
+/// The wire messages `values` joined by commas: one message's fragment for
+/// [`messages_json`].
+pub(crate) fn values_json(values: &[serde_json::Value]) -> Result<String, serde_json::Error> {
+    let mut json = String::new();
+    for value in values {
+        if !json.is_empty() {
+            json.push(',');
+        }
+        json.push_str(&serde_json::to_string(value)?);
+    }
+    Ok(json)
+}
+
+/// A request body's bytes around the JSON kept elsewhere: `pieces[0]`, the JSON of
+/// `slots[0]`, `pieces[1]`, … and the last piece. Built once from a body with `null`
+/// placeholders and reused while what shaped it (model, parameters, …) stays the same.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    pieces: Vec<bytes::Bytes>,
+    slots: Vec<&'static str>,
+}
+
+impl Frame {
+    /// Serializes `body`, leaving a slot where each key named in `slots` is: the bytes
+    /// serde_json writes for the whole body (compact, keys in order) once the slots are
+    /// filled with the JSON of their values.
+    pub(crate) fn new(
+        body: &serde_json::Value,
+        slots: &[&'static str],
+    ) -> Result<Frame, serde_json::Error> {
+        let serde_json::Value::Object(map) = body else {
+            return Ok(Frame {
+                pieces: vec![serde_json::to_vec(body)?.into()],
+                slots: Vec::new(),
+            });
+        };
+        let mut frame = Frame {
+            pieces: Vec::with_capacity(slots.len() + 1),
+            slots: Vec::with_capacity(slots.len()),
+        };
+        let mut out = Vec::with_capacity(256);
+        out.push(b'{');
+        for (i, (key, value)) in map.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, key)?;
+            out.push(b':');
+            match slots.iter().find(|slot| *slot == key) {
+                Some(slot) => {
+                    frame.pieces.push(std::mem::take(&mut out).into());
+                    frame.slots.push(slot);
+                }
+                None => serde_json::to_writer(&mut out, value)?,
+            }
+        }
+        out.push(b'}');
+        frame.pieces.push(out.into());
+        Ok(frame)
+    }
+
+    /// The body with each slot filled by its `(name, json)` entry of `fill` (`null` for a
+    /// slot `fill` does not name), the kept JSON shared rather than copied.
+    pub(crate) fn fill(&self, fill: &[(&str, bytes::Bytes)]) -> EncodedBody {
+        let mut body = EncodedBody::default();
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                let json = self
+                    .slots
+                    .get(i - 1)
+                    .and_then(|slot| fill.iter().find(|(name, _)| name == slot))
+                    .map_or_else(
+                        || bytes::Bytes::from_static(b"null"),
+                        |(_, json)| json.clone(),
+                    );
+                body.push(json);
+            }
+            body.push(piece.clone());
+        }
+        body
+    }
 }

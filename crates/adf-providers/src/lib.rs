@@ -34,9 +34,11 @@ mod retry;
 mod sse;
 mod types;
 
+use std::convert::Infallible;
 use std::fmt;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -208,6 +210,22 @@ impl ReplyBuilder {
     }
 }
 
+/// Header values sent with every request, made once rather than checked again each time.
+const EVENT_STREAM: reqwest::header::HeaderValue =
+    reqwest::header::HeaderValue::from_static("text/event-stream");
+const APPLICATION_JSON: reqwest::header::HeaderValue =
+    reqwest::header::HeaderValue::from_static("application/json");
+
+/// What a request body's [`http::Frame`] depends on besides the provider's own settings.
+struct FrameKey {
+    model: String,
+    /// Anthropic only (OpenAI formats send it among the messages).
+    system: Option<String>,
+    params: ModelParams,
+    /// Whether the request offers tools (the body then has a `tools` slot).
+    tools: bool,
+}
+
 /// A provider reached over HTTP in one of the two wire formats.
 pub struct HttpProvider {
     id: String,
@@ -226,6 +244,11 @@ pub struct HttpProvider {
     /// when it parses: parsing it for every request cost about 2% of a turn against a local
     /// server. One that does not parse is handed to reqwest as text, to report as before.
     endpoint: (String, Option<reqwest::Url>),
+    /// The body around the messages and tools of the last request, and what it was built
+    /// from.
+    frame: std::sync::Mutex<Option<(FrameKey, Arc<http::Frame>)>>,
+    /// The endpoint is `http://` (HTTP/1.1; HTTP/2 is only negotiated over TLS here).
+    plain_http: bool,
     /// The long-lived runtime model requests are sent and read on (see
     /// [`with_io_runtime`](Self::with_io_runtime)); none: the caller's.
     io: Option<tokio::runtime::Handle>,
@@ -258,11 +281,14 @@ impl HttpProvider {
             _ => format!("{base_url}/chat/completions"),
         };
         let parsed = reqwest::Url::parse(&endpoint).ok();
+        let plain_http = parsed.as_ref().is_some_and(|url| url.scheme() == "http");
         HttpProvider {
             id: id.into(),
             kind,
             base_url,
             endpoint: (endpoint, parsed),
+            plain_http,
+            frame: std::sync::Mutex::new(None),
             key: http::non_empty(key),
             retry: RetryPolicy::default(),
             request_delay: Duration::ZERO,
@@ -346,7 +372,7 @@ impl HttpProvider {
     /// request's [`WireCache`]). A `params`/`provider_params` entry named `tools` or
     /// `messages` replaces that entry, as it does in `request_body`, so such a body is
     /// encoded whole.
-    fn encode_body(&self, req: &ChatRequest) -> Result<Vec<u8>, ProviderError> {
+    fn encode_body(&self, req: &ChatRequest) -> Result<http::EncodedBody, ProviderError> {
         let config_error = |e: serde_json::Error| ProviderError::Config {
             provider: self.id.clone(),
             message: format!("cannot encode the request body: {e}"),
@@ -356,7 +382,9 @@ impl HttpProvider {
                 || req.params.provider_params.contains_key(key)
         };
         if extras_name("tools") || extras_name("messages") {
-            return serde_json::to_vec(&self.request_body(req)).map_err(config_error);
+            return serde_json::to_vec(&self.request_body(req))
+                .map(http::EncodedBody::from)
+                .map_err(config_error);
         }
         let tools = if req.tools.is_empty() {
             None
@@ -373,8 +401,8 @@ impl HttpProvider {
         };
         let messages = match self.kind {
             ProviderKind::Anthropic => {
-                http::messages_json(&req.wire, self.kind, None, &req.messages, |m, out| {
-                    out.extend(anthropic::message_json(m));
+                http::messages_json(&req.wire, self.kind, None, &req.messages, |m| {
+                    http::values_json(&Vec::from_iter(anthropic::message_json(m)))
                 })
             }
             kind => {
@@ -384,17 +412,60 @@ impl HttpProvider {
                     _ => openai::Flavor::Compatible,
                 };
                 let system = req.system.as_deref().filter(|s| !s.is_empty());
-                http::messages_json(&req.wire, kind, system, &req.messages, |m, out| {
-                    openai::push_messages(out, m, flavor);
+                http::messages_json(&req.wire, kind, system, &req.messages, |m| {
+                    if let Some(json) = openai::text_message_json(m) {
+                        return json;
+                    }
+                    let mut values = Vec::new();
+                    openai::push_messages(&mut values, m, flavor);
+                    http::values_json(&values)
                 })
             }
         }
         .map_err(config_error)?;
-        let mut fill: Vec<(&str, &str)> = vec![("messages", &messages)];
-        if let Some(tools) = &tools {
-            fill.push(("tools", tools.get()));
+        let mut fill = vec![("messages", bytes::Bytes::from(messages))];
+        if let Some(tools) = tools {
+            fill.push(("tools", tools));
         }
-        http::encode_filled(&self.build_body(req, true), &fill).map_err(config_error)
+        Ok(self.frame(req).map_err(config_error)?.fill(&fill))
+    }
+
+    /// The body around its messages and tools for `req`, from the last request's when
+    /// everything else that shapes it is the same (a session's requests differ only in
+    /// their messages, and in the tools when the declarations change).
+    fn frame(&self, req: &ChatRequest) -> Result<Arc<http::Frame>, serde_json::Error> {
+        // OpenAI formats send the system prompt among the messages, Anthropic's in the frame.
+        let system = match self.kind {
+            ProviderKind::Anthropic => req.system.as_deref(),
+            _ => None,
+        };
+        let tools = !req.tools.is_empty();
+        let mut last = self
+            .frame
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((key, frame)) = last.as_ref()
+            && key.tools == tools
+            && key.model == req.model
+            && key.system.as_deref() == system
+            && key.params == req.params
+        {
+            return Ok(frame.clone());
+        }
+        let slots: &[&'static str] = if tools {
+            &["messages", "tools"]
+        } else {
+            &["messages"]
+        };
+        let frame = Arc::new(http::Frame::new(&self.build_body(req, true), slots)?);
+        let key = FrameKey {
+            model: req.model.clone(),
+            system: system.map(str::to_owned),
+            params: req.params.clone(),
+            tools,
+        };
+        *last = Some((key, frame.clone()));
+        Ok(frame)
     }
 
     /// One attempt: send, check the status, hand back the event stream.
@@ -419,14 +490,14 @@ impl HttpProvider {
             ProviderKind::Anthropic => {
                 let mut rb = rb
                     .header("anthropic-version", ANTHROPIC_VERSION)
-                    .header("accept", "text/event-stream");
+                    .header(reqwest::header::ACCEPT, EVENT_STREAM);
                 if let Some(k) = &self.key {
                     rb = rb.header("x-api-key", k.expose());
                 }
                 rb
             }
             _ => {
-                let mut rb = rb.header("accept", "text/event-stream");
+                let mut rb = rb.header(reqwest::header::ACCEPT, EVENT_STREAM);
                 if let Some(k) = &self.key {
                     rb = rb.bearer_auth(k.expose());
                 }
@@ -438,9 +509,20 @@ impl HttpProvider {
         };
         control::refuse_control_api(&self.id, url, self.daemon_record.as_deref()).await?;
         tracing::debug!(target: "adf::provider", provider = %self.id, %url, model = %req.model, "model request");
-        let rb = rb
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
+        let rb = rb.header(reqwest::header::CONTENT_TYPE, APPLICATION_JSON);
+        // Over plain HTTP/1.1 the body goes out in its pieces, so the kept tool list is not
+        // copied into a buffer of its own for every request (hyper writes the pieces with
+        // one `writev`; the length is declared, so the framing is the same). Over TLS the
+        // body stays one reusable buffer: reqwest resends only such a body when an HTTP/2
+        // server refuses the stream or goes away before reading it.
+        let rb = if self.plain_http {
+            let length = body.len();
+            let pieces = body.into_pieces().into_iter().map(Ok::<_, Infallible>);
+            rb.header(reqwest::header::CONTENT_LENGTH, length)
+                .body(reqwest::Body::wrap_stream(futures::stream::iter(pieces)))
+        } else {
+            rb.body(body.into_bytes())
+        };
         let resp = http::exchange(&self.id, rb, self.io.as_ref()).await?;
         let status = resp.status();
         if !status.is_success() {
@@ -542,6 +624,19 @@ mod tests {
             content: vec![ContentBlock::text("done")],
         });
         second.push(Message::user_text("next"));
+        // Text-only shapes written without building values: empty texts, several blocks.
+        for (role, texts) in [
+            (Role::User, &["a", "", "b \"q\"\u{1}"][..]),
+            (Role::Assistant, &[""][..]),
+            (Role::Assistant, &["x", "", "y"][..]),
+            (Role::User, &[][..]),
+            (Role::User, &[""][..]),
+        ] {
+            second.push(Message {
+                role,
+                content: texts.iter().map(|t| ContentBlock::text(*t)).collect(),
+            });
+        }
         let mut changed = second.clone();
         changed[0] = Message::user_text("edited");
         let request = |system: &str, messages: Vec<Message>, tools: &std::sync::Arc<[ToolSpec]>| {
@@ -556,6 +651,13 @@ mod tests {
         };
         let mut extras = request("prompt", second.clone(), &tools);
         extras.params.params.push(("messages".into(), "[]".into()));
+        // What the body around the messages depends on changes from one request to the next.
+        let mut warmer = request("prompt", second.clone(), &tools);
+        warmer.params.temperature = Some(0.2);
+        let mut other_model = warmer.clone();
+        other_model.model = "n".into();
+        let mut extra_param = other_model.clone();
+        extra_param.params.params.push(("seed".into(), "7".into()));
         vec![
             request("prompt", first, &tools),
             request("prompt", second.clone(), &tools),
@@ -563,7 +665,11 @@ mod tests {
             request("other prompt", changed, &tools),
             request("", second.clone(), &std::sync::Arc::from(Vec::new())),
             extras,
-            request("prompt", second, &tools),
+            warmer,
+            other_model,
+            extra_param,
+            request("prompt", second.clone(), &tools),
+            request("", second, &tools),
         ]
     }
 
@@ -578,7 +684,7 @@ mod tests {
             let provider = HttpProvider::new("test", kind, "http://127.0.0.1:9/v1", None);
             let wire = WireCache::default();
             for (step, req) in conversation(&wire).iter().enumerate() {
-                let encoded = provider.encode_body(req).unwrap();
+                let encoded = provider.encode_body(req).unwrap().into_bytes();
                 let whole = serde_json::to_vec(&provider.request_body(req)).unwrap();
                 assert_eq!(
                     String::from_utf8_lossy(&encoded),

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Deserialize;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::error::ProviderError;
@@ -145,6 +146,36 @@ pub(crate) fn push_messages(out: &mut Vec<Value>, m: &super::types::Message, fla
             out.push(msg);
         }
     }
+}
+
+/// The wire JSON of a message made of text blocks only (most of a conversation), written
+/// without building the values [`push_messages`] builds: the same bytes as serializing them
+/// (`None` for any other message). A user's non-empty texts are joined by a blank line, an
+/// assistant's texts are concatenated, and a message with no text is left out.
+pub(crate) fn text_message_json(
+    m: &super::types::Message,
+) -> Option<Result<String, serde_json::Error>> {
+    let mut texts = Vec::with_capacity(m.content.len());
+    for block in &m.content {
+        match block {
+            ContentBlock::Text { text } => texts.push(text.as_str()),
+            _ => return None,
+        }
+    }
+    let (role, text) = match m.role {
+        Role::User => {
+            texts.retain(|t| !t.is_empty());
+            ("user", texts.join("\n\n"))
+        }
+        Role::Assistant => ("assistant", texts.concat()),
+    };
+    if text.is_empty() {
+        return Some(Ok(String::new()));
+    }
+    Some(
+        serde_json::to_string(&text)
+            .map(|content| format!("{{\"role\":\"{role}\",\"content\":{content}}}")),
+    )
 }
 
 /// One tool as the format declares it.
@@ -301,10 +332,65 @@ struct Chunk<'a> {
     /// Present at all (even `null`): the `Value` path reports it.
     #[serde(default, deserialize_with = "present")]
     error: bool,
-    #[serde(default)]
-    usage: Option<Value>,
+    /// Anything but an object or `null` goes to the `Value` path, which ignores it.
+    #[serde(default, borrow)]
+    usage: Option<UsageChunk<'a>>,
     #[serde(default, borrow)]
     choices: Option<Vec<Choice<'a>>>,
+}
+
+/// `usage` read without building a map: each count kept as its JSON text, which counts only
+/// when it is what `Value::as_u64` takes (a non-negative integer in range), as in
+/// [`Parser::read_usage`].
+#[derive(serde::Deserialize)]
+struct UsageChunk<'a> {
+    #[serde(default, borrow)]
+    prompt_tokens: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    completion_tokens: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    prompt_tokens_details: Option<CachedDetails<'a>>,
+    #[serde(default, borrow)]
+    completion_tokens_details: Option<ReasoningDetails<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CachedDetails<'a> {
+    #[serde(default, borrow)]
+    cached_tokens: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReasoningDetails<'a> {
+    #[serde(default, borrow)]
+    reasoning_tokens: Option<&'a RawValue>,
+}
+
+impl UsageChunk<'_> {
+    fn usage(&self) -> Usage {
+        // serde_json reads a non-negative integer that fits as `u64`, any other number as
+        // `i64` or `f64`, which `as_u64` refuses: exactly the texts `u64` parses.
+        let count = |raw: Option<&RawValue>| raw.and_then(|r| r.get().parse::<u64>().ok());
+        let prompt = count(self.prompt_tokens).unwrap_or(0);
+        let cached = count(
+            self.prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens),
+        )
+        .unwrap_or(0);
+        Usage {
+            input: prompt.saturating_sub(cached),
+            output: count(self.completion_tokens).unwrap_or(0),
+            cache_read: cached,
+            cache_write: 0,
+            reasoning: count(
+                self.completion_tokens_details
+                    .as_ref()
+                    .and_then(|d| d.reasoning_tokens),
+            )
+            .unwrap_or(0),
+        }
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -443,8 +529,8 @@ impl Parser {
 
     /// What [`SseParser::feed`] does with a chunk without `error`, from its typed form.
     fn apply(&mut self, chunk: Chunk<'_>, out: &mut VecDeque<StreamEvent>) {
-        if let Some(u) = chunk.usage.as_ref().filter(|u| u.is_object()) {
-            self.usage = Some(Self::read_usage(u));
+        if let Some(u) = &chunk.usage {
+            self.usage = Some(u.usage());
         }
         let Some(choice) = chunk.choices.and_then(|c| c.into_iter().next()) else {
             return;
@@ -633,6 +719,31 @@ mod tests {
                 r#""text""#,
                 r#"{"choices":[{"finish_reason":"length"}]}"#,
             ],
+            // Usage counts the typed reading must take as the `Value` path does, or leave to it.
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":-1,"prompt_tokens_details":null,"completion_tokens_details":{"reasoning_tokens":2.0}}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":18446744073709551616,"completion_tokens":"3","extra":{"x":1}}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":1e2,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":9}}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"prompt_tokens_details":3,"completion_tokens_details":[]}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"prompt_tokens":6,"completion_tokens":0}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":null,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":null}}}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{ "prompt_tokens" : 12 , "prompt_tokens_details" : { "cached_tokens" : 2 } }}"#,
+            ],
+            &[
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":30,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":40},"completion_tokens_details":{"reasoning_tokens":1}}}"#,
+            ],
             &[r#"{"error":null}"#],
             &[r#"{"error":{"message":"upstream","code":502}}"#],
             &[r#"{"choices":[{"delta":{"content":"x"}}]} trailing"#],
@@ -654,7 +765,12 @@ mod tests {
         }
         let (typed, _) = both_ways(streams[0]);
         assert!(typed.join("\n").contains("cache_read: 2"), "{typed:?}");
-        let (typed, _) = both_ways(streams[4]);
+        let (typed, _) = both_ways(streams[streams.len() - 2]);
         assert!(typed[0].contains("upstream"), "{typed:?}");
+        let (typed, _) = both_ways(streams[3]);
+        assert!(
+            typed.join("\n").contains("input: 5, output: 0"),
+            "{typed:?}"
+        );
     }
 }

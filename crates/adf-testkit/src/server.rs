@@ -328,37 +328,75 @@ impl MockProvider {
     }
 }
 
+/// What a reply depends on in a request body: whether it is a JSON object, its `model`,
+/// `stream` and `stream_options.include_usage`.
+#[derive(Debug, Default)]
+struct Asked {
+    object: bool,
+    model: Option<String>,
+    stream: bool,
+    include_usage: bool,
+}
+
+impl Asked {
+    fn of(body: &Value) -> Asked {
+        Asked {
+            object: body.is_object(),
+            model: body.get("model").and_then(Value::as_str).map(str::to_owned),
+            stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+            include_usage: Self::include_usage(body.get("stream_options")),
+        }
+    }
+
+    // Keys read one by one: `Value::pointer` allocates each segment to unescape it.
+    fn include_usage(options: Option<&Value>) -> bool {
+        options
+            .and_then(|options| options.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true)
+    }
+}
+
 /// In zero-latency mode the body is only checked to be a JSON object (structurally: see
 /// [`crate::scan`]) and read for the fields the reply depends on: building a tree of the whole
 /// request (about 20 KB of tool schemas) and dropping it again was the larger part of the
 /// mock's cost per request, which a benchmark of the runtime should not be measuring. What
-/// comes back is an object with just those fields, or `Null` when the body is not a JSON
-/// object (or one of those fields is not JSON).
-fn probe(body: &Bytes, seen: &Mutex<Vec<(Bytes, Bytes)>>) -> Value {
+/// comes back is what [`Asked::of`] reads from a parse of the whole body, or nothing asked
+/// (not an object) when the body is not a JSON object or one of those fields is not JSON.
+fn probe(body: &Bytes, seen: &Mutex<Vec<(Bytes, Bytes)>>) -> Asked {
     let mut seen = lock(seen);
     let Some(top) = crate::scan::top_level_fields(body, &seen) else {
-        return Value::Null;
+        return Asked::default();
     };
-    *seen = top
-        .iter()
-        .map(|(key, value)| (body.slice_ref(key), body.slice_ref(value)))
-        .collect();
+    seen.clear();
+    seen.extend(
+        top.iter()
+            .map(|(key, value)| (body.slice_ref(key), body.slice_ref(value))),
+    );
     drop(seen);
-    let mut fields = serde_json::Map::new();
+    let mut asked = Asked {
+        object: true,
+        ..Asked::default()
+    };
+    // As in a parse of the whole object, a repeated key keeps its last value.
     for (key, raw) in top {
-        let name = match key {
-            b"model" => "model",
-            b"stream" => "stream",
-            b"stream_options" => "stream_options",
+        let parsed = match (key, raw) {
+            (b"stream", b"true") => Ok(Value::Bool(true)),
+            (b"stream", b"false") => Ok(Value::Bool(false)),
+            (b"model", [b'"', ..]) => serde_json::from_slice::<String>(raw).map(Value::String),
+            (b"model" | b"stream" | b"stream_options", _) => serde_json::from_slice(raw),
             _ => continue,
         };
-        let Ok(value) = serde_json::from_slice::<Value>(raw) else {
-            return Value::Null;
+        let Ok(value) = parsed else {
+            return Asked::default();
         };
-        // As in a parse of the whole object, a repeated key keeps its last value.
-        fields.insert(name.to_owned(), value);
+        match key {
+            b"model" => asked.model = value.as_str().map(str::to_owned),
+            b"stream" => asked.stream = value.as_bool() == Some(true),
+            _ => asked.include_usage = Asked::include_usage(Some(&value)),
+        }
     }
-    Value::Object(fields)
+    asked
 }
 
 fn json_response(status: u16, body: String) -> Response {
@@ -399,10 +437,12 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let zero = inner.zero_latency.load(Ordering::Relaxed);
-    let parsed = if zero {
-        probe(&body, &inner.seen)
+    let (parsed, asked) = if zero {
+        (Value::Null, probe(&body, &inner.seen))
     } else {
-        serde_json::from_slice(&body).unwrap_or(Value::Null)
+        let parsed = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let asked = Asked::of(&parsed);
+        (parsed, asked)
     };
     let record = RecordedRequest {
         method: method.to_string(),
@@ -416,7 +456,7 @@ async fn answer(
                 )
             })
             .collect(),
-        body: if zero { Value::Null } else { parsed.clone() },
+        body: parsed,
     };
     let n = {
         let mut reqs = lock(&inner.requests);
@@ -460,23 +500,16 @@ async fn answer(
     if let Some(resp) = check_auth(&inner, &headers) {
         return resp;
     }
-    if body.is_empty() || !parsed.is_object() {
+    if body.is_empty() || !asked.object {
         return json_response(
             400,
             wire.error_body(400, "adf-testkit: request body is not a JSON object"),
         );
     }
 
-    let model = parsed
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("mock-model");
-    let stream = parsed.get("stream").and_then(Value::as_bool) == Some(true);
-    let include_usage = wire == Wire::OpenAi
-        && parsed
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            == Some(true);
+    let model = asked.model.as_deref().unwrap_or("mock-model");
+    let stream = asked.stream;
+    let include_usage = wire == Wire::OpenAi && asked.include_usage;
     let next = lock(&inner.script).pop_front();
     let repeated = next.is_none();
     if zero && repeated && stream {

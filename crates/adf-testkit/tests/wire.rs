@@ -227,3 +227,35 @@ async fn connections_are_counted_per_tcp_connection_not_per_request() {
     );
     assert_eq!(mock.request_count(), 4);
 }
+
+/// The zero-latency mode reads `model`, `stream` and `stream_options` without parsing the
+/// body; escaped, mistyped and repeated fields must still give the scripted mode's reply.
+#[tokio::test]
+async fn zero_latency_mode_reads_odd_fields_as_the_scripted_mode_does() {
+    let (zero_mock, scripted) = (MockProvider::openai().await, MockProvider::openai().await);
+    zero_mock.zero_latency(true).repeat(Turn::text("ok"));
+    scripted.repeat(Turn::text("ok"));
+    let bodies = [
+        r#"{"model":"m\u0031","stream":true,"stream_options":{"include_usage":true}}"#,
+        r#"{"model":5,"stream":true}"#,
+        r#"{"model":"a","stream":true,"model":"b","stream_options":{"include_usage":false}}"#,
+        r#"{"model":"a","stream":false,"stream":true,"stream_options":{"include_usage":1}}"#,
+        r#"{"model":"a","stream":true,"stream":"yes"}"#,
+        r#"{"model":"a","stream":tru}"#,
+        r#"{"model":"a\ud800","stream":true}"#,
+    ];
+    for body in bodies {
+        let mut replies = Vec::new();
+        for mock in [&zero_mock, &scripted] {
+            let resp = client()
+                .post(format!("{}/chat/completions", mock.base_url()))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            replies.push((resp.status().as_u16(), resp.text().await.unwrap()));
+        }
+        assert_eq!(replies[0], replies[1], "{body}");
+    }
+}

@@ -359,6 +359,18 @@ async fn openai_streams_text_with_usage_and_sends_exact_body() {
         (r.method.as_str(), r.path.as_str()),
         ("POST", "/v1/chat/completions")
     );
+    // Sent in pieces over plain HTTP, yet framed by its declared length, not chunked.
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(
+        r.header("content-length"),
+        Some(
+            serde_json::to_vec(&r.body)
+                .unwrap()
+                .len()
+                .to_string()
+                .as_str()
+        )
+    );
     assert_eq!(
         r.header("authorization"),
         Some(format!("Bearer {KEY}").as_str())
