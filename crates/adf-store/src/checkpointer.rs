@@ -159,7 +159,11 @@ impl WalWatch {
                 state.copied = 0;
             }
             state.pages = pages;
-            if pages >= limits.bound_pages {
+            // Without a pass since the WAL started over there is nothing to catch up with: a
+            // pass is asked for first (below), unless the WAL is already twice its bound.
+            let catch_up = pages >= limits.bound_pages
+                && (state.copied > 0 || pages >= limits.bound_pages.saturating_mul(2));
+            if catch_up {
                 if state.in_flight {
                     // The pass may wait behind other files' passes on the one checkpointer
                     // thread: waiting for it would hold this writer's thread (and, on a shared
