@@ -429,26 +429,34 @@ async fn abort_during_an_approval_wait_ends_the_turn_there_without_running_the_r
     let task = pending_task(&h, &agent).await;
     let task_id = task["id"].as_str().unwrap();
 
-    let (status, body) = post(&h, &format!("/agents/{}/abort", agent.id), json!({})).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["aborted"], true);
-    turn_ended(&h, &agent).await;
+    abort_and_expect_the_turn_to_end_at_the_wait(&h, &agent, &mock).await;
     let row = get(&h, &format!("/agents/{}/tasks/{task_id}", agent.id)).await;
     assert_eq!(row["task"]["error"], adf_server::hil::ABORTED);
+    h.stop().await;
+}
+
+/// Aborts the agent's turn over HTTP and checks it ended at the wait the abort cut short:
+/// the call after it in the same reply (`after-abort.md`) never ran, no model request
+/// followed, the checkpoint stays `in_progress` and the abort (not an error) is logged.
+async fn abort_and_expect_the_turn_to_end_at_the_wait(
+    h: &Harness,
+    agent: &Arc<Agent>,
+    mock: &MockProvider,
+) {
+    let (status, body) = post(h, &format!("/agents/{}/abort", agent.id), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["aborted"], true);
+    turn_ended(h, agent).await;
     let written = agent
         .job(|file| file.file_read("after-abort.md"))
         .await
         .unwrap();
-    assert!(
-        written.is_none(),
-        "the call after the aborted approval did not run"
-    );
+    assert!(written.is_none(), "the call after the aborted wait ran");
     assert_eq!(mock.request_count(), 1, "no model request after the abort");
-    assert_eq!(checkpoint_status(&agent).await, "in_progress");
-    let logged = log_events(&agent).await;
+    assert_eq!(checkpoint_status(agent).await, "in_progress");
+    let logged = log_events(agent).await;
     assert!(logged.contains(&"turn_aborted".to_owned()), "{logged:?}");
     assert!(!logged.contains(&"turn_error".to_owned()), "{logged:?}");
-    h.stop().await;
 }
 
 /// The same for an `ask` the abort leaves unanswered: the turn ends at the ask.
@@ -470,22 +478,7 @@ async fn abort_during_an_ask_ends_the_turn_there_without_running_the_rest_of_its
     })
     .await;
 
-    let (status, body) = post(&h, &format!("/agents/{}/abort", agent.id), json!({})).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["aborted"], true);
-    turn_ended(&h, &agent).await;
-    let written = agent
-        .job(|file| file.file_read("after-abort.md"))
-        .await
-        .unwrap();
-    assert!(
-        written.is_none(),
-        "the call after the aborted ask did not run"
-    );
-    assert_eq!(mock.request_count(), 1, "no model request after the abort");
-    assert_eq!(checkpoint_status(&agent).await, "in_progress");
-    let logged = log_events(&agent).await;
-    assert!(logged.contains(&"turn_aborted".to_owned()), "{logged:?}");
+    abort_and_expect_the_turn_to_end_at_the_wait(&h, &agent, &mock).await;
     h.stop().await;
 }
 
