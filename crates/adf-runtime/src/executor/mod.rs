@@ -768,7 +768,7 @@ impl Executor {
             }
             self.ensure_prompt(file, session, &config, &facts)?;
             self.append_dynamic_instructions(file, session, &config, &facts)?;
-            first_step = Some(self.prepare_step(file, session, &facts, true));
+            first_step = Some(self.prepare_step(file, session, &facts));
             Ok(())
         })?;
         drop(guard);
@@ -891,21 +891,13 @@ impl Executor {
             let file: &mut AdfFile = &mut guard;
             let prepared = match first_step.take() {
                 Some(prepared) => prepared?,
-                None => self.prepare_step(file, session, facts, true)?,
+                None => self.prepare_step(file, session, facts)?,
             };
-            let PreparedStep { config, mut req } = match prepared {
-                Some(step) => step,
-                None => {
-                    if self.compact_when_full(file, session, facts, host).await? {
-                        continue;
-                    }
-                    // Nothing was left to summarize: the step goes on, as it did before the
-                    // compaction check.
-                    match self.prepare_step(file, session, facts, false)? {
-                        Some(step) => step,
-                        None => continue,
-                    }
-                }
+            let Some(PreparedStep { config, mut req }) = prepared else {
+                // Compacted or not (nothing left to summarize), the context size is reset, so
+                // the step prepared next goes on to the model.
+                self.compact_full_context(file, session, host).await?;
+                continue;
             };
             session.set_state(ExecState::Thinking, host);
             // The model's answer is the long wait of a step: other loops use the file meanwhile.
@@ -962,29 +954,21 @@ impl Executor {
         }
     }
 
-    /// Compacts the loop when its context reached the threshold; `true` when it did, so the
-    /// step starts over on the compacted transcript.
-    async fn compact_when_full(
+    /// Compacts the loop whose context reached the threshold, then resets the context size
+    /// either way: with nothing left to summarize, compacting again before the next reply
+    /// reports a new size would only repeat itself.
+    async fn compact_full_context(
         &self,
         file: &mut AdfFile,
         session: &mut Session,
-        facts: &LoopFacts,
         host: &dyn TurnHost,
-    ) -> Result<bool, ExecutorError> {
-        if session.context_tokens < facts.threshold {
-            return Ok(false);
-        }
+    ) -> Result<(), ExecutorError> {
         let outcome = self.compact(file, session, None, None).await?;
-        // Reset either way: with nothing left to summarize, compacting again before
-        // the next reply reports a new size would only repeat itself.
         session.context_tokens = 0;
-        match outcome {
-            Some(outcome) => {
-                host.event(&TurnEvent::Compacted(&outcome));
-                Ok(true)
-            }
-            None => Ok(false),
+        if let Some(outcome) = outcome {
+            host.event(&TurnEvent::Compacted(&outcome));
         }
+        Ok(())
     }
 
     /// The request of the next step: the loop's transcript (opening with a user message), its
@@ -1078,15 +1062,13 @@ impl Executor {
 
     /// The part of a step before the model is asked: the config (the loop must still be
     /// available), the system prompt snapshot, a changed skills catalog, and the request.
-    /// `None` when the context reached the compaction threshold and `may_stop_for_compaction`:
-    /// the caller compacts first (it awaits the model, so it cannot run inside the turn's
-    /// opening transaction).
+    /// `None` when the context reached the compaction threshold: the caller compacts first (it
+    /// awaits the model, so it cannot run inside the turn's opening transaction).
     fn prepare_step(
         &self,
         file: &mut AdfFile,
         session: &mut Session,
         facts: &LoopFacts,
-        may_stop_for_compaction: bool,
     ) -> Result<Option<PreparedStep>, ExecutorError> {
         let config = file.config_shared()?;
         if !loop_available(&config, &session.loop_name) {
@@ -1095,7 +1077,7 @@ impl Executor {
         self.ensure_prompt(file, session, &config, facts)?;
         let system = system_text(session);
         self.deliver_catalog_change(file, session)?;
-        if may_stop_for_compaction && session.context_tokens >= facts.threshold {
+        if session.context_tokens >= facts.threshold {
             return Ok(None);
         }
         let req = self.next_request(file, session, &config, facts, system)?;
