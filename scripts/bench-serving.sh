@@ -2,7 +2,8 @@
 # Agent serving bench (BENCHMARKS.md "Agent serving"): a route answered by a warm lambda vs the
 # daemon's GET /health floor, both with wrk on this machine.
 #   ADF=target/release/adf scripts/bench-serving.sh [seconds] [connections]
-# SKIP_FLOOR=1 skips the /health run (repeated runs of the route alone).
+# SKIP_FLOOR=1 skips the /health run (repeated runs of the route alone); WARMUP=1 loads the
+# route once for the same time, unmeasured, before the measured run.
 # Needs wrk (scripts/setup.d/40-wrk.sh). Uses a temporary ADF_HOME and port 7395.
 set -euo pipefail
 ADF=${ADF:-target/release/adf}
@@ -33,6 +34,10 @@ echo "load: $(cat /proc/loadavg)"
 if [ -z "${SKIP_FLOOR:-}" ]; then
   echo "== GET /health (floor)"
   wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --latency "http://127.0.0.1:$PORT/health"
+fi
+if [ -n "${WARMUP:-}" ]; then
+  echo "== warm-up (not measured)"
+  wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" "http://127.0.0.1:$PORT/agents/web/hello" >/dev/null
 fi
 echo "== GET /agents/web/hello (warm route lambda)"
 wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --latency "http://127.0.0.1:$PORT/agents/web/hello"
