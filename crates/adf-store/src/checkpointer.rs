@@ -159,17 +159,17 @@ impl WalWatch {
                 state.copied = 0;
             }
             state.pages = pages;
+            let hard_bound = limits.bound_pages.saturating_mul(2);
             // Without a pass since the WAL started over there is nothing to catch up with: a
-            // pass is asked for first (below), unless the WAL is already twice its bound.
-            let catch_up = pages >= limits.bound_pages
-                && (state.copied > 0 || pages >= limits.bound_pages.saturating_mul(2));
+            // pass is asked for first (below), unless the WAL is already at its hard bound.
+            let catch_up = pages >= limits.bound_pages && (state.copied > 0 || pages >= hard_bound);
             if catch_up {
                 if state.in_flight {
                     // The pass may wait behind other files' passes on the one checkpointer
                     // thread: waiting for it would hold this writer's thread (and, on a shared
                     // runtime, every agent on it) for all of them. The first commit after it
                     // catches up instead; only a WAL twice its bound waits.
-                    if pages < limits.bound_pages.saturating_mul(2) {
+                    if pages < hard_bound {
                         return Ok(());
                     }
                     drop(state);
