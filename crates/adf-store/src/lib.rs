@@ -55,4 +55,6 @@ pub use fork::ForkOptions;
 pub use handle::{IdleRelease, StoreHandle};
 pub use identity::IdentityWrite;
 pub use meta::{MetaEntry, MetaProtection};
-pub use tables::{AttestationRow, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow};
+pub use tables::{
+    AttestationRow, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow, log_trim_step,
+};

@@ -830,6 +830,60 @@ fn aud_22_max_rows_bounds_the_table_and_null_is_unbounded() {
     assert_eq!(logged_under(json!({ "max_rows": null }), &rows).len(), 25);
 }
 
+#[test]
+fn aud_22_a_large_bound_is_trimmed_in_steps_and_keeps_the_newest_rows() {
+    let max = 1000_u64;
+    let step = adf_store::log_trim_step(max);
+    assert_eq!(step, 10, "a hundredth of the bound");
+    assert_eq!(adf_store::log_trim_step(10), 1, "a small bound is exact");
+    assert_eq!(
+        adf_store::log_trim_step(1_000_000),
+        100,
+        "at most 100 apart"
+    );
+    let (_dir, path, mut file) = common::new_file("logtrim");
+    file.config_set_path(
+        Caller::Owner,
+        "logging",
+        ConfigAction::Set,
+        json!({ "max_rows": max }),
+    )
+    .unwrap();
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let (mut fullest, mut trims) = (0_u64, 0);
+    for _ in 0..(max + 3 * step) {
+        let id = file
+            .log(&adf_store::NewLog {
+                level: "info",
+                origin: Some("o"),
+                message: "m",
+                ..Default::default()
+            })
+            .unwrap()
+            .unwrap();
+        let (rows, oldest): (i64, i64) = reader
+            .query_row("SELECT count(*), min(id) FROM adf_logs", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .unwrap();
+        let rows = u64::try_from(rows).unwrap();
+        // Whatever was trimmed is the oldest: the rows left run unbroken up to this one.
+        assert_eq!(
+            oldest,
+            id - i64::try_from(rows).unwrap() + 1,
+            "after row {id}"
+        );
+        assert!(rows < max + step, "{rows} rows after row {id}");
+        fullest = fullest.max(rows);
+        if id > i64::try_from(max).unwrap() && id % i64::try_from(step).unwrap() == 0 {
+            assert_eq!(rows, max, "a trim leaves exactly max_rows (row {id})");
+            trims += 1;
+        }
+    }
+    assert_eq!(fullest, max + step - 1, "rows between trims are kept");
+    assert!(trims >= 3);
+}
+
 /// `adf_*` string literals in the runtime's sources that are not meta keys, with why.
 const NOT_META_KEYS: [(&str, &str); 5] = [
     ("adf_session", "the daemon's session cookie name"),
