@@ -43,14 +43,13 @@ use rusqlite::{Connection, OpenFlags};
 pub(crate) const CHECKPOINT_PAGES: i32 = 1000;
 
 /// WAL pages at which the writer's commit copies what the passes left, so the WAL starts over
-/// even under a load that never pauses (about 160 MB of WAL at 4 KiB pages, kept on disk until
-/// the file closes). Under such a load a restart always costs the writer a wait of two
-/// `fsync`s — SQLite starts the WAL over only when a write begins with every frame copied —
-/// so the bound sets how often the writer waits: a route at 12,000 requests/s writes ~60 MB of
-/// WAL a second, and at 10,000 pages its lane waited every 0.7 s, which alone could spend the
-/// p99 budget of a 10 s run. Readers stay fast at any size: they probe only the frames after
-/// the last copied one, and the passes keep copying.
-pub(crate) const WAL_BOUND_PAGES: i32 = 40_000;
+/// even under a load that never pauses (about 40 MB of WAL at 4 KiB pages). Under such a load
+/// a restart always costs the writer a wait of two `fsync`s — SQLite starts the WAL over only
+/// when a write begins with every frame copied — so the bound sets how often the writer waits.
+/// Four times the bound (tried) made those waits rarer, but a WAL that keeps growing costs
+/// more than one reused in place: ten agents' turns fell from 12,000–13,600 to 9,300–10,900 a
+/// second (BENCHMARKS.md, "Issue 15 follow-up: where the lane waits").
+pub(crate) const WAL_BOUND_PAGES: i32 = 10_000;
 
 /// Connections the checkpointer keeps open at most; past that it closes one and reopens it
 /// when that file needs a checkpoint again.
