@@ -6,29 +6,18 @@
 # route once for the same time, unmeasured, before the measured run.
 # Needs wrk (scripts/setup.d/40-wrk.sh). Uses a temporary ADF_HOME and port 7395.
 set -euo pipefail
+# shellcheck source=lib/serving-agent.sh
+source "$(dirname "$0")/lib/serving-agent.sh"
 ADF=${ADF:-target/release/adf}
 SECONDS_EACH=${1:-10}
 CONNECTIONS=${2:-32}
 PORT=${PORT:-7395}
 WORK=$(mktemp -d)
-trap 'kill "$DAEMON" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill "${DAEMON:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 export ADF_HOME="$WORK/home"
-cat > "$WORK/routes.ts" <<'TS'
-export async function hello(req) {
-  return { status: 200, body: "hello from " + req.path };
-}
-TS
-"$ADF" new "$WORK/web.adf" --name web >/dev/null
-"$ADF" put "$WORK/web.adf" lib/routes.ts "$WORK/routes.ts" >/dev/null
-"$ADF" config set "$WORK/web.adf" handle web >/dev/null
-"$ADF" config set "$WORK/web.adf" serving.api \
-  '[{"method": "GET", "path": "/hello", "lambda": "lib/routes.ts:hello", "warm": true}]' >/dev/null
-"$ADF" daemon --port "$PORT" "$WORK/web.adf" >"$WORK/daemon.log" 2>&1 &
-DAEMON=$!
-for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+write_hello_route
+serve_agent web lib/routes.ts "$WORK/routes.ts" \
+  '[{"method": "GET", "path": "/hello", "lambda": "lib/routes.ts:hello", "warm": true}]'
 curl -fs "http://127.0.0.1:$PORT/agents/web/hello" && echo
 echo "load: $(cat /proc/loadavg)"
 if [ -z "${SKIP_FLOOR:-}" ]; then

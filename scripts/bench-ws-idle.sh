@@ -5,11 +5,13 @@
 # Needs python3 (standard library only: the client speaks the WebSocket handshake itself).
 # Uses a temporary ADF_HOME and port 7396.
 set -euo pipefail
+# shellcheck source=lib/serving-agent.sh
+source "$(dirname "$0")/lib/serving-agent.sh"
 ADF=${ADF:-target/release/adf}
 CONNECTIONS=${1:-1000}
 PORT=${PORT:-7396}
 WORK=$(mktemp -d)
-trap 'kill "$DAEMON" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill "${DAEMON:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 export ADF_HOME="$WORK/home"
 ulimit -n "$((CONNECTIONS * 2 + 1024))" 2>/dev/null || true
 cat > "$WORK/ws.ts" <<'TS'
@@ -17,17 +19,8 @@ export async function onEvent(event) {
   return event.type === "message" ? "echo " + event.data : null;
 }
 TS
-"$ADF" new "$WORK/chat.adf" --name chat >/dev/null
-"$ADF" put "$WORK/chat.adf" lib/ws.ts "$WORK/ws.ts" >/dev/null
-"$ADF" config set "$WORK/chat.adf" handle chat >/dev/null
-"$ADF" config set "$WORK/chat.adf" serving.api \
-  '[{"method": "WS", "path": "/live", "lambda": "lib/ws.ts:onEvent", "warm": true}]' >/dev/null
-"$ADF" daemon --port "$PORT" "$WORK/chat.adf" >"$WORK/daemon.log" 2>&1 &
-DAEMON=$!
-for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+serve_agent chat lib/ws.ts "$WORK/ws.ts" \
+  '[{"method": "WS", "path": "/live", "lambda": "lib/ws.ts:onEvent", "warm": true}]'
 echo "load: $(cat /proc/loadavg)"
 python3 - "$PORT" "$CONNECTIONS" "$DAEMON" <<'PY'
 import base64, os, socket, sys, time

@@ -10,29 +10,18 @@
 #   ADF=target/release/adf scripts/serving-stalls.sh [seconds] [connections]
 # FILL=<seconds> sets the fill run (default 3). Needs wrk (scripts/setup.d/40-wrk.sh).
 set -euo pipefail
+# shellcheck source=lib/serving-agent.sh
+source "$(dirname "$0")/lib/serving-agent.sh"
 ADF=${ADF:-target/release/adf}
 SECONDS_EACH=${1:-10}
 CONNECTIONS=${2:-32}
 PORT=${PORT:-7398}
 WORK=$(mktemp -d)
-trap 'kill "$DAEMON" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill "${DAEMON:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 export ADF_HOME="$WORK/home"
-cat > "$WORK/routes.ts" <<'TS'
-export async function hello(req) {
-  return { status: 200, body: "hello from " + req.path };
-}
-TS
-"$ADF" new "$WORK/web.adf" --name web >/dev/null 2>&1
-"$ADF" put "$WORK/web.adf" lib/routes.ts "$WORK/routes.ts" >/dev/null
-"$ADF" config set "$WORK/web.adf" handle web >/dev/null
-"$ADF" config set "$WORK/web.adf" serving.api \
-  '[{"method": "GET", "path": "/hello", "lambda": "lib/routes.ts:hello", "warm": true}]' >/dev/null
-"$ADF" daemon --port "$PORT" "$WORK/web.adf" >"$WORK/daemon.log" 2>&1 &
-DAEMON=$!
-for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+write_hello_route
+serve_agent web lib/routes.ts "$WORK/routes.ts" \
+  '[{"method": "GET", "path": "/hello", "lambda": "lib/routes.ts:hello", "warm": true}]'
 URL="http://127.0.0.1:$PORT/agents/web/hello"
 curl -fs "$URL" >/dev/null
 wrk -t2 -c"$CONNECTIONS" -d"${FILL:-3}s" "$URL" >/dev/null
