@@ -10,9 +10,7 @@ source "$(dirname "$0")/lib/serving-agent.sh"
 ADF=${ADF:-target/release/adf}
 CONNECTIONS=${1:-1000}
 PORT=${PORT:-7396}
-WORK=$(mktemp -d)
-trap 'kill "${DAEMON:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-export ADF_HOME="$WORK/home"
+make_workdir
 ulimit -n "$((CONNECTIONS * 2 + 1024))" 2>/dev/null || true
 cat > "$WORK/ws.ts" <<'TS'
 export async function onEvent(event) {

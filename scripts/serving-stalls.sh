@@ -16,12 +16,8 @@ ADF=${ADF:-target/release/adf}
 SECONDS_EACH=${1:-10}
 CONNECTIONS=${2:-32}
 PORT=${PORT:-7398}
-WORK=$(mktemp -d)
-trap 'kill "${DAEMON:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
-export ADF_HOME="$WORK/home"
-write_hello_route
-serve_agent web lib/routes.ts "$WORK/routes.ts" \
-  '[{"method": "GET", "path": "/hello", "lambda": "lib/routes.ts:hello", "warm": true}]'
+make_workdir
+serve_hello_agent
 URL="http://127.0.0.1:$PORT/agents/web/hello"
 curl -fs "$URL" >/dev/null
 wrk -t2 -c"$CONNECTIONS" -d"${FILL:-3}s" "$URL" >/dev/null

@@ -1,5 +1,13 @@
 # Sourced by the serving benches: one agent with routes, served by `adf daemon` on $PORT.
-# The caller sets ADF, PORT and WORK (a temporary directory it removes) and exports ADF_HOME.
+# The caller sets ADF and PORT, then calls make_workdir.
+
+# Makes $WORK, a temporary directory removed (with the daemon stopped) when the script exits,
+# and points ADF_HOME into it.
+make_workdir() {
+  WORK=$(mktemp -d)
+  trap 'kill "${DAEMON:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  export ADF_HOME="$WORK/home"
+}
 
 # Writes the warm `GET /hello` route's lambda source to $WORK/routes.ts.
 write_hello_route() {
@@ -27,4 +35,11 @@ serve_agent() {
   done
   echo "the daemon did not answer on port $PORT; its log: $WORK/daemon.log" >&2
   return 1
+}
+
+# The `web` agent with the warm `GET /hello` route, served as serve_agent does.
+serve_hello_agent() {
+  write_hello_route
+  serve_agent web lib/routes.ts "$WORK/routes.ts" \
+    '[{"method": "GET", "path": "/hello", "lambda": "lib/routes.ts:hello", "warm": true}]'
 }
