@@ -399,9 +399,10 @@ impl AdfFile {
 
     /// Appends a log row unless `config.logging` filters it out (§5.10: the first `rules`
     /// entry whose `origin` glob matches sets the minimum level, else `default_level`), then,
-    /// every [`log_trim_step`] rows, trims the oldest rows beyond `logging.max_rows` (`null`:
-    /// no bound); between trims the table holds fewer than `max_rows + step` rows. Returns the
-    /// new row's id, or `None` when the level is below the minimum.
+    /// when the new row's id is a multiple of [`log_trim_step`], trims the oldest rows beyond
+    /// `logging.max_rows` (`null`: no bound), so between trims the table passes its bound by
+    /// the rows written since the last one (fewer than a step when every row comes through
+    /// here). Returns the new row's id, or `None` when the level is below the minimum.
     pub fn log(&mut self, entry: &NewLog<'_>) -> Result<Option<i64>> {
         let Some(level) = log_rank(entry.level) else {
             return Err(StoreError::invalid(format!(
