@@ -21,8 +21,11 @@
 //! the path, runs the route's middleware chain (§12.3,
 //! [`adf_runtime::middleware::run_route_chain`]) and its lambda through
 //! [`adf_runtime::code::run_lambda_closing`] under the source file's authorization (the
-//! request's rows in one write transaction), then gives the connection back to the agent's
-//! slot. A static file waits behind a slow lambda of the same agent on that thread. The slot
+//! request's rows in one write transaction; requests queued behind a busy lane share one),
+//! then gives the connection back to the agent's slot. Log rows wait in memory while more
+//! requests queue and the batch wrote nothing else (at most 10 ms or 300 rows: see
+//! `resolve::HeldRows`), so a busy read-only route commits once per few hundred rows, not
+//! once per batch. A static file waits behind a slow lambda of the same agent on that thread. The slot
 //! keeps a few such connections while requests keep coming and closes them once the agent
 //! has had none for [`ServingLimits::idle_file_linger`]: an idle agent therefore holds no
 //! thread, no worker and no file, and a request to it opens the file again. The agent's
@@ -192,6 +195,9 @@ struct Slot {
     lane: lane::Lane,
     /// Requests waiting for the lane, taken a batch at a time (see `resolve::enqueue`).
     queue: Mutex<resolve::RequestQueue>,
+    /// Log rows of requests that wrote nothing else, not yet written (see
+    /// `resolve::resolve_batch`).
+    held_logs: Mutex<resolve::HeldRows>,
     cache: cache::ResponseCache,
     /// Open inbound WebSockets by connection id.
     connections: Mutex<HashMap<String, ConnectionInfo>>,
@@ -408,6 +414,7 @@ impl Serving {
                 files: kept::KeptFiles::default(),
                 lane: lane::Lane::default(),
                 queue: Mutex::default(),
+                held_logs: Mutex::default(),
                 cache: cache::ResponseCache::default(),
                 connections: Mutex::new(HashMap::new()),
                 outlets: Mutex::new(HashMap::new()),

@@ -284,6 +284,54 @@ struct Queued {
 /// Requests one commit covers at most: the first of a batch waits for all of them.
 const BATCH_LIMIT: usize = 32;
 
+/// How long the log rows of requests that wrote nothing else may wait in memory while more
+/// requests queue (see [`resolve_batch`]). Writing them costs the batch that does it about
+/// 3 µs a row, so a few hundred rows at a time keep that batch's requests within a millisecond
+/// or two of the others; measured at 10 ms / 300 rows against 50 ms / 3,000 (BENCHMARKS.md,
+/// "Issue 15 follow-up: the lane's log rows").
+const HELD_LOGS_MAX_AGE: Duration = Duration::from_millis(10);
+
+/// How many such rows may wait at most.
+const HELD_LOGS_MAX_ROWS: usize = 300;
+
+/// Log rows of an agent's requests held in memory (see [`resolve_batch`]).
+#[derive(Debug, Default)]
+pub(crate) struct HeldRows {
+    rows: Vec<adf_store::HeldLog>,
+    /// When the oldest of them was held.
+    since: Option<Instant>,
+}
+
+impl HeldRows {
+    /// Adds a batch's rows; returns every row held when they are due to be written: the batch
+    /// wrote something else (its log rows commit with it, after the older ones), no request
+    /// waits (an agent that is not busy writes at once, so an answer never comes before its
+    /// rows), or the oldest row has waited [`HELD_LOGS_MAX_AGE`] or the rows reach
+    /// [`HELD_LOGS_MAX_ROWS`].
+    fn add(
+        &mut self,
+        mut rows: Vec<adf_store::HeldLog>,
+        wrote: bool,
+        idle: bool,
+    ) -> Vec<adf_store::HeldLog> {
+        if !rows.is_empty() && self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+        self.rows.append(&mut rows);
+        let due = wrote
+            || idle
+            || self.rows.len() >= HELD_LOGS_MAX_ROWS
+            || self
+                .since
+                .is_some_and(|since| since.elapsed() >= HELD_LOGS_MAX_AGE);
+        if !due {
+            return Vec::new();
+        }
+        self.since = None;
+        std::mem::take(&mut self.rows)
+    }
+}
+
 fn queue(slot: &Slot) -> MutexGuard<'_, RequestQueue> {
     slot.queue.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -298,8 +346,9 @@ pub(crate) fn waiting(slot: &Slot) -> usize {
 /// Under load, requests pile up while the lane runs a batch; the next drain takes them all
 /// and commits them as one transaction (`resolve_batch`). Each request's rows still go in
 /// order, a throwing lambda still rolls back only its own writes, and no answer leaves
-/// before the commit that holds its rows — but the WAL pages the requests share (the log
-/// table's last leaf, its indexes) are written once per batch instead of once per request.
+/// before the commit that holds its writes — but the WAL pages the requests share (the log
+/// table's last leaf, its indexes) are written once per batch instead of once per request,
+/// and the log rows of batches that wrote nothing else once per few batches ([`HeldRows`]).
 fn enqueue(serving: &Arc<Serving>, agent: &ServedAgent, slot: &Arc<Slot>, queued: Queued) {
     let schedule = {
         let mut waiting = queue(slot);
@@ -379,7 +428,9 @@ impl Drop for DrainGuard<'_> {
 }
 
 /// One batch of requests on one of the slot's kept guest connections (see `kept`), in one
-/// transaction when there are several (see [`enqueue`]); one answer per request, in order.
+/// transaction (see [`enqueue`]); one answer per request, in order. The connection holds the
+/// batch's log rows ([`AdfFile::hold_logs`]); the slot's [`HeldRows`] decides whether they, and
+/// the rows earlier batches left, are written before this batch commits.
 fn resolve_batch(
     serving: &Serving,
     agent: &ServedAgent,
@@ -400,7 +451,9 @@ fn resolve_batch(
                 .collect();
         }
     };
-    let mut transaction = Batch::new(batch.len() > 1);
+    let changes_before = file.connection().total_changes();
+    file.hold_logs();
+    let mut transaction = Batch::new();
     let mut answers = Vec::with_capacity(batch.len());
     let mut last_ran = None;
     for (index, incoming) in batch.into_iter().enumerate() {
@@ -414,6 +467,16 @@ fn resolve_batch(
             lambda_ran: None,
             off,
         });
+    }
+    let wrote = file.connection().total_changes() != changes_before;
+    let due = slot
+        .held_logs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .add(file.release_held_logs(), wrote, waiting(slot) == 0);
+    let flushed = !due.is_empty();
+    if flushed && let Err(error) = file.write_held_logs(&due) {
+        tracing::warn!(%error, rows = due.len(), "cannot write the log rows of route requests");
     }
     transaction.settle(&file);
     for (index, key, ttl, shaped) in transaction.to_cache {
@@ -430,17 +493,17 @@ fn resolve_batch(
         }
     }
     // The host hears once per batch where the rows end, after they committed.
-    if let Some(answer) = last_ran.and_then(|index| answers.get_mut(index)) {
+    let told = last_ran.or_else(|| flushed.then(|| answers.len().saturating_sub(1)));
+    if let Some(answer) = told.and_then(|index| answers.get_mut(index)) {
         answer.lambda_ran = Some(rows_through(&file));
     }
     drop(slot.files.checkin(&agent.path, file));
     answers
 }
 
-/// The transaction a batch's requests share (see [`enqueue`]).
+/// The transaction a batch's requests share (see [`enqueue`]); a batch of one has it too, so
+/// the log rows written after the last request commit with that request's writes.
 struct Batch {
-    /// More than one request: worth a shared transaction.
-    worth_sharing: bool,
     /// The request that opened the transaction open now, if the batch opened one.
     open_since: Option<usize>,
     /// The request running now.
@@ -452,9 +515,8 @@ struct Batch {
 }
 
 impl Batch {
-    fn new(worth_sharing: bool) -> Self {
+    fn new() -> Self {
         Batch {
-            worth_sharing,
             open_since: None,
             current: 0,
             lost: Vec::new(),
@@ -470,7 +532,7 @@ impl Batch {
             return;
         }
         self.open_since = None;
-        if self.worth_sharing && file.run_cached("BEGIN IMMEDIATE").is_ok() {
+        if file.run_cached("BEGIN IMMEDIATE").is_ok() {
             self.open_since = Some(index);
         }
     }

@@ -83,6 +83,9 @@ pub struct AdfFile {
     pub(crate) config_cache: crate::config::ConfigCache,
     /// The writer's WAL hook, which moves checkpoints off the commit path.
     wal_watch: Option<crate::checkpointer::WalWatch>,
+    /// Log rows kept in memory instead of written, while a caller holds them
+    /// ([`AdfFile::hold_logs`]).
+    pub(crate) held_logs: Option<Vec<crate::tables::HeldLog>>,
 }
 
 impl AdfFile {
@@ -162,6 +165,7 @@ impl AdfFile {
             marker_pending: Cell::new(true),
             config_cache,
             wal_watch,
+            held_logs: None,
         })
     }
 
@@ -229,6 +233,7 @@ impl AdfFile {
             marker_pending,
             config_cache,
             wal_watch,
+            held_logs: None,
         })
     }
 
@@ -270,6 +275,7 @@ impl AdfFile {
             marker_pending: Cell::new(clean_close),
             config_cache,
             wal_watch,
+            held_logs: None,
         })
     }
 
@@ -330,6 +336,7 @@ impl AdfFile {
             marker_pending: Cell::new(false),
             config_cache,
             wal_watch: None,
+            held_logs: None,
         })
     }
 

@@ -56,5 +56,6 @@ pub use handle::{IdleRelease, StoreHandle};
 pub use identity::IdentityWrite;
 pub use meta::{MetaEntry, MetaProtection};
 pub use tables::{
-    AttestationRow, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow, log_trim_step,
+    AttestationRow, HeldLog, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow,
+    log_trim_step,
 };

@@ -125,6 +125,79 @@ pub fn log_trim_step(max_rows: u64) -> u64 {
     (max_rows / 100).clamp(1, 100)
 }
 
+/// A log row [`AdfFile::log`] kept in memory while its caller holds log rows
+/// ([`AdfFile::hold_logs`]), to be written by [`AdfFile::write_held_logs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLog {
+    level: String,
+    origin: Option<String>,
+    event: Option<String>,
+    target: Option<String>,
+    message: String,
+    data: Option<String>,
+    created_at: i64,
+    r#loop: Option<String>,
+}
+
+impl HeldLog {
+    fn new(entry: &NewLog<'_>) -> Self {
+        HeldLog {
+            level: entry.level.to_owned(),
+            origin: entry.origin.map(str::to_owned),
+            event: entry.event.map(str::to_owned),
+            target: entry.target.map(str::to_owned),
+            message: entry.message.to_owned(),
+            data: entry.data.map(Value::to_string),
+            created_at: time::now_ms(),
+            r#loop: entry.r#loop.map(str::to_owned),
+        }
+    }
+}
+
+/// Inserts one log row in the open write transaction and trims the table every
+/// [`log_trim_step`] rows; returns the row's id.
+fn insert_log_row(
+    conn: &rusqlite::Connection,
+    row: &HeldLog,
+    max_rows: Option<u64>,
+) -> Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        row.level,
+        row.origin,
+        row.event,
+        row.target,
+        row.message,
+        row.data,
+        row.created_at,
+        row.r#loop
+    ])?;
+    let id = conn.last_insert_rowid();
+    if let Some(max) = max_rows.filter(|max| *max > 0)
+        && id % i64::try_from(log_trim_step(max)).unwrap_or(1) == 0
+        && let Some(newest_dropped) = id.checked_sub(i64::try_from(max).unwrap_or(i64::MAX))
+        && newest_dropped > 0
+    {
+        // Row ids only grow, so everything at or below `id - max` is older than the newest
+        // `max` rows; the primary key makes this a range delete.
+        conn.prepare_cached("DELETE FROM adf_logs WHERE id <= ?1")?
+            .execute(params![newest_dropped])?;
+    }
+    Ok(id)
+}
+
+/// `logging.max_rows` of a config's `logging` section (`None`: no bound).
+fn log_max_rows(logging: Option<&Value>) -> Option<u64> {
+    match logging.and_then(|l| l.get("max_rows")) {
+        Some(Value::Null) => None,
+        Some(v) => v.as_u64(),
+        None => Some(DEFAULT_LOG_MAX_ROWS),
+    }
+}
+
 /// The order of log levels; `None` for anything else.
 fn log_rank(level: &str) -> Option<u8> {
     ["debug", "info", "warn", "error"]
@@ -402,7 +475,8 @@ impl AdfFile {
     /// when the new row's id is a multiple of [`log_trim_step`], trims the oldest rows beyond
     /// `logging.max_rows` (`null`: no bound), so between trims the table passes its bound by
     /// the rows written since the last one (fewer than a step when every row comes through
-    /// here). Returns the new row's id, or `None` when the level is below the minimum.
+    /// here). Returns the new row's id; `None` when the level is below the minimum, or when
+    /// the row is held in memory ([`hold_logs`](Self::hold_logs)).
     pub fn log(&mut self, entry: &NewLog<'_>) -> Result<Option<i64>> {
         let Some(level) = log_rank(entry.level) else {
             return Err(StoreError::invalid(format!(
@@ -415,41 +489,47 @@ impl AdfFile {
         if level < min_log_rank(logging, entry.origin.unwrap_or("")) {
             return Ok(None);
         }
+        if let Some(held) = self.held_logs.as_mut() {
+            held.push(HeldLog::new(entry));
+            return Ok(None);
+        }
         self.ensure_writable()?;
-        let max_rows = match logging.and_then(|l| l.get("max_rows")) {
-            Some(Value::Null) => None,
-            Some(v) => v.as_u64(),
-            None => Some(DEFAULT_LOG_MAX_ROWS),
-        };
+        let max_rows = log_max_rows(logging);
         // The row and the pruning behind it commit together: one WAL commit per row, not two.
         let tx = crate::file::write_tx(&mut self.conn)?;
-        tx.prepare_cached(
-            "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?
-        .execute(params![
-            entry.level,
-            entry.origin,
-            entry.event,
-            entry.target,
-            entry.message,
-            entry.data.map(Value::to_string),
-            time::now_ms(),
-            entry.r#loop
-        ])?;
-        let id = tx.last_insert_rowid();
-        if let Some(max) = max_rows.filter(|max| *max > 0)
-            && id % i64::try_from(log_trim_step(max)).unwrap_or(1) == 0
-            && let Some(newest_dropped) = id.checked_sub(i64::try_from(max).unwrap_or(i64::MAX))
-            && newest_dropped > 0
-        {
-            // Row ids only grow, so everything at or below `id - max` is older than the newest
-            // `max` rows; the primary key makes this a range delete.
-            tx.prepare_cached("DELETE FROM adf_logs WHERE id <= ?1")?
-                .execute(params![newest_dropped])?;
-        }
+        let id = insert_log_row(&tx, &HeldLog::new(entry), max_rows)?;
         tx.commit()?;
         Ok(Some(id))
+    }
+
+    /// From now on [`log`](Self::log) keeps the rows that pass its filter in memory instead of
+    /// writing them, until [`release_held_logs`](Self::release_held_logs). A caller that runs
+    /// many short units of work on this connection (the serving lane's route requests) writes
+    /// their log rows later in one transaction ([`write_held_logs`](Self::write_held_logs)),
+    /// so a unit that wrote nothing else commits nothing.
+    pub fn hold_logs(&mut self) {
+        self.held_logs.get_or_insert_with(Vec::new);
+    }
+
+    /// Ends [`hold_logs`](Self::hold_logs) and returns the rows held, oldest first.
+    pub fn release_held_logs(&mut self) -> Vec<HeldLog> {
+        self.held_logs.take().unwrap_or_default()
+    }
+
+    /// Writes held log rows, oldest first, in one write transaction (nested in the caller's
+    /// when one is open), trimming as [`log`](Self::log) does.
+    pub fn write_held_logs(&mut self, rows: &[HeldLog]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let max_rows = log_max_rows(self.config_shared()?.get("logging"));
+        self.ensure_writable()?;
+        let tx = crate::file::write_tx(&mut self.conn)?;
+        for row in rows {
+            insert_log_row(&tx, row, max_rows)?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Every identity row. Values stay sealed; callers decide what may be shown.

@@ -2043,6 +2043,95 @@ export async function numbered(req) {
 }
 "#;
 
+/// Starts `GET /agents/web/hold` (`BATCH_ROUTES`' `hold`) against a gate server that takes
+/// its request and answers `open` only when the returned sender fires; returns once the
+/// request waits at the gate, so the agent's lane is busy with it.
+async fn hold_at_a_gate(
+    h: &Harness,
+) -> (
+    tokio::task::JoinHandle<reqwest::Result<String>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gate_url = format!("http://{}/gate", gate.local_addr().unwrap());
+    let (held_tx, held) = tokio::sync::oneshot::channel();
+    let (open_tx, open) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (mut stream, _) = gate.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = stream.read(&mut request).await.unwrap();
+        held_tx.send(()).unwrap();
+        open.await.unwrap();
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
+            .await
+            .unwrap();
+    });
+    let url = format!("{}/agents/web/hold?gate={gate_url}", h.server.url());
+    let mut hold = tokio::spawn(async move { public_client().get(url).send().await?.text().await });
+    tokio::select! {
+        reached = held => reached.unwrap(),
+        answered = &mut hold => panic!("the held request answered before it reached the gate: {answered:?}"),
+    }
+    (hold, open_tx)
+}
+
+/// Under load the log rows of requests that wrote nothing else wait in memory and commit
+/// together: a request held at a gate and five read-only requests queued behind it make one
+/// WAL commit between them (one per batch before), and once the last answer is in (no request
+/// waits then) every request's `api_response` row is there, in arrival order (SRV-05, AUD-23).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_05_read_only_requests_behind_a_busy_agent_commit_their_log_rows_together() {
+    let h = Harness::start().await;
+    let agent = web_agent(
+        &h,
+        json!([
+            { "method": "GET", "path": "/hold", "lambda": "lib/batch.ts:hold" },
+            route("GET", "/hello", "hello"),
+        ]),
+        &[("lib/batch.ts", BATCH_ROUTES)],
+        &[("security.allow_local_fetch", json!(true))],
+    )
+    .await;
+    assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
+    let responses = || {
+        text_column(
+            &agent,
+            "SELECT message FROM adf_logs WHERE event = 'api_response' ORDER BY id",
+            Vec::new(),
+        )
+    };
+    let logged_before = responses().await.len();
+    let (hold, open_tx) = hold_at_a_gate(&h).await;
+    let before = wal_commits(&agent.path);
+    let queued: Vec<_> = (0..5)
+        .map(|_| {
+            let url = format!("{}/agents/web/hello", h.server.url());
+            tokio::spawn(async move { public_client().get(url).send().await.unwrap().status() })
+        })
+        .collect();
+    let serving = h.server.daemon.serving().unwrap();
+    common::wait_for("five requests wait behind the held one", || async {
+        serving.waiting_requests(&agent.id) == 5
+    })
+    .await;
+    open_tx.send(()).unwrap();
+    assert_eq!(hold.await.unwrap().unwrap(), "held open");
+    for answer in queued {
+        assert_eq!(answer.await.unwrap().as_u16(), 200);
+    }
+    assert_eq!(
+        wal_commits(&agent.path) - before,
+        1,
+        "the held request's log rows and the five after it commit once"
+    );
+    let mut expected = vec!["GET /hold → 200".to_owned()];
+    expected.extend(std::iter::repeat_n("GET /hello → 200".to_owned(), 5));
+    assert_eq!(responses().await[logged_before..], expected);
+    h.stop().await;
+}
+
 /// Requests that queue for an agent's request thread while it is busy run as one batch in one
 /// write transaction (group commit): the WAL gains fewer commits than requests, every
 /// request's rows are there in order, and a lambda that throws in the middle of the batch
@@ -2066,33 +2155,7 @@ async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_th
     )
     .await;
     assert_eq!(get(&h, "/agents/web/numbered?n=0").await.status, 200);
-    // The gate: answers the held request only when the test says so.
-    let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gate_url = format!("http://{}/gate", gate.local_addr().unwrap());
-    let (held_tx, held) = tokio::sync::oneshot::channel();
-    let (open_tx, open) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let (mut stream, _) = gate.accept().await.unwrap();
-        let mut request = vec![0u8; 4096];
-        let _ = stream.read(&mut request).await.unwrap();
-        held_tx.send(()).unwrap();
-        open.await.unwrap();
-        stream
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
-            .await
-            .unwrap();
-    });
-    let hold = {
-        let base = h.server.url();
-        let url = format!("{base}/agents/web/hold?gate={gate_url}");
-        tokio::spawn(async move { public_client().get(url).send().await.unwrap().text().await })
-    };
-    let mut hold = hold;
-    tokio::select! {
-        reached = held => reached.unwrap(),
-        answered = &mut hold => panic!("the held request answered before it reached the gate: {answered:?}"),
-    }
+    let (hold, open_tx) = hold_at_a_gate(&h).await;
     let before = wal_commits(&agent.path);
     let mut queued = Vec::new();
     for path in [

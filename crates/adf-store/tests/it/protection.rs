@@ -884,6 +884,40 @@ fn aud_22_a_large_bound_is_trimmed_in_steps_and_keeps_the_newest_rows() {
     assert!(trims >= 3);
 }
 
+#[test]
+fn aud_20_held_log_rows_pass_the_filter_wait_in_memory_and_are_written_in_order() {
+    let (_dir, path, mut file) = common::new_file("held");
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let messages = || -> Vec<String> {
+        let mut stmt = reader
+            .prepare("SELECT message FROM adf_logs WHERE origin = 'held' ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let entry = |level, message| adf_store::NewLog {
+        level,
+        origin: Some("held"),
+        message,
+        ..Default::default()
+    };
+    file.hold_logs();
+    for (level, message) in [("info", "a"), ("debug", "below the minimum"), ("warn", "b")] {
+        assert_eq!(file.log(&entry(level, message)).unwrap(), None);
+    }
+    assert!(messages().is_empty(), "held rows are not in the file yet");
+    let held = file.release_held_logs();
+    assert_eq!(held.len(), 2, "the filter applies when a row is held");
+    file.write_held_logs(&held).unwrap();
+    assert!(
+        file.log(&entry("info", "c")).unwrap().is_some(),
+        "released: written at once"
+    );
+    assert_eq!(messages(), ["a", "b", "c"]);
+}
+
 /// `adf_*` string literals in the runtime's sources that are not meta keys, with why.
 const NOT_META_KEYS: [(&str, &str); 5] = [
     ("adf_session", "the daemon's session cookie name"),
