@@ -6,7 +6,9 @@
 #   - WAL frames per commit in the WAL as it stands after the run (python3, standard library),
 #   - with STACKS=1, the kernel stacks of daemon threads caught blocked (state D), by thread
 #     name, sampled from /proc/<pid>/task/*/stack while wrk runs (needs root; the sampling
-#     loop takes some CPU, so compare runs made the same way).
+#     loop takes some CPU, so compare runs made the same way),
+#   - with SYNCS=1, the fsync/fdatasync calls of each daemon thread during the run and how
+#     many took 5 ms or more (perf trace; needs root and perf).
 #   ADF=target/release/adf scripts/serving-stalls.sh [seconds] [connections]
 # FILL=<seconds> sets the fill run (default 3). Needs wrk (scripts/setup.d/40-wrk.sh).
 set -euo pipefail
@@ -37,6 +39,11 @@ if [ -n "${STACKS:-}" ]; then
   ) >"$WORK/stacks.txt" &
   SAMPLER=$!
 fi
+if [ -n "${SYNCS:-}" ]; then
+  perf trace -e fsync,fdatasync -p "$DAEMON" -o "$WORK/syncs.txt" -- sleep "$SECONDS_EACH" \
+    >/dev/null 2>&1 &
+  TRACER=$!
+fi
 result=$(wrk -t2 -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --latency "$URL")
 written_after=$(awk '/^write_bytes/ {print $2}' "/proc/$DAEMON/io")
 echo "$result" | grep -E "Latency  |99%|requests in|Requests/sec"
@@ -61,5 +68,20 @@ if [ -n "${STACKS:-}" ]; then
   echo "blocked samples by thread and kernel stack (most frequent first):"
   awk '/^== / {if (s) print s; s = $2 ":"; next} {sub(/\+0x.*/, "", $2); s = s " " $2} END {if (s) print s}' \
     "$WORK/stacks.txt" | sort | uniq -c | sort -rn | head -8
+fi
+if [ -n "${SYNCS:-}" ]; then
+  wait "$TRACER" || true
+  echo "syncs by thread (perf trace):"
+  python3 - "$WORK/syncs.txt" <<'PY'
+import collections, re, sys
+calls, slow = collections.Counter(), collections.Counter()
+for line in open(sys.argv[1]):
+    found = re.search(r"\(\s*([0-9.]+) ms\):\s*(\S+?)/\d+ (fsync|fdatasync)\(", line)
+    if found:
+        calls[found.group(2)] += 1
+        slow[found.group(2)] += float(found.group(1)) >= 5
+for thread, count in calls.most_common():
+    print(f"  {thread}: {count}, {slow[thread]} of them 5 ms or more")
+PY
 fi
 echo "load: $(cat /proc/loadavg)"

@@ -976,3 +976,45 @@ async fn agent_sandbox(slot: &Slot) -> Result<Sandbox, String> {
     *slot.sandbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(sandbox.clone());
     Ok(sandbox)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// `count` held log rows, made the way the lane makes them.
+    fn held(count: usize) -> Vec<adf_store::HeldLog> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = AdfFile::create(
+            dir.path().join("held.adf"),
+            &adf_store::CreateOptions::default(),
+        )
+        .unwrap();
+        file.hold_logs();
+        for _ in 0..count {
+            file.log(&NewLog {
+                level: "info",
+                origin: Some("serving"),
+                message: "GET /hello → 200",
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        file.release_held_logs()
+    }
+
+    #[test]
+    fn srv_05_log_rows_wait_while_requests_queue_until_a_write_an_idle_lane_or_enough_rows() {
+        let mut rows = HeldRows::default();
+        assert!(rows.add(held(3), false, false).is_empty(), "requests wait");
+        assert_eq!(rows.add(held(3), true, false).len(), 6, "the batch wrote");
+        assert!(rows.add(held(3), false, false).is_empty());
+        assert_eq!(rows.add(held(3), false, true).len(), 6, "no request waits");
+        assert_eq!(
+            rows.add(held(HELD_LOGS_MAX_ROWS), false, false).len(),
+            HELD_LOGS_MAX_ROWS,
+            "enough rows gathered"
+        );
+        assert!(rows.add(Vec::new(), false, true).is_empty(), "nothing held");
+    }
+}
