@@ -2077,6 +2077,23 @@ async fn hold_at_a_gate(
     (hold, open_tx)
 }
 
+/// Waits until five requests queue behind the one [`hold_at_a_gate`] holds, then opens the
+/// gate and checks the held request's answer.
+async fn open_the_gate_once_five_wait(
+    h: &Harness,
+    agent: &Agent,
+    hold: tokio::task::JoinHandle<reqwest::Result<String>>,
+    open: tokio::sync::oneshot::Sender<()>,
+) {
+    let serving = h.server.daemon.serving().unwrap();
+    common::wait_for("five requests wait behind the held one", || async {
+        serving.waiting_requests(&agent.id) == 5
+    })
+    .await;
+    open.send(()).unwrap();
+    assert_eq!(hold.await.unwrap().unwrap(), "held open");
+}
+
 /// Under load the log rows of requests that wrote nothing else wait in memory and commit
 /// together: a request held at a gate and five read-only requests queued behind it make one
 /// WAL commit between them (one per batch before), and once the last answer is in (no request
@@ -2111,13 +2128,7 @@ async fn srv_05_read_only_requests_behind_a_busy_agent_commit_their_log_rows_tog
             tokio::spawn(async move { public_client().get(url).send().await.unwrap().status() })
         })
         .collect();
-    let serving = h.server.daemon.serving().unwrap();
-    common::wait_for("five requests wait behind the held one", || async {
-        serving.waiting_requests(&agent.id) == 5
-    })
-    .await;
-    open_tx.send(()).unwrap();
-    assert_eq!(hold.await.unwrap().unwrap(), "held open");
+    open_the_gate_once_five_wait(&h, &agent, hold, open_tx).await;
     for answer in queued {
         assert_eq!(answer.await.unwrap().as_u16(), 200);
     }
@@ -2171,13 +2182,7 @@ async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_th
             (answer.status().as_u16(), answer.text().await.unwrap())
         }));
     }
-    let serving = h.server.daemon.serving().unwrap();
-    common::wait_for("five requests wait behind the held one", || async {
-        serving.waiting_requests(&agent.id) == 5
-    })
-    .await;
-    open_tx.send(()).unwrap();
-    assert_eq!(hold.await.unwrap().unwrap(), "held open");
+    open_the_gate_once_five_wait(&h, &agent, hold, open_tx).await;
     let mut answers = Vec::new();
     for answer in queued {
         answers.push(answer.await.unwrap());
