@@ -163,6 +163,44 @@ fn owner_delete_of_a_protected_file_needs_force() {
     ));
 }
 
+/// Two files filled alike: `main` is cleared in one and its rows removed one by one by `seq`
+/// in the other, so a test can compare what the clear did with the per-row removal.
+struct ClearBesideRemove {
+    cleared: adf_store::AdfFile,
+    removed: adf_store::AdfFile,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl ClearBesideRemove {
+    fn new(name: &str, fill: impl Fn(&mut adf_store::AdfFile)) -> Self {
+        let (cleared_dir, _, mut cleared) = common::new_file(&format!("clear-{name}"));
+        fill(&mut cleared);
+        let (removed_dir, _, mut removed) = common::new_file(&format!("remove-{name}"));
+        fill(&mut removed);
+        ClearBesideRemove {
+            cleared,
+            removed,
+            _dirs: [cleared_dir, removed_dir],
+        }
+    }
+
+    /// The clear's outcome, then the removal's.
+    fn run(&mut self) -> (adf_store::transcript::RemoveOutcome, adf_store::transcript::RemoveOutcome) {
+        let outcome = self.cleared.loop_clear("main", true).unwrap();
+        let seqs: Vec<i64> = self
+            .removed
+            .loop_rows("main")
+            .unwrap()
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        (
+            outcome,
+            self.removed.loop_remove("main", &seqs, true).unwrap(),
+        )
+    }
+}
+
 /// A clear of the file's only loop (emptied without a `WHERE`, page by page) snapshots and
 /// removes what removing every row by `seq` does, and the next row's `seq` is still above every
 /// earlier one (AUTOINCREMENT keeps the highest).
@@ -184,26 +222,16 @@ fn aud_08_sto_21_clear_of_the_only_loop_matches_loop_remove_and_never_reuses_seq
             .execute("UPDATE adf_loop SET created_at = 1000", [])
             .unwrap();
     };
-    let (_a, _pa, mut cleared) = common::new_file("clear-only-loop");
-    fill(&mut cleared);
-    let (_b, _pb, mut removed) = common::new_file("remove-only-loop");
-    fill(&mut removed);
-    let highest = cleared.loop_max_seq("main").unwrap();
-
-    let outcome = cleared.loop_clear("main", true).unwrap();
-    let seqs: Vec<i64> = removed
-        .loop_rows("main")
-        .unwrap()
-        .iter()
-        .map(|r| r.seq)
-        .collect();
-    let expected = removed.loop_remove("main", &seqs, true).unwrap();
+    let mut pair = ClearBesideRemove::new("only-loop", fill);
+    let highest = pair.cleared.loop_max_seq("main").unwrap();
+    let (outcome, expected) = pair.run();
+    let cleared = &mut pair.cleared;
 
     assert_eq!(outcome.removed, 80);
     assert_eq!(outcome.removed, expected.removed);
     assert_eq!(
         cleared.audit_data(outcome.audit_id.unwrap()).unwrap(),
-        removed.audit_data(expected.audit_id.unwrap()).unwrap()
+        pair.removed.audit_data(expected.audit_id.unwrap()).unwrap()
     );
     assert_eq!(cleared.loop_row_count_in("main").unwrap(), 0);
     let integrity: String = cleared
@@ -211,7 +239,7 @@ fn aud_08_sto_21_clear_of_the_only_loop_matches_loop_remove_and_never_reuses_seq
         .query_row("PRAGMA integrity_check", [], |row| row.get(0))
         .unwrap();
     assert_eq!(integrity, "ok");
-    let next = append(&mut cleared, "main", "user", "after the clear");
+    let next = append(cleared, "main", "user", "after the clear");
     assert!(next > highest, "seq {next} reused (highest was {highest})");
 }
 
@@ -243,19 +271,9 @@ fn aud_08_loop_clear_snapshot_matches_loop_remove_of_every_row() {
             .execute("UPDATE adf_loop SET created_at = 1000", [])
             .unwrap();
     };
-    let (_a, _pa, mut cleared) = common::new_file("clear-all");
-    fill(&mut cleared);
-    let (_b, _pb, mut removed) = common::new_file("remove-each");
-    fill(&mut removed);
-
-    let outcome = cleared.loop_clear("main", true).unwrap();
-    let seqs: Vec<i64> = removed
-        .loop_rows("main")
-        .unwrap()
-        .iter()
-        .map(|r| r.seq)
-        .collect();
-    let expected = removed.loop_remove("main", &seqs, true).unwrap();
+    let mut pair = ClearBesideRemove::new("all", fill);
+    let (outcome, expected) = pair.run();
+    let (cleared, removed) = (&mut pair.cleared, &mut pair.removed);
 
     assert_eq!(outcome.removed, 3);
     assert_eq!(outcome.removed, expected.removed);
