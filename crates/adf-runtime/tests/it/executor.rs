@@ -193,6 +193,15 @@ fn tool_names(wire: Wire, body: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The main loop's turn checkpoint (`adf_runtime_turn_checkpoint`), parsed.
+fn main_checkpoint(file: &AdfFile) -> Value {
+    let row = file
+        .meta_get("adf_runtime_turn_checkpoint")
+        .unwrap()
+        .unwrap();
+    serde_json::from_str(&row.value).unwrap()
+}
+
 fn logs(file: &AdfFile, event: &str) -> Vec<(String, String)> {
     let mut stmt = file
         .connection()
@@ -415,14 +424,7 @@ async fn conversation(wire: Wire) {
     assert!(s.contains("Shown to the owner.") && s.contains("green"));
 
     // The checkpoint of the last turn is completed.
-    let cp: Value = serde_json::from_str(
-        &file
-            .meta_get("adf_runtime_turn_checkpoint")
-            .unwrap()
-            .unwrap()
-            .value,
-    )
-    .unwrap();
+    let cp = main_checkpoint(&file);
     assert_eq!(cp["status"], "completed");
     assert_eq!(cp["event_type"], "chat");
     assert_eq!(cp["replay"], "not_attempted");
@@ -493,14 +495,7 @@ async fn auth_failure(wire: Wire) {
     // The trigger is on disk; the checkpoint says failed with the reason.
     let rows = file.loop_rows("main").unwrap();
     assert_eq!(first_text(&rows[0]), "hi");
-    let cp: Value = serde_json::from_str(
-        &file
-            .meta_get("adf_runtime_turn_checkpoint")
-            .unwrap()
-            .unwrap()
-            .value,
-    )
-    .unwrap();
+    let cp = main_checkpoint(&file);
     assert_eq!(cp["status"], "failed");
     assert!(cp["reason"].as_str().unwrap().contains("401"));
 }
@@ -738,14 +733,7 @@ async fn stl_checkpoint_in_progress_becomes_interrupted_and_is_not_replayed() {
     let mut session = ex.open_session(&mut file, "main").unwrap();
     let recovered = session.recovered.clone().unwrap();
     assert_eq!(recovered.closed_calls, ["call_1"]);
-    let cp: Value = serde_json::from_str(
-        &file
-            .meta_get("adf_runtime_turn_checkpoint")
-            .unwrap()
-            .unwrap()
-            .value,
-    )
-    .unwrap();
+    let cp = main_checkpoint(&file);
     assert_eq!(cp["status"], "interrupted");
     assert_eq!(cp["replay"], "not_replayed");
     assert_eq!(logs(&file, "turn_checkpoint_recovered")[0].0, "warn");
@@ -2153,14 +2141,7 @@ async fn an_abort_that_ends_an_approval_wait_ends_the_turn_at_that_call() {
         "only the denied call has a result: {results:?}"
     );
     assert_eq!(results[0]["is_error"], true);
-    let cp: Value = serde_json::from_str(
-        &file
-            .meta_get("adf_runtime_turn_checkpoint")
-            .unwrap()
-            .unwrap()
-            .value,
-    )
-    .unwrap();
+    let cp = main_checkpoint(&file);
     assert_eq!(cp["status"], "in_progress");
     assert!(logs(&file, "turn_error").is_empty());
     assert_eq!(session.state(), ExecState::Idle);

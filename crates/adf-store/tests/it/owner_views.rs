@@ -185,7 +185,12 @@ impl ClearBesideRemove {
     }
 
     /// The clear's outcome, then the removal's.
-    fn run(&mut self) -> (adf_store::transcript::RemoveOutcome, adf_store::transcript::RemoveOutcome) {
+    fn run(
+        &mut self,
+    ) -> (
+        adf_store::transcript::RemoveOutcome,
+        adf_store::transcript::RemoveOutcome,
+    ) {
         let outcome = self.cleared.loop_clear("main", true).unwrap();
         let seqs: Vec<i64> = self
             .removed
