@@ -411,21 +411,14 @@ async fn abort_of_a_turn_waiting_for_approval_denies_it_and_the_next_chat_recove
 /// turn must stop at the aborted wait itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_during_an_approval_wait_ends_the_turn_there_without_running_the_rest_of_its_batch() {
-    let mock = MockProvider::start(Wire::OpenAi).await;
-    mock.push(
+    let (mock, h, agent) = chat_for_a_call_then_a_write(
         Turn::tool_call(
             "sys_update_config",
             json!({ "path": "description", "value": "never" }),
-        )
-        .with_tool_call(
-            "fs_write",
-            json!({ "path": "after-abort.md", "mode": "write", "content": "too late" }),
         ),
-    );
-    let h = Harness::start().await;
-    let path = new_agent(h.dir.path(), &mock, "batch", &[]);
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    chat(&h, &agent, "two calls").await;
+        "batch",
+    )
+    .await;
     let task = pending_task(&h, &agent).await;
     let task_id = task["id"].as_str().unwrap();
 
@@ -433,6 +426,24 @@ async fn abort_during_an_approval_wait_ends_the_turn_there_without_running_the_r
     let row = get(&h, &format!("/agents/{}/tasks/{task_id}", agent.id)).await;
     assert_eq!(row["task"]["error"], adf_server::hil::ABORTED);
     h.stop().await;
+}
+
+/// A daemon with agent `name`, chatted with once; its model answers with `first` and, in the
+/// same reply, a write of `after-abort.md` that must not run once an abort ends `first`'s wait.
+async fn chat_for_a_call_then_a_write(
+    first: Turn,
+    name: &str,
+) -> (MockProvider, Harness, Arc<Agent>) {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push(first.with_tool_call(
+        "fs_write",
+        json!({ "path": "after-abort.md", "mode": "write", "content": "too late" }),
+    ));
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock, name, &[]);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    chat(&h, &agent, "a call, then a write").await;
+    (mock, h, agent)
 }
 
 /// Aborts the agent's turn over HTTP and checks it ended at the wait the abort cut short:
@@ -462,17 +473,11 @@ async fn abort_and_expect_the_turn_to_end_at_the_wait(
 /// The same for an `ask` the abort leaves unanswered: the turn ends at the ask.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_during_an_ask_ends_the_turn_there_without_running_the_rest_of_its_batch() {
-    let mock = MockProvider::start(Wire::OpenAi).await;
-    mock.push(
-        Turn::tool_call("ask", json!({ "question": "Which colour?" })).with_tool_call(
-            "fs_write",
-            json!({ "path": "after-abort.md", "mode": "write", "content": "too late" }),
-        ),
-    );
-    let h = Harness::start().await;
-    let path = new_agent(h.dir.path(), &mock, "askbatch", &[]);
-    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
-    chat(&h, &agent, "ask, then write").await;
+    let (mock, h, agent) = chat_for_a_call_then_a_write(
+        Turn::tool_call("ask", json!({ "question": "Which colour?" })),
+        "askbatch",
+    )
+    .await;
     wait_for("the ask", || async {
         agent.hil().runtime_state() == "awaiting_ask"
     })
