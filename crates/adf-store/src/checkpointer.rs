@@ -321,6 +321,15 @@ mod tests {
         conn
     }
 
+    /// A new WAL file in a temporary directory, its writer watched with `limits`.
+    fn watched_wal_file(limits: Limits) -> (tempfile::TempDir, PathBuf, Connection, WalWatch) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("wal.db");
+        let mut conn = wal_file(&path);
+        let watch = WalWatch::attach_with(&mut conn, &path, limits).expect("checkpointer thread");
+        (dir, path, conn, watch)
+    }
+
     fn close(mut conn: Connection, watch: WalWatch, path: &Path) {
         watch.detach(&mut conn);
         conn.close().map_err(|(_, e)| e).expect("close");
@@ -332,14 +341,11 @@ mod tests {
 
     #[test]
     fn a_writer_that_never_pauses_keeps_its_wal_within_the_bound_and_starts_it_over() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("wal.db");
-        let mut conn = wal_file(&path);
         let limits = Limits {
             pass_pages: 20,
             bound_pages: 200,
         };
-        let watch = WalWatch::attach_with(&mut conn, &path, limits).expect("checkpointer thread");
+        let (_dir, path, conn, watch) = watched_wal_file(limits);
         let (mut largest, mut restarts, mut before) = (0, 0, 0);
         // Commits back to back, as a writer whose model answers at once does: whether the
         // passes ever find the WAL quiet depends on timing, so only what holds either way is
@@ -366,14 +372,11 @@ mod tests {
 
     #[test]
     fn below_its_bound_the_writer_never_checkpoints_and_a_pause_starts_the_wal_over() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("wal.db");
-        let mut conn = wal_file(&path);
         let limits = Limits {
             pass_pages: 20,
             bound_pages: i32::MAX,
         };
-        let watch = WalWatch::attach_with(&mut conn, &path, limits).expect("checkpointer thread");
+        let (_dir, path, conn, watch) = watched_wal_file(limits);
         for _ in 0..100 {
             commit(&conn);
         }
