@@ -30,6 +30,11 @@ serve_agent() {
   "$ADF" daemon --port "$PORT" "$WORK/$name.adf" >"$WORK/daemon.log" 2>&1 &
   DAEMON=$!
   for _ in $(seq 1 100); do
+    if ! kill -0 "$DAEMON" 2>/dev/null; then
+      echo "the daemon exited (is port $PORT taken by another?); its log: $WORK/daemon.log" >&2
+      cat "$WORK/daemon.log" >&2
+      return 1
+    fi
     curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
     sleep 0.1
   done

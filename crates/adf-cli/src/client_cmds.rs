@@ -167,6 +167,31 @@ pub(crate) enum BenchCommand {
         #[arg(long, value_enum, default_value_t = BenchReply::Mirror)]
         reply: BenchReply,
     },
+    /// Send GET requests to a URL on this machine at a fixed rate and report latency from
+    /// each request's scheduled time (an open-loop load: a stall delays every request
+    /// scheduled during it, and they all count).
+    ///
+    /// For example, a daemon's agent route at 5,000 requests/s beside its `/health` floor:
+    /// `adf bench http http://127.0.0.1:7385/agents/web/hello --rate 5000`.
+    Http {
+        /// An http:// URL to 127.0.0.1, `[::1]` or localhost.
+        url: String,
+        /// Requests scheduled per second, spread evenly.
+        #[arg(long, default_value_t = 5000)]
+        rate: u32,
+        /// Keep-alive connections taking requests from the schedule.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Seconds of measured requests.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Seconds at the same rate before the measured time, not measured.
+        #[arg(long, default_value_t = 2)]
+        warmup: u64,
+        /// Worker threads of the driver's async runtime (1: a single-threaded runtime).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
 }
 
 /// The in-process mock's reply in `adf bench turns`.
@@ -329,6 +354,31 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
             threads,
             reply,
         }) => bench_turns(agents, seconds, window, threads, reply, out),
+        ClientCommand::Bench(BenchCommand::Http {
+            url,
+            rate,
+            connections,
+            seconds,
+            warmup,
+            threads,
+        }) => {
+            let options = crate::http_load::LoadOptions {
+                target: crate::http_load::Target::parse(&url)?,
+                rate,
+                connections,
+                duration: std::time::Duration::from_secs(seconds.max(1)),
+                warmup: std::time::Duration::from_secs(warmup),
+            };
+            eprintln!(
+                "{url}: {rate} requests/s for {warmup} s warm-up and {} s measured",
+                seconds.max(1)
+            );
+            let report = crate::http_load::run(&options, threads)?;
+            print_json_or(out, &serde_json::to_value(&report)?, || {
+                say!("{}", report.line());
+            });
+            Ok(ExitCode::SUCCESS)
+        }
         other => {
             let client = client(url)?;
             runtime()?.block_on(client_command(&client, other, out))

@@ -4,7 +4,8 @@
 //! that acts on a file directly), `file_cmds` (the owner's file commands), `session` (opening a
 //! file, shared by the command modules), `client_cmds` (`adf daemon` and the clients of a
 //! running daemon; shared names such as `files` go to the daemon when their argument is not an
-//! existing file) and `output` (tables and `--json`).
+//! existing file), `http_load` (`adf bench http`, a fixed-rate HTTP load) and `output` (tables
+//! and `--json`).
 
 mod chat_cmds;
 mod client_cmds;
@@ -12,6 +13,7 @@ mod code_cmds;
 mod demo;
 mod dispatch;
 mod file_cmds;
+mod http_load;
 mod identity_cmds;
 mod mcp_cmds;
 mod output;

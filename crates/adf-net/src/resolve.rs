@@ -24,8 +24,8 @@ use crate::kept::LambdaRuntime;
 use crate::request::{self, BadBody};
 use crate::response::{self, ErrorCode, Shaped};
 use crate::{
-    BodyHold, LOG_ORIGIN, RESERVED_SEGMENTS, RowsThrough, ServedAgent, Serving, Slot,
-    error_response,
+    BodyHold, LOG_ORIGIN, RESERVED_SEGMENTS, RowsThrough, ServedAgent, Serving, ServingLimits,
+    Slot, error_response,
 };
 
 /// What the async side knows of a request once its body is read.
@@ -284,56 +284,179 @@ struct Queued {
 /// Requests one commit covers at most: the first of a batch waits for all of them.
 const BATCH_LIMIT: usize = 32;
 
-/// How long the log rows of requests that wrote nothing else may wait in memory while more
-/// requests queue (see [`resolve_batch`]). Writing them costs the batch that does it about
-/// 3 µs a row, so a few hundred rows at a time keep that batch's requests within a millisecond
-/// or two of the others; measured at 10 ms / 300 rows against 50 ms / 3,000 (BENCHMARKS.md,
-/// "Issue 15 follow-up: the lane's log rows").
-const HELD_LOGS_MAX_AGE: Duration = Duration::from_millis(10);
-
-/// How many such rows may wait at most.
+/// How many log rows of requests that wrote nothing else may wait in memory while the agent
+/// is busy (see [`HeldRows`]; how long: [`ServingLimits::held_logs_max_age`]). Writing them
+/// costs the batch that does it about 3 µs a row, so a few hundred rows at a time keep that
+/// batch's requests within a millisecond or two of the others; measured at 10 ms / 300 rows
+/// against 50 ms / 3,000 (BENCHMARKS.md, "Issue 15 follow-up: the lane's log rows").
 const HELD_LOGS_MAX_ROWS: usize = 300;
 
+/// How long, and how many, such rows may wait while the WAL is at its bound and a background
+/// pass copies it ([`AdfFile::wal_restart_pending`]): a pass takes two `fsync`s (20–40 ms on
+/// this disk), and a write before it ends would leave the WAL to grow on, until the lane's own
+/// commit caught up with two `fsync`s of its own while every queued request waited.
+const HELD_LOGS_DEFER_MAX_AGE: Duration = Duration::from_millis(100);
+const HELD_LOGS_DEFER_MAX_ROWS: usize = 3_000;
+
+/// How often a drain with rows held for a pending restart looks whether the pass ended.
+const HELD_LOGS_DEFER_POLL: Duration = Duration::from_millis(2);
+
 /// Log rows of an agent's requests held in memory (see [`resolve_batch`]).
-#[derive(Debug, Default)]
+///
+/// A busy agent's rows wait even when no request is queued at the moment
+/// ([`ServingLimits::busy_batch_gap`]): at a steady 5,000 requests a second each request
+/// arrives to an idle lane, and writing its three log rows on their own cost a WAL commit of
+/// four pages a request — the checkpoints of that traffic, not the requests, set the p99
+/// (BENCHMARKS.md, "Issue 15 follow-up: a fixed request rate").
+#[derive(Debug)]
 pub(crate) struct HeldRows {
+    max_age: Duration,
+    busy_gap: Duration,
     rows: Vec<adf_store::HeldLog>,
     /// When the oldest of them was held.
     since: Option<Instant>,
+    /// When the last batch began.
+    last_batch: Option<Instant>,
+    /// The gap between batches, averaged over about the last eight (`None` until two
+    /// batches ran: an agent is not busy before it has shown it).
+    batch_gap: Option<Duration>,
+    /// The rows wait for the WAL to start over (the longer limits apply).
+    deferring: bool,
 }
 
 impl HeldRows {
+    pub(crate) fn new(limits: &ServingLimits) -> Self {
+        HeldRows {
+            max_age: limits.held_logs_max_age,
+            busy_gap: limits.busy_batch_gap,
+            rows: Vec::new(),
+            since: None,
+            last_batch: None,
+            batch_gap: None,
+            deferring: false,
+        }
+    }
+
+    /// Notes that a batch begins at `now`.
+    fn batch_begins(&mut self, now: Instant) {
+        if let Some(last) = self.last_batch {
+            let gap = now.saturating_duration_since(last);
+            self.batch_gap = Some(match self.batch_gap {
+                Some(average) => (average * 7 + gap) / 8,
+                None => gap,
+            });
+        }
+        self.last_batch = Some(now);
+    }
+
+    /// Whether batches have lately begun less than [`ServingLimits::busy_batch_gap`] apart.
+    fn busy(&self) -> bool {
+        self.batch_gap.is_some_and(|gap| gap < self.busy_gap)
+    }
+
     /// Adds a batch's rows; returns every row held when they are due to be written: the batch
     /// wrote something else (its log rows commit with it, after the older ones), no request
-    /// waits (an agent that is not busy writes at once, so an answer never comes before its
-    /// rows), or the oldest row has waited [`HELD_LOGS_MAX_AGE`] or the rows reach
-    /// [`HELD_LOGS_MAX_ROWS`].
+    /// waits and the agent is not busy (so at light load an answer never comes before its
+    /// rows), or the oldest row has waited [`ServingLimits::held_logs_max_age`] or the rows
+    /// reach [`HELD_LOGS_MAX_ROWS`] — while the WAL waits for a pass to start over
+    /// (`batch.deferring`), [`HELD_LOGS_DEFER_MAX_AGE`] or [`HELD_LOGS_DEFER_MAX_ROWS`]. Rows
+    /// held with no request queued are written by the drain when they are due
+    /// ([`due_in`](Self::due_in)).
     fn add(
         &mut self,
         mut rows: Vec<adf_store::HeldLog>,
-        wrote: bool,
-        idle: bool,
+        batch: BatchEnd,
+        now: Instant,
     ) -> Vec<adf_store::HeldLog> {
         if !rows.is_empty() && self.since.is_none() {
-            self.since = Some(Instant::now());
+            self.since = Some(now);
         }
         self.rows.append(&mut rows);
-        let due = wrote
-            || idle
-            || self.rows.len() >= HELD_LOGS_MAX_ROWS
-            || self
-                .since
-                .is_some_and(|since| since.elapsed() >= HELD_LOGS_MAX_AGE);
+        self.deferring = batch.deferring;
+        let due = batch.wrote || (batch.idle && !self.busy()) || !self.may_wait(now);
         if !due {
             return Vec::new();
         }
+        self.take()
+    }
+
+    /// Whether the rows held may wait longer under the limits that apply now.
+    fn may_wait(&self, now: Instant) -> bool {
+        let (max_age, max_rows) = self.limits();
+        self.rows.len() < max_rows && self.waited(now) < max_age
+    }
+
+    /// Called when no request is queued and the rows held look due: whether they may wait
+    /// on because a background pass is about to let the WAL start over.
+    fn wait_for_restart(&mut self, restart_pending: bool, now: Instant) -> bool {
+        self.deferring = restart_pending;
+        restart_pending && self.may_wait(now)
+    }
+
+    fn limits(&self) -> (Duration, usize) {
+        if self.deferring {
+            (
+                self.max_age.max(HELD_LOGS_DEFER_MAX_AGE),
+                HELD_LOGS_DEFER_MAX_ROWS,
+            )
+        } else {
+            (self.max_age, HELD_LOGS_MAX_ROWS)
+        }
+    }
+
+    fn waited(&self, now: Instant) -> Duration {
+        self.since
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+
+    /// How long the drain may sleep before it looks at the rows held again; `None` when none
+    /// are held.
+    fn due_in(&self, now: Instant) -> Option<Duration> {
+        if self.rows.is_empty() {
+            return None;
+        }
+        // While deferring, rows past their usual age are not due yet: a sleep of what is
+        // left of it (nothing) would spin.
+        Some(if self.deferring {
+            HELD_LOGS_DEFER_POLL
+        } else {
+            self.max_age.saturating_sub(self.waited(now))
+        })
+    }
+
+    /// Every row held, oldest first.
+    fn take(&mut self) -> Vec<adf_store::HeldLog> {
         self.since = None;
         std::mem::take(&mut self.rows)
     }
 }
 
+/// What [`HeldRows::add`] needs to know of the batch that just ran.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchEnd {
+    /// It wrote something besides log rows: it commits anyway.
+    wrote: bool,
+    /// No request waits behind it (or the agent was released).
+    idle: bool,
+    /// The WAL is at its bound with a pass running ([`AdfFile::wal_restart_pending`]).
+    deferring: bool,
+}
+
+fn held_rows(slot: &Slot) -> MutexGuard<'_, HeldRows> {
+    slot.held_logs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
 fn queue(slot: &Slot) -> MutexGuard<'_, RequestQueue> {
     slot.queue.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Wakes a drain that waits to write held log rows (the slot was released: it writes them
+/// now). Taking the queue's lock first orders this after the drain's check of `released`.
+pub(crate) fn wake_drain(slot: &Slot) {
+    drop(queue(slot));
+    slot.arrived.notify_all();
 }
 
 /// Requests in `slot`'s queue now.
@@ -356,6 +479,8 @@ fn enqueue(serving: &Arc<Serving>, agent: &ServedAgent, slot: &Arc<Slot>, queued
         !std::mem::replace(&mut waiting.draining, true)
     };
     if !schedule {
+        // The drain may be waiting to write held log rows: this request goes first.
+        slot.arrived.notify_one();
         return;
     }
     let job_serving = Arc::clone(serving);
@@ -387,8 +512,24 @@ fn drain(serving: &Serving, agent: &ServedAgent, slot: &Slot) {
         let batch: Vec<Queued> = {
             let mut waiting = queue(slot);
             if waiting.waiting.is_empty() {
-                waiting.draining = false;
-                return;
+                // Rows held while the agent is busy are written when they are due, or at
+                // once when the agent is released; a request arriving first takes them along.
+                let Some(due_in) = held_rows(slot).due_in(Instant::now()) else {
+                    waiting.draining = false;
+                    return;
+                };
+                if !released(slot) {
+                    waiting = slot
+                        .arrived
+                        .wait_timeout(waiting, due_in)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                if waiting.waiting.is_empty() {
+                    drop(waiting);
+                    write_held_rows(serving, agent, slot);
+                    continue;
+                }
             }
             let take = waiting.waiting.len().min(BATCH_LIMIT);
             waiting.waiting.drain(..take).collect()
@@ -407,6 +548,43 @@ fn drain(serving: &Serving, agent: &ServedAgent, slot: &Slot) {
             let _gone = answer.send(resolved);
         }
     }
+}
+
+/// Whether the agent's serving was released (it was unloaded or turned `off`).
+fn released(slot: &Slot) -> bool {
+    *slot.closers.borrow()
+}
+
+/// Writes the rows held for the agent in a transaction of their own and tells the host where
+/// the rows end. A file that cannot be opened (the agent's file was removed) loses them,
+/// with a warning.
+fn write_held_rows(serving: &Serving, agent: &ServedAgent, slot: &Slot) {
+    let mut file = match slot.files.checkout(&agent.path) {
+        Ok(file) => file,
+        Err(error) => {
+            let lost = held_rows(slot).take().len();
+            tracing::warn!(%error, rows = lost, "cannot write the log rows of route requests");
+            return;
+        }
+    };
+    let rows = {
+        let mut held = held_rows(slot);
+        let pending = file.wal_restart_pending();
+        if !released(slot) && held.wait_for_restart(pending, Instant::now()) {
+            Vec::new()
+        } else {
+            held.take()
+        }
+    };
+    if !rows.is_empty() {
+        match file.write_held_logs(&rows) {
+            Ok(()) => serving.directory.lambda_ran(agent, rows_through(&file)),
+            Err(error) => {
+                tracing::warn!(%error, rows = rows.len(), "cannot write the log rows of route requests");
+            }
+        }
+    }
+    drop(slot.files.checkin(&agent.path, file));
 }
 
 /// When a request panics, the drain ends there (the lane's thread lives on, see `lane`): the
@@ -451,6 +629,8 @@ fn resolve_batch(
                 .collect();
         }
     };
+    held_rows(slot).batch_begins(Instant::now());
+    file.defer_wal_restart();
     let changes_before = file.connection().total_changes();
     file.hold_logs();
     let mut transaction = Batch::new();
@@ -468,12 +648,12 @@ fn resolve_batch(
             off,
         });
     }
-    let wrote = file.connection().total_changes() != changes_before;
-    let due = slot
-        .held_logs
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .add(file.release_held_logs(), wrote, waiting(slot) == 0);
+    let batch_end = BatchEnd {
+        wrote: file.connection().total_changes() != changes_before,
+        idle: waiting(slot) == 0 || released(slot),
+        deferring: file.wal_restart_pending(),
+    };
+    let due = held_rows(slot).add(file.release_held_logs(), batch_end, Instant::now());
     let flushed = !due.is_empty();
     if flushed && let Err(error) = file.write_held_logs(&due) {
         tracing::warn!(%error, rows = due.len(), "cannot write the log rows of route requests");
@@ -1003,18 +1183,130 @@ mod tests {
         file.release_held_logs()
     }
 
+    const QUEUED: BatchEnd = BatchEnd {
+        wrote: false,
+        idle: false,
+        deferring: false,
+    };
+    const IDLE: BatchEnd = BatchEnd {
+        idle: true,
+        ..QUEUED
+    };
+    const WROTE: BatchEnd = BatchEnd {
+        wrote: true,
+        ..QUEUED
+    };
+
+    fn held_rows() -> HeldRows {
+        HeldRows::new(&ServingLimits::default())
+    }
+
     #[test]
     fn srv_05_log_rows_wait_while_requests_queue_until_a_write_an_idle_lane_or_enough_rows() {
-        let mut rows = HeldRows::default();
-        assert!(rows.add(held(3), false, false).is_empty(), "requests wait");
-        assert_eq!(rows.add(held(3), true, false).len(), 6, "the batch wrote");
-        assert!(rows.add(held(3), false, false).is_empty());
-        assert_eq!(rows.add(held(3), false, true).len(), 6, "no request waits");
+        let now = Instant::now();
+        let mut rows = held_rows();
+        assert!(rows.add(held(3), QUEUED, now).is_empty(), "requests wait");
+        assert_eq!(rows.add(held(3), WROTE, now).len(), 6, "the batch wrote");
+        assert!(rows.add(held(3), QUEUED, now).is_empty());
+        assert_eq!(rows.add(held(3), IDLE, now).len(), 6, "no request waits");
         assert_eq!(
-            rows.add(held(HELD_LOGS_MAX_ROWS), false, false).len(),
+            rows.add(held(HELD_LOGS_MAX_ROWS), QUEUED, now).len(),
             HELD_LOGS_MAX_ROWS,
             "enough rows gathered"
         );
-        assert!(rows.add(Vec::new(), false, true).is_empty(), "nothing held");
+        assert!(rows.add(held(1), QUEUED, now).is_empty());
+        let max_age = ServingLimits::default().held_logs_max_age;
+        assert_eq!(
+            rows.add(held(1), QUEUED, now + max_age).len(),
+            2,
+            "old enough"
+        );
+        assert!(rows.add(Vec::new(), IDLE, now).is_empty(), "nothing held");
+    }
+
+    /// An agent whose batches begin less than `busy_batch_gap` apart keeps its rows while no
+    /// request is queued, until they are old enough; the drain sleeps until then.
+    #[test]
+    fn srv_05_a_busy_agents_log_rows_wait_with_no_request_queued() {
+        let limits = ServingLimits::default();
+        let mut rows = held_rows();
+        let mut now = Instant::now();
+        rows.batch_begins(now);
+        assert_eq!(
+            rows.add(held(3), IDLE, now).len(),
+            3,
+            "one batch shows no load"
+        );
+        now += limits.busy_batch_gap * 50;
+        rows.batch_begins(now);
+        assert_eq!(rows.add(held(3), IDLE, now).len(), 3, "batches far apart");
+        // Batches a fifth of the gap apart, long enough for the average to follow.
+        for _ in 0..40 {
+            now += limits.busy_batch_gap / 5;
+            rows.batch_begins(now);
+        }
+        assert!(
+            rows.add(held(3), IDLE, now).is_empty(),
+            "busy: the rows wait"
+        );
+        assert_eq!(rows.due_in(now), Some(limits.held_logs_max_age));
+        let later = now + limits.held_logs_max_age / 2;
+        assert_eq!(rows.due_in(later), Some(limits.held_logs_max_age / 2));
+        let due = rows.add(held(1), IDLE, now + limits.held_logs_max_age);
+        assert_eq!(due.len(), 4, "old enough, with the newest row");
+        assert_eq!(rows.due_in(now), None);
+        // The load stops: far-apart batches bring the average back up.
+        for _ in 0..40 {
+            now += limits.busy_batch_gap * 10;
+            rows.batch_begins(now);
+        }
+        assert_eq!(rows.add(held(3), IDLE, now).len(), 3, "idle again");
+    }
+
+    /// While a background pass copies a WAL at its bound, rows wait longer, and the drain
+    /// looks every few milliseconds whether the pass ended; once it has, they are due.
+    #[test]
+    fn srv_05_log_rows_wait_for_the_wal_to_start_over_within_their_own_limits() {
+        let limits = ServingLimits::default();
+        let deferring = BatchEnd {
+            deferring: true,
+            ..QUEUED
+        };
+        let now = Instant::now();
+        let mut rows = held_rows();
+        assert!(rows.add(held(3), deferring, now).is_empty());
+        let past_max_age = now + limits.held_logs_max_age;
+        assert!(
+            rows.add(held(3), deferring, past_max_age).is_empty(),
+            "older than the usual limit, still waiting for the restart"
+        );
+        assert_eq!(
+            rows.due_in(past_max_age),
+            Some(HELD_LOGS_DEFER_POLL),
+            "the drain looks again in a while, it does not spin"
+        );
+        assert!(
+            rows.wait_for_restart(true, past_max_age),
+            "the pass runs on"
+        );
+        assert!(
+            !rows.wait_for_restart(false, past_max_age),
+            "the pass ended"
+        );
+        assert!(
+            !rows.wait_for_restart(true, now + HELD_LOGS_DEFER_MAX_AGE),
+            "waited as long as a restart may take"
+        );
+        assert_eq!(
+            rows.add(held(1), deferring, now + HELD_LOGS_DEFER_MAX_AGE)
+                .len(),
+            7
+        );
+        assert_eq!(
+            rows.add(held(HELD_LOGS_DEFER_MAX_ROWS), deferring, now)
+                .len(),
+            HELD_LOGS_DEFER_MAX_ROWS,
+            "too many rows to wait"
+        );
     }
 }

@@ -24,9 +24,13 @@
 //! reaches [`WAL_BOUND_PAGES`] without such a pause does the writer's own commit copy the few
 //! frames the last pass left (a handful of pages, then two `fsync`s), so the write after it
 //! starts the WAL over; a pass in flight then is let finish first (the WAL may grow past the
-//! bound meanwhile, never to twice it). That inline catch-up used to run after every pass; on the serving lane
-//! each one held every queued request behind its `fsync`s (20–50 ms each on this disk), and
-//! they set the requests' p99.
+//! bound meanwhile, never to twice it). That inline catch-up used to run after every pass; on
+//! the serving lane each one held every queued request behind its `fsync`s (20–50 ms each on
+//! this disk), and they set the requests' p99. So a writer whose writes can mostly wait (the
+//! lane's log rows) defers the restart ([`WalWatch::defer_restart`]): at the bound its commit
+//! asks for a pass, and while [`WalWatch::restart_pending`] it holds those writes, so the pass
+//! copies everything and the next write starts the WAL over; it catches up itself only at
+//! twice the bound.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -67,6 +71,9 @@ struct State {
     pages: i32,
     /// Checkpoints the writer's own commits ran because the WAL reached its bound.
     inline_catch_ups: u64,
+    /// The writer holds back writes it can delay while a pass runs at the bound (see
+    /// [`WalWatch::defer_restart`]), so its commits ask for a pass instead of catching up.
+    defers_restart: bool,
 }
 
 /// When a file's WAL is checkpointed (the module docs explain the two numbers).
@@ -94,6 +101,7 @@ struct Shared {
     /// Tells this file's connection apart in the checkpointer (never reused in a process).
     id: u64,
     path: PathBuf,
+    limits: Limits,
     state: Mutex<State>,
     finished: Condvar,
 }
@@ -153,6 +161,7 @@ impl WalWatch {
         let shared = Arc::new(Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            limits,
             state: Mutex::new(State::default()),
             finished: Condvar::new(),
         });
@@ -168,6 +177,15 @@ impl WalWatch {
             // pass is asked for first (below), unless the WAL is already at its hard bound.
             let catch_up = pages >= limits.bound_pages && (state.copied > 0 || pages >= hard_bound);
             if catch_up {
+                if state.defers_restart && pages < hard_bound {
+                    // A pass instead: the writer holds its delayable writes while it runs, so
+                    // the pass copies everything and the next write starts the WAL over with
+                    // no `fsync` on the writer's thread.
+                    if !state.in_flight && sender.send(Job::Checkpoint(hooked.clone())).is_ok() {
+                        state.in_flight = true;
+                    }
+                    return Ok(());
+                }
                 if state.in_flight {
                     // The pass may wait behind other files' passes on the one checkpointer
                     // thread: waiting for it would hold this writer's thread (and, on a shared
@@ -201,6 +219,22 @@ impl WalWatch {
         }))
         .ok()?;
         Some(WalWatch { shared })
+    }
+
+    /// From now on this writer's commits at the bound ask for a background pass rather than
+    /// catch up themselves (until twice the bound), and [`restart_pending`](Self::restart_pending)
+    /// tells the writer when to hold back the writes it can delay. For a writer whose commits
+    /// are mostly delayable (the serving lane's log rows): its catch-up `fsync`s held every
+    /// queued request.
+    pub(crate) fn defer_restart(&self) {
+        self.shared.state().defers_restart = true;
+    }
+
+    /// Whether the WAL is at its bound with a pass running: a write now would keep the WAL
+    /// from starting over after the pass, so a writer that can wait should.
+    pub(crate) fn restart_pending(&self) -> bool {
+        let state = self.shared.state();
+        state.in_flight && state.pages >= self.shared.limits.bound_pages
     }
 
     /// Removes the hook from `conn`, waits until no checkpoint of this file is running and
@@ -399,6 +433,54 @@ mod tests {
             watch.shared.state().inline_catch_ups,
             0,
             "a commit below the bound checkpointed on the writer's thread"
+        );
+        close(conn, watch, &path);
+    }
+
+    /// A writer that defers the restart (the serving lane) never catches up on its own thread
+    /// below twice the bound: its commit at the bound asks for a pass and says so
+    /// (`restart_pending`); holding its writes until the pass ends lets the next one start
+    /// the WAL over.
+    #[test]
+    fn a_deferring_writer_leaves_the_catch_up_to_a_pass_and_a_pause_starts_the_wal_over() {
+        let limits = Limits {
+            pass_pages: 20,
+            bound_pages: 200,
+        };
+        let (_dir, path, conn, watch) = watched_wal_file(limits);
+        watch.defer_restart();
+        let mut commits = 0;
+        while !watch.restart_pending() {
+            commit(&conn);
+            commits += 1;
+            assert!(
+                frames(&watch) < 2 * limits.bound_pages,
+                "the WAL reached twice its bound without a pass pending"
+            );
+            assert!(commits < 100_000, "the WAL never reached its bound");
+        }
+        assert!(frames(&watch) >= limits.bound_pages);
+        // The writer waits for the pass; a pass that began before the writer's last commit
+        // leaves that commit's frames, and the next commit asks for another.
+        let mut restarted = false;
+        for _ in 0..4 {
+            drop(watch.shared.idle());
+            assert!(!watch.restart_pending());
+            let grown = frames(&watch);
+            commit(&conn);
+            if frames(&watch) < grown {
+                restarted = true;
+                break;
+            }
+        }
+        assert!(
+            restarted,
+            "the WAL did not start over after the writer waited"
+        );
+        assert_eq!(
+            watch.shared.state().inline_catch_ups,
+            0,
+            "the deferring writer checkpointed on its own thread"
         );
         close(conn, watch, &path);
     }

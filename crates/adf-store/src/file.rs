@@ -373,6 +373,24 @@ impl AdfFile {
         Ok(())
     }
 
+    /// Marks this connection's writes as mostly delayable (see
+    /// [`wal_restart_pending`](Self::wal_restart_pending)): at the WAL's bound its commits
+    /// leave the catch-up to a background pass instead of running it (with two `fsync`s) on
+    /// the caller's thread, unless the WAL reaches twice its bound.
+    pub fn defer_wal_restart(&self) {
+        if let Some(watch) = &self.wal_watch {
+            watch.defer_restart();
+        }
+    }
+
+    /// Whether writes that can wait should: the WAL is at its bound and a background pass is
+    /// copying it; a write before the pass ends keeps the WAL from starting over.
+    pub fn wal_restart_pending(&self) -> bool {
+        self.wal_watch
+            .as_ref()
+            .is_some_and(crate::checkpointer::WalWatch::restart_pending)
+    }
+
     /// The path this file was opened from.
     pub fn path(&self) -> &Path {
         &self.path

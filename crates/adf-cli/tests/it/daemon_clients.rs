@@ -332,6 +332,59 @@ fn bench_turns_json_reports_finished_turns() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// `adf bench http` sends exactly the requests its schedule holds (rate × seconds), counts
+/// answers by status class, and loads only this machine: an address elsewhere is refused
+/// before any connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_http_sends_the_scheduled_requests_and_counts_their_answers() {
+    let mock = MockProvider::start(adf_testkit::Wire::OpenAi).await;
+    let daemon = start(&mock);
+    let bench = |path: &str, rate: &str| {
+        let output = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+            .args(["bench", "http", &format!("{}{path}", daemon.url)])
+            .args(["--rate", rate, "--seconds", "1", "--warmup", "0"])
+            .args(["--connections", "4", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let health = bench("/health", "200");
+    assert_eq!(health["scheduled"], 200, "{health}");
+    assert_eq!(health["ok"], 200, "{health}");
+    assert_eq!(health["non_2xx"], 0, "{health}");
+    assert_eq!(health["failed"], 0, "{health}");
+    let latency = &health["latency_ms"];
+    let (p50, max) = (
+        latency["p50"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= max, "{health}");
+    // The control API without a token answers 401: counted, not failed.
+    let refused = bench("/agents", "50");
+    assert_eq!(refused["scheduled"], 50, "{refused}");
+    assert_eq!(refused["non_2xx"], 50, "{refused}");
+    assert_eq!(refused["ok"], 0, "{refused}");
+
+    let elsewhere = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .args([
+            "bench",
+            "http",
+            "http://192.0.2.1:7385/health",
+            "--seconds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!elsewhere.status.success());
+    let stderr = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(stderr.contains("this machine only"), "{stderr}");
+}
+
 /// The runtime commands reach the routes added with the Studio: providers from the settings
 /// with `hasApiKey` only, the mesh switch, usage, identities, triggers and tables of an agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,4 +5,5 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod declarations;
+mod held_logs;
 mod streams;
