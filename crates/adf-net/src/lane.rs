@@ -78,6 +78,12 @@ impl Lane {
         lock(&self.shared).started
     }
 
+    /// The running thread's handle, taken (a release keeps it to wait for the thread's last
+    /// jobs at shutdown).
+    pub(crate) fn take_thread(&self) -> Option<JoinHandle<()>> {
+        lock(&self.shared).thread.take()
+    }
+
     /// Waits for the running thread (if any) to end.
     #[cfg(test)]
     pub(crate) fn join(&self) {

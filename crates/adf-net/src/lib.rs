@@ -114,21 +114,31 @@ pub trait AgentDirectory: Send + Sync + std::fmt::Debug + 'static {
 
     /// Delivers one ALF message that arrived over a WebSocket from `peer`, exactly as the
     /// inbox route would (`{accepted, id, message_id, duplicate}`), or the refusal's status
-    /// and reason.
+    /// and reason. A host without a mesh inbox keeps the default: 501 for every message.
     fn deliver(
         &self,
-        agent: &ServedAgent,
-        wire: Vec<u8>,
-        peer: Option<IpAddr>,
-    ) -> BoxFuture<'static, Result<serde_json::Value, (u16, String)>>;
+        _agent: &ServedAgent,
+        _wire: Vec<u8>,
+        _peer: Option<IpAddr>,
+    ) -> BoxFuture<'static, Result<serde_json::Value, (u16, String)>> {
+        Box::pin(async {
+            Err((
+                501,
+                "this host has no inbox for messages over WebSockets".to_owned(),
+            ))
+        })
+    }
 
     /// Signs `bytes(agent DID)` with the agent's key: `(did, "ed25519:…")`, or `None` when
     /// the agent has no identity this installation can open.
+    /// A host without agent identities keeps the default: `None`.
     fn sign_as_agent(
         &self,
-        agent: &ServedAgent,
-        bytes: SignedBytes,
-    ) -> BoxFuture<'static, Option<(String, String)>>;
+        _agent: &ServedAgent,
+        _bytes: SignedBytes,
+    ) -> BoxFuture<'static, Option<(String, String)>> {
+        Box::pin(async { None })
+    }
 }
 
 /// A refused body, already shaped as the answer (413, 503, 408, 400).
@@ -226,6 +236,9 @@ pub struct Serving {
     tools: Arc<ToolRegistry>,
     limits: ServingLimits,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Request threads of released agents that may still be finishing their last jobs
+    /// (writing held log rows); see [`Serving::wait_released`].
+    released_lanes: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Serving {
@@ -243,6 +256,7 @@ impl Serving {
             tools,
             limits,
             slots: Mutex::new(HashMap::new()),
+            released_lanes: Mutex::new(Vec::new()),
         })
     }
 
@@ -264,7 +278,41 @@ impl Serving {
             slot.closers.send_replace(true);
             resolve::wake_drain(&slot);
             slot.lane.close();
+            if let Some(thread) = slot.lane.take_thread() {
+                let mut lanes = self
+                    .released_lanes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                lanes.retain(|lane| !lane.is_finished());
+                lanes.push(thread);
+            }
             kept::close_later(slot.files.take_all());
+        }
+    }
+
+    /// Waits, at most `limit`, until the request threads of released agents have ended: their
+    /// last jobs include writing the log rows a busy agent held. A daemon calls it at shutdown,
+    /// after releasing every agent and before closing their files.
+    pub async fn wait_released(&self, limit: Duration) {
+        let lanes = std::mem::take(
+            &mut *self
+                .released_lanes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if lanes.is_empty() {
+            return;
+        }
+        let joined = tokio::task::spawn_blocking(move || {
+            for lane in lanes {
+                let _panicked = lane.join();
+            }
+        });
+        if tokio::time::timeout(limit, joined).await.is_err() {
+            tracing::warn!(
+                "agents' request threads did not end within {} ms of shutdown",
+                limit.as_millis()
+            );
         }
     }
 

@@ -3,18 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
-use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use adf_net::outbound::{Outbound, OutboundSpec};
-use adf_net::{AgentDirectory, ServedAgent, SignedBytes};
+use adf_net::{AgentDirectory, ServedAgent};
 
 /// One agent, no identity, no inbox: enough for connections with `auth: none`.
 #[derive(Debug)]
@@ -25,21 +23,6 @@ impl AgentDirectory for OneAgent {
         Some(agent())
     }
     fn lambda_ran(&self, _agent: &ServedAgent, _through: Option<adf_net::RowsThrough>) {}
-    fn deliver(
-        &self,
-        _agent: &ServedAgent,
-        _wire: Vec<u8>,
-        _peer: Option<IpAddr>,
-    ) -> BoxFuture<'static, Result<Value, (u16, String)>> {
-        Box::pin(async { Err((501, "no inbox here".to_owned())) })
-    }
-    fn sign_as_agent(
-        &self,
-        _agent: &ServedAgent,
-        _bytes: SignedBytes,
-    ) -> BoxFuture<'static, Option<(String, String)>> {
-        Box::pin(async { None })
-    }
 }
 
 fn agent() -> ServedAgent {

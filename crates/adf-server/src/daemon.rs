@@ -264,6 +264,12 @@ impl Daemon {
             self.release_network(&agent.id);
             agent.hil().abort_all();
         }
+        // Busy agents' held route log rows are written by their request threads on release.
+        if let Some(serving) = self.hub.serving() {
+            serving
+                .wait_released(std::time::Duration::from_secs(5))
+                .await;
+        }
         let closes = agents
             .iter()
             .map(|agent| close_quietly(agent.store().clone()));

@@ -275,21 +275,30 @@ async fn insecure_loopback_serves_tokenless_clients_and_is_refused_off_loopback(
     let mock = MockProvider::openai().await;
     let daemon = start_with(&mock, &["--insecure-loopback"]);
     assert_eq!(status_without_token(&daemon, "/agents"), 200);
-    let refused = Process::new(assert_cmd::cargo::cargo_bin("adf"))
-        .env("ADF_HOME", &daemon.home)
-        .args([
+    refused(
+        &daemon.home,
+        &[
             "daemon",
             "--port",
             "0",
             "--host",
             "0.0.0.0",
             "--insecure-loopback",
-        ])
+        ],
+        "loopback",
+    );
+}
+
+/// Runs `adf ARGS` with `home` as `ADF_HOME`; it must fail with `why` in its error.
+fn refused(home: &Path, args: &[&str], why: &str) {
+    let output = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+        .env("ADF_HOME", home)
+        .args(args)
         .output()
         .unwrap();
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("loopback"), "{stderr}");
+    assert!(!output.status.success(), "adf {args:?} succeeded");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(why), "{stderr}");
 }
 
 #[test]
@@ -365,24 +374,16 @@ async fn bench_http_sends_the_scheduled_requests_and_counts_their_answers() {
     );
     assert!(p50 > 0.0 && p50 <= max, "{health}");
     // The control API without a token answers 401: counted, not failed.
-    let refused = bench("/agents", "50");
-    assert_eq!(refused["scheduled"], 50, "{refused}");
-    assert_eq!(refused["non_2xx"], 50, "{refused}");
-    assert_eq!(refused["ok"], 0, "{refused}");
+    let unauthorized = bench("/agents", "50");
+    assert_eq!(unauthorized["scheduled"], 50, "{unauthorized}");
+    assert_eq!(unauthorized["non_2xx"], 50, "{unauthorized}");
+    assert_eq!(unauthorized["ok"], 0, "{unauthorized}");
 
-    let elsewhere = Process::new(assert_cmd::cargo::cargo_bin("adf"))
-        .args([
-            "bench",
-            "http",
-            "http://192.0.2.1:7385/health",
-            "--seconds",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    assert!(!elsewhere.status.success());
-    let stderr = String::from_utf8_lossy(&elsewhere.stderr);
-    assert!(stderr.contains("this machine only"), "{stderr}");
+    refused(
+        &daemon.home,
+        &["bench", "http", "http://192.0.2.1:7385/health"],
+        "this machine only",
+    );
 }
 
 /// The runtime commands reach the routes added with the Studio: providers from the settings

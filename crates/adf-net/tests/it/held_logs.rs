@@ -1,21 +1,19 @@
 //! The log rows of a busy agent's read-only route requests wait in memory after their answers
 //! and reach the file with no further request: when they are old enough, or at once when the
-//! agent is released (SRV-05, AUD-23). Real HTTP on 127.0.0.1 to the seam's router, a real
+//! agent is released, before `Serving::wait_released` returns (SRV-05, AUD-23). Real HTTP on 127.0.0.1 to the seam's router, a real
 //! agent file and its warm route lambda; the host is a stub that reports `lambda_ran` calls.
 //! Every wait is for an event under a generous safety timeout.
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 use adf_net::{
     AgentDirectory, BodyHold, BodyReader, BodyRefused, ServedAgent, Serving, ServingLimits,
-    SignedBytes,
 };
 use adf_runtime::tools::ToolRegistry;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
@@ -37,21 +35,6 @@ impl AgentDirectory for OneAgent {
     }
     fn lambda_ran(&self, _agent: &ServedAgent, _through: Option<adf_net::RowsThrough>) {
         let _ = self.ran.send(());
-    }
-    fn deliver(
-        &self,
-        _agent: &ServedAgent,
-        _wire: Vec<u8>,
-        _peer: Option<IpAddr>,
-    ) -> BoxFuture<'static, Result<Value, (u16, String)>> {
-        Box::pin(async { Err((501, "no inbox in this test".to_owned())) })
-    }
-    fn sign_as_agent(
-        &self,
-        _agent: &ServedAgent,
-        _bytes: SignedBytes,
-    ) -> BoxFuture<'static, Option<(String, String)>> {
-        Box::pin(async { None })
     }
 }
 
@@ -183,8 +166,8 @@ fn always_busy(held_logs_max_age: Duration) -> ServingLimits {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn srv_05_a_busy_agents_held_log_rows_are_written_at_release() {
-    let mut served = serve(always_busy(Duration::from_secs(3_600))).await;
+async fn srv_05_a_busy_agents_held_log_rows_are_written_at_release_before_shutdown_goes_on() {
+    let served = serve(always_busy(Duration::from_secs(3_600))).await;
     served.hello().await;
     assert_eq!(
         served.responses_logged(),
@@ -198,8 +181,10 @@ async fn srv_05_a_busy_agents_held_log_rows_are_written_at_release() {
         1,
         "a busy agent's rows wait (for an hour, under these limits)"
     );
+    // A release wakes the drain to write them; a shutdown waits for that.
     served.serving.release(&served.agent.id);
-    served.until_logged(3).await;
+    served.serving.wait_released(SAFETY).await;
+    assert_eq!(served.responses_logged(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 use adf_egress::Lookup;
 use adf_net::outbound::{Outbound, OutboundSpec};
 use adf_net::streams::{BindRequest, BindingEvents, StreamError, Streams};
-use adf_net::{AgentDirectory, ServedAgent, SignedBytes};
+use adf_net::{AgentDirectory, ServedAgent};
 
 const AGENT: &str = "agent-1";
 /// Only a hung test waits this long; no assertion depends on it.
@@ -32,21 +32,6 @@ impl AgentDirectory for NoAgents {
         None
     }
     fn lambda_ran(&self, _agent: &ServedAgent, _through: Option<adf_net::RowsThrough>) {}
-    fn deliver(
-        &self,
-        _agent: &ServedAgent,
-        _wire: Vec<u8>,
-        _peer: Option<IpAddr>,
-    ) -> BoxFuture<'static, Result<Value, (u16, String)>> {
-        Box::pin(async { Err((404, "no agents".to_owned())) })
-    }
-    fn sign_as_agent(
-        &self,
-        _agent: &ServedAgent,
-        _bytes: SignedBytes,
-    ) -> BoxFuture<'static, Option<(String, String)>> {
-        Box::pin(async { None })
-    }
 }
 
 /// Names resolve through a table (so a private address is "reached" without DNS).
