@@ -289,6 +289,16 @@ async fn insecure_loopback_serves_tokenless_clients_and_is_refused_off_loopback(
     );
 }
 
+/// The JSON a command printed; it must have succeeded.
+fn json_output(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 /// Runs `adf ARGS` with `home` as `ADF_HOME`; it must fail with `why` in its error.
 fn refused(home: &Path, args: &[&str], why: &str) {
     let output = Process::new(assert_cmd::cargo::cargo_bin("adf"))
@@ -319,12 +329,7 @@ fn bench_turns_json_reports_finished_turns() {
         ])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = json_output(&output);
     assert!(report["turns"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["provider"], "mirror");
     assert_eq!(report["agents"], 1);
@@ -355,12 +360,7 @@ async fn bench_http_sends_the_scheduled_requests_and_counts_their_answers() {
             .args(["--connections", "4", "--json"])
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+        json_output(&output)
     };
     let health = bench("/health", "200");
     assert_eq!(health["scheduled"], 200, "{health}");
