@@ -80,7 +80,12 @@ impl KeptFiles {
                 kept.open += 1;
                 drop(kept);
                 drop(stale);
+                // Serving's connections are the lane's: their log rows can wait for a
+                // checkpoint pass, so they leave the WAL's catch-up to it.
                 let opened = AdfFile::open_guest(path);
+                if let Ok(file) = &opened {
+                    file.defer_wal_restart();
+                }
                 if opened.is_err() {
                     self.state().open -= 1;
                     self.returned.notify_one();

@@ -630,7 +630,6 @@ fn resolve_batch(
         }
     };
     held_rows(slot).batch_begins(Instant::now());
-    file.defer_wal_restart();
     let changes_before = file.connection().total_changes();
     file.hold_logs();
     let mut transaction = Batch::new();
