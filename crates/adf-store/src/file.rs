@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::defaults::{self, NewAgent};
 use crate::error::{Result, StoreError};
 use crate::schema::{FORMAT_VERSION, OLDEST_MIGRATABLE_SCHEMA, SCHEMA_VERSION};
-use crate::{config, meta, migrate, page_image, skills, time, vec_ext};
+use crate::{config, meta, migrate, page_image, skills, time};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const SQLITE_HEADER_LEN: usize = 100;
@@ -96,7 +96,7 @@ impl AdfFile {
         if path.exists() {
             return Err(StoreError::FileExists { path });
         }
-        vec_ext::ensure_registered();
+        crate::prepare_sqlite();
         let result = Self::create_at(&path, options);
         if result.is_err() && !matches!(result, Err(StoreError::FileExists { .. })) {
             // A half-made file must not be mistaken for an agent later (a path that appeared
@@ -178,7 +178,7 @@ impl AdfFile {
         if let Some(detail) = not_writable(&path) {
             return Err(StoreError::NotWritable { path, detail });
         }
-        vec_ext::ensure_registered();
+        crate::prepare_sqlite();
         let had_sidecar = sidecar(&path, "-wal").exists();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| classify(&path, e))?;
@@ -243,7 +243,7 @@ impl AdfFile {
     pub fn open_guest(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let header = check_header(&path)?;
-        vec_ext::ensure_registered();
+        crate::prepare_sqlite();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| classify(&path, e))?;
         conn.busy_timeout(std::time::Duration::from_millis(5000))?;
@@ -306,7 +306,7 @@ impl AdfFile {
     pub fn inspect(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         check_header(&path)?;
-        vec_ext::ensure_registered();
+        crate::prepare_sqlite();
         let has_wal = sidecar(&path, "-wal").exists();
         // `immutable` reads without creating -wal/-shm; with a WAL sidecar present its frames
         // hold committed data, so a normal read-only connection is needed to see them.

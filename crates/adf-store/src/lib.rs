@@ -45,6 +45,14 @@ pub mod transcript;
 pub mod unsupported;
 mod vec_ext;
 pub mod views;
+mod wal_batch;
+
+/// Registers this crate's SQLite extensions (`vec0`) and the VFS that batches WAL writes, once
+/// per process, before a connection to an agent file opens.
+pub(crate) fn prepare_sqlite() {
+    vec_ext::ensure_registered();
+    wal_batch::ensure_registered();
+}
 
 pub use access::{Caller, WriteOutcome};
 pub use config::{ConfigAction, Violation};

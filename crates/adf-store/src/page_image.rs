@@ -17,7 +17,7 @@ use rusqlite::Connection;
 use crate::defaults::{self, NewAgent};
 use crate::error::{Result, StoreError};
 use crate::schema::{FORMAT_VERSION, SCHEMA_DDL, SCHEMA_VERSION};
-use crate::{skills, vec_ext};
+use crate::skills;
 
 const HEADER_LEN: usize = 100;
 const TABLE_LEAF: u8 = 0x0d;
@@ -110,7 +110,7 @@ pub(crate) fn template() -> Result<&'static Template> {
 }
 
 fn build_template() -> Result<Template> {
-    vec_ext::ensure_registered();
+    crate::prepare_sqlite();
     let mut conn = Connection::open_in_memory()?;
     let tx = conn.transaction()?;
     tx.execute_batch(SCHEMA_DDL)?;

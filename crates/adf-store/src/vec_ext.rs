@@ -1,5 +1,5 @@
 //! The FFI seam that makes sqlite-vec's `vec0` virtual tables available on every connection
-//! (spec §3.4). This is the only `unsafe` in the crate.
+//! (spec §3.4). With `wal_batch.rs`, one of the crate's two `unsafe` seams.
 
 #![allow(unsafe_code)]
 
