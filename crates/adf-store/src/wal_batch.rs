@@ -35,6 +35,9 @@ const WAL_HEADER: usize = 32;
 /// `0x1ffff`); a longer run would be cut short and reported as a full disk. A commit larger
 /// than this goes out in several writes.
 const MAX_WRITE: usize = 0x1ffff;
+/// Buffer capacity a file keeps between commits: a few frames. A larger commit's buffer is
+/// given back, so an agent that once wrote a big transaction does not hold 128 KiB while open.
+const KEPT_CAPACITY: usize = 32 << 10;
 
 #[cfg(test)]
 thread_local! {
@@ -89,6 +92,9 @@ impl Batch {
     pub(crate) fn clear(&mut self) {
         self.bytes.clear();
         self.last = None;
+        if self.bytes.capacity() > 2 * KEPT_CAPACITY {
+            self.bytes.shrink_to(KEPT_CAPACITY);
+        }
     }
 
     fn hold(&mut self, bytes: &[u8], offset: i64, what: Held) {
@@ -668,6 +674,11 @@ mod tests {
             frame += 1;
         }
         assert!(longest <= MAX_WRITE, "a run of {longest} bytes");
+        batch.clear();
+        assert!(
+            batch.bytes.capacity() <= KEPT_CAPACITY,
+            "a long run's buffer is given back"
+        );
         assert!(written_runs >= 3, "99 frames of 4 KiB take several runs");
     }
 }
