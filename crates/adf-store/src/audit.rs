@@ -1,6 +1,6 @@
 //! `adf_audit`: brotli-compressed JSON snapshots of data the runtime removes (§13.3).
 
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 
 use rusqlite::{Connection, params};
 use serde::Serialize;
@@ -39,7 +39,7 @@ pub struct AuditInfo {
 /// buffers) took 1.42 M instructions against 1.81 M for quality 1 and cut the clear's turn
 /// from 0.86–1.0 ms to 0.58–0.69 ms in the same minutes; its output is about a fifth larger
 /// (9.3 KB against 7.7 KB for 71 KB of rows). BENCHMARKS.md, issue 17 "Fifth pass".
-const AUDIT_BROTLI_QUALITY: u32 = 0;
+const AUDIT_BROTLI_QUALITY: mbrotli::Quality = mbrotli::Quality::Q0;
 
 /// Compresses JSON with brotli at a quality that favours speed (see the constant).
 pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
@@ -47,21 +47,29 @@ pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
 }
 
 /// [`compress_json`] of JSON already serialized (UTF-8).
+///
+/// The encoder is `mbrotli`'s, a port of Google's that writes the same bytes as the `brotli`
+/// crate's for these settings in under half the time (BENCHMARKS.md, issue 17 "Seventh pass");
+/// `brotli` still decodes.
 pub(crate) fn compress_text(text: &[u8]) -> Result<(Vec<u8>, usize)> {
-    let mut out = Vec::new();
-    {
-        // The window need not exceed the text: the encoder clears its whole ring buffer per
-        // stream, and a 4 MiB window for a few kilobytes of rows was most of the work.
-        let window_bits = text
-            .len()
-            .max(1 << 10)
-            .next_power_of_two()
-            .trailing_zeros()
-            .min(22);
-        let mut writer =
-            brotli::CompressorWriter::new(&mut out, 4096, AUDIT_BROTLI_QUALITY, window_bits);
-        writer.write_all(text)?;
-    }
+    // The window need not exceed the text: the encoder clears its whole ring buffer per
+    // stream, and a 4 MiB window for a few kilobytes of rows was most of the work.
+    let window_bits = text
+        .len()
+        .max(1 << 10)
+        .next_power_of_two()
+        .trailing_zeros()
+        .min(22);
+    let unusable =
+        |e: &dyn std::fmt::Display| StoreError::Malformed(format!("brotli encoder: {e}"));
+    let window = u8::try_from(window_bits)
+        .map_err(|e| unusable(&e))
+        .and_then(|bits| mbrotli::Window::standard(bits).map_err(|e| unusable(&e)))?;
+    let config = mbrotli::EncoderConfig::default()
+        .with_quality(AUDIT_BROTLI_QUALITY)
+        .with_window(window);
+    let mut encoder = mbrotli::Compressor::new(config).map_err(|e| unusable(&e))?;
+    let out = encoder.compress(text).map_err(|e| unusable(&e))?;
     Ok((out, text.len()))
 }
 
@@ -171,5 +179,68 @@ impl AdfFile {
                 other => other.into(),
             })?;
         decompress_json(&data)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    /// Snapshot-shaped JSON: a loop's rows with replies of ~90 words, as an owner clear writes.
+    fn snapshot_text(rows: usize) -> Vec<u8> {
+        let words = [
+            "the", "agent", "reply", "tokens", "stream", "loop", "owner", "file", "of",
+        ];
+        let mut state: u64 = 7;
+        let rows: Vec<Value> = (0..rows)
+            .map(|seq| {
+                let text: Vec<&str> = (0..90)
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1);
+                        words[(state >> 33) as usize % words.len()]
+                    })
+                    .collect();
+                serde_json::json!({
+                    "seq": seq,
+                    "role": if seq % 2 == 0 { "user" } else { "assistant" },
+                    "content_json": [{ "type": "text", "text": text.join(" ") }],
+                    "created_at": 1_764_800_000_000_i64 + seq as i64,
+                })
+            })
+            .collect();
+        Value::Array(rows).to_string().into_bytes()
+    }
+
+    #[test]
+    fn sto_48_aud_08_snapshots_decode_to_their_json_and_keep_the_bytes_of_the_previous_encoder() {
+        for rows in [0, 1, 7, 101, 400] {
+            let text = snapshot_text(rows);
+            let (blob, size) = compress_text(&text).expect("compress");
+            assert_eq!(size, text.len());
+            let mut decoded = Vec::new();
+            brotli::Decompressor::new(&blob[..], 4096)
+                .read_to_end(&mut decoded)
+                .expect("a brotli stream");
+            assert_eq!(decoded, text, "{rows} rows");
+            // The blobs earlier builds wrote for the same text (the `brotli` crate's streaming
+            // encoder, same quality and window): files written before and after compare equal.
+            let window_bits = text
+                .len()
+                .max(1 << 10)
+                .next_power_of_two()
+                .trailing_zeros()
+                .min(22);
+            let mut previous = Vec::new();
+            {
+                let mut writer = brotli::CompressorWriter::new(&mut previous, 4096, 0, window_bits);
+                writer.write_all(&text).expect("compress");
+            }
+            assert_eq!(blob, previous, "{rows} rows");
+        }
     }
 }
