@@ -36,7 +36,8 @@ pub struct AuditInfo {
 /// AUD-08), and any quality decodes the same. An owner clear of 50 turns is the slowest turn
 /// an agent has (the 1-agent bench's p99), and its compression was most of it: quality 0 (the
 /// one-pass fast compressor, a hash table a quarter the size of quality 1's, no command
-/// buffers) took 1.42 M instructions against 1.81 M for quality 1 and cut the clear's turn
+/// buffers) took 1.42 M instructions against 1.81 M for quality 1 (the `brotli` crate's
+/// encoder, before `mbrotli` took 0.43 M for it) and cut the clear's turn
 /// from 0.86–1.0 ms to 0.58–0.69 ms in the same minutes; its output is about a fifth larger
 /// (9.3 KB against 7.7 KB for 71 KB of rows). BENCHMARKS.md, issue 17 "Fifth pass".
 const AUDIT_BROTLI_QUALITY: mbrotli::Quality = mbrotli::Quality::Q0;
