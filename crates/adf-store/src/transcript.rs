@@ -246,23 +246,25 @@ impl AdfFile {
 
     /// The `loop:<name>` snapshot of every row of the loop, or `None` when it has none.
     fn audit_whole_loop(&mut self, loop_name: &str) -> Result<Option<i64>> {
+        // Sorted here by `(COALESCE(ord, seq), seq)`, not by SQL: with that `ORDER BY` SQLite
+        // expired the statement at every binding and re-prepared it on each clear (as it did
+        // for `loop_rows_after`).
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop
-             WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq",
+             WHERE loop = ?1",
         )?;
         let mut rows = stmt.query([loop_name])?;
-        let mut text: Vec<u8> = Vec::with_capacity(64 * 1024);
-        text.push(b'[');
-        let mut count = 0i64;
-        let mut range: Option<(i64, i64)> = None;
+        // Each row's JSON lands in `written`; `order` keeps its sort key and where it lies.
+        let mut written: Vec<u8> = Vec::with_capacity(64 * 1024);
+        let mut order: Vec<((i64, i64), std::ops::Range<usize>)> = Vec::new();
         while let Some(row) = rows.next()? {
             let seq: i64 = row.get(0)?;
-            range = Some(range.map_or((seq, seq), |(lo, hi)| (lo.min(seq), hi.max(seq))));
             let text_at = |i: usize| -> Result<Option<&str>> {
                 row.get_ref(i)?
                     .as_str_or_null()
                     .map_err(|e| StoreError::Malformed(format!("loop row {seq}, column {i}: {e}")))
             };
+            let ord: Option<i64> = row.get(6)?;
             let snapshot_row = SnapshotRow {
                 seq,
                 role: text_at(1)?.unwrap_or_default(),
@@ -270,18 +272,28 @@ impl AdfFile {
                 created_at: row.get(5)?,
                 model: text_at(3)?,
                 tokens: text_at(4)?.map(|t| StoredJson::of(Some(t))),
-                ord: row.get(6)?,
+                ord,
             };
-            if count > 0 {
-                text.push(b',');
-            }
-            serde_json::to_writer(&mut text, &snapshot_row)
+            let start = written.len();
+            serde_json::to_writer(&mut written, &snapshot_row)
                 .map_err(|e| StoreError::Malformed(format!("snapshot row {seq}: {e}")))?;
-            count += 1;
+            order.push(((ord.unwrap_or(seq), seq), start..written.len()));
         }
-        text.push(b']');
         drop(rows);
         drop(stmt);
+        order.sort_unstable_by_key(|(key, _)| *key);
+        let mut text: Vec<u8> = Vec::with_capacity(written.len() + order.len() + 2);
+        text.push(b'[');
+        for (i, (_, span)) in order.iter().enumerate() {
+            if i > 0 {
+                text.push(b',');
+            }
+            text.extend_from_slice(&written[span.clone()]);
+        }
+        text.push(b']');
+        let count = order.len() as i64;
+        let seqs = order.iter().map(|((_, seq), _)| *seq);
+        let range = seqs.clone().min().zip(seqs.max());
         let Some(range) = range else {
             return Ok(None);
         };
