@@ -50,11 +50,12 @@ pub fn compress_json(value: &Value) -> Result<(Vec<u8>, usize)> {
 /// The brotli window for a snapshot of `len` bytes: no larger than the text (the encoder
 /// clears its whole ring buffer per stream, and a 4 MiB window for a few kilobytes of rows was
 /// most of the work), between 2^10 and 2^22.
-fn window_bits_for(len: usize) -> u32 {
+fn window_bits_for(len: usize) -> u8 {
+    // At most 22, so the narrowing keeps the value.
     len.max(1 << 10)
         .next_power_of_two()
         .trailing_zeros()
-        .min(22)
+        .min(22) as u8
 }
 
 /// [`compress_json`] of JSON already serialized (UTF-8).
@@ -63,13 +64,11 @@ fn window_bits_for(len: usize) -> u32 {
 /// crate's for these settings in under half the time (BENCHMARKS.md, issue 17 "Seventh pass");
 /// `brotli` still decodes.
 pub(crate) fn compress_text(text: &[u8]) -> Result<(Vec<u8>, usize)> {
-    let window_bits = window_bits_for(text.len());
     let unusable = |e: &dyn std::fmt::Display| {
         StoreError::Io(std::io::Error::other(format!("brotli encoder: {e}")))
     };
-    let window = u8::try_from(window_bits)
-        .map_err(|e| unusable(&e))
-        .and_then(|bits| mbrotli::Window::standard(bits).map_err(|e| unusable(&e)))?;
+    let window =
+        mbrotli::Window::standard(window_bits_for(text.len())).map_err(|e| unusable(&e))?;
     let config = mbrotli::EncoderConfig::default()
         .with_quality(AUDIT_BROTLI_QUALITY)
         .with_window(window);
@@ -234,7 +233,7 @@ mod tests {
             assert_eq!(decoded, text, "{rows} rows");
             // The blobs earlier builds wrote for the same text (the `brotli` crate's streaming
             // encoder, same quality and window): files written before and after compare equal.
-            let window_bits = window_bits_for(text.len());
+            let window_bits = u32::from(window_bits_for(text.len()));
             let mut previous = Vec::new();
             {
                 let mut writer = brotli::CompressorWriter::new(&mut previous, 4096, 0, window_bits);
