@@ -5,7 +5,7 @@
 //! 401 missing token, 403 a review the owner must accept first (`{error, code:
 //! "AGENT_REVIEW_REQUIRED", agentId, filePath}`) or a protected write, 404 unknown
 //! agent/file/task, 409 a task that cannot be resolved or a protected file deleted without
-//! `force`, 500 the daemon's own failures, 501 operations this daemon does not run yet. The
+//! `force`, 422 `AGENT_FILE_MALFORMED` a file whose stored data does not parse (config JSON), 500 the daemon's own failures, 501 operations this daemon does not run yet. The
 //! front door adds 415 and 421 (`frontdoor.rs`).
 
 use axum::Json;
@@ -135,6 +135,16 @@ fn io_status(error: &std::io::Error) -> StatusCode {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
+        // The file the client named holds data this runtime cannot read (config JSON that
+        // does not parse, a config without an id): the request is well formed, its file is
+        // not, and nothing was changed.
+        if matches!(error, StoreError::Malformed(_)) {
+            let mut answer = Self::new(StatusCode::UNPROCESSABLE_ENTITY, error.to_string());
+            answer.details = json!({ "code": "AGENT_FILE_MALFORMED" })
+                .as_object()
+                .cloned();
+            return answer;
+        }
         let status = match &error {
             StoreError::NotFound { .. } | StoreError::FileNotFound { .. } => StatusCode::NOT_FOUND,
             StoreError::InvalidInput(_) | StoreError::ConfigRejected { .. } => {

@@ -1,6 +1,7 @@
 //! The daemon's front door: one middleware in front of every route that decides, in order,
 //!
-//! 1. **Host** (DNS rebinding): the `Host` (or HTTP/2 authority) must name this daemon — the
+//! 1. **Host** (DNS rebinding): exactly one `Host` header (400 for two or more); the `Host`
+//!    (or HTTP/2 authority) must name this daemon — the
 //!    bound IP with its port; any loopback IP or `localhost` with the port when bound to
 //!    loopback or to the unspecified address; any IP literal with the port when bound to the
 //!    unspecified address (a rebinding attack needs a DNS name, and remote clients of a
@@ -385,6 +386,19 @@ pub(crate) async fn front_door(
     next: Next,
 ) -> Response {
     let gate = &state.gate;
+    // Two `Host` headers would let a proxy and this daemon disagree on which one counts.
+    if request
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the request carries more than one Host header",
+        );
+    }
     let Some(authority) = authority_of(&request).filter(|a| gate.host_allowed(a)) else {
         return error(
             StatusCode::MISDIRECTED_REQUEST,

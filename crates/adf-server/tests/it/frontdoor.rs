@@ -738,3 +738,74 @@ async fn an_inbox_body_declared_above_the_limit_is_413_before_it_is_read() {
     assert_eq!(h.server.public_body_budget().in_use(), 0);
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_host_header_is_a_bad_request_whatever_it_names() {
+    let h = Harness::start().await;
+    let addr = h.server.addr;
+    let auth = bearer(&h);
+    let own = addr.to_string();
+    for (first, second) in [
+        (own.as_str(), "evil.example"),
+        (own.as_str(), own.as_str()),
+        ("evil.example", own.as_str()),
+    ] {
+        let answer = send(
+            addr,
+            "GET",
+            "/agents",
+            &[("Host", first), ("Host", second), ("Authorization", &auth)],
+            "",
+        )
+        .await;
+        assert_eq!(answer.status, 400, "{first} + {second}: {}", answer.body);
+        assert!(answer.json()["error"].is_string(), "{}", answer.body);
+    }
+    // One Host header naming the daemon still passes.
+    let answer = send(addr, "GET", "/agents", &[("Authorization", &auth)], "").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_whose_config_json_is_malformed_is_a_422_and_stays_unchanged() {
+    let h = Harness::start().await;
+    let path = common::agent_file(h.dir.path(), "broken", &[], &[]);
+    {
+        let db = rusqlite::Connection::open(&path).unwrap();
+        db.execute(
+            "UPDATE adf_config SET config_json = '{\"id\": \"broken\", \"name\": ' WHERE id = 1",
+            [],
+        )
+        .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let body = json!({ "filePath": path });
+    for (method, route) in [
+        (Method::POST, "/agents/load".to_owned()),
+        (Method::POST, "/agents/review/accept".to_owned()),
+        (
+            Method::GET,
+            format!(
+                "/agents/review?filePath={}",
+                encode(&path.display().to_string())
+            ),
+        ),
+    ] {
+        let body = (method == Method::POST).then_some(&body);
+        let (status, answer) = h.client.raw(method.clone(), &route, body).await.unwrap();
+        assert_eq!(status, 422, "{method} {route}: {answer}");
+        assert_eq!(answer["code"], "AGENT_FILE_MALFORMED", "{answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains("not valid JSON"),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file is unchanged"
+    );
+    assert_eq!(loaded_count(&h).await, 0);
+    h.stop().await;
+}
