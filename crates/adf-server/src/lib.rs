@@ -42,6 +42,7 @@
 
 pub mod api;
 pub mod client;
+pub mod connections;
 pub mod daemon;
 pub mod dispatch;
 pub mod error;

@@ -1,6 +1,6 @@
 //! Binding, the front door's settings ([`FrontDoor`]: the token every bind requires, the
-//! `--insecure-loopback` opt-out, extra host names, the public body budget), and graceful
-//! shutdown.
+//! `--insecure-loopback` opt-out, extra host names, the public body budget, the connection
+//! limits), and graceful shutdown. Connections are served by `connections::serve`.
 //!
 //! Shutdown order: stop accepting, end SSE streams (the daemon's shutdown signal), let
 //! in-flight requests finish, then close every agent file cleanly.
@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use adf_runtime::home::RuntimeHome;
 
 use crate::api::{AppState, router};
+use crate::connections::{self, ConnectionLimits, ConnectionSlots};
 use crate::daemon::Daemon;
 use crate::error::ServerError;
 use crate::frontdoor::{BodyBudget, DEFAULT_PUBLIC_BODY_BUDGET, Gate};
@@ -49,6 +50,8 @@ pub struct FrontDoor {
     pub allowed_hosts: Vec<String>,
     /// Global in-flight byte budget for unauthenticated request bodies (the public inbox).
     pub public_body_budget: usize,
+    /// The header-read timeout and the connection cap (`connections.rs`).
+    pub connections: ConnectionLimits,
 }
 
 impl std::fmt::Debug for FrontDoor {
@@ -58,6 +61,7 @@ impl std::fmt::Debug for FrontDoor {
             .field("insecure_loopback", &self.insecure_loopback)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("public_body_budget", &self.public_body_budget)
+            .field("connections", &self.connections)
             .finish()
     }
 }
@@ -70,6 +74,7 @@ impl FrontDoor {
             insecure_loopback: false,
             allowed_hosts: Vec::new(),
             public_body_budget: DEFAULT_PUBLIC_BODY_BUDGET,
+            connections: ConnectionLimits::default(),
         }
     }
 
@@ -100,8 +105,9 @@ pub struct RunningServer {
     /// The daemon the server serves; a clone shares its agents.
     pub daemon: Daemon,
     gate: Arc<Gate>,
+    slots: ConnectionSlots,
     stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
+    task: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -120,6 +126,11 @@ impl RunningServer {
         // Checked before binding too, so a refused opt-out never listens beyond loopback.
         if front.insecure_loopback && !is_loopback(host) {
             return Err(insecure_off_loopback(host));
+        }
+        // Before the first connection: the cap below is derived from the raised limit.
+        match connections::raise_open_file_limit() {
+            Ok(limit) => tracing::debug!(limit, "open-file limit"),
+            Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
         }
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
@@ -151,19 +162,21 @@ impl RunningServer {
         let app = router(state);
         let (stop, stopped) = oneshot::channel::<()>();
         let signal_daemon = daemon.clone();
-        let task = tokio::spawn(async move {
-            // The peer address decides which visibility tiers a mesh request may reach.
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
+        let limits = front.connections;
+        let slots = ConnectionSlots::new(limits.cap());
+        // The peer address (each request's `ConnectInfo`) decides which visibility tiers a
+        // mesh request may reach.
+        let task = tokio::spawn(connections::serve(
+            listener,
+            app,
+            limits,
+            slots.clone(),
+            async move {
                 let _ = stopped.await;
                 // End the event streams, or graceful shutdown would wait on them forever.
                 signal_daemon.begin_shutdown();
-            })
-            .await
-        });
+            },
+        ));
         daemon.emit_daemon(
             "daemon.started",
             serde_json::json!({
@@ -176,6 +189,7 @@ impl RunningServer {
             addr,
             daemon,
             gate,
+            slots,
             stop: Some(stop),
             task,
         })
@@ -205,6 +219,11 @@ impl RunningServer {
         format!("http://{host}/login?token={}", self.gate.token())
     }
 
+    /// The connection cap's slots: how many connections are open, out of how many.
+    pub fn connections(&self) -> &ConnectionSlots {
+        &self.slots
+    }
+
     /// The in-flight budget for unauthenticated request bodies.
     pub fn public_body_budget(&self) -> &BodyBudget {
         self.gate.budget()
@@ -218,7 +237,7 @@ impl RunningServer {
         let served = self
             .task
             .await
-            .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+            .map_err(|e| ServerError::Io(std::io::Error::other(e)));
         self.daemon.shutdown().await;
         let record = self.daemon.home().daemon_record_path();
         if let Err(error) = adf_egress::control::remove_record(&record) {

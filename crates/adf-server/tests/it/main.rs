@@ -9,6 +9,7 @@ mod api_gaps;
 mod api_ops;
 mod chat;
 mod common;
+mod connections;
 mod daemon;
 mod fetch_guard;
 mod frontdoor;
