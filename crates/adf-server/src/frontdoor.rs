@@ -12,7 +12,8 @@
 //!    403 on every route. Other runtimes posting to a public inbox send neither.
 //! 3. **Token**, on control routes (everything but `/health`, `/login` and the mesh routes
 //!    `POST inbox`, `GET card`, `GET health`): `Authorization: Bearer <token>` or the
-//!    `adf_session` cookie `/login` sets; else 401. `--insecure-loopback` skips this step only.
+//!    `adf_session` cookie of a live session (`sessions.rs`: `/login?code=` opens one); else
+//!    401. `--insecure-loopback` skips this step only.
 //!    Paths under `/agents/{handle}/` that are neither a control route (the OpenAPI table) nor
 //!    a mesh route are the agent's own (its `serving.api` routes and files): they go to
 //!    `adf-net` here, public like the mesh routes (`crate::serving`).
@@ -38,10 +39,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::AppState;
+use crate::sessions::{SESSION_TTL, Sessions};
 
 /// Name of the login cookie.
 pub const SESSION_COOKIE: &str = "adf_session";
@@ -56,11 +57,11 @@ pub const DEFAULT_BODY_DEADLINE: Duration = Duration::from_secs(30);
 const RETRY_AFTER_SECS: &str = "1";
 
 /// What the front door lets through; chosen at start ([`crate::serve::FrontDoor`]) and fixed
-/// once the daemon listens. `Debug` shows neither the token nor the session value.
+/// once the daemon listens. `Debug` shows neither the token nor any session secret.
 pub struct Gate {
     token: String,
-    /// What the login cookie holds: a digest of the token, so a cookie jar never stores it.
-    session: String,
+    /// Login codes and the browser sessions they opened.
+    sessions: Sessions,
     insecure_loopback: bool,
     bound: IpAddr,
     port: u16,
@@ -91,7 +92,7 @@ impl Gate {
         budget: BodyBudget,
     ) -> Self {
         Gate {
-            session: session_value(&token),
+            sessions: Sessions::new(),
             token,
             insecure_loopback,
             bound,
@@ -109,8 +110,21 @@ impl Gate {
         &self.budget
     }
 
-    pub(crate) fn token(&self) -> &str {
-        &self.token
+    /// The login codes and browser sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Whether the request may act with the token's full power: the bearer token itself, or
+    /// no token needed (`--insecure-loopback`). A session cookie is not enough, so a session
+    /// cannot mint the login codes that would outlive its expiry.
+    pub(crate) fn token_holder(&self, headers: &HeaderMap) -> bool {
+        self.insecure_loopback || bearer_matches(headers, &self.token)
+    }
+
+    /// The id of the live session the request's cookie names, if any.
+    pub(crate) fn session_of(&self, headers: &HeaderMap) -> Option<String> {
+        session_cookies(headers).find_map(|secret| self.sessions.authorize(secret))
     }
 
     /// Whether `authority` (a `Host` value) names this daemon.
@@ -144,9 +158,9 @@ impl Gate {
         }
     }
 
-    /// Whether the request carries the token, as a bearer header or the login cookie.
+    /// Whether the request carries the token, or the cookie of a live session.
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        bearer_matches(headers, &self.token) || cookie_matches(headers, &self.session)
+        bearer_matches(headers, &self.token) || self.session_of(headers).is_some()
     }
 }
 
@@ -450,10 +464,16 @@ fn wants_html(headers: &HeaderMap) -> bool {
 
 /// The 401 a browser gets without a session: how to log in, in words (no token, no script).
 fn login_needed_page() -> Response {
-    const PAGE: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ADF Studio: log in</title></head>\
-<body><h1>ADF Studio</h1><p>This browser has no session with this daemon. Run <code>adf studio</code> \
-(or <code>adf studio --no-open</code> and open the link it prints): the one-time login link sets the session.</p></body></html>";
-    let mut response = (StatusCode::UNAUTHORIZED, PAGE).into_response();
+    html_page(
+        StatusCode::UNAUTHORIZED,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ADF Studio: log in</title></head>\
+<body><h1>ADF Studio</h1><p>This browser has no session with this daemon, or its session ended. Run <code>adf studio</code> \
+(or <code>adf studio --no-open</code> and open the link it prints): the one-time login link opens a session.</p></body></html>",
+    )
+}
+
+fn html_page(status: StatusCode, page: &'static str) -> Response {
+    let mut response = (status, page).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
@@ -461,41 +481,46 @@ fn login_needed_page() -> Response {
     response
 }
 
-/// `GET /login?token=…`: exchanges the token for the `adf_session` cookie (HttpOnly,
-/// SameSite=Strict) and redirects to `/`, so a browser holds the session without ever keeping
-/// the token in a page.
+/// `GET /login?code=…`: spends a one-time login code (`sessions.rs`) and answers with the
+/// `adf_session` cookie of a new session (HttpOnly, SameSite=Strict, `Max-Age` its lifetime)
+/// and a redirect to `/`, so a browser holds a session that ends, never the token.
 pub(crate) async fn login(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
 ) -> Response {
-    let given = params.get("token").map(String::as_str).unwrap_or("");
-    if !constant_time_eq(given.as_bytes(), state.gate.token.as_bytes()) {
-        return error(StatusCode::UNAUTHORIZED, "invalid login token");
-    }
-    let cookie = format!(
-        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-        state.gate.session
-    );
+    let opened = params
+        .get("code")
+        .and_then(|code| state.gate.sessions.redeem(code));
+    let Some(opened) = opened else {
+        const WHY: &str = "this login link is not valid: it was already used, it is older than 5 minutes, or it is not a login link; run `adf studio` for a new one";
+        if wants_html(&headers) {
+            return html_page(
+                StatusCode::UNAUTHORIZED,
+                "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ADF Studio: log in</title></head>\
+<body><h1>ADF Studio</h1><p>This login link is not valid: it was already used, or it is older than 5 minutes. \
+Run <code>adf studio</code> (or <code>adf studio --no-open</code>) for a new one.</p></body></html>",
+            );
+        }
+        return error(StatusCode::UNAUTHORIZED, WHY);
+    };
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
     headers.insert(header::LOCATION, HeaderValue::from_static("/"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     // Hex digits only, so the value is always a valid header.
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
+    if let Ok(value) = HeaderValue::from_str(&session_cookie(&opened.secret)) {
         headers.insert(header::SET_COOKIE, value);
     }
     response
 }
 
-fn session_value(token: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"adf_session\0");
-    hasher.update(token.as_bytes());
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+/// The `Set-Cookie` value of a session: the browser forgets it when the session ends.
+fn session_cookie(secret: &str) -> String {
+    format!(
+        "{SESSION_COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_TTL.as_secs()
+    )
 }
 
 /// Compares every byte whatever the first difference, so timing does not reveal a prefix.
@@ -517,7 +542,8 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         .any(|given| constant_time_eq(given.trim().as_bytes(), token.as_bytes()))
 }
 
-fn cookie_matches(headers: &HeaderMap, session: &str) -> bool {
+/// The values of every `adf_session` cookie the request carries.
+fn session_cookies(headers: &HeaderMap) -> impl Iterator<Item = &str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -525,7 +551,7 @@ fn cookie_matches(headers: &HeaderMap, session: &str) -> bool {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .filter(|(name, _)| *name == SESSION_COOKIE)
-        .any(|(_, value)| constant_time_eq(value.as_bytes(), session.as_bytes()))
+        .map(|(_, value)| value)
 }
 
 #[cfg(test)]
@@ -632,16 +658,40 @@ mod tests {
         assert!(!g.authorized(&headers));
         headers.insert(header::AUTHORIZATION, "Basic secret".parse().unwrap());
         assert!(!g.authorized(&headers));
+        let opened = g
+            .sessions()
+            .redeem(&g.sessions().issue_code().code)
+            .unwrap();
         let mut cookies = HeaderMap::new();
-        let jar = format!("theme=dark; {SESSION_COOKIE}={}", session_value("secret"));
+        let jar = format!("theme=dark; {SESSION_COOKIE}={}", opened.secret);
         cookies.insert(header::COOKIE, jar.parse().unwrap());
         assert!(g.authorized(&cookies));
+        assert_eq!(g.session_of(&cookies), Some(opened.info.id.clone()));
+        assert!(!g.token_holder(&cookies), "a session is not the token");
         // The raw token is not a session value.
         cookies.insert(
             header::COOKIE,
             format!("{SESSION_COOKIE}=secret").parse().unwrap(),
         );
         assert!(!g.authorized(&cookies));
+        // A revoked session no longer authorizes.
+        cookies.insert(header::COOKIE, jar.parse().unwrap());
+        assert!(g.sessions().revoke(&opened.info.id));
+        assert!(!g.authorized(&cookies));
+    }
+
+    #[test]
+    fn the_session_cookie_is_strict_http_only_and_ends_with_the_session() {
+        let cookie = session_cookie("abc");
+        for part in [
+            "adf_session=abc",
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/",
+            &format!("Max-Age={}", SESSION_TTL.as_secs()),
+        ] {
+            assert!(cookie.split("; ").any(|p| p == part), "{cookie}");
+        }
     }
 
     #[tokio::test]

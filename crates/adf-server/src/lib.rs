@@ -60,6 +60,7 @@ pub mod review;
 pub mod scheduler;
 pub mod serve;
 mod serving;
+pub mod sessions;
 pub mod settings;
 mod shell_runs;
 pub mod taps;

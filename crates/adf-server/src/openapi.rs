@@ -53,10 +53,42 @@ const OPS: &[Op] = &[
     op(
         "get",
         "/login",
-        "Exchange the token (the URL `adf daemon` prints) for the adf_session cookie (HttpOnly, SameSite=Strict) and redirect to / (public)",
+        "Spend a one-time login code (the link `adf daemon` prints or POST /auth/login-codes makes; 5 minutes, single use) for the adf_session cookie of a 12-hour session (HttpOnly, SameSite=Strict, Max-Age) and redirect to / (public)",
         "Auth",
         &[303, 401],
-        &["token"],
+        &["code"],
+    ),
+    op(
+        "post",
+        "/auth/login-codes",
+        "Make a one-time login code and its /login path (bearer token only; 403 TOKEN_REQUIRED for a browser session)",
+        "Auth",
+        &[201, 403],
+        &[],
+    ),
+    op(
+        "get",
+        "/auth/sessions",
+        "List the live browser sessions (id, createdAt, expiresAt, lastSeenAt, current)",
+        "Auth",
+        &[200],
+        &[],
+    ),
+    op(
+        "delete",
+        "/auth/sessions",
+        "End every browser session and spend every unused login code",
+        "Auth",
+        &[200],
+        &[],
+    ),
+    op(
+        "delete",
+        "/auth/sessions/{id}",
+        "End one browser session (404 SESSION_NOT_FOUND)",
+        "Auth",
+        &[200, 404],
+        &[],
     ),
     op(
         "get",
@@ -111,7 +143,7 @@ const OPS: &[Op] = &[
         "/agents/load",
         "Load an agent by .adf file path (a missing path is a 404 and creates nothing; requireReview: 403 AGENT_REVIEW_REQUIRED unless the owner accepted the file's current review digest)",
         "Agents",
-        &[200, 400, 403, 404, 409, 500],
+        &[200, 400, 403, 404, 409, 422, 500],
         &[],
     ),
     op(
@@ -127,7 +159,7 @@ const OPS: &[Op] = &[
         "/agents/review",
         "Read review information for an .adf file (read-only: the file is never changed)",
         "Review",
-        &[200, 400, 404, 500],
+        &[200, 400, 404, 422, 500],
         &["filePath"],
     ),
     op(
@@ -135,7 +167,7 @@ const OPS: &[Op] = &[
         "/agents/review/accept",
         "Mark an .adf file's agent as reviewed (its current digest, kept in $ADF_HOME/settings.json)",
         "Review",
-        &[200, 400, 404, 500],
+        &[200, 400, 404, 422, 500],
         &[],
     ),
     op(
@@ -526,6 +558,7 @@ fn control_patterns() -> &'static [Vec<&'static str>] {
 fn description(status: u16) -> &'static str {
     match status {
         200 => "Success",
+        201 => "Created",
         202 => "Accepted",
         303 => "Logged in: the adf_session cookie is set; redirect to /",
         400 => "Bad request (a path that is not an .adf file included)",
@@ -541,6 +574,9 @@ fn description(status: u16) -> &'static str {
         413 => "Body too large",
         415 => "A request body must be application/json",
         421 => "The Host header does not name this daemon",
+        422 => {
+            "The file's stored data does not parse, e.g. its config JSON (AGENT_FILE_MALFORMED); nothing was changed"
+        }
         500 => "Runtime error",
         501 => "Not supported yet",
         503 => "Unavailable (see the operation's summary); retry later",
@@ -1214,7 +1250,7 @@ pub fn document() -> Value {
         "info": {
             "title": "ADF Daemon API (adf-rs)",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The operations this daemon implements, at the reference daemon's paths with its shapes and status codes. Control operations need the daemon's token (`$ADF_HOME/daemon-token`, or `ADF_DAEMON_TOKEN`) as `Authorization: Bearer <token>` or the adf_session cookie GET /login sets, on every bind (unless the daemon runs with --insecure-loopback); /health, /login and the Mesh operations are public. Every request must name the daemon in its Host header (421 otherwise), and browser requests from another origin are refused (403). Request bodies of control operations must be application/json (415). `{id}` accepts the agent's config id, handle or name.",
+            "description": "The operations this daemon implements, at the reference daemon's paths with its shapes and status codes. Control operations need the daemon's token (`$ADF_HOME/daemon-token`, or `ADF_DAEMON_TOKEN`) as `Authorization: Bearer <token>` or the adf_session cookie of a live session (GET /login?code= opens one), on every bind (unless the daemon runs with --insecure-loopback); /health, /login and the Mesh operations are public. Every request must name the daemon in its Host header (421 otherwise), and browser requests from another origin are refused (403). Request bodies of control operations must be application/json (415). `{id}` accepts the agent's config id, handle or name.",
         },
         "servers": [{ "url": "http://127.0.0.1:7385" }],
         "paths": paths,

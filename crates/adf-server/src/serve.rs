@@ -41,7 +41,8 @@ pub fn is_loopback(host: &str) -> bool {
 #[derive(Clone)]
 pub struct FrontDoor {
     /// The control API's token (`token::daemon_token`: `ADF_DAEMON_TOKEN` or
-    /// `$ADF_HOME/daemon-token`). Also what `/login` exchanges for the session cookie.
+    /// `$ADF_HOME/daemon-token`), sent as `Authorization: Bearer`. Browsers never get it: they
+    /// log in with one-time codes (`sessions.rs`).
     pub token: String,
     /// Serve the control API without a token (`adf daemon --insecure-loopback`), for older
     /// token-less clients. Only on a loopback address; the Host and Origin checks stay on.
@@ -200,9 +201,10 @@ impl RunningServer {
         format!("http://{}", self.addr)
     }
 
-    /// The URL that logs a browser in (`GET /login?token=…` sets the session cookie). It
-    /// carries the token: print it to the owner only. A daemon bound to the unspecified
-    /// address is reached through loopback.
+    /// A fresh one-time login link (`GET /login?code=…` opens a browser session): the code
+    /// is spent by its first use and expires after `sessions::LOGIN_CODE_TTL`. It never
+    /// carries the token. A daemon bound to the unspecified address is reached through
+    /// loopback.
     pub fn login_url(&self) -> String {
         let ip = self.addr.ip();
         let host = if ip.is_unspecified() {
@@ -216,7 +218,13 @@ impl RunningServer {
         } else {
             self.addr
         };
-        format!("http://{host}/login?token={}", self.gate.token())
+        let code = self.gate.sessions().issue_code();
+        format!("http://{host}/login?code={}", code.code)
+    }
+
+    /// The browser sessions and login codes (`sessions.rs`).
+    pub fn sessions(&self) -> &crate::sessions::Sessions {
+        self.gate.sessions()
     }
 
     /// The connection cap's slots: how many connections are open, out of how many.

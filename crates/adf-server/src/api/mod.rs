@@ -7,6 +7,7 @@
 mod admin;
 mod agents;
 mod attach;
+mod auth;
 mod contents;
 mod identity;
 mod mcp;
@@ -49,6 +50,9 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/login", get(crate::frontdoor::login))
+        .route("/auth/login-codes", post(auth::login_code))
+        .route("/auth/sessions", get(auth::list).delete(auth::revoke_all))
+        .route("/auth/sessions/{id}", delete(auth::revoke))
         .route("/openapi.json", get(openapi))
         .route("/events", get(sse::events))
         .route("/settings", get(settings::get_all).patch(settings::patch))

@@ -194,7 +194,11 @@ async fn over_the_connection_cap_a_client_gets_a_clear_503_until_a_slot_frees() 
         head.to_ascii_lowercase().contains("retry-after: 1"),
         "{head}"
     );
-    assert_eq!(h.server.connections().open(), CAP, "a refusal holds no slot");
+    assert_eq!(
+        h.server.connections().open(),
+        CAP,
+        "a refusal holds no slot"
+    );
     drop(held.pop());
     common::wait_for("a slot is free", || async {
         h.server.connections().open() < CAP

@@ -389,21 +389,31 @@ async fn insecure_loopback_is_refused_off_loopback() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_login_url_sets_a_strict_http_only_cookie_that_authorizes() {
+async fn the_login_link_is_a_single_use_code_for_an_expiring_revocable_session() {
     let h = Harness::start().await;
     let addr = h.server.addr;
     let login = h.server.login_url();
     let path = login.strip_prefix(&format!("http://{addr}")).unwrap();
-    assert_eq!(path, format!("/login?token={}", h.token));
-    let wrong = send(addr, "GET", "/login?token=nope", &[], "").await;
-    assert_eq!(wrong.status, 401);
-    assert_eq!(wrong.header("set-cookie"), None);
+    assert!(path.starts_with("/login?code="), "{path}");
+    assert!(
+        !login.contains(&h.token),
+        "the link never carries the token"
+    );
+    // The token is no login link, and neither is a made-up code.
+    for refused in [
+        format!("/login?token={}", h.token),
+        "/login?code=nope".into(),
+    ] {
+        let wrong = send(addr, "GET", &refused, &[], "").await;
+        assert_eq!(wrong.status, 401, "{refused}");
+        assert_eq!(wrong.header("set-cookie"), None);
+    }
     let answer = send(addr, "GET", path, &[("Sec-Fetch-Site", "none")], "").await;
     assert_eq!(answer.status, 303, "{}", answer.body);
     assert_eq!(answer.header("location").as_deref(), Some("/"));
     let cookie = answer.header("set-cookie").unwrap();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-        assert!(cookie.contains(attribute), "{cookie}");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
+        assert!(cookie.split("; ").any(|a| a == attribute), "{cookie}");
     }
     let pair = cookie.split(';').next().unwrap().to_owned();
     let (name, value) = pair.split_once('=').unwrap();
@@ -412,6 +422,11 @@ async fn the_login_url_sets_a_strict_http_only_cookie_that_authorizes() {
         !value.contains(&h.token),
         "the cookie does not hold the token"
     );
+    // Single use: the same link again opens nothing; a browser is told why.
+    let again = send(addr, "GET", path, &[("Accept", "text/html")], "").await;
+    assert_eq!(again.status, 401);
+    assert_eq!(again.header("set-cookie"), None);
+    assert!(again.body.contains("adf studio"), "{}", again.body);
     // The cookie alone authorizes, from the daemon's own origin.
     let own = format!("http://{addr}");
     let answer = send(
@@ -432,6 +447,72 @@ async fn the_login_url_sets_a_strict_http_only_cookie_that_authorizes() {
     )
     .await;
     assert_eq!(forged.status, 401);
+    // The session is listed (this request's own marked), with its server-side expiry.
+    let listed = send(addr, "GET", "/auth/sessions", &[("Cookie", &pair)], "").await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let sessions = listed.json()["sessions"].as_array().unwrap().clone();
+    assert_eq!(sessions.len(), 1, "{}", listed.body);
+    assert_eq!(sessions[0]["current"], true);
+    let created =
+        chrono::DateTime::parse_from_rfc3339(sessions[0]["createdAt"].as_str().unwrap()).unwrap();
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(sessions[0]["expiresAt"].as_str().unwrap()).unwrap();
+    assert_eq!((expires - created).num_hours(), 12);
+    // A session cannot mint login codes (it would renew itself past its expiry) ...
+    let minted = send(
+        addr,
+        "POST",
+        "/auth/login-codes",
+        &[("Cookie", &pair), ("Content-Type", "application/json")],
+        "{}",
+    )
+    .await;
+    assert_eq!(minted.status, 403, "{}", minted.body);
+    assert_eq!(minted.json()["code"], "TOKEN_REQUIRED");
+    // ... the token's holder can, and that link works once.
+    let minted = h.client.post("/auth/login-codes", None).await.unwrap();
+    let fresh = minted["loginPath"].as_str().unwrap();
+    assert!(!fresh.contains(&h.token));
+    assert_eq!(minted["expiresInSeconds"], 300);
+    let second = send(addr, "GET", fresh, &[], "").await;
+    assert_eq!(second.status, 303, "{}", second.body);
+    assert_eq!(
+        h.client.get("/auth/sessions").await.unwrap()["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    // Revoking ends the session at once, without rotating the token.
+    let id = sessions[0]["id"].as_str().unwrap();
+    let revoked = h
+        .client
+        .delete(&format!("/auth/sessions/{id}"))
+        .await
+        .unwrap();
+    assert_eq!(revoked["success"], true);
+    let after = send(addr, "GET", "/agents", &[("Cookie", &pair)], "").await;
+    assert_eq!(after.status, 401);
+    let (status, missing) = h
+        .client
+        .raw(Method::DELETE, &format!("/auth/sessions/{id}"), None)
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+    assert_eq!(missing["code"], "SESSION_NOT_FOUND");
+    let all = h.client.delete("/auth/sessions").await.unwrap();
+    assert_eq!(all["revoked"], 1);
+    assert!(
+        h.client.get("/auth/sessions").await.unwrap()["sessions"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        h.client.get("/agents").await.unwrap(),
+        json!([]),
+        "the token still works"
+    );
     h.stop().await;
 }
 
