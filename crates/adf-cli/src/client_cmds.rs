@@ -2,7 +2,7 @@
 //! output): `agents`, `status`, `start`, `stop`, `load`, `file`, `task`, `events`, and — when
 //! their first argument is not an existing file — `files`, `inbox`, `outbox`, `timers`,
 //! `tasks`, `logs`, `approve`, `deny`, `config`; and `studio`, which finds (or starts) the
-//! daemon and opens the Studio page with the one-time login link.
+//! daemon, asks it for a fresh one-time login link and opens the Studio page with it.
 //!
 //! Several names are shared with the file commands (`adf files agent.adf` reads the file
 //! directly). The argument decides: a path that exists is a file command; anything else is
@@ -47,8 +47,8 @@ pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:7385";
 pub(crate) enum ClientCommand {
     /// Run the daemon: load agents, serve the HTTP API and event stream until SIGINT/SIGTERM.
     /// The control API requires the token in $ADF_HOME/daemon-token (created on first start;
-    /// ADF_DAEMON_TOKEN overrides it); `adf` client commands send it, and the printed login
-    /// URL hands it to a browser.
+    /// ADF_DAEMON_TOKEN overrides it); `adf` client commands send it. The printed login link
+    /// carries a one-time code (5 minutes), never the token; `adf studio` makes new ones.
     Daemon {
         #[arg(long, default_value = DEFAULT_HOST)]
         host: String,
@@ -85,10 +85,10 @@ pub(crate) enum ClientCommand {
     },
     /// Open the Studio, the web page for watching, steering and editing your agents: finds
     /// the daemon at --url / ADF_DAEMON_URL (starting one in the background on a loopback
-    /// URL when none answers) and opens the browser with the one-time login link.
+    /// URL when none answers) and opens the browser with a fresh one-time login link.
     Studio {
         /// Print the login link instead of opening a browser (headless machines, scripts).
-        /// The link carries the daemon's token: treat it as a secret.
+        /// The link logs in once, within 5 minutes; until then treat it as a secret.
         #[arg(long)]
         no_open: bool,
     },
@@ -853,8 +853,11 @@ fn daemon(
         }
         let server = RunningServer::start(daemon, host, port, front).await?;
         say!("adf daemon listening on {}", server.url());
-        // The one place the token is shown: the owner opens it to log a browser in.
-        say!("login URL (opens the control API in a browser): {}", server.login_url());
+        // A one-time code, never the token: this line may end up in a log file.
+        say!(
+            "login URL (one-time, valid for 5 minutes; `adf studio` makes another): {}",
+            server.login_url()
+        );
         if access.insecure_loopback {
             eprintln!(
                 "warning: --insecure-loopback: the control API needs no token; any process on this machine can drive the daemon"
@@ -933,11 +936,17 @@ fn studio(url: Option<&str>, no_open: bool) -> Result<ExitCode> {
     .with_context(|| {
         format!("no token for the daemon at {base}: set ADF_DAEMON_TOKEN to the token it prints")
     })?;
-    // Check the token before handing it to a browser, so a wrong one is a clear error here.
-    let checked = Client::new(&base, Some(token.clone()))?;
-    rt.block_on(async { checked.get("/agents").await })
+    // A fresh one-time code from the daemon (the token never goes to the browser); a wrong
+    // token is a clear error here.
+    let client = Client::new(&base, Some(token))?;
+    let minted = rt
+        .block_on(async { client.post("/auth/login-codes", None).await })
         .with_context(|| format!("the daemon at {base} refused this token"))?;
-    let link = format!("{base}/login?token={}", encode(&token));
+    let path = minted["loginPath"]
+        .as_str()
+        .filter(|path| path.starts_with("/login?code="))
+        .with_context(|| format!("the daemon at {base} answered no login link: {minted}"))?;
+    let link = format!("{base}{path}");
     if no_open {
         say!("{link}");
         return Ok(ExitCode::SUCCESS);

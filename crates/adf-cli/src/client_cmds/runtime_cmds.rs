@@ -1,5 +1,6 @@
 //! Client commands for the daemon's runtime-level and per-agent diagnostics, named as the
-//! reference CLI names them: `adf runtime [AGENT]`, `providers`, `auth`, `settings`,
+//! reference CLI names them: `adf runtime [AGENT]`, `providers`, `auth` (and, beyond the
+//! reference, `auth sessions` and `auth revoke ID|all` for browser sessions), `settings`,
 //! `network [mesh [enable|disable]|server|tools|runtimes]`, `usage [AGENT]`,
 //! `identities AGENT`, `adapters [AGENT]`, `triggers AGENT` and `tables AGENT [TABLE]`.
 
@@ -18,8 +19,10 @@ pub(crate) enum RuntimeCommand {
     Runtime { agent: Option<String> },
     /// List the runtime providers (keys shown as set or not) and which provider each agent uses.
     Providers,
-    /// Show which providers have a key; subscription logins are not supported yet.
-    Auth,
+    /// Show which providers have a key (subscription logins are not supported yet);
+    /// `adf auth sessions` lists the Studio's browser sessions, `adf auth revoke ID` ends one
+    /// and `adf auth revoke all` ends every one.
+    Auth { args: Vec<String> },
     /// Summarize the daemon's settings file.
     Settings,
     /// Show the network: `adf network`, `network mesh [enable|disable]`, `network server`,
@@ -64,6 +67,44 @@ fn network_path(args: &[String]) -> Result<(bool, &'static str)> {
     })
 }
 
+/// `adf auth [sessions | revoke ID | revoke all]`.
+async fn auth(client: &Client, args: &[String], out: Output) -> Result<()> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        [] => pretty(&client.get("/runtime/auth").await?),
+        ["sessions"] => {
+            let body = client.get("/auth/sessions").await?;
+            print_json_or(out, &body, || {
+                if body["sessions"].as_array().is_none_or(Vec::is_empty) {
+                    super::say!("No browser sessions.");
+                    return;
+                }
+                table(
+                    &["id", "created", "expires", "last seen"],
+                    &rows(
+                        &body["sessions"],
+                        &["id", "createdAt", "expiresAt", "lastSeenAt"],
+                    ),
+                );
+            });
+        }
+        ["revoke", "all"] => {
+            let body = client.delete("/auth/sessions").await?;
+            print_json_or(out, &body, || {
+                super::say!("Ended {} session(s).", super::text(&body["revoked"]));
+            });
+        }
+        ["revoke", id] => {
+            let body = client
+                .delete(&format!("/auth/sessions/{}", encode(id)))
+                .await?;
+            print_json_or(out, &body, || super::say!("Ended session {id}."));
+        }
+        other => bail!("unknown auth command {other:?}: use sessions, revoke ID or revoke all"),
+    }
+    Ok(())
+}
+
 /// Runs one command against the daemon.
 pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -> Result<()> {
     match command {
@@ -95,7 +136,7 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
                 );
             });
         }
-        RuntimeCommand::Auth => pretty(&client.get("/runtime/auth").await?),
+        RuntimeCommand::Auth { args } => auth(client, &args, out).await?,
         RuntimeCommand::Settings => pretty(&client.get("/runtime/settings").await?),
         RuntimeCommand::Network { args } => {
             let (post, path) = network_path(&args)?;

@@ -230,13 +230,15 @@ async fn the_cli_reads_the_daemons_token_from_its_home_and_rm_needs_force() {
     assert_eq!(status_without_token(&daemon, "/agents"), 401);
     let token = std::fs::read_to_string(daemon.home.join("daemon-token")).unwrap();
     assert_eq!(token.trim().len(), 64);
+    // The printed login link is a one-time code, never the token.
     assert!(
         daemon
             .login
-            .ends_with(&format!("{}/login?token={}", daemon.url, token.trim())),
+            .contains(&format!("{}/login?code=", daemon.url)),
         "{}",
         daemon.login
     );
+    assert!(!daemon.login.contains(token.trim()), "{}", daemon.login);
     // ... and the client commands of the same home send it with no flag.
     let agents = client(&daemon, &["agents"]);
     assert_eq!(agents[0]["handle"], "helper", "{agents}");
@@ -420,4 +422,57 @@ async fn runtime_commands_read_and_switch_the_daemon_through_its_api() {
         1
     );
     assert!(client(&daemon, &["runtime"])["agents"].is_array());
+}
+
+/// The open-file limit in force for process `pid`: (soft, hard) from `/proc`.
+#[cfg(target_os = "linux")]
+fn open_file_limit(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let mut numbers = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .map(str::to_owned);
+    (numbers.next().unwrap(), numbers.next().unwrap())
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_daemon_raises_its_soft_open_file_limit_to_the_hard_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let agent = dir.path().join("one.adf");
+    AdfFile::create(&agent, &CreateOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    // Started with a low soft limit, as a login shell's `ulimit -n 256` would leave it.
+    let mut child = Process::new("sh")
+        .arg("-c")
+        .arg("ulimit -S -n 256 && exec \"$0\" daemon --port 0 \"$1\"")
+        .arg(assert_cmd::cargo::cargo_bin("adf"))
+        .arg(&agent)
+        .env("ADF_HOME", &home)
+        .env_remove("ADF_DAEMON_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("adf daemon listening on "));
+    let limit = listening.then(|| open_file_limit(pid));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening, "the daemon did not start");
+    let (soft, hard) = limit.unwrap();
+    assert_ne!(soft, "256", "the soft limit was not raised");
+    assert_eq!(soft, hard);
 }
