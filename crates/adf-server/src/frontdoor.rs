@@ -440,7 +440,7 @@ pub(crate) async fn front_door(
             StatusCode::UNAUTHORIZED,
             axum::Json(json!({
                 "error": "unauthorized",
-                "message": "Missing or invalid token: send Authorization: Bearer <token> ($ADF_HOME/daemon-token or ADF_DAEMON_TOKEN), or open the login URL adf daemon prints.",
+                "message": "Missing or invalid token: send Authorization: Bearer <token> ($ADF_HOME/daemon-token or ADF_DAEMON_TOKEN), or open a one-time login link from `adf studio`.",
             })),
         )
             .into_response();

@@ -85,7 +85,7 @@ function showLoggedOut() {
   loggedOut = true;
   const main = clear(document.getElementById('main'));
   main.append(h('h2', { text: 'Not logged in' }),
-    h('p', { text: 'Open the one-time login link that `adf studio` (or `adf daemon`) prints; it sets this browser\'s session.' }));
+    h('p', { text: 'This browser has no session, or its session ended (sessions last 12 hours and can be revoked). Run `adf studio` for a new one-time login link.' }));
 }
 
 // ------------------------------------------------------------------ event streams

@@ -6,7 +6,8 @@
 //! render from the daemon's own JSON API and its event streams. This crate knows nothing of
 //! the daemon: [`router`] serves the assets, and `adf-server` mounts it at `/` behind its front
 //! door (Host, Origin, login cookie), so the page's requests are same-origin and carry the
-//! session cookie `/login?token=…` set. No secret is ever part of an asset.
+//! session cookie `/login?code=…` set (a one-time code, never the token). No secret is ever
+//! part of an asset.
 //!
 //! Principal items: [`router`] (the routes), [`asset`] (lookup by path, for tests and for
 //! callers that serve the assets elsewhere) and [`Asset`].

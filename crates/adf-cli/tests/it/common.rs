@@ -24,7 +24,7 @@ pub fn fixture(name: &str) -> PathBuf {
 pub struct DaemonProcess {
     /// The base URL it printed once listening, e.g. `http://127.0.0.1:40123`.
     pub url: String,
-    /// The line after the URL: the login URL, the one place the token is printed.
+    /// The line after the URL: the one-time login link (a code, never the token).
     pub login: String,
     child: Child,
 }
