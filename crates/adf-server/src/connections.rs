@@ -336,7 +336,7 @@ mod tests {
     fn the_derived_cap_leaves_half_the_descriptors() {
         let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
         let cap = ConnectionLimits::default().cap();
-        assert!(cap >= MIN_DERIVED_CAP && cap <= DEFAULT_MAX_CONNECTIONS);
+        assert!((MIN_DERIVED_CAP..=DEFAULT_MAX_CONNECTIONS).contains(&cap));
         if soft >= (MIN_DERIVED_CAP * 2) as u64 {
             assert!(cap as u64 <= soft / 2, "{cap} of {soft}");
         }
