@@ -58,14 +58,17 @@ pub const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 /// descriptors, out of memory), so it does not spin while the cause lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
+/// The body of the answer over the cap.
+const REFUSAL_BODY: &str = "{\"error\":\"the daemon has too many open connections; retry shortly\",\"code\":\"TOO_MANY_CONNECTIONS\"}";
+
 /// The answer over the cap: short, complete, and closing.
-const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-Content-Type: application/json\r\n\
-Retry-After: 1\r\n\
-Connection: close\r\n\
-Content-Length: 93\r\n\
-\r\n\
-{\"error\":\"the daemon has too many open connections; retry shortly\",\"code\":\"TOO_MANY_CONNECTIONS\"}";
+fn refusal() -> Vec<u8> {
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{REFUSAL_BODY}",
+        REFUSAL_BODY.len()
+    )
+    .into_bytes()
+}
 
 /// How a listener treats its connections (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,12 +297,12 @@ async fn serve_connection(
 
 /// Answers an over-the-cap connection with the 503 and closes it, within the refusal budget.
 fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
-    let Ok(refusal) = Arc::clone(refusals).try_acquire_owned() else {
+    let Ok(answering) = Arc::clone(refusals).try_acquire_owned() else {
         return;
     };
     tokio::spawn(async move {
         let answered = async {
-            stream.write_all(REFUSAL).await?;
+            stream.write_all(&refusal()).await?;
             stream.shutdown().await?;
             // Read what the client sent until it closes: closing a socket with unread input
             // resets it, and the reset could destroy the answer before the client reads it.
@@ -308,7 +311,7 @@ fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>) {
             Ok::<(), io::Error>(())
         };
         let _ = tokio::time::timeout(REFUSAL_LINGER, answered).await;
-        drop(refusal);
+        drop(answering);
     });
 }
 
@@ -319,7 +322,8 @@ mod tests {
 
     #[test]
     fn the_refusal_is_a_complete_http_answer() {
-        let text = std::str::from_utf8(REFUSAL).unwrap();
+        let bytes = refusal();
+        let text = std::str::from_utf8(&bytes).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         let length: usize = head
             .lines()

@@ -187,6 +187,19 @@ async fn over_the_connection_cap_a_client_gets_a_clear_503_until_a_slot_frees() 
     .await;
     let (status, head, body) = get(addr, "/agents", &h.token).await;
     assert_eq!(status, 503, "{head}\n{body}");
+    let declared: usize = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap();
+    assert_eq!(
+        declared,
+        body.len(),
+        "a client reading Content-Length gets it all"
+    );
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["code"], "TOO_MANY_CONNECTIONS", "{body}");
     assert!(answer["error"].is_string());
