@@ -96,13 +96,22 @@ impl ConnectionLimits {
     pub fn cap(&self) -> usize {
         match self.max_connections {
             Some(cap) => cap.max(1),
-            None => {
-                let soft = rlimit::getrlimit(rlimit::Resource::NOFILE)
-                    .map(|(soft, _)| usize::try_from(soft).unwrap_or(usize::MAX))
-                    .unwrap_or(DEFAULT_MAX_CONNECTIONS * 2);
-                (soft / 2).clamp(MIN_DERIVED_CAP, DEFAULT_MAX_CONNECTIONS)
-            }
+            None => (open_file_limit() / 2).clamp(MIN_DERIVED_CAP, DEFAULT_MAX_CONNECTIONS),
         }
+    }
+}
+
+/// The soft open-file limit (where there is none, one that leaves the default cap).
+fn open_file_limit() -> usize {
+    #[cfg(unix)]
+    {
+        rlimit::getrlimit(rlimit::Resource::NOFILE)
+            .map(|(soft, _)| usize::try_from(soft).unwrap_or(usize::MAX))
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS * 2)
+    }
+    #[cfg(not(unix))]
+    {
+        DEFAULT_MAX_CONNECTIONS * 2
     }
 }
 
@@ -336,6 +345,7 @@ mod tests {
         assert_eq!(json["code"], "TOO_MANY_CONNECTIONS");
     }
 
+    #[cfg(unix)]
     #[test]
     fn the_derived_cap_leaves_half_the_descriptors() {
         let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
