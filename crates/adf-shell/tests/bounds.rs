@@ -350,3 +350,32 @@ fn sqlite_and_code_reject_deep_json() {
     assert_eq!(run.stdout, "refused true\n", "{run:?}");
     still_works(&mut file);
 }
+
+#[test]
+fn code_values_nested_without_end_cross_no_bridge() {
+    let (_dir, mut file) = agent();
+    // A value built deeper than any parser would accept, then printed, passed to a tool and
+    // returned: each crossing of the JS/Rust bridge is bounded.
+    let build = "let a = []; for (let i = 0; i < 1000000; i++) a = [a];";
+    for (what, body) in [
+        (
+            "stringify",
+            "try { JSON.stringify(a); console.log(\"done\") } catch (e) { console.log(\"refused\") }",
+        ),
+        (
+            "tool argument",
+            "try { await adf.fs_write({ path: \"x.json\", content: \"x\", extra: a }); console.log(\"done\") } catch (e) { console.log(\"refused\") }",
+        ),
+        (
+            "console",
+            "try { console.log(a); } catch (e) { console.log(\"refused\") }",
+        ),
+    ] {
+        let run = line(&mut file, &format!("node -e '{build} {body}'"));
+        assert!(
+            run.stdout.contains("refused") || run.stdout.contains("done") || !run.stderr.is_empty(),
+            "{what}: {run:?}"
+        );
+    }
+    still_works(&mut file);
+}
