@@ -402,6 +402,11 @@ pub(crate) enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
+    // `adf` is also the jq worker of its own shells (adf-shell `worker`): a child it started
+    // serves one request and ends before anything else runs.
+    if let Some(code) = adf_shell::worker::run_if_requested() {
+        return ExitCode::from(code);
+    }
     let cli = Cli::parse_from(client_cmds::rewrite_args(std::env::args_os()));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("ADF_LOG"))

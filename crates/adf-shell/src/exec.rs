@@ -22,6 +22,11 @@ pub struct Limits {
     pub time_budget: Duration,
     /// The longest one `sleep` may wait.
     pub max_sleep: Duration,
+    /// The deepest nesting of arrays and objects `jq` accepts in its input (checked before
+    /// parsing, as jq 1.7 bounds its parser).
+    pub max_json_depth: usize,
+    /// Resident memory one `jq` evaluation may use (its worker process is stopped past it).
+    pub jq_memory: usize,
 }
 
 impl Default for Limits {
@@ -32,6 +37,8 @@ impl Default for Limits {
             max_steps: 10_000,
             time_budget: Duration::from_secs(60),
             max_sleep: Duration::from_secs(10),
+            max_json_depth: 10_000,
+            jq_memory: 512 * 1024 * 1024,
         }
     }
 }
@@ -207,12 +214,20 @@ impl<'h> Shell<'h> {
             )));
         }
         if self.started.elapsed() > self.limits.time_budget {
-            return Err(Abort(format!(
-                "time budget exhausted ({} s); split the work across calls",
-                self.limits.time_budget.as_secs()
-            )));
+            return Err(self.time_abort());
+        }
+        if self.host.cancelled() {
+            return Err(Abort("the adf_shell call was abandoned".into()));
         }
         Ok(())
+    }
+
+    /// Why the line stops when its time is up.
+    pub(crate) fn time_abort(&self) -> Abort {
+        Abort(format!(
+            "time budget exhausted ({} s); split the work across calls",
+            self.limits.time_budget.as_secs_f64()
+        ))
     }
 
     /// The time left in the line's budget.

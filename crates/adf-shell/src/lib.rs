@@ -17,7 +17,9 @@
 
 mod commands;
 mod exec;
+mod jq_eval;
 pub mod parse;
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,6 +43,12 @@ pub trait Host {
     /// The bytes of a file the caller has just read through `fs_read` (which decided access
     /// and shaped the text for the model); `None` when it does not exist.
     fn read_bytes(&mut self, path: &str) -> Result<Option<Vec<u8>>, ToolError>;
+
+    /// Whether the call this line runs for was abandoned (the turn aborted, the caller gone):
+    /// long work (`jq`, `sleep`) stops when it is.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// [`Host`] over the tool pipeline: each call is [`ToolRegistry::call`] for the same caller
@@ -196,9 +204,18 @@ impl Tool for ShellTool {
 }
 
 /// The limits for one line: the defaults, with the output cap following the config's
-/// `limits.max_tool_result_tokens` (about four bytes a token) when it is set.
+/// `limits.max_tool_result_tokens` (about four bytes a token) and the time budget following
+/// `limits.execution_timeout_ms` when they are set.
 fn limits_from(config: &Option<std::sync::Arc<Value>>) -> Limits {
     let mut limits = Limits::default();
+    if let Some(ms) = config
+        .as_ref()
+        .and_then(|c| c.pointer("/limits/execution_timeout_ms"))
+        .and_then(Value::as_u64)
+        .filter(|ms| *ms > 0)
+    {
+        limits.time_budget = std::time::Duration::from_millis(ms);
+    }
     if let Some(tokens) = config
         .as_ref()
         .and_then(|c| c.pointer("/limits/max_tool_result_tokens"))
@@ -264,7 +281,16 @@ impl Host for ChannelHost {
             .map_err(|_| abandoned())?;
         answer.blocking_recv().map_err(|_| abandoned())?
     }
+
+    fn cancelled(&self) -> bool {
+        // The hosted future dropped its receiver: the call was abandoned.
+        self.requests.is_closed()
+    }
 }
+
+/// The interpreter thread's stack: generous beside what it needs (its recursion is bounded by
+/// `parse::MAX_NESTING` and the script depth; jq runs in a process of its own).
+pub const SHELL_STACK_BYTES: usize = 16 * 1024 * 1024;
 
 /// Runs one `adf_shell` call. The interpreter is synchronous and may sleep, so it runs on a
 /// thread of its own; this future holds the file and carries out its requests one at a time,
@@ -290,6 +316,7 @@ async fn run_threaded(mut cx: HostedContext<'_>, args: Value) -> Result<Value, T
     let (done, outcome) = oneshot::channel();
     std::thread::Builder::new()
         .name("adf-shell".into())
+        .stack_size(SHELL_STACK_BYTES)
         .spawn(move || {
             let mut host = ChannelHost { requests };
             let outcome = Shell::new(&mut host, env, limits).run(&command);

@@ -276,8 +276,17 @@ async fn curl_exit_codes_follow_curl_on_http_errors_and_refusals() {
     let logs = fetch_logs(&file);
     assert_eq!(logs.len(), 1, "{logs:?}");
     assert_eq!(logs[0].0, "rejected");
+    // -s hides what curl itself would report, never a refusal (issue 28 finding 9c): the
+    // agent learns why, as sys_fetch tells it.
     let run = line(&mut file, "curl -s http://intranet.test/; echo $?").await;
-    assert_eq!((run.stdout.as_str(), run.stderr.as_str()), ("7\n", ""));
+    assert_eq!(run.stdout, "7\n", "{run:?}");
+    assert!(
+        run.stderr.starts_with("curl: (7) sys_fetch refused ") && run.stderr.contains("10.0.0.7"),
+        "{run:?}"
+    );
+    let run = line(&mut file, "curl -sf http://intranet.test/ || echo failed").await;
+    assert_eq!(run.stdout, "failed\n", "{run:?}");
+    assert!(run.stderr.contains("refused"), "{run:?}");
 
     // -m is sys_fetch's time limit; running out of it is curl's 28.
     let run = line(&mut file, &format!("curl -s -m 0.2 {base}/hang; echo $?")).await;

@@ -21,6 +21,7 @@ mod messaging;
 mod replay;
 mod review;
 mod serving;
+mod shell_bounds;
 mod streams;
 mod studio_api;
 mod studio_browser;

@@ -147,6 +147,18 @@ impl HttpRequest {
 /// curl's exit status for a `sys_fetch` failure: 28 timed out, 3 malformed request, 7 for
 /// everything that kept the request from being answered (refused by the egress policy or
 /// the owner, connection failed).
+/// Whether curl's `-s` may hide a failed `sys_fetch`: only the failures real curl reports
+/// (no connection, a timeout, a malformed URL). A refusal — the egress policy's, or the
+/// runtime's (tool disabled, approval denied, access) — is always said, as `sys_fetch` says
+/// it: a bare exit 7 would leave the agent guessing.
+fn silenceable(error: &ToolError) -> bool {
+    match error.code {
+        ErrorCode::Timeout | ErrorCode::InvalidInput => true,
+        ErrorCode::ToolError => !error.message.starts_with("sys_fetch refused"),
+        _ => false,
+    }
+}
+
 fn fetch_exit(error: &ToolError) -> i32 {
     match error.code {
         ErrorCode::Timeout => 28,
@@ -310,7 +322,7 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         Ok(response) => response,
         Err(error) => {
             let code = fetch_exit(&error);
-            if !quiet_errors {
+            if !quiet_errors || !silenceable(&error) {
                 io.err
                     .push_str(&format!("curl: ({code}) {}\n", error.message));
             }

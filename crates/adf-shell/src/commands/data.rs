@@ -1,42 +1,17 @@
-//! Data commands: `jq` (the jq language through jaq, run synchronously: its values are `Rc`)
-//! and `sqlite3` over `db_query` / `db_execute`.
+//! Data commands: `jq` (the jq language through jaq, evaluated in the bounded jq worker
+//! process, `crate::worker`) and `sqlite3` over `db_query` / `db_execute`.
 
-use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{Compiler, Ctx, Vars, unwrap_valr};
-use jaq_json::Val;
-use jaq_std::input::{HasInputs, Inputs, RcIter};
 use serde_json::{Value, json};
 
 use crate::commands::fs;
 use crate::exec::{Abort, Io, Shell};
-
-struct JqOptions {
-    raw: bool,
-    join: bool,
-    compact: bool,
-    null_input: bool,
-    slurp: bool,
-    exit_status: bool,
-    sort_keys: bool,
-    tab: bool,
-    raw_input: bool,
-    names: Vec<String>,
-    values: Vec<Val>,
-}
+use crate::jq_eval::{JqArg, JqRequest};
 
 pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let mut options = JqOptions {
-        raw: false,
-        join: false,
-        compact: false,
-        null_input: false,
-        slurp: false,
-        exit_status: false,
-        sort_keys: false,
-        tab: false,
-        raw_input: false,
-        names: Vec::new(),
-        values: Vec::new(),
+    let mut options = JqRequest {
+        max_output: shell.limits.max_buffer,
+        max_depth: shell.limits.max_json_depth,
+        ..JqRequest::default()
     };
     let mut filter: Option<String> = None;
     let mut files = Vec::new();
@@ -63,21 +38,11 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
                     ));
                     return Ok(2);
                 };
-                let value = if arg == "--arg" {
-                    Val::from(value.clone())
-                } else {
-                    match jaq_json::read::parse_single(value.as_bytes()) {
-                        Ok(value) => value,
-                        Err(_) => {
-                            io.err.push_str(&format!(
-                                "jq: invalid JSON text passed to --argjson: {value}\n"
-                            ));
-                            return Ok(2);
-                        }
-                    }
-                };
-                options.names.push(format!("${name}"));
-                options.values.push(value);
+                options.args.push(JqArg {
+                    name: format!("${name}"),
+                    text: value.clone(),
+                    json: arg == "--argjson",
+                });
                 index += 2;
             }
             flags if flags.len() > 1 && flags.starts_with('-') && !flags.starts_with("--") => {
@@ -106,7 +71,7 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
         }
         index += 1;
     }
-    let filter = filter.unwrap_or_else(|| ".".into());
+    options.filter = filter.unwrap_or_else(|| ".".into());
 
     // Read even under -n: `input` and `inputs` take from the same stream as jq's main loop.
     let (texts, status) = fs::inputs(shell, "jq", &files, io);
@@ -114,360 +79,10 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
         return Ok(2);
     }
     let text: String = texts.into_iter().map(|(_, t)| t).collect();
-    let values: Box<dyn Iterator<Item = Result<Val, String>> + '_> = if options.raw_input {
-        if options.slurp {
-            Box::new(std::iter::once(Ok(Val::from(text.clone()))))
-        } else {
-            Box::new(
-                super::text::lines(&text)
-                    .into_iter()
-                    .map(|l| Ok(Val::from(l.to_owned()))),
-            )
-        }
-    } else if options.slurp {
-        let mut values = Vec::new();
-        for value in jaq_json::read::parse_many(text.as_bytes()) {
-            match value {
-                Ok(value) => values.push(value),
-                Err(error) => {
-                    io.err.push_str(&format!(
-                        "jq: error (at <stdin>:0): {CANNOT_PARSE}: {error}\n"
-                    ));
-                    return Ok(2);
-                }
-            }
-        }
-        Box::new(std::iter::once(Ok(values.into_iter().collect::<Val>())))
-    } else {
-        // Parsed as consumed, like jq: values before a malformed one are still processed,
-        // and the stream ends at the first error.
-        let mut failed = false;
-        Box::new(
-            jaq_json::read::parse_many(text.as_bytes()).map_while(move |value| {
-                if failed {
-                    return None;
-                }
-                failed = value.is_err();
-                Some(value.map_err(|error| format!("{CANNOT_PARSE}: {error}")))
-            }),
-        )
-    };
-    run_filter(&filter, &options, values, io)
-}
-
-/// `inputs` from jaq's standard library, and `input` as jq has it: past the last input it is
-/// the error "No more inputs" (jaq's yields nothing).
-fn input_funs() -> impl Iterator<Item = jaq_core::native::Fun<ShellData>> {
-    let input: jaq_core::native::Filter<jaq_core::RunPtr<ShellData>> =
-        ("input", jaq_core::native::v(0), |cv| {
-            let next = cv.0.data().inputs().next();
-            jaq_core::box_iter::box_once(match next {
-                Some(Ok(value)) => Ok(value),
-                Some(Err(error)) => Err(jaq_core::Exn::from(jaq_core::Error::str(error))),
-                None => Err(jaq_core::Exn::from(jaq_core::Error::str("No more inputs"))),
-            })
-        });
-    let mut filters: Vec<jaq_core::native::Filter<jaq_core::RunPtr<ShellData>>> =
-        jaq_std::input::funs::<ShellData>().into_vec();
-    filters.retain(|(name, ..)| *name == "inputs");
-    filters.push(input);
-    filters.into_iter().map(jaq_core::native::run::<ShellData>)
-}
-
-/// How an input that is not JSON is reported.
-const CANNOT_PARSE: &str = "cannot parse the input as JSON";
-
-/// jaq's run-time data for the shell's filters: the lookup table and the input stream that
-/// the main loop, `input` and `inputs` share.
-struct ShellData;
-
-impl jaq_core::DataT for ShellData {
-    type V<'a> = Val;
-    type Data<'a> = &'a InputData<'a>;
-}
-
-struct InputData<'a> {
-    lut: &'a jaq_core::Lut<ShellData>,
-    inputs: Inputs<'a, Val>,
-}
-
-impl<'a> jaq_core::data::HasLut<'a, ShellData> for &'a InputData<'a> {
-    fn lut(&self) -> &'a jaq_core::Lut<ShellData> {
-        self.lut
-    }
-}
-
-impl<'a> HasInputs<'a, Val> for &'a InputData<'a> {
-    fn inputs(&self) -> Inputs<'a, Val> {
-        self.inputs
-    }
-}
-
-/// jq formats jaq's standard library lacks, defined in jq itself (jq manual "Format strings").
-const EXTRA_DEFS: &str = r#"def @csv: map(if type == "string" then "\"" + gsub("\""; "\"\"") + "\"" elif type == "null" then "" else tostring end) | join(",");
-def @tsv: map(if type == "string" then gsub("\\\\"; "\\\\") | gsub("\t"; "\\t") | gsub("\n"; "\\n") | gsub("\r"; "\\r") elif type == "null" then "" else tostring end) | join("\t");
-"#;
-
-fn run_filter(
-    filter: &str,
-    options: &JqOptions,
-    values: Box<dyn Iterator<Item = Result<Val, String>> + '_>,
-    io: &mut Io,
-) -> Result<i32, Abort> {
-    let code = format!("{EXTRA_DEFS}{filter}");
-    let program = File {
-        code: code.as_str(),
-        path: (),
-    };
-    let defs = jaq_core::defs()
-        .chain(jaq_std::defs())
-        .chain(jaq_json::defs());
-    let funs = jaq_core::funs()
-        .chain(jaq_std::funs())
-        .chain(input_funs())
-        .chain(jaq_json::funs());
-    let loader = Loader::new(defs);
-    let arena = Arena::default();
-    let modules = match loader.load(&arena, program) {
-        Ok(modules) => modules,
-        Err(errors) => {
-            io.err.push_str(&format!(
-                "jq: error: syntax error in the filter {filter:?}: {}\njq: 1 compile error\n",
-                describe(&errors)
-            ));
-            return Ok(3);
-        }
-    };
-    let compiled = match Compiler::default()
-        .with_funs(funs)
-        .with_global_vars(options.names.iter().map(String::as_str))
-        .compile(modules)
-    {
-        Ok(filter) => filter,
-        Err(errors) => {
-            io.err.push_str(&format!(
-                "jq: error: {}\njq: 1 compile error\n",
-                describe(&errors)
-            ));
-            return Ok(3);
-        }
-    };
-    let indent = if options.compact {
-        None
-    } else if options.tab {
-        Some("\t")
-    } else {
-        Some("  ")
-    };
-    let mut last: Option<Val> = None;
-    let mut status = 0;
-    let stream = RcIter::new(values);
-    let data = InputData {
-        lut: &compiled.lut,
-        inputs: &stream,
-    };
-    let mut main: Inputs<'_, Val> = &stream;
-    let mut null_once = options.null_input.then_some(Val::Null);
-    loop {
-        let input = if options.null_input {
-            match null_once.take() {
-                Some(null) => null,
-                None => break,
-            }
-        } else {
-            match main.next() {
-                Some(Ok(value)) => value,
-                Some(Err(error)) => {
-                    io.err
-                        .push_str(&format!("jq: error (at <stdin>:0): {error}\n"));
-                    return Ok(2);
-                }
-                None => break,
-            }
-        };
-        let ctx = Ctx::<ShellData>::new(&data, Vars::new(options.values.iter().cloned()));
-        for result in compiled.id.run((ctx, input)).map(unwrap_valr) {
-            match result {
-                Ok(value) => {
-                    match &value {
-                        Val::TStr(bytes) if options.raw => {
-                            io.out.push_str(&String::from_utf8_lossy(bytes));
-                        }
-                        other => write_json(&mut io.out, other, indent, options.sort_keys, 0),
-                    }
-                    if !options.join {
-                        io.out.push('\n');
-                    }
-                    last = Some(value);
-                }
-                Err(error) => {
-                    io.err
-                        .push_str(&format!("jq: error (at <stdin>:0): {error}\n"));
-                    status = 5;
-                }
-            }
-        }
-    }
-    if status != 0 {
-        return Ok(status);
-    }
-    if options.exit_status {
-        return Ok(match last {
-            None => 4,
-            Some(Val::Null | Val::Bool(false)) => 1,
-            Some(_) => 0,
-        });
-    }
-    Ok(0)
-}
-
-/// Writes a value as jq prints it: integral numbers without a fraction, `": "` and the
-/// indent in pretty mode, nothing between tokens in compact mode.
-fn write_json(out: &mut String, value: &Val, indent: Option<&str>, sort_keys: bool, level: usize) {
-    let newline = |out: &mut String, level: usize| {
-        if let Some(indent) = indent {
-            out.push('\n');
-            for _ in 0..level {
-                out.push_str(indent);
-            }
-        }
-    };
-    match value {
-        Val::Null => out.push_str("null"),
-        Val::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Val::Num(number) => out.push_str(&number_text(number)),
-        Val::TStr(bytes) | Val::BStr(bytes) => write_string(out, &String::from_utf8_lossy(bytes)),
-        Val::Arr(items) => {
-            if items.is_empty() {
-                out.push_str("[]");
-                return;
-            }
-            out.push('[');
-            for (at, item) in items.iter().enumerate() {
-                if at > 0 {
-                    out.push(',');
-                }
-                newline(out, level + 1);
-                write_json(out, item, indent, sort_keys, level + 1);
-            }
-            newline(out, level);
-            out.push(']');
-        }
-        Val::Obj(map) => {
-            if map.is_empty() {
-                out.push_str("{}");
-                return;
-            }
-            let mut entries: Vec<(String, &Val)> = map
-                .iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Val::TStr(bytes) | Val::BStr(bytes) => {
-                            String::from_utf8_lossy(bytes).into_owned()
-                        }
-                        other => other.to_string(),
-                    };
-                    (key, v)
-                })
-                .collect();
-            if sort_keys {
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-            }
-            out.push('{');
-            for (at, (key, item)) in entries.into_iter().enumerate() {
-                if at > 0 {
-                    out.push(',');
-                }
-                newline(out, level + 1);
-                write_string(out, &key);
-                out.push(':');
-                if indent.is_some() {
-                    out.push(' ');
-                }
-                write_json(out, item, indent, sort_keys, level + 1);
-            }
-            newline(out, level);
-            out.push('}');
-        }
-    }
-}
-
-fn number_text(number: &jaq_json::Num) -> String {
-    match number {
-        jaq_json::Num::Int(i) => i.to_string(),
-        jaq_json::Num::BigInt(i) => i.to_string(),
-        jaq_json::Num::Float(f) => float_text(*f),
-        jaq_json::Num::Dec(text) => match text.parse::<i64>() {
-            Ok(i) => i.to_string(),
-            Err(_) => text
-                .parse::<f64>()
-                .map(float_text)
-                .unwrap_or_else(|_| text.to_string()),
-        },
-    }
-}
-
-fn float_text(f: f64) -> String {
-    if f.is_nan() {
-        return "null".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "1.7976931348623157e+308".into()
-        } else {
-            "-1.7976931348623157e+308".into()
-        };
-    }
-    if f.fract() == 0.0 && f.abs() < 1e17 {
-        return format!("{}", f as i64);
-    }
-    if f.abs() >= 1e17 || f.abs() < 1e-5 {
-        let text = format!("{f:e}");
-        return match text.split_once('e') {
-            Some((mantissa, exponent)) => {
-                let (sign, digits) = match exponent.strip_prefix('-') {
-                    Some(d) => ('-', d),
-                    None => ('+', exponent),
-                };
-                format!("{mantissa}e{sign}{digits:0>2}")
-            }
-            None => text,
-        };
-    }
-    format!("{f}")
-}
-
-fn write_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\u{:04x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-fn describe<T: std::fmt::Debug>(errors: &T) -> String {
-    let text = format!("{errors:?}");
-    if text.len() > 300 {
-        let mut end = 300;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}…", &text[..end])
-    } else {
-        text
-    }
+    let run = crate::worker::run_jq(shell, &options, &text)?;
+    io.out.push_str(&run.out);
+    io.err.push_str(&run.err);
+    Ok(run.code)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -408,7 +408,18 @@ fn general_sleep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             cap.as_secs_f64()
         ));
     }
-    std::thread::sleep(wait);
+    // In slices, so an abandoned call does not keep its thread asleep.
+    let until = std::time::Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if shell.host.cancelled() {
+            return Err(Abort("the adf_shell call was abandoned".into()));
+        }
+        std::thread::sleep(left.min(std::time::Duration::from_millis(50)));
+    }
     Ok(0)
 }
 

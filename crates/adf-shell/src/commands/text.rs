@@ -229,10 +229,20 @@ pub(crate) fn compile(
         .build()
         .map_err(|e| {
             format!(
-                "invalid regular expression '{pattern}': {}",
+                "invalid regular expression '{}': {}",
+                shortened(pattern),
                 first_line(&e.to_string())
             )
         })
+}
+
+/// A pattern as an error message quotes it: cut after 80 characters, so a pathological
+/// pattern does not flood the output with itself.
+fn shortened(pattern: &str) -> String {
+    match pattern.char_indices().nth(80) {
+        Some((at, _)) => format!("{}…", &pattern[..at]),
+        None => pattern.to_owned(),
+    }
 }
 
 fn first_line(text: &str) -> &str {
