@@ -296,7 +296,12 @@ async fn curl_exit_codes_follow_curl_on_http_errors_and_refusals() {
     let run = line(&mut file, "curl -s ftp://127.0.0.1/x; echo $?").await;
     assert_eq!(run.stdout, "3\n", "{run:?}");
 
-    assert_eq!(hits.lock().unwrap().len(), 5, "only the loopback requests");
+    // The timed-out request may end before its request line reaches the server on a busy
+    // machine; every other loopback request must have arrived, and nothing else.
+    let served = hits.lock().unwrap().clone();
+    let without_hang: Vec<_> = served.iter().filter(|hit| !hit.contains("/hang")).collect();
+    assert_eq!(without_hang.len(), 4, "only the loopback requests: {served:?}");
+    assert!(served.len() <= 5, "only the loopback requests: {served:?}");
 }
 
 /// Denies every approval and records what it was asked.
