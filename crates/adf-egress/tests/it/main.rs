@@ -5,6 +5,7 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod call_sites;
+mod machine;
 mod names;
 mod policy;
 mod record;
