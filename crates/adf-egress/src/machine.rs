@@ -321,7 +321,9 @@ fn this_user() -> Option<u32> {
     if !cfg!(target_os = "linux") {
         return None;
     }
-    std::fs::metadata("/proc/self").ok().map(|meta| owner_of(&meta))
+    std::fs::metadata("/proc/self")
+        .ok()
+        .map(|meta| owner_of(&meta))
 }
 
 /// The control API addresses of every live daemon on this machine ([`machine_dirs`]), for a

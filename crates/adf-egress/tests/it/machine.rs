@@ -193,7 +193,8 @@ fn a_directory_another_user_could_clean_out_is_never_used() {
         // A directory another user owns: its owner could delete any record in it.
         let owned = private_dir();
         std::os::unix::fs::chown(owned.path(), Some(65534), None).unwrap();
-        let refused = publish(&[owned.path().to_path_buf()], &[addr("127.0.0.1:6003")]).unwrap_err();
+        let refused =
+            publish(&[owned.path().to_path_buf()], &[addr("127.0.0.1:6003")]).unwrap_err();
         assert!(
             refused.to_string().contains("belongs to another user"),
             "{refused}"
@@ -222,7 +223,11 @@ fn malformed_records_are_skipped_and_never_block_the_reader() {
     // A FIFO would block a reader that opened it for reading: it is skipped instead.
     let fifo = Command::new("mkfifo").arg(path("fifo")).status().unwrap();
     assert!(fifo.success());
-    write_entry(dir.path(), "valid", &this_process(&[addr("127.0.0.1:7003")]));
+    write_entry(
+        dir.path(),
+        "valid",
+        &this_process(&[addr("127.0.0.1:7003")]),
+    );
     // Not a record name at all: never read.
     std::fs::write(
         dir.path().join("other.json"),
