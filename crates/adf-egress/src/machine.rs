@@ -24,8 +24,9 @@
 //! - reading: a record is opened without following links and without blocking (a FIFO planted
 //!   under a record name is skipped, not waited on), and only up to [`MAX_RECORD_BYTES`].
 //!
-//! Where the system cannot tell whether a pid is running (not Linux), a record counts as live:
-//! a stale one refuses a dead port, which costs nothing.
+//! Where the system cannot tell whether a pid is running (not Linux, or a record written in
+//! another pid namespace), a record counts as live: a stale one refuses a dead port, which
+//! costs nothing.
 
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
@@ -66,6 +67,11 @@ pub struct MachineEntry {
     /// so that a reused pid does not keep a dead daemon's record alive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<u64>,
+    /// The pid namespace the pid belongs to (Linux `/proc/self/ns/pid`): a reader in another
+    /// namespace (a container sharing this machine's loopback and `/tmp`) cannot judge it and
+    /// counts the record as live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<String>,
     /// Where its control API listens.
     pub addrs: Vec<SocketAddr>,
 }
@@ -97,6 +103,7 @@ pub fn publish(dirs: &[PathBuf], addrs: &[SocketAddr]) -> Result<MachineRecord, 
     let entry = MachineEntry {
         pid: std::process::id(),
         started: start_time(std::process::id()),
+        pid_namespace: pid_namespace(),
         addrs: addrs.to_vec(),
     };
     let mut refused = Vec::new();
@@ -282,6 +289,9 @@ pub fn is_live(entry: &MachineEntry) -> bool {
     if !cfg!(target_os = "linux") {
         return true;
     }
+    if entry.pid_namespace.is_some() && entry.pid_namespace != pid_namespace() {
+        return true;
+    }
     match (start_time(entry.pid), entry.started) {
         (None, _) => false,
         (Some(now), Some(then)) => now == then,
@@ -299,6 +309,13 @@ pub fn start_time(pid: u32) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     let after_name = &stat[stat.rfind(')')? + 1..];
     after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This process's pid namespace (Linux), e.g. `pid:[4026531836]`.
+pub fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned())
 }
 
 /// The control API addresses of every live daemon recorded in `dirs`. Records of dead

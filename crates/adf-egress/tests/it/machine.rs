@@ -10,7 +10,8 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use adf_egress::machine::{
-    MAX_RECORD_BYTES, MachineEntry, RECORD_PREFIX, live_in, machine_dirs, publish, start_time,
+    MAX_RECORD_BYTES, MachineEntry, RECORD_PREFIX, live_in, machine_dirs, pid_namespace, publish,
+    start_time,
 };
 use adf_egress::{Policy, Url};
 
@@ -35,6 +36,7 @@ fn this_process(addrs: &[SocketAddr]) -> MachineEntry {
     MachineEntry {
         pid: std::process::id(),
         started: start_time(std::process::id()),
+        pid_namespace: pid_namespace(),
         addrs: addrs.to_vec(),
     }
 }
@@ -96,7 +98,20 @@ fn a_record_of_a_dead_or_reused_pid_is_ignored_and_its_owner_cleans_it_up() {
         &MachineEntry {
             pid: dead_pid,
             started: None,
+            pid_namespace: None,
             addrs: vec![addr("127.0.0.1:4001")],
+        },
+    );
+    // A dead pid of another pid namespace (a container's daemon) cannot be judged from here:
+    // it still counts, and stays.
+    let foreign = write_entry(
+        dir.path(),
+        "other-namespace",
+        &MachineEntry {
+            pid: dead_pid,
+            started: None,
+            pid_namespace: Some("pid:[1]".to_owned()),
+            addrs: vec![addr("127.0.0.1:4004")],
         },
     );
     // This pid runs, but it is not the process that wrote the record: it started later.
@@ -109,10 +124,10 @@ fn a_record_of_a_dead_or_reused_pid_is_ignored_and_its_owner_cleans_it_up() {
         },
     );
     let live = write_entry(dir.path(), "live", &this_process(&[addr("127.0.0.1:4003")]));
-    assert_eq!(
-        live_in(&[dir.path().to_path_buf()]),
-        vec![addr("127.0.0.1:4003")]
-    );
+    let mut found = live_in(&[dir.path().to_path_buf()]);
+    found.sort();
+    assert_eq!(found, vec![addr("127.0.0.1:4003"), addr("127.0.0.1:4004")]);
+    assert!(foreign.exists());
     assert!(!dead.exists(), "a stale record of this user is deleted");
     assert!(!reused.exists(), "a record of a reused pid is stale too");
     assert!(live.exists());
@@ -134,6 +149,7 @@ fn another_users_record_is_honoured_and_only_removed_by_that_user() {
     let entry = MachineEntry {
         pid,
         started: start_time(pid),
+        pid_namespace: pid_namespace(),
         addrs: vec![addr("127.0.0.1:5001")],
     };
     let theirs = write_entry(dir.path(), "theirs", &entry);
@@ -143,6 +159,7 @@ fn another_users_record_is_honoured_and_only_removed_by_that_user() {
         &MachineEntry {
             pid,
             started: start_time(pid).map(|t| t + 1),
+            pid_namespace: pid_namespace(),
             addrs: vec![addr("127.0.0.1:5002")],
         },
     );
