@@ -9,5 +9,6 @@ mod machine;
 mod names;
 mod policy;
 mod record;
+mod service_redirects;
 mod socket;
 mod tcp;
