@@ -289,13 +289,12 @@ fn pace(options: &LoadOptions, schedule: &mpsc::UnboundedSender<Slot>) -> u64 {
 /// daemon under test shares on this 2-core machine.
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
-/// Opens one connection through the egress policy (the default one: this machine's loopback
-/// is reachable, a daemon's control API in this process is not).
+/// Opens one connection as the owner's tool: the daemon's control API is what it measures,
+/// so no agent egress rule applies (`adf_egress::tcp::connect_service_tcp`).
 async fn connect(target: &Target) -> Result<Sender> {
     let host = target.url.host_str().unwrap_or("localhost");
     let port = target.url.port_or_known_default().unwrap_or(80);
-    let (stream, _) = adf_egress::tcp::connect_tcp(
-        &adf_egress::Policy::default(),
+    let (stream, _) = adf_egress::tcp::connect_service_tcp(
         host,
         port,
         &adf_egress::SystemLookup,

@@ -46,10 +46,62 @@ pub fn agent_client(pins: &Pins, options: ClientOptions) -> Result<reqwest::Clie
 }
 
 /// A client for the runtime's own traffic to destinations its owner configured (model
-/// providers, the daemon API client), not for agent egress: system resolver, reqwest's
-/// redirect policy.
+/// providers, the daemon API client), not for agent egress: system resolver, and redirects
+/// followed (up to 10) except a hop to another origin that reaches a runtime control API on
+/// this machine (§5.6 rule 2): a model server (whose URL an agent's config names) must not
+/// bounce a request into a daemon. Callers check the first URL themselves.
 pub fn service_client(options: ClientOptions) -> Result<reqwest::Client, EgressError> {
-    build(reqwest::Client::builder(), options)
+    build(
+        reqwest::Client::builder().redirect(guarded_redirects()),
+        options,
+    )
+}
+
+fn guarded_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        if attempt.previous().len() > 10 {
+            return attempt.error("too many redirects (more than 10)");
+        }
+        let same_origin = attempt.previous().last().is_some_and(|previous| {
+            previous.scheme() == attempt.url().scheme()
+                && previous.host_str() == attempt.url().host_str()
+                && previous.port_or_known_default() == attempt.url().port_or_known_default()
+        });
+        match (same_origin, redirect_to_control_api(attempt.url())) {
+            (false, Some(reason)) => attempt.error(reason),
+            _ => attempt.follow(),
+        }
+    })
+}
+
+/// Why a redirect hop to `url` is refused: one of the addresses its host resolves to (the
+/// system resolver, blocking: redirects are rare on these connections) reaches a known
+/// control API.
+fn redirect_to_control_api(url: &reqwest::Url) -> Option<String> {
+    let apis = crate::control::known(&[]);
+    if apis.is_empty() {
+        return None;
+    }
+    let host = url.host_str()?;
+    let port = url.port_or_known_default()?;
+    let literal = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .ok();
+    let ips: Vec<std::net::IpAddr> = match literal {
+        Some(ip) => vec![ip],
+        None => std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+            .map(|addrs| addrs.map(|a| a.ip()).collect())
+            .unwrap_or_default(),
+    };
+    ips.into_iter()
+        .find(|ip| crate::control::reaches(&apis, *ip, port))
+        .map(|ip| {
+            format!(
+                "the redirect to {url} reaches {ip}:{port}, a runtime control API on this machine, which is never followed (§5.6 rule 2)"
+            )
+        })
 }
 
 fn build(

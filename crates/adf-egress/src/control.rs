@@ -1,12 +1,16 @@
 //! Rule 2's registry: the control APIs no agent may reach.
 //!
-//! Two sources, both consulted by every [`crate::Policy`]:
-//! - the addresses this process serves its control API on ([`protect_control_api`], called
-//!   by the daemon when it binds);
-//! - the record daemons on this machine keep in the runtime home (`$ADF_HOME/daemon.json`,
-//!   [`write_record`] at bind, [`remove_record`] on clean shutdown), which every other process
-//!   that runs agent code (`adf code`, `adf run`, `adf tool`, `adf chat`) reads into its
-//!   policy ([`read_record`]) — so the control API is out of reach there too.
+//! Three sources, all consulted by every [`crate::Policy`] ([`known`]):
+//! - the addresses this process serves its control API on ([`protect_control_api`]);
+//! - the machine-wide record ([`crate::machine`]): every daemon of every runtime home and
+//!   every user on this machine publishes its control API there, so an agent of one install
+//!   never reaches another install's daemon;
+//! - the record daemons keep in the runtime home (`$ADF_HOME/daemon.json`, [`write_record`]
+//!   at bind, [`remove_record`] on clean shutdown), which every other process that runs agent
+//!   code (`adf code`, `adf run`, `adf tool`, `adf chat`) reads into its policy
+//!   ([`read_record`]) — so the control API is out of reach there too.
+//!
+//! A daemon does all three at once with [`register`].
 //!
 //! A record left behind by a daemon that died is harmless: refusing a dead port costs nothing.
 //! A control API bound to `0.0.0.0`/`::` is reached through every address of this machine, so
@@ -42,6 +46,79 @@ pub fn in_process() -> Vec<SocketAddr> {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
+}
+
+/// Every control API rule 2 refuses: `extra` (a runtime home's record, read by the caller),
+/// this process's and every live daemon's on this machine.
+pub fn known(extra: &[SocketAddr]) -> Vec<SocketAddr> {
+    let mut apis = in_process();
+    apis.extend(crate::machine::machine_wide());
+    apis.extend_from_slice(extra);
+    apis
+}
+
+/// A daemon's registration of its control API: this process's registry, the runtime home's
+/// record and the machine-wide record. Dropping it (or [`Registration::release`]) removes
+/// both records; the in-process registry keeps the addresses (refusing a closed port costs
+/// nothing).
+#[derive(Debug)]
+pub struct Registration {
+    home_record: PathBuf,
+    machine: Option<crate::machine::MachineRecord>,
+    released: bool,
+}
+
+impl Registration {
+    /// The machine-wide record file, when it could be published.
+    pub fn machine_record(&self) -> Option<&Path> {
+        self.machine.as_ref().map(|record| record.path())
+    }
+
+    /// Removes both records now.
+    pub fn release(mut self) {
+        self.remove();
+    }
+
+    fn remove(&mut self) {
+        if std::mem::replace(&mut self.released, true) {
+            return;
+        }
+        self.machine = None;
+        if let Err(error) = remove_record(&self.home_record) {
+            tracing::warn!(%error, "cannot remove the control API record (a stale one is harmless)");
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Registers `addrs`, every address this process serves its control API on (and nothing
+/// else: a listener that serves only agent content is not a control API and stays
+/// reachable), with all three sources of rule 2. A record that cannot be written is reported
+/// (the daemon's own agents stay covered by the in-process registry).
+pub fn register(home_record: &Path, addrs: &[SocketAddr]) -> Registration {
+    for addr in addrs {
+        protect_control_api(*addr);
+    }
+    if let Err(error) = write_record(home_record, addrs) {
+        tracing::warn!(%error, "cannot record the control API address in the runtime home; `adf code`, `adf tool` and `adf run` of this home rely on the machine-wide record");
+    }
+    let machine = match crate::machine::publish(&crate::machine::machine_dirs(), addrs) {
+        Ok(record) => Some(record),
+        Err(error) => {
+            tracing::warn!(%error, "cannot publish the control API in the machine-wide daemon record; agents of other runtime homes on this machine will not know to refuse it");
+            None
+        }
+    };
+    Registration {
+        home_record: home_record.to_path_buf(),
+        machine,
+        released: false,
+    }
 }
 
 /// Whether a connection to `ip:port` may reach one of `apis`: the API's own address, or any

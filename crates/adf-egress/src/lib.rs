@@ -11,8 +11,8 @@
 //! 1. link-local and cloud-metadata addresses (`169.254.0.0/16`, `fe80::/10`, AWS's
 //!    `fd00:ec2::254`, Alibaba's `100.100.100.200`), also as IPv4-mapped/-compatible/NAT64
 //!    IPv6, are refused whatever `security.allow_local_fetch` says;
-//! 2. a runtime control API on this machine (this process's, or a daemon's recorded in the
-//!    runtime home) is refused on every local spelling of its port — except the daemon's
+//! 2. a runtime control API on this machine (this process's, or any daemon's of any runtime
+//!    home and user, from the machine-wide record [`machine`]) is refused on every local spelling of its port — except the daemon's
 //!    public mesh routes, exactly `POST /agents/{handle}/inbox`, `GET /agents/{handle}/card`
 //!    and `GET /agents/{handle}/health`, which are how agents message each other;
 //! 3. the agent's own served origin ([`Policy::served_origins`]) is allowed;
@@ -29,6 +29,7 @@
 
 pub mod client;
 pub mod control;
+pub mod machine;
 pub mod resolve;
 pub mod rules;
 pub mod socket;
@@ -96,8 +97,8 @@ pub struct Policy {
     pub allow_local: bool,
     /// Rule 3: URL prefixes (scheme, host, port and path) the agent itself serves.
     pub served_origins: Vec<String>,
-    /// Rule 2 beyond this process's registry: control APIs recorded by daemons on this
-    /// machine ([`control::read_record`]).
+    /// Rule 2 beyond this process's registry and the machine-wide record: control APIs
+    /// recorded in the runtime home ([`control::read_record`]).
     pub control_apis: Vec<SocketAddr>,
 }
 
@@ -117,9 +118,7 @@ impl Policy {
 
     /// Whether a connection to `ip:port` may reach a control API (rule 2).
     pub fn is_control_api(&self, ip: IpAddr, port: u16) -> bool {
-        let mut apis = control::in_process();
-        apis.extend_from_slice(&self.control_apis);
-        control::reaches(&apis, ip, port)
+        control::reaches(&control::known(&self.control_apis), ip, port)
     }
 
     /// The §5.6 rules, in order, for one resolved address of the request `method url`.

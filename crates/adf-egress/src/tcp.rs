@@ -2,6 +2,8 @@
 //! opened. Every address the host resolves to passes [`Policy::check_address`] (link-local
 //! and metadata never, a control API never, private only with `allow_local_fetch`), and the
 //! connection goes to an admitted address only. The caller applies its own allowlist first.
+//! [`connect_service_tcp`] is the owner's tools' one exception (`adf bench http`), outside
+//! agent egress.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -21,17 +23,7 @@ pub async fn admit_tcp(
 ) -> Result<Vec<SocketAddr>, EgressError> {
     // A pseudo-URL lets the one resolution and rule path serve raw TCP too; its `tcp` scheme
     // never matches a public mesh route, so a control API stays refused on every port.
-    let bracketed = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
-    };
-    let url = Url::parse(&format!("tcp://{bracketed}:{port}")).map_err(|e| {
-        EgressError::new(
-            EgressErrorKind::Invalid,
-            format!("'{host}:{port}' is not a TCP destination: {e}"),
-        )
-    })?;
+    let url = pseudo_url(host, port)?;
     let found = destination(&url, lookup).await?;
     let subject = |ip: &std::net::IpAddr| match found.literal {
         Some(_) => format!("{ip}"),
@@ -67,6 +59,20 @@ pub async fn admit_tcp(
         .collect())
 }
 
+fn pseudo_url(host: &str, port: u16) -> Result<Url, EgressError> {
+    let bracketed = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    Url::parse(&format!("tcp://{bracketed}:{port}")).map_err(|e| {
+        EgressError::new(
+            EgressErrorKind::Invalid,
+            format!("'{host}:{port}' is not a TCP destination: {e}"),
+        )
+    })
+}
+
 /// Admits `host:port` ([`admit_tcp`]) and connects to the first admitted address that
 /// answers within `timeout`.
 pub async fn connect_tcp(
@@ -77,9 +83,48 @@ pub async fn connect_tcp(
     timeout: Duration,
 ) -> Result<(TcpStream, SocketAddr), EgressError> {
     let addrs = admit_tcp(policy, host, port, lookup).await?;
+    dial(&addrs, host, port, timeout).await
+}
+
+/// A TCP connection for the owner's own tools to a destination the owner named (`adf bench
+/// http` against the daemon), like [`crate::service_client`] and never for agent egress: no
+/// §5.6 rule applies (a daemon's control API is what such a tool aims at). Test builds
+/// (`loopback-only`) still dial loopback only.
+pub async fn connect_service_tcp(
+    host: &str,
+    port: u16,
+    lookup: &dyn Lookup,
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), EgressError> {
+    let found = destination(&pseudo_url(host, port)?, lookup).await?;
+    if cfg!(feature = "loopback-only")
+        && let Some(ip) = found
+            .ips
+            .iter()
+            .find(|ip| !(canonical(**ip).is_loopback() || canonical(**ip).is_unspecified()))
+    {
+        return Err(EgressError::new(
+            EgressErrorKind::OffMachineInTest,
+            format!("this test build dials loopback only and would have dialed {ip}:{port}"),
+        ));
+    }
+    let addrs: Vec<SocketAddr> = found
+        .ips
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect();
+    dial(&addrs, host, port, timeout).await
+}
+
+async fn dial(
+    addrs: &[SocketAddr],
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), EgressError> {
     let attempt = async {
         let mut last = String::from("no address to connect to");
-        for addr in &addrs {
+        for addr in addrs {
             match TcpStream::connect(addr).await {
                 Ok(stream) => return Ok((stream, *addr)),
                 Err(error) => last = format!("cannot connect to {addr}: {error}"),

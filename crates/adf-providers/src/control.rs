@@ -1,7 +1,8 @@
 //! Rule 2 of §5.6 for model requests: a provider URL comes from the agent's config
 //! (`model.provider` as an `http(s)://` URL, `providers[].baseUrl`), so before each request
 //! the destination is checked against `adf-egress`'s registry of runtime control APIs on this
-//! machine (this process's, and the daemons' recorded in the runtime home). Only that rule
+//! machine (this process's, every daemon's of any home or user in the machine-wide record,
+//! and the daemons' recorded in the runtime home). Only that rule
 //! applies: loopback and private model servers (Ollama on 127.0.0.1:11434) stay reachable.
 
 use std::path::{Path, PathBuf};
@@ -36,8 +37,9 @@ pub(crate) async fn refuse_control_api(
     let control_apis = record
         .map(adf_egress::control::recorded)
         .unwrap_or_default();
-    // Without any control API known there is nothing to refuse, and no lookup to pay for.
-    if control_apis.is_empty() && adf_egress::control::in_process().is_empty() {
+    // Without any control API known (this process's, the machine-wide record's, the home's)
+    // there is nothing to refuse, and no lookup to pay for.
+    if adf_egress::control::known(&control_apis).is_empty() {
         return Ok(());
     }
     let Ok(parsed) = Url::parse(url) else {

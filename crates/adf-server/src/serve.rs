@@ -109,6 +109,8 @@ pub struct RunningServer {
     slots: ConnectionSlots,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    /// Rule 2's records of the control API; dropping the server removes them.
+    registration: adf_egress::control::Registration,
 }
 
 impl RunningServer {
@@ -138,13 +140,12 @@ impl RunningServer {
         if front.insecure_loopback && !addr.ip().is_loopback() {
             return Err(insecure_off_loopback(addr.ip()));
         }
-        // §5.6 rule 2: no agent may reach this API — in this process (the registry), nor in
-        // any other that runs agent code from this home (the record).
-        adf_egress::protect_control_api(addr);
-        let record = daemon.home().daemon_record_path();
-        if let Err(error) = adf_egress::control::write_record(&record, &[addr]) {
-            tracing::warn!(%error, "cannot record the control API address; `adf code`, `adf tool` and `adf run` will not know to refuse it");
-        }
+        // §5.6 rule 2: no agent may reach this API — in this process (the registry), in any
+        // other that runs agent code from this home (the home's record), nor from any other
+        // install or user on this machine (the machine-wide record). Only control API
+        // addresses are registered: a listener serving agent content stays reachable.
+        let registration =
+            adf_egress::control::register(&daemon.home().daemon_record_path(), &[addr]);
         daemon.mesh().set_base_url(format!("http://{addr}"));
         let budget = BodyBudget::new(front.public_body_budget);
         daemon.start_serving(budget.clone());
@@ -193,6 +194,7 @@ impl RunningServer {
             slots,
             stop: Some(stop),
             task,
+            registration,
         })
     }
 
@@ -247,10 +249,7 @@ impl RunningServer {
             .await
             .map_err(|e| ServerError::Io(std::io::Error::other(e)));
         self.daemon.shutdown().await;
-        let record = self.daemon.home().daemon_record_path();
-        if let Err(error) = adf_egress::control::remove_record(&record) {
-            tracing::warn!(%error, "cannot remove the control API record (a stale one is harmless)");
-        }
+        self.registration.release();
         served?;
         Ok(())
     }

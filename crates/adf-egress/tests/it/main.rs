@@ -5,8 +5,10 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod call_sites;
+mod machine;
 mod names;
 mod policy;
 mod record;
+mod service_redirects;
 mod socket;
 mod tcp;
