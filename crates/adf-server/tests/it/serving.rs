@@ -767,6 +767,50 @@ async fn srv_31_srv_32_ws_send_and_ws_disconnect_reach_an_inbound_connection() {
     h.stop().await;
 }
 
+/// The echo server of issue 29 finding 6: answers each message with `ws_send` on the
+/// connection whose event it handles, and returns nothing.
+const WS_ECHO: &str = r#"
+export async function on(e) {
+  if (e.type === "message") {
+    await adf.ws_send({ connection_id: e.connection_id, data: "echo: " + e.data });
+    await adf.ws_send({ connection_id: e.connection_id, data: "again: " + e.data });
+  }
+  return null;
+}
+"#;
+
+#[tokio::test]
+async fn srv_31_a_ws_lambda_answers_with_ws_send_on_its_own_connection() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[("lib/echo.ts", WS_ECHO)],
+        &[
+            ("handle", json!("web")),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/echo", "lambda": "lib/echo.ts:on" }]),
+            ),
+            ("tools.ws_send.enabled", json!(true)),
+        ],
+    );
+    load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/echo").await;
+    for word in ["one", "two"] {
+        socket.send(WsMessage::Text(word.into())).await.unwrap();
+        // Well below the lambda's 30 s limit: a handler stuck until its timeout fails here.
+        for expected in [format!("echo: {word}"), format!("again: {word}")] {
+            let got = tokio::time::timeout(Duration::from_secs(10), ws_next(&mut socket))
+                .await
+                .expect("the echo arrived while the handler ran");
+            assert_eq!(got, Ok(expected));
+        }
+    }
+    socket.close(None).await.unwrap();
+    h.stop().await;
+}
+
 fn alf_message(to: &str, content: &str) -> Value {
     json!({
         "version": "1.0", "network": "devnet",
