@@ -49,6 +49,11 @@ pub struct FrontDoor {
     pub allowed_hosts: Vec<String>,
     /// Global in-flight byte budget for unauthenticated request bodies (the public inbox).
     pub public_body_budget: usize,
+    /// The port agents' routes, files and WebSocket routes are served on, on the same host
+    /// (`adf daemon --serve-port`; 0 picks a free one). `None`: the control port + 1, or a
+    /// free port when the control port is 0. Never the control port: agent content must not
+    /// share the Studio's origin.
+    pub serve_port: Option<u16>,
 }
 
 impl std::fmt::Debug for FrontDoor {
@@ -58,6 +63,7 @@ impl std::fmt::Debug for FrontDoor {
             .field("insecure_loopback", &self.insecure_loopback)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("public_body_budget", &self.public_body_budget)
+            .field("serve_port", &self.serve_port)
             .finish()
     }
 }
@@ -70,6 +76,7 @@ impl FrontDoor {
             insecure_loopback: false,
             allowed_hosts: Vec::new(),
             public_body_budget: DEFAULT_PUBLIC_BODY_BUDGET,
+            serve_port: None,
         }
     }
 
@@ -97,11 +104,15 @@ fn insecure_off_loopback(host: impl std::fmt::Display) -> ServerError {
 pub struct RunningServer {
     /// The address the listener is bound to (the real port when port 0 was asked for).
     pub addr: SocketAddr,
+    /// The address agents' content is served on (`crate::serving`).
+    pub serve_addr: SocketAddr,
     /// The daemon the server serves; a clone shares its agents.
     pub daemon: Daemon,
     gate: Arc<Gate>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    stop_serving: Option<oneshot::Sender<()>>,
+    serving_task: JoinHandle<std::io::Result<()>>,
 }
 
 impl RunningServer {
@@ -123,6 +134,23 @@ impl RunningServer {
         }
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
+        let serve_port = front
+            .serve_port
+            .unwrap_or_else(|| default_serve_port(port, addr.port()));
+        if serve_port != 0 && serve_port == addr.port() {
+            return Err(ServerError::FrontDoor(
+                "agent content cannot be served on the control port: give --serve-port another port".into(),
+            ));
+        }
+        let serving_listener = TcpListener::bind((addr.ip(), serve_port))
+            .await
+            .map_err(|e| {
+                ServerError::FrontDoor(format!(
+                    "cannot listen for agent content on {}:{serve_port}: {e} (choose another with --serve-port, 0 for any free port)",
+                    addr.ip()
+                ))
+            })?;
+        let serve_addr = serving_listener.local_addr()?;
         if front.insecure_loopback && !addr.ip().is_loopback() {
             return Err(insecure_off_loopback(addr.ip()));
         }
@@ -134,8 +162,18 @@ impl RunningServer {
             tracing::warn!(%error, "cannot record the control API address; `adf code`, `adf tool` and `adf run` will not know to refuse it");
         }
         daemon.mesh().set_base_url(format!("http://{addr}"));
+        daemon.mesh().set_serve_port(serve_addr.port());
         let budget = BodyBudget::new(front.public_body_budget);
         daemon.start_serving(budget.clone());
+        // The serving listener applies the same Host rule for its own port.
+        let serving_gate = Arc::new(Gate::new(
+            front.token.clone(),
+            false,
+            serve_addr.ip(),
+            serve_addr.port(),
+            &front.allowed_hosts,
+            budget.clone(),
+        ));
         let gate = Arc::new(Gate::new(
             front.token,
             front.insecure_loopback,
@@ -151,39 +189,49 @@ impl RunningServer {
         let app = router(state);
         let (stop, stopped) = oneshot::channel::<()>();
         let signal_daemon = daemon.clone();
-        let task = tokio::spawn(async move {
-            // The peer address decides which visibility tiers a mesh request may reach.
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-                // End the event streams, or graceful shutdown would wait on them forever.
-                signal_daemon.begin_shutdown();
-            })
-            .await
+        let task = spawn_listener(listener, app, async move {
+            let _ = stopped.await;
+            // End the event streams, or graceful shutdown would wait on them forever.
+            signal_daemon.begin_shutdown();
+        });
+        let serving_app = crate::serving::router(crate::serving::ServingDoor {
+            daemon: daemon.clone(),
+            gate: serving_gate,
+        });
+        let (stop_serving, serving_stopped) = oneshot::channel::<()>();
+        let serving_task = spawn_listener(serving_listener, serving_app, async move {
+            let _ = serving_stopped.await;
         });
         daemon.emit_daemon(
             "daemon.started",
             serde_json::json!({
                 "host": host,
                 "port": addr.port(),
+                "servePort": serve_addr.port(),
                 "settingsPath": crate::settings::Settings::in_home(daemon.home()).path().display().to_string(),
             }),
         );
         Ok(Self {
             addr,
+            serve_addr,
             daemon,
             gate,
             stop: Some(stop),
             task,
+            stop_serving: Some(stop_serving),
+            serving_task,
         })
     }
 
     /// The base URL, e.g. `http://127.0.0.1:7385`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The base URL of agents' content, e.g. `http://127.0.0.1:7386` (agent `web`'s page is
+    /// `<serve_url>/agents/web/`).
+    pub fn serve_url(&self) -> String {
+        format!("http://{}", self.serve_addr)
     }
 
     /// The URL that logs a browser in (`GET /login?token=…` sets the session cookie). It
@@ -215,8 +263,15 @@ impl RunningServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        if let Some(stop) = self.stop_serving.take() {
+            let _ = stop.send(());
+        }
         let served = self
             .task
+            .await
+            .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+        let served_agents = self
+            .serving_task
             .await
             .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
         self.daemon.shutdown().await;
@@ -225,8 +280,36 @@ impl RunningServer {
             tracing::warn!(%error, "cannot remove the control API record (a stale one is harmless)");
         }
         served?;
+        served_agents?;
         Ok(())
     }
+}
+
+/// Where agent content goes when `--serve-port` is not given: the control port + 1, or any
+/// free port when the control port was picked freely (`asked` 0) or is the last one.
+fn default_serve_port(asked: u16, bound: u16) -> u16 {
+    if asked == 0 {
+        return 0;
+    }
+    bound.checked_add(1).unwrap_or(0)
+}
+
+/// Serves `app` on `listener` until `stop` resolves, then lets in-flight requests finish.
+/// The peer address reaches handlers (`ConnectInfo`): it decides which visibility tiers a
+/// mesh request may reach, and which origin a WebSocket's ALF frames come from.
+fn spawn_listener(
+    listener: TcpListener,
+    app: axum::Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stop)
+        .await
+    })
 }
 
 /// Resolves when the process gets SIGINT or SIGTERM (Ctrl-C elsewhere).
@@ -270,6 +353,20 @@ mod tests {
             BodyBudget::new(1),
         );
         assert!(!format!("{gate:?}").contains("t0ken-value"));
+    }
+
+    #[test]
+    fn agent_content_defaults_to_the_next_port_or_a_free_one() {
+        assert_eq!(
+            default_serve_port(DEFAULT_PORT, DEFAULT_PORT),
+            DEFAULT_PORT + 1
+        );
+        assert_eq!(
+            default_serve_port(0, 41_000),
+            0,
+            "a free control port, a free one"
+        );
+        assert_eq!(default_serve_port(u16::MAX, u16::MAX), 0);
     }
 
     #[test]
