@@ -63,6 +63,11 @@ pub(crate) enum ClientCommand {
         /// (repeatable), e.g. a reverse proxy's name.
         #[arg(long = "allow-host", value_name = "NAME")]
         allow_host: Vec<String>,
+        /// The port agents' own routes, files and WebSocket routes are served on, on the same
+        /// host (default: --port + 1; 0 picks a free one). Never the control port: a page an
+        /// agent serves must not share the Studio's origin.
+        #[arg(long = "serve-port", value_name = "PORT")]
+        serve_port: Option<u16>,
         /// Agent files to load at start.
         agents: Vec<PathBuf>,
         /// A tracked directory (repeatable; the settings' `trackedDirectories` too): at start,
@@ -335,6 +340,7 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
             port,
             insecure_loopback,
             allow_host,
+            serve_port,
             agents,
             track,
             max_depth,
@@ -342,6 +348,7 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
             let access = Access {
                 insecure_loopback,
                 allow_host,
+                serve_port,
             };
             daemon(&host, port, &access, &agents, &track, max_depth)
         }
@@ -823,6 +830,8 @@ async fn follow_events(client: &Client, agent: Option<String>, out: Output) -> R
 struct Access {
     insecure_loopback: bool,
     allow_host: Vec<String>,
+    /// `--serve-port`: where agents' content is served.
+    serve_port: Option<u16>,
 }
 
 fn daemon(
@@ -842,6 +851,7 @@ fn daemon(
     let mut front = FrontDoor::for_home(&home, std::env::var(adf_server::token::TOKEN_ENV).ok())?;
     front.insecure_loopback = access.insecure_loopback;
     front.allowed_hosts.clone_from(&access.allow_host);
+    front.serve_port = access.serve_port;
     runtime()?.block_on(async move {
         let daemon = Daemon::new(home);
         for path in agents {
@@ -858,6 +868,7 @@ fn daemon(
             "login URL (one-time, valid for 5 minutes; `adf studio` makes another): {}",
             server.login_url()
         );
+        say!("agents' routes and files served on {}", server.serve_url());
         if access.insecure_loopback {
             eprintln!(
                 "warning: --insecure-loopback: the control API needs no token; any process on this machine can drive the daemon"

@@ -74,6 +74,8 @@ use futures::future::BoxFuture;
 use adf_runtime::code::Sandbox;
 use adf_runtime::tools::ToolRegistry;
 
+pub use request::WITHHELD_HEADERS;
+pub use resolve::CSP_SANDBOX_KEY;
 pub use response::{ErrorCode, error_response};
 pub use ws::ConnectionInfo;
 

@@ -74,11 +74,18 @@ pub(crate) fn match_route(pattern: &str, segments: &[String]) -> Option<Map<Stri
     (parts.len() == segments.len()).then_some(params)
 }
 
+/// Request headers agent code never sees: the browser sends the owner's Studio session
+/// cookie to every port of the daemon's host, and a client may send the daemon's token.
+pub const WITHHELD_HEADERS: [&str; 3] = ["cookie", "authorization", "proxy-authorization"];
+
 /// The request's headers as one lowercase name → value map (repeated headers joined with
-/// `, `; values that are not visible ASCII/UTF-8 left out).
+/// `, `; values that are not visible ASCII/UTF-8 left out; [`WITHHELD_HEADERS`] left out).
 pub(crate) fn header_map(headers: &HeaderMap) -> Map<String, Value> {
     let mut out = Map::new();
     for (name, value) in headers {
+        if WITHHELD_HEADERS.contains(&name.as_str()) {
+            continue;
+        }
         let Ok(value) = value.to_str() else { continue };
         match out.get_mut(name.as_str()) {
             Some(Value::String(existing)) => {

@@ -40,6 +40,26 @@ struct Incoming {
     body: Value,
     /// `method path?query`, the cache key.
     cache_key: String,
+    /// Reads `true` once the client has gone (see [`LeaveSignal`]).
+    abandoned: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Incoming {
+    fn abandoned(&self) -> bool {
+        *self.abandoned.borrow()
+    }
+}
+
+/// Held by the request's future: axum drops that future when the client disconnects (or the
+/// request times out), and the drop tells the lane — a queued request is then skipped, a
+/// running lambda interrupted (its [`CodeEnv::with_cancel`]), so requests nobody waits for
+/// neither hold the agent's lane nor keep its in-flight slots.
+struct LeaveSignal(tokio::sync::watch::Sender<bool>);
+
+impl Drop for LeaveSignal {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
 
 pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
@@ -103,6 +123,8 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
         Err(BadBody(why)) => return error_response(ErrorCode::BadRequest, &why),
     };
     drop(bytes);
+    let (leave, abandoned) = tokio::sync::watch::channel(false);
+    let _leave = LeaveSignal(leave);
     let incoming = Incoming {
         method,
         path: format!("/{rest}"),
@@ -111,6 +133,7 @@ pub(crate) async fn serve(serving: Arc<Serving>, request: Request) -> Response {
         headers: request::header_map(&parts.headers),
         body,
         cache_key,
+        abandoned,
     };
     let (answer, answered) = tokio::sync::oneshot::channel();
     let queued = Queued {
@@ -636,6 +659,15 @@ fn resolve_batch(
     let mut answers = Vec::with_capacity(batch.len());
     let mut last_ran = None;
     for (index, incoming) in batch.into_iter().enumerate() {
+        if incoming.abandoned() {
+            // Its client left while it queued: nobody reads the answer, and running it would
+            // keep the requests behind it waiting.
+            answers.push(Resolved::answer(Shaped::error(
+                ErrorCode::RequestTimeout,
+                "the client left before the request ran",
+            )));
+            continue;
+        }
         transaction.begin(&file, index);
         let (shaped, ran, off) = resolve_on(serving, slot, &mut file, &mut transaction, incoming);
         if ran {
@@ -755,7 +787,34 @@ fn rows_through(file: &AdfFile) -> Option<RowsThrough> {
     read.ok()
 }
 
+/// [`resolve_answer`], with `Content-Security-Policy: sandbox` added unless the owner turned
+/// it off for this agent (`serving.csp_sandbox: false`).
 fn resolve_on(
+    serving: &Serving,
+    slot: &Slot,
+    file: &mut AdfFile,
+    batch: &mut Batch,
+    incoming: Incoming,
+) -> (Shaped, bool, bool) {
+    let (mut shaped, ran, off) = resolve_answer(serving, slot, file, batch, incoming);
+    sandbox_unless_opted_out(file, &mut shaped);
+    (shaped, ran, off)
+}
+
+fn sandbox_unless_opted_out(file: &AdfFile, shaped: &mut Shaped) {
+    let opted_out = file.config_shared().is_ok_and(|config| {
+        config.pointer(CSP_SANDBOX_KEY).and_then(Value::as_bool) == Some(false)
+    });
+    if !opted_out {
+        shaped.sandbox();
+    }
+}
+
+/// The config switch (a JSON pointer) by which the owner lets an agent's pages run in the
+/// serving origin instead of an opaque one. Locked for agents (`sys_update_config`).
+pub const CSP_SANDBOX_KEY: &str = "/serving/csp_sandbox";
+
+fn resolve_answer(
     serving: &Serving,
     slot: &Slot,
     file: &mut AdfFile,
@@ -909,6 +968,7 @@ fn run_route(
     let path = incoming.path.clone();
     let cache_key = incoming.cache_key.clone();
     let is_get = incoming.method == Method::GET;
+    let abandoned = incoming.abandoned.clone();
     let http_request = request::http_request(
         &method,
         &path,
@@ -938,18 +998,23 @@ fn run_route(
             tracing::warn!(%error, "cannot write a serving log row");
         }
     };
-    let (shaped, logged) = route_answer(
+    let (mut shaped, logged) = route_answer(
         serving,
         slot,
         file,
         batch,
         route,
-        http_request,
+        RouteInput {
+            http_request,
+            abandoned,
+        },
         &log_response,
     );
     if !logged {
         log_response(file, &shaped);
     }
+    // Before the cache keeps it: a cached answer is served as it is.
+    sandbox_unless_opted_out(file, &mut shaped);
     let ttl = route
         .get("cache_ttl_ms")
         .and_then(Value::as_u64)
@@ -976,9 +1041,13 @@ fn route_answer(
     file: &mut AdfFile,
     batch: &mut Batch,
     route: &Value,
-    http_request: Value,
+    input: RouteInput,
     log_response: &dyn Fn(&mut AdfFile, &Shaped),
 ) -> (Shaped, bool) {
+    let RouteInput {
+        http_request,
+        abandoned,
+    } = input;
     let lambda = route
         .get("lambda")
         .and_then(Value::as_str)
@@ -1020,19 +1089,17 @@ fn route_answer(
     };
     let warm = route.get("warm").and_then(Value::as_bool) == Some(true);
     let mut answer = None;
-    let ran = run_lambda_with(
-        serving,
-        slot,
-        file,
-        &lambda,
-        http_request,
+    let call = LambdaCall {
+        lambda: &lambda,
+        input: http_request,
         warm,
-        |file, outcome| {
-            let shaped = shape(outcome);
-            log_response(file, &shaped);
-            answer = Some(shaped);
-        },
-    );
+        cancel: Some(abandoned),
+    };
+    let ran = run_lambda_with(serving, slot, file, call, |file, outcome| {
+        let shaped = shape(outcome);
+        log_response(file, &shaped);
+        answer = Some(shaped);
+    });
     match answer {
         Some(shaped) => (shaped, true),
         // The run never got to its closing rows (no runtime or sandbox).
@@ -1046,6 +1113,21 @@ fn shape(outcome: &Result<Value, LambdaFailure>) -> Shaped {
             .unwrap_or_else(|why| Shaped::error(ErrorCode::InvalidRouteResponse, &why)),
         Err(failure) => Shaped::error(failure.code, &failure.message),
     }
+}
+
+/// A route's request as its middleware and lambda get it, and whether its client left.
+struct RouteInput {
+    http_request: Value,
+    abandoned: tokio::sync::watch::Receiver<bool>,
+}
+
+/// One lambda run on the agent's sandbox.
+struct LambdaCall<'a> {
+    lambda: &'a LambdaRef,
+    input: Value,
+    warm: bool,
+    /// Interrupts the run once it reads `true` (the request's client left).
+    cancel: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Why a lambda run gave no value.
@@ -1065,7 +1147,13 @@ pub(crate) fn run_lambda_blocking(
     input: Value,
     warm: bool,
 ) -> Result<Value, LambdaFailure> {
-    run_lambda_with(serving, slot, file, lambda, input, warm, |_, _| {})
+    let call = LambdaCall {
+        lambda,
+        input,
+        warm,
+        cancel: None,
+    };
+    run_lambda_with(serving, slot, file, call, |_, _| {})
 }
 
 /// [`run_lambda_blocking`], with `closing` writing rows that commit with the run's `result`
@@ -1074,11 +1162,15 @@ fn run_lambda_with(
     serving: &Serving,
     slot: &Slot,
     file: &mut AdfFile,
-    lambda: &LambdaRef,
-    input: Value,
-    warm: bool,
+    call: LambdaCall<'_>,
     closing: impl FnOnce(&mut AdfFile, &Result<Value, LambdaFailure>),
 ) -> Result<Value, LambdaFailure> {
+    let LambdaCall {
+        lambda,
+        input,
+        warm,
+        cancel,
+    } = call;
     let internal = |message: String| LambdaFailure {
         code: ErrorCode::Internal,
         message,
@@ -1103,7 +1195,10 @@ fn run_lambda_with(
     runtime
         .block_on(async {
             let sandbox = agent_sandbox(slot).await.map_err(internal)?;
-            let env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
+            let mut env = CodeEnv::new(sandbox, Arc::clone(&serving.tools));
+            if let Some(cancel) = cancel {
+                env = env.with_cancel(cancel);
+            }
             code::run_lambda_closing(
                 file,
                 &env,

@@ -95,10 +95,27 @@ impl Shaped {
     pub(crate) fn error_with_status(status: u16, code: ErrorCode, message: &str) -> Shaped {
         Shaped {
             status,
-            headers: vec![("content-type".into(), "application/json".into())],
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                (CSP.into(), CSP_SANDBOX.into()),
+            ],
             body: json!({ "error": message, "code": code.as_str() })
                 .to_string()
                 .into_bytes(),
+        }
+    }
+
+    /// Adds `Content-Security-Policy: sandbox` unless it is there: a document the agent
+    /// serves runs in an opaque origin (no `allow-same-origin`), so its script can neither
+    /// read nor send as the daemon's origin. A policy the agent set itself stays: a browser
+    /// enforces every policy it is sent, so it can narrow this one, never widen it.
+    pub(crate) fn sandbox(&mut self) {
+        let present = self
+            .headers
+            .iter()
+            .any(|(n, v)| n == CSP && v == CSP_SANDBOX);
+        if !present {
+            self.headers.push((CSP.into(), CSP_SANDBOX.into()));
         }
     }
 
@@ -137,8 +154,21 @@ impl Shaped {
     }
 }
 
-/// Headers a lambda may not set: the server frames the body itself.
-const FRAMING_HEADERS: [&str; 3] = ["content-length", "transfer-encoding", "connection"];
+/// Headers a lambda may not set: the server frames the body itself, and a cookie set on the
+/// daemon's host would reach the Studio (browsers do not keep cookies apart by port) while
+/// agent code never sees a cookie anyway (`request::WITHHELD_HEADERS`).
+const DROPPED_HEADERS: [&str; 4] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "set-cookie",
+];
+
+/// The header every answer of an agent carries unless the owner opted out.
+pub(crate) const CSP: &str = "content-security-policy";
+/// Its value: a unique opaque origin, scripts allowed, nothing same-origin.
+pub(crate) const CSP_SANDBOX: &str =
+    "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
 
 /// Reads a lambda's return value as `HttpResponse {status, headers?, body}`: the body is
 /// sent as text (a string; `text/plain; charset=utf-8` unless the lambda set a type), bytes
@@ -170,7 +200,7 @@ pub(crate) fn from_lambda(value: &Value) -> Result<Shaped, String> {
                 {
                     return Err(format!("header '{name}' is not a valid HTTP header"));
                 }
-                if FRAMING_HEADERS.contains(&lower.as_str()) {
+                if DROPPED_HEADERS.contains(&lower.as_str()) {
                     continue;
                 }
                 headers.push((lower, value));

@@ -4,7 +4,9 @@
 //! With a route lambda, the lambda receives `WsLambdaEvent {type, connection_id, remote_did?,
 //! data?, code?, reason?, error?, timestamp}` for `open`, each `message` and `close` (warm:
 //! its context lives on between events); what it returns (a string, or JSON other than
-//! `null`) is sent back on the connection as one text frame. Without a lambda each text frame
+//! `null`) is sent back on the connection as one text frame, after any frames the lambda sent
+//! with `ws_send` meanwhile (one writer task per connection writes every frame, so a lambda
+//! may `ws_send` on the very connection whose event it handles). Without a lambda each text frame
 //! is one ALF message, delivered exactly as `POST …/inbox` delivers it (the host's
 //! [`crate::AgentDirectory::deliver`], MSG-50) and acknowledged with `{type: "ack", …}` or
 //! `{type: "error", status, error}`; a binary frame or a frame holding anything but one JSON
@@ -140,16 +142,22 @@ pub(crate) async fn connection(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .insert(id.clone(), info.clone());
-    let (outlet, mut outgoing) = tokio::sync::mpsc::channel(OUTLET_QUEUE);
+    // Every frame goes out through one writer task, the connection's own answers as well as
+    // `ws_send`/`ws_disconnect` from code: a lambda handling this connection's event may
+    // `ws_send` on it while this task awaits the lambda.
+    let (outlet, outgoing) = tokio::sync::mpsc::channel(OUTLET_QUEUE);
     slot.outlets
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(id.clone(), outlet);
+        .insert(id.clone(), outlet.clone());
+    let (writer_ended, mut writer_end) = tokio::sync::oneshot::channel();
+    tokio::spawn(write_frames(sender, outgoing, writer_ended));
+    let writer = Writer(outlet);
     let mut closed = slot.closers.subscribe();
     if let Some(lambda) = &route.lambda {
         let open = event("open", &id, info.remote_did.as_deref());
         if let Some(reply) = run_event(&serving, &slot, &agent, lambda, open).await
-            && sender.send(Message::Text(reply.into())).await.is_err()
+            && !writer.send(Message::Text(reply.into())).await
         {
             forget(&slot, &id);
             return;
@@ -160,24 +168,14 @@ pub(crate) async fn connection(
     loop {
         let message = tokio::select! {
             message = receiver.next() => message,
-            Some(order) = outgoing.recv() => match order {
-                Outgoing::Frame(frame, written) => {
-                    let sent = sender.send(frame).await.map_err(|e| e.to_string());
-                    let failed = sent.is_err();
-                    let _ = written.send(sent);
-                    if failed {
-                        break;
-                    }
-                    continue;
-                }
-                Outgoing::Close => {
-                    let _ = sender.send(Message::Close(Some(CloseFrame { code: 1000, reason: "closed by the agent".into() }))).await;
+            end = &mut writer_end => {
+                if matches!(end, Ok(WriterEnd::ClosedByAgent)) {
                     close_reason = "closed by the agent".into();
-                    break;
                 }
-            },
+                break;
+            }
             _ = closed.changed() => {
-                let _ = sender.send(Message::Close(Some(CloseFrame { code: 1001, reason: "going away".into() }))).await;
+                writer.close(1001, "going away").await;
                 close_code = 1001;
                 break;
             }
@@ -216,11 +214,7 @@ pub(crate) async fn connection(
                         // Unverified, but the agent still proves its own DID: a client
                         // that pinned it (a `ws_connections` `did`) opens only on that proof.
                         let answer = answer_auth(&serving, &agent, &auth).await;
-                        if sender
-                            .send(Message::Text(answer.to_string().into()))
-                            .await
-                            .is_err()
-                        {
+                        if !writer.send(Message::Text(answer.to_string().into())).await {
                             break;
                         }
                     }
@@ -235,19 +229,14 @@ pub(crate) async fn connection(
                     None => match alf_frame(&text) {
                         Ok(()) => Some(deliver(&serving, &agent, text.into_bytes(), peer).await),
                         Err(why) => {
-                            let _ = sender
-                                .send(Message::Close(Some(CloseFrame {
-                                    code: CLOSE_INVALID_FRAME,
-                                    reason: why.into(),
-                                })))
-                                .await;
+                            writer.close(CLOSE_INVALID_FRAME, why).await;
                             close_code = CLOSE_INVALID_FRAME;
                             break;
                         }
                     },
                 };
                 if let Some(reply) = reply
-                    && sender.send(Message::Text(reply.into())).await.is_err()
+                    && !writer.send(Message::Text(reply.into())).await
                 {
                     break;
                 }
@@ -257,17 +246,14 @@ pub(crate) async fn connection(
                     let mut received = event("message", &id, info.remote_did.as_deref());
                     received["data"] = adf_sandbox::bytes_value(&bytes);
                     if let Some(reply) = run_event(&serving, &slot, &agent, lambda, received).await
-                        && sender.send(Message::Text(reply.into())).await.is_err()
+                        && !writer.send(Message::Text(reply.into())).await
                     {
                         break;
                     }
                 }
                 None => {
-                    let _ = sender
-                        .send(Message::Close(Some(CloseFrame {
-                            code: CLOSE_INVALID_FRAME,
-                            reason: "ALF frames are text".into(),
-                        })))
+                    writer
+                        .close(CLOSE_INVALID_FRAME, "ALF frames are text")
                         .await;
                     close_code = CLOSE_INVALID_FRAME;
                     break;
@@ -300,6 +286,74 @@ fn forget(slot: &Slot, id: &str) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(id);
+}
+
+/// How the writer task ended on its own.
+#[derive(Debug)]
+enum WriterEnd {
+    /// Code asked for the close (`ws_disconnect`).
+    ClosedByAgent,
+    /// A frame could not be written: the peer is gone.
+    Failed,
+}
+
+/// The connection task's handle on the writer (see [`write_frames`]).
+struct Writer(tokio::sync::mpsc::Sender<Outgoing>);
+
+impl Writer {
+    /// Sends `frame` and waits until it is written; false when the connection is gone.
+    async fn send(&self, frame: Message) -> bool {
+        let (written, outcome) = tokio::sync::oneshot::channel();
+        if self.0.send(Outgoing::Frame(frame, written)).await.is_err() {
+            return false;
+        }
+        matches!(outcome.await, Ok(Ok(())))
+    }
+
+    /// Sends a close frame (the connection ends after it either way).
+    async fn close(&self, code: u16, reason: &str) {
+        let frame = Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.to_owned().into(),
+        }));
+        let _ = self.send(frame).await;
+    }
+}
+
+/// Writes every frame of one connection, in the order they were asked for, until the
+/// connection task and code have all let go of the channel, a write fails or code closes it.
+async fn write_frames(
+    mut sender: futures::stream::SplitSink<WebSocket, Message>,
+    mut outgoing: tokio::sync::mpsc::Receiver<Outgoing>,
+    ended: tokio::sync::oneshot::Sender<WriterEnd>,
+) {
+    while let Some(order) = outgoing.recv().await {
+        match order {
+            Outgoing::Frame(frame, written) => {
+                let closing = matches!(frame, Message::Close(_));
+                let sent = sender.send(frame).await.map_err(|e| e.to_string());
+                let failed = sent.is_err();
+                let _ = written.send(sent);
+                if failed {
+                    let _ = ended.send(WriterEnd::Failed);
+                    return;
+                }
+                if closing {
+                    return;
+                }
+            }
+            Outgoing::Close => {
+                let _ = sender
+                    .send(Message::Close(Some(CloseFrame {
+                        code: 1000,
+                        reason: "closed by the agent".into(),
+                    })))
+                    .await;
+                let _ = ended.send(WriterEnd::ClosedByAgent);
+                return;
+            }
+        }
+    }
 }
 
 /// One ALF message per text frame: a single JSON object (SRV-14).

@@ -52,6 +52,10 @@ pub enum SandboxError {
         /// The requested export.
         function: String,
     },
+    /// The execution's cancel signal fired ([`crate::Request::cancel`]): nobody waits for its
+    /// result any more.
+    #[error("execution cancelled: nobody waits for its result")]
+    Cancelled,
     /// A fault of the sandbox itself (never caused by well-formed input).
     #[error("internal sandbox error: {0}")]
     Internal(String),
@@ -63,7 +67,7 @@ impl SandboxError {
     /// for other lambda failures, `INTERNAL_ERROR` for sandbox faults.
     pub fn proxy_code(&self) -> &str {
         match self {
-            SandboxError::Timeout { .. } => "TIMEOUT",
+            SandboxError::Timeout { .. } | SandboxError::Cancelled => "TIMEOUT",
             SandboxError::Thrown {
                 code: Some(code), ..
             } => code,

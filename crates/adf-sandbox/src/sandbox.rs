@@ -123,6 +123,10 @@ pub struct Request {
     /// Lambdas only: reuse a context kept alive for this file (`warm: true` in the trigger,
     /// timer or route). Ignored for inline code, which always uses the persistent context.
     pub warm: bool,
+    /// Ends the execution early once it reads `true` ([`SandboxError::Cancelled`]): the
+    /// interrupt handler stops running JavaScript, and an await in progress is dropped. Whoever
+    /// asked for the result has gone (an HTTP client that disconnected).
+    pub cancel: Option<watch::Receiver<bool>>,
 }
 
 impl Request {
@@ -134,7 +138,14 @@ impl Request {
             timeout: Duration::from_secs(10),
             network: false,
             warm: false,
+            cancel: None,
         }
+    }
+
+    /// End the execution early once `cancel` reads `true`.
+    pub fn cancel(mut self, cancel: Option<watch::Receiver<bool>>) -> Request {
+        self.cancel = cancel;
+        self
     }
 
     /// Set the argument.
@@ -435,6 +446,12 @@ struct Deadlines {
     armed: Mutex<BTreeMap<u64, u64>>,
     next: AtomicU64,
     earliest: AtomicU64,
+    /// The cancel signals of armed executions (see [`Request::cancel`]); like a deadline, a
+    /// signalled one interrupts whichever execution runs JavaScript now, which is the one
+    /// that spins (the others wait in an await, where their own select ends them).
+    cancels: Mutex<BTreeMap<u64, watch::Receiver<bool>>>,
+    /// How many entries `cancels` has, so the handler skips its lock when none is armed.
+    cancellable: AtomicU64,
 }
 
 impl Deadlines {
@@ -444,7 +461,12 @@ impl Deadlines {
 
     fn expired(&self) -> bool {
         let e = self.earliest.load(Ordering::Relaxed);
-        e != u64::MAX && self.now_ms() >= e
+        (e != u64::MAX && self.now_ms() >= e) || self.cancelled()
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancellable.load(Ordering::Relaxed) > 0
+            && lock(&self.cancels).values().any(|cancel| *cancel.borrow())
     }
 
     fn recompute(&self, armed: &BTreeMap<u64, u64>) {
@@ -452,10 +474,18 @@ impl Deadlines {
         self.earliest.store(min, Ordering::Relaxed);
     }
 
-    fn arm(self: &Arc<Self>, timeout: Duration) -> DeadlineGuard {
+    fn arm(
+        self: &Arc<Self>,
+        timeout: Duration,
+        cancel: Option<watch::Receiver<bool>>,
+    ) -> DeadlineGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let at = self.now_ms().saturating_add(ms);
+        if let Some(cancel) = cancel {
+            lock(&self.cancels).insert(id, cancel);
+            self.cancellable.fetch_add(1, Ordering::Relaxed);
+        }
         let mut armed = lock(&self.armed);
         armed.insert(id, at);
         self.recompute(&armed);
@@ -481,6 +511,9 @@ impl DeadlineGuard {
 
 impl Drop for DeadlineGuard {
     fn drop(&mut self) {
+        if lock(&self.deadlines.cancels).remove(&self.id).is_some() {
+            self.deadlines.cancellable.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut armed = lock(&self.deadlines.armed);
         armed.remove(&self.id);
         self.deadlines.recompute(&armed);
@@ -659,6 +692,8 @@ impl Sandbox {
             armed: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(0),
             earliest: AtomicU64::new(u64::MAX),
+            cancels: Mutex::new(BTreeMap::new()),
+            cancellable: AtomicU64::new(0),
         });
         let d = deadlines.clone();
         rt.set_interrupt_handler(Some(Box::new(move || d.expired())))
@@ -727,13 +762,31 @@ impl Sandbox {
     /// Run and keep the console output whatever the result (what `sys_code` reports).
     pub async fn execute(&self, req: Request, host: Arc<dyn Host>) -> Execution {
         let limit = req.timeout;
+        let cancel = req.cancel.clone();
         let state: Arc<Mutex<Option<Arc<SlotState>>>> = Arc::default();
-        let deadline = self.inner.deadlines.arm(limit);
+        let deadline = self.inner.deadlines.arm(limit, cancel.clone());
         let fut = self.execute_inner(req, host, state.clone(), &deadline);
-        let mut result = match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(SandboxError::Timeout { limit_ms: 0 }),
+        let timed = async {
+            match tokio::time::timeout(limit, fut).await {
+                Ok(r) => r,
+                Err(_) => Err(SandboxError::Timeout { limit_ms: 0 }),
+            }
         };
+        let mut result = match cancel.clone() {
+            None => timed.await,
+            Some(mut cancel) => {
+                tokio::select! {
+                    r = timed => r,
+                    _ = cancel.wait_for(|cancelled| *cancelled) => Err(SandboxError::Cancelled),
+                }
+            }
+        };
+        // The interrupt handler ends a cancelled run the way it ends one out of time.
+        if matches!(result, Err(SandboxError::Timeout { .. }))
+            && cancel.as_ref().is_some_and(|cancel| *cancel.borrow())
+        {
+            result = Err(SandboxError::Cancelled);
+        }
         if let Err(SandboxError::Timeout { limit_ms }) = &mut result {
             *limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
         }

@@ -15,8 +15,8 @@
 //!    `adf_session` cookie of a live session (`sessions.rs`: `/login?code=` opens one); else
 //!    401. `--insecure-loopback` skips this step only.
 //!    Paths under `/agents/{handle}/` that are neither a control route (the OpenAPI table) nor
-//!    a mesh route are the agent's own (its `serving.api` routes and files): they go to
-//!    `adf-net` here, public like the mesh routes (`crate::serving`).
+//!    a mesh route are the agent's own (its `serving.api` routes and files): served only on
+//!    the serving port, so here they answer 307 to it (`crate::serving`).
 //! 4. **Content type**, on mutating control requests (POST, PUT, PATCH, DELETE): a body must be
 //!    `application/json`, which a web page cannot send cross-origin without a preflight; an
 //!    empty body may come without a content type (`POST /agents/{id}/stop`). Else 415.
@@ -128,7 +128,7 @@ impl Gate {
     }
 
     /// Whether `authority` (a `Host` value) names this daemon.
-    fn host_allowed(&self, authority: &str) -> bool {
+    pub(crate) fn host_allowed(&self, authority: &str) -> bool {
         if authority.contains('@') {
             return false;
         }
@@ -426,11 +426,9 @@ pub(crate) async fn front_door(
     if is_public(&method, request.uri().path()) {
         return next.run(request).await;
     }
-    // An agent's own routes and files (adf-net): public, and never a control route.
-    if crate::serving::is_served(&method, request.uri().path())
-        && let Some(serving) = state.daemon.serving()
-    {
-        return serving.handle(request).await;
+    // An agent's own routes and files (adf-net) have an origin of their own: the serving port.
+    if crate::serving::is_served(&method, request.uri().path()) {
+        return crate::serving::elsewhere(&state.daemon, &request);
     }
     if !gate.insecure_loopback && !gate.authorized(request.headers()) {
         if method == Method::GET && wants_html(request.headers()) {

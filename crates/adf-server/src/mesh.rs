@@ -44,6 +44,8 @@ pub struct DaemonMesh {
     home: RuntimeHome,
     /// `http://host:port` once the daemon serves HTTP.
     base_url: OnceLock<String>,
+    /// The port agents' own content is served on (`crate::serving`, never the control port).
+    serve_port: OnceLock<u16>,
     /// The daemon's runtime, for work that outlives the turn that caused it.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -54,6 +56,7 @@ impl DaemonMesh {
             hub,
             home,
             base_url: OnceLock::new(),
+            serve_port: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
@@ -66,6 +69,16 @@ impl DaemonMesh {
     /// The URL set by [`Self::set_base_url`]; `None` until the daemon listens.
     pub fn base_url(&self) -> Option<&str> {
         self.base_url.get().map(String::as_str)
+    }
+
+    /// Records the port of the agent-content listener (first call wins).
+    pub fn set_serve_port(&self, port: u16) {
+        let _ = self.serve_port.set(port);
+    }
+
+    /// The port set by [`Self::set_serve_port`]; `None` until the daemon listens.
+    pub fn serve_port(&self) -> Option<u16> {
+        self.serve_port.get().copied()
     }
 
     fn keys(&self) -> Option<LocalKeys> {
@@ -99,7 +112,19 @@ impl DaemonMesh {
         let did = messaging::agent_did(&file).ok().flatten();
         let base = base.or(self.base_url()).unwrap_or("http://127.0.0.1");
         let card = if with_card {
-            card::build(&mut file, self.keys().as_ref(), base).unwrap_or(Value::Null)
+            let mut card =
+                card::build(&mut file, self.keys().as_ref(), base).unwrap_or(Value::Null);
+            // WS routes are agent content: served on the serving port, not this one.
+            if config.pointer("/card/endpoints/ws").is_none()
+                && let Some(port) = self.serve_port()
+                && let Some(ws) = card.pointer_mut("/endpoints/ws")
+                && let Some(moved) = ws
+                    .as_str()
+                    .and_then(|url| crate::serving::on_port(url, port))
+            {
+                *ws = Value::String(moved);
+            }
+            card
         } else {
             Value::Null
         };

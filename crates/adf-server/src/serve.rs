@@ -53,6 +53,11 @@ pub struct FrontDoor {
     pub public_body_budget: usize,
     /// The header-read timeout and the connection cap (`connections.rs`).
     pub connections: ConnectionLimits,
+    /// The port agents' routes, files and WebSocket routes are served on, on the same host
+    /// (`adf daemon --serve-port`; 0 picks a free one). `None`: the control port + 1, or a
+    /// free port when the control port is 0. Never the control port: agent content must not
+    /// share the Studio's origin.
+    pub serve_port: Option<u16>,
 }
 
 impl std::fmt::Debug for FrontDoor {
@@ -63,6 +68,7 @@ impl std::fmt::Debug for FrontDoor {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("public_body_budget", &self.public_body_budget)
             .field("connections", &self.connections)
+            .field("serve_port", &self.serve_port)
             .finish()
     }
 }
@@ -76,6 +82,7 @@ impl FrontDoor {
             allowed_hosts: Vec::new(),
             public_body_budget: DEFAULT_PUBLIC_BODY_BUDGET,
             connections: ConnectionLimits::default(),
+            serve_port: None,
         }
     }
 
@@ -103,6 +110,8 @@ fn insecure_off_loopback(host: impl std::fmt::Display) -> ServerError {
 pub struct RunningServer {
     /// The address the listener is bound to (the real port when port 0 was asked for).
     pub addr: SocketAddr,
+    /// The address agents' content is served on (`crate::serving`).
+    pub serve_addr: SocketAddr,
     /// The daemon the server serves; a clone shares its agents.
     pub daemon: Daemon,
     gate: Arc<Gate>,
@@ -111,6 +120,8 @@ pub struct RunningServer {
     task: JoinHandle<()>,
     /// Rule 2's records of the control API; dropping the server removes them.
     registration: adf_egress::control::Registration,
+    stop_serving: Option<oneshot::Sender<()>>,
+    serving_task: JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -137,6 +148,23 @@ impl RunningServer {
         }
         let listener = TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
+        let serve_port = front
+            .serve_port
+            .unwrap_or_else(|| default_serve_port(port, addr.port()));
+        if serve_port != 0 && serve_port == addr.port() {
+            return Err(ServerError::FrontDoor(
+                "agent content cannot be served on the control port: give --serve-port another port".into(),
+            ));
+        }
+        let serving_listener = TcpListener::bind((addr.ip(), serve_port))
+            .await
+            .map_err(|e| {
+                ServerError::FrontDoor(format!(
+                    "cannot listen for agent content on {}:{serve_port}: {e} (choose another with --serve-port, 0 for any free port)",
+                    addr.ip()
+                ))
+            })?;
+        let serve_addr = serving_listener.local_addr()?;
         if front.insecure_loopback && !addr.ip().is_loopback() {
             return Err(insecure_off_loopback(addr.ip()));
         }
@@ -147,8 +175,18 @@ impl RunningServer {
         let registration =
             adf_egress::control::register(&daemon.home().daemon_record_path(), &[addr]);
         daemon.mesh().set_base_url(format!("http://{addr}"));
+        daemon.mesh().set_serve_port(serve_addr.port());
         let budget = BodyBudget::new(front.public_body_budget);
         daemon.start_serving(budget.clone());
+        // The serving listener applies the same Host rule for its own port.
+        let serving_gate = Arc::new(Gate::new(
+            front.token.clone(),
+            false,
+            serve_addr.ip(),
+            serve_addr.port(),
+            &front.allowed_hosts,
+            budget.clone(),
+        ));
         let gate = Arc::new(Gate::new(
             front.token,
             front.insecure_loopback,
@@ -165,6 +203,7 @@ impl RunningServer {
         let (stop, stopped) = oneshot::channel::<()>();
         let signal_daemon = daemon.clone();
         let limits = front.connections;
+        // One cap for both listeners: it guards the process's open files.
         let slots = ConnectionSlots::new(limits.cap());
         // The peer address (each request's `ConnectInfo`) decides which visibility tiers a
         // mesh request may reach.
@@ -179,28 +218,52 @@ impl RunningServer {
                 signal_daemon.begin_shutdown();
             },
         ));
+        let serving_app = crate::serving::router(crate::serving::ServingDoor {
+            daemon: daemon.clone(),
+            gate: serving_gate,
+        });
+        let (stop_serving, serving_stopped) = oneshot::channel::<()>();
+        let serving_task = tokio::spawn(connections::serve(
+            serving_listener,
+            serving_app,
+            limits,
+            slots.clone(),
+            async move {
+                let _ = serving_stopped.await;
+            },
+        ));
         daemon.emit_daemon(
             "daemon.started",
             serde_json::json!({
                 "host": host,
                 "port": addr.port(),
+                "servePort": serve_addr.port(),
                 "settingsPath": crate::settings::Settings::in_home(daemon.home()).path().display().to_string(),
             }),
         );
         Ok(Self {
             addr,
+            serve_addr,
             daemon,
             gate,
             slots,
             stop: Some(stop),
             task,
             registration,
+            stop_serving: Some(stop_serving),
+            serving_task,
         })
     }
 
     /// The base URL, e.g. `http://127.0.0.1:7385`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The base URL of agents' content, e.g. `http://127.0.0.1:7386` (agent `web`'s page is
+    /// `<serve_url>/agents/web/`).
+    pub fn serve_url(&self) -> String {
+        format!("http://{}", self.serve_addr)
     }
 
     /// A fresh one-time login link (`GET /login?code=…` opens a browser session): the code
@@ -244,15 +307,32 @@ impl RunningServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        if let Some(stop) = self.stop_serving.take() {
+            let _ = stop.send(());
+        }
         let served = self
             .task
+            .await
+            .map_err(|e| ServerError::Io(std::io::Error::other(e)));
+        let served_agents = self
+            .serving_task
             .await
             .map_err(|e| ServerError::Io(std::io::Error::other(e)));
         self.daemon.shutdown().await;
         self.registration.release();
         served?;
+        served_agents?;
         Ok(())
     }
+}
+
+/// Where agent content goes when `--serve-port` is not given: the control port + 1, or any
+/// free port when the control port was picked freely (`asked` 0) or is the last one.
+fn default_serve_port(asked: u16, bound: u16) -> u16 {
+    if asked == 0 {
+        return 0;
+    }
+    bound.checked_add(1).unwrap_or(0)
 }
 
 /// Resolves when the process gets SIGINT or SIGTERM (Ctrl-C elsewhere).
@@ -296,6 +376,20 @@ mod tests {
             BodyBudget::new(1),
         );
         assert!(!format!("{gate:?}").contains("t0ken-value"));
+    }
+
+    #[test]
+    fn agent_content_defaults_to_the_next_port_or_a_free_one() {
+        assert_eq!(
+            default_serve_port(DEFAULT_PORT, DEFAULT_PORT),
+            DEFAULT_PORT + 1
+        );
+        assert_eq!(
+            default_serve_port(0, 41_000),
+            0,
+            "a free control port, a free one"
+        );
+        assert_eq!(default_serve_port(u16::MAX, u16::MAX), 0);
     }
 
     #[test]

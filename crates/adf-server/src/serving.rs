@@ -1,9 +1,15 @@
 //! The daemon's side of agent serving (`adf-net`): which agents exist ([`DaemonAgents`]),
-//! how a public body is read (under the front door's [`BodyBudget`]), and which paths go to
+//! how a public body is read (under the front door's [`BodyBudget`]), which paths go to
 //! serving at all ([`is_served`]: under `/agents/{handle}/`, neither a control route of the
-//! OpenAPI table nor a mesh route). The front door hands those to [`adf_net::Serving`]
-//! before any control handler could see them, so a path serving takes is never a control
-//! route reached without the token.
+//! OpenAPI table nor a mesh route), and the listener that serves them ([`router`]).
+//!
+//! Agent content has an origin of its own: the daemon serves it on a second port (the
+//! control port + 1 by default, `adf daemon --serve-port`), never on the control port where
+//! the Studio and the control API live, so a page an agent serves is never same-origin with
+//! them. On the control port a served path answers 307 to the same path on the serving port
+//! ([`elsewhere`]); the mesh endpoints (`inbox`, `card`, `health`) stay on the control port,
+//! where other runtimes dial them. The serving listener checks the `Host` as the front door
+//! does (DNS rebinding) and answers nothing but served paths.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -373,6 +379,114 @@ pub(crate) async fn umbilical_events(
         "events": events.unwrap_or_default(),
     }))
     .into_response())
+}
+
+/// The serving listener's state: the daemon, and the gate whose `Host` rule it applies
+/// (built for the serving port).
+#[derive(Clone)]
+pub(crate) struct ServingDoor {
+    pub(crate) daemon: crate::daemon::Daemon,
+    pub(crate) gate: Arc<crate::frontdoor::Gate>,
+}
+
+/// The serving listener's app: every request goes to [`serve_agent_content`].
+pub(crate) fn router(door: ServingDoor) -> axum::Router {
+    axum::Router::new()
+        .fallback(serve_agent_content)
+        .with_state(door)
+}
+
+fn json_error(status: axum::http::StatusCode, message: &str) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+/// The authority the request was sent to: the HTTP/2 `:authority`, else `Host`.
+fn authority_of(request: &axum::extract::Request) -> Option<String> {
+    if let Some(authority) = request.uri().authority() {
+        return Some(authority.as_str().to_owned());
+    }
+    request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// One request on the serving listener: a served path of a loaded agent, else 404. No
+/// token is asked (agent content is public) and none is looked at: adf-net withholds
+/// `Cookie` and `Authorization` from agent code.
+async fn serve_agent_content(
+    axum::extract::State(door): axum::extract::State<ServingDoor>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    if !authority_of(&request).is_some_and(|a| door.gate.host_allowed(&a)) {
+        return json_error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "the Host header does not name this daemon (start it with --allow-host NAME to accept a name)",
+        );
+    }
+    if !is_served(request.method(), request.uri().path()) {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "this port serves agents' routes and files only (/agents/{handle}/...); the control API, the Studio and the mesh endpoints (inbox, card, health) are on the daemon's control port",
+        );
+    }
+    match door.daemon.serving() {
+        Some(serving) => serving.handle(request).await,
+        None => json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is not serving"),
+    }
+}
+
+/// A served path asked on the control port: 307 to the same path and query on the serving
+/// port, under the host name the client used (the front door checked it names this daemon).
+/// Nothing an agent serves is ever answered on the control port's origin.
+pub(crate) fn elsewhere(
+    daemon: &crate::daemon::Daemon,
+    request: &axum::extract::Request,
+) -> axum::response::Response {
+    use axum::http::{HeaderValue, StatusCode, header};
+    use axum::response::IntoResponse as _;
+    let Some(port) = daemon.mesh().serve_port() else {
+        return json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is not serving");
+    };
+    let target = authority_of(request)
+        .and_then(|authority| {
+            let path = request
+                .uri()
+                .path_and_query()
+                .map_or("/", axum::http::uri::PathAndQuery::as_str);
+            on_port(&format!("http://{authority}{path}"), port)
+        })
+        .and_then(|url| HeaderValue::from_str(&url).ok().map(|value| (url, value)));
+    let Some((url, location)) = target else {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "cannot tell where to send this request",
+        );
+    };
+    let mut response = (
+        StatusCode::TEMPORARY_REDIRECT,
+        axum::Json(json!({
+            "error": "agents' routes and files are served on the daemon's serving port, not on the control port",
+            "location": url,
+        })),
+    )
+        .into_response();
+    response.headers_mut().insert(header::LOCATION, location);
+    response
+}
+
+/// `url` (`scheme://host[:port]/path?query`) with its port set to `port`.
+pub(crate) fn on_port(url: &str, port: u16) -> Option<String> {
+    let uri: axum::http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?;
+    let host = uri.authority()?.host();
+    let rest = uri
+        .path_and_query()
+        .map_or("", axum::http::uri::PathAndQuery::as_str);
+    Some(format!("{scheme}://{host}:{port}{rest}"))
 }
 
 /// Whether `method path` goes to serving (see the module docs).

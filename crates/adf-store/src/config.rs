@@ -653,6 +653,8 @@ fn check_typed_only_sections(c: &mut Checker, config: &Value) {
     ] {
         c.kind(config, object_field, "object");
     }
+    // The owner's switch for the CSP sandbox on the agent's served answers (adf-net).
+    c.kind(config, "serving.csp_sandbox", "boolean");
 }
 
 /// Normalizes a config as the reference does on read (§5.4, DEF-23): default tools missing

@@ -80,6 +80,8 @@ pub struct CodeEnv {
     resolver: Resolver,
     keys: Option<Arc<LocalKeys>>,
     events: Option<Arc<dyn EventSink>>,
+    /// Ends the lambda runs of this environment early (see [`Self::with_cancel`]).
+    cancel: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Where `emit_event`'s `custom.*` events go (the daemon's umbilical bus). Called on the task
@@ -110,7 +112,19 @@ impl CodeEnv {
             resolver: Resolver::new(),
             keys: None,
             events: None,
+            cancel: None,
         }
+    }
+
+    /// Lambdas run in this environment end (the sandbox interrupts them) once `cancel`
+    /// reads `true`: whoever waits for their result has gone (serving: the HTTP client).
+    pub fn with_cancel(mut self, cancel: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    pub(crate) fn cancel_signal(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.cancel.clone()
     }
 
     /// A new sandbox with the default limits and every built-in tool.
@@ -728,7 +742,8 @@ async fn run_lambda_unlogged(
     .args(input)
     .timeout(options_timeout(&config, options.timeout))
     .network(network(&config))
-    .warm(options.warm);
+    .warm(options.warm)
+    .cancel(env.cancel_signal());
     let mut runner = Runner::new(file, env, approver, options);
     runner.holding_transaction = holding;
     runner.run(request, frame).await

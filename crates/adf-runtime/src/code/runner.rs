@@ -675,7 +675,8 @@ impl<'a> Runner<'a> {
                     typescript,
                 })
                 .timeout(options_timeout(&config, timeout))
-                .network(super::network(&config));
+                .network(super::network(&config))
+                .cancel(self.env.cancel_signal());
                 Ok(Reply::Nested {
                     request,
                     frame,
@@ -773,7 +774,8 @@ impl<'a> Runner<'a> {
         })
         .args(input)
         .timeout(options_timeout(&config, None))
-        .network(super::network(&config));
+        .network(super::network(&config))
+        .cancel(self.env.cancel_signal());
         Ok(Reply::Nested {
             request,
             frame: nested,

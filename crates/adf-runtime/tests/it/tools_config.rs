@@ -529,6 +529,7 @@ fn cfg_12_always_locked_paths_become_protection_requests_for_the_model() {
         ("security.allow_local_fetch", json!(true)),
         ("stream_bind.allow_tcp_bind", json!(true)),
         ("stream_bind", json!({ "host_process_bind": true })),
+        ("serving.csp_sandbox", json!(false)),
     ] {
         let (_dir, mut file) = agent();
         assert!(

@@ -400,3 +400,54 @@ async fn repeated_executions_do_not_grow_the_heap() {
         marks[1]
     );
 }
+
+/// Runs `code` (a lambda module) with a 60 s limit and flips its cancel signal once it has
+/// called `adf.echo`; the run must end as cancelled long before its limit.
+async fn cancelled_after_echo(code: &str) {
+    let sb = sandbox().await;
+    let host = TestHost::new(&[("lib/c.js", code)]);
+    let (cancel, cancelled) = tokio::sync::watch::channel(false);
+    let req = lambda("lib/c.js", json!({}))
+        .timeout(Duration::from_secs(60))
+        .cancel(Some(cancelled));
+    let watcher = host.clone();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while watcher.calls().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cancel.send_replace(true);
+    });
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(40), sb.run(req, host.clone()))
+        .await
+        .expect("the cancelled run ended")
+        .unwrap_err();
+    assert_eq!(err, SandboxError::Cancelled);
+    assert_eq!(host.calls().len(), 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    // The sandbox runs the next execution as usual.
+    let next = sb
+        .run(inline("return 1 + 1;"), TestHost::new(&[]))
+        .await
+        .unwrap();
+    assert_eq!(next.value, json!(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_execution_is_interrupted_while_its_javascript_spins() {
+    cancelled_after_echo("export async function main() { await adf.echo({}); for (;;) {} }\n")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_execution_ends_while_it_awaits() {
+    cancelled_after_echo(
+        "export async function main() { await adf.echo({}); await new Promise(() => {}); }\n",
+    )
+    .await;
+}

