@@ -164,7 +164,7 @@ impl TurnHost for ChatHost {
             }
             TurnEvent::Retry(notice) => {
                 self.end_line();
-                eprintln!("… {}", retry_line(notice));
+                eprintln!("… {}", notice.describe());
             }
             TurnEvent::StreamRestarted(error) => {
                 self.end_line();
@@ -180,23 +180,6 @@ impl TurnHost for ChatHost {
             _ => {}
         }
     }
-}
-
-/// "retrying in 4 s (2/5): connection reset": the wait, the attempt the retry makes out of
-/// the most this failure allows, and why.
-pub(crate) fn retry_line(notice: &adf_providers::RetryNotice) -> String {
-    let millis = notice.delay.as_millis();
-    let wait = if millis % 1000 == 0 {
-        format!("{} s", millis / 1000)
-    } else {
-        format!("{:.1} s", notice.delay.as_secs_f64())
-    };
-    format!(
-        "retrying in {wait} ({}/{}): {}",
-        notice.attempt + 1,
-        notice.max_attempts,
-        notice.reason
-    )
 }
 
 fn without_reason(input: &Value) -> String {

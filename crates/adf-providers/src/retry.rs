@@ -92,6 +92,26 @@ pub struct RetryNotice {
     pub error: ProviderError,
 }
 
+impl RetryNotice {
+    /// "retrying in 4 s (2/5): connection reset": the wait, the attempt the retry makes out
+    /// of the most this failure allows, and why. What `adf chat`, `adf events` and the Studio
+    /// show.
+    pub fn describe(&self) -> String {
+        let millis = self.delay.as_millis();
+        let wait = if millis % 1000 == 0 {
+            format!("{} s", millis / 1000)
+        } else {
+            format!("{:.1} s", self.delay.as_secs_f64())
+        };
+        format!(
+            "retrying in {wait} ({}/{}): {}",
+            self.attempt + 1,
+            self.max_attempts,
+            self.reason
+        )
+    }
+}
+
 /// Called before each retry sleep.
 pub type RetryObserver = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
 
