@@ -227,9 +227,9 @@ pub(crate) fn failure_kind(
     let text = message.to_ascii_lowercase();
     match io {
         Some(ErrorKind::ConnectionRefused) => return FailureKind::Refused,
-        Some(
-            ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe,
-        ) => return FailureKind::Reset,
+        Some(ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe) => {
+            return FailureKind::Reset;
+        }
         Some(ErrorKind::TimedOut) => return FailureKind::Timeout,
         _ => {}
     }

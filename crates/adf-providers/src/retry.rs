@@ -39,7 +39,10 @@ tokio::task_local! {
 /// schedules, besides the policy's own observer. A provider is shared by the loops of an agent,
 /// while a retry belongs to one request of one loop: a task-local scope carries the observer
 /// to the provider's retry loop, which runs on the caller's task.
-pub async fn watch_retries<F: std::future::Future>(observer: RetryObserver, request: F) -> F::Output {
+pub async fn watch_retries<F: std::future::Future>(
+    observer: RetryObserver,
+    request: F,
+) -> F::Output {
     REQUEST_WATCH.scope(observer, request).await
 }
 
@@ -61,16 +64,22 @@ pub fn is_local_model_server(url: &str) -> bool {
         let name = bare.trim_end_matches('.').to_ascii_lowercase();
         return name == "localhost"
             || !name.contains('.')
-            || [".localhost", ".local", ".lan", ".internal", ".home.arpa", ".localdomain"]
-                .iter()
-                .any(|suffix| name.ends_with(suffix));
+            || [
+                ".localhost",
+                ".local",
+                ".lan",
+                ".internal",
+                ".home.arpa",
+                ".localdomain",
+            ]
+            .iter()
+            .any(|suffix| name.ends_with(suffix));
     };
     let ip = adf_egress::rules::canonical(ip);
     ip.is_loopback()
         || adf_egress::rules::link_local_or_metadata(ip).is_some()
-        || adf_egress::rules::local_kind(ip).is_some_and(|kind| {
-            !matches!(kind, "multicast" | "reserved")
-        })
+        || adf_egress::rules::local_kind(ip)
+            .is_some_and(|kind| !matches!(kind, "multicast" | "reserved"))
 }
 
 /// What a retry observer is told before each scheduled retry. The executor turns these into
@@ -98,7 +107,7 @@ impl RetryNotice {
     /// show.
     pub fn describe(&self) -> String {
         let millis = self.delay.as_millis();
-        let wait = if millis % 1000 == 0 {
+        let wait = if millis.is_multiple_of(1000) {
             format!("{} s", millis / 1000)
         } else {
             format!("{:.1} s", self.delay.as_secs_f64())
@@ -489,11 +498,18 @@ mod tests {
         use crate::FailureKind as K;
         use crate::http::failure_kind;
         use std::io::ErrorKind as Io;
-        assert_eq!(failure_kind(Some(Io::ConnectionRefused), false, ""), K::Refused);
+        assert_eq!(
+            failure_kind(Some(Io::ConnectionRefused), false, ""),
+            K::Refused
+        );
         assert_eq!(failure_kind(Some(Io::ConnectionReset), false, ""), K::Reset);
         assert_eq!(failure_kind(None, true, ""), K::Timeout);
         assert_eq!(
-            failure_kind(None, false, "client error (Connect): dns error: failed to lookup address information"),
+            failure_kind(
+                None,
+                false,
+                "client error (Connect): dns error: failed to lookup address information"
+            ),
             K::NameNotResolved
         );
         assert_eq!(
@@ -501,8 +517,14 @@ mod tests {
             K::Reset
         );
         assert_eq!(failure_kind(None, false, "???"), K::Network);
-        assert_eq!(transient(Some(429), None).retry_reason(), "rate limited (429)");
-        assert_eq!(transient(Some(503), None).retry_reason(), "server error (503)");
+        assert_eq!(
+            transient(Some(429), None).retry_reason(),
+            "rate limited (429)"
+        );
+        assert_eq!(
+            transient(Some(503), None).retry_reason(),
+            "server error (503)"
+        );
         assert_eq!(unreachable(true).retry_reason(), "connection refused");
     }
 }

@@ -15,8 +15,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::serve::{IncomingStream, Listener};
 use futures::StreamExt;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::task::JoinHandle;
 
 use crate::turn::{Outcome, Turn};
@@ -228,10 +228,7 @@ impl AsyncWrite for ResettableStream {
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.check()?;
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
@@ -243,9 +240,7 @@ struct Connection {
     reset: Arc<AtomicBool>,
 }
 
-impl axum::extract::connect_info::Connected<IncomingStream<'_, ResettableListener>>
-    for Connection
-{
+impl axum::extract::connect_info::Connected<IncomingStream<'_, ResettableListener>> for Connection {
     fn connect_info(stream: IncomingStream<'_, ResettableListener>) -> Self {
         Connection {
             reset: stream.io().reset.clone(),
@@ -261,7 +256,8 @@ impl axum::extract::connect_info::Connected<IncomingStream<'_, ResettableListene
 /// When no loopback port can be bound.
 pub fn refused_base_url() -> String {
     #[allow(clippy::expect_used)]
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("adf-testkit: bind 127.0.0.1:0");
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("adf-testkit: bind 127.0.0.1:0");
     #[allow(clippy::expect_used)]
     let addr = listener.local_addr().expect("adf-testkit: local_addr");
     drop(listener);

@@ -386,7 +386,9 @@ async fn chat_against_a_refused_local_model_server_fails_fast_naming_the_url() {
     let shown = adf(&agent).arg("loop").arg(&agent.file).output().unwrap();
     let shown = text(&shown.stdout);
     assert!(
-        shown.contains(&format!("turn failed: model server {url} refused the connection")),
+        shown.contains(&format!(
+            "turn failed: model server {url} refused the connection"
+        )),
         "{shown}"
     );
     assert_eq!(mock.request_count(), 0);

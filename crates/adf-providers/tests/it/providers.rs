@@ -863,7 +863,8 @@ async fn connection_refused_is_transient_and_a_local_server_gets_one_retry() {
         .unwrap_err();
     assert!(err.is_transient(), "{err}");
     assert!(
-        err.to_string().contains("refused the connection (mock, 2 attempts)"),
+        err.to_string()
+            .contains("refused the connection (mock, 2 attempts)"),
         "max_attempts 3, but a local server that refuses gets one retry: {err}"
     );
 }
@@ -1332,7 +1333,10 @@ fn at_url(base_url: &str, recovery: Value) -> ResolvedModel {
 
 async fn complete_watched(
     m: &ResolvedModel,
-) -> (Result<adf_providers::AssistantMessage, ProviderError>, Vec<RetryNotice>) {
+) -> (
+    Result<adf_providers::AssistantMessage, ProviderError>,
+    Vec<RetryNotice>,
+) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let req = m.request(None, vec![Message::user_text("hi")], vec![]);
@@ -1360,7 +1364,15 @@ async fn a_refused_local_model_server_fails_after_one_quick_retry_naming_its_url
         started.elapsed()
     );
     assert!(
-        matches!(err, ProviderError::Unreachable { refused: true, local: true, attempts: 2, .. }),
+        matches!(
+            err,
+            ProviderError::Unreachable {
+                refused: true,
+                local: true,
+                attempts: 2,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(err.is_transient(), "the loop goes back to idle (§6.2)");
@@ -1428,7 +1440,8 @@ async fn stl_12_a_429_waits_its_retry_after_and_503s_are_counted_exactly() {
 #[tokio::test]
 async fn a_retry_after_beyond_max_delay_ends_the_retries() {
     let mock = MockProvider::openai().await;
-    mock.push(Turn::rate_limited(120)).push(Turn::text("unused"));
+    mock.push(Turn::rate_limited(120))
+        .push(Turn::text("unused"));
     let m = at_url(
         &mock.base_url(),
         json!({"max_attempts": 5, "base_delay_ms": 1, "max_delay_ms": 1000}),

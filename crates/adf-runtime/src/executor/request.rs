@@ -45,8 +45,9 @@ fn first_text(row: &LoopRow) -> Option<&str> {
 /// Whether a row records how a turn ended (failed or aborted) for the owner.
 pub fn is_turn_end_row(row: &LoopRow) -> bool {
     row.role == "user"
-        && first_text(row)
-            .is_some_and(|t| t.starts_with(TURN_FAILED_MARKER) || t.starts_with(TURN_ABORTED_MARKER))
+        && first_text(row).is_some_and(|t| {
+            t.starts_with(TURN_FAILED_MARKER) || t.starts_with(TURN_ABORTED_MARKER)
+        })
 }
 
 /// Whether a row is a system prompt snapshot.

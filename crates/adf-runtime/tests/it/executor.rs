@@ -2201,7 +2201,10 @@ async fn stl_10_a_failed_turn_leaves_a_row_the_owner_sees_and_the_model_does_not
         .unwrap();
     assert_eq!(out.reply, "back");
     assert!(sent(&mock, "again"));
-    assert!(!sent(&mock, "turn_failed"), "the failure row is for the owner");
+    assert!(
+        !sent(&mock, "turn_failed"),
+        "the failure row is for the owner"
+    );
     assert!(
         file.loop_rows("main")
             .unwrap()
@@ -2229,9 +2232,20 @@ async fn a_refused_local_model_server_fails_the_turn_fast_naming_its_url() {
     let err = chat(&ex, &mut file, &mut session, "hi", &host)
         .await
         .unwrap_err();
-    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
-    assert!(matches!(&err, ExecutorError::Provider(e) if e.is_transient()), "{err}");
-    assert_eq!(session.state(), ExecState::Idle, "§6.2: transient, back to idle");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(&err, ExecutorError::Provider(e) if e.is_transient()),
+        "{err}"
+    );
+    assert_eq!(
+        session.state(),
+        ExecState::Idle,
+        "§6.2: transient, back to idle"
+    );
     let row = last_text(&file);
     assert!(
         row.starts_with(&format!(
@@ -2334,7 +2348,12 @@ async fn an_aborted_turn_leaves_one_row_whoever_records_it() {
     let ex = executor(&file);
     let mut session = ex.open_session(&mut file, "main").unwrap();
     let err = ex
-        .run_turn(&mut file, &mut session, Trigger::Owner("hi".into()), &Aborting)
+        .run_turn(
+            &mut file,
+            &mut session,
+            Trigger::Owner("hi".into()),
+            &Aborting,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, ExecutorError::Aborted));
@@ -2353,7 +2372,10 @@ async fn an_aborted_turn_leaves_one_row_whoever_records_it() {
     chat(&ex, &mut file, &mut session, "next", &Host::default())
         .await
         .unwrap();
-    assert!(!sent(&mock, "turn_aborted"), "the abort row is for the owner");
+    assert!(
+        !sent(&mock, "turn_aborted"),
+        "the abort row is for the owner"
+    );
     assert!(adf_runtime::executor::record_turn_aborted(&mut file, "main").unwrap());
     assert!(last_text(&file).starts_with("[Context: turn_aborted]"));
 }

@@ -161,7 +161,10 @@ async fn a_failing_chat_turn_publishes_its_retries_and_leaves_a_failed_row_in_th
     assert_eq!(retries.len(), 1, "{retries:?}");
     let retry = &retries[0];
     assert_eq!(retry["reason"], "connection reset", "{retry}");
-    assert_eq!((retry["attempt"].as_u64(), retry["max_attempts"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(
+        (retry["attempt"].as_u64(), retry["max_attempts"].as_u64()),
+        (Some(2), Some(2))
+    );
     assert_eq!(retry["loop"], "main");
     let wait = retry["wait_ms"].as_u64().unwrap();
     assert!(wait <= 5, "max_delay_ms caps the wait: {retry}");
@@ -200,7 +203,10 @@ async fn a_failing_chat_turn_publishes_its_retries_and_leaves_a_failed_row_in_th
     assert_eq!(shown["type"], "context");
     assert_eq!(shown["metadata"]["category"], "turn_failed");
     assert!(
-        shown["content"].as_str().unwrap().starts_with("turn failed: "),
+        shown["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("turn failed: "),
         "{shown}"
     );
 }
