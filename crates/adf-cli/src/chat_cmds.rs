@@ -3,8 +3,9 @@
 //! The model comes from the agent's `model.provider` (resolved against `config.providers`, the
 //! built-in ids or a URL); the key from the agent's sealed `provider:<id>:apiKey` when the file
 //! has one and this installation can open its credentials, else the provider type's environment
-//! variable. Reply text streams to stdout; tool calls, results and retries go to stderr as they
-//! happen. Approvals and `ask` questions read the owner's answer from the next line of stdin
+//! variable. Reply text streams to stdout; tool calls, results and retries ("retrying in 4 s
+//! (2/5): connection reset") go to stderr as they happen, and a failed turn ends with "error:
+//! turn failed: …" there (its `[Context: turn_failed]` row is in the transcript). Approvals and `ask` questions read the owner's answer from the next line of stdin
 //! (the terminal, or a script's pipe), unless `--approve-all`, `--deny-all` or `--answer` say
 //! what to do. Without MESSAGE, every stdin line is a message until end of input.
 //!
@@ -163,14 +164,7 @@ impl TurnHost for ChatHost {
             }
             TurnEvent::Retry(notice) => {
                 self.end_line();
-                eprintln!(
-                    "… {} failed (attempt {}/{}), retrying in {} ms: {}",
-                    notice.provider,
-                    notice.attempt,
-                    notice.max_attempts,
-                    notice.delay.as_millis(),
-                    notice.error
-                );
+                eprintln!("… {}", notice.describe());
             }
             TurnEvent::StreamRestarted(error) => {
                 self.end_line();
@@ -282,7 +276,7 @@ pub(crate) fn run(path: &Path, options: ChatOptions, out: Output) -> Result<Exit
                             json!({ "loop": loop_name, "error": error.to_string() })
                         );
                     }
-                    eprintln!("error: {}", anyhow!(error));
+                    eprintln!("error: turn failed: {}", anyhow!(error));
                 }
             }
         }

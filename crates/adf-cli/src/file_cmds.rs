@@ -511,7 +511,10 @@ pub(crate) fn show_loop(
             let blocks = row.content.as_array().cloned().unwrap_or_default();
             let text: Vec<String> = blocks.iter().map(block_text).collect();
             let joined = text.join("\n  ");
-            let is_context = joined.starts_with("[Context:");
+            // How a turn ended is for the owner to read: never folded.
+            let turn_end = joined.starts_with("[Context: turn_failed]")
+                || joined.starts_with("[Context: turn_aborted]");
+            let is_context = joined.starts_with("[Context:") && !turn_end;
             let shown = if is_context && !context {
                 let label = joined.split(']').next().unwrap_or("[Context").to_owned() + "]";
                 format!("{label} (folded; --context shows it)")

@@ -356,6 +356,10 @@ impl Parser {
             .and_then(Value::as_str)
             .unwrap_or("error event in the stream")
             .to_owned();
+        let failure = match kind {
+            "rate_limit_error" => crate::FailureKind::RateLimited,
+            _ => crate::FailureKind::ServerError,
+        };
         match kind {
             "overloaded_error" | "api_error" | "rate_limit_error" => ProviderError::Transient {
                 provider: self.provider.clone(),
@@ -363,6 +367,7 @@ impl Parser {
                 message,
                 retry_after: None,
                 attempts: 1,
+                kind: failure,
             },
             _ => self.protocol(format!("{kind}: {message}")),
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use zeroize::Zeroizing;
 
-use super::error::ProviderError;
+use super::error::{FailureKind, ProviderError};
 use super::types::{Message, StreamEvent, ToolSpec};
 use super::{EventStream, ProviderKind};
 
@@ -148,6 +148,7 @@ pub(crate) fn status_error(
             message,
             retry_after: retry_after(headers),
             attempts: 1,
+            kind: status_kind(Some(status)),
         },
         404 => ProviderError::Request {
             provider: provider_s,
@@ -172,15 +173,29 @@ pub(crate) fn status_error(
     }
 }
 
+/// The failure kind of a transient status (`None`: an error inside a 200 stream).
+pub(crate) fn status_kind(status: Option<u16>) -> FailureKind {
+    match status {
+        Some(408 | 409 | 425 | 429) => FailureKind::RateLimited,
+        _ => FailureKind::ServerError,
+    }
+}
+
 /// Classifies a transport error (connect, timeout, reset) — always transient, except for a
-/// request reqwest could not even build.
+/// request reqwest could not even build. A refused connection or a name that did not
+/// resolve is [`FailureKind::Refused`] / [`FailureKind::NameNotResolved`]; the provider turns
+/// those into [`ProviderError::Unreachable`], naming its URL.
 pub(crate) fn transport_error(provider: &str, e: &reqwest::Error) -> ProviderError {
     // reqwest's Display omits the cause ("error sending request"); the chain says why.
     let mut message = e.to_string();
+    let mut io_kind = None;
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
         message.push_str(": ");
         message.push_str(&s.to_string());
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
         src = s.source();
     }
     if e.is_builder() {
@@ -189,12 +204,49 @@ pub(crate) fn transport_error(provider: &str, e: &reqwest::Error) -> ProviderErr
             message,
         };
     }
+    let kind = failure_kind(io_kind, e.is_timeout(), &message);
     ProviderError::Transient {
         provider: provider.to_owned(),
         status: None,
         message,
         retry_after: None,
         attempts: 1,
+        kind,
+    }
+}
+
+/// A network failure's kind, from the first I/O error in its chain, reqwest's timeout flag
+/// and, for what carries neither (hyper's "dns error", its "connection closed before message
+/// completed"), the chain's text.
+pub(crate) fn failure_kind(
+    io: Option<std::io::ErrorKind>,
+    timed_out: bool,
+    message: &str,
+) -> FailureKind {
+    use std::io::ErrorKind;
+    let text = message.to_ascii_lowercase();
+    match io {
+        Some(ErrorKind::ConnectionRefused) => return FailureKind::Refused,
+        Some(ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe) => {
+            return FailureKind::Reset;
+        }
+        Some(ErrorKind::TimedOut) => return FailureKind::Timeout,
+        _ => {}
+    }
+    if timed_out {
+        FailureKind::Timeout
+    } else if text.contains("dns error")
+        || text.contains("failed to lookup address")
+        || text.contains("name or service not known")
+        || text.contains("no address associated")
+    {
+        FailureKind::NameNotResolved
+    } else if text.contains("connection refused") {
+        FailureKind::Refused
+    } else if text.contains("reset") || text.contains("connection closed before") {
+        FailureKind::Reset
+    } else {
+        FailureKind::Network
     }
 }
 
@@ -385,6 +437,7 @@ pub(crate) async fn exchange(
             message: "the daemon's HTTP runtime stopped before the response arrived".into(),
             retry_after: None,
             attempts: 1,
+            kind: FailureKind::Network,
         }),
     }
 }
@@ -469,6 +522,7 @@ pub(crate) fn cut_short(provider: &str, what: &str) -> ProviderError {
         message: format!("the response stream ended before {what} (connection closed early)"),
         retry_after: None,
         attempts: 1,
+        kind: FailureKind::CutShort,
     }
 }
 

@@ -12,8 +12,12 @@
 //! - [`Resolver`] turns an agent config (`model.provider` against `config.providers`, runtime
 //!   providers and the built-in ids) plus an API key into a ready [`ResolvedModel`].
 //! - [`RetryPolicy`] is §5.20 `recovery`: transient errors (429, 5xx, timeouts, resets) retry
-//!   with doubling, jittered backoff and `Retry-After`; each retry is a `provider_error` warning.
-//!   Auth and request errors never retry and say what to fix ([`ProviderError`]).
+//!   with doubling, jittered backoff, never before `Retry-After`, within a total wait
+//!   (`recovery.retry_budget_ms`); a local model server that refuses the connection gets one
+//!   quick retry ([`ProviderError::Unreachable`] names its URL). Each retry is a
+//!   `provider_error` warning and a [`RetryNotice`] for the observers ([`watch_retries`] for
+//!   one request's). Auth and request errors never retry and say what to fix
+//!   ([`ProviderError`]).
 //! - Before each request the destination is checked against rule 2 of §5.6 (`control.rs`): a
 //!   provider URL comes from the agent's config, and a runtime control API on this machine is
 //!   never a model server.
@@ -45,10 +49,13 @@ use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 
 pub use anthropic::API_VERSION as ANTHROPIC_VERSION;
-pub use error::ProviderError;
+pub use error::{FailureKind, ProviderError};
 pub use http::ApiKey;
 pub use resolve::{ProviderConfig, ResolvedModel, Resolver};
-pub use retry::{RetryNotice, RetryObserver, RetryPolicy};
+pub use retry::{
+    DEFAULT_RETRY_BUDGET, LOCAL_RETRY_DELAY, RetryNotice, RetryObserver, RetryPolicy,
+    is_local_model_server, watch_retries,
+};
 pub use types::{
     AssistantMessage, ChatRequest, ContentBlock, InputAudio, MediaUrl, Message, ModelParams,
     Reasoning, Role, StopReason, StreamEvent, ToolCall, ToolResultContent, ToolSpec, Usage,
@@ -249,6 +256,8 @@ pub struct HttpProvider {
     frame: std::sync::Mutex<Option<(FrameKey, Arc<http::Frame>)>>,
     /// The endpoint is `http://` (HTTP/1.1; HTTP/2 is only negotiated over TLS here).
     plain_http: bool,
+    /// The server is on this machine or its private network ([`is_local_model_server`]).
+    local: bool,
     /// The long-lived runtime model requests are sent and read on (see
     /// [`with_io_runtime`](Self::with_io_runtime)); none: the caller's.
     io: Option<tokio::runtime::Handle>,
@@ -282,12 +291,14 @@ impl HttpProvider {
         };
         let parsed = reqwest::Url::parse(&endpoint).ok();
         let plain_http = parsed.as_ref().is_some_and(|url| url.scheme() == "http");
+        let local = is_local_model_server(&base_url);
         HttpProvider {
             id: id.into(),
             kind,
             base_url,
             endpoint: (endpoint, parsed),
             plain_http,
+            local,
             frame: std::sync::Mutex::new(None),
             key: http::non_empty(key),
             retry: RetryPolicy::default(),
@@ -468,6 +479,29 @@ impl HttpProvider {
         Ok(frame)
     }
 
+    /// A connection refused or a name that did not resolve, as the error that names this
+    /// provider's URL and says what to do; any other error as it is.
+    fn unreachable(&self, error: ProviderError) -> ProviderError {
+        let refused = match error.failure_kind() {
+            Some(FailureKind::Refused) => true,
+            Some(FailureKind::NameNotResolved) => false,
+            _ => return error,
+        };
+        let fix = if refused {
+            "Start the model server, or point the provider's baseUrl at one that runs (`adf config get FILE providers`, `adf config set FILE ...`)"
+        } else {
+            "Check the host name in the provider's baseUrl (`adf config get FILE providers`) and this machine's network"
+        };
+        ProviderError::Unreachable {
+            provider: self.id.clone(),
+            url: self.base_url.clone(),
+            refused,
+            local: self.local,
+            attempts: 1,
+            fix: fix.to_owned(),
+        }
+    }
+
     /// One attempt: send, check the status, hand back the event stream.
     async fn open(&self, req: &ChatRequest) -> Result<EventStream, ProviderError> {
         if self.kind.requires_key() && self.key.is_none() {
@@ -523,7 +557,9 @@ impl HttpProvider {
         } else {
             rb.body(body.into_bytes())
         };
-        let resp = http::exchange(&self.id, rb, self.io.as_ref()).await?;
+        let resp = http::exchange(&self.id, rb, self.io.as_ref())
+            .await
+            .map_err(|e| self.unreachable(e))?;
         let status = resp.status();
         if !status.is_success() {
             let headers = resp.headers().clone();

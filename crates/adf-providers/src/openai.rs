@@ -459,12 +459,14 @@ impl Parser {
                 .unwrap_or("error chunk in the stream")
                 .to_owned();
             let code = err.get("code").and_then(Value::as_u64);
+            let status = code.and_then(|c| u16::try_from(c).ok());
             return Err(ProviderError::Transient {
                 provider: self.provider.clone(),
-                status: code.and_then(|c| u16::try_from(c).ok()),
+                status,
                 message,
                 retry_after: None,
                 attempts: 1,
+                kind: crate::http::status_kind(status),
             });
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {

@@ -363,9 +363,29 @@ impl Recorder<'_> {
             TurnEvent::State(state) => feed.publish(|| {
                 json!({ "kind": "state", "loop": loop_name, "state": format!("{state:?}") })
             }),
+            TurnEvent::Retry(notice) => feed.publish(|| {
+                let mut frame = retry_payload(loop_name, notice);
+                frame["kind"] = json!("retry");
+                frame
+            }),
             _ => {}
         }
     }
+}
+
+/// `turn.retry`: a model request failed and is retried after `wait_ms`; `attempt` is the
+/// attempt the retry makes (2 for the first) out of `max_attempts`, `message` the line
+/// `adf chat` prints.
+fn retry_payload(loop_name: &str, notice: &adf_providers::RetryNotice) -> Value {
+    json!({
+        "loop": loop_name,
+        "provider": notice.provider,
+        "reason": notice.reason,
+        "attempt": notice.attempt + 1,
+        "max_attempts": notice.max_attempts,
+        "wait_ms": u64::try_from(notice.delay.as_millis()).unwrap_or(u64::MAX),
+        "message": notice.describe(),
+    })
 }
 
 impl TurnHost for Recorder<'_> {
@@ -419,6 +439,10 @@ impl TurnHost for Recorder<'_> {
             }
             TurnEvent::Reply(reply) => self.llm_call("turn", Some(&reply.usage)),
             TurnEvent::Compacted(_) => self.llm_call("compaction", None),
+            TurnEvent::Retry(notice) => self
+                .owner
+                .scope
+                .emit("turn.retry", retry_payload(&self.loop_name, notice)),
             _ => {}
         }
     }
@@ -605,6 +629,11 @@ fn turn_executor(
 fn record_abort(file: &mut AdfFile, data: &Value) -> String {
     if let Err(error) = file.rollback_open_transaction() {
         tracing::warn!(%error, "cannot roll back an aborted turn");
+    }
+    // The transcript says so too (the executor wrote it already when it saw the abort).
+    let loop_name = data.get("loop").and_then(Value::as_str).unwrap_or("main");
+    if let Err(error) = adf_runtime::executor::record_turn_aborted(file, loop_name) {
+        tracing::warn!(%error, "cannot record the aborted turn in the transcript");
     }
     let message =
         "the owner aborted the turn; it is recovered (not replayed) when the loop runs next";

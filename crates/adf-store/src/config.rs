@@ -587,6 +587,8 @@ fn check_messaging(c: &mut Checker, config: &Value) {
         c.range(config, "recovery.max_attempts", 0.0, 100.0);
         c.range(config, "recovery.base_delay_ms", 0.0, 3_600_000.0);
         c.range(config, "recovery.max_delay_ms", 0.0, 86_400_000.0);
+        // ADF extension: the total wait between the attempts of one model request.
+        c.range(config, "recovery.retry_budget_ms", 0.0, 86_400_000.0);
     }
 }
 
@@ -911,6 +913,26 @@ impl AdfFile {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_retry_budget_is_validated_like_the_other_recovery_fields() {
+        let paths = |recovery: Value| -> Vec<String> {
+            validate(&json!({ "recovery": recovery }))
+                .into_iter()
+                .map(|v| v.path)
+                .filter(|p| p.starts_with("recovery"))
+                .collect()
+        };
+        assert!(paths(json!({ "retry_budget_ms": 60000 })).is_empty());
+        assert_eq!(
+            paths(json!({ "retry_budget_ms": -1 })),
+            ["recovery.retry_budget_ms"]
+        );
+        assert_eq!(
+            paths(json!({ "retry_budget_ms": "soon" })),
+            ["recovery.retry_budget_ms"]
+        );
+    }
 
     #[test]
     fn name_segments_select_array_elements() {

@@ -426,6 +426,12 @@ async function loopTab(panel, id, base, status) {
       } else if (frame.kind === 'tool_result') {
         streaming = null;
         transcript.append(fold(`${frame.is_error ? 'tool error' : 'tool result'}: ${frame.name}`, frame.text, 'tool_result'));
+      } else if (frame.kind === 'retry') {
+        // The model request failed and waits to be retried: said in the chat, where the owner
+        // is looking (the transcript reload at the turn's end replaces it).
+        streaming = null;
+        transcript.append(h('div', { class: 'msg retry', role: 'status', 'data-retry': String(frame.attempt), text: frame.message }));
+        transcript.scrollTop = transcript.scrollHeight;
       } else if (frame.kind === 'reply' && frame.usage) {
         usage.textContent = `last reply: ${tokenText(frame.usage, frame.model)}`;
         showFill((frame.usage.input || 0) + (frame.usage.cache_read || 0) + (frame.usage.cache_write || 0));
@@ -463,7 +469,11 @@ function renderTranscript(box, log, usageLine) {
     else if (entry.type === 'thinking') box.append(fold('thinking', content, 'thinking'));
     else if (entry.type === 'tool_call') box.append(fold(`tool call: ${content}`, json(meta.input), 'tool_call'));
     else if (entry.type === 'tool_result') box.append(fold(`${meta.is_error ? 'tool error' : 'tool result'}`, content, 'tool_result'));
-    else if (entry.type === 'context') box.append(fold(`context: ${meta.category || ''}`, content, 'context'));
+    // How a turn ended (`[Context: turn_failed]` / `[Context: turn_aborted]` rows) is for the
+    // owner: a line of the chat, not a folded context row.
+    else if (entry.type === 'context' && (meta.category === 'turn_failed' || meta.category === 'turn_aborted')) {
+      box.append(h('div', { class: `msg turn-end ${meta.category === 'turn_failed' ? 'failed' : 'aborted'}`, role: 'note', 'data-turn-end': meta.category, text: content }));
+    } else if (entry.type === 'context') box.append(fold(`context: ${meta.category || ''}`, content, 'context'));
     if (meta.tokens && meta.tokens !== lastTokens && entry.type === 'text') {
       lastTokens = meta.tokens;
       box.append(h('div', { class: 'tokens', text: tokenText(meta.tokens, meta.model) }));

@@ -13,6 +13,12 @@
 //!   `signature_delta` and `input_json_delta`, `message_delta`, `message_stop`); it requires the
 //!   `x-api-key` and `anthropic-version` headers as the real API does.
 //!
+//! Failures are scripted the same way: [`Turn::error`] (any status, with
+//! [`Turn::with_retry_after`]; [`Turn::rate_limited`] and [`Turn::unavailable`] for 429 and
+//! 503), [`Turn::reset`] (a TCP reset instead of a response), [`Turn::hang`] (no answer ever)
+//! and [`Turn::with_abort_mid_stream`]; [`refused_base_url`] is a URL where connecting is
+//! refused.
+//!
 //! A test scripts the replies as a queue of [`Turn`]s, one consumed per request, and afterwards
 //! asserts on [`MockProvider::requests`], the recorded method, path, headers and parsed JSON body.
 //! When the queue runs dry the server answers `418` with a message that says so (and prints it to
@@ -44,5 +50,5 @@ pub mod snapshot;
 mod turn;
 mod wire;
 
-pub use server::{MockProvider, RecordedRequest, Wire};
+pub use server::{MockProvider, RecordedRequest, Wire, refused_base_url};
 pub use turn::{Part, Turn, Usage};

@@ -5,14 +5,18 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
+use axum::serve::{IncomingStream, Listener};
 use futures::StreamExt;
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::task::JoinHandle;
 
 use crate::turn::{Outcome, Turn};
@@ -136,6 +140,130 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The mock's listener: counts connections, turns Nagle off and hands each connection a
+/// switch that resets it ([`Turn::reset`]).
+struct ResettableListener {
+    inner: tokio::net::TcpListener,
+    counted: Arc<Inner>,
+}
+
+impl Listener for ResettableListener {
+    type Io = ResettableStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (stream, addr) = Listener::accept(&mut self.inner).await;
+        self.counted.connections.fetch_add(1, Ordering::SeqCst);
+        // A vendor's server answers without Nagle's delay; without this a reply written in
+        // more than one segment can wait for the client's ACK of the first.
+        let _ = stream.set_nodelay(true);
+        let stream = ResettableStream {
+            stream,
+            reset: Arc::new(AtomicBool::new(false)),
+        };
+        (stream, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A connection whose switch, once set, makes every read and write fail; the server then
+/// drops it, and with `SO_LINGER` 0 the close is a TCP reset, not an orderly FIN.
+struct ResettableStream {
+    stream: tokio::net::TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl ResettableStream {
+    fn check(&self) -> std::io::Result<()> {
+        if !self.reset.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _ = self.stream.set_zero_linger();
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "adf-testkit: scripted connection reset",
+        ))
+    }
+}
+
+impl AsyncRead for ResettableStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.check()?;
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ResettableStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.check()?;
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.check()?;
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.check()?;
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.check()?;
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// What a request's handler knows of its connection: the switch that resets it.
+#[derive(Clone)]
+struct Connection {
+    reset: Arc<AtomicBool>,
+}
+
+impl axum::extract::connect_info::Connected<IncomingStream<'_, ResettableListener>> for Connection {
+    fn connect_info(stream: IncomingStream<'_, ResettableListener>) -> Self {
+        Connection {
+            reset: stream.io().reset.clone(),
+        }
+    }
+}
+
+/// A base URL (`http://127.0.0.1:PORT/v1`) where nothing listens, so connecting is refused:
+/// a port the system handed out and that was closed again. A "model server that is not
+/// running" for tests of refused connections.
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub fn refused_base_url() -> String {
+    #[allow(clippy::expect_used)]
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("adf-testkit: bind 127.0.0.1:0");
+    #[allow(clippy::expect_used)]
+    let addr = listener.local_addr().expect("adf-testkit: local_addr");
+    drop(listener);
+    format!("http://{addr}/v1")
+}
+
 /// A scripted model-provider server on `127.0.0.1` (see the crate docs). The server stops when
 /// the value is dropped.
 #[derive(Debug)]
@@ -181,20 +309,20 @@ impl MockProvider {
             connections: AtomicU64::new(0),
             abandoned: tokio::sync::watch::Sender::new(0),
         });
-        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(inner.clone())
+            .into_make_service_with_connect_info::<Connection>();
         #[allow(clippy::expect_used)]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("adf-testkit: bind 127.0.0.1:0");
         #[allow(clippy::expect_used)]
         let addr = listener.local_addr().expect("adf-testkit: local_addr");
-        // A vendor's server answers without Nagle's delay; without this a reply written in
-        // more than one segment can wait for the client's ACK of the first.
-        let counted = inner.clone();
-        let listener = listener.tap_io(move |stream| {
-            counted.connections.fetch_add(1, Ordering::SeqCst);
-            let _ = stream.set_nodelay(true);
-        });
+        let listener = ResettableListener {
+            inner: listener,
+            counted: inner.clone(),
+        };
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 eprintln!("adf-testkit: mock server stopped: {e}");
@@ -418,19 +546,21 @@ impl Drop for Abandoned {
 
 async fn handle(
     State(inner): State<Arc<Inner>>,
+    ConnectInfo(connection): ConnectInfo<Connection>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let mut pending = Abandoned(Some(inner.clone()));
-    let response = answer(inner, method, uri, headers, body).await;
+    let response = answer(inner, &connection, method, uri, headers, body).await;
     pending.0 = None;
     response
 }
 
 async fn answer(
     inner: Arc<Inner>,
+    connection: &Connection,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -548,6 +678,12 @@ async fn answer(
     }
 
     let parts = match &turn.outcome {
+        Outcome::Reset => {
+            // The response is never written: writing it fails and the connection is reset.
+            connection.reset.store(true, Ordering::SeqCst);
+            return json_response(500, wire.error_body(500, "adf-testkit: reset"));
+        }
+        Outcome::Hang => return std::future::pending().await,
         Outcome::Error {
             status,
             message,

@@ -64,6 +64,8 @@ pub(crate) enum Outcome {
         message: String,
         raw_body: Option<String>,
     },
+    Reset,
+    Hang,
 }
 
 /// One scripted response: a reply (text, thinking, tool calls) or an HTTP error, optionally
@@ -129,6 +131,29 @@ impl Turn {
             message: String::new(),
             raw_body: Some(body.into()),
         })
+    }
+
+    /// `429 Too Many Requests` with `Retry-After: <seconds>`.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        Self::error(429, "rate limited").with_retry_after(retry_after_secs.to_string())
+    }
+
+    /// `503 Service Unavailable` (an overloaded or starting server).
+    pub fn unavailable() -> Self {
+        Self::error(503, "service unavailable")
+    }
+
+    /// Reads the request, then resets the connection (TCP RST) without a response: the
+    /// client sees "connection reset".
+    pub fn reset() -> Self {
+        Self::from_outcome(Outcome::Reset)
+    }
+
+    /// Reads the request and never answers: a hung model. The request stays open until the
+    /// client gives up (counted by [`crate::MockProvider::requests_abandoned`]) or the mock is
+    /// dropped; bound the code under test with a timeout or an abort.
+    pub fn hang() -> Self {
+        Self::from_outcome(Outcome::Hang)
     }
 
     /// Appends visible text.
@@ -226,7 +251,9 @@ impl Turn {
         match &mut self.outcome {
             Outcome::Reply(parts) => parts.push(part),
             // An error turn has no body parts; turning it into a reply is the clearer reading.
-            Outcome::Error { .. } => self.outcome = Outcome::Reply(vec![part]),
+            Outcome::Error { .. } | Outcome::Reset | Outcome::Hang => {
+                self.outcome = Outcome::Reply(vec![part]);
+            }
         }
     }
 }

@@ -337,3 +337,59 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
     assert_eq!(mock.request_count(), 1);
     server.shutdown().await.unwrap();
 }
+
+/// Acceptance (issue 29.3/29.4): a model server that is not running fails the chat within
+/// seconds, says it retried once and names the URL; the transcript keeps the failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_against_a_refused_local_model_server_fails_fast_naming_the_url() {
+    let mock = MockProvider::openai().await;
+    let agent = agent(&mock);
+    let url = adf_testkit::refused_base_url();
+    {
+        let mut file = AdfFile::open(&agent.file).unwrap();
+        for (p, v) in [("model.provider", json!(url)), ("recovery", json!({}))] {
+            file.config_set_path(adf_store::Caller::Owner, p, ConfigAction::Set, v)
+                .unwrap();
+        }
+        file.close().unwrap();
+    }
+    let started = std::time::Instant::now();
+    let out = chat(&agent, &["hello?"], "");
+    let took = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
+    assert!(
+        stderr.contains("retrying in 0.5 s (2/2): connection refused"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "error: turn failed: model server {url} refused the connection"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("retrying in").count(),
+        1,
+        "one quick retry: {stderr}"
+    );
+    // The transcript keeps the failure where the owner reads it, unfolded.
+    let stored = rows(&agent.file);
+    let last = first_text(&stored.last().unwrap().1);
+    assert!(
+        last.starts_with(&format!(
+            "[Context: turn_failed] turn failed: model server {url} refused the connection"
+        )),
+        "{last}"
+    );
+    let shown = adf(&agent).arg("loop").arg(&agent.file).output().unwrap();
+    let shown = text(&shown.stdout);
+    assert!(
+        shown.contains(&format!(
+            "turn failed: model server {url} refused the connection"
+        )),
+        "{shown}"
+    );
+    assert_eq!(mock.request_count(), 0);
+}

@@ -851,7 +851,7 @@ async fn an_exhausted_script_fails_obviously() {
 }
 
 #[tokio::test]
-async fn connection_refused_is_transient() {
+async fn connection_refused_is_transient_and_a_local_server_gets_one_retry() {
     let mock = MockProvider::openai().await;
     let cfg = config(&mock, "openai", json!({"model_id": "m"}));
     mock.shutdown().await;
@@ -862,7 +862,11 @@ async fn connection_refused_is_transient() {
         .await
         .unwrap_err();
     assert!(err.is_transient(), "{err}");
-    assert!(err.to_string().contains("after 3 attempts"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("refused the connection (mock, 2 attempts)"),
+        "max_attempts 3, but a local server that refuses gets one retry: {err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1310,4 +1314,170 @@ fn dropping_the_turn_cancels_its_request_on_the_io_runtime() {
         cancelled.is_ok(),
         "the request outlived the turn that sent it"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries that fit the failure (issue 29.3)
+// ---------------------------------------------------------------------------------------------
+
+/// A model at `base_url` (OpenAI-compatible, no key), retrying per `recovery`, with every
+/// retry of its requests collected through `watch_retries`.
+fn at_url(base_url: &str, recovery: Value) -> ResolvedModel {
+    let cfg = json!({
+        "model": {"provider": "local", "model_id": "m"},
+        "providers": [{"id": "local", "type": "openai-compatible", "baseUrl": base_url}],
+        "recovery": recovery,
+    });
+    resolver().resolve(&cfg, None).unwrap()
+}
+
+async fn complete_watched(
+    m: &ResolvedModel,
+) -> (
+    Result<adf_providers::AssistantMessage, ProviderError>,
+    Vec<RetryNotice>,
+) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let req = m.request(None, vec![Message::user_text("hi")], vec![]);
+    let result = adf_providers::watch_retries(
+        Arc::new(move |n: &RetryNotice| sink.lock().unwrap().push(n.clone())),
+        tokio::time::timeout(Duration::from_secs(30), m.provider.complete(&req)),
+    )
+    .await
+    .expect("the request is bounded");
+    let seen = seen.lock().unwrap().clone();
+    (result, seen)
+}
+
+#[tokio::test]
+async fn a_refused_local_model_server_fails_after_one_quick_retry_naming_its_url() {
+    let url = adf_testkit::refused_base_url();
+    // The §5.20 defaults: 5 attempts from 15 s.
+    let m = at_url(&url, json!({}));
+    let started = std::time::Instant::now();
+    let (result, seen) = complete_watched(&m).await;
+    let err = result.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(
+            err,
+            ProviderError::Unreachable {
+                refused: true,
+                local: true,
+                attempts: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_transient(), "the loop goes back to idle (§6.2)");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("model server {url} refused the connection")),
+        "{text}"
+    );
+    assert!(text.contains("Start the model server"), "{text}");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!((seen[0].attempt, seen[0].max_attempts), (1, 2));
+    assert_eq!(seen[0].delay, adf_providers::LOCAL_RETRY_DELAY);
+    assert_eq!(seen[0].reason, "connection refused");
+}
+
+#[tokio::test]
+async fn a_reset_connection_is_retried_with_its_reason() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::reset()).push(Turn::text("after the reset"));
+    let m = at_url(
+        &mock.base_url(),
+        json!({"max_attempts": 4, "base_delay_ms": 1, "max_delay_ms": 5}),
+    );
+    let (result, seen) = complete_watched(&m).await;
+    assert_eq!(result.unwrap().text(), "after the reset");
+    assert_eq!(mock.request_count(), 2);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!((seen[0].attempt, seen[0].max_attempts), (1, 4));
+    assert_eq!(seen[0].reason, "connection reset", "{:?}", seen[0].error);
+}
+
+#[tokio::test]
+async fn stl_12_a_429_waits_its_retry_after_and_503s_are_counted_exactly() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::rate_limited(1))
+        .push(Turn::unavailable())
+        .push(Turn::text("finally"));
+    let m = at_url(
+        &mock.base_url(),
+        json!({"max_attempts": 5, "base_delay_ms": 1, "max_delay_ms": 3000}),
+    );
+    let started = std::time::Instant::now();
+    let (result, seen) = complete_watched(&m).await;
+    assert_eq!(result.unwrap().text(), "finally");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the second attempt came before Retry-After: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(mock.request_count(), 3);
+    let summary: Vec<(u32, u32, String)> = seen
+        .iter()
+        .map(|n| (n.attempt, n.max_attempts, n.reason.clone()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (1, 5, "rate limited (429)".to_owned()),
+            (2, 5, "server error (503)".to_owned())
+        ]
+    );
+    assert_eq!(seen[0].delay, Duration::from_secs(1), "Retry-After wins");
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_max_delay_ends_the_retries() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::rate_limited(120))
+        .push(Turn::text("unused"));
+    let m = at_url(
+        &mock.base_url(),
+        json!({"max_attempts": 5, "base_delay_ms": 1, "max_delay_ms": 1000}),
+    );
+    let (result, seen) = complete_watched(&m).await;
+    let err = result.unwrap_err();
+    assert_eq!(err.status(), Some(429), "{err}");
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(mock.request_count(), 1);
+}
+
+#[tokio::test]
+async fn the_retry_budget_bounds_the_total_wait() {
+    let mock = MockProvider::anthropic().await;
+    for _ in 0..5 {
+        mock.push(Turn::unavailable());
+    }
+    // Waits of 40, 80 and 160 ms (no jitter above 20 %): a 150 ms budget allows the first two.
+    let mut cfg = config(&mock, "anthropic", json!({"model_id": "m"}));
+    cfg["recovery"] = json!({"max_attempts": 5, "base_delay_ms": 40, "max_delay_ms": 1000, "retry_budget_ms": 150});
+    let m = resolver().resolve(&cfg, Some(ApiKey::new(KEY))).unwrap();
+    let (result, seen) = complete_watched(&m).await;
+    assert!(result.unwrap_err().is_transient());
+    assert_eq!(mock.request_count(), 3, "{seen:?}");
+    assert_eq!(seen.len(), 2);
+}
+
+#[tokio::test]
+async fn a_hung_model_holds_the_request_until_the_client_gives_up() {
+    let mock = MockProvider::openai().await;
+    mock.push(Turn::hang());
+    let m = at_url(&mock.base_url(), json!({"max_attempts": 1}));
+    let req = m.request(None, vec![Message::user_text("hi")], vec![]);
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), m.provider.complete(&req)).await;
+    assert!(gave_up.is_err(), "a hung model never answers");
+    tokio::time::timeout(Duration::from_secs(10), mock.requests_abandoned(1))
+        .await
+        .expect("the dropped request closed its connection");
 }

@@ -108,7 +108,7 @@ impl Executor {
         let removed = &rows[..split];
         let transcript: Vec<String> = removed
             .iter()
-            .filter(|r| !is_system_prompt_row(r))
+            .filter(|r| !is_system_prompt_row(r) && !super::request::is_turn_end_row(r))
             .map(|r| {
                 let text: Vec<String> = r
                     .content
@@ -138,8 +138,8 @@ impl Executor {
             params: self.params.clone(),
             wire: adf_providers::WireCache::default(),
         };
-        let reply = self.provider.complete(&req).await;
-        self.log_retries(file, &loop_name, &NoHost)?;
+        let (reply, retried) = self.watched(&NoHost, self.provider.complete(&req)).await;
+        self.log_retries(file, &loop_name, &retried)?;
         let summary = reply?.text();
         let summary = if summary.trim().is_empty() {
             "(the summarizer returned nothing)".to_owned()

@@ -309,9 +309,10 @@ pub enum ExecutorError {
     Aborted,
 }
 
-/// Collects the retries providers schedule, so the executor can log them as `provider_error`
-/// warnings (§6.2) in the file: the observer runs inside the provider, where the file is out of
-/// reach.
+/// The observer a resolver may be built with ([`adf_providers::Resolver::with_retry_observer`]).
+/// The executor no longer needs it: each request's retries reach it through
+/// [`adf_providers::watch_retries`], live and kept apart per loop; what this collects is
+/// discarded after each request. Kept so hosts that pass one still build.
 #[derive(Clone, Default)]
 pub struct RetryLog(Arc<Mutex<Vec<RetryNotice>>>);
 
@@ -904,15 +905,15 @@ impl Executor {
             drop(guard);
             // Deleting or disabling a loop is never refused because it is busy: its model
             // answer is abandoned instead (STL-42).
-            let reply = tokio::select! {
-                reply = self.request_reply(&req, host) => reply,
+            let (reply, retried) = tokio::select! {
+                reply = self.watched(host, self.request_reply(&req, host)) => reply,
                 () = shared.loop_stopped(&loop_name) => {
                     return Err(ExecutorError::LoopStopped(loop_name));
                 }
             };
             let mut guard = shared.lock().await;
             let file: &mut AdfFile = &mut guard;
-            self.log_retries(file, &session.loop_name, host)?;
+            self.log_retries(file, &session.loop_name, &retried)?;
             let reply = reply?;
             let assistant_seq =
                 self.record_reply(file, session, facts, checkpoint, &req, &reply, || {
@@ -1470,6 +1471,42 @@ impl Executor {
         specs
     }
 
+    /// Runs a model request with its retries shown to `host` as they are scheduled
+    /// (`TurnEvent::Retry`, while the provider waits), and returns them with the result for
+    /// the `provider_error` rows ([`Executor::log_retries`]). The request's own observer
+    /// ([`adf_providers::watch_retries`]) keeps the retries of loops that run side by side
+    /// apart.
+    async fn watched<T>(
+        &self,
+        host: &dyn TurnHost,
+        request: impl std::future::Future<Output = Result<T, ProviderError>>,
+    ) -> (Result<T, ProviderError>, Vec<RetryNotice>) {
+        let (sender, mut scheduled) = tokio::sync::mpsc::unbounded_channel::<RetryNotice>();
+        let observer: RetryObserver = Arc::new(move |notice: &RetryNotice| {
+            let _receiver_gone = sender.send(notice.clone());
+        });
+        let request = adf_providers::watch_retries(observer, request);
+        tokio::pin!(request);
+        let mut notices = Vec::new();
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(notice) = scheduled.recv() => {
+                    host.event(&TurnEvent::Retry(&notice));
+                    notices.push(notice);
+                }
+                result = &mut request => break result,
+            }
+        };
+        while let Ok(notice) = scheduled.try_recv() {
+            host.event(&TurnEvent::Retry(&notice));
+            notices.push(notice);
+        }
+        // The resolver's observer saw the same retries; this request's are recorded above.
+        drop(self.retries.drain());
+        (result, notices)
+    }
+
     /// Streams one reply, showing deltas as they come. A stream that breaks after it started
     /// is requested again as a whole (the provider retries per `recovery`).
     async fn request_reply(
@@ -1498,28 +1535,28 @@ impl Executor {
         Ok(reply.finish())
     }
 
-    /// Writes the retries the provider scheduled as `provider_error` warnings (§6.2, STL-11).
+    /// Writes the retries a request scheduled as `provider_error` warnings (§6.2, STL-11).
     fn log_retries(
         &self,
         file: &mut AdfFile,
         loop_name: &str,
-        host: &dyn TurnHost,
+        notices: &[RetryNotice],
     ) -> Result<(), ExecutorError> {
-        for notice in self.retries.drain() {
-            host.event(&TurnEvent::Retry(&notice));
+        for notice in notices {
             file.log(&NewLog {
                 level: "warn",
                 origin: Some("executor"),
                 event: Some("provider_error"),
                 target: Some(&notice.provider),
                 message: &format!(
-                    "attempt {}/{} failed, retrying in {} ms: {}",
+                    "attempt {}/{} failed ({}), retrying in {} ms: {}",
                     notice.attempt,
                     notice.max_attempts,
+                    notice.reason,
                     notice.delay.as_millis(),
                     notice.error
                 ),
-                data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status() })),
+                data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
                 r#loop: (loop_name != "main").then_some(loop_name),
             })?;
         }
@@ -1760,6 +1797,7 @@ fn close_turn(
         Err(ExecutorError::Aborted) => {
             // The checkpoint stays `in_progress` as stored, for recovery without replay.
             session.set_state(ExecState::Idle, host);
+            append_turn_end(file, loop_name, request::TURN_ABORTED_MARKER, ABORTED_TEXT)?;
             return Ok(());
         }
         Ok(_) => {
@@ -1789,12 +1827,73 @@ fn close_turn(
                 data: None,
                 r#loop: (loop_name != "main").then_some(loop_name),
             })?;
+            let text = format!("turn failed: {message}{}", next_step(error));
+            append_turn_end(file, loop_name, request::TURN_FAILED_MARKER, &text)?;
         }
     }
     if !(finished && result.is_ok()) {
         checkpoint.store(file, loop_name)?;
     }
     Ok(())
+}
+
+/// The text of the row an owner's abort leaves in the loop.
+const ABORTED_TEXT: &str = "turn aborted by the owner; the step in progress was dropped and is not replayed. Send a message to continue.";
+
+/// What the owner can do after a failed turn, after the error's own text (which, for key,
+/// request, configuration and unreachable-server errors, already says what to fix).
+fn next_step(error: &ExecutorError) -> &'static str {
+    match error {
+        ExecutorError::Provider(ProviderError::Transient { .. }) => {
+            ". The model server kept failing through its retries (config `recovery`); send the message again later."
+        }
+        ExecutorError::Provider(_) => " Then send the message again.",
+        _ => ". `adf logs` has the details; send the message again to retry.",
+    }
+}
+
+/// Appends the row that records how a turn ended (§13.1 "state transitions"): a `user` row
+/// whose one text block starts with `marker` (`[Context: turn_failed]` or `[Context:
+/// turn_aborted]`) and carries `{v: 1, category, origin: "runtime"}` beside the text, as
+/// `loop_inject` rows do. Shown by `adf loop`, `GET /loop`, `GET /chat` and the Studio; never
+/// sent to the model (request.rs).
+fn append_turn_end(
+    file: &mut AdfFile,
+    loop_name: &str,
+    marker: &str,
+    text: &str,
+) -> Result<i64, StoreError> {
+    let category = marker
+        .trim_start_matches("[Context: ")
+        .trim_end_matches("] ");
+    let block = json!([{
+        "type": "text",
+        "text": format!("{marker}{text}"),
+        "context": { "v": 1, "category": category, "origin": "runtime" },
+    }]);
+    append(file, loop_name, "user", &block, None, None)
+}
+
+/// Records in `loop_name`'s transcript that the owner aborted its turn, unless the loop's
+/// last row already says so: for a host that cancels a turn between two awaits (the daemon's
+/// `POST /abort`), where the executor never sees the abort. Returns whether a row was
+/// written.
+pub fn record_turn_aborted(file: &mut AdfFile, loop_name: &str) -> Result<bool, StoreError> {
+    let total = file.loop_row_count_in(loop_name)?;
+    let last = file.loop_page(loop_name, 1, total.saturating_sub(1))?;
+    let recorded = last.first().is_some_and(|row| {
+        row.role == "user"
+            && row
+                .content
+                .pointer("/0/text")
+                .and_then(Value::as_str)
+                .is_some_and(|text| text.starts_with(request::TURN_ABORTED_MARKER))
+    });
+    if recorded {
+        return Ok(false);
+    }
+    append_turn_end(file, loop_name, request::TURN_ABORTED_MARKER, ABORTED_TEXT)?;
+    Ok(true)
 }
 
 /// Logs a dispatch to a loop that does not exist or is disabled (§6.4, STL-35).

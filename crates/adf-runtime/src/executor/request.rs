@@ -3,6 +3,9 @@
 //! - `[Context: system_prompt]` rows are the record of the system prompt (§1.5); the prompt
 //!   itself travels in the request's `system` field, so these rows are never sent as messages
 //!   (the reference's `first_provider_request` shows the same).
+//! - `[Context: turn_failed]` and `[Context: turn_aborted]` rows record how a turn ended for
+//!   the owner (the error and what to do next); the model's conversation is what the turn
+//!   did, so they are not sent either.
 //! - Every other row is sent as it is stored, context rows of other kinds included (dynamic
 //!   instructions, `[from loop:…]` messages, compaction summaries): what the model reads is what
 //!   the file holds.
@@ -25,6 +28,28 @@ pub const SYSTEM_PROMPT_MARKER: &str = "[Context: system_prompt] ";
 /// The marker of dynamic instruction rows.
 pub const DYNAMIC_MARKER: &str = "[Context: dynamic_instructions] ";
 
+/// The marker of the row a failed turn leaves in its loop.
+pub const TURN_FAILED_MARKER: &str = "[Context: turn_failed] ";
+/// The marker of the row an aborted turn leaves in its loop.
+pub const TURN_ABORTED_MARKER: &str = "[Context: turn_aborted] ";
+
+/// The text of a row's first block, when it is a text block.
+fn first_text(row: &LoopRow) -> Option<&str> {
+    row.content
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|b| b.get("text"))
+        .and_then(Value::as_str)
+}
+
+/// Whether a row records how a turn ended (failed or aborted) for the owner.
+pub fn is_turn_end_row(row: &LoopRow) -> bool {
+    row.role == "user"
+        && first_text(row).is_some_and(|t| {
+            t.starts_with(TURN_FAILED_MARKER) || t.starts_with(TURN_ABORTED_MARKER)
+        })
+}
+
 /// Whether a row is a system prompt snapshot.
 pub fn is_system_prompt_row(row: &LoopRow) -> bool {
     row.role == "user"
@@ -39,7 +64,7 @@ pub fn is_system_prompt_row(row: &LoopRow) -> bool {
 
 /// A row as a message, or `None` for rows that are not sent.
 pub fn row_message(row: &LoopRow) -> Option<Message> {
-    if is_system_prompt_row(row) {
+    if is_system_prompt_row(row) || is_turn_end_row(row) {
         return None;
     }
     let role = match row.role.as_str() {

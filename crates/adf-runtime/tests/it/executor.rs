@@ -2146,3 +2146,236 @@ async fn an_abort_that_ends_an_approval_wait_ends_the_turn_at_that_call() {
     assert!(logs(&file, "turn_error").is_empty());
     assert_eq!(session.state(), ExecState::Idle);
 }
+
+// ---------- failed and aborted turns in the transcript (issue 29.3, 29.4) ----------
+
+/// The text of the loop's last row.
+fn last_text(file: &AdfFile) -> String {
+    let rows = file.loop_rows("main").unwrap();
+    first_text(rows.last().unwrap())
+}
+
+/// Whether any request body the mock received mentions `needle`.
+fn sent(mock: &MockProvider, needle: &str) -> bool {
+    mock.requests()
+        .iter()
+        .any(|r| r.body.to_string().contains(needle))
+}
+
+#[tokio::test]
+async fn stl_10_a_failed_turn_leaves_a_row_the_owner_sees_and_the_model_does_not() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::unavailable(),
+        Turn::unavailable(),
+        Turn::unavailable(),
+    ]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    let err = chat(&ex, &mut file, &mut session, "hi", &host)
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, ExecutorError::Provider(e) if e.is_transient()));
+    let retries: Vec<String> = host
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("retry"))
+        .collect();
+    assert_eq!(retries, ["retry 1", "retry 2"]);
+    let row = last_text(&file);
+    assert!(
+        row.starts_with("[Context: turn_failed] turn failed: mock failed transiently (503)"),
+        "{row}"
+    );
+    assert!(row.contains("send the message again later"), "{row}");
+    let rows = file.loop_rows("main").unwrap();
+    let failed = rows.last().unwrap();
+    assert_eq!(failed.role, "user");
+    assert_eq!(failed.content[0]["context"]["category"], "turn_failed");
+
+    // The next turn runs as if the failure row were not there: the model never reads it.
+    mock.push(Turn::text("back"));
+    let out = chat(&ex, &mut file, &mut session, "again", &host)
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "back");
+    assert!(sent(&mock, "again"));
+    assert!(
+        !sent(&mock, "turn_failed"),
+        "the failure row is for the owner"
+    );
+    assert!(
+        file.loop_rows("main")
+            .unwrap()
+            .iter()
+            .any(|r| first_text(r).starts_with("[Context: turn_failed]")),
+        "the row stays in the transcript"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_local_model_server_fails_the_turn_fast_naming_its_url() {
+    let (_dir, mut file, _mock) = setup(Wire::OpenAi).await;
+    let url = adf_testkit::refused_base_url();
+    set(
+        &mut file,
+        "providers",
+        json!([{"id": "mock", "type": "openai-compatible", "name": "Mock", "baseUrl": url}]),
+    );
+    // The §5.20 defaults: five attempts from 15 s.
+    set(&mut file, "recovery", json!({}));
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Host::default();
+    let started = std::time::Instant::now();
+    let err = chat(&ex, &mut file, &mut session, "hi", &host)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(&err, ExecutorError::Provider(e) if e.is_transient()),
+        "{err}"
+    );
+    assert_eq!(
+        session.state(),
+        ExecState::Idle,
+        "§6.2: transient, back to idle"
+    );
+    let row = last_text(&file);
+    assert!(
+        row.starts_with(&format!(
+            "[Context: turn_failed] turn failed: model server {url} refused the connection"
+        )),
+        "{row}"
+    );
+    assert!(row.contains("Start the model server"), "{row}");
+    let retries: Vec<String> = host
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("retry"))
+        .collect();
+    assert_eq!(retries, ["retry 1"], "one quick retry");
+    let warns = logs(&file, "provider_error");
+    assert_eq!(warns.len(), 2, "the retry and the failure: {warns:?}");
+}
+
+/// A host that notes, at each retry, how many requests the model server had received.
+struct Watching {
+    mock: Arc<MockProvider>,
+    seen_at_retry: Mutex<Vec<(usize, String, u32, u32)>>,
+}
+
+impl Approver for Watching {
+    fn decide(&self, _: &mut AdfFile, _: &ApprovalRequest) -> Result<Decision, ToolError> {
+        Ok(Decision::Denied("no".into()))
+    }
+}
+
+impl TurnHost for Watching {
+    fn approver(&self) -> &dyn Approver {
+        self
+    }
+    fn answer(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn event(&self, event: &TurnEvent<'_>) {
+        if let TurnEvent::Retry(n) = event {
+            self.seen_at_retry.lock().unwrap().push((
+                self.mock.request_count(),
+                n.reason.clone(),
+                n.attempt,
+                n.max_attempts,
+            ));
+        }
+    }
+}
+
+#[tokio::test]
+async fn retries_reach_the_host_while_the_provider_waits() {
+    let (_dir, mut file, mock) = setup(Wire::Anthropic).await;
+    let mock = Arc::new(mock);
+    mock.push_all([Turn::reset(), Turn::rate_limited(0), Turn::text("done")]);
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let host = Watching {
+        mock: mock.clone(),
+        seen_at_retry: Mutex::default(),
+    };
+    let out = ex
+        .run_turn(&mut file, &mut session, Trigger::Owner("hi".into()), &host)
+        .await
+        .unwrap();
+    assert_eq!(out.reply, "done");
+    assert_eq!(
+        *host.seen_at_retry.lock().unwrap(),
+        vec![
+            (1, "connection reset".to_owned(), 1, 3),
+            (2, "rate limited (429)".to_owned(), 2, 3)
+        ],
+        "each retry is shown before the next attempt is sent"
+    );
+}
+
+/// A host whose owner aborted the turn.
+struct Aborting;
+
+impl Approver for Aborting {
+    fn decide(&self, _: &mut AdfFile, _: &ApprovalRequest) -> Result<Decision, ToolError> {
+        Ok(Decision::Denied("aborted".into()))
+    }
+}
+
+impl TurnHost for Aborting {
+    fn approver(&self) -> &dyn Approver {
+        self
+    }
+    fn answer(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn aborted(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn an_aborted_turn_leaves_one_row_whoever_records_it() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    let ex = executor(&file);
+    let mut session = ex.open_session(&mut file, "main").unwrap();
+    let err = ex
+        .run_turn(
+            &mut file,
+            &mut session,
+            Trigger::Owner("hi".into()),
+            &Aborting,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::Aborted));
+    assert_eq!(mock.request_count(), 0);
+    assert!(
+        last_text(&file).starts_with("[Context: turn_aborted] turn aborted by the owner"),
+        "{}",
+        last_text(&file)
+    );
+    let before = file.loop_rows("main").unwrap().len();
+    // A host that cancelled the turn itself records it too, once.
+    assert!(!adf_runtime::executor::record_turn_aborted(&mut file, "main").unwrap());
+    assert_eq!(file.loop_rows("main").unwrap().len(), before);
+    // On a loop whose last row says nothing of it, the row is written.
+    mock.push(Turn::text("ok"));
+    chat(&ex, &mut file, &mut session, "next", &Host::default())
+        .await
+        .unwrap();
+    assert!(
+        !sent(&mock, "turn_aborted"),
+        "the abort row is for the owner"
+    );
+    assert!(adf_runtime::executor::record_turn_aborted(&mut file, "main").unwrap());
+    assert!(last_text(&file).starts_with("[Context: turn_aborted]"));
+}

@@ -126,3 +126,87 @@ async fn chat_turns_of_an_agent_reuse_one_model_connection() {
     );
     h.stop().await;
 }
+
+/// Issue 29.3/29.4 through the daemon: each retry of a chat turn is a `turn.retry` event with
+/// its reason, attempt, maximum and wait; the failed turn is a row of the loop view and of
+/// the chat view, where the Studio reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_chat_turn_publishes_its_retries_and_leaves_a_failed_row_in_the_loop_view() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([Turn::reset(), Turn::unavailable()]);
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), &mock);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    chat(&h, &agent, "are you there?").await;
+    let events = || {
+        h.server
+            .daemon
+            .events()
+            .since(0)
+            .iter()
+            .map(|f| (f.event.event_type.clone(), f.event.payload.clone()))
+            .collect::<Vec<_>>()
+    };
+    wait_for("the failed turn", || async {
+        events()
+            .iter()
+            .any(|(t, p)| t == "turn.completed" && p["status"] == "failed")
+    })
+    .await;
+    let retries: Vec<serde_json::Value> = events()
+        .into_iter()
+        .filter(|(t, _)| t == "turn.retry")
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    let retry = &retries[0];
+    assert_eq!(retry["reason"], "connection reset", "{retry}");
+    assert_eq!(
+        (retry["attempt"].as_u64(), retry["max_attempts"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(retry["loop"], "main");
+    let wait = retry["wait_ms"].as_u64().unwrap();
+    assert!(wait <= 5, "max_delay_ms caps the wait: {retry}");
+    assert!(
+        retry["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("(2/2): connection reset"),
+        "{retry}"
+    );
+
+    let (status, view) = h
+        .client
+        .raw(Method::GET, &format!("/agents/{}/loop", agent.id), None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let last = view["entries"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "user");
+    let text = last["content_json"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("[Context: turn_failed] turn failed: mock failed transiently (503)"),
+        "{text}"
+    );
+    let (_, chat_view) = h
+        .client
+        .raw(Method::GET, &format!("/agents/{}/chat", agent.id), None)
+        .await
+        .unwrap();
+    let shown = chat_view["chatHistory"]["uiLog"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(shown["type"], "context");
+    assert_eq!(shown["metadata"]["category"], "turn_failed");
+    assert!(
+        shown["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("turn failed: "),
+        "{shown}"
+    );
+}

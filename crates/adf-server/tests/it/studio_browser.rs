@@ -871,6 +871,75 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     h.stop().await;
 }
 
+/// Issue 29.3/29.4 in the page: while a model request waits to be retried the chat says so
+/// ("retrying in 1 s (2/2): rate limited (429)"), an aborted turn and a failed one each end
+/// with a line of the chat saying what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn studio_shows_retries_an_aborted_turn_and_a_failed_turn_in_the_chat() {
+    if !chromium_available() {
+        return;
+    }
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    // Chat 1: rate limited, then the retry hangs until the owner aborts.
+    // Chat 2: two 503s, the second one final.
+    mock.push_all([
+        Turn::rate_limited(1),
+        Turn::hang(),
+        Turn::unavailable(),
+        Turn::unavailable(),
+    ]);
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.retain(|(key, _)| *key != "recovery");
+    config.push((
+        "recovery",
+        json!({ "auto_retry": true, "max_attempts": 2, "base_delay_ms": 1, "max_delay_ms": 60000 }),
+    ));
+    let path = common::agent_file(h.dir.path(), "retrier", &[], &config);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    let driver = Driver::start().await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    let shots = screenshot_dir();
+    c.goto(&h.server.login_url()).await.unwrap();
+    css(&c, "#fleet tbody tr").await;
+    c.goto(&format!("{}/#/agent/{}/loop", h.server.url(), agent.id))
+        .await
+        .unwrap();
+    until(&c, "the live feed to connect", "window.studioMetrics.connected['/studio/api/agents/' + location.hash.split('/')[2] + '/live']").await;
+    fill(&c, "#chat-input", "first").await;
+    click(&c, "#chat-send").await;
+    until(
+        &c,
+        "the retry line",
+        "[...document.querySelectorAll('#transcript .msg.retry')].some((e) => e.textContent === 'retrying in 1 s (2/2): rate limited (429)')",
+    )
+    .await;
+    tokio::time::timeout(GUARD, mock.requests_arrived(2))
+        .await
+        .expect("the retry was sent");
+    shot(&c, &shots, "retry-line").await;
+    click(&c, "#chat-abort").await;
+    until(
+        &c,
+        "the aborted turn's line",
+        "[...document.querySelectorAll('#transcript [data-turn-end=\"turn_aborted\"]')].some((e) => e.textContent.startsWith('turn aborted by the owner'))",
+    )
+    .await;
+    fill(&c, "#chat-input", "second").await;
+    click(&c, "#chat-send").await;
+    until(
+        &c,
+        "the failed turn's line",
+        "[...document.querySelectorAll('#transcript .msg.turn-end.failed')].some((e) => e.textContent.startsWith('turn failed: mock failed transiently (503)'))",
+    )
+    .await;
+    shot(&c, &shots, "failed-turn").await;
+    assert_eq!(mock.request_count(), 4);
+    c.close().await.unwrap();
+    h.stop().await;
+}
+
 /// Measures (does not judge) the Studio's first paint of the fleet with 1,000 loaded agents:
 /// five fresh loads of `/`, each reporting `first-contentful-paint` and the moment the
 /// first fleet page was rendered (`studioMetrics.fleetRenderedMs`, from navigation start).
