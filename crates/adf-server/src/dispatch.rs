@@ -759,7 +759,7 @@ fn lambda_input(kind: TriggerKind, events: &[TriggerEvent]) -> Value {
     }
 }
 
-fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
+pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
     file.file_stamps().unwrap_or_default()
 }
 
