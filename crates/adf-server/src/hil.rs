@@ -254,7 +254,6 @@ impl Hil {
         let wait = state.asks.remove(index);
         wait.sender.send(Wake::Answer(answer)).is_ok()
     }
-
 }
 
 impl Agent {
@@ -572,8 +571,12 @@ impl Owner<'_> {
         });
         match served {
             Ok(Ok(_ran)) => {}
-            Ok(Err(_panicked)) => tracing::warn!(agent = %self.scope.agent.id, "a job served during a wait panicked"),
-            Err(error) => tracing::warn!(agent = %self.scope.agent.id, %error, "cannot start a thread to serve queued jobs"),
+            Ok(Err(_panicked)) => {
+                tracing::warn!(agent = %self.scope.agent.id, "a job served during a wait panicked")
+            }
+            Err(error) => {
+                tracing::warn!(agent = %self.scope.agent.id, %error, "cannot start a thread to serve queued jobs")
+            }
         }
         observer.acquired(file);
     }
@@ -584,7 +587,7 @@ impl Owner<'_> {
         unregister(&mut state);
     }
 
-    /// Waits for the answer to `question`, serving side jobs with `file` meanwhile; `None`
+    /// Waits for the answer to `question`, serving the queued jobs with `file` meanwhile; `None`
     /// when the turn is aborted.
     pub(crate) fn ask(&self, file: &mut AdfFile, question: &str) -> Option<String> {
         let (sender, receiver) = mpsc::channel();

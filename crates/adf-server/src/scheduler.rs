@@ -264,8 +264,8 @@ async fn fire_agent(hub: &Arc<Hub>, agent: Arc<Agent>) {
             for report in reports {
                 publish_fire(hub, &agent, report).await;
             }
-            // Re-armed before the turns: the next fire does not wait for them.
-            crate::scheduler::rearm(hub, &agent).await;
+            // The next wake is armed after the turns: an agent-scope timer never piles up
+            // turns faster than they run (its system timers wait for them meanwhile).
             for PendingTurn {
                 mut report,
                 loop_name,

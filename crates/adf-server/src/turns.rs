@@ -39,7 +39,7 @@ use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
 use adf_store::{AdfFile, StoreError};
 
-use crate::dispatch::Handled;
+use crate::dispatch::{Handled, observe};
 use crate::hil::{Owner, TurnScope};
 use crate::hub::Hub;
 use crate::registry::Agent;
@@ -101,13 +101,11 @@ fn spawn_turns(
 ) {
     let hub = Arc::clone(hub);
     let agent = Arc::clone(agent);
-    let (scope, publisher) = TurnScope::new(&hub, &agent);
     tokio::spawn(async move {
         if let Some(event) = before {
             crate::dispatch::dispatch(&hub, &agent, event).await;
         }
-        let outcome = run_turn_job(&hub, &agent, turns, scope, false).await;
-        let _ended = publisher.await;
+        let outcome = run_turn_job(&hub, &agent, turns, false).await;
         agent.triggers().invalidate();
         match outcome {
             Ok(job) => {
@@ -158,17 +156,13 @@ pub(crate) async fn run_trigger_turn(
         event_type: kind.as_str().to_owned(),
         text: message::format(delivered),
     };
-    let (scope, publisher) = TurnScope::new(hub, agent);
     let job = run_turn_job(
         hub,
         agent,
         vec![(target.loop_name.clone(), trigger)],
-        scope,
         inbox_rows,
     )
-    .await;
-    let _ended = publisher.await;
-    let job = job?;
+    .await?;
     if job.skipped {
         return Ok(Handled::skipped());
     }
@@ -190,10 +184,7 @@ pub(crate) async fn run_observed_turn(
     loop_name: String,
     trigger: Trigger,
 ) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
-    let (scope, publisher) = TurnScope::new(hub, agent);
-    let job = run_turn_job(hub, agent, vec![(loop_name, trigger)], scope, false).await;
-    let _ended = publisher.await;
-    match job {
+    match run_turn_job(hub, agent, vec![(loop_name, trigger)], false).await {
         Ok(job) => (job.written, job.events),
         Err(error) => {
             tracing::warn!(agent = %agent.id, %error, "timer turn failed");
@@ -216,16 +207,84 @@ pub(crate) struct TurnJob {
     pub(crate) skipped: bool,
 }
 
-/// Runs `turns` as one turn job: waits for the agent's turn gate, then runs them on a thread
-/// of its own over the leased file (see the module docs). With `inbox_rows`, nothing runs
-/// when the inbox has no unread message left (TRG-36: a system lambda may have read them).
+impl TurnJob {
+    fn skipped() -> Self {
+        Self {
+            results: Vec::new(),
+            written: Vec::new(),
+            events: Vec::new(),
+            wake: None,
+            skipped: true,
+        }
+    }
+}
+
+/// The trigger type of a turn job (its first turn's) and the data its log rows carry.
+fn trigger_facts(turns: &[(String, Trigger)]) -> (String, Value) {
+    let Some((first_loop, first_trigger)) = turns.first() else {
+        return (String::new(), Value::Null);
+    };
+    let event_type = match first_trigger {
+        Trigger::Owner(_) => "chat".to_owned(),
+        Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type.clone(),
+    };
+    let data = json!({ "trigger": event_type, "loop": first_loop });
+    (event_type, data)
+}
+
+/// Runs `turns` as one turn job: registers it (`hil`, from then on `POST /abort` reaches it),
+/// waits for the agent's turn gate, then runs them on a thread of its own over the leased
+/// file (see the module docs); the turn's owner events are all published when it returns.
+/// With `inbox_rows`, nothing runs when the inbox has no unread message left (TRG-36: a
+/// system lambda may have read them).
 pub(crate) async fn run_turn_job(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
     turns: Vec<(String, Trigger)>,
-    scope: TurnScope,
     inbox_rows: bool,
 ) -> Result<TurnJob, StoreError> {
+    // A turn with nothing to read (TRG-36) or no model to ask is one short job, as any: no
+    // registration, no thread, no lease.
+    let resolver = crate::settings::runtime_resolver(hub.home());
+    let (event_type, data) = trigger_facts(&turns);
+    let names: Vec<String> = turns.iter().map(|(name, _)| name.clone()).collect();
+    let observer_agent = Arc::clone(agent);
+    let unrunnable = agent
+        .job(move |file| {
+            if inbox_rows && file.inbox_counts()?.unread == 0 {
+                return Ok(Some(TurnJob::skipped()));
+            }
+            let config = file.config()?;
+            let Err(error) = resolver.resolve(&config, None) else {
+                return Ok(None);
+            };
+            let message = format!("no model turn for {event_type}: {error}");
+            let ((), events) = observe(file, &observer_agent, Producer::Agent, |file| {
+                log_from(
+                    file,
+                    "executor",
+                    "warn",
+                    "turn_skipped",
+                    &message,
+                    Some(&data),
+                );
+            });
+            Ok(Some(TurnJob {
+                results: names
+                    .into_iter()
+                    .map(|name| (name, Err(message.clone())))
+                    .collect(),
+                written: Vec::new(),
+                events,
+                wake: crate::scheduler::wake_of(file),
+                skipped: false,
+            }))
+        })
+        .await?;
+    if let Some(job) = unrunnable {
+        return Ok(job);
+    }
+    let (scope, publisher) = TurnScope::new(hub, agent);
     let _gate = Arc::clone(agent.turn_gate()).lock_owned().await;
     // The wire caches live on the worker thread (dropped with it when the file is released
     // idle), so an idle agent keeps none; the turn borrows them for its length.
@@ -242,19 +301,7 @@ pub(crate) async fn run_turn_job(
         runtime.block_on(async move {
             let hooks: Arc<dyn LeaseHooks> = scope.observer.clone();
             let shared = SharedFile::leased(handle, Some(hooks));
-            let config = {
-                let guard = shared.lock().await?;
-                if inbox_rows && guard.inbox_counts()?.unread == 0 {
-                    return Ok(TurnJob {
-                        results: Vec::new(),
-                        written: Vec::new(),
-                        events: Vec::new(),
-                        wake: None,
-                        skipped: true,
-                    });
-                }
-                guard.config()?
-            };
+            let config = shared.lock().await?.config()?;
             let (results, events) =
                 run_agent_turns(&shared, &config, registry, turns, &scope, caches).await;
             let mut guard = shared.lock().await?;
@@ -270,9 +317,9 @@ pub(crate) async fn run_turn_job(
             })
         })
     };
-    let mut job = tokio::task::spawn_blocking(body)
-        .await
-        .map_err(|error| StoreError::JobPanicked(error.to_string()))??;
+    let job = tokio::task::spawn_blocking(body).await;
+    let _ended = publisher.await;
+    let mut job = job.map_err(|error| StoreError::JobPanicked(error.to_string()))??;
     let (written, mut observed) = observer.take();
     job.written = written;
     observed.append(&mut job.events);
@@ -330,13 +377,14 @@ impl LeaseHooks for TurnObserver {
 
     fn releasing(&self, file: &mut AdfFile) {
         let own = crate::dispatch::sweep(file, &self.agent, &Producer::Agent);
-        let Some(before) = self.lock().stamps.take() else {
-            self.lock().events.extend(own);
-            return;
-        };
-        let after = crate::dispatch::file_stamps(file);
+        // Taken in a statement of its own: a `let … else` would keep the guard through `else`.
+        let before = self.lock().stamps.take();
+        let after = before.as_ref().map(|_| crate::dispatch::file_stamps(file));
         let mut state = self.lock();
         state.events.extend(own);
+        let (Some(before), Some(after)) = (before, after) else {
+            return;
+        };
         for (path, (stamp, size)) in after {
             if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
                 state.written.insert(path, size);
@@ -533,14 +581,10 @@ async fn run_agent_turns(
     scope: &TurnScope,
     caches: Arc<WireCaches>,
 ) -> (Vec<(String, Result<String, String>)>, Vec<TriggerEvent>) {
-    let Some((first_loop, first_trigger)) = turns.first().cloned() else {
+    let Some((first_loop, _)) = turns.first().cloned() else {
         return (Vec::new(), Vec::new());
     };
-    let event_type = match &first_trigger {
-        Trigger::Owner(_) => "chat".to_owned(),
-        Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type.clone(),
-    };
-    let data = json!({ "trigger": event_type, "loop": first_loop });
+    let (event_type, data) = trigger_facts(&turns);
     let every = |message: &str| -> Vec<(String, Result<String, String>)> {
         turns
             .iter()

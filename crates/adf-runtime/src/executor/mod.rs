@@ -1730,30 +1730,30 @@ impl Executor {
                 if let Some(work) = self.detached(guard, &caller, &deferred)? {
                     let outcome = guard.release_while(work).await?;
                     outcome.record(guard, caller.inner_loop());
-                    let recorded =
-                        self.registry
-                            .finish_deferred(guard, &deferred, &outcome.result);
+                    let recorded = self
+                        .registry
+                        .finish_deferred(guard, &deferred, &outcome.result);
                     match outcome.result.and_then(|value| recorded.map(|()| value)) {
                         Ok(value) => value,
                         Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                     }
                 } else {
-                let file: &mut AdfFile = guard;
-                let run = crate::code::drive_deferred(
-                    file,
-                    &self.registry,
-                    &caller,
-                    &deferred,
-                    self.code_env(),
-                    &HostApprover(host),
-                    &code_options(session),
-                )
-                .await;
-                injections.extend(run.injections);
-                match run.value {
-                    Ok(value) => value,
-                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
-                }
+                    let file: &mut AdfFile = guard;
+                    let run = crate::code::drive_deferred(
+                        file,
+                        &self.registry,
+                        &caller,
+                        &deferred,
+                        self.code_env(),
+                        &HostApprover(host),
+                        &code_options(session),
+                    )
+                    .await;
+                    injections.extend(run.injections);
+                    match run.value {
+                        Ok(value) => value,
+                        Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                    }
                 }
             }
             Ok(crate::tools::CallOutcome::Queued { task_id, status }) if status == "running" => {

@@ -37,8 +37,10 @@ async fn ticking_agent(mock: &MockProvider, config: &[(&str, Value)]) -> (Harnes
         &h,
         Method::POST,
         &format!("/agents/{}/timers", agent.id),
-        Some(json!({ "mode": "interval", "every_ms": 100, "scope": ["system"],
-                     "lambda": "lib/tick.ts:main" })),
+        Some(
+            json!({ "mode": "interval", "every_ms": 100, "scope": ["system"],
+                     "lambda": "lib/tick.ts:main" }),
+        ),
     )
     .await;
     assert!(status < 300, "{status} {body}");
@@ -115,9 +117,14 @@ where
 }
 
 async fn runtime_state(h: &Harness, agent: &Agent) -> Value {
-    call(h, Method::GET, &format!("/agents/{}/status", agent.id), None)
-        .await
-        .1["runtimeState"]
+    call(
+        h,
+        Method::GET,
+        &format!("/agents/{}/status", agent.id),
+        None,
+    )
+    .await
+    .1["runtimeState"]
         .clone()
 }
 
@@ -180,7 +187,13 @@ async fn liveness_a_turn_waiting_for_approval_leaves_timers_and_reads_running() 
     .await;
     assert_eq!(status, 200, "{body}");
     turn_ended(&h, &agent).await;
-    let (_, config) = call(&h, Method::GET, &format!("/agents/{}/config", agent.id), None).await;
+    let (_, config) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/config", agent.id),
+        None,
+    )
+    .await;
     assert_eq!(config["config"]["description"], "approved");
 }
 
