@@ -88,8 +88,8 @@ enum Slot<'a> {
     Borrowed(&'a mut AdfFile),
     Leased {
         handle: adf_store::StoreHandle,
-        /// The lease while a step holds the file.
-        lease: Option<adf_store::Lease>,
+        /// The lease while a step holds the file (boxed: a lease holds the whole file).
+        lease: Option<Box<adf_store::Lease>>,
         hooks: Option<Arc<dyn LeaseHooks>>,
     },
 }
@@ -198,7 +198,7 @@ async fn acquire(slot: &mut Slot<'_>) -> Result<(), StoreError> {
         if let Some(hooks) = hooks {
             hooks.acquired(&mut taken);
         }
-        *lease = Some(taken);
+        *lease = Some(Box::new(taken));
     }
     Ok(())
 }
