@@ -854,7 +854,9 @@ impl Executor {
     /// [`Executor::run_turn`] on a file other loops of the agent share: the file is locked for
     /// each store step and released while the model answers, so the turns of several loops,
     /// polled together on one task, run side by side (§6.4). Tool calls keep the lock for
-    /// their whole run (one transaction each; code runs hold it too).
+    /// their whole run (one transaction each; code runs hold it too); a leased file goes back
+    /// to its worker while a detached tool's network work runs ([`FileGuard::release_while`]),
+    /// the loop keeping the lock.
     pub async fn run_turn_shared(
         &self,
         shared: &SharedFile<'_>,
