@@ -12,9 +12,11 @@
 //! deliveries plus `MAX_PENDING` held events per windowed target, whatever the burst.
 //!
 //! The queue is drained by one task per agent that exists only while the queue is non-empty
-//! (an idle agent has no task). Each delivery is one job on the agent's store worker, so other
-//! requests to the agent interleave between deliveries: a burst delays a concurrent request by
-//! at most one lambda run, and never touches another agent.
+//! (an idle agent has no task). A system delivery is one job on the agent's store worker, so
+//! other requests to the agent interleave between deliveries: a burst delays a concurrent
+//! request by at most one lambda run, and never touches another agent. An agent-scope delivery
+//! is a turn job (`turns::run_trigger_turn`), which holds the file only for its steps; the
+//! deliveries queued behind it wait for it to end.
 //!
 //! Events produced by agent code: after a lambda or a turn, the files it wrote (an `updated_at`
 //! snapshot diff, taken in the same job) become `on_file_change` events with
@@ -759,7 +761,7 @@ fn lambda_input(kind: TriggerKind, events: &[TriggerEvent]) -> Value {
     }
 }
 
-fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
+pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
     file.file_stamps().unwrap_or_default()
 }
 

@@ -5,22 +5,19 @@
 //! on the agent's store worker), [`Verdict`] (what the owner sent), `TurnScope` (what a turn
 //! job needs to reach the daemon: the agent, its event stream).
 //!
-//! Why a registry beside the file: a daemon turn is one job on the agent's store worker and
-//! keeps the worker (the `&mut AdfFile`) while it waits for the owner, so the HTTP requests
-//! that answer it must not need the worker. `POST /tasks/{taskId}/resolve` and
+//! Why a registry beside the file: a turn waiting for the owner holds the file it leased
+//! from the agent's store worker (the wait is inside the tool call's pipeline), so the HTTP
+//! requests that answer it must not need the file. `POST /tasks/{taskId}/resolve` and
 //! `POST /asks/{requestId}/respond` find the waiting turn here and hand it the decision over a
-//! channel; the waiting side (on the worker) records the outcome on the task row exactly as the
-//! pipeline does for any approver (`approval::request`: `running` or `denied` + reason).
+//! channel; the waiting side records the outcome on the task row exactly as the pipeline does
+//! for any approver (`approval::request`: `running` or `denied` + reason).
 //!
-//! Side jobs: the short requests of [`Agent::job`] (reads and owner writes: `GET /tasks`,
-//! `PUT /config`, an event's `seq` block) must not queue behind a turn that may wait for the
-//! owner. While a turn job is in flight (from just before it is queued until it ends) they
-//! are parked in the registry instead; a turn that starts waiting for an approval or an
-//! answer (with no transaction open) runs them and every job offered during the wait, and the turn job runs
-//! whatever is left when it ends. So the owner can look at the agent before deciding. A job
-//! is offered, parked and taken under the registry lock: it is run exactly once. Turn jobs
-//! never take this path (a turn cannot nest in a turn). A turn waiting for an `ask` answer
-//! lends the file the same way (`TurnHost::answer_holding`).
+//! Waiting freezes nothing else: while a turn waits for an approval or an answer with no
+//! transaction open, it runs every job queued on the agent's store worker meanwhile
+//! (`StoreHandle::serve_queued`, rung by `StoreHandle::watch_queue`) — owner reads and writes,
+//! timer fires, system lambdas, trigger deliveries — each still one transaction, on a thread
+//! of its own (a lambda starts a runtime). Before serving it sweeps the turn's own rows and
+//! after it starts a new observation (`TurnObserver`), so each job's rows stay its own.
 //!
 //! Bounds: an approval or ask nobody answers waits until it is answered, the turn is aborted
 //! (`POST /abort`), the agent is unloaded or the daemon shuts down (the spec sets no timeout
@@ -40,6 +37,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc as tmpsc};
 
+use adf_runtime::executor::LeaseHooks;
 use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
 use adf_store::{AdfFile, StoreError, TaskRow};
 
@@ -54,9 +52,6 @@ pub const ANSWER_PREVIEW_CHARS: usize = 200;
 
 /// The reason a pending approval of an aborted turn is denied with.
 pub const ABORTED: &str = "the owner aborted the turn";
-
-/// A unit of work offered to a waiting turn.
-pub(crate) type SideJob = Box<dyn FnOnce(&mut AdfFile) + Send>;
 
 /// The owner's decision on a pending approval.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +73,8 @@ pub enum Verdict {
 enum Wake {
     Decision(Verdict),
     Answer(String),
-    Job(SideJob),
+    /// A job was queued on the agent's store worker: the waiter serves it.
+    Queued,
     Abort,
 }
 
@@ -86,17 +82,12 @@ struct ApprovalWait {
     /// The row as created, for the resolve answer (the row itself is out of reach).
     task: TaskRow,
     sender: mpsc::Sender<Wake>,
-    /// Whether the waiter can run side jobs (it holds the file outside any transaction).
-    serves_jobs: bool,
 }
 
 struct AskWait {
     request_id: String,
     question: String,
     sender: mpsc::Sender<Wake>,
-    /// The waiting turn holds the file outside any transaction and runs side jobs offered
-    /// to it, as an approval wait does.
-    serves_jobs: bool,
 }
 
 /// The abort signal of one turn job in flight.
@@ -125,9 +116,6 @@ struct State {
     turns: HashMap<u64, Arc<TurnAbort>>,
     approvals: HashMap<String, ApprovalWait>,
     asks: Vec<AskWait>,
-    /// Jobs offered while a turn job holds (or is queued for) the worker and nobody waits
-    /// with the file: the next approval wait runs them, or the turn job when it ends.
-    parked: Vec<SideJob>,
 }
 
 /// One agent's registry of turns in flight and the owner decisions they wait for.
@@ -165,8 +153,7 @@ impl Hil {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a turn job about to be queued on the worker; [`Hil::finish_turn`] (from the
-    /// job) or the drop of its [`TurnScope`] forgets it.
+    /// Registers a turn job about to run; the drop of its [`TurnScope`] forgets it.
     pub(crate) fn begin_turn(&self) -> (u64, Arc<TurnAbort>) {
         let mut state = self.lock();
         state.next_turn += 1;
@@ -174,18 +161,6 @@ impl Hil {
         let abort = Arc::new(TurnAbort::default());
         state.turns.insert(id, Arc::clone(&abort));
         (id, abort)
-    }
-
-    /// Ends turn job `id` from inside it and hands over the jobs parked meanwhile, to run
-    /// with the file before the job returns. Under one lock, so a job offered afterwards
-    /// goes to the worker.
-    fn finish_turn(&self, id: u64) -> Vec<SideJob> {
-        let mut state = self.lock();
-        state.turns.remove(&id);
-        if state.turns.is_empty() {
-            state.turns = HashMap::new();
-        }
-        std::mem::take(&mut state.parked)
     }
 
     /// The executor state as `GET /status` reports it: `awaiting_approval`, `awaiting_ask`,
@@ -279,60 +254,18 @@ impl Hil {
         let wait = state.asks.remove(index);
         wait.sender.send(Wake::Answer(answer)).is_ok()
     }
-
-    /// Offers `job` to a turn waiting with the file, or parks it while a turn job holds or
-    /// is queued for the worker; hands it back when no turn is in flight.
-    fn offer(&self, job: SideJob) -> Result<(), SideJob> {
-        let mut state = self.lock();
-        let waiting = state
-            .approvals
-            .values()
-            .filter(|w| w.serves_jobs)
-            .map(|w| &w.sender)
-            .chain(
-                state
-                    .asks
-                    .iter()
-                    .filter(|a| a.serves_jobs)
-                    .map(|a| &a.sender),
-            )
-            .next();
-        let Some(sender) = waiting else {
-            if state.turns.is_empty() {
-                return Err(job);
-            }
-            state.parked.push(job);
-            return Ok(());
-        };
-        // Sent under the lock, and the waiter removes its entry under the same lock before it
-        // drops the receiver, so this send cannot fail; if it did, the job's reply channel
-        // would close and its requester get `WorkerGone`, never hang.
-        let _sent = sender.send(Wake::Job(job));
-        Ok(())
-    }
 }
 
 impl Agent {
-    /// Runs `work` with the agent's file: on the store worker, or — while a turn waits for
-    /// the owner's approval holding the worker — inside that wait (see the module docs).
-    /// Every short request uses this; turn and lambda jobs go to the store worker directly.
+    /// Runs `work` with the agent's file, as one job on its store worker. It never waits for
+    /// a turn's model or owner: a turn holds the file only for a store step or a tool call,
+    /// and a turn waiting for an approval or an answer runs the jobs queued meanwhile (see
+    /// the module docs).
     pub async fn job<R: Send + 'static>(
         &self,
         work: impl FnOnce(&mut AdfFile) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
-        let (reply, result) = tokio::sync::oneshot::channel();
-        let job: SideJob = Box::new(move |file| {
-            let _gone = reply.send(work(file));
-        });
-        if let Err(job) = self.hil().offer(job) {
-            self.store()
-                .run(move |file| {
-                    job(file);
-                    Ok(())
-                })
-                .await?;
-        }
-        result.await.map_err(|_| StoreError::WorkerGone)?
+        self.store().run(work).await
     }
 }
 
@@ -484,29 +417,25 @@ pub(crate) struct TurnScope {
     pub(crate) resolver: adf_providers::Resolver,
     /// The daemon's mesh and what main was last told of it (`mesh_updates`).
     pub(crate) mesh_updates: adf_runtime::executor::MeshUpdates,
+    /// The rows and files the turn wrote, collected at each hand-over of its lease.
+    pub(crate) observer: Arc<crate::turns::TurnObserver>,
 }
 
 impl Drop for TurnScope {
-    /// A job that never ran (its worker is gone) still leaves the registry; the requests
-    /// parked for it fail as the worker did (their reply channels close).
+    /// The turn job leaves the registry when it ends (or never ran).
     fn drop(&mut self) {
-        let orphans = {
-            let mut state = self.agent.hil().lock();
-            if state.turns.remove(&self.turn).is_some() && state.turns.is_empty() {
-                std::mem::take(&mut state.parked)
-            } else {
-                Vec::new()
-            }
-        };
-        drop(orphans);
+        let mut state = self.agent.hil().lock();
+        state.turns.remove(&self.turn);
+        if state.turns.is_empty() {
+            state.turns = HashMap::new();
+        }
     }
 }
 
 impl TurnScope {
-    /// A scope for a turn job of `agent`, registered as in flight from now on (create it just
-    /// before queueing the job: requests offered meanwhile are parked for the job instead of
-    /// queueing behind it), and the task that publishes its events (await it after the job
-    /// so they precede `turn.completed`).
+    /// A scope for a turn job of `agent`, registered as in flight from now on (so `POST
+    /// /abort` reaches it while it waits for the agent's turn gate), and the task that
+    /// publishes its events (await it after the job so they precede `turn.completed`).
     pub(crate) fn new(hub: &Arc<Hub>, agent: &Arc<Agent>) -> (Self, tokio::task::JoinHandle<()>) {
         let (turn, abort) = agent.hil().begin_turn();
         let (events, mut receiver) = tmpsc::unbounded_channel::<(String, Value)>();
@@ -541,6 +470,7 @@ impl TurnScope {
                 }),
                 turn,
                 abort,
+                observer: Arc::new(crate::turns::TurnObserver::new(Arc::clone(agent))),
             },
             task,
         )
@@ -549,14 +479,6 @@ impl TurnScope {
     /// The turn job's abort signal.
     pub(crate) fn abort(&self) -> &Arc<TurnAbort> {
         &self.abort
-    }
-
-    /// Ends the turn job from inside it: runs the requests parked for it (see
-    /// [`Hil::offer`]) with the file. Call last in the job.
-    pub(crate) fn finish(&self, file: &mut AdfFile) {
-        for job in self.agent.hil().finish_turn(self.turn) {
-            job(file);
-        }
     }
 
     pub(crate) fn emit(&self, event_type: &str, payload: Value) {
@@ -574,7 +496,7 @@ impl Owner<'_> {
         self.scope.agent.hil()
     }
 
-    /// Waits for `request`'s decision, serving side jobs meanwhile.
+    /// Waits for `request`'s decision, serving the agent's queued jobs meanwhile.
     fn wait_decision(
         &self,
         file: &mut AdfFile,
@@ -593,7 +515,7 @@ impl Owner<'_> {
         };
         loop {
             match receiver.recv_timeout(EXTERNAL_CHECK) {
-                Ok(Wake::Job(job)) => job(file),
+                Ok(Wake::Queued) => self.serve_queued(file),
                 Ok(Wake::Decision(verdict)) => return verdict,
                 Ok(Wake::Abort) | Err(RecvTimeoutError::Disconnected) => {
                     return Verdict::Deny {
@@ -610,37 +532,68 @@ impl Owner<'_> {
         }
     }
 
-    /// Ends a wait: `unregister` removes its entry under the registry lock (so no job is
-    /// offered to it after), then the jobs offered meanwhile run with `file`.
-    fn stop_listening(
+    /// Rings `sender` whenever a job is queued on the agent's worker, for the length of a
+    /// wait; `None` (no serving) when the wait holds a transaction open (code's nested call):
+    /// a job run then would join that transaction.
+    fn watch_queue(
         &self,
-        file: &mut AdfFile,
-        receiver: &mpsc::Receiver<Wake>,
-        unregister: impl FnOnce(&mut State),
-    ) {
-        let leftover: Vec<SideJob> = {
-            let mut state = self.hil().lock();
-            unregister(&mut state);
-            receiver
-                .try_iter()
-                .filter_map(|wake| match wake {
-                    Wake::Job(job) => Some(job),
-                    _ => None,
-                })
-                .collect()
-        };
-        for job in leftover {
-            job(file);
+        file: &AdfFile,
+        sender: &mpsc::Sender<Wake>,
+    ) -> Option<adf_store::QueueWatch> {
+        if !file.connection().is_autocommit() {
+            return None;
         }
+        let bell = sender.clone();
+        let watch = self.scope.agent.store().watch_queue(move || {
+            let _gone = bell.send(Wake::Queued);
+        });
+        // Jobs queued before the bell was hung.
+        let _gone = sender.send(Wake::Queued);
+        Some(watch)
     }
 
-    /// Waits for the answer to `question`, serving side jobs with `file` meanwhile; `None`
+    /// Runs the jobs queued on the agent's worker with the file this waiting turn holds: the
+    /// turn's rows so far are swept first (they are the turn's), and a new observation starts
+    /// after (see `TurnObserver`). On a thread of its own, since a job may start a runtime and
+    /// this wait runs inside the turn's.
+    fn serve_queued(&self, file: &mut AdfFile) {
+        if !file.connection().is_autocommit() {
+            return;
+        }
+        let observer = &self.scope.observer;
+        let store = self.scope.agent.store();
+        observer.releasing(file);
+        let served = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("adf-waiting-turn".into())
+                .spawn_scoped(scope, || store.serve_queued(file))
+                .map(|thread| thread.join())
+        });
+        match served {
+            Ok(Ok(_ran)) => {}
+            Ok(Err(_panicked)) => {
+                tracing::warn!(agent = %self.scope.agent.id, "a job served during a wait panicked")
+            }
+            Err(error) => {
+                tracing::warn!(agent = %self.scope.agent.id, %error, "cannot start a thread to serve queued jobs")
+            }
+        }
+        observer.acquired(file);
+    }
+
+    /// Ends a wait: `unregister` removes its entry under the registry lock.
+    fn stop_listening(&self, unregister: impl FnOnce(&mut State)) {
+        let mut state = self.hil().lock();
+        unregister(&mut state);
+    }
+
+    /// Waits for the answer to `question`, serving the queued jobs with `file` meanwhile; `None`
     /// when the turn is aborted.
     pub(crate) fn ask(&self, file: &mut AdfFile, question: &str) -> Option<String> {
         let (sender, receiver) = mpsc::channel();
         let request_id = format!("ask_{}", adf_store::defaults::random_id(12));
-        let serves_jobs = file.connection().is_autocommit();
-        let parked = {
+        let watch = self.watch_queue(file, &sender);
+        {
             let mut state = self.hil().lock();
             if self.scope.abort.is_aborted() {
                 return None;
@@ -649,16 +602,7 @@ impl Owner<'_> {
                 request_id: request_id.clone(),
                 question: question.to_owned(),
                 sender,
-                serves_jobs,
             });
-            if serves_jobs {
-                std::mem::take(&mut state.parked)
-            } else {
-                Vec::new()
-            }
-        };
-        for job in parked {
-            job(file);
         }
         self.scope.emit(
             "ask.requested",
@@ -668,11 +612,12 @@ impl Owner<'_> {
             match receiver.recv() {
                 Ok(Wake::Answer(answer)) => break Some(answer),
                 Ok(Wake::Abort) | Err(_) => break None,
-                Ok(Wake::Job(job)) => job(file),
+                Ok(Wake::Queued) => self.serve_queued(file),
                 Ok(Wake::Decision(_)) => {}
             }
         };
-        self.stop_listening(file, &receiver, |state| {
+        drop(watch);
+        self.stop_listening(|state| {
             state.asks.retain(|a| a.request_id != request_id);
             if state.asks.is_empty() {
                 state.asks = Vec::new();
@@ -703,29 +648,16 @@ impl Approver for Owner<'_> {
         let task = file
             .task(&request.task_id)?
             .ok_or_else(|| ToolError::not_found(format!("task {} disappeared", request.task_id)))?;
-        let serves_jobs = file.connection().is_autocommit();
-        let parked = {
+        let watch = self.watch_queue(file, &sender);
+        {
             let mut state = self.hil().lock();
             if self.scope.abort.is_aborted() {
                 drop(state);
                 return Ok(Decision::Denied(ABORTED.into()));
             }
-            state.approvals.insert(
-                request.task_id.clone(),
-                ApprovalWait {
-                    task,
-                    sender,
-                    serves_jobs,
-                },
-            );
-            if serves_jobs {
-                std::mem::take(&mut state.parked)
-            } else {
-                Vec::new()
-            }
-        };
-        for job in parked {
-            job(file);
+            state
+                .approvals
+                .insert(request.task_id.clone(), ApprovalWait { task, sender });
         }
         let reason = request
             .approval_meta
@@ -743,7 +675,8 @@ impl Approver for Owner<'_> {
             }),
         );
         let verdict = self.wait_decision(file, request, &receiver);
-        self.stop_listening(file, &receiver, |state| {
+        drop(watch);
+        self.stop_listening(|state| {
             state.approvals.remove(&request.task_id);
             if state.approvals.is_empty() {
                 state.approvals = HashMap::new();
@@ -820,19 +753,11 @@ mod tests {
             request_id: "r".into(),
             question: "q".into(),
             sender,
-            serves_jobs: true,
         });
         assert_eq!(hil.abort_all(), 1);
         assert!(abort.is_aborted());
         assert!(matches!(receiver.recv().unwrap(), Wake::Abort));
-        assert!(hil.finish_turn(id).is_empty());
+        hil.lock().turns.remove(&id);
         assert!(!hil.turn_in_flight());
-    }
-
-    #[test]
-    fn a_job_with_no_waiting_turn_is_handed_back() {
-        let hil = Hil::default();
-        let job: SideJob = Box::new(|_| {});
-        assert!(hil.offer(job).is_err());
     }
 }

@@ -255,7 +255,7 @@ impl Hub {
         let mut seq = agent.seq.lock().await;
         let (number, persist) = seq.allocate();
         if let Some(end) = persist {
-            // Through `job`: a turn waiting for the owner holds the worker.
+            // One job: a turn waiting for the owner runs it while it waits (`hil`).
             let written = agent
                 .job(move |file| {
                     file.meta_set(

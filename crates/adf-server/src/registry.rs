@@ -74,6 +74,9 @@ pub struct Agent {
     /// The reachable agents main was last told of (`mesh_updates`, §5.19), kept across the
     /// executor each turn makes; set on the first turn.
     mesh_updates: std::sync::OnceLock<adf_runtime::executor::MeshUpdates>,
+    /// Held by the agent's turn job while it runs: turn jobs of one agent take turns (a loop
+    /// never runs two turns at once), while its other jobs interleave with their steps.
+    turn_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Agent {
@@ -95,6 +98,11 @@ impl Agent {
         self.mesh_updates
             .get_or_init(|| adf_runtime::executor::MeshUpdates::new(mesh()))
             .clone()
+    }
+
+    /// The gate turn jobs of this agent pass one at a time (see `turns`).
+    pub(crate) fn turn_gate(&self) -> &Arc<tokio::sync::Mutex<()>> {
+        &self.turn_gate
     }
 
     /// The agent's turns in flight and the approvals and asks they wait for.
@@ -397,6 +405,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         taps: crate::taps::Taps::default(),
         live: crate::live::LiveFeed::default(),
         mesh_updates: std::sync::OnceLock::new(),
+        turn_gate: Arc::default(),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

@@ -36,11 +36,13 @@
 //! transcript row, with a nudge turn (`triggers::nudge`). Its wake is one more candidate for
 //! the same per-agent integer, so it costs an idle agent nothing.
 //!
-//! The lambda and the turn run inside the store job, on a current-thread tokio runtime on the
-//! worker thread, because both need the `&mut AdfFile` across awaits; the agent's other requests
-//! wait for that one job, never for another agent. Events (`timer.fired`, `lambda.started`,
-//! `lambda.completed`) are published after the job, since publishing may itself need the
-//! worker (the `seq` block write).
+//! A system lambda runs inside the fire job, on a current-thread tokio runtime on the worker
+//! thread, because it needs the `&mut AdfFile` across awaits (bounded by its time limit); an
+//! agent-scope turn runs after the job as a turn job of its own (`turns::run_observed_turn`),
+//! which holds the file only for its steps, so the agent's timers keep firing while it waits
+//! for its model or its owner. Events (`timer.fired`, `lambda.started`, `lambda.completed`)
+//! are published after the job, since publishing may itself need the worker (the `seq` block
+//! write).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,11 +61,9 @@ use adf_runtime::triggers::{
 use adf_store::{AdfFile, Caller, MetaProtection, NewLog, TimerRow};
 
 use crate::dispatch::observe;
-use crate::hil::TurnScope;
 use crate::hub::Hub;
 use crate::lambdas::{LambdaReport, run_system_lambda};
 use crate::registry::Agent;
-use crate::turns::run_observed_turn;
 
 /// Per-agent earliest wake times and the bell that wakes the scheduler task.
 #[derive(Debug, Default)]
@@ -119,6 +119,13 @@ impl TimerWakes {
             .get(agent_id)
             .copied()
     }
+}
+
+/// An agent-scope delivery the fire job recorded, run as a turn job after it.
+struct PendingTurn {
+    report: FireReport,
+    loop_name: String,
+    trigger: Trigger,
 }
 
 /// One delivered (or skipped) fire, reported after the store job for the event stream.
@@ -235,30 +242,39 @@ async fn fire_agent(hub: &Arc<Hub>, agent: Arc<Agent>) {
     // fire is dropped like any other delivery (and a `once` fire re-armed, TRG-29), so a
     // saturated agent is not handed more work than its bound.
     let queue_full = agent.triggers().is_full();
-    let (scope, publisher) = TurnScope::new(hub, &agent);
-    let reports = agent
+    let observer = Arc::clone(&agent);
+    let fired = agent
         .store()
         .run(move |file| {
-            let reports = fire_due(
+            Ok(fire_due(
                 file,
-                &scope,
+                &observer,
                 registry,
                 adf_store::time::now_ms(),
                 queue_full,
-            );
-            scope.finish(file);
-            Ok(reports)
+            ))
         })
         .await;
-    // The turn's owner events (approvals, asks) go out before the fire's.
-    let _ended = publisher.await;
-    match reports {
-        Ok(reports) => {
+    match fired {
+        Ok((reports, turns)) => {
             let dropped = reports.iter().filter(|r| r.dropped).count() as u64;
             if dropped > 0 {
                 agent.triggers().count_dropped(dropped);
             }
             for report in reports {
+                publish_fire(hub, &agent, report).await;
+            }
+            // The next wake is armed after the turns: an agent-scope timer never piles up
+            // turns faster than they run (its system timers wait for them meanwhile).
+            for PendingTurn {
+                mut report,
+                loop_name,
+                trigger,
+            } in turns
+            {
+                (report.written, report.events) =
+                    crate::turns::run_observed_turn(hub, &agent, loop_name, trigger).await;
+                agent.triggers().invalidate();
                 publish_fire(hub, &agent, report).await;
             }
         }
@@ -388,19 +404,20 @@ fn record_nudge(file: &mut AdfFile, now: i64) {
 /// and a fire that expired its timer is re-armed (TRG-29).
 fn fire_due(
     file: &mut AdfFile,
-    scope: &TurnScope,
+    agent: &Agent,
     registry: Arc<ToolRegistry>,
     now: i64,
     queue_full: bool,
-) -> Vec<FireReport> {
+) -> (Vec<FireReport>, Vec<PendingTurn>) {
     let timers = match file.timers() {
         Ok(timers) => timers,
         Err(error) => {
             tracing::warn!(%error, "cannot read timers");
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
     };
     let mut reports = Vec::new();
+    let mut turns = Vec::new();
     for timer in timers.iter().filter(|t| fire::is_due(t, now)) {
         let Some(update) = record_fire(file, timer, now) else {
             continue;
@@ -422,11 +439,11 @@ fn fire_due(
             now,
             config: &config,
         };
-        reports.extend(deliver_system_scope(file, scope, &registry, &fired));
-        reports.extend(deliver_agent_scope(file, scope, &registry, &fired));
+        reports.extend(deliver_system_scope(file, agent, &registry, &fired));
+        turns.extend(deliver_agent_scope(&fired));
     }
-    reports.extend(fire_nudge(file, scope, &registry, now));
-    reports
+    turns.extend(fire_nudge(file, now));
+    (reports, turns)
 }
 
 /// One recorded fire on its way to delivery.
@@ -528,7 +545,7 @@ fn drop_fire(
 /// path, when the timer's scope, the `on_timer` targets and the state allow it.
 fn deliver_system_scope(
     file: &mut AdfFile,
-    scope: &TurnScope,
+    agent: &Agent,
     registry: &Arc<ToolRegistry>,
     fired: &Fired<'_>,
 ) -> Option<FireReport> {
@@ -548,7 +565,7 @@ fn deliver_system_scope(
             source: script.to_owned(),
         };
         let label = format!("timer:{}", timer.id);
-        let ((_, written), events) = observe(file, &scope.agent, producer, |file| {
+        let ((_, written), events) = observe(file, agent, producer, |file| {
             crate::dispatch::with_written_files(file, |file| {
                 crate::shell_runs::run(file, registry, &label, &command, &fired.event())
             })
@@ -579,7 +596,7 @@ fn deliver_system_scope(
         let producer = Producer::Lambda {
             source: lambda.source(),
         };
-        let (mut run, mut events) = observe(file, &scope.agent, producer, |file| {
+        let (mut run, mut events) = observe(file, agent, producer, |file| {
             run_system_lambda(
                 file,
                 Arc::clone(registry),
@@ -596,13 +613,9 @@ fn deliver_system_scope(
 }
 
 /// The agent-scope delivery: a turn on the timer's loop (`main` when none) with the payload as
-/// the message, when the timer's scope, the `on_timer` targets and the state allow it.
-fn deliver_agent_scope(
-    file: &mut AdfFile,
-    scope: &TurnScope,
-    registry: &Arc<ToolRegistry>,
-    fired: &Fired<'_>,
-) -> Option<FireReport> {
+/// the message, when the timer's scope, the `on_timer` targets and the state allow it; the
+/// turn runs after the fire job.
+fn deliver_agent_scope(fired: &Fired<'_>) -> Option<PendingTurn> {
     let timer = fired.timer;
     if !scope_includes(timer, "agent")
         || !gating::allows(fired.state(), Scope::Agent, TriggerKind::OnTimer)
@@ -610,54 +623,35 @@ fn deliver_agent_scope(
     {
         return None;
     }
-    let loop_name = timer.r#loop.clone().unwrap_or_else(|| "main".to_owned());
     let text = timer
         .payload
         .clone()
         .unwrap_or_else(|| format!("Timer {} fired.", timer.id));
-    let mut report = fired.report("agent");
-    (report.written, report.events) = run_observed_turn(
-        file,
-        &scope.agent,
-        fired.config,
-        Arc::clone(registry),
-        &loop_name,
-        Trigger::Event {
+    Some(PendingTurn {
+        report: fired.report("agent"),
+        loop_name: timer.r#loop.clone().unwrap_or_else(|| "main".to_owned()),
+        trigger: Trigger::Event {
             event_type: "on_timer".into(),
             text,
         },
-        scope,
-    );
-    Some(report)
+    })
 }
 
 /// The hibernate nudge (TRG-35), when due: recorded first, like a timer fire, so a turn that
-/// fails is not retried at once.
-fn fire_nudge(
-    file: &mut AdfFile,
-    scope: &TurnScope,
-    registry: &Arc<ToolRegistry>,
-    now: i64,
-) -> Option<FireReport> {
+/// fails is not retried at once; the turn runs after the fire job.
+fn fire_nudge(file: &mut AdfFile, now: i64) -> Option<PendingTurn> {
     let (at, interval, target) = nudge_due(file, now)?;
     if at > now {
         return None;
     }
     record_nudge(file, now);
     let hibernating = now - (at - i64::try_from(interval).unwrap_or(0));
-    let config = file.config().ok()?;
-    let mut report = FireReport::new(None, "agent", 0, at);
-    (report.written, report.events) = run_observed_turn(
-        file,
-        &scope.agent,
-        &config,
-        Arc::clone(registry),
-        &target.loop_name,
-        Trigger::Event {
+    Some(PendingTurn {
+        report: FireReport::new(None, "agent", 0, at),
+        loop_name: target.loop_name,
+        trigger: Trigger::Event {
             event_type: "on_timer".into(),
             text: nudge::message(hibernating),
         },
-        scope,
-    );
-    Some(report)
+    })
 }

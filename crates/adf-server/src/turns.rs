@@ -2,30 +2,44 @@
 //! ([`start_chat`], `POST /agents/{id}/chat`), the autostart loops of a loaded agent
 //! ([`kick_autostart`]), an agent-scope trigger delivery ([`run_trigger_turn`], from
 //! `dispatch`), and an agent-scope timer fire or hibernate nudge ([`run_observed_turn`], from
-//! `scheduler`, inside its fire job).
+//! `scheduler`, after its fire job).
 //!
-//! A turn is one job on the agent's store worker: [`run_agent_turns`] resolves the model,
-//! runs the turns side by side through the executor's `LoopPool` (so `loop_send` wakes are
-//! served) on a current-thread runtime on the worker thread, and records each tool and model
-//! call as an `on_tool_call` / `on_llm_call` trigger event ([`Recorder`], which is also the
-//! turn's `TurnHost`: approvals and `ask` answers go to the owner through `hil`). Aborting is
-//! `hil`'s abort signal, raced against the pool here and reported to the executor, which
-//! ends a turn whose wait the abort cut short at that call. After the job, the caller
-//! publishes `turn.completed`, re-arms timers and dispatches the files written and the events
-//! recorded.
+//! A turn job never holds the agent's store worker while it waits. [`run_turn_job`] passes the
+//! agent's turn gate (turn jobs of one agent run one at a time, so a loop never runs two turns
+//! at once), then runs on a thread of its own — a current-thread runtime, since an approval or
+//! `ask` wait blocks inside the tool pipeline — over a `SharedFile::leased` file: each store
+//! step and each tool call leases the file from the worker and gives it back, and the model's
+//! answer (its retries and backoff included) and a network tool's work (fetch, MCP, delivery)
+//! are awaited with the file back on the worker. So timer fires, trigger deliveries, owner
+//! reads and writes and inbox handling run between the turn's steps, each one job; while the
+//! turn waits for an approval or an answer, it runs them itself (`hil`). Code a tool call runs
+//! (`sys_code`, `sys_lambda`, `adf_shell`) holds the lease for its run, bounded by its time
+//! limit.
+//!
+//! Each hand-over of the lease is observed ([`TurnObserver`]): rows and files that changed
+//! while the turn held the file are the turn's (`Producer::Agent`), those that changed while
+//! it did not were another job's, which sweeps its own. Tool and model calls are recorded as
+//! `on_tool_call` / `on_llm_call` trigger events ([`Recorder`], which is also the turn's
+//! `TurnHost`: approvals and `ask` answers go to the owner through `hil`). Aborting is `hil`'s
+//! abort signal, raced against the pool here and reported to the executor, which ends a turn
+//! whose wait the abort cut short at that call; the dropped lease rolls back a transaction
+//! left open. After the job, the caller publishes `turn.completed`, re-arms timers and
+//! dispatches the files written and the events recorded.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
 use adf_runtime::executor::{
-    Executor, ExecutorError, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost, WireCaches,
+    Executor, ExecutorError, LeaseHooks, LoopPool, RetryLog, SharedFile, Trigger, TurnEnd,
+    TurnEvent, TurnHost, WireCaches,
 };
 use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
 use adf_store::{AdfFile, StoreError};
 
-use crate::dispatch::{Handled, observe, with_written_files};
+use crate::dispatch::{Handled, observe};
 use crate::hil::{Owner, TurnScope};
 use crate::hub::Hub;
 use crate::registry::Agent;
@@ -76,9 +90,9 @@ pub(crate) async fn kick_autostart(hub: &Arc<Hub>, agent: &Arc<Agent>) {
     }
 }
 
-/// Runs `turns` (and the wakes they cause) as one job on the agent's worker, in the
-/// background; `before` is dispatched from the spawned task first (`on_chat`), so the
-/// request that started the turn never waits for its targets' config read.
+/// Runs `turns` (and the wakes they cause) as one turn job of the agent, in the background;
+/// `before` is dispatched from the spawned task first (`on_chat`), so the request that
+/// started the turn never waits for its targets' config read.
 fn spawn_turns(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
@@ -87,48 +101,15 @@ fn spawn_turns(
 ) {
     let hub = Arc::clone(hub);
     let agent = Arc::clone(agent);
-    let registry = hub.tools();
     tokio::spawn(async move {
         if let Some(event) = before {
             crate::dispatch::dispatch(&hub, &agent, event).await;
         }
-        let observer = Arc::clone(&agent);
-        let (scope, publisher) = TurnScope::new(&hub, &agent);
-        let outcome = agent
-            .store()
-            .run(move |file| {
-                let config = match file.config() {
-                    Ok(config) => config,
-                    Err(error) => {
-                        scope.finish(file);
-                        return Err(error);
-                    }
-                };
-                let mut turn_events = Vec::new();
-                let ((results, written), mut events) =
-                    observe(file, &observer, Producer::Agent, |file| {
-                        with_written_files(file, |file| {
-                            run_agent_turns(
-                                file,
-                                &config,
-                                registry,
-                                turns,
-                                &scope,
-                                &mut turn_events,
-                            )
-                        })
-                    });
-                events.extend(turn_events);
-                let wake = crate::scheduler::wake_of(file);
-                scope.finish(file);
-                Ok((results, written, events, wake))
-            })
-            .await;
-        let _ended = publisher.await;
+        let outcome = run_turn_job(&hub, &agent, turns, false).await;
         agent.triggers().invalidate();
         match outcome {
-            Ok((results, written, events, wake)) => {
-                for (loop_name, result) in results {
+            Ok(job) => {
+                for (loop_name, result) in &job.results {
                     let status = if result.is_ok() {
                         "completed"
                     } else {
@@ -145,10 +126,10 @@ fn spawn_turns(
                 crate::dispatch::dispatch_handled(
                     &hub,
                     &agent,
-                    wake,
-                    written,
+                    job.wake,
+                    job.written,
                     Producer::Agent,
-                    events,
+                    job.events,
                 )
                 .await;
             }
@@ -166,95 +147,254 @@ pub(crate) async fn run_trigger_turn(
     target: &Target,
     delivered: &[TriggerEvent],
 ) -> Result<Handled, StoreError> {
-    let registry = hub.tools();
-    let observer = Arc::clone(agent);
     let kind = target.kind;
     // TRG-36 applies to messages that are rows of the inbox; an event posted to
     // `POST /trigger` names no row, and is delivered as given.
     let inbox_rows =
         kind == TriggerKind::OnInbox && delivered.iter().any(|e| e.data.get("id").is_some());
-    let loop_name = target.loop_name.clone();
-    let text = message::format(delivered);
-    let (scope, publisher) = TurnScope::new(hub, agent);
-    let handled = agent
-        .store()
-        .run(move |file| {
-            let handled = deliver_turn(
-                file, &observer, &scope, registry, inbox_rows, &loop_name, kind, text,
-            );
-            scope.finish(file);
-            handled
-        })
-        .await;
-    let _ended = publisher.await;
-    handled
-}
-
-/// The body of an agent-scope delivery job: a turn with the formatted trigger message.
-#[allow(clippy::too_many_arguments)]
-fn deliver_turn(
-    file: &mut AdfFile,
-    observer: &Agent,
-    scope: &TurnScope,
-    registry: Arc<adf_runtime::tools::ToolRegistry>,
-    inbox_rows: bool,
-    loop_name: &str,
-    kind: TriggerKind,
-    text: String,
-) -> Result<Handled, adf_store::StoreError> {
-    // TRG-36: a system lambda may have read every new message already; a turn about an empty
-    // inbox would only cost tokens.
-    if inbox_rows && file.inbox_counts()?.unread == 0 {
-        return Ok(Handled::skipped());
-    }
-    let config = file.config()?;
     let trigger = Trigger::Event {
         event_type: kind.as_str().to_owned(),
-        text,
+        text: message::format(delivered),
     };
-    let (written, events) =
-        run_observed_turn(file, observer, &config, registry, loop_name, trigger, scope);
+    let job = run_turn_job(
+        hub,
+        agent,
+        vec![(target.loop_name.clone(), trigger)],
+        inbox_rows,
+    )
+    .await?;
+    if job.skipped {
+        return Ok(Handled::skipped());
+    }
     Ok(Handled {
         report: None,
-        written,
+        written: job.written,
         producer: Producer::Agent,
-        events,
-        wake: crate::scheduler::wake_of(file),
+        events: job.events,
+        wake: job.wake,
     })
 }
 
-/// An agent-scope turn inside a handler job (a trigger delivery, a timer fire): returns its writes, and its tool and model calls
-/// and new rows, for their triggers. The outcome itself is in the file (transcript or a warn
-/// row).
-pub(crate) fn run_observed_turn(
-    file: &mut AdfFile,
-    agent: &Agent,
-    config: &Value,
-    registry: Arc<ToolRegistry>,
-    loop_name: &str,
+/// An agent-scope turn of a timer fire or the hibernate nudge (`scheduler`, after the fire
+/// job): returns its writes, and its tool and model calls and new rows, for their triggers.
+/// The outcome itself is in the file (transcript or a warn row).
+pub(crate) async fn run_observed_turn(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    loop_name: String,
     trigger: Trigger,
-    scope: &TurnScope,
 ) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
-    let mut turn_events = Vec::new();
-    let ((_outcome, written), mut events) = observe(file, agent, Producer::Agent, |file| {
-        with_written_files(file, |file| {
-            run_agent_turn(
-                file,
-                config,
-                registry,
-                loop_name,
-                trigger,
-                scope,
-                &mut turn_events,
-            )
-        })
-    });
-    events.extend(turn_events);
-    (written, events)
+    match run_turn_job(hub, agent, vec![(loop_name, trigger)], false).await {
+        Ok(job) => (job.written, job.events),
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, %error, "timer turn failed");
+            (Vec::new(), Vec::new())
+        }
+    }
 }
 
-/// A runtime on the worker thread for agent code, which holds the `&mut AdfFile` across
-/// awaits.
+/// What one turn job did, for the caller to publish and dispatch.
+pub(crate) struct TurnJob {
+    /// Each turn's reply, or why it failed.
+    pub(crate) results: Vec<(String, Result<String, String>)>,
+    /// Files the turn created or changed (path, size).
+    pub(crate) written: Vec<(String, i64)>,
+    /// Its tool and model calls and the rows it added, as trigger events.
+    pub(crate) events: Vec<TriggerEvent>,
+    /// The agent's next timer wake after the turn (`None`: unreadable).
+    pub(crate) wake: Option<Option<i64>>,
+    /// Nothing ran: an inbox delivery found every message read already (TRG-36).
+    pub(crate) skipped: bool,
+}
+
+impl TurnJob {
+    fn skipped() -> Self {
+        Self {
+            results: Vec::new(),
+            written: Vec::new(),
+            events: Vec::new(),
+            wake: None,
+            skipped: true,
+        }
+    }
+}
+
+/// The trigger type of a turn job (its first turn's) and the data its log rows carry.
+fn trigger_facts(turns: &[(String, Trigger)]) -> (String, Value) {
+    let Some((first_loop, first_trigger)) = turns.first() else {
+        return (String::new(), Value::Null);
+    };
+    let event_type = match first_trigger {
+        Trigger::Owner(_) => "chat".to_owned(),
+        Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type.clone(),
+    };
+    let data = json!({ "trigger": event_type, "loop": first_loop });
+    (event_type, data)
+}
+
+/// Runs `turns` as one turn job: registers it (`hil`, from then on `POST /abort` reaches it),
+/// waits for the agent's turn gate, then runs them on a thread of its own over the leased
+/// file (see the module docs); the turn's owner events are all published when it returns.
+/// With `inbox_rows`, nothing runs when the inbox has no unread message left (TRG-36: a
+/// system lambda may have read them).
+pub(crate) async fn run_turn_job(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    turns: Vec<(String, Trigger)>,
+    inbox_rows: bool,
+) -> Result<TurnJob, StoreError> {
+    // A turn with nothing to read (TRG-36) or no model to ask is one short job, as any: no
+    // registration, no thread, no lease.
+    let resolver = crate::settings::runtime_resolver(hub.home());
+    let (event_type, data) = trigger_facts(&turns);
+    let names: Vec<String> = turns.iter().map(|(name, _)| name.clone()).collect();
+    let observer_agent = Arc::clone(agent);
+    let unrunnable = agent
+        .job(move |file| {
+            if inbox_rows && file.inbox_counts()?.unread == 0 {
+                return Ok(Some(TurnJob::skipped()));
+            }
+            let config = file.config()?;
+            let Err(error) = resolver.resolve(&config, None) else {
+                return Ok(None);
+            };
+            let message = format!("no model turn for {event_type}: {error}");
+            let ((), events) = observe(file, &observer_agent, Producer::Agent, |file| {
+                log_from(
+                    file,
+                    "executor",
+                    "warn",
+                    "turn_skipped",
+                    &message,
+                    Some(&data),
+                );
+            });
+            Ok(Some(TurnJob {
+                results: names
+                    .into_iter()
+                    .map(|name| (name, Err(message.clone())))
+                    .collect(),
+                written: Vec::new(),
+                events,
+                wake: crate::scheduler::wake_of(file),
+                skipped: false,
+            }))
+        })
+        .await?;
+    if let Some(job) = unrunnable {
+        return Ok(job);
+    }
+    let (scope, publisher) = TurnScope::new(hub, agent);
+    let _gate = Arc::clone(agent.turn_gate()).lock_owned().await;
+    // The wire caches live on the worker thread (dropped with it when the file is released
+    // idle), so an idle agent keeps none; the turn borrows them for its length.
+    let caches = agent.store().run(|_| Ok(worker_wire_caches())).await?;
+    let registry = hub.tools();
+    let observer = Arc::clone(&scope.observer);
+    let handle = agent.store().clone();
+    let body = move || -> Result<TurnJob, StoreError> {
+        let Some(runtime) = current_thread() else {
+            return Err(StoreError::JobPanicked(
+                "cannot start a runtime for the turn".into(),
+            ));
+        };
+        runtime.block_on(async move {
+            let hooks: Arc<dyn LeaseHooks> = scope.observer.clone();
+            let shared = SharedFile::leased(handle, Some(hooks));
+            let config = shared.lock().await?.config()?;
+            let (results, events) =
+                run_agent_turns(&shared, &config, registry, turns, &scope, caches).await;
+            let mut guard = shared.lock().await?;
+            announce_turned_off(&guard, &config, &scope);
+            let wake = crate::scheduler::wake_of(&mut guard);
+            drop(guard);
+            Ok(TurnJob {
+                results,
+                written: Vec::new(),
+                events,
+                wake,
+                skipped: false,
+            })
+        })
+    };
+    let job = tokio::task::spawn_blocking(body).await;
+    let _ended = publisher.await;
+    let mut job = job.map_err(|error| StoreError::JobPanicked(error.to_string()))??;
+    let (written, mut observed) = observer.take();
+    job.written = written;
+    observed.append(&mut job.events);
+    job.events = observed;
+    Ok(job)
+}
+
+/// The turn's side of each lease hand-over (`LeaseHooks`): when the file comes from the
+/// worker, rows that appeared since (another process) are external events and the file
+/// stamps are taken; when it goes back, the rows since are the turn's and the files whose
+/// stamp moved are the turn's writes. Jobs that ran in between (timer lambdas, owner writes,
+/// deliveries) sweep their own rows, so none of the turn's rows is another's and the other
+/// way round.
+#[derive(Debug)]
+pub(crate) struct TurnObserver {
+    agent: Arc<Agent>,
+    state: Mutex<Observed>,
+}
+
+#[derive(Debug, Default)]
+struct Observed {
+    stamps: Option<HashMap<String, (String, i64)>>,
+    written: BTreeMap<String, i64>,
+    events: Vec<TriggerEvent>,
+}
+
+impl TurnObserver {
+    pub(crate) fn new(agent: Arc<Agent>) -> Self {
+        Self {
+            agent,
+            state: Mutex::new(Observed::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The files the turn wrote (path order) and the row events it produced, in order.
+    fn take(&self) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
+        let mut state = self.lock();
+        let written = std::mem::take(&mut state.written).into_iter().collect();
+        (written, std::mem::take(&mut state.events))
+    }
+}
+
+impl LeaseHooks for TurnObserver {
+    fn acquired(&self, file: &mut AdfFile) {
+        let external = crate::dispatch::sweep(file, &self.agent, &Producer::External);
+        let stamps = crate::dispatch::file_stamps(file);
+        let mut state = self.lock();
+        state.events.extend(external);
+        state.stamps = Some(stamps);
+    }
+
+    fn releasing(&self, file: &mut AdfFile) {
+        let own = crate::dispatch::sweep(file, &self.agent, &Producer::Agent);
+        // Taken in a statement of its own: a `let … else` would keep the guard through `else`.
+        let before = self.lock().stamps.take();
+        let after = before.as_ref().map(|_| crate::dispatch::file_stamps(file));
+        let mut state = self.lock();
+        state.events.extend(own);
+        let (Some(before), Some(after)) = (before, after) else {
+            return;
+        };
+        for (path, (stamp, size)) in after {
+            if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
+                state.written.insert(path, size);
+            }
+        }
+    }
+}
+
+/// A current-thread runtime for agent code that holds the `&mut AdfFile` across awaits (a
+/// system lambda on the store worker) or for a turn job's thread.
 pub(crate) fn current_thread() -> Option<tokio::runtime::Runtime> {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -448,118 +588,106 @@ impl TurnHost for Recorder<'_> {
     }
 }
 
-/// Runs one executor turn on `loop_name` started by `trigger`, then the `loop_send` wakes it
-/// causes (see [`run_agent_turns`]); the result is the first turn's reply.
-fn run_agent_turn(
-    file: &mut AdfFile,
-    config: &Value,
-    registry: Arc<ToolRegistry>,
-    loop_name: &str,
-    trigger: Trigger,
-    scope: &TurnScope,
-    events: &mut Vec<TriggerEvent>,
-) -> Result<String, String> {
-    let turns = vec![(loop_name.to_owned(), trigger)];
-    run_agent_turns(file, config, registry, turns, scope, events)
-        .into_iter()
-        .next()
-        .map_or_else(|| Err("the turn did not run".to_owned()), |(_, r)| r)
-}
-
 /// Runs `turns` side by side through a [`LoopPool`] (one round), then the rounds of wakes
-/// they cause (`loop_send` with `wake: true`, served one round after another). When no model
-/// can be reached (no provider configured, no key) it writes a `warn` row `turn_skipped` and
-/// returns the reason for each turn; a failed turn is a `warn` row `trigger_turn_failed`.
-/// `POST /abort` cancels the whole job at its next await, or right after the approval or ask
-/// wait it ended (`ExecutorError::Aborted`): its checkpoint stays `in_progress`, so the next
-/// session of the loop recovers it without replay (an `info` row `turn_aborted` says so).
-/// Never panics. Tool and model calls are appended to `events`.
-fn run_agent_turns(
-    file: &mut AdfFile,
+/// they cause (`loop_send` with `wake: true`, served one round after another), over the
+/// leased file. When no model can be reached (no provider configured, no key) it writes a
+/// `warn` row `turn_skipped` and returns the reason for each turn; a failed turn is a `warn`
+/// row `trigger_turn_failed`. `POST /abort` cancels the whole job at its next await, or right
+/// after the approval or ask wait it ended (`ExecutorError::Aborted`): its checkpoint stays
+/// `in_progress`, so the next session of the loop recovers it without replay (an `info` row
+/// `turn_aborted` says so). Never panics. Returns each turn's result and the tool and model
+/// calls as events.
+async fn run_agent_turns(
+    shared: &SharedFile<'_>,
     config: &Value,
     registry: Arc<ToolRegistry>,
     turns: Vec<(String, Trigger)>,
     scope: &TurnScope,
-    events: &mut Vec<TriggerEvent>,
-) -> Vec<(String, Result<String, String>)> {
-    let Some((first_loop, first_trigger)) = turns.first().cloned() else {
-        return Vec::new();
+    caches: Arc<WireCaches>,
+) -> (Vec<(String, Result<String, String>)>, Vec<TriggerEvent>) {
+    let Some((first_loop, _)) = turns.first().cloned() else {
+        return (Vec::new(), Vec::new());
     };
-    let event_type = match &first_trigger {
-        Trigger::Owner(_) => "chat".to_owned(),
-        Trigger::Event { event_type, .. } | Trigger::Wake { event_type } => event_type.clone(),
-    };
-    let data = json!({ "trigger": event_type, "loop": first_loop });
+    let (event_type, data) = trigger_facts(&turns);
     let every = |message: &str| -> Vec<(String, Result<String, String>)> {
         turns
             .iter()
             .map(|(name, _)| (name.clone(), Err(message.to_owned())))
             .collect()
     };
-    let (executor, custom) = match turn_executor(config, registry, scope) {
+    let log = |event: &'static str, level: &'static str, message: String| async move {
+        match shared.lock().await {
+            Ok(mut file) => log_from(&mut file, "executor", level, event, &message, Some(&data)),
+            Err(error) => tracing::warn!(%error, "cannot log the turn's end"),
+        }
+        message
+    };
+    let (executor, custom) = match turn_executor(config, registry, scope, caches) {
         Ok(built) => built,
         Err(error) => {
             let message = format!("no model turn for {event_type}: {error}");
-            log_from(
-                file,
-                "executor",
-                "warn",
-                "turn_skipped",
-                &message,
-                Some(&data),
-            );
-            return every(&message);
+            let message = log("turn_skipped", "warn", message).await;
+            return (every(&message), Vec::new());
         }
-    };
-    let Some(runtime) = current_thread() else {
-        return every("cannot start a runtime for the turn");
     };
     let host = Recorder::new(config, first_loop, scope);
     let abort = Arc::clone(scope.abort());
-    let outcome = runtime.block_on(async {
+    let outcome = {
         let mut pool = LoopPool::new();
         tokio::select! {
             biased;
             () = abort.aborted() => None,
-            results = pool.run_many(&executor, file, turns.clone(), &host) => Some(results),
+            results = pool.run_many_shared(&executor, shared, turns.clone(), &host) => Some(results),
         }
-    });
+    };
     // A turn whose approval or ask wait the abort ended stops right there on its own
     // (`ExecutorError::Aborted`, through `Recorder::aborted`): the select above only sees
     // aborts that come while the turn awaits, and the rest of an aborted turn may run to its
     // end without awaiting (a model error already relayed back, a batch of synchronous calls).
     let outcome = outcome.filter(|outcome| !ended_by_abort(outcome));
-    events.extend(
-        host.events
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
-    announce_turned_off(file, config, scope);
+    let events = host
+        .events
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner);
     // `emit_event` from the turn's code (`sys_code`, `sys_lambda`): on the bus after the
     // calls that made them, with the turn's other events.
     for event in custom.take() {
         scope.emit(&event.event_type, event.payload);
     }
-    match outcome {
-        None => every(&record_abort(file, &data)),
-        Some(Err(error)) => {
-            let message = error.to_string();
-            log_from(
-                file,
-                "executor",
-                "warn",
-                "trigger_turn_failed",
-                &message,
-                Some(&data),
-            );
-            every(&message)
+    let results = match outcome {
+        // The cancelled step's lease rolled back the transaction it left open.
+        None => {
+            // The transcript says so too, once (the executor wrote it already when it saw
+            // the abort at an approval or ask wait).
+            match shared.lock().await {
+                Ok(mut file) => {
+                    for (loop_name, _) in &turns {
+                        if let Err(error) =
+                            adf_runtime::executor::record_turn_aborted(&mut file, loop_name)
+                        {
+                            tracing::warn!(%error, "cannot record the aborted turn in the transcript");
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot record the aborted turn"),
+            }
+            every(&log("turn_aborted", "info", ABORTED_TURN.to_owned()).await)
         }
-        Some(Ok(results)) => turn_results(file, scope, &event_type, results),
-    }
+        Some(Err(error)) => every(&log("trigger_turn_failed", "warn", error.to_string()).await),
+        Some(Ok(results)) => match shared.lock().await {
+            Ok(mut file) => turn_results(&mut file, scope, &event_type, results),
+            Err(error) => every(&error.to_string()),
+        },
+    };
+    (results, events)
 }
 
+/// How an aborted turn ends, in its `turn_aborted` row and result.
+const ABORTED_TURN: &str =
+    "the owner aborted the turn; it is recovered (not replayed) when the loop runs next";
+
 /// Whether a turn of the job stopped because the owner aborted it: the job then ends as an
-/// abort (see [`record_abort`]), whatever the other loops of its round did.
+/// abort (a `turn_aborted` transcript row and log row), whatever the other loops of its round did.
 fn ended_by_abort(outcome: &Result<adf_runtime::executor::LoopResults, ExecutorError>) -> bool {
     match outcome {
         Err(error) => matches!(error, ExecutorError::Aborted),
@@ -588,11 +716,11 @@ fn announce_turned_off(file: &AdfFile, before: &Value, scope: &TurnScope) {
 }
 
 thread_local! {
-    /// The wire caches of the agent whose store worker this thread is (turns run on their
-    /// agent's worker, one thread per open file): each turn gets a new executor, and these let
-    /// it reuse the request JSON of earlier turns' messages instead of encoding the whole
-    /// conversation again. Made on a worker's first turn and dropped with the thread when the
-    /// agent's file is idle-released, so an idle agent holds none.
+    /// The wire caches of the agent whose store worker this thread is (one thread per open
+    /// file; a turn job borrows them with a job on it): each turn gets a new executor, and
+    /// these let it reuse the request JSON of earlier turns' messages instead of encoding the
+    /// whole conversation again. Made on a worker's first turn and dropped with the thread
+    /// when the agent's file is idle-released, so an idle agent holds none.
     static WIRE_CACHES: Arc<WireCaches> = Arc::default();
 }
 
@@ -607,6 +735,7 @@ fn turn_executor(
     config: &Value,
     registry: Arc<ToolRegistry>,
     scope: &TurnScope,
+    caches: Arc<WireCaches>,
 ) -> Result<(Executor, Arc<crate::taps::CustomEvents>), adf_providers::ProviderError> {
     let retries = RetryLog::default();
     let resolved = scope
@@ -616,36 +745,11 @@ fn turn_executor(
         .resolve(config, None)?;
     let custom = Arc::new(crate::taps::CustomEvents::default());
     let executor = Executor::from_resolved(resolved, retries)
-        .with_wire_caches(WireCaches::clone(&worker_wire_caches()))
+        .with_wire_caches(WireCaches::clone(&caches))
         .with_registry(registry)
         .with_event_sink(custom.clone())
         .with_mesh_updates(scope.mesh_updates.clone());
     Ok((executor, custom))
-}
-
-/// After `POST /abort` cancelled the job between two awaits: no store step is half done, but
-/// a tool call's transaction could be open if code was running, so it is rolled back. Returns
-/// the message each turn ends with.
-fn record_abort(file: &mut AdfFile, data: &Value) -> String {
-    if let Err(error) = file.rollback_open_transaction() {
-        tracing::warn!(%error, "cannot roll back an aborted turn");
-    }
-    // The transcript says so too (the executor wrote it already when it saw the abort).
-    let loop_name = data.get("loop").and_then(Value::as_str).unwrap_or("main");
-    if let Err(error) = adf_runtime::executor::record_turn_aborted(file, loop_name) {
-        tracing::warn!(%error, "cannot record the aborted turn in the transcript");
-    }
-    let message =
-        "the owner aborted the turn; it is recovered (not replayed) when the loop runs next";
-    log_from(
-        file,
-        "executor",
-        "info",
-        "turn_aborted",
-        message,
-        Some(data),
-    );
-    message.to_owned()
 }
 
 /// Each turn's reply, or its error (also a `warn` row `trigger_turn_failed`); a turn that

@@ -16,6 +16,15 @@
 //! starts a new worker, which first waits for the old one to finish closing, so two connections
 //! never overlap and the new one finds a cleanly closed file.
 //!
+//! Leases ([`StoreHandle::lease`]): a caller that needs the file across awaits (a daemon turn:
+//! a store step, a tool call) borrows the open file itself instead of running a closure. The
+//! worker hands the [`AdfFile`] over and waits until the [`Lease`] is dropped, which gives the
+//! file back (rolling back a transaction left open); jobs queued meanwhile run after it, in
+//! order. A lease holder that waits for something else while it holds the file (an approval,
+//! an `ask` answer) runs the jobs queued meanwhile itself ([`StoreHandle::serve_queued`]),
+//! so the agent's other work does not wait for the owner; [`StoreHandle::watch_queue`] rings
+//! it when one arrives.
+//!
 //! Worker threads are detached, never joined: a joinable thread that has exited keeps its stack
 //! mapping until someone joins it, and with it the ~20 KiB of stack and thread descriptor it
 //! last touched — which, held by every released agent, was most of an idle agent's memory. The
@@ -50,6 +59,8 @@ type Job = Box<dyn FnOnce(Result<&mut AdfFile>) + Send>;
 
 enum Command {
     Run(Job),
+    /// Hand the open file to a [`Lease`] and wait until it comes back.
+    Lend(oneshot::Sender<Result<Lease>>),
     /// Release now if nothing is queued; `None`: nobody waits for the outcome (the idle
     /// timeout, [`StoreHandle::release_when_idle`]).
     Release(Option<oneshot::Sender<Result<bool>>>),
@@ -61,6 +72,8 @@ enum State {
     Open {
         sender: mpsc::Sender<Command>,
         generation: u64,
+        /// The worker's queue, reachable by a lease holder ([`StoreHandle::serve_queued`]).
+        queue: Arc<Mutex<Queue>>,
     },
     /// No worker takes jobs; the worker of `generation` closed the file, or is closing it
     /// while [`Slot::closing`] is set.
@@ -82,8 +95,21 @@ struct Slot {
     closing: bool,
 }
 
+/// A worker's incoming commands: the channel, and the commands a lease holder that served the
+/// queue could not run (a lease, a release, a close), which the worker takes first.
+struct Queue {
+    receiver: mpsc::Receiver<Command>,
+    deferred: std::collections::VecDeque<Command>,
+}
+
+/// Called after every job submission (see [`StoreHandle::watch_queue`]).
+type Bell = Arc<dyn Fn() + Send + Sync>;
+
 struct Shared {
     path: PathBuf,
+    /// Who wants to know when a job is queued, by watch id.
+    bells: Mutex<Vec<(u64, Bell)>>,
+    next_bell: std::sync::atomic::AtomicU64,
     mode: OpenMode,
     idle: IdleRelease,
     slot: Mutex<Slot>,
@@ -150,6 +176,8 @@ impl StoreHandle {
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
             path,
+            bells: Mutex::new(Vec::new()),
+            next_bell: std::sync::atomic::AtomicU64::new(0),
             mode,
             idle,
             slot: Mutex::new(Slot {
@@ -293,7 +321,81 @@ impl StoreHandle {
             let _ignored = reply.send(file.and_then(|file| run_guarded(file, job)));
         });
         self.send(Command::Run(job))?;
+        self.ring();
         Ok(receiver)
+    }
+
+    fn ring(&self) {
+        let bells: Vec<Bell> = self
+            .shared
+            .bells
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(_, bell)| Arc::clone(bell))
+            .collect();
+        for bell in bells {
+            bell();
+        }
+    }
+
+    /// Borrows the open file itself (reopening it if it was released): the worker waits, and
+    /// the jobs submitted meanwhile queue, until the [`Lease`] is dropped. For a caller that
+    /// holds the file across awaits for one short step at a time (a daemon turn); a lease held
+    /// for long keeps every other job of the file waiting, unless its holder serves them
+    /// ([`StoreHandle::serve_queued`]).
+    pub async fn lease(&self) -> Result<Lease> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::Lend(reply))?;
+        receiver.await.map_err(|_| StoreError::WorkerGone)?
+    }
+
+    /// Runs, with `file`, the jobs queued on the worker right now (commands that need the
+    /// worker itself — a lease, a release, a close — stay queued for it, in order). Returns how
+    /// many ran. Only for the holder of this handle's [`Lease`] (or a job of this handle), who
+    /// waits for something else and would otherwise keep those jobs waiting: `file` must be the
+    /// leased file. Does nothing when the worker is waiting for jobs itself (no lease is out).
+    /// The jobs run on the calling thread, so a caller inside an async runtime runs this on a
+    /// thread of its own (a job may start a runtime).
+    pub fn serve_queued(&self, file: &mut AdfFile) -> usize {
+        let queue = match &self.shared.lock().state {
+            State::Open { queue, .. } => Arc::clone(queue),
+            State::Released { .. } | State::Closed => return 0,
+        };
+        // The worker holds the queue while it waits for jobs: then no lease is out.
+        let Ok(mut queue) = queue.try_lock() else {
+            return 0;
+        };
+        let mut ran = 0;
+        while let Ok(command) = queue.receiver.try_recv() {
+            match command {
+                Command::Run(job) => {
+                    job(Ok(&mut *file));
+                    ran += 1;
+                }
+                other => queue.deferred.push_back(other),
+            }
+        }
+        ran
+    }
+
+    /// Calls `bell` after every job submitted from now on until the returned [`QueueWatch`]
+    /// is dropped (a lease holder that waits learns there is work to serve). The bell runs on
+    /// the submitting thread: it must only signal.
+    pub fn watch_queue(&self, bell: impl Fn() + Send + Sync + 'static) -> QueueWatch {
+        let id = self
+            .shared
+            .next_bell
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .bells
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((id, Arc::new(bell)));
+        QueueWatch {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        }
     }
 
     /// Runs `job` on the worker and waits for it (for sync callers; not inside async code).
@@ -348,6 +450,77 @@ impl StoreHandle {
     }
 }
 
+/// The open file of a [`StoreHandle`], lent by its worker ([`StoreHandle::lease`]) until this
+/// is dropped. Dropping it rolls back a transaction left open (a holder cancelled mid-step)
+/// and gives the file back to the worker.
+pub struct Lease {
+    file: Option<AdfFile>,
+    back: mpsc::SyncSender<AdfFile>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("path", &self.file.as_ref().map(AdfFile::path))
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = AdfFile;
+
+    fn deref(&self) -> &AdfFile {
+        // Present from creation until `drop` takes it.
+        match &self.file {
+            Some(file) => file,
+            None => unreachable!("a lease holds its file until dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut AdfFile {
+        match &mut self.file {
+            Some(file) => file,
+            None => unreachable!("a lease holds its file until dropped"),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(mut file) = self.file.take() {
+            file.abandon_open_transaction();
+            // The worker waits on the other end; if it is gone, the file closes here.
+            let _gone = self.back.send(file);
+        }
+    }
+}
+
+/// Stops the bell of [`StoreHandle::watch_queue`] when dropped.
+pub struct QueueWatch {
+    shared: Weak<Shared>,
+    id: u64,
+}
+
+impl fmt::Debug for QueueWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueWatch").field("id", &self.id).finish()
+    }
+}
+
+impl Drop for QueueWatch {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared
+                .bells
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
 /// Runs one job so that its panic is its own error: the transaction it left open is rolled
 /// back and the worker, with every later job of the agent, carries on.
 fn run_guarded<R>(file: &mut AdfFile, job: impl FnOnce(&mut AdfFile) -> Result<R>) -> Result<R> {
@@ -377,6 +550,10 @@ fn spawn_worker(
 ) -> Result<()> {
     let generation = slot.generation + 1;
     let (sender, receiver) = mpsc::channel::<Command>();
+    let queue = Arc::new(Mutex::new(Queue {
+        receiver,
+        deferred: std::collections::VecDeque::new(),
+    }));
     let name = format!(
         "adf-store:{}",
         shared
@@ -389,7 +566,7 @@ fn spawn_worker(
         shared: Arc::downgrade(shared),
         generation,
         idle: shared.idle,
-        receiver,
+        queue: Arc::clone(&queue),
         path: shared.path.clone(),
     };
     // Dropping the join handle detaches the thread (see the module docs).
@@ -397,7 +574,11 @@ fn spawn_worker(
         .name(name)
         .spawn(move || worker.run(ready, open))?;
     slot.generation = generation;
-    slot.state = State::Open { sender, generation };
+    slot.state = State::Open {
+        sender,
+        generation,
+        queue,
+    };
     Ok(())
 }
 
@@ -406,7 +587,7 @@ struct Worker {
     shared: Weak<Shared>,
     generation: u64,
     idle: IdleRelease,
-    receiver: mpsc::Receiver<Command>,
+    queue: Arc<Mutex<Queue>>,
     path: PathBuf,
 }
 
@@ -443,10 +624,20 @@ impl Worker {
         self.serve(file);
     }
 
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next command: one a lease holder left for the worker first, then the channel's.
+    /// The queue stays locked while the worker waits, so no lease holder serves it then.
     fn next(&self) -> Option<Command> {
+        let mut queue = self.queue();
+        if let Some(command) = queue.deferred.pop_front() {
+            return Some(command);
+        }
         match self.idle {
-            IdleRelease::Never => self.receiver.recv().ok(),
-            IdleRelease::After(period) => match self.receiver.recv_timeout(period) {
+            IdleRelease::Never => queue.receiver.recv().ok(),
+            IdleRelease::After(period) => match queue.receiver.recv_timeout(period) {
                 Ok(command) => Some(command),
                 Err(RecvTimeoutError::Timeout) => Some(Command::Release(None)),
                 Err(RecvTimeoutError::Disconnected) => None,
@@ -464,6 +655,22 @@ impl Worker {
             };
             match command {
                 Command::Run(job) => job(Ok(&mut file)),
+                Command::Lend(reply) => {
+                    let (back, returned) = mpsc::sync_channel(1);
+                    let lease = Lease {
+                        file: Some(file),
+                        back,
+                    };
+                    // A requester that went away hands the lease back at once (its drop).
+                    if let Err(Ok(lease)) = reply.send(Ok(lease)) {
+                        drop(lease);
+                    }
+                    file = match returned.recv() {
+                        Ok(file) => file,
+                        // Only a lease forgotten without its drop gets here: nothing to serve.
+                        Err(_) => return,
+                    };
+                }
                 Command::Close(reply) => {
                     let _ignored = reply.send(file.close());
                     return;
@@ -474,7 +681,13 @@ impl Worker {
                         return;
                     };
                     let mut slot = shared.lock();
-                    match self.receiver.try_recv() {
+                    let mut queue = self.queue();
+                    let next = match queue.deferred.pop_front() {
+                        Some(command) => Ok(command),
+                        None => queue.receiver.try_recv(),
+                    };
+                    drop(queue);
+                    match next {
                         Ok(next) => {
                             // Work arrived: it runs first and the file stays open.
                             pending = Some(next);
@@ -565,8 +778,18 @@ impl Worker {
             shared.released.notify_all();
         }
         // The sender is out of the state now, so this drains everything that will ever come.
-        while let Ok(command) = self.receiver.try_recv() {
+        let mut queue = self.queue();
+        let mut commands: Vec<Command> = queue.deferred.drain(..).collect();
+        commands.extend(queue.receiver.try_iter());
+        drop(queue);
+        for command in commands {
             match command {
+                Command::Lend(reply) => {
+                    let _ignored = reply.send(Err(StoreError::Reopen {
+                        path: self.path.clone(),
+                        detail: detail.clone(),
+                    }));
+                }
                 Command::Run(job) => job(Err(StoreError::Reopen {
                     path: self.path.clone(),
                     detail: detail.clone(),

@@ -60,7 +60,7 @@ pub use error::{ProtectedKind, Result, StoreError};
 pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport, sidecar};
 pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
 pub use fork::ForkOptions;
-pub use handle::{IdleRelease, StoreHandle};
+pub use handle::{IdleRelease, Lease, QueueWatch, StoreHandle};
 pub use identity::IdentityWrite;
 pub use meta::{MetaEntry, MetaProtection};
 pub use tables::{

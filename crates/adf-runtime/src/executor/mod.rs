@@ -66,31 +66,86 @@ use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
 pub use mesh_updates::MeshUpdates;
+
 pub use pool::{LoopPool, LoopResults, autostart_loops, wakes};
 
-/// An agent file that the turns of several loops share (see [`Executor::run_turn_shared`]).
+/// An agent file that the turns of several loops share (see [`Executor::run_turn_shared`]):
+/// borrowed for the whole turn ([`SharedFile::new`], `adf chat`), or leased from the file's
+/// store worker one step at a time ([`SharedFile::leased`], the daemon), so that between the
+/// steps — while the model answers, while a network tool runs — the worker serves the agent's
+/// other jobs.
 #[derive(Debug)]
 pub struct SharedFile<'a> {
-    file: tokio::sync::Mutex<&'a mut AdfFile>,
+    file: tokio::sync::Mutex<Slot<'a>>,
     /// The config as the last tool batch of any loop left it, so a loop waiting on its model
     /// learns at once that another loop deleted or disabled it (STL-42).
     config: std::sync::Mutex<Option<Arc<Value>>>,
     config_changed: tokio::sync::Notify,
 }
 
+/// Where a [`SharedFile`]'s file is.
+enum Slot<'a> {
+    Borrowed(&'a mut AdfFile),
+    Leased {
+        handle: adf_store::StoreHandle,
+        /// The lease while a step holds the file (boxed: a lease holds the whole file).
+        lease: Option<Box<adf_store::Lease>>,
+        hooks: Option<Arc<dyn LeaseHooks>>,
+    },
+}
+
+impl std::fmt::Debug for Slot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Slot::Borrowed(_) => f.write_str("Borrowed"),
+            Slot::Leased { lease, .. } => f
+                .debug_struct("Leased")
+                .field("held", &lease.is_some())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// What a host does each time a leased [`SharedFile`] takes the file from its worker and
+/// gives it back (the daemon sweeps the rows written in between, so each holder's rows are
+/// its own).
+pub trait LeaseHooks: Send + Sync {
+    /// Right after the file was taken from the worker.
+    fn acquired(&self, file: &mut AdfFile);
+    /// Right before the file goes back to the worker.
+    fn releasing(&self, file: &mut AdfFile);
+}
+
 impl<'a> SharedFile<'a> {
     /// Shares the borrowed file; loops take turns with it through [`Self::lock`].
     pub fn new(file: &'a mut AdfFile) -> Self {
+        Self::with_slot(Slot::Borrowed(file))
+    }
+
+    /// Shares the file of `handle`, leased from its worker for each lock and given back when
+    /// the guard drops; `hooks` run at each hand-over.
+    pub fn leased(handle: adf_store::StoreHandle, hooks: Option<Arc<dyn LeaseHooks>>) -> Self {
+        Self::with_slot(Slot::Leased {
+            handle,
+            lease: None,
+            hooks,
+        })
+    }
+
+    fn with_slot(slot: Slot<'a>) -> Self {
         SharedFile {
-            file: tokio::sync::Mutex::new(file),
+            file: tokio::sync::Mutex::new(slot),
             config: std::sync::Mutex::new(None),
             config_changed: tokio::sync::Notify::new(),
         }
     }
 
-    /// Exclusive use of the file until the guard drops.
-    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, &'a mut AdfFile> {
-        self.file.lock().await
+    /// Exclusive use of the file until the guard drops (a leased file is taken from its
+    /// worker first: an error when the worker is gone or the file cannot be reopened).
+    pub async fn lock(&self) -> Result<FileGuard<'_, 'a>, StoreError> {
+        let mut slot = self.file.lock().await;
+        acquire(&mut slot).await?;
+        Ok(FileGuard { slot })
     }
 
     /// Publishes the config a tool batch left, waking the loops that wait on their model.
@@ -128,6 +183,98 @@ fn loop_available(config: &Value, loop_name: &str) -> bool {
     loop_name == "main"
         || loop_config(config, loop_name)
             .is_some_and(|l| l.get("enabled").and_then(Value::as_bool) == Some(true))
+}
+
+/// Takes a leased slot's file from its worker, if the slot does not hold it.
+async fn acquire(slot: &mut Slot<'_>) -> Result<(), StoreError> {
+    if let Slot::Leased {
+        handle,
+        lease,
+        hooks,
+    } = slot
+        && lease.is_none()
+    {
+        let mut taken = handle.lease().await?;
+        if let Some(hooks) = hooks {
+            hooks.acquired(&mut taken);
+        }
+        *lease = Some(Box::new(taken));
+    }
+    Ok(())
+}
+
+/// Gives a leased slot's file back to its worker.
+fn give_back(slot: &mut Slot<'_>) {
+    if let Slot::Leased { lease, hooks, .. } = slot
+        && let Some(mut held) = lease.take()
+    {
+        // A step cancelled mid-call: its writes are undone before anyone reads them.
+        if let Err(error) = held.rollback_open_transaction() {
+            tracing::warn!(%error, "cannot roll back a cancelled step");
+        }
+        if let Some(hooks) = hooks {
+            hooks.releasing(&mut held);
+        }
+        drop(held);
+    }
+}
+
+/// A [`SharedFile`] locked by one loop's step; a leased file goes back to its worker when
+/// the guard drops.
+#[derive(Debug)]
+pub struct FileGuard<'g, 'a> {
+    slot: tokio::sync::MutexGuard<'g, Slot<'a>>,
+}
+
+impl FileGuard<'_, '_> {
+    /// Awaits `work`, which does not touch the file, with a leased file given back to its
+    /// worker meanwhile (the loop keeps its turn on the shared file: no other loop's step
+    /// starts in between), then takes it again. A borrowed file stays where it is.
+    pub async fn release_while<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, StoreError> {
+        give_back(&mut self.slot);
+        let output = work.await;
+        acquire(&mut self.slot).await?;
+        Ok(output)
+    }
+}
+
+impl std::ops::Deref for FileGuard<'_, '_> {
+    type Target = AdfFile;
+
+    fn deref(&self) -> &AdfFile {
+        match &*self.slot {
+            Slot::Borrowed(file) => file,
+            Slot::Leased {
+                lease: Some(lease), ..
+            } => lease,
+            Slot::Leased { lease: None, .. } => {
+                unreachable!("a guard holds its lease until it drops or releases it")
+            }
+        }
+    }
+}
+
+impl std::ops::DerefMut for FileGuard<'_, '_> {
+    fn deref_mut(&mut self) -> &mut AdfFile {
+        match &mut *self.slot {
+            Slot::Borrowed(file) => file,
+            Slot::Leased {
+                lease: Some(lease), ..
+            } => lease,
+            Slot::Leased { lease: None, .. } => {
+                unreachable!("a guard holds its lease until it drops or releases it")
+            }
+        }
+    }
+}
+
+impl Drop for FileGuard<'_, '_> {
+    fn drop(&mut self) {
+        give_back(&mut self.slot);
+    }
 }
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
@@ -708,7 +855,9 @@ impl Executor {
     /// [`Executor::run_turn`] on a file other loops of the agent share: the file is locked for
     /// each store step and released while the model answers, so the turns of several loops,
     /// polled together on one task, run side by side (§6.4). Tool calls keep the lock for
-    /// their whole run (one transaction each; code runs hold it too).
+    /// their whole run (one transaction each; code runs hold it too); a leased file goes back
+    /// to its worker while a detached tool's network work runs ([`FileGuard::release_while`]),
+    /// the loop keeping the lock.
     pub async fn run_turn_shared(
         &self,
         shared: &SharedFile<'_>,
@@ -716,7 +865,7 @@ impl Executor {
         trigger: Trigger,
         host: &dyn TurnHost,
     ) -> Result<TurnOutcome, ExecutorError> {
-        let mut guard = shared.lock().await;
+        let mut guard = shared.lock().await?;
         let file: &mut AdfFile = &mut guard;
         let config = file.config_shared()?;
         let loop_name = session.loop_name.clone();
@@ -776,7 +925,7 @@ impl Executor {
         let result = self
             .turn_body(shared, session, &facts, &mut checkpoint, host, first_step)
             .await;
-        let mut guard = shared.lock().await;
+        let mut guard = shared.lock().await?;
         close_turn(&mut guard, session, &mut checkpoint, &result, host)?;
         result
     }
@@ -888,7 +1037,7 @@ impl Executor {
             if host.aborted() {
                 return Err(ExecutorError::Aborted);
             }
-            let mut guard = shared.lock().await;
+            let mut guard = shared.lock().await?;
             let file: &mut AdfFile = &mut guard;
             let prepared = match first_step.take() {
                 Some(prepared) => prepared?,
@@ -911,7 +1060,7 @@ impl Executor {
                     return Err(ExecutorError::LoopStopped(loop_name));
                 }
             };
-            let mut guard = shared.lock().await;
+            let mut guard = shared.lock().await?;
             let file: &mut AdfFile = &mut guard;
             self.log_retries(file, &session.loop_name, &retried)?;
             let reply = reply?;
@@ -931,7 +1080,7 @@ impl Executor {
                 session.text_only_streak = 0;
                 let end = self
                     .run_tool_batch(
-                        file,
+                        &mut guard,
                         session,
                         facts,
                         &config,
@@ -941,7 +1090,7 @@ impl Executor {
                         &mut wakes,
                     )
                     .await?;
-                shared.publish_config(file.config_shared()?);
+                shared.publish_config(guard.config_shared()?);
                 end
             };
             if let Some(end) = end {
@@ -1131,7 +1280,7 @@ impl Executor {
     #[allow(clippy::too_many_arguments)]
     async fn run_tool_batch(
         &self,
-        file: &mut AdfFile,
+        guard: &mut FileGuard<'_, '_>,
         session: &mut Session,
         facts: &LoopFacts,
         config: &Value,
@@ -1148,9 +1297,10 @@ impl Executor {
         let mut queued = Vec::new();
         for call in calls {
             let (result, effect) = self
-                .run_tool(file, session, facts, call, host, &mut injections)
+                .run_tool(guard, session, facts, call, host, &mut injections)
                 .await?;
             let (content, is_error) = result;
+            let file: &mut AdfFile = guard;
             if call.name == "fs_read"
                 && !is_error
                 && let Some(block) = media::block_for_read(file, config, &call.input)?
@@ -1196,6 +1346,7 @@ impl Executor {
                 break;
             }
         }
+        let file: &mut AdfFile = guard;
         for task_id in queued {
             self.run_queued_task(file, session, &task_id, host, &mut injections)
                 .await;
@@ -1563,11 +1714,27 @@ impl Executor {
         Ok(())
     }
 
+    /// The future of a deferred call that a detached tool carries out without the file
+    /// (`Tool::detach`: fetch, MCP, message delivery); `None` for code and hosted tools,
+    /// which the driver runs with the file.
+    fn detached(
+        &self,
+        file: &AdfFile,
+        caller: &Caller,
+        call: &crate::tools::DeferredCall,
+    ) -> Result<Option<crate::tools::Detached>, ExecutorError> {
+        if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
+            return Ok(None);
+        }
+        let config = file.config_shared()?;
+        Ok(self.registry.detach(call, &config, caller))
+    }
+
     /// Runs one call and turns its outcome into the result the model reads. Deferred code
     /// calls run in the agent's sandbox; their `loop_inject` contexts go to `injections`.
     async fn run_tool(
         &self,
-        file: &mut AdfFile,
+        guard: &mut FileGuard<'_, '_>,
         session: &mut Session,
         facts: &LoopFacts,
         call: &ToolCall,
@@ -1589,7 +1756,7 @@ impl Executor {
             loop_name: session.loop_name.clone(),
         };
         let outcome = self.registry.call(
-            file,
+            guard,
             &caller,
             &call.name,
             call.input.clone(),
@@ -1597,20 +1764,35 @@ impl Executor {
         );
         let value = match outcome {
             Ok(crate::tools::CallOutcome::Deferred(deferred)) => {
-                let run = crate::code::drive_deferred(
-                    file,
-                    &self.registry,
-                    &caller,
-                    &deferred,
-                    self.code_env(),
-                    &HostApprover(host),
-                    &code_options(session),
-                )
-                .await;
-                injections.extend(run.injections);
-                match run.value {
-                    Ok(value) => value,
-                    Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                // A network tool (fetch, MCP, delivery) never touches the file while it
+                // works: the file goes back to its worker until the answer comes.
+                if let Some(work) = self.detached(guard, &caller, &deferred)? {
+                    let outcome = guard.release_while(work).await?;
+                    outcome.record(guard, caller.inner_loop());
+                    let recorded = self
+                        .registry
+                        .finish_deferred(guard, &deferred, &outcome.result);
+                    match outcome.result.and_then(|value| recorded.map(|()| value)) {
+                        Ok(value) => value,
+                        Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                    }
+                } else {
+                    let file: &mut AdfFile = guard;
+                    let run = crate::code::drive_deferred(
+                        file,
+                        &self.registry,
+                        &caller,
+                        &deferred,
+                        self.code_env(),
+                        &HostApprover(host),
+                        &code_options(session),
+                    )
+                    .await;
+                    injections.extend(run.injections);
+                    match run.value {
+                        Ok(value) => value,
+                        Err(error) => return Ok(((error.to_string(), true), Effect::None)),
+                    }
                 }
             }
             Ok(crate::tools::CallOutcome::Queued { task_id, status }) if status == "running" => {
@@ -1620,6 +1802,7 @@ impl Executor {
             Ok(outcome) => outcome.into_value(),
             Err(error) => return Ok(((error.to_string(), true), Effect::None)),
         };
+        let file: &mut AdfFile = guard;
         let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         let (content, is_error, effect) = match call.name.as_str() {
             "say" => {

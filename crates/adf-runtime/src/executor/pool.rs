@@ -95,10 +95,24 @@ impl LoopPool {
         turns: Vec<(String, Trigger)>,
         host: &dyn TurnHost,
     ) -> Result<LoopResults, ExecutorError> {
+        let shared = SharedFile::new(file);
+        self.run_many_shared(executor, &shared, turns, host).await
+    }
+
+    /// [`LoopPool::run_many`] on a file shared with the caller (a leased one: the daemon).
+    pub async fn run_many_shared(
+        &mut self,
+        executor: &Executor,
+        shared: &SharedFile<'_>,
+        turns: Vec<(String, Trigger)>,
+        host: &dyn TurnHost,
+    ) -> Result<LoopResults, ExecutorError> {
         let mut waiting = std::collections::VecDeque::from(turns);
         let mut results = LoopResults::new();
         // An aborted job starts no further round: its wakes are dropped with it.
         while !waiting.is_empty() && results.len() < MAX_WAKE_TURNS && !host.aborted() {
+            let mut guard = shared.lock().await?;
+            let file: &mut AdfFile = &mut guard;
             let config = file.config_shared()?;
             let mut round: Vec<(String, Session, Trigger, Option<Executor>)> = Vec::new();
             let mut later = std::collections::VecDeque::new();
@@ -123,11 +137,11 @@ impl LoopPool {
                 round.push((target, session, trigger, own));
             }
             waiting = later;
-            let shared = SharedFile::new(file);
+            drop(guard);
             let outcomes =
                 futures::future::join_all(round.iter_mut().map(|(_, session, trigger, own)| {
                     own.as_ref().unwrap_or(executor).run_turn_shared(
-                        &shared,
+                        shared,
                         session,
                         trigger.clone(),
                         host,

@@ -15,6 +15,7 @@ mod fetch_guard;
 mod frontdoor;
 mod fuzz_api;
 mod hil;
+mod liveness;
 mod loops_daemon;
 mod mcp;
 mod messaging;

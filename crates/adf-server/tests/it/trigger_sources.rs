@@ -132,9 +132,11 @@ async fn trg_17_trg_01_aud_17_a_chat_turn_raises_on_chat_on_tool_call_on_task_cr
         .await
         .unwrap();
     assert_eq!(status, 200, "{body}");
+    // AUD-17: the task event carries the row as created (`pending_approval`): the turn's
+    // rows are swept when it hands the file to other jobs during its wait, not at its end.
     let expected = [
         "seen/chat-main.md",
-        "seen/task-sys_update_config-denied.md",
+        "seen/task-sys_update_config-pending_approval.md",
         "seen/tool-sys_update_config-denied.md",
     ];
     wait_for("every handler ran", || async {

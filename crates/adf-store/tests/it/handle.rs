@@ -409,3 +409,61 @@ fn a_panicking_job_fails_alone_rolls_back_and_the_worker_keeps_serving() {
     handle.close().unwrap();
     assert_cleanly_closed(&path);
 }
+
+/// Waits for `future` by polling it (adf-store has no executor); `GUARD` bounds the wait.
+fn wait<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the future never completed"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_lease_lends_the_file_and_its_holder_serves_the_jobs_queued_meanwhile() {
+    let (_dir, path) = closed_file("lease.adf");
+    let handle = StoreHandle::open(&path).unwrap();
+    let mut lease = wait(handle.lease()).unwrap();
+    append(&mut lease, 1).unwrap();
+    // A job queued while the file is lent waits for it...
+    let (rang, bell) = mpsc::channel();
+    let watch = handle.watch_queue(move || {
+        let _ = rang.send(());
+    });
+    let queued = std::thread::spawn({
+        let handle = handle.clone();
+        move || handle.call(|file| append(file, 2))
+    });
+    bell.recv_timeout(GUARD)
+        .expect("the bell rings for a queued job");
+    // ...until the holder runs it with the lent file, on the holder's thread.
+    let mut served = 0;
+    let deadline = std::time::Instant::now() + GUARD;
+    while served == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing to serve");
+        served = handle.serve_queued(&mut lease);
+    }
+    assert_eq!(served, 1);
+    let ran_on = queued.join().unwrap().unwrap();
+    assert_eq!(ran_on, std::thread::current().id());
+    drop(watch);
+    // A transaction the holder left open is rolled back when the lease goes back.
+    lease.connection().execute_batch("BEGIN IMMEDIATE").unwrap();
+    append(&mut lease, 3).unwrap();
+    drop(lease);
+    assert_eq!(order(&handle), vec![1, 2]);
+    // With no lease out, nothing is served from outside the worker.
+    let mut other = AdfFile::open_guest(&path).unwrap();
+    assert_eq!(handle.serve_queued(&mut other), 0);
+    drop(other);
+    handle.close().unwrap();
+    assert_cleanly_closed(&path);
+}

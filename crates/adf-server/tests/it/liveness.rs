@@ -1,0 +1,269 @@
+//! An agent that waits is not frozen (issue 29, findings 1 and 2): while its main loop waits —
+//! for the owner's approval, for an `ask` answer, for a model that does not answer, for a
+//! long network tool call — the agent's system timer keeps firing its lambda and its status,
+//! config and logs are answered. Real daemon on 127.0.0.1, real files, the testkit's mock
+//! model; a "hung" server is a mock held with `hold_until` until the test itself sends the
+//! request that releases it. No sleeps for timing: every wait is for a condition, bounded.
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf_server::Agent;
+use adf_testkit::{MockProvider, Turn, Wire};
+use common::{Harness, agent_file, chat, model_config, wait_for};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// The system timer's lambda: it only has to run.
+const TICK: &str = "export async function main(event) { return event.data.run_count; }";
+
+/// How many more timer lambda runs a waiting agent must complete while it waits.
+const TICKS_WHILE_WAITING: usize = 5;
+
+/// A daemon with an agent pointed at `mock` (with `config` on top) whose system timer runs
+/// `lib/tick.ts` every 100 ms.
+async fn ticking_agent(mock: &MockProvider, config: &[(&str, Value)]) -> (Harness, Arc<Agent>) {
+    let h = Harness::start().await;
+    let mut all = model_config(mock);
+    all.push((
+        "triggers.on_timer",
+        json!({ "enabled": true, "targets": [{ "scope": "system" }] }),
+    ));
+    all.extend(config.iter().cloned());
+    let path = agent_file(h.dir.path(), "ticker", &[("lib/tick.ts", TICK)], &all);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    let (status, body) = call(
+        &h,
+        Method::POST,
+        &format!("/agents/{}/timers", agent.id),
+        Some(
+            json!({ "mode": "interval", "every_ms": 100, "scope": ["system"],
+                     "lambda": "lib/tick.ts:main" }),
+        ),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    wait_for("the timer ticks", || async { ticks(&h, &agent) >= 1 }).await;
+    (h, agent)
+}
+
+/// `lambda.completed` events of the agent's system lambdas after bus cursor `cursor`.
+fn ticks_after(h: &Harness, agent: &Agent, cursor: u64) -> usize {
+    h.server
+        .daemon
+        .events()
+        .since(cursor)
+        .iter()
+        .filter(|f| {
+            f.event.event_type == "lambda.completed"
+                && f.event.agent_id.as_deref() == Some(agent.id.as_str())
+        })
+        .count()
+}
+
+fn ticks(h: &Harness, agent: &Agent) -> usize {
+    ticks_after(h, agent, 0)
+}
+
+/// The bus's newest cursor.
+fn newest_cursor(h: &Harness) -> u64 {
+    h.server
+        .daemon
+        .events()
+        .since(0)
+        .last()
+        .map_or(0, |f| f.cursor)
+}
+
+/// A request that must be answered within 10 s, or the test fails.
+async fn call(h: &Harness, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        h.client.raw(method, path, body.as_ref()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{path} did not answer while the agent waited"))
+    .unwrap()
+}
+
+/// While the agent waits: its timer lambda completes `TICKS_WHILE_WAITING` more runs, and its
+/// status, config and logs are answered (each within 10 s). `still_waiting` is checked after
+/// all of it, so everything above happened before the wait was released.
+async fn stays_alive<F, Fut>(h: &Harness, agent: &Agent, still_waiting: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let before = newest_cursor(h);
+    wait_for("the timer keeps firing while the agent waits", || async {
+        ticks_after(h, agent, before) >= TICKS_WHILE_WAITING
+    })
+    .await;
+    for path in ["status", "config", "logs"] {
+        let (status, body) = call(
+            h,
+            Method::GET,
+            &format!("/agents/{}/{path}", agent.id),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+    }
+    assert!(
+        still_waiting().await,
+        "the wait ended before the checks: they prove nothing"
+    );
+}
+
+async fn runtime_state(h: &Harness, agent: &Agent) -> Value {
+    call(
+        h,
+        Method::GET,
+        &format!("/agents/{}/status", agent.id),
+        None,
+    )
+    .await
+    .1["runtimeState"]
+        .clone()
+}
+
+async fn turn_ended(h: &Harness, agent: &Agent) {
+    wait_for("the turn ended", || async {
+        runtime_state(h, agent).await == "idle"
+    })
+    .await;
+}
+
+/// Sends one request of its own to `mock`, which a `hold_until(2)` was waiting for: both are
+/// answered from then on.
+async fn release(mock: &MockProvider) {
+    let client = reqwest::Client::new();
+    let _answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        client
+            .post(format!("{}/chat/completions", mock.base_url()))
+            .json(&json!({ "model": "mock-model", "messages": [] }))
+            .send(),
+    )
+    .await
+    .expect("the mock answers once released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_a_turn_waiting_for_approval_leaves_timers_and_reads_running() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "approved" }),
+        ),
+        Turn::text("Done."),
+    ]);
+    let (h, agent) = ticking_agent(&mock, &[]).await;
+    chat(&h, &agent, "update your description").await;
+    wait_for("the approval wait", || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+    })
+    .await;
+    stays_alive(&h, &agent, || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+    })
+    .await;
+    let (_, tasks) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
+        None,
+    )
+    .await;
+    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        &h,
+        Method::POST,
+        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+        Some(json!({ "action": "approve" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    turn_ended(&h, &agent).await;
+    let (_, config) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/config", agent.id),
+        None,
+    )
+    .await;
+    assert_eq!(config["config"]["description"], "approved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_a_turn_waiting_for_an_ask_answer_leaves_timers_and_reads_running() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("ask", json!({ "question": "Which colour?" })),
+        Turn::text("Teal it is."),
+    ]);
+    let (h, agent) = ticking_agent(&mock, &[]).await;
+    chat(&h, &agent, "pick a colour with me").await;
+    wait_for("the ask", || async { !agent.hil().asks().is_empty() }).await;
+    stays_alive(&h, &agent, || async { !agent.hil().asks().is_empty() }).await;
+    let (request_id, _) = agent.hil().asks().remove(0);
+    let (status, body) = call(
+        &h,
+        Method::POST,
+        &format!("/agents/{}/asks/{request_id}/respond", agent.id),
+        Some(json!({ "answer": "teal" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    turn_ended(&h, &agent).await;
+    assert_eq!(mock.request_count(), 2, "the turn went on after the answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_a_hung_model_leaves_timers_and_reads_running() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    // The turn's request and the test's releasing one each get an answer.
+    mock.push_all([Turn::text("Finally."), Turn::text("Finally.")]);
+    mock.hold_until(2);
+    let (h, agent) = ticking_agent(&mock, &[]).await;
+    chat(&h, &agent, "hello?").await;
+    tokio::time::timeout(Duration::from_secs(30), mock.requests_arrived(1))
+        .await
+        .expect("the turn asks the model");
+    stays_alive(&h, &agent, || async {
+        mock.request_count() == 1 && runtime_state(&h, &agent).await == "thinking"
+    })
+    .await;
+    release(&mock).await;
+    turn_ended(&h, &agent).await;
+    assert!(common::has_text(&agent, "main", "Finally.").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_a_long_network_tool_call_leaves_timers_and_reads_running() {
+    let slow = MockProvider::start(Wire::OpenAi).await;
+    slow.push_all([Turn::text("slow page"), Turn::text("slow page")]);
+    slow.hold_until(2);
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_fetch",
+            json!({ "url": format!("{}/page", slow.base_url()) }),
+        ),
+        Turn::text("Fetched."),
+    ]);
+    let (h, agent) = ticking_agent(&mock, &[("security.allow_local_fetch", json!(true))]).await;
+    chat(&h, &agent, "fetch the page").await;
+    tokio::time::timeout(Duration::from_secs(30), slow.requests_arrived(1))
+        .await
+        .expect("the tool call reaches the slow server");
+    stays_alive(&h, &agent, || async {
+        slow.request_count() == 1 && mock.request_count() == 1
+    })
+    .await;
+    release(&slow).await;
+    turn_ended(&h, &agent).await;
+    assert_eq!(mock.request_count(), 2, "the turn went on after the fetch");
+}
