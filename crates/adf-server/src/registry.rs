@@ -74,6 +74,8 @@ pub struct Agent {
     /// The reachable agents main was last told of (`mesh_updates`, §5.19), kept across the
     /// executor each turn makes; set on the first turn.
     mesh_updates: std::sync::OnceLock<adf_runtime::executor::MeshUpdates>,
+    /// What the daemon last re-read of other writers' changes (see `watch`).
+    watch: crate::watch::AgentWatch,
 }
 
 impl Agent {
@@ -85,6 +87,10 @@ impl Agent {
     /// The store worker that owns the file.
     pub fn store(&self) -> &StoreHandle {
         &self.store
+    }
+
+    pub(crate) fn watch(&self) -> &crate::watch::AgentWatch {
+        &self.watch
     }
 
     /// Its `mesh_updates` state over `mesh` (made on first use).
@@ -352,7 +358,8 @@ pub(crate) async fn canonical_file(path: &Path) -> Result<PathBuf, ServerError> 
 
 async fn open_store(canonical: PathBuf) -> Result<StoreHandle, ServerError> {
     tokio::task::spawn_blocking(move || {
-        StoreHandle::open_with(canonical, IdleRelease::After(AGENT_IDLE_RELEASE))
+        // Watched: the daemon notices other processes writing the file (see `watch`).
+        StoreHandle::open_watched(canonical, IdleRelease::After(AGENT_IDLE_RELEASE))
     })
     .await
     .map_err(|e| ServerError::Io(std::io::Error::other(e)))?
@@ -397,6 +404,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         taps: crate::taps::Taps::default(),
         live: crate::live::LiveFeed::default(),
         mesh_updates: std::sync::OnceLock::new(),
+        watch: crate::watch::AgentWatch::default(),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

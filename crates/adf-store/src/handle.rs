@@ -163,6 +163,15 @@ impl StoreHandle {
         self.shared.watch.as_ref().map(|watch| watch.take())
     }
 
+    /// Checks for other writers now, from inside a job of this handle (`file` is the file the
+    /// job was handed): a job that runs long (a turn waiting for its owner) holds the worker,
+    /// whose own checks run only between jobs. Does nothing when not watched.
+    pub fn notice_other_writers(&self, file: &AdfFile) {
+        if let Some(watch) = &self.shared.watch {
+            watch.check(file);
+        }
+    }
+
     /// Moves an already open file onto a new worker thread; it stays open.
     pub fn from_file(file: AdfFile) -> Result<Self> {
         let path = file.path().to_path_buf();

@@ -38,7 +38,7 @@ use crate::file::AdfFile;
 pub const MAX_REPORTED_WRITES: usize = 256;
 
 /// `stat` of one file: what another writer's commit or checkpoint moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct FileStat {
     dev: u64,
     ino: u64,
@@ -62,7 +62,7 @@ impl FileStat {
 
 /// `stat` of an agent file and its `-wal` (two system calls, no open): equal stamps mean, up to
 /// the filesystem's timestamp resolution, that nobody wrote in between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DiskStamp {
     db: Option<FileStat>,
     wal: Option<FileStat>,

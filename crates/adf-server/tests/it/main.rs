@@ -17,6 +17,7 @@ mod hil;
 mod loops_daemon;
 mod mcp;
 mod messaging;
+mod other_writers;
 mod replay;
 mod review;
 mod serving;
