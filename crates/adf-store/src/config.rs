@@ -1006,6 +1006,27 @@ mod tests {
     }
 }
 
+/// Most `adf_files` rowids a connection keeps between two takes; past it only "many" is
+/// known (a connection nobody takes from stays this small).
+const MAX_FILES_TOUCHED: usize = 1024;
+
+/// The `adf_files` rows a connection changed (see [`ConfigCache::take_files_touched`]).
+#[derive(Debug, Default)]
+struct FilesTouched {
+    rows: std::collections::HashSet<i64>,
+    overflow: bool,
+}
+
+impl FilesTouched {
+    fn add(&mut self, rowid: i64) {
+        if self.rows.len() < MAX_FILES_TOUCHED {
+            self.rows.insert(rowid);
+        } else if !self.rows.contains(&rowid) {
+            self.overflow = true;
+        }
+    }
+}
+
 /// `(PRAGMA data_version, ConfigCache generation)`.
 type ConfigVersion = (i64, u64);
 
@@ -1020,6 +1041,10 @@ pub(crate) struct ConfigCache {
     /// Bumped by the same hook on every row change of `adf_files`, so a reader that watches
     /// one file (the skills catalog, every step) asks a counter instead of reading the file.
     files_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The rowids of `adf_files` rows this connection changed since the last
+    /// [`ConfigCache::take_files_touched`] (bounded), so a watched handle tells its own file
+    /// writes from another writer's (`other_writers`).
+    files_touched: std::sync::Arc<std::sync::Mutex<FilesTouched>>,
     hooked: bool,
     /// The config and the `(data_version, generation)` it was parsed at.
     parsed: std::cell::RefCell<Option<(ConfigVersion, std::sync::Arc<Value>)>>,
@@ -1035,14 +1060,20 @@ impl ConfigCache {
         let bump = generation.clone();
         let files_generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let bump_files = files_generation.clone();
+        let files_touched = std::sync::Arc::new(std::sync::Mutex::new(FilesTouched::default()));
+        let touch = files_touched.clone();
         let hooked = conn
             .update_hook(Some(
-                move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| match table {
+                move |_: rusqlite::hooks::Action, _: &str, table: &str, rowid: i64| match table {
                     "adf_config" => {
                         bump.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     "adf_files" => {
                         bump_files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        touch
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .add(rowid);
                     }
                     _ => {}
                 },
@@ -1051,6 +1082,7 @@ impl ConfigCache {
         ConfigCache {
             generation,
             files_generation,
+            files_touched,
             hooked,
             parsed: std::cell::RefCell::new(None),
             text: std::cell::RefCell::new(None),
@@ -1079,6 +1111,18 @@ impl ConfigCache {
             self.files_generation
                 .load(std::sync::atomic::Ordering::Relaxed)
         })
+    }
+
+    /// The `adf_files` rowids this connection changed since the last take; `None` when the
+    /// hook is not installed or more rows changed than it keeps (callers cannot tell).
+    pub(crate) fn take_files_touched(&self) -> Option<std::collections::HashSet<i64>> {
+        let touched = std::mem::take(
+            &mut *self
+                .files_touched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        (self.hooked && !touched.overflow).then_some(touched.rows)
     }
 
     /// Remembers `config`, just read from `conn` (the connection this cache watches), as the

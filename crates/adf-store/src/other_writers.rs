@@ -14,18 +14,19 @@
 //!
 //! Which files another writer changed is a diff of `adf_files`' `(updated_at, size)` stamps
 //! against the stamps as this handle last knew them ([`Watch`] keeps one 16-byte hash pair per
-//! file across releases). Those are refreshed after every job that wrote a file (the
-//! connection's update hook counts `adf_files` row changes), so this handle's own writes never
-//! show as someone else's. When another writer commits while a job of this handle is writing
-//! files too, the files cannot be told apart: the change is still counted (the daemon re-reads
-//! config and timers) but its files are not reported.
+//! file across releases). Those are refreshed after every job that wrote a file, and the rows
+//! this connection changed meanwhile (its update hook keeps their rowids) are left out of a
+//! diff, so this handle's own writes never show as someone else's, also when another writer
+//! commits while a job of this handle writes files. Only past 1,024 own file rows between two
+//! checks can the two not be told apart: the change is still counted (the daemon re-reads
+//! config and timers) but its files are not named.
 //!
 //! Blind spot: a `stat` timestamp moves in the kernel's clock ticks (a few milliseconds), so a
 //! released file written by another process within the same tick as this handle's close, to
 //! the same size, and with no `-wal` left behind, keeps its stamp; the next write of any
-//! writer, or the next job's `data_version`, shows it.
+//! writer shows it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -140,10 +141,39 @@ fn hash_of(value: impl Hash) -> u64 {
     hasher.finish()
 }
 
-fn known_of(stamps: &HashMap<String, (String, i64)>) -> Vec<(u64, u64)> {
+/// One file's change stamp: rowid, path, `updated_at`, size.
+struct Stamp {
+    rowid: i64,
+    path: String,
+    updated_at: String,
+    size: i64,
+}
+
+impl Stamp {
+    fn hash(&self) -> u64 {
+        hash_of((&self.updated_at, self.size))
+    }
+}
+
+fn stamps(file: &AdfFile) -> Result<Vec<Stamp>> {
+    let mut stmt = file
+        .conn
+        .prepare_cached("SELECT rowid, path, updated_at, size FROM adf_files")?;
+    let rows = stmt.query_map([], |row| {
+        Ok(Stamp {
+            rowid: row.get(0)?,
+            path: row.get(1)?,
+            updated_at: row.get(2)?,
+            size: row.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+fn known_of(stamps: &[Stamp]) -> Vec<(u64, u64)> {
     let mut known: Vec<(u64, u64)> = stamps
         .iter()
-        .map(|(path, stamp)| (hash_of(path), hash_of(stamp)))
+        .map(|stamp| (hash_of(&stamp.path), stamp.hash()))
         .collect();
     known.sort_unstable();
     known
@@ -156,6 +186,8 @@ impl Watch {
 
     /// A worker opened the file; `before` is the stamp taken just before it opened.
     pub(crate) fn opened(&self, file: &AdfFile, before: Option<DiskStamp>) {
+        // What opening wrote (a migration, the skills registry) is this handle's own.
+        let own = file.config_cache.take_files_touched();
         let mut state = self.lock();
         let moved = match (state.released.take(), before) {
             (Some(released), Some(before)) => released != before,
@@ -163,9 +195,9 @@ impl Watch {
         };
         if moved {
             state.changes += 1;
-            record_files(&mut state, file);
+            record_files(&mut state, file, own.as_ref());
         } else if state.known.is_none() {
-            state.known = file.file_stamps().ok().map(|stamps| known_of(&stamps));
+            state.known = stamps(file).ok().map(|stamps| known_of(&stamps));
         }
         state.connection = version(file).ok();
     }
@@ -174,6 +206,7 @@ impl Watch {
     /// names the files it changed; files this connection wrote meanwhile become the known ones.
     pub(crate) fn check(&self, file: &AdfFile) {
         let Ok(now) = version(file) else { return };
+        let own = file.config_cache.take_files_touched();
         let mut state = self.lock();
         let Some(last) = state.connection.replace(now) else {
             return;
@@ -183,15 +216,15 @@ impl Watch {
         match (external, own_files) {
             (false, false) => {}
             (false, true) => {
-                state.known = file.file_stamps().ok().map(|stamps| known_of(&stamps));
+                state.known = stamps(file).ok().map(|stamps| known_of(&stamps));
             }
             (true, false) => {
                 state.changes += 1;
-                record_files(&mut state, file);
+                record_files(&mut state, file, Some(&HashSet::new()));
             }
             (true, true) => {
                 state.changes += 1;
-                state.known = file.file_stamps().ok().map(|stamps| known_of(&stamps));
+                record_files(&mut state, file, own.as_ref());
             }
         }
     }
@@ -222,24 +255,27 @@ impl Watch {
     }
 }
 
-/// Adds the files whose stamps differ from the known ones to the report and makes the current
-/// stamps the known ones.
-fn record_files(state: &mut WatchState, file: &AdfFile) {
-    let Ok(stamps) = file.file_stamps() else {
+/// Adds the files whose stamps differ from the known ones, except the rows `own` (this
+/// connection's writes) names, to the report, and makes the current stamps the known ones.
+/// `own` is `None` when this connection's writes are not known: nothing is named then.
+fn record_files(state: &mut WatchState, file: &AdfFile, own: Option<&HashSet<i64>>) {
+    let Ok(stamps) = stamps(file) else {
         state.known = None;
         return;
     };
-    if let Some(known) = &state.known {
-        for (path, stamp) in &stamps {
-            let key = hash_of(path);
+    if let (Some(known), Some(own)) = (&state.known, own) {
+        for stamp in &stamps {
+            let key = hash_of(&stamp.path);
             let unchanged = known
                 .binary_search_by_key(&key, |(path, _)| *path)
-                .is_ok_and(|at| known[at].1 == hash_of(stamp));
-            if unchanged {
+                .is_ok_and(|at| known[at].1 == stamp.hash());
+            if unchanged || own.contains(&stamp.rowid) {
                 continue;
             }
-            if state.written.len() < MAX_REPORTED_WRITES || state.written.contains_key(path) {
-                state.written.insert(path.clone(), stamp.1);
+            if state.written.len() < MAX_REPORTED_WRITES
+                || state.written.contains_key(&stamp.path)
+            {
+                state.written.insert(stamp.path.clone(), stamp.size);
             } else {
                 state.unreported += 1;
             }
@@ -304,6 +340,28 @@ mod tests {
             )]
         );
         drop(other);
+        handle.close().unwrap();
+    }
+
+    #[test]
+    fn another_writers_commit_during_a_job_that_writes_files_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle = StoreHandle::open_watched(&path, IdleRelease::Never).unwrap();
+        let outside = path.clone();
+        handle
+            .call(move |file| {
+                write(file, "own/before.md", "ours");
+                let mut other = AdfFile::open(&outside).unwrap();
+                write(&mut other, "theirs.md", "theirs");
+                drop(other);
+                write(file, "own/after.md", "ours too");
+                Ok(())
+            })
+            .unwrap();
+        let seen = handle.take_other_writes().unwrap();
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.written, vec![("theirs.md".to_owned(), 6)]);
         handle.close().unwrap();
     }
 
