@@ -272,8 +272,7 @@ fn record_files(state: &mut WatchState, file: &AdfFile, own: Option<&HashSet<i64
             if unchanged || own.contains(&stamp.rowid) {
                 continue;
             }
-            if state.written.len() < MAX_REPORTED_WRITES
-                || state.written.contains_key(&stamp.path)
+            if state.written.len() < MAX_REPORTED_WRITES || state.written.contains_key(&stamp.path)
             {
                 state.written.insert(stamp.path.clone(), stamp.size);
             } else {

@@ -149,7 +149,9 @@ async fn fil_20_a_file_put_by_another_writer_fires_on_file_change_released_or_op
     put_file(&h, &agent, "docs/api.md", "two").await;
     outside(&path, |file| write(file, "docs/open.md", "three")).await;
     within("the put while open fires on_file_change", || async {
-        contents(&agent, "seen/").await.contains(&"docs/open.md".to_owned())
+        contents(&agent, "seen/")
+            .await
+            .contains(&"docs/open.md".to_owned())
     })
     .await;
     drained(&agent).await;
@@ -240,7 +242,10 @@ async fn a_lambda_authorized_by_another_writer_runs_authorized_on_its_put() {
     let path = agent_file(
         h.dir.path(),
         "guarded",
-        &[("lib/guard.ts", GUARD), ("locked.md", "as the owner left it")],
+        &[
+            ("lib/guard.ts", GUARD),
+            ("locked.md", "as the owner left it"),
+        ],
         &[("triggers", watching_docs("lib/guard.ts:main"))],
     );
     outside(&path, |file| {
@@ -263,9 +268,10 @@ async fn a_lambda_authorized_by_another_writer_runs_authorized_on_its_put() {
         write(file, "docs/second.md", "y");
     })
     .await;
-    within("the put outside runs the lambda authorized outside", || async {
-        contents(&agent, "locked.md").await == ["by the lambda"]
-    })
+    within(
+        "the put outside runs the lambda authorized outside",
+        || async { contents(&agent, "locked.md").await == ["by the lambda"] },
+    )
     .await;
     h.stop().await;
 }
