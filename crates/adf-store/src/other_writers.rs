@@ -61,23 +61,23 @@ impl FileStat {
     }
 }
 
-/// `stat` of an agent file and its `-wal` (two system calls, no open): equal stamps mean, up to
-/// the filesystem's timestamp resolution, that nobody wrote in between.
+/// `stat` of an agent file and its `-wal` (two system calls, no open), kept as a 64-bit
+/// digest (one is held per released agent): equal stamps mean, up to the filesystem's
+/// timestamp resolution, that nobody wrote in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DiskStamp {
-    db: Option<FileStat>,
-    wal: Option<FileStat>,
-}
+pub struct DiskStamp(u64);
 
 impl DiskStamp {
     /// The stamp of `path` and `path-wal` now (a missing file is part of the stamp).
     pub fn of(path: &Path) -> Self {
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        Self {
-            db: FileStat::of(path),
-            wal: FileStat::of(Path::new(&wal)),
-        }
+        Self(hash_of((FileStat::of(path), FileStat::of(Path::new(&wal)))))
+    }
+
+    /// The digest, for a caller that keeps it in an atomic.
+    pub fn digest(self) -> u64 {
+        self.0
     }
 }
 
