@@ -7,7 +7,7 @@
 //!
 //! Detection is adf-store's (`adf_store::other_writers`): the agent's [`StoreHandle`] is opened
 //! watched, so its worker compares `PRAGMA data_version` between jobs (another connection's
-//! commit moves it, the daemon's own never do) and, while the file is released, the `stat` of
+//! commit moves it, the daemon's own commits never do) and, while the file is released, the `stat` of
 //! the file and its `-wal` taken right after its own close. This module adds the tick: one task
 //! for all agents that every [`WATCH_TICK`] asks each handle (a lock, no job) and `stat`s its two
 //! files, and runs one short job on an agent only when its count of other writers' changes moved

@@ -1043,8 +1043,10 @@ pub(crate) struct ConfigCache {
     files_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The rowids of `adf_files` rows this connection changed since the last
     /// [`ConfigCache::take_files_touched`] (bounded), so a watched handle tells its own file
-    /// writes from another writer's (`other_writers`).
+    /// writes from another writer's (`other_writers`); kept only once
+    /// [`ConfigCache::track_files_touched`] asked, so other connections hold none.
     files_touched: std::sync::Arc<std::sync::Mutex<FilesTouched>>,
+    track_touched: std::sync::Arc<std::sync::atomic::AtomicBool>,
     hooked: bool,
     /// The config and the `(data_version, generation)` it was parsed at.
     parsed: std::cell::RefCell<Option<(ConfigVersion, std::sync::Arc<Value>)>>,
@@ -1062,6 +1064,8 @@ impl ConfigCache {
         let bump_files = files_generation.clone();
         let files_touched = std::sync::Arc::new(std::sync::Mutex::new(FilesTouched::default()));
         let touch = files_touched.clone();
+        let track_touched = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tracking = track_touched.clone();
         let hooked = conn
             .update_hook(Some(
                 move |_: rusqlite::hooks::Action, _: &str, table: &str, rowid: i64| match table {
@@ -1070,10 +1074,12 @@ impl ConfigCache {
                     }
                     "adf_files" => {
                         bump_files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        touch
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .add(rowid);
+                        if tracking.load(std::sync::atomic::Ordering::Relaxed) {
+                            touch
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .add(rowid);
+                        }
                     }
                     _ => {}
                 },
@@ -1083,6 +1089,7 @@ impl ConfigCache {
             generation,
             files_generation,
             files_touched,
+            track_touched,
             hooked,
             parsed: std::cell::RefCell::new(None),
             text: std::cell::RefCell::new(None),
@@ -1113,8 +1120,15 @@ impl ConfigCache {
         })
     }
 
-    /// The `adf_files` rowids this connection changed since the last take; `None` when the
-    /// hook is not installed or more rows changed than it keeps (callers cannot tell).
+    /// Starts keeping the `adf_files` rowids this connection changes (a watched handle's).
+    pub(crate) fn track_files_touched(&self) {
+        self.track_touched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The `adf_files` rowids this connection changed since the last take (since tracking
+    /// started); `None` when the hook is not installed or more rows changed than it keeps
+    /// (callers cannot tell).
     pub(crate) fn take_files_touched(&self) -> Option<std::collections::HashSet<i64>> {
         let touched = std::mem::take(
             &mut *self

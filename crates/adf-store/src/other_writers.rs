@@ -186,8 +186,16 @@ impl Watch {
 
     /// A worker opened the file; `before` is the stamp taken just before it opened.
     pub(crate) fn opened(&self, file: &AdfFile, before: Option<DiskStamp>) {
-        // What opening wrote (a migration, the skills registry) is this handle's own.
-        let own = file.config_cache.take_files_touched();
+        file.config_cache.track_files_touched();
+        // Opening may have written (a migration, the skills registry regenerated): that is this
+        // handle's own doing, before its update hook existed, so which files is not known and
+        // then nothing is named.
+        let report = file.open_report();
+        let own = if report.notes.is_empty() && report.migrated_steps.is_empty() {
+            Some(HashSet::new())
+        } else {
+            None
+        };
         let mut state = self.lock();
         let moved = match (state.released.take(), before) {
             (Some(released), Some(before)) => released != before,
