@@ -366,7 +366,13 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-        let seen = handle.take_other_writes().unwrap();
+        // Taken in the next job: the worker's check after a job runs once its reply is sent.
+        let seen = handle
+            .call({
+                let handle = handle.clone();
+                move |_| Ok(handle.take_other_writes().unwrap())
+            })
+            .unwrap();
         assert_eq!(seen.changes, 1);
         assert_eq!(seen.written, vec![("theirs.md".to_owned(), 6)]);
         handle.close().unwrap();
