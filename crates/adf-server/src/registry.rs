@@ -50,7 +50,8 @@ pub struct AgentInfo {
     /// memory only (as in the reference).
     pub display_state: String,
     /// The DID read at load, so the mesh finds a recipient by DID without opening every file
-    /// (an identity rotated later by another process is seen at the next load).
+    /// (an identity another process rotates later is read again when the daemon notices that
+    /// write, `watch`).
     pub did: Option<String>,
 }
 

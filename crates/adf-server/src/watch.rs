@@ -130,6 +130,7 @@ fn needs_look(agent: &Agent) -> bool {
 struct Reread {
     config: Value,
     handle_meta: Option<String>,
+    did: Option<String>,
     wake: Option<Option<i64>>,
     written: Vec<(String, i64)>,
     unreported: u64,
@@ -154,10 +155,12 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
             }
             let config = file.config()?;
             let handle_meta = file.meta_get("adf_handle")?.map(|m| m.value);
+            let did = adf_runtime::messaging::agent_did(file)?;
             let events = crate::dispatch::sweep(file, &observer, &Producer::External);
             Ok(Some(Reread {
                 config,
                 handle_meta,
+                did,
                 wake: crate::scheduler::wake_of(file),
                 written: writes.written,
                 unreported: writes.unreported,
@@ -179,6 +182,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         info.name = fresh.name;
         info.handle = fresh.handle;
         info.autostart = fresh.autostart;
+        info.did = found.did;
     });
     if let Some(wake) = found.wake {
         crate::scheduler::set_wake(hub, agent, wake);
