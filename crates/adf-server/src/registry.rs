@@ -405,7 +405,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         taps: crate::taps::Taps::default(),
         live: crate::live::LiveFeed::default(),
         mesh_updates: std::sync::OnceLock::new(),
-        watch: crate::watch::AgentWatch::default(),
+        watch: crate::watch::AgentWatch::seeded(&facts.config),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

@@ -50,6 +50,25 @@ pub(crate) struct AgentWatch {
     disk: AtomicU64,
     /// A re-read is queued or running.
     in_flight: AtomicBool,
+    /// A hash of the config text as last read, so a re-read drops the caches built from it only
+    /// when it changed (the serving lane's commits move `data_version` all the time).
+    config: AtomicU64,
+}
+
+impl AgentWatch {
+    /// The watch of an agent whose config, read at load, is `config`.
+    pub(crate) fn seeded(config: &Value) -> Self {
+        let watch = Self::default();
+        watch.config.store(config_hash(config), Ordering::SeqCst);
+        watch
+    }
+}
+
+fn config_hash(config: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    config.to_string().hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The watcher task's once-flag, per daemon.
@@ -176,7 +195,11 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
             return;
         }
     };
-    agent.triggers().invalidate();
+    let hash = config_hash(&found.config);
+    let config_changed = agent.watch().config.swap(hash, Ordering::SeqCst) != hash;
+    if config_changed {
+        agent.triggers().invalidate();
+    }
     let fresh = crate::registry::info_from_config(&found.config, found.handle_meta);
     agent.update_info(|info| {
         info.name = fresh.name;
@@ -187,19 +210,27 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
     if let Some(wake) = found.wake {
         crate::scheduler::set_wake(hub, agent, wake);
     }
-    tracing::info!(
-        agent = %agent.id,
-        files = found.written.len() as u64 + found.unreported,
-        "another writer changed the file; config, timers and triggers re-read"
-    );
-    let paths: Vec<&str> = found.written.iter().map(|(p, _)| p.as_str()).collect();
-    hub.emit(
-        agent,
-        "agent.changed_outside",
-        "system:watch",
-        json!({ "files": paths, "files_unnamed": found.unreported }),
-    )
-    .await;
+    let files = found.written.len() as u64 + found.unreported;
+    if config_changed || files > 0 {
+        tracing::info!(
+            agent = %agent.id,
+            config_changed,
+            files,
+            "another writer changed the file; config, timers and triggers re-read"
+        );
+        let paths: Vec<&str> = found.written.iter().map(|(p, _)| p.as_str()).collect();
+        hub.emit(
+            agent,
+            "agent.changed_outside",
+            "system:watch",
+            json!({
+                "config_changed": config_changed,
+                "files": paths,
+                "files_unnamed": found.unreported,
+            }),
+        )
+        .await;
+    }
     for (path, bytes) in found.written {
         hub.emit(
             agent,
