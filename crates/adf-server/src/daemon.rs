@@ -201,6 +201,7 @@ impl Daemon {
             .await;
         crate::hil::report_orphaned_approvals(&self.hub, agent, orphans).await;
         crate::scheduler::ensure_started(&self.hub);
+        crate::watch::ensure_started(&self.hub);
         crate::scheduler::rearm(&self.hub, agent).await;
         let startup = TriggerEvent::new(
             adf_runtime::triggers::TriggerKind::OnStartup,

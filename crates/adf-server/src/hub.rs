@@ -37,6 +37,8 @@ pub(crate) struct Hub {
     started: Instant,
     shutdown: watch::Sender<bool>,
     timer_wakes: TimerWakes,
+    /// The task noticing other writers of loaded files (`watch`).
+    watcher: crate::watch::Watcher,
     /// Agent serving (`adf-net`), set when the daemon starts serving HTTP.
     serving: adf_net::tools::ServingCell,
     /// Outbound WebSockets of every agent (`ws_connections`, `ws_connect`).
@@ -104,6 +106,7 @@ impl Hub {
                 started: Instant::now(),
                 shutdown,
                 timer_wakes: TimerWakes::default(),
+                watcher: crate::watch::Watcher::default(),
                 serving,
                 outbound,
                 umbilical: adf_net::umbilical::UmbilicalLogs::default(),
@@ -156,6 +159,10 @@ impl Hub {
 
     pub(crate) fn settings_lock(&self) -> &tokio::sync::Mutex<()> {
         &self.settings_lock
+    }
+
+    pub(crate) fn watcher(&self) -> &crate::watch::Watcher {
+        &self.watcher
     }
 
     pub(crate) fn timer_wakes(&self) -> &TimerWakes {

@@ -66,6 +66,7 @@ mod shell_runs;
 pub mod taps;
 pub mod token;
 mod turns;
+mod watch;
 
 pub use daemon::{Agent, Daemon, Loaded};
 pub use error::{ApiError, ServerError};

@@ -50,7 +50,8 @@ pub struct AgentInfo {
     /// memory only (as in the reference).
     pub display_state: String,
     /// The DID read at load, so the mesh finds a recipient by DID without opening every file
-    /// (an identity rotated later by another process is seen at the next load).
+    /// (an identity another process rotates later is read again when the daemon notices that
+    /// write, `watch`).
     pub did: Option<String>,
 }
 
@@ -77,6 +78,8 @@ pub struct Agent {
     /// Held by the agent's turn job while it runs: turn jobs of one agent take turns (a loop
     /// never runs two turns at once), while its other jobs interleave with their steps.
     turn_gate: Arc<tokio::sync::Mutex<()>>,
+    /// What the daemon last re-read of other writers' changes (see `watch`).
+    watch: crate::watch::AgentWatch,
 }
 
 impl Agent {
@@ -88,6 +91,10 @@ impl Agent {
     /// The store worker that owns the file.
     pub fn store(&self) -> &StoreHandle {
         &self.store
+    }
+
+    pub(crate) fn watch(&self) -> &crate::watch::AgentWatch {
+        &self.watch
     }
 
     /// Its `mesh_updates` state over `mesh` (made on first use).
@@ -360,7 +367,8 @@ pub(crate) async fn canonical_file(path: &Path) -> Result<PathBuf, ServerError> 
 
 async fn open_store(canonical: PathBuf) -> Result<StoreHandle, ServerError> {
     tokio::task::spawn_blocking(move || {
-        StoreHandle::open_with(canonical, IdleRelease::After(AGENT_IDLE_RELEASE))
+        // Watched: the daemon notices other processes writing the file (see `watch`).
+        StoreHandle::open_watched(canonical, IdleRelease::After(AGENT_IDLE_RELEASE))
     })
     .await
     .map_err(|e| ServerError::Io(std::io::Error::other(e)))?
@@ -406,6 +414,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         live: crate::live::LiveFeed::default(),
         mesh_updates: std::sync::OnceLock::new(),
         turn_gate: Arc::default(),
+        watch: crate::watch::AgentWatch::seeded(&facts.config),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

@@ -1030,6 +1030,27 @@ mod tests {
     }
 }
 
+/// Most `adf_files` rowids a connection keeps between two takes; past it only "many" is
+/// known (a connection nobody takes from stays this small).
+const MAX_FILES_TOUCHED: usize = 1024;
+
+/// The `adf_files` rows a connection changed (see [`ConfigCache::take_files_touched`]).
+#[derive(Debug, Default)]
+struct FilesTouched {
+    rows: std::collections::HashSet<i64>,
+    overflow: bool,
+}
+
+impl FilesTouched {
+    fn add(&mut self, rowid: i64) {
+        if self.rows.len() < MAX_FILES_TOUCHED {
+            self.rows.insert(rowid);
+        } else if !self.rows.contains(&rowid) {
+            self.overflow = true;
+        }
+    }
+}
+
 /// `(PRAGMA data_version, ConfigCache generation)`.
 type ConfigVersion = (i64, u64);
 
@@ -1044,6 +1065,12 @@ pub(crate) struct ConfigCache {
     /// Bumped by the same hook on every row change of `adf_files`, so a reader that watches
     /// one file (the skills catalog, every step) asks a counter instead of reading the file.
     files_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The rowids of `adf_files` rows this connection changed since the last
+    /// [`ConfigCache::take_files_touched`] (bounded), so a watched handle tells its own file
+    /// writes from another writer's (`other_writers`); kept only once
+    /// [`ConfigCache::track_files_touched`] asked, so other connections hold none.
+    files_touched: std::sync::Arc<std::sync::Mutex<FilesTouched>>,
+    track_touched: std::sync::Arc<std::sync::atomic::AtomicBool>,
     hooked: bool,
     /// The config and the `(data_version, generation)` it was parsed at.
     parsed: std::cell::RefCell<Option<(ConfigVersion, std::sync::Arc<Value>)>>,
@@ -1059,14 +1086,24 @@ impl ConfigCache {
         let bump = generation.clone();
         let files_generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let bump_files = files_generation.clone();
+        let files_touched = std::sync::Arc::new(std::sync::Mutex::new(FilesTouched::default()));
+        let touch = files_touched.clone();
+        let track_touched = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tracking = track_touched.clone();
         let hooked = conn
             .update_hook(Some(
-                move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| match table {
+                move |_: rusqlite::hooks::Action, _: &str, table: &str, rowid: i64| match table {
                     "adf_config" => {
                         bump.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     "adf_files" => {
                         bump_files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if tracking.load(std::sync::atomic::Ordering::Relaxed) {
+                            touch
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .add(rowid);
+                        }
                     }
                     _ => {}
                 },
@@ -1075,6 +1112,8 @@ impl ConfigCache {
         ConfigCache {
             generation,
             files_generation,
+            files_touched,
+            track_touched,
             hooked,
             parsed: std::cell::RefCell::new(None),
             text: std::cell::RefCell::new(None),
@@ -1103,6 +1142,25 @@ impl ConfigCache {
             self.files_generation
                 .load(std::sync::atomic::Ordering::Relaxed)
         })
+    }
+
+    /// Starts keeping the `adf_files` rowids this connection changes (a watched handle's).
+    pub(crate) fn track_files_touched(&self) {
+        self.track_touched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The `adf_files` rowids this connection changed since the last take (since tracking
+    /// started); `None` when the hook is not installed or more rows changed than it keeps
+    /// (callers cannot tell).
+    pub(crate) fn take_files_touched(&self) -> Option<std::collections::HashSet<i64>> {
+        let touched = std::mem::take(
+            &mut *self
+                .files_touched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        (self.hooked && !touched.overflow).then_some(touched.rows)
     }
 
     /// Remembers `config`, just read from `conn` (the connection this cache watches), as the

@@ -42,6 +42,7 @@ use tokio::sync::oneshot;
 use crate::OpenMode;
 use crate::error::{Result, StoreError};
 use crate::file::AdfFile;
+use crate::other_writers::{DiskStamp, OtherWriters, OtherWrites, Watch};
 
 /// Whether a [`StoreHandle`] gives its file and worker thread back while nothing uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -112,6 +113,8 @@ struct Shared {
     next_bell: std::sync::atomic::AtomicU64,
     mode: OpenMode,
     idle: IdleRelease,
+    /// Other writers of the file, for a handle opened with [`StoreHandle::open_watched`].
+    watch: Option<Arc<Watch>>,
     slot: Mutex<Slot>,
     /// Signalled whenever a worker finishes releasing (or fails to reopen).
     released: Condvar,
@@ -156,22 +159,57 @@ impl StoreHandle {
     pub fn open_with(path: impl AsRef<Path>, idle: IdleRelease) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let opener = path.clone();
-        Self::start(path, OpenMode::ReadWrite, idle, move || {
+        Self::start(path, OpenMode::ReadWrite, idle, None, move || {
             AdfFile::open(opener)
         })
+    }
+
+    /// [`StoreHandle::open_with`], also watching for other writers of the file (another
+    /// process, another connection): see [`crate::other_writers`]. Costs two `PRAGMA
+    /// data_version` reads per job, two `stat`s per release and a 16-byte pair per file.
+    pub fn open_watched(path: impl AsRef<Path>, idle: IdleRelease) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let opener = path.clone();
+        let watch = Some(Arc::new(Watch::default()));
+        Self::start(path, OpenMode::ReadWrite, idle, watch, move || {
+            AdfFile::open(opener)
+        })
+    }
+
+    /// What this handle knows of other writers, without a job; `None` when it was not opened
+    /// with [`StoreHandle::open_watched`].
+    pub fn other_writers(&self) -> Option<OtherWriters> {
+        self.shared.watch.as_ref().map(|watch| watch.snapshot())
+    }
+
+    /// The files other writers changed since the last take (and the change count), clearing
+    /// them; `None` when not watched. Inside a job it includes what the worker found just
+    /// before that job.
+    pub fn take_other_writes(&self) -> Option<OtherWrites> {
+        self.shared.watch.as_ref().map(|watch| watch.take())
+    }
+
+    /// Checks for other writers now, from inside a job of this handle (`file` is the file the
+    /// job was handed): a job that runs long (a turn waiting for its owner) holds the worker,
+    /// whose own checks run only between jobs. Does nothing when not watched.
+    pub fn notice_other_writers(&self, file: &AdfFile) {
+        if let Some(watch) = &self.shared.watch {
+            watch.check(file);
+        }
     }
 
     /// Moves an already open file onto a new worker thread; it stays open.
     pub fn from_file(file: AdfFile) -> Result<Self> {
         let path = file.path().to_path_buf();
         let mode = file.mode();
-        Self::start(path, mode, IdleRelease::Never, move || Ok(file))
+        Self::start(path, mode, IdleRelease::Never, None, move || Ok(file))
     }
 
     fn start(
         path: PathBuf,
         mode: OpenMode,
         idle: IdleRelease,
+        watch: Option<Arc<Watch>>,
         open: impl FnOnce() -> Result<AdfFile> + Send + 'static,
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
@@ -180,6 +218,7 @@ impl StoreHandle {
             next_bell: std::sync::atomic::AtomicU64::new(0),
             mode,
             idle,
+            watch,
             slot: Mutex::new(Slot {
                 state: State::Closed,
                 generation: 0,
@@ -568,6 +607,7 @@ fn spawn_worker(
         idle: shared.idle,
         queue: Arc::clone(&queue),
         path: shared.path.clone(),
+        watch: shared.watch.clone(),
     };
     // Dropping the join handle detaches the thread (see the module docs).
     let _detached = thread::Builder::new()
@@ -589,6 +629,7 @@ struct Worker {
     idle: IdleRelease,
     queue: Arc<Mutex<Queue>>,
     path: PathBuf,
+    watch: Option<Arc<Watch>>,
 }
 
 impl Worker {
@@ -607,8 +648,13 @@ impl Worker {
                     .unwrap_or_else(PoisonError::into_inner);
             }
         }
+        // Taken before opening: opening may itself write (a migration), and that is ours.
+        let before = self.watch.as_ref().map(|_| DiskStamp::of(&self.path));
         let file = match (open(), ready) {
             (Ok(file), ready) => {
+                if let Some(watch) = &self.watch {
+                    watch.opened(&file, before);
+                }
                 if let Some(ready) = ready {
                     let _ignored = ready.send(Ok(()));
                 }
@@ -654,8 +700,21 @@ impl Worker {
                 return;
             };
             match command {
-                Command::Run(job) => job(Ok(&mut file)),
+                Command::Run(job) => {
+                    if let Some(watch) = &self.watch {
+                        watch.check(&file);
+                    }
+                    job(Ok(&mut file));
+                    if let Some(watch) = &self.watch {
+                        watch.check(&file);
+                    }
+                }
                 Command::Lend(reply) => {
+                    // A lease is a long job: other writers are sorted from its own writes on
+                    // both sides of it, as around any job.
+                    if let Some(watch) = &self.watch {
+                        watch.check(&file);
+                    }
                     let (back, returned) = mpsc::sync_channel(1);
                     let lease = Lease {
                         file: Some(file),
@@ -670,6 +729,9 @@ impl Worker {
                         // Only a lease forgotten without its drop gets here: nothing to serve.
                         Err(_) => return,
                     };
+                    if let Some(watch) = &self.watch {
+                        watch.check(&file);
+                    }
                 }
                 Command::Close(reply) => {
                     let _ignored = reply.send(file.close());
@@ -713,12 +775,19 @@ impl Worker {
                     };
                     slot.closing = true;
                     drop(slot);
+                    if let Some(watch) = &self.watch {
+                        watch.check(&file);
+                    }
                     // A panic must still end the release, or the next worker would wait forever.
                     let closed =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| file.close()))
                             .unwrap_or_else(|_| {
                                 Err(StoreError::JobPanicked("closing the file panicked".into()))
                             });
+                    // Before the next worker may open (`closing` still holds it back).
+                    if let Some(watch) = &self.watch {
+                        watch.released(DiskStamp::of(&self.path));
+                    }
                     self.finish_release(&shared, closed, reply);
                     return;
                 }

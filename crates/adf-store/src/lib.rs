@@ -32,6 +32,7 @@ pub mod messages;
 pub mod meta;
 pub mod migrate;
 pub mod mime;
+pub mod other_writers;
 pub mod owner_ops;
 mod page_image;
 pub mod schema;

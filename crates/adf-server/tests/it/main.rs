@@ -19,6 +19,7 @@ mod liveness;
 mod loops_daemon;
 mod mcp;
 mod messaging;
+mod other_writers;
 mod replay;
 mod review;
 mod serving;

@@ -1,0 +1,415 @@
+//! Other writers of a file a watched [`StoreHandle`](crate::StoreHandle) holds: another process
+//! (`adf put`, `adf config set`, `adf tool … sys_set_timer`) or another connection of this
+//! process (a guest connection) committing to the same file.
+//!
+//! Two signals, neither of which this handle's own writes move:
+//! - while the worker holds the file open, SQLite's `PRAGMA data_version`, which changes when
+//!   another connection commits and never for this connection's own commits; the worker reads
+//!   it before and after every job;
+//! - while the file is released (closed for idleness), the [`DiskStamp`] of the database and its
+//!   `-wal` taken right after the worker's own close: nothing of this handle writes until the
+//!   next worker opens, so a different stamp then means someone else wrote (another process
+//!   appends frames to the `-wal`, or creates it, and its own close checkpoints into the
+//!   database file and removes the `-wal`).
+//!
+//! Which files another writer changed is a diff of `adf_files`' `(updated_at, size)` stamps
+//! against the stamps as this handle last knew them ([`Watch`] keeps one 16-byte hash pair per
+//! file across releases). Those are refreshed after every job that wrote a file, and the rows
+//! this connection changed meanwhile (its update hook keeps their rowids) are left out of a
+//! diff, so this handle's own writes never show as someone else's, also when another writer
+//! commits while a job of this handle writes files. Only past 1,024 own file rows between two
+//! checks can the two not be told apart: the change is still counted (the daemon re-reads
+//! config and timers) but its files are not named.
+//!
+//! Blind spot: a `stat` timestamp moves in the kernel's clock ticks (a few milliseconds), so a
+//! released file written by another process within the same tick as this handle's close, to
+//! the same size, and with no `-wal` left behind, keeps its stamp; the next write of any
+//! writer shows it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::error::Result;
+use crate::file::AdfFile;
+
+/// Most changed paths kept for the daemon between two takes; beyond it they are counted.
+pub const MAX_REPORTED_WRITES: usize = 256;
+
+/// `stat` of one file: what another writer's commit or checkpoint moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileStat {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileStat {
+    fn of(path: &Path) -> Option<Self> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        })
+    }
+}
+
+/// `stat` of an agent file and its `-wal` (two system calls, no open), kept as a 64-bit
+/// digest (one is held per released agent): equal stamps mean, up to the filesystem's
+/// timestamp resolution, that nobody wrote in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DiskStamp(u64);
+
+impl DiskStamp {
+    /// The stamp of `path` and `path-wal` now (a missing file is part of the stamp).
+    pub fn of(path: &Path) -> Self {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        Self(hash_of((FileStat::of(path), FileStat::of(Path::new(&wal)))))
+    }
+
+    /// The digest, for a caller that keeps it in an atomic.
+    pub fn digest(self) -> u64 {
+        self.0
+    }
+}
+
+/// What a watched handle knows of other writers, read without a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtherWriters {
+    /// How many times another writer's commits were found so far (only grows).
+    pub changes: u64,
+    /// Whether a worker holds the file open (its `data_version` is the signal); false while
+    /// released.
+    pub open: bool,
+    /// The file's stamp right after this handle last released it (`None` while open).
+    pub released: Option<DiskStamp>,
+}
+
+/// What another writer did since the last take.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OtherWrites {
+    /// [`OtherWriters::changes`] at the take.
+    pub changes: u64,
+    /// Files another writer created or changed, with their size, in path order.
+    pub written: Vec<(String, i64)>,
+    /// Changed files beyond [`MAX_REPORTED_WRITES`], not named.
+    pub unreported: u64,
+}
+
+/// The connection's read of who committed: `data_version` and this connection's own
+/// `adf_files` row changes (`None` when its update hook was refused).
+type Version = (i64, Option<u64>);
+
+#[derive(Debug, Default)]
+struct WatchState {
+    changes: u64,
+    written: BTreeMap<String, i64>,
+    unreported: u64,
+    /// `(hash(path), hash(updated_at, size))` of every file, sorted: the files as this handle
+    /// last knew them. `None` until the first open.
+    known: Option<Vec<(u64, u64)>>,
+    /// The open connection's last [`Version`]; `None` while released.
+    connection: Option<Version>,
+    released: Option<DiskStamp>,
+}
+
+/// The other-writers state of one handle, shared by its successive workers.
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    state: Mutex<WatchState>,
+}
+
+fn version(file: &AdfFile) -> Result<Version> {
+    let data_version: i64 = file
+        .conn
+        .prepare_cached("PRAGMA data_version")?
+        .query_row([], |row| row.get(0))?;
+    Ok((data_version, file.config_cache.files_generation()))
+}
+
+fn hash_of(value: impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// One file's change stamp: rowid, path, `updated_at`, size.
+struct Stamp {
+    rowid: i64,
+    path: String,
+    updated_at: String,
+    size: i64,
+}
+
+impl Stamp {
+    fn hash(&self) -> u64 {
+        hash_of((&self.updated_at, self.size))
+    }
+}
+
+fn stamps(file: &AdfFile) -> Result<Vec<Stamp>> {
+    let mut stmt = file
+        .conn
+        .prepare_cached("SELECT rowid, path, updated_at, size FROM adf_files")?;
+    let rows = stmt.query_map([], |row| {
+        Ok(Stamp {
+            rowid: row.get(0)?,
+            path: row.get(1)?,
+            updated_at: row.get(2)?,
+            size: row.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+fn known_of(stamps: &[Stamp]) -> Vec<(u64, u64)> {
+    let mut known: Vec<(u64, u64)> = stamps
+        .iter()
+        .map(|stamp| (hash_of(&stamp.path), stamp.hash()))
+        .collect();
+    known.sort_unstable();
+    known
+}
+
+impl Watch {
+    fn lock(&self) -> MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A worker opened the file; `before` is the stamp taken just before it opened.
+    pub(crate) fn opened(&self, file: &AdfFile, before: Option<DiskStamp>) {
+        file.config_cache.track_files_touched();
+        // Opening may have written (a migration, the skills registry regenerated): that is this
+        // handle's own doing, before its update hook existed, so which files is not known and
+        // then nothing is named.
+        let report = file.open_report();
+        let own = if report.notes.is_empty() && report.migrated_steps.is_empty() {
+            Some(HashSet::new())
+        } else {
+            None
+        };
+        let mut state = self.lock();
+        let moved = match (state.released.take(), before) {
+            (Some(released), Some(before)) => released != before,
+            _ => false,
+        };
+        if moved {
+            state.changes += 1;
+            record_files(&mut state, file, own.as_ref());
+        } else if state.known.is_none() {
+            state.known = stamps(file).ok().map(|stamps| known_of(&stamps));
+        }
+        state.connection = version(file).ok();
+    }
+
+    /// Between jobs and at release: counts another writer's commits since the last check and
+    /// names the files it changed; files this connection wrote meanwhile become the known ones.
+    pub(crate) fn check(&self, file: &AdfFile) {
+        let Ok(now) = version(file) else { return };
+        let own = file.config_cache.take_files_touched();
+        let mut state = self.lock();
+        let Some(last) = state.connection.replace(now) else {
+            return;
+        };
+        let external = now.0 != last.0;
+        let own_files = now.1.is_none() || now.1 != last.1;
+        match (external, own_files) {
+            (false, false) => {}
+            (false, true) => {
+                state.known = stamps(file).ok().map(|stamps| known_of(&stamps));
+            }
+            (true, false) => {
+                state.changes += 1;
+                record_files(&mut state, file, Some(&HashSet::new()));
+            }
+            (true, true) => {
+                state.changes += 1;
+                record_files(&mut state, file, own.as_ref());
+            }
+        }
+    }
+
+    /// The worker closed the file for idleness; `after` is the stamp taken right after.
+    pub(crate) fn released(&self, after: DiskStamp) {
+        let mut state = self.lock();
+        state.connection = None;
+        state.released = Some(after);
+    }
+
+    pub(crate) fn snapshot(&self) -> OtherWriters {
+        let state = self.lock();
+        OtherWriters {
+            changes: state.changes,
+            open: state.connection.is_some(),
+            released: state.released,
+        }
+    }
+
+    pub(crate) fn take(&self) -> OtherWrites {
+        let mut state = self.lock();
+        OtherWrites {
+            changes: state.changes,
+            written: std::mem::take(&mut state.written).into_iter().collect(),
+            unreported: std::mem::take(&mut state.unreported),
+        }
+    }
+}
+
+/// Adds the files whose stamps differ from the known ones, except the rows `own` (this
+/// connection's writes) names, to the report, and makes the current stamps the known ones.
+/// `own` is `None` when this connection's writes are not known: nothing is named then.
+fn record_files(state: &mut WatchState, file: &AdfFile, own: Option<&HashSet<i64>>) {
+    let Ok(stamps) = stamps(file) else {
+        state.known = None;
+        return;
+    };
+    if let (Some(known), Some(own)) = (&state.known, own) {
+        for stamp in &stamps {
+            let key = hash_of(&stamp.path);
+            let unchanged = known
+                .binary_search_by_key(&key, |(path, _)| *path)
+                .is_ok_and(|at| known[at].1 == stamp.hash());
+            if unchanged || own.contains(&stamp.rowid) {
+                continue;
+            }
+            if state.written.len() < MAX_REPORTED_WRITES || state.written.contains_key(&stamp.path)
+            {
+                state.written.insert(stamp.path.clone(), stamp.size);
+            } else {
+                state.unreported += 1;
+            }
+        }
+    }
+    state.known = Some(known_of(&stamps));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{AdfFile, Caller, CreateOptions, FileWrite, IdleRelease, StoreHandle};
+
+    fn write(file: &mut AdfFile, path: &str, text: &str) {
+        file.file_write(Caller::Owner, path, text.as_bytes(), &FileWrite::default())
+            .unwrap();
+    }
+
+    fn created(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        let path = dir.path().join("a.adf");
+        AdfFile::create(&path, &CreateOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn own_writes_are_not_another_writers_and_anothers_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle = StoreHandle::open_watched(&path, IdleRelease::Never).unwrap();
+        for round in 0..3 {
+            handle
+                .call(move |file| {
+                    write(file, "own.md", &format!("round {round}"));
+                    Ok(())
+                })
+                .unwrap();
+        }
+        handle.call(|_| Ok(())).unwrap();
+        assert_eq!(handle.other_writers().unwrap().changes, 0);
+        assert!(handle.take_other_writes().unwrap().written.is_empty());
+
+        let mut other = AdfFile::open(&path).unwrap();
+        write(&mut other, "notes/outside.md", "from another connection");
+        // The worker sees it at its next job, before running it.
+        let seen = handle
+            .call({
+                let handle = handle.clone();
+                move |_| Ok(handle.take_other_writes().unwrap())
+            })
+            .unwrap();
+        assert_eq!(seen.changes, 1);
+        assert_eq!(
+            seen.written,
+            vec![(
+                "notes/outside.md".to_owned(),
+                "from another connection".len() as i64
+            )]
+        );
+        drop(other);
+        handle.close().unwrap();
+    }
+
+    #[test]
+    fn another_writers_commit_during_a_job_that_writes_files_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle = StoreHandle::open_watched(&path, IdleRelease::Never).unwrap();
+        let outside = path.clone();
+        handle
+            .call(move |file| {
+                write(file, "own/before.md", "ours");
+                let mut other = AdfFile::open(&outside).unwrap();
+                write(&mut other, "theirs.md", "theirs");
+                drop(other);
+                write(file, "own/after.md", "ours too");
+                Ok(())
+            })
+            .unwrap();
+        // Taken in the next job: the worker's check after a job runs once its reply is sent.
+        let seen = handle
+            .call({
+                let handle = handle.clone();
+                move |_| Ok(handle.take_other_writes().unwrap())
+            })
+            .unwrap();
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.written, vec![("theirs.md".to_owned(), 6)]);
+        handle.close().unwrap();
+    }
+
+    #[test]
+    fn a_write_while_released_is_found_when_the_file_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle =
+            StoreHandle::open_watched(&path, IdleRelease::After(Duration::from_millis(20)))
+                .unwrap();
+        handle
+            .call(|file| {
+                write(file, "own.md", "ours");
+                Ok(())
+            })
+            .unwrap();
+        assert!(handle.wait_until_released(Duration::from_secs(5)));
+        let released = handle.other_writers().unwrap();
+        assert!(!released.open);
+        let stamp = released.released.unwrap();
+        assert_eq!(stamp, super::DiskStamp::of(&path), "nothing wrote since");
+
+        let mut other = AdfFile::open(&path).unwrap();
+        write(&mut other, "put.md", "adf put");
+        other.close().unwrap();
+        assert_ne!(stamp, super::DiskStamp::of(&path));
+
+        let seen = handle
+            .call({
+                let handle = handle.clone();
+                move |_| Ok(handle.take_other_writes().unwrap())
+            })
+            .unwrap();
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.written, vec![("put.md".to_owned(), 7)]);
+        handle.close().unwrap();
+    }
+}
