@@ -300,7 +300,11 @@ async fn curl_exit_codes_follow_curl_on_http_errors_and_refusals() {
     // machine; every other loopback request must have arrived, and nothing else.
     let served = hits.lock().unwrap().clone();
     let without_hang: Vec<_> = served.iter().filter(|hit| !hit.contains("/hang")).collect();
-    assert_eq!(without_hang.len(), 4, "only the loopback requests: {served:?}");
+    assert_eq!(
+        without_hang.len(),
+        4,
+        "only the loopback requests: {served:?}"
+    );
     assert!(served.len() <= 5, "only the loopback requests: {served:?}");
 }
 

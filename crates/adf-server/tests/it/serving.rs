@@ -2402,11 +2402,7 @@ async fn session_cookie(h: &Harness) -> String {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let login = client
-        .get(h.server.login_url())
-        .send()
-        .await
-        .unwrap();
+    let login = client.get(h.server.login_url()).send().await.unwrap();
     let cookie = login
         .headers()
         .get("set-cookie")
