@@ -15,6 +15,33 @@ use crate::tool_cmds::ApprovalPolicy;
 
 /// Runs one file command and returns the process exit code.
 pub(crate) fn run(command: Command, out: Output) -> Result<ExitCode> {
+    let changed = changed_file(&command).map(std::path::Path::to_path_buf);
+    let code = run_command(command, out)?;
+    if let Some(file) = changed
+        && code == ExitCode::SUCCESS
+    {
+        crate::held::note_if_held(&file);
+    }
+    Ok(code)
+}
+
+/// The file a command writes as the owner, outside any daemon: a daemon that holds it picks
+/// the change up by itself, and the command says so ([`crate::held`]).
+fn changed_file(command: &Command) -> Option<&std::path::Path> {
+    use crate::{ConfigCommand, MetaCommand};
+    match command {
+        Command::Put { file, .. }
+        | Command::Rm { file, .. }
+        | Command::Authorize { file, .. }
+        | Command::Unauthorize { file, .. }
+        | Command::Tool { file, .. }
+        | Command::Meta(MetaCommand::Set { file, .. } | MetaCommand::Rm { file, .. })
+        | Command::Config(ConfigCommand::Set { file, .. }) => Some(file),
+        _ => None,
+    }
+}
+
+fn run_command(command: Command, out: Output) -> Result<ExitCode> {
     match command {
         Command::Demo {
             dir,

@@ -13,6 +13,7 @@ mod code_cmds;
 mod demo;
 mod dispatch;
 mod file_cmds;
+mod held;
 mod http_load;
 mod identity_cmds;
 mod mcp_cmds;

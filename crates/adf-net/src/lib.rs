@@ -332,8 +332,19 @@ impl Serving {
         })
     }
 
-    /// Requests of the agent `id` whose bodies are read and that wait for its request thread
-    /// (not counting the batch it runs now).
+    /// Requests of the agent `id` admitted and not yet answered: queued, in a batch, or
+    /// running (at most `max_in_flight_per_agent`; past it, 503 `AGENT_BUSY`).
+    pub fn requests_in_flight(&self, id: &str) -> usize {
+        self.existing_slot(id).map_or(0, |slot| {
+            self.limits
+                .max_in_flight_per_agent
+                .saturating_sub(slot.in_flight.available_permits())
+        })
+    }
+
+    /// Requests of agent `id` queued for its lane and not yet taken into a batch (a batch
+    /// takes every request waiting when it starts, so some of the in-flight ones may wait
+    /// inside the running batch instead).
     pub fn waiting_requests(&self, id: &str) -> usize {
         let slot = self.existing_slot(id);
         slot.map_or(0, |slot| resolve::waiting(&slot))

@@ -476,3 +476,39 @@ fn the_daemon_raises_its_soft_open_file_limit_to_the_hard_one() {
     assert_ne!(soft, "256", "the soft limit was not raised");
     assert_eq!(soft, hard);
 }
+
+/// Issue 29 (one file, two writers): a file command that writes a file a daemon of the same
+/// home holds says that the daemon picks the change up; a file no daemon holds gets no note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_command_on_a_file_the_daemon_holds_says_the_daemon_picks_it_up() {
+    let mock = MockProvider::openai().await;
+    let daemon = start(&mock);
+    let held = daemon._dir.path().join("helper.adf");
+    let loose = daemon._dir.path().join("loose.adf");
+    AdfFile::create(&loose, &CreateOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let put = |file: &Path| {
+        let mut child = Process::new(assert_cmd::cargo::cargo_bin("adf"))
+            .env("ADF_HOME", &daemon.home)
+            .env_remove("ADF_DAEMON_TOKEN")
+            .args(["put", file.to_str().unwrap(), "notes.md"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"hello").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = put(&held);
+    assert!(
+        stderr.contains(&format!("the daemon at {} holds", daemon.url)),
+        "{stderr}"
+    );
+    let stderr = put(&loose);
+    assert!(!stderr.contains("holds"), "{stderr}");
+}
