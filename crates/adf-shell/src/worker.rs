@@ -7,7 +7,7 @@
 //! was abandoned. The worker is a process that can be killed: it reads one request (a JSON
 //! line, then the input) on stdin, evaluates it on a thread with a fixed stack
 //! ([`JQ_STACK_BYTES`]), keeps its own time and memory budget (a watchdog thread that exits
-//! the process), and prints jq's stdout and stderr. The shell's side ([`run_jq`]) kills it
+//! the process), and prints jq's stdout and stderr. The shell's side (`run_jq`) kills it
 //! when the line's time runs out, when the call is abandoned, or when its output passes the
 //! cap; a crash (stack overflow, failed allocation) is reported as a clear jq error.
 //!

@@ -13,7 +13,7 @@
 //!   database file and removes the `-wal`).
 //!
 //! Which files another writer changed is a diff of `adf_files`' `(updated_at, size)` stamps
-//! against the stamps as this handle last knew them ([`Watch`] keeps one 16-byte hash pair per
+//! against the stamps as this handle last knew them (`Watch` keeps one 16-byte hash pair per
 //! file across releases). Those are refreshed after every job that wrote a file, and the rows
 //! this connection changed meanwhile (its update hook keeps their rowids) are left out of a
 //! diff, so this handle's own writes never show as someone else's, also when another writer
