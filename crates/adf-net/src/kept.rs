@@ -108,7 +108,7 @@ impl KeptFiles {
         // A connection left inside a transaction (a lambda that timed out mid-write) would
         // hold the write lock for the next request, and one to an old path serves nobody:
         // close it instead.
-        let closing = if file.connection().is_autocommit() && kept.path.as_deref() == Some(path) {
+        let closing = if !file.in_transaction() && kept.path.as_deref() == Some(path) {
             kept.files.push(file);
             Vec::new()
         } else {

@@ -739,7 +739,7 @@ impl Batch {
     /// request, or a run committed it before a wait off the file).
     fn begin(&mut self, file: &AdfFile, index: usize) {
         self.current = index;
-        if !file.connection().is_autocommit() {
+        if file.in_transaction() {
             return;
         }
         self.open_since = None;
@@ -755,7 +755,7 @@ impl Batch {
         let Some(since) = self.open_since.take() else {
             return;
         };
-        if file.connection().is_autocommit() {
+        if !file.in_transaction() {
             return;
         }
         if let Err(error) = file.run_cached("COMMIT") {

@@ -540,7 +540,7 @@ impl Owner<'_> {
         file: &AdfFile,
         sender: &mpsc::Sender<Wake>,
     ) -> Option<adf_store::QueueWatch> {
-        if !file.connection().is_autocommit() {
+        if file.in_transaction() {
             return None;
         }
         let bell = sender.clone();
@@ -557,7 +557,7 @@ impl Owner<'_> {
     /// after (see `TurnObserver`). On a thread of its own, since a job may start a runtime and
     /// this wait runs inside the turn's.
     fn serve_queued(&self, file: &mut AdfFile) {
-        if !file.connection().is_autocommit() {
+        if file.in_transaction() {
             return;
         }
         let observer = &self.scope.observer;

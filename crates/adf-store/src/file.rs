@@ -411,6 +411,13 @@ impl AdfFile {
         Ok(migrate::read_schema_version(&self.conn)?.unwrap_or(0))
     }
 
+    /// Whether a transaction (or savepoint) is open on this connection: a unit of work left
+    /// unfinished, which a caller that is about to hand the file to someone else must not
+    /// share (or must roll back).
+    pub fn in_transaction(&self) -> bool {
+        !self.conn.is_autocommit()
+    }
+
     /// The raw connection, for read-only queries by code in this crate's tests and tools.
     /// Writes must go through the typed API so protection rules apply.
     pub fn connection(&self) -> &Connection {

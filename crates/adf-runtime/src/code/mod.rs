@@ -493,7 +493,7 @@ pub async fn run_lambda_closing(
     closing: impl FnOnce(&mut AdfFile, &CodeRun),
 ) -> CodeRun {
     let source = lambda.source();
-    let enclosing = !file.connection().is_autocommit();
+    let enclosing = file.in_transaction();
     let own = !enclosing && file.run_cached("BEGIN IMMEDIATE").is_ok();
     log_execute(
         file,
@@ -521,7 +521,7 @@ pub async fn run_lambda_closing(
     let elapsed = started.elapsed();
     // Still inside the run's transaction: no wait committed it.
     if let Some(logs_before) = logs_before
-        && !file.connection().is_autocommit()
+        && file.in_transaction()
     {
         close_run_savepoint(file, logs_before, run.result.is_err());
     }
@@ -534,7 +534,7 @@ pub async fn run_lambda_closing(
         // Like a log row that cannot be written, this never changes the run's outcome.
         tracing::warn!(%error, "cannot commit a lambda's closing rows");
     }
-    if own && !file.connection().is_autocommit() {
+    if own && file.in_transaction() {
         commit_run_transaction(file);
     }
     run

@@ -247,8 +247,7 @@ impl<'a> Runner<'a> {
     /// connection of its own (`ws_connect` saving its entry) and must not meet this run's
     /// write lock; and no other writer of the agent waits on a network round trip.
     fn release_transaction(&mut self) {
-        if std::mem::take(&mut self.holding_transaction) && !self.file.connection().is_autocommit()
-        {
+        if std::mem::take(&mut self.holding_transaction) && self.file.in_transaction() {
             super::commit_run_transaction(self.file);
         }
     }
