@@ -38,12 +38,7 @@ pub async fn admit_tcp(
             });
         }
     }
-    if cfg!(feature = "loopback-only")
-        && let Some(ip) = found
-            .ips
-            .iter()
-            .find(|ip| !(canonical(**ip).is_loopback() || canonical(**ip).is_unspecified()))
-    {
+    if let Some(ip) = off_machine_in_test(&found.ips) {
         return Err(EgressError::new(
             EgressErrorKind::OffMachineInTest,
             format!(
@@ -97,12 +92,7 @@ pub async fn connect_service_tcp(
     timeout: Duration,
 ) -> Result<(TcpStream, SocketAddr), EgressError> {
     let found = destination(&pseudo_url(host, port)?, lookup).await?;
-    if cfg!(feature = "loopback-only")
-        && let Some(ip) = found
-            .ips
-            .iter()
-            .find(|ip| !(canonical(**ip).is_loopback() || canonical(**ip).is_unspecified()))
-    {
+    if let Some(ip) = off_machine_in_test(&found.ips) {
         return Err(EgressError::new(
             EgressErrorKind::OffMachineInTest,
             format!("this test build dials loopback only and would have dialed {ip}:{port}"),
@@ -114,6 +104,15 @@ pub async fn connect_service_tcp(
         .map(|ip| SocketAddr::new(ip, port))
         .collect();
     dial(&addrs, host, port, timeout).await
+}
+
+/// In a test build (`loopback-only`), the first address that is not on this machine.
+fn off_machine_in_test(ips: &[std::net::IpAddr]) -> Option<&std::net::IpAddr> {
+    if !cfg!(feature = "loopback-only") {
+        return None;
+    }
+    ips.iter()
+        .find(|ip| !(canonical(**ip).is_loopback() || canonical(**ip).is_unspecified()))
 }
 
 async fn dial(
