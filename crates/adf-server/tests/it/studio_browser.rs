@@ -385,7 +385,25 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .unwrap();
     assert_eq!(described["config"]["description"], "approved in the Studio");
 
-    // Ask: answered inline; the model reads the answer.
+    // Ask: answered inline; the model reads the answer. The approved turn's reply is on the
+    // page before its turn has handed the file back: the next message is sent once the agent
+    // reads idle, as a person would see it.
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        let status = h
+            .client
+            .get(&format!("/agents/{}/status", agent.id))
+            .await
+            .unwrap();
+        if status["runtimeState"] == "idle" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the approved turn never ended: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     css(&c, "#chat-input")
         .await
         .send_keys("make the report")
