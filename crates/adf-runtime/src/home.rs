@@ -114,6 +114,28 @@ impl OwnerRecord {
     }
 }
 
+/// The home a test build uses when `ADF_HOME` is unset: one per process, named by pid and
+/// start time so a reused pid never finds an earlier run's keystores.
+fn hermetic_test_home() -> PathBuf {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        std::env::temp_dir().join(format!("adf-test-home-{}-{started}", std::process::id()))
+    })
+    .clone()
+}
+
+/// True when both paths name one directory (compared as written when either does not exist).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a.components().eq(b.components()),
+    }
+}
+
 /// The runtime's home directory.
 #[derive(Debug, Clone)]
 pub struct RuntimeHome {
@@ -122,14 +144,27 @@ pub struct RuntimeHome {
 
 impl RuntimeHome {
     /// `$ADF_HOME`, else `$HOME/.adf`. Nothing is created until something is written.
+    ///
+    /// A test build (feature `hermetic-home`) never runs against the user's `~/.adf`: when
+    /// `ADF_HOME` is unset or names `$HOME/.adf`, it answers a fresh home of this process under
+    /// the temporary directory, so a test never inherits the owner identity of whoever runs
+    /// the suite.
     pub fn from_env() -> Result<Self> {
-        if let Some(dir) = std::env::var_os("ADF_HOME").filter(|v| !v.is_empty()) {
-            return Ok(Self::at(dir));
-        }
-        let home = std::env::var_os("HOME")
+        let user_home = std::env::var_os("HOME")
             .filter(|v| !v.is_empty())
-            .ok_or(HomeError::NoHomeDir)?;
-        Ok(Self::at(PathBuf::from(home).join(".adf")))
+            .map(|home| PathBuf::from(home).join(".adf"));
+        if let Some(dir) = std::env::var_os("ADF_HOME").filter(|v| !v.is_empty()) {
+            let names_user_home = user_home
+                .as_deref()
+                .is_some_and(|user| same_dir(user, Path::new(&dir)));
+            if !(cfg!(feature = "hermetic-home") && names_user_home) {
+                return Ok(Self::at(dir));
+            }
+        }
+        if cfg!(feature = "hermetic-home") {
+            return Ok(Self::at(hermetic_test_home()));
+        }
+        Ok(Self::at(user_home.ok_or(HomeError::NoHomeDir)?))
     }
 
     /// A home at an explicit directory (tests, embedding).
