@@ -1,5 +1,8 @@
 //! Project chores. `cargo xtask conformance [--missing] [--json]` prints which conformance
-//! checklist IDs (`docs/spec/conformance-checklist.md`) have tests.
+//! checklist IDs (`docs/spec/conformance-checklist.md`) have tests; `cargo xtask architecture`
+//! checks ARCHITECTURE.md against the tree (architecture.rs); `cargo xtask imports` prints the
+//! file-level import circles of adf-server and adf-runtime (imports.rs). The two checks also
+//! run as this crate's tests, so `cargo test --workspace` keeps them.
 //!
 //! A test proves an ID by carrying it in its function name: `fn sto_14_schema_matches()`,
 //! several IDs in a row (`fn sto_16_sto_17_checks()`, `fn msg_04_05_06_vectors()`), or a range
@@ -11,9 +14,20 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
+mod architecture;
+mod imports;
+
 const USAGE: &str = "\
 usage: cargo xtask conformance [--missing] [--json]
+       cargo xtask architecture
+       cargo xtask imports
 
+architecture: checks ARCHITECTURE.md against the tree (its crate graph against cargo
+metadata, every repository path it names, the invariants a scan can check).
+imports: prints the file-level import circles of adf-server and adf-runtime and checks them
+against the list that may only shrink (xtask/src/imports.rs).
+
+conformance: 
 Counts the checklist IDs (docs/spec/conformance-checklist.md) that tests name in their function
 names: sto_14_x; msg_04_05_06_x (MSG-04, MSG-05, MSG-06); idn_20_idn_26_x (mixed prefixes
 too); def_02_to_def_09_x and sto_01_to_05_x (ranges). Only numbers that are IDs of the
@@ -35,6 +49,25 @@ fn main() -> Result<()> {
             args.iter().any(|a| a == "--missing"),
             args.iter().any(|a| a == "--json"),
         ),
+        Some("architecture") => {
+            let findings = architecture::check(&repo_root())?;
+            if findings.is_empty() {
+                println!("ARCHITECTURE.md agrees with the tree");
+                return Ok(());
+            }
+            bail!(
+                "ARCHITECTURE.md and the tree disagree:\n{}",
+                findings.join("\n")
+            )
+        }
+        Some("imports") => {
+            let (report, problems) = imports::check(&repo_root())?;
+            print!("{report}");
+            if problems.is_empty() {
+                return Ok(());
+            }
+            bail!("{}", problems.join("\n"))
+        }
         _ => bail!("{USAGE}"),
     }
 }
@@ -199,6 +232,8 @@ fn conformance(missing: bool, json: bool) -> Result<()> {
 
     let mut files = Vec::new();
     rust_files(&root.join("crates"), &mut files);
+    // The architecture checks (SRV-22's scan among them) are xtask's own tests.
+    rust_files(&root.join("xtask/src"), &mut files);
     let mut covered: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
         let text = std::fs::read_to_string(file)?;

@@ -13,6 +13,7 @@ mod cross_home;
 mod daemon_clients;
 mod egress;
 mod file_commands;
+mod hermetic_home;
 mod identity_commands;
 mod mcp_commands;
 mod review_cli;

@@ -4,7 +4,6 @@
 // A test or bench crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
 
-mod call_sites;
 mod machine;
 mod names;
 mod policy;
