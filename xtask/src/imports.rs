@@ -305,19 +305,22 @@ struct Named {
     reexport: Option<String>,
 }
 
+/// One flattened use path and the name it binds (its alias, or its last segment).
+type UsePath = (Vec<String>, Option<String>);
+
 /// The use trees of `use …;` starting at `tokens[i]` (just after `use`), flattened into paths;
 /// the leaf's alias (or last segment) alongside. Returns the index after the `;`.
-fn use_tree(tokens: &[Token], mut i: usize) -> (Vec<(Vec<String>, Option<String>)>, usize) {
+fn use_tree(tokens: &[Token], mut i: usize) -> (Vec<UsePath>, usize) {
     let mut out = Vec::new();
     let mut stack: Vec<Vec<String>> = vec![Vec::new()];
     let mut current: Vec<String> = Vec::new();
     let flush = |current: &mut Vec<String>,
                  stack: &[Vec<String>],
-                 out: &mut Vec<(Vec<String>, Option<String>)>,
+                 out: &mut Vec<UsePath>,
                  alias: Option<String>| {
         if !current.is_empty() {
             let mut full = stack.last().cloned().unwrap_or_default();
-            full.extend(current.drain(..));
+            full.append(current);
             let leaf = alias.or_else(|| full.last().cloned());
             out.push((full, leaf));
         }
