@@ -144,8 +144,9 @@ pub(crate) enum Reply {
     Value(Value),
     /// Now, then run this `_async` task (status `running`) before the next request.
     ValueThenTask(Value, String),
-    /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`].
-    Model(BoxFuture<'static, (Result<Value, ToolError>, CallRecord)>),
+    /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`], its
+    /// retries as `provider_error` rows.
+    Model(BoxFuture<'static, methods::ModelAnswer>),
     /// When this detached tool call (named) resolves (`sys_fetch`); its log rows are written
     /// then.
     Detached(String, Detached),
@@ -179,8 +180,7 @@ enum Completion {
     /// A `model_invoke` request ended.
     Model {
         reply: oneshot::Sender<Result<Value, HostError>>,
-        result: Result<Value, ToolError>,
-        record: CallRecord,
+        answer: methods::ModelAnswer,
     },
     /// An `_async` code tool's execution ended: record its outcome on the task.
     CodeTask {
@@ -334,11 +334,9 @@ impl<'a> Runner<'a> {
                 Ok(Reply::Model(future)) => {
                     self.release_transaction();
                     self.pending.push(Box::pin(async move {
-                        let (result, record) = future.await;
                         Completion::Model {
                             reply,
-                            result,
-                            record,
+                            answer: future.await,
                         }
                     }));
                 }
@@ -484,13 +482,15 @@ impl<'a> Runner<'a> {
                 let _ = reply.send(outcome.result.map_err(host_error));
                 return;
             }
-            Completion::Model {
-                reply,
-                result,
-                record,
-            } => {
-                self.calls.push(record);
-                let _ = reply.send(result.map_err(host_error));
+            Completion::Model { reply, answer } => {
+                if let Err(error) =
+                    crate::executor::log_retries(self.file, in_loop, &answer.retries)
+                {
+                    // Like any log row that cannot be written: the call's outcome stands.
+                    tracing::warn!(%error, "cannot log model_invoke's retries");
+                }
+                self.calls.push(answer.record);
+                let _ = reply.send(answer.result.map_err(host_error));
                 return;
             }
             Completion::CodeTask {

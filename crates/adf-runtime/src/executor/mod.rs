@@ -277,6 +277,37 @@ impl Drop for FileGuard<'_, '_> {
     }
 }
 
+/// Writes the retries one model request scheduled as `provider_error` warnings (§6.2,
+/// STL-11; origin `executor`, the §13.5 table's): the turns' requests and code's
+/// `model_invoke` alike. `loop_name` is the loop the request was for (`None` or `main`: no
+/// loop column).
+pub(crate) fn log_retries(
+    file: &mut AdfFile,
+    loop_name: Option<&str>,
+    notices: &[RetryNotice],
+) -> Result<(), StoreError> {
+    let loop_name = loop_name.filter(|name| *name != "main");
+    for notice in notices {
+        file.log(&NewLog {
+            level: "warn",
+            origin: Some("executor"),
+            event: Some("provider_error"),
+            target: Some(&notice.provider),
+            message: &format!(
+                "attempt {}/{} failed ({}), retrying in {} ms: {}",
+                notice.attempt,
+                notice.max_attempts,
+                notice.reason,
+                notice.delay.as_millis(),
+                notice.error
+            ),
+            data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
+            r#loop: loop_name,
+        })?;
+    }
+    Ok(())
+}
+
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
 pub const AUTONOMOUS_TEXT_ONLY_LIMIT: u32 = 4;
 /// The compaction threshold when neither the loop nor `context` sets one (§13.2).
@@ -1062,7 +1093,7 @@ impl Executor {
             };
             let mut guard = shared.lock().await?;
             let file: &mut AdfFile = &mut guard;
-            self.log_retries(file, &session.loop_name, &retried)?;
+            log_retries(file, Some(&session.loop_name), &retried)?;
             let reply = reply?;
             let assistant_seq =
                 self.record_reply(file, session, facts, checkpoint, &req, &reply, || {
@@ -1624,7 +1655,7 @@ impl Executor {
 
     /// Runs a model request with its retries shown to `host` as they are scheduled
     /// (`TurnEvent::Retry`, while the provider waits), and returns them with the result for
-    /// the `provider_error` rows ([`Executor::log_retries`]). The request's own observer
+    /// the `provider_error` rows ([`log_retries`]). The request's own observer
     /// ([`adf_providers::watch_retries`]) keeps the retries of loops that run side by side
     /// apart.
     async fn watched<T>(
@@ -1684,34 +1715,6 @@ impl Executor {
             reply.push(event);
         }
         Ok(reply.finish())
-    }
-
-    /// Writes the retries a request scheduled as `provider_error` warnings (§6.2, STL-11).
-    fn log_retries(
-        &self,
-        file: &mut AdfFile,
-        loop_name: &str,
-        notices: &[RetryNotice],
-    ) -> Result<(), ExecutorError> {
-        for notice in notices {
-            file.log(&NewLog {
-                level: "warn",
-                origin: Some("executor"),
-                event: Some("provider_error"),
-                target: Some(&notice.provider),
-                message: &format!(
-                    "attempt {}/{} failed ({}), retrying in {} ms: {}",
-                    notice.attempt,
-                    notice.max_attempts,
-                    notice.reason,
-                    notice.delay.as_millis(),
-                    notice.error
-                ),
-                data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
-                r#loop: (loop_name != "main").then_some(loop_name),
-            })?;
-        }
-        Ok(())
     }
 
     /// The future of a deferred call that a detached tool carries out without the file
