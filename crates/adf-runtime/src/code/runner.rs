@@ -10,6 +10,10 @@
 //! time limits and timers keep running. A detached call's log rows are written when its future
 //! completes, back on this task. Native `fetch` (only installed with `code_execution.network`)
 //! runs the `sys_fetch` engine with the same §5.6 policy ([`crate::fetch::native`]).
+//!
+//! While nothing is left to service but futures that do not need the file, a runner given a
+//! [`super::FileQueue`] (the daemon's) runs the agent's queued store jobs with the file
+//! (waiting.rs), so a lambda awaiting a slow server or model does not stop its agent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,6 +220,8 @@ pub(crate) struct Runner<'a> {
     /// The run is inside a route's transaction (`run_lambda_closing`): it commits before the
     /// first wait off the file, so no write lock is held across one.
     pub(crate) holding_transaction: bool,
+    /// Rung when other work of the agent waits for the file this run holds (waiting.rs).
+    waiting: Option<super::waiting::Listening>,
 }
 
 impl<'a> Runner<'a> {
@@ -239,6 +245,26 @@ impl<'a> Runner<'a> {
             calls: Vec::new(),
             identity: None,
             holding_transaction: false,
+            waiting: env.file_queue().map(super::FileQueue::listen),
+        }
+    }
+
+    /// Completes when a job of the agent waits for the file; never without a queue.
+    fn queued_work(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let bell = self.waiting.as_ref().map(|w| Arc::clone(&w.bell));
+        async move {
+            match bell {
+                Some(bell) => bell.notified().await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Serves the agent's queued jobs with this run's file: reached only when no execution
+    /// has a call or a completion to service, so between two calls (waiting.rs).
+    fn serve_queued(&mut self) {
+        if let Some(waiting) = &self.waiting {
+            waiting.serve(self.file);
         }
     }
 
@@ -249,6 +275,10 @@ impl<'a> Runner<'a> {
     fn release_transaction(&mut self) {
         if std::mem::take(&mut self.holding_transaction) && self.file.in_transaction() {
             super::commit_run_transaction(self.file);
+            // Jobs queued while the transaction was open were left for now.
+            if let Some(waiting) = &self.waiting {
+                waiting.bell.notify_one();
+            }
         }
     }
 
@@ -262,19 +292,24 @@ impl<'a> Runner<'a> {
         let root = async move { sandbox.execute(request, host).await };
         tokio::pin!(root);
         let execution = loop {
+            let queued = self.queued_work();
             tokio::select! {
                 biased;
                 execution = &mut root => break execution,
                 Some(done) = self.pending.next(), if !self.pending.is_empty() => self.complete(done),
                 Some(msg) = self.rx.recv() => self.handle(msg).await,
+                () = queued => self.serve_queued(),
             }
         };
         // Background tasks the code started (`_async`) finish before the run reports, so
         // their rows are final; anything else still pending has lost its caller.
         while !self.pending.is_empty() {
+            let queued = self.queued_work();
             tokio::select! {
+                biased;
                 Some(done) = self.pending.next() => self.complete(done),
                 Some(msg) = self.rx.recv() => self.handle(msg).await,
+                () = queued => self.serve_queued(),
             }
         }
         let mut logs = execution.logs;

@@ -227,6 +227,17 @@ pub struct FileGuard<'g, 'a> {
 }
 
 impl FileGuard<'_, '_> {
+    /// For code run on this guard's file: the worker's queue a leased file came from, whose
+    /// jobs the run serves while it waits (`code::FileQueue`); `None` for a borrowed file.
+    pub fn file_queue(&self) -> Option<crate::code::FileQueue> {
+        match &*self.slot {
+            Slot::Leased { handle, hooks, .. } => {
+                Some(crate::code::FileQueue::new(handle.clone(), hooks.clone()))
+            }
+            Slot::Borrowed(_) => None,
+        }
+    }
+
     /// Awaits `work`, which does not touch the file, with a leased file given back to its
     /// worker meanwhile (the loop keeps its turn on the shared file: no other loop's step
     /// starts in between), then takes it again. A borrowed file stays where it is.
@@ -1780,13 +1791,22 @@ impl Executor {
                         Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                     }
                 } else {
+                    // The code serves the agent's other jobs while it waits off the file.
+                    let queue = guard.file_queue();
+                    let env = async {
+                        let env = self.code_env().await?;
+                        Ok::<_, ToolError>(match queue {
+                            Some(queue) => Arc::new((*env).clone().serving(queue)),
+                            None => env,
+                        })
+                    };
                     let file: &mut AdfFile = guard;
                     let run = crate::code::drive_deferred(
                         file,
                         &self.registry,
                         &caller,
                         &deferred,
-                        self.code_env(),
+                        env,
                         &HostApprover(host),
                         &code_options(session),
                     )
