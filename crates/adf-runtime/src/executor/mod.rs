@@ -1388,10 +1388,18 @@ impl Executor {
                 break;
             }
         }
+        let queue = guard.file_queue();
         let file: &mut AdfFile = guard;
         for task_id in queued {
-            self.run_queued_task(file, session, &task_id, host, &mut injections)
-                .await;
+            self.run_queued_task(
+                file,
+                queue.as_ref(),
+                session,
+                &task_id,
+                host,
+                &mut injections,
+            )
+            .await;
         }
         // `loop_inject` contexts from code run in this batch land after its results, so a
         // context never splits a tool_use / tool_result pair.
@@ -1423,6 +1431,7 @@ impl Executor {
     async fn run_queued_task(
         &self,
         file: &mut AdfFile,
+        queue: Option<&crate::code::FileQueue>,
         session: &Session,
         task_id: &str,
         host: &dyn TurnHost,
@@ -1440,6 +1449,11 @@ impl Executor {
             }
             Ok(crate::tools::TaskRun::Code(call)) => match self.code_env().await {
                 Ok(env) => {
+                    // Like a direct code call, it serves the agent's other jobs while it waits.
+                    let env = match queue {
+                        Some(queue) => Arc::new((*env).clone().serving(queue.clone())),
+                        None => env,
+                    };
                     let options = code_options(session);
                     let approver = HostApprover(host);
                     let run =
