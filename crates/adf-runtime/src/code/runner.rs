@@ -36,6 +36,12 @@ use crate::tools::{
     ErrorCode, HostedFuture, ToolError, ToolRegistry,
 };
 
+/// How long a run with no call in flight must go without a call before it counts as waiting
+/// and serves its agent's queued jobs (see [`Runner::queued_work`]): a lambda that computes
+/// and returns runs through, one that sleeps or awaits something of its own does not hold
+/// its agent meanwhile.
+const QUIET_BEFORE_SERVING: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One execution's identity: who its `adf.*` calls are made as.
 #[derive(Debug)]
 pub(crate) struct Frame {
@@ -249,14 +255,22 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Completes when a job of the agent waits for the file; never without a queue.
+    /// Completes when a job of the agent waits for the file and this run waits too: at once
+    /// while a call of the run is in flight off the file (a model request, a fetch, a nested
+    /// execution), otherwise once the run has gone [`QUIET_BEFORE_SERVING`] without a call
+    /// (a sleep, an await of its own). A run that never waits is never interleaved. Never
+    /// completes without a queue.
     fn queued_work(&self) -> impl std::future::Future<Output = ()> + use<> {
         let bell = self.waiting.as_ref().map(|w| Arc::clone(&w.bell));
+        let waiting_off_file = !self.pending.is_empty();
         async move {
-            match bell {
-                Some(bell) => bell.notified().await,
-                None => std::future::pending().await,
+            let Some(bell) = bell else {
+                return std::future::pending().await;
+            };
+            if !waiting_off_file {
+                tokio::time::sleep(QUIET_BEFORE_SERVING).await;
             }
+            bell.notified().await
         }
     }
 

@@ -216,3 +216,45 @@ async fn liveness_code_a_system_lambda_awaiting_a_hung_model_leaves_timers_and_r
     })
     .await;
 }
+
+/// A system lambda that sleeps (an await of its own, no call in flight): bounded by its
+/// sleep, which outlasts the test's checks many times over.
+const SLEEPY: &str = "export async function main(event) { await new Promise((r) => setTimeout(r, 20000)); return 'rested' }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_code_a_system_lambda_that_sleeps_leaves_timers_and_reads_running() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    let (h, agent) = ticking_agent(
+        &mock,
+        &[("lib/sleepy.ts", SLEEPY)],
+        &[(
+            "triggers.on_file_change",
+            json!({ "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/sleepy.ts:main", "filter": { "watch": "inbox/**" } }
+            ] }),
+        )],
+    )
+    .await;
+    let cursor = newest_cursor(&h);
+    let (status, body) = call(
+        &h,
+        Method::PUT,
+        &format!("/agents/{}/files/content?path=inbox%2Fnap.md", agent.id),
+        Some(json!({ "content": "nap" })),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    // Its `execute` row is written as it starts (`lambda.started` is published after a run).
+    wait_for("the sleepy lambda starts", || async {
+        let (_, body) = call(&h, Method::GET, &format!("/agents/{}/logs", agent.id), None).await;
+        body["logs"].as_array().is_some_and(|logs| {
+            logs.iter()
+                .any(|row| row["event"] == "execute" && row["target"] == "lib/sleepy.ts:main")
+        })
+    })
+    .await;
+    stays_alive(&h, &agent, || async {
+        completed_after(&h, &agent, cursor, "lib/sleepy.ts") == 0
+    })
+    .await;
+}
