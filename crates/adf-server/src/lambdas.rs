@@ -1,6 +1,7 @@
 //! The system-scope lambda host: [`run_system_lambda`] runs one lambda on the agent's store
 //! worker (`code::run_lambda` with `Authorization::SourceFile`: the lambda file's `authorized`
-//! flag decides) for every caller — trigger deliveries (`dispatch`), timer fires
+//! flag decides; while it waits off the file it serves the worker's queued jobs,
+//! `code::FileQueue`) for every caller — trigger deliveries (`dispatch`), timer fires
 //! (`scheduler`) and umbilical taps (`taps`) — and reports what it did ([`LambdaReport`]):
 //! timing, error, files written, `custom.*` events, and its `adf.*` calls as `on_tool_call` /
 //! `on_llm_call` events.
@@ -11,7 +12,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use adf_runtime::code::{
-    self, Authorization, CodeEnv, LambdaRef, RunOptions, Sandbox, SandboxConfig,
+    self, Authorization, CodeEnv, FileQueue, LambdaRef, RunOptions, Sandbox, SandboxConfig,
 };
 use adf_runtime::tools::ToolRegistry;
 use adf_runtime::tools::approval::DenyAll;
@@ -59,7 +60,12 @@ pub(crate) fn run_system_lambda(
                     Ok(sandbox) => sandbox,
                     Err(error) => return Some(error.to_string()),
                 };
-                let env = CodeEnv::new(sandbox, registry).with_event_sink(sink);
+                let mut env = CodeEnv::new(sandbox, registry).with_event_sink(sink);
+                // A job of the agent's worker: while the lambda waits off the file (a slow
+                // fetch, a hung model), it runs the agent's jobs queued behind it.
+                if let Some(queue) = FileQueue::of_this_worker() {
+                    env = env.serving(queue);
+                }
                 // The defaults: no shorter time limit, `loop_inject` straight into main.
                 let options = RunOptions {
                     warm,

@@ -103,6 +103,13 @@ struct Queue {
     deferred: std::collections::VecDeque<Command>,
 }
 
+thread_local! {
+    /// The handle whose worker this thread is, set once when the worker starts (see
+    /// [`StoreHandle::of_this_worker`]); weak, like the worker's own reference.
+    static WORKER_OF: std::cell::RefCell<Option<Weak<Shared>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Called after every job submission (see [`StoreHandle::watch_queue`]).
 type Bell = Arc<dyn Fn() + Send + Sync>;
 
@@ -418,6 +425,16 @@ impl StoreHandle {
         ran
     }
 
+    /// The handle whose worker runs on the calling thread, for a job that waits for something
+    /// else (agent code awaiting the network) and serves the jobs queued behind it meanwhile
+    /// ([`Self::serve_queued`], [`Self::watch_queue`]) without being handed the handle.
+    /// `None` on any other thread, including the threads such a job serves from.
+    pub fn of_this_worker() -> Option<StoreHandle> {
+        WORKER_OF
+            .with(|worker| worker.borrow().as_ref().and_then(Weak::upgrade))
+            .map(|shared| StoreHandle { shared })
+    }
+
     /// Calls `bell` after every job submitted from now on until the returned [`QueueWatch`]
     /// is dropped (a lease holder that waits learns there is work to serve). The bell runs on
     /// the submitting thread: it must only signal.
@@ -638,6 +655,7 @@ impl Worker {
         ready: Option<mpsc::SyncSender<Result<()>>>,
         open: impl FnOnce() -> Result<AdfFile>,
     ) {
+        WORKER_OF.with(|worker| *worker.borrow_mut() = Some(Weak::clone(&self.shared)));
         // The previous worker may still be closing the file: never two connections at once.
         if let Some(shared) = self.shared.upgrade() {
             let mut slot = shared.lock();

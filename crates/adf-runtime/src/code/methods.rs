@@ -181,13 +181,32 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
             output_tokens: 0,
             ok: false,
         };
-        let reply = match provider.complete(&request).await {
+        // This request's retries, for the runner's `provider_error` rows: the provider is
+        // shared, the observer is this request's alone.
+        let retried = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let observer: adf_providers::RetryObserver = {
+            let retried = Arc::clone(&retried);
+            Arc::new(move |notice: &adf_providers::RetryNotice| {
+                retried
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(notice.clone());
+            })
+        };
+        let answer = adf_providers::watch_retries(observer, provider.complete(&request)).await;
+        let retries = std::mem::take(
+            &mut *retried
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let reply = match answer {
             Ok(reply) => reply,
             Err(e) => {
-                return (
-                    Err(ToolError::new(ErrorCode::ModelError, e.to_string())),
+                return ModelAnswer {
+                    result: Err(ToolError::new(ErrorCode::ModelError, e.to_string())),
                     record,
-                );
+                    retries,
+                };
             }
         };
         if let CallRecord::Model {
@@ -202,13 +221,29 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
             *ok = true;
         }
         let text = reply.text();
-        if text.trim().is_empty() {
-            let refused = ToolError::new(ErrorCode::ModelRefused, "the model returned no text");
-            return (Err(refused), record);
+        let result = if text.trim().is_empty() {
+            Err(ToolError::new(
+                ErrorCode::ModelRefused,
+                "the model returned no text",
+            ))
+        } else {
+            // Raw text (guide): a reply of `42` or `{"a":1}` stays a string in JavaScript.
+            Ok(adf_sandbox::raw_text(text))
+        };
+        ModelAnswer {
+            result,
+            record,
+            retries,
         }
-        // Raw text (guide): a reply of `42` or `{"a":1}` stays a string in JavaScript.
-        (Ok(adf_sandbox::raw_text(text)), record)
     })))
+}
+
+/// How a `model_invoke` request ended, with the retries it scheduled on the way.
+pub(crate) struct ModelAnswer {
+    pub(crate) result: Result<Value, ToolError>,
+    pub(crate) record: CallRecord,
+    /// Logged by the runner as `provider_error` rows, with the file it holds then.
+    pub(crate) retries: Vec<adf_providers::RetryNotice>,
 }
 
 /// The agent's own key for the provider, when its identity holds one (`provider:<id>:apiKey`).

@@ -44,6 +44,7 @@
 
 mod methods;
 mod runner;
+mod waiting;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +65,7 @@ use crate::tools::{
 
 pub(crate) use runner::lambda_file;
 use runner::{Frame, Runner};
+pub use waiting::FileQueue;
 
 /// The default of `limits.execution_timeout_ms` (§5.7).
 pub const DEFAULT_EXECUTION_TIMEOUT_MS: u64 = 60_000;
@@ -82,6 +84,8 @@ pub struct CodeEnv {
     events: Option<Arc<dyn EventSink>>,
     /// Ends the lambda runs of this environment early (see [`Self::with_cancel`]).
     cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Whose queued jobs a run serves while it waits (see [`Self::serving`]).
+    queue: Option<FileQueue>,
 }
 
 /// Where `emit_event`'s `custom.*` events go (the daemon's umbilical bus). Called on the task
@@ -99,6 +103,7 @@ impl std::fmt::Debug for CodeEnv {
             .field("sandbox", &self.sandbox)
             .field("keys", &self.keys.is_some())
             .field("events", &self.events.is_some())
+            .field("queue", &self.queue)
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +118,19 @@ impl CodeEnv {
             keys: None,
             events: None,
             cancel: None,
+            queue: None,
         }
+    }
+
+    /// Runs of this environment serve `queue`'s jobs with their file while they wait off it
+    /// (waiting.rs): the agent's timers, triggers and reads go on meanwhile.
+    pub fn serving(mut self, queue: FileQueue) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    pub(crate) fn file_queue(&self) -> Option<&FileQueue> {
+        self.queue.as_ref()
     }
 
     /// Lambdas run in this environment end (the sandbox interrupts them) once `cancel`

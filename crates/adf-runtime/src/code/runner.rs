@@ -10,6 +10,10 @@
 //! time limits and timers keep running. A detached call's log rows are written when its future
 //! completes, back on this task. Native `fetch` (only installed with `code_execution.network`)
 //! runs the `sys_fetch` engine with the same §5.6 policy ([`crate::fetch::native`]).
+//!
+//! While nothing is left to service but futures that do not need the file, a runner given a
+//! [`super::FileQueue`] (the daemon's) runs the agent's queued store jobs with the file
+//! (waiting.rs), so a lambda awaiting a slow server or model does not stop its agent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +35,12 @@ use crate::tools::{
     Approver, CallOutcome, Caller, DeferredCall, DeferredDriver, Detached, DetachedOutcome,
     ErrorCode, HostedFuture, ToolError, ToolRegistry,
 };
+
+/// How long a run with no call in flight must go without a call before it counts as waiting
+/// and serves its agent's queued jobs (see [`Runner::queued_work`]): a lambda that computes
+/// and returns runs through, one that sleeps or awaits something of its own does not hold
+/// its agent meanwhile.
+const QUIET_BEFORE_SERVING: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One execution's identity: who its `adf.*` calls are made as.
 #[derive(Debug)]
@@ -144,8 +154,9 @@ pub(crate) enum Reply {
     Value(Value),
     /// Now, then run this `_async` task (status `running`) before the next request.
     ValueThenTask(Value, String),
-    /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`].
-    Model(BoxFuture<'static, (Result<Value, ToolError>, CallRecord)>),
+    /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`], its
+    /// retries as `provider_error` rows.
+    Model(BoxFuture<'static, methods::ModelAnswer>),
     /// When this detached tool call (named) resolves (`sys_fetch`); its log rows are written
     /// then.
     Detached(String, Detached),
@@ -179,8 +190,7 @@ enum Completion {
     /// A `model_invoke` request ended.
     Model {
         reply: oneshot::Sender<Result<Value, HostError>>,
-        result: Result<Value, ToolError>,
-        record: CallRecord,
+        answer: methods::ModelAnswer,
     },
     /// An `_async` code tool's execution ended: record its outcome on the task.
     CodeTask {
@@ -216,6 +226,8 @@ pub(crate) struct Runner<'a> {
     /// The run is inside a route's transaction (`run_lambda_closing`): it commits before the
     /// first wait off the file, so no write lock is held across one.
     pub(crate) holding_transaction: bool,
+    /// Rung when other work of the agent waits for the file this run holds (waiting.rs).
+    waiting: Option<super::waiting::Listening>,
 }
 
 impl<'a> Runner<'a> {
@@ -239,6 +251,34 @@ impl<'a> Runner<'a> {
             calls: Vec::new(),
             identity: None,
             holding_transaction: false,
+            waiting: env.file_queue().map(super::FileQueue::listen),
+        }
+    }
+
+    /// Completes when a job of the agent waits for the file and this run waits too: at once
+    /// while a call of the run is in flight off the file (a model request, a fetch, a nested
+    /// execution), otherwise once the run has gone [`QUIET_BEFORE_SERVING`] without a call
+    /// (a sleep, an await of its own). A run that never waits is never interleaved. Never
+    /// completes without a queue.
+    fn queued_work(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let bell = self.waiting.as_ref().map(|w| Arc::clone(&w.bell));
+        let waiting_off_file = !self.pending.is_empty();
+        async move {
+            let Some(bell) = bell else {
+                return std::future::pending().await;
+            };
+            if !waiting_off_file {
+                tokio::time::sleep(QUIET_BEFORE_SERVING).await;
+            }
+            bell.notified().await
+        }
+    }
+
+    /// Serves the agent's queued jobs with this run's file: reached only when no execution
+    /// has a call or a completion to service, so between two calls (waiting.rs).
+    fn serve_queued(&mut self) {
+        if let Some(waiting) = &self.waiting {
+            waiting.serve(self.file);
         }
     }
 
@@ -249,6 +289,10 @@ impl<'a> Runner<'a> {
     fn release_transaction(&mut self) {
         if std::mem::take(&mut self.holding_transaction) && self.file.in_transaction() {
             super::commit_run_transaction(self.file);
+            // Jobs queued while the transaction was open were left for now.
+            if let Some(waiting) = &self.waiting {
+                waiting.bell.notify_one();
+            }
         }
     }
 
@@ -262,19 +306,24 @@ impl<'a> Runner<'a> {
         let root = async move { sandbox.execute(request, host).await };
         tokio::pin!(root);
         let execution = loop {
+            let queued = self.queued_work();
             tokio::select! {
                 biased;
                 execution = &mut root => break execution,
                 Some(done) = self.pending.next(), if !self.pending.is_empty() => self.complete(done),
                 Some(msg) = self.rx.recv() => self.handle(msg).await,
+                () = queued => self.serve_queued(),
             }
         };
         // Background tasks the code started (`_async`) finish before the run reports, so
         // their rows are final; anything else still pending has lost its caller.
         while !self.pending.is_empty() {
+            let queued = self.queued_work();
             tokio::select! {
+                biased;
                 Some(done) = self.pending.next() => self.complete(done),
                 Some(msg) = self.rx.recv() => self.handle(msg).await,
+                () = queued => self.serve_queued(),
             }
         }
         let mut logs = execution.logs;
@@ -334,11 +383,9 @@ impl<'a> Runner<'a> {
                 Ok(Reply::Model(future)) => {
                     self.release_transaction();
                     self.pending.push(Box::pin(async move {
-                        let (result, record) = future.await;
                         Completion::Model {
                             reply,
-                            result,
-                            record,
+                            answer: future.await,
                         }
                     }));
                 }
@@ -484,13 +531,15 @@ impl<'a> Runner<'a> {
                 let _ = reply.send(outcome.result.map_err(host_error));
                 return;
             }
-            Completion::Model {
-                reply,
-                result,
-                record,
-            } => {
-                self.calls.push(record);
-                let _ = reply.send(result.map_err(host_error));
+            Completion::Model { reply, answer } => {
+                if let Err(error) =
+                    crate::executor::log_retries(self.file, in_loop, &answer.retries)
+                {
+                    // Like any log row that cannot be written: the call's outcome stands.
+                    tracing::warn!(%error, "cannot log model_invoke's retries");
+                }
+                self.calls.push(answer.record);
+                let _ = reply.send(answer.result.map_err(host_error));
                 return;
             }
             Completion::CodeTask {

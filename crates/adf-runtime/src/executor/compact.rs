@@ -139,7 +139,7 @@ impl Executor {
             wire: adf_providers::WireCache::default(),
         };
         let (reply, retried) = self.watched(&NoHost, self.provider.complete(&req)).await;
-        self.log_retries(file, &loop_name, &retried)?;
+        super::log_retries(file, Some(&loop_name), &retried)?;
         let summary = reply?.text();
         let summary = if summary.trim().is_empty() {
             "(the summarizer returned nothing)".to_owned()

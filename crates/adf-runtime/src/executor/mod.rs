@@ -227,6 +227,17 @@ pub struct FileGuard<'g, 'a> {
 }
 
 impl FileGuard<'_, '_> {
+    /// For code run on this guard's file: the worker's queue a leased file came from, whose
+    /// jobs the run serves while it waits (`code::FileQueue`); `None` for a borrowed file.
+    pub fn file_queue(&self) -> Option<crate::code::FileQueue> {
+        match &*self.slot {
+            Slot::Leased { handle, hooks, .. } => {
+                Some(crate::code::FileQueue::new(handle.clone(), hooks.clone()))
+            }
+            Slot::Borrowed(_) => None,
+        }
+    }
+
     /// Awaits `work`, which does not touch the file, with a leased file given back to its
     /// worker meanwhile (the loop keeps its turn on the shared file: no other loop's step
     /// starts in between), then takes it again. A borrowed file stays where it is.
@@ -275,6 +286,37 @@ impl Drop for FileGuard<'_, '_> {
     fn drop(&mut self) {
         give_back(&mut self.slot);
     }
+}
+
+/// Writes the retries one model request scheduled as `provider_error` warnings (§6.2,
+/// STL-11; origin `executor`, the §13.5 table's): the turns' requests and code's
+/// `model_invoke` alike. `loop_name` is the loop the request was for (`None` or `main`: no
+/// loop column).
+pub(crate) fn log_retries(
+    file: &mut AdfFile,
+    loop_name: Option<&str>,
+    notices: &[RetryNotice],
+) -> Result<(), StoreError> {
+    let loop_name = loop_name.filter(|name| *name != "main");
+    for notice in notices {
+        file.log(&NewLog {
+            level: "warn",
+            origin: Some("executor"),
+            event: Some("provider_error"),
+            target: Some(&notice.provider),
+            message: &format!(
+                "attempt {}/{} failed ({}), retrying in {} ms: {}",
+                notice.attempt,
+                notice.max_attempts,
+                notice.reason,
+                notice.delay.as_millis(),
+                notice.error
+            ),
+            data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
+            r#loop: loop_name,
+        })?;
+    }
+    Ok(())
 }
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
@@ -1062,7 +1104,7 @@ impl Executor {
             };
             let mut guard = shared.lock().await?;
             let file: &mut AdfFile = &mut guard;
-            self.log_retries(file, &session.loop_name, &retried)?;
+            log_retries(file, Some(&session.loop_name), &retried)?;
             let reply = reply?;
             let assistant_seq =
                 self.record_reply(file, session, facts, checkpoint, &req, &reply, || {
@@ -1346,10 +1388,18 @@ impl Executor {
                 break;
             }
         }
+        let queue = guard.file_queue();
         let file: &mut AdfFile = guard;
         for task_id in queued {
-            self.run_queued_task(file, session, &task_id, host, &mut injections)
-                .await;
+            self.run_queued_task(
+                file,
+                queue.as_ref(),
+                session,
+                &task_id,
+                host,
+                &mut injections,
+            )
+            .await;
         }
         // `loop_inject` contexts from code run in this batch land after its results, so a
         // context never splits a tool_use / tool_result pair.
@@ -1381,6 +1431,7 @@ impl Executor {
     async fn run_queued_task(
         &self,
         file: &mut AdfFile,
+        queue: Option<&crate::code::FileQueue>,
         session: &Session,
         task_id: &str,
         host: &dyn TurnHost,
@@ -1398,6 +1449,11 @@ impl Executor {
             }
             Ok(crate::tools::TaskRun::Code(call)) => match self.code_env().await {
                 Ok(env) => {
+                    // Like a direct code call, it serves the agent's other jobs while it waits.
+                    let env = match queue {
+                        Some(queue) => Arc::new((*env).clone().serving(queue.clone())),
+                        None => env,
+                    };
                     let options = code_options(session);
                     let approver = HostApprover(host);
                     let run =
@@ -1624,7 +1680,7 @@ impl Executor {
 
     /// Runs a model request with its retries shown to `host` as they are scheduled
     /// (`TurnEvent::Retry`, while the provider waits), and returns them with the result for
-    /// the `provider_error` rows ([`Executor::log_retries`]). The request's own observer
+    /// the `provider_error` rows ([`log_retries`]). The request's own observer
     /// ([`adf_providers::watch_retries`]) keeps the retries of loops that run side by side
     /// apart.
     async fn watched<T>(
@@ -1684,34 +1740,6 @@ impl Executor {
             reply.push(event);
         }
         Ok(reply.finish())
-    }
-
-    /// Writes the retries a request scheduled as `provider_error` warnings (§6.2, STL-11).
-    fn log_retries(
-        &self,
-        file: &mut AdfFile,
-        loop_name: &str,
-        notices: &[RetryNotice],
-    ) -> Result<(), ExecutorError> {
-        for notice in notices {
-            file.log(&NewLog {
-                level: "warn",
-                origin: Some("executor"),
-                event: Some("provider_error"),
-                target: Some(&notice.provider),
-                message: &format!(
-                    "attempt {}/{} failed ({}), retrying in {} ms: {}",
-                    notice.attempt,
-                    notice.max_attempts,
-                    notice.reason,
-                    notice.delay.as_millis(),
-                    notice.error
-                ),
-                data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
-                r#loop: (loop_name != "main").then_some(loop_name),
-            })?;
-        }
-        Ok(())
     }
 
     /// The future of a deferred call that a detached tool carries out without the file
@@ -1777,13 +1805,22 @@ impl Executor {
                         Err(error) => return Ok(((error.to_string(), true), Effect::None)),
                     }
                 } else {
+                    // The code serves the agent's other jobs while it waits off the file.
+                    let queue = guard.file_queue();
+                    let env = async {
+                        let env = self.code_env().await?;
+                        Ok::<_, ToolError>(match queue {
+                            Some(queue) => Arc::new((*env).clone().serving(queue)),
+                            None => env,
+                        })
+                    };
                     let file: &mut AdfFile = guard;
                     let run = crate::code::drive_deferred(
                         file,
                         &self.registry,
                         &caller,
                         &deferred,
-                        self.code_env(),
+                        env,
                         &HostApprover(host),
                         &code_options(session),
                     )

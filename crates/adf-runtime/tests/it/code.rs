@@ -1723,6 +1723,43 @@ async fn cod_23_cod_24_model_invoke_errors() {
     );
 }
 
+/// A lambda's `model_invoke` whose request is retried (503, then an answer) leaves the
+/// retry as a `provider_error` warning, as a turn's request does (§6.2, STL-11).
+#[tokio::test]
+async fn stl_11_aud_23_model_invoke_retries_from_a_lambda_are_logged_as_provider_error() {
+    let (_d, _p, mut file) = new_agent();
+    let (mock, env) = mock_env(&mut file).await;
+    owner_set(
+        &mut file,
+        "recovery",
+        json!({ "auto_retry": true, "max_attempts": 2, "base_delay_ms": 1, "max_delay_ms": 2 }),
+    );
+    mock.push_all([Turn::error(503, "overloaded"), Turn::text("made it")]);
+    put(
+        &mut file,
+        "lib/ask.ts",
+        "export async function main() { return await adf.model_invoke({ prompt: 'hi' }) }",
+        false,
+    );
+    let run = lambda(&mut file, &env, "lib/ask.ts:main", json!({})).await;
+    assert_eq!(ok(run), json!("made it"));
+    assert_eq!(mock.request_count(), 2, "the 503 was retried once");
+    let retries: Vec<_> = log_rows(&file)
+        .into_iter()
+        .filter(|(_, event, _, _)| event == "provider_error")
+        .collect();
+    assert_eq!(
+        retries,
+        vec![(
+            "executor".to_owned(),
+            "provider_error".to_owned(),
+            "mock".to_owned(),
+            "warn".to_owned()
+        )],
+        "one row for the one retry"
+    );
+}
+
 // ---------- hostile snippets through the runtime (COD-01, 02, 05, 13, 16, 18, 43, 45) ----------
 
 #[tokio::test]

@@ -16,6 +16,7 @@ mod frontdoor;
 mod fuzz_api;
 mod hil;
 mod liveness;
+mod liveness_code;
 mod loops_daemon;
 mod mcp;
 mod messaging;

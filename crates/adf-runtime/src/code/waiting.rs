@@ -1,0 +1,113 @@
+//! What a code run does for the rest of its agent while it waits (issue 29: an agent that
+//! waits is not frozen).
+//!
+//! The runner holds the agent's file for the length of a run, but touches it only while it
+//! services an `adf.*` call (each call one transaction) or records a call that ended. When
+//! the file comes from a store worker (the daemon: a system lambda runs as a worker job, a
+//! turn's code runs on a leased file), every other job of that agent — timer fires, trigger
+//! deliveries, API reads and writes — queues behind the run. A [`FileQueue`] lets the run
+//! carry those jobs out itself whenever it is waiting for something that is not the file (a
+//! slow `sys_fetch`, a hung `model_invoke`, a nested lambda's sleep, an `await` of a timer):
+//! the store rings the runner when a job is queued, and the runner runs the queued jobs with
+//! its file between two calls of its own, with no transaction open. That is a lease per call
+//! in effect — the file is the run's only while it services a call — without giving the
+//! file back to the worker, which a run inside a worker job cannot do.
+//!
+//! Atomicity a run keeps: each `adf.*` call is one transaction, as before; jobs are served
+//! only between calls and never while a transaction is open (a route's
+//! `run_lambda_closing` transaction, until its first wait commits it), so no job joins or
+//! sees half of a call. A run as a whole was never one transaction (its calls commit one by
+//! one); other work of the agent may now commit between two of its calls, as a tool call of
+//! a concurrent turn could already.
+
+use std::sync::Arc;
+
+use adf_store::{AdfFile, QueueWatch, StoreHandle};
+use tokio::sync::Notify;
+
+use crate::executor::LeaseHooks;
+
+/// The store worker whose queued jobs a waiting run carries out, and what to do around each
+/// hand-over (a daemon turn sweeps its rows so each job's rows stay its own).
+#[derive(Clone)]
+pub struct FileQueue {
+    handle: StoreHandle,
+    hooks: Option<Arc<dyn LeaseHooks>>,
+}
+
+impl std::fmt::Debug for FileQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileQueue")
+            .field("handle", &self.handle)
+            .field("hooks", &self.hooks.is_some())
+            .finish()
+    }
+}
+
+impl FileQueue {
+    /// The queue of `handle`, whose file (or a lease of it) the run is given; `hooks` run
+    /// before (`releasing`) and after (`acquired`) each time the run serves the queue.
+    pub fn new(handle: StoreHandle, hooks: Option<Arc<dyn LeaseHooks>>) -> Self {
+        FileQueue { handle, hooks }
+    }
+
+    /// The queue of the worker running the calling thread's job, if it is one (a system
+    /// lambda the daemon runs as a job).
+    pub fn of_this_worker() -> Option<Self> {
+        StoreHandle::of_this_worker().map(|handle| Self::new(handle, None))
+    }
+
+    /// Starts listening: the returned bell holds a permit now (jobs queued before the run)
+    /// and gets one whenever a job is queued, until the watch is dropped.
+    pub(crate) fn listen(&self) -> Listening {
+        let bell = Arc::new(Notify::new());
+        let ring = Arc::clone(&bell);
+        let watch = self.handle.watch_queue(move || ring.notify_one());
+        bell.notify_one();
+        Listening {
+            queue: self.clone(),
+            bell,
+            _watch: watch,
+        }
+    }
+}
+
+/// A run's end of a [`FileQueue`]: rung when there is work to serve.
+pub(crate) struct Listening {
+    queue: FileQueue,
+    pub(crate) bell: Arc<Notify>,
+    _watch: QueueWatch,
+}
+
+impl Listening {
+    /// Runs the jobs queued now with `file`, unless a transaction is open (a job run then
+    /// would join it; the runner rings again once it commits). On a thread of its own: a job
+    /// may start a runtime (a system lambda), and this runs inside the run's. The run's own
+    /// futures wait meanwhile; each job is one short transaction, or a run of its own.
+    pub(crate) fn serve(&self, file: &mut AdfFile) {
+        if file.in_transaction() {
+            return;
+        }
+        let hooks = self.queue.hooks.as_deref();
+        if let Some(hooks) = hooks {
+            hooks.releasing(file);
+        }
+        let handle = &self.queue.handle;
+        let served = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("adf-waiting-code".into())
+                .spawn_scoped(scope, || handle.serve_queued(file))
+                .map(|thread| thread.join())
+        });
+        match served {
+            Ok(Ok(_ran)) => {}
+            Ok(Err(_panicked)) => tracing::warn!("a job served while code waited panicked"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot start a thread to serve queued jobs")
+            }
+        }
+        if let Some(hooks) = hooks {
+            hooks.acquired(file);
+        }
+    }
+}
