@@ -27,6 +27,7 @@ mod files;
 pub mod fork;
 pub mod glob;
 mod handle;
+mod held;
 pub mod identity;
 pub mod messages;
 pub mod meta;
@@ -62,6 +63,7 @@ pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport, sidecar};
 pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
 pub use fork::ForkOptions;
 pub use handle::{IdleRelease, Lease, QueueWatch, StoreHandle};
+pub use held::RunSavepoint;
 pub use identity::IdentityWrite;
 pub use meta::{MetaEntry, MetaProtection};
 pub use tables::{
