@@ -36,6 +36,7 @@ pub mod mime;
 pub mod other_writers;
 pub mod owner_ops;
 mod page_image;
+pub mod protection;
 pub mod schema;
 pub mod skills;
 pub mod sql;
@@ -60,12 +61,13 @@ pub use access::{Caller, WriteOutcome};
 pub use config::{ConfigAction, Violation};
 pub use error::{ProtectedKind, Result, StoreError};
 pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport, sidecar};
-pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
+pub use files::{FileEntry, FileInfo, FileWrite};
 pub use fork::ForkOptions;
 pub use handle::{IdleRelease, Lease, QueueWatch, StoreHandle};
 pub use held::RunSavepoint;
 pub use identity::IdentityWrite;
-pub use meta::{MetaEntry, MetaProtection};
+pub use meta::MetaEntry;
+pub use protection::{FileProtection, MetaProtection, Protection};
 pub use tables::{
     AttestationRow, HeldLog, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow,
     log_trim_step,
