@@ -19,7 +19,7 @@
 //! limit and timers keep running meanwhile.
 //!
 //! Authorization (§8.6). Every execution has a frame with its caller identity
-//! (`Caller::Code { authorized, source: "path:function" }`). A lambda starts authorized only
+//! (`ToolCaller::Code { authorized, source: "path:function" }`). A lambda starts authorized only
 //! when its authorization allows it ([`Authorization::SourceFile`]: the source file's flag), and
 //! **every module it loads must be authorized too**: loading an unauthorized file (the entry
 //! or any import) demotes the execution before any JavaScript runs, so an authorized file cannot
@@ -58,7 +58,7 @@ use serde_json::{Value, json};
 use crate::identity::LocalKeys;
 use crate::tools::approval::{self, Decision};
 use crate::tools::{
-    Approver, Caller, DeferredCall, DeferredDriver, ErrorCode, HostedFuture, ToolError,
+    Approver, DeferredCall, DeferredDriver, ErrorCode, HostedFuture, ToolCaller, ToolError,
     ToolRegistry,
 };
 
@@ -733,7 +733,7 @@ pub struct DeferredRun {
 pub async fn drive_deferred<E, F>(
     file: &mut AdfFile,
     registry: &ToolRegistry,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     code_env: F,
     approver: &(dyn Approver + Sync),
@@ -788,7 +788,7 @@ where
     async fn run(
         &mut self,
         file: &mut AdfFile,
-        caller: &Caller,
+        caller: &ToolCaller,
         call: &DeferredCall,
     ) -> Result<Value, ToolError> {
         if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
@@ -839,7 +839,7 @@ where
     fn drive<'b>(
         &'b mut self,
         file: &'b mut AdfFile,
-        caller: &'b Caller,
+        caller: &'b ToolCaller,
         call: &'b DeferredCall,
     ) -> HostedFuture<'b> {
         Box::pin(self.run(file, caller, call))
@@ -857,7 +857,7 @@ where
 pub async fn run_deferred(
     file: &mut AdfFile,
     env: &CodeEnv,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
@@ -905,7 +905,7 @@ pub async fn run_deferred(
 async fn deferred_lambda(
     file: &mut AdfFile,
     env: &CodeEnv,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
@@ -932,7 +932,7 @@ async fn deferred_lambda(
     };
     let mut approval_task = None;
     let authorization = match caller {
-        Caller::Model { .. } if target_authorized => {
+        ToolCaller::Model { .. } if target_authorized => {
             let meta = json!({
                 "reason": "authorized_code",
                 "description": format!("sys_lambda would run {} with the authorization of {}", lambda.source(), lambda.path),
@@ -951,19 +951,19 @@ async fn deferred_lambda(
                 Err(e) => return CodeRun::failed(e),
             }
         }
-        Caller::Model { .. } => Authorization::Unauthorized,
-        Caller::Code {
+        ToolCaller::Model { .. } => Authorization::Unauthorized,
+        ToolCaller::Code {
             authorized: false, ..
         } if target_authorized => {
             return CodeRun::failed(requires_authorized_caller(&lambda.path));
         }
-        Caller::Code {
+        ToolCaller::Code {
             authorized: false, ..
         } => Authorization::Unauthorized,
-        Caller::Code {
+        ToolCaller::Code {
             authorized: true, ..
         }
-        | Caller::Owner => Authorization::SourceFile,
+        | ToolCaller::Owner => Authorization::SourceFile,
     };
     let run = run_logged_lambda(
         file,
