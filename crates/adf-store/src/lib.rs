@@ -8,9 +8,14 @@
 //!   ([`IdleRelease`]).
 //! - [`Caller`]: who is asking (agent, authorized code, owner); every write applies the
 //!   protection rules of spec §4.2, §4.3, §4.4 for that caller in this crate and nowhere else.
+//! - [`Protection`]: a protection level, typed; [`protection::decide`] is the one place that
+//!   says whom it binds, [`protection::config_lock`] which config lock covers a change.
+//! - [`RunSavepoint`] and [`AdfFile::begin_held_transaction`]: transactions other crates hold
+//!   across calls and awaits, without naming `BEGIN`/`SAVEPOINT`/`COMMIT`.
 //! - [`StoreError`]: the one error type.
 //!
-//! Only this crate writes SQL against `adf_` tables.
+//! Only this crate runs SQL: no other crate reaches the connection (`AdfFile::connection` exists
+//! for tests only, behind the `test-sql` feature) or holds SQL text (the `closed_api` test).
 
 mod access;
 pub mod audit;
