@@ -245,6 +245,19 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether SQLite found the path not to be a database it can open (not a database, or
+    /// not openable): the caller named a bad file, rather than the store failing.
+    pub fn is_unopenable_database(&self) -> bool {
+        matches!(
+            self,
+            Self::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
+                if matches!(
+                    failure.code,
+                    rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::CannotOpen
+                )
+        )
+    }
+
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidInput(message.into())
     }
