@@ -137,3 +137,82 @@ impl RunSavepoint {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::{Caller, CreateOptions, NewLog};
+
+    fn fresh(dir: &tempfile::TempDir) -> AdfFile {
+        AdfFile::create(dir.path().join("a.adf"), &CreateOptions::default()).unwrap()
+    }
+
+    fn log(file: &mut AdfFile, message: &str) {
+        file.log(&NewLog {
+            level: "warn",
+            origin: Some("lambda"),
+            message,
+            ..Default::default()
+        })
+        .unwrap();
+    }
+
+    fn messages(file: &AdfFile) -> Vec<String> {
+        file.connection()
+            .prepare("SELECT message FROM adf_logs WHERE origin = 'lambda' ORDER BY id")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    #[test]
+    fn a_run_that_throws_loses_its_writes_but_keeps_its_log_rows_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = fresh(&dir);
+        file.begin_held_transaction().unwrap();
+        log(&mut file, "before the run");
+        let savepoint = file.open_run_savepoint().unwrap();
+        file.meta_set(Caller::Agent, "written", "1", None).unwrap();
+        log(&mut file, "first");
+        log(&mut file, "second");
+        savepoint.roll_back_keeping_logs(&file).unwrap();
+        assert!(
+            file.in_transaction(),
+            "the enclosing transaction stays open"
+        );
+        file.commit_open_transaction().unwrap();
+        assert!(!file.in_transaction());
+        assert_eq!(file.meta_get("written").unwrap(), None);
+        assert_eq!(messages(&file), ["before the run", "first", "second"]);
+    }
+
+    #[test]
+    fn a_run_that_returns_keeps_its_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = fresh(&dir);
+        file.begin_held_transaction().unwrap();
+        let changes = file.changes_made();
+        let savepoint = file.open_run_savepoint().unwrap();
+        file.meta_set(Caller::Agent, "written", "1", None).unwrap();
+        savepoint.release(&file).unwrap();
+        assert!(file.changes_made() > changes);
+        file.commit_open_transaction().unwrap();
+        assert_eq!(file.meta_get("written").unwrap().unwrap().value, "1");
+    }
+
+    #[test]
+    fn a_held_transaction_is_one_at_a_time_and_rolls_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = fresh(&dir);
+        assert!(!file.rollback_open_transaction().unwrap(), "nothing open");
+        file.begin_held_transaction().unwrap();
+        assert!(file.begin_held_transaction().is_err(), "no nesting");
+        file.meta_set(Caller::Agent, "written", "1", None).unwrap();
+        assert!(file.rollback_open_transaction().unwrap());
+        assert_eq!(file.meta_get("written").unwrap(), None);
+        assert!(file.commit_open_transaction().is_err(), "nothing to commit");
+    }
+}
