@@ -1,9 +1,9 @@
 //! The reads a daemon makes around an agent's handlers, named so the daemon holds no SQL:
 //! rowid marks and new rows of the tables that are trigger sources (`on_task_create`,
 //! `on_logs`, `on_inbox`, `on_outbox`), the files' change stamps (which files a handler
-//! wrote), the authorized files (what a review digest covers), the newest transcript row
-//! (the hibernate nudge counts from it), and the rollback of a transaction an aborted turn
-//! left open.
+//! wrote), the authorized files (what a review digest covers) and the newest transcript row
+//! (the hibernate nudge counts from it). Transaction control (an aborted turn's rollback
+//! included) is held.rs.
 
 use std::collections::HashMap;
 
