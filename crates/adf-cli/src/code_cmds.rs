@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, LambdaRef, RunOptions};
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{Approver, Caller, DeferredCall, TaskRun, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, DeferredCall, TaskRun, ToolCaller, ToolError, ToolRegistry};
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
@@ -167,7 +167,7 @@ fn tool_runtime() -> Result<tokio::runtime::Runtime, ToolError> {
 pub(crate) fn run_queued(
     file: &mut AdfFile,
     registry: &ToolRegistry,
-    caller: &Caller,
+    caller: &ToolCaller,
     task_id: &str,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
@@ -190,7 +190,7 @@ pub(crate) fn run_queued(
 pub(crate) fn drive_deferred(
     file: &mut AdfFile,
     registry: &ToolRegistry,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {

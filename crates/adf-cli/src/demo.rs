@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{CallOutcome, Caller, ToolError, ToolRegistry, render};
+use adf_runtime::tools::{CallOutcome, ToolCaller, ToolError, ToolRegistry, render};
 use adf_store::{AdfFile, ConfigAction, CreateOptions, FileWrite, MetaProtection};
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
@@ -186,7 +186,7 @@ fn show_protections(file: &mut AdfFile, say: &dyn Fn(&str)) -> Result<String> {
 fn show_tools(file: &mut AdfFile, say: &dyn Fn(&str)) -> Result<()> {
     say("5. The model's hands: tools run through one pipeline with the access rules of spec §8.7:");
     let tools = ToolRegistry::with_builtins();
-    let model = Caller::Model {
+    let model = ToolCaller::Model {
         loop_name: "main".into(),
     };
     let wrote = tools.call(

@@ -248,7 +248,7 @@ pub(crate) fn files(path: &Path, prefix: &str, out: Output) -> Result<ExitCode> 
             table.row(vec![
                 info.path.clone(),
                 format_size(info.size),
-                info.protection.clone(),
+                info.protection.to_string(),
                 if info.authorized {
                     "yes".into()
                 } else {
@@ -338,7 +338,7 @@ pub(crate) fn meta(command: MetaCommand, out: Output) -> Result<ExitCode> {
                 for entry in &entries {
                     table.row(vec![
                         entry.key.clone(),
-                        entry.protection.clone(),
+                        entry.protection.to_string(),
                         clip(&entry.value, 80),
                     ]);
                 }

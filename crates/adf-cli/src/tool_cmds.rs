@@ -10,8 +10,8 @@ use adf_runtime::tools::approval::{
     ApproveAll, DenyAll, Resolution, WaitForResolution, resolve_task,
 };
 use adf_runtime::tools::{
-    ApprovalRequest, Approver, CallOutcome, Caller, Decision, ErrorCode, ToolError, ToolRegistry,
-    render,
+    ApprovalRequest, Approver, CallOutcome, Decision, ErrorCode, ToolCaller, ToolError,
+    ToolRegistry, render,
 };
 use adf_store::AdfFile;
 use anyhow::{Context as _, Result, bail};
@@ -33,20 +33,20 @@ pub(crate) enum CallAs {
 }
 
 impl CallAs {
-    fn caller(self) -> Caller {
+    fn caller(self) -> ToolCaller {
         match self {
-            Self::Model => Caller::Model {
+            Self::Model => ToolCaller::Model {
                 loop_name: "main".into(),
             },
-            Self::Code => Caller::Code {
+            Self::Code => ToolCaller::Code {
                 authorized: false,
                 source: Some("cli".into()),
             },
-            Self::Authorized => Caller::Code {
+            Self::Authorized => ToolCaller::Code {
                 authorized: true,
                 source: Some("cli".into()),
             },
-            Self::Owner => Caller::Owner,
+            Self::Owner => ToolCaller::Owner,
         }
     }
 }
@@ -250,7 +250,7 @@ pub(crate) fn resolve(
         &mut file,
         task_id,
         resolution,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         false,
     );
     file.close()?;

@@ -23,7 +23,7 @@ use adf_mcp::manage::Manager;
 use adf_mcp::{McpSource, ServerSpec, Supervisor};
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{CallOutcome, Caller, ToolRegistry};
+use adf_runtime::tools::{CallOutcome, ToolCaller, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
@@ -72,7 +72,7 @@ fn bench(c: &mut Criterion) {
             registry
                 .call(
                     &mut file,
-                    &Caller::Owner,
+                    &ToolCaller::Owner,
                     "fs_read",
                     json!({"path": "mind.md"}),
                     &DenyAll,
@@ -93,7 +93,7 @@ fn bench(c: &mut Criterion) {
                 match registry
                     .call(
                         &mut file,
-                        &Caller::Owner,
+                        &ToolCaller::Owner,
                         "mcp_bench_echo",
                         json!({"text": "hi"}),
                         &DenyAll,
@@ -101,7 +101,7 @@ fn bench(c: &mut Criterion) {
                     .unwrap()
                 {
                     CallOutcome::Deferred(call) => registry
-                        .run_detached(&mut file, &Caller::Owner, &call)
+                        .run_detached(&mut file, &ToolCaller::Owner, &call)
                         .await
                         .unwrap(),
                     other => other.into_value(),

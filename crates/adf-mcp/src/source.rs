@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::{
-    Caller, Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolContext, ToolError, ToolSource,
+    Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolCaller, ToolContext, ToolError,
+    ToolSource,
 };
 use adf_store::AdfFile;
 use serde_json::{Map, Value, json};
@@ -169,7 +170,7 @@ impl Tool for McpTool {
         Ok(json!({ "file": file, "arguments": args }))
     }
 
-    fn detach(&self, config: &Value, caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, caller: &ToolCaller, args: Value) -> Option<Detached> {
         let _ = caller;
         let source = self.source.clone();
         let server = self.server.clone();

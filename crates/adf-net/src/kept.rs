@@ -248,7 +248,7 @@ mod tests {
         assert!(kept.checkin(&second, fresh).is_empty());
         assert_eq!(kept.len(), 1);
         let busy = kept.checkout(&second).unwrap();
-        busy.connection().execute_batch("BEGIN").unwrap();
+        busy.begin_held_transaction().unwrap();
         assert_eq!(kept.checkin(&second, busy).len(), 1);
         assert_eq!(kept.state().open, 0);
     }

@@ -653,7 +653,7 @@ fn resolve_batch(
         }
     };
     held_rows(slot).batch_begins(Instant::now());
-    let changes_before = file.connection().total_changes();
+    let changes_before = file.changes_made();
     file.hold_logs();
     let mut transaction = Batch::new();
     let mut answers = Vec::with_capacity(batch.len());
@@ -680,7 +680,7 @@ fn resolve_batch(
         });
     }
     let batch_end = BatchEnd {
-        wrote: file.connection().total_changes() != changes_before,
+        wrote: file.changes_made() != changes_before,
         idle: waiting(slot) == 0 || released(slot),
         deferring: file.wal_restart_pending(),
     };
@@ -743,7 +743,7 @@ impl Batch {
             return;
         }
         self.open_since = None;
-        if file.run_cached("BEGIN IMMEDIATE").is_ok() {
+        if file.begin_held_transaction().is_ok() {
             self.open_since = Some(index);
         }
     }
@@ -758,11 +758,8 @@ impl Batch {
         if !file.in_transaction() {
             return;
         }
-        if let Err(error) = file.run_cached("COMMIT") {
-            tracing::warn!(%error, "cannot commit a batch of route requests");
-            if let Err(error) = file.rollback_open_transaction() {
-                tracing::warn!(%error, "cannot roll back a batch of route requests");
-            }
+        if let Err(error) = file.commit_open_transaction() {
+            tracing::warn!(%error, "cannot commit a batch of route requests (rolled back)");
             self.lost.extend(since..=self.current);
         }
     }
@@ -771,20 +768,7 @@ impl Batch {
 /// Where the tables whose rows are trigger events end now (see [`RowsThrough`]); `None`
 /// when they cannot be read (the host then sweeps).
 fn rows_through(file: &AdfFile) -> Option<RowsThrough> {
-    let read = file
-        .connection()
-        .prepare_cached(
-            "SELECT (SELECT COALESCE(max(rowid), 0) FROM adf_tasks),
-                    (SELECT COALESCE(max(rowid), 0) FROM adf_logs),
-                    (SELECT COALESCE(max(rowid), 0) FROM adf_inbox),
-                    (SELECT COALESCE(max(rowid), 0) FROM adf_outbox)",
-        )
-        .and_then(|mut statement| {
-            statement.query_row([], |row| {
-                Ok([row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?])
-            })
-        });
-    read.ok()
+    file.observed_rows_through().ok()
 }
 
 /// [`resolve_answer`], with `Content-Security-Policy: sandbox` added unless the owner turned

@@ -147,7 +147,7 @@ impl Tool for WsConnect {
     fn detach(
         &self,
         config: &Value,
-        caller: &adf_runtime::tools::Caller,
+        caller: &adf_runtime::tools::ToolCaller,
         args: Value,
     ) -> Option<Detached> {
         let tools = self.0.clone();
@@ -308,7 +308,7 @@ impl Tool for WsSend {
     fn detach(
         &self,
         config: &Value,
-        _caller: &adf_runtime::tools::Caller,
+        _caller: &adf_runtime::tools::ToolCaller,
         args: Value,
     ) -> Option<Detached> {
         let tools = self.0.clone();
@@ -386,7 +386,7 @@ impl Tool for WsDisconnect {
     fn detach(
         &self,
         config: &Value,
-        _caller: &adf_runtime::tools::Caller,
+        _caller: &adf_runtime::tools::ToolCaller,
         args: Value,
     ) -> Option<Detached> {
         let key = args
@@ -429,7 +429,7 @@ impl Tool for WsConnections {
     fn detach(
         &self,
         config: &Value,
-        _caller: &adf_runtime::tools::Caller,
+        _caller: &adf_runtime::tools::ToolCaller,
         args: Value,
     ) -> Option<Detached> {
         let direction = args

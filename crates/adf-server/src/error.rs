@@ -163,14 +163,7 @@ impl From<StoreError> for ApiError {
                 StatusCode::FORBIDDEN
             }
             StoreError::Io(io) => io_status(io),
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
-                if matches!(
-                    failure.code,
-                    rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::CannotOpen
-                ) =>
-            {
-                StatusCode::BAD_REQUEST
-            }
+            error if error.is_unopenable_database() => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self::new(status, error.to_string())

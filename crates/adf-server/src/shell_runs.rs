@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use adf_runtime::code::{self, CodeEnv, RunOptions, Sandbox, SandboxConfig};
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{CallOutcome, Caller, ToolError, ToolRegistry};
+use adf_runtime::tools::{CallOutcome, ToolCaller, ToolError, ToolRegistry};
 use adf_store::AdfFile;
 use serde_json::{Value, json};
 
@@ -25,7 +25,7 @@ pub(crate) fn run(
     command: &str,
     event: &Value,
 ) -> Result<Value, ToolError> {
-    let caller = Caller::Code {
+    let caller = ToolCaller::Code {
         authorized: false,
         source: Some(source.to_owned()),
     };

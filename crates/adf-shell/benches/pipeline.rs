@@ -4,7 +4,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{CallOutcome, Caller, ToolRegistry};
+use adf_runtime::tools::{CallOutcome, ToolCaller, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -42,13 +42,13 @@ fn bench(c: &mut Criterion) {
     registry
         .call(
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "fs_write",
             json!({ "mode": "write", "path": "notes.md", "content": notes() }),
             &DenyAll,
         )
         .unwrap();
-    let caller = Caller::Model {
+    let caller = ToolCaller::Model {
         loop_name: "main".into(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

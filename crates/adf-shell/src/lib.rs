@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use adf_runtime::tools::{
-    Approver, CallOutcome, Caller, ErrorCode, HostedContext, HostedFuture, Tool, ToolContext,
+    Approver, CallOutcome, ErrorCode, HostedContext, HostedFuture, Tool, ToolCaller, ToolContext,
     ToolError, ToolRegistry,
 };
 use adf_store::AdfFile;
@@ -56,7 +56,7 @@ pub trait Host {
 pub struct RegistryHost<'a> {
     file: &'a mut AdfFile,
     registry: &'a ToolRegistry,
-    caller: &'a Caller,
+    caller: &'a ToolCaller,
     approver: &'a dyn Approver,
 }
 
@@ -73,7 +73,7 @@ impl<'a> RegistryHost<'a> {
     pub fn new(
         file: &'a mut AdfFile,
         registry: &'a ToolRegistry,
-        caller: &'a Caller,
+        caller: &'a ToolCaller,
         approver: &'a dyn Approver,
     ) -> Self {
         RegistryHost {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use adf_runtime::tools::Caller;
+use adf_runtime::tools::ToolCaller;
 use adf_runtime::tools::approval::ApproveAll;
 use adf_shell::{Limits, RegistryHost, Shell};
 use adf_store::AdfFile;
@@ -211,7 +211,7 @@ fn jq_abandoned_call_kills_its_worker() {
 /// A shell over the pipeline (synchronous embedding) with these limits.
 fn run_limited(file: &mut AdfFile, limits: Limits, command: &str) -> adf_shell::Outcome {
     let registry = registry();
-    let caller = Caller::Model {
+    let caller = ToolCaller::Model {
         loop_name: "main".into(),
     };
     let mut host = RegistryHost::new(file, &registry, &caller, &ApproveAll);

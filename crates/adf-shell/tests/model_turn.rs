@@ -151,7 +151,7 @@ async fn a_model_turn_greps_transforms_with_jq_and_writes_while_protection_holds
     common::registry()
         .call(
             &mut file,
-            &adf_runtime::tools::Caller::Owner,
+            &adf_runtime::tools::ToolCaller::Owner,
             "fs_write",
             json!({ "mode": "write", "path": "policy.md", "content": "fixed\n", "protection": "read_only" }),
             &adf_runtime::tools::approval::DenyAll,

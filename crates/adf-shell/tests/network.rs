@@ -498,7 +498,7 @@ async fn code_calls_the_shell_through_the_same_pipeline() {
     common::registry()
         .call(
             &mut file,
-            &adf_runtime::tools::Caller::Owner,
+            &adf_runtime::tools::ToolCaller::Owner,
             "fs_write",
             json!({ "mode": "write", "path": "locked.txt", "content": "keep\n", "protection": "read_only" }),
             &DenyAll,

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{ApprovalRequest, Approver, Caller, Decision, ToolError};
+use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolCaller, ToolError};
 use adf_shell::{Limits, RegistryHost, Shell};
 use adf_store::AdfFile;
 use common::{agent, model, put, registry, run_line, shell_call, text, to_run};
@@ -208,7 +208,7 @@ fn a_redirect_onto_a_read_only_file_asks_the_owner_and_a_denial_leaves_the_file(
     registry()
         .call(
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "fs_write",
             json!({ "mode": "write", "path": "locked.md", "content": "keep\n", "protection": "read_only" }),
             &DenyAll,
@@ -329,7 +329,7 @@ fn tol_58_media_cat_prints_a_marker_and_manifest_never_base64() {
     registry()
         .call(
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "fs_write",
             json!({ "mode": "write", "path": "pic.png", "content": encoded, "encoding": "base64", "mime_type": "image/png" }),
             &DenyAll,

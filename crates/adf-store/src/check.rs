@@ -15,6 +15,7 @@ use crate::defaults::CORE_FILES;
 use crate::error::Result;
 use crate::file::AdfFile;
 use crate::meta::{self, MetaProtection};
+use crate::protection::FileProtection;
 use crate::schema::{FORMAT_VERSION, SCHEMA_DDL, SCHEMA_VERSION, SYSTEM_INDEXES, SYSTEM_TABLES};
 use crate::skills;
 
@@ -283,7 +284,7 @@ fn check_meta(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
                     "§3.3",
                     format!("meta key {} is not in the adf_ key registry", entry.key),
                 ),
-                Some(level) if level.as_str() != entry.protection => {
+                Some(level) if level != entry.protection => {
                     let rule = if level == MetaProtection::Readonly {
                         "§4.4"
                     } else {
@@ -480,7 +481,7 @@ fn check_files(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
     for core in CORE_FILES {
         match files.iter().find(|f| f.path == core) {
             None => report.error("§4.1", format!("reserved file {core} is missing")),
-            Some(info) if info.protection != "no_delete" && info.protection != "read_only" => {
+            Some(info) if info.protection == FileProtection::None => {
                 report.warn(
                     "§4.1",
                     format!(
@@ -497,7 +498,7 @@ fn check_files(file: &AdfFile, report: &mut CheckReport) -> Result<()> {
             "§5.1",
             "skills-registry.json is missing; opening the file with the runtime creates it",
         ),
-        Some(info) if info.protection != "read_only" => {
+        Some(info) if info.protection != FileProtection::ReadOnly => {
             report.warn(
                 "§4.1",
                 format!(

@@ -11,6 +11,7 @@ use crate::access::Caller;
 use crate::config::new_violations;
 use crate::error::{ProtectedKind, Result, StoreError};
 use crate::file::AdfFile;
+use crate::protection::{self, Change, Decision, Protection};
 use crate::time;
 
 impl AdfFile {
@@ -28,12 +29,14 @@ impl AdfFile {
         bypassed_lock: Option<&str>,
     ) -> Result<()> {
         if let Some(target) = bypassed_lock
-            && caller.is_bound_by_protection()
+            && protection::decide(caller, Protection::ConfigLocked, Change::Write)
+                == Decision::Refuse
         {
             return Err(StoreError::Protected {
                 kind: ProtectedKind::Config,
                 target: target.to_owned(),
-                level: "locked".into(),
+                level: Protection::ConfigLocked,
+                why: None,
             });
         }
         crate::config_depth::check_depth(&config)?;

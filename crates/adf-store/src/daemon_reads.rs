@@ -1,9 +1,9 @@
 //! The reads a daemon makes around an agent's handlers, named so the daemon holds no SQL:
 //! rowid marks and new rows of the tables that are trigger sources (`on_task_create`,
 //! `on_logs`, `on_inbox`, `on_outbox`), the files' change stamps (which files a handler
-//! wrote), the authorized files (what a review digest covers), the newest transcript row
-//! (the hibernate nudge counts from it), and the rollback of a transaction an aborted turn
-//! left open.
+//! wrote), the authorized files (what a review digest covers) and the newest transcript row
+//! (the hibernate nudge counts from it). Transaction control (an aborted turn's rollback
+//! included) is held.rs.
 
 use std::collections::HashMap;
 
@@ -103,6 +103,22 @@ impl AdfFile {
         )?)
     }
 
+    /// [`max_rowid`](Self::max_rowid) of every observed table at once, in the order
+    /// tasks, logs, inbox, outbox: where the tables whose rows are trigger events end now.
+    pub fn observed_rows_through(&self) -> Result<[i64; 4]> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT (SELECT COALESCE(max(rowid), 0) FROM adf_tasks),
+                        (SELECT COALESCE(max(rowid), 0) FROM adf_logs),
+                        (SELECT COALESCE(max(rowid), 0) FROM adf_inbox),
+                        (SELECT COALESCE(max(rowid), 0) FROM adf_outbox)",
+            )?
+            .query_row([], |row| {
+                Ok([row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?])
+            })?)
+    }
+
     /// The event data of at most `limit` rows of `table` with a rowid above `after`, oldest
     /// first.
     pub fn observed_rows_after(
@@ -152,24 +168,6 @@ impl AdfFile {
                 |row| row.get(0),
             )
             .optional()?)
-    }
-
-    /// Runs one parameterless transaction-control statement (`BEGIN IMMEDIATE`, `SAVEPOINT x`,
-    /// `RELEASE x`, `COMMIT`, ...) through the connection's statement cache: callers that
-    /// shape their own transactions around many store calls (route requests) run these per
-    /// request, and parsing them each time showed in profiles.
-    pub fn run_cached(&self, sql: &str) -> Result<()> {
-        Ok(crate::file::run_cached(&self.conn, sql)?)
-    }
-
-    /// Rolls back a transaction left open (a turn cancelled while a tool call's transaction
-    /// was open); true when there was one.
-    pub fn rollback_open_transaction(&self) -> Result<bool> {
-        if self.conn.is_autocommit() {
-            return Ok(false);
-        }
-        self.conn.execute_batch("ROLLBACK")?;
-        Ok(true)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The one error type of the store. Messages name the file and say what to do.
 
+use crate::protection::Protection;
 use std::path::PathBuf;
 
 /// What a protection rule guards (spec §4.2, §4.4, §5.17).
@@ -175,14 +176,17 @@ pub enum StoreError {
     },
 
     /// A write hit a protection rule (read-only file, locked config path, append-only table, ...).
-    #[error("{kind} '{target}' is {level}")]
+    #[error("{kind} '{target}' is {level}{}", why.map(|why| format!(" ({why})")).unwrap_or_default())]
     Protected {
         /// What kind of thing the rule guards.
         kind: ProtectedKind,
-        /// The guarded path, key, id or table name.
+        /// The guarded path, key or id.
         target: String,
-        /// The protection level that refused the write, e.g. "read_only" or "locked".
-        level: String,
+        /// The protection level that refused the write.
+        level: Protection,
+        /// What the level means here, when the level alone does not say (a file the runtime
+        /// generates, an increment that does not raise the number).
+        why: Option<&'static str>,
     },
 
     /// An agent (not the owner, not authorized code) tried a change reserved to them,
@@ -241,6 +245,19 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether SQLite found the path not to be a database it can open (not a database, or
+    /// not openable): the caller named a bad file, rather than the store failing.
+    pub fn is_unopenable_database(&self) -> bool {
+        matches!(
+            self,
+            Self::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
+                if matches!(
+                    failure.code,
+                    rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::CannotOpen
+                )
+        )
+    }
+
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidInput(message.into())
     }

@@ -418,10 +418,20 @@ impl AdfFile {
         !self.conn.is_autocommit()
     }
 
-    /// The raw connection, for read-only queries by code in this crate's tests and tools.
-    /// Writes must go through the typed API so protection rules apply.
+    /// The raw connection, for this crate and for tests that check a file's rows directly
+    /// (the `test-sql` feature, enabled only by dev-dependencies). Everything else goes through
+    /// the typed API, so protection rules apply and no other crate holds SQL.
+    #[cfg(any(test, feature = "test-sql"))]
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+
+    /// Writes a consistent copy of the whole file to `target` (SQLite's online backup), as
+    /// of the last commit, while this connection stays open.
+    pub fn copy_to(&self, target: &Path) -> Result<()> {
+        self.conn
+            .backup(rusqlite::MAIN_DB, target, rusqlite::backup::NO_PROGRESS)?;
+        Ok(())
     }
 
     /// Runs `work` as one transaction: every store write it makes lands, or none does (a tool

@@ -8,9 +8,14 @@
 //!   ([`IdleRelease`]).
 //! - [`Caller`]: who is asking (agent, authorized code, owner); every write applies the
 //!   protection rules of spec §4.2, §4.3, §4.4 for that caller in this crate and nowhere else.
+//! - [`Protection`]: a protection level, typed; [`protection::decide`] is the one place that
+//!   says whom it binds, [`protection::config_lock`] which config lock covers a change.
+//! - [`RunSavepoint`] and [`AdfFile::begin_held_transaction`]: transactions other crates hold
+//!   across calls and awaits, without naming `BEGIN`/`SAVEPOINT`/`COMMIT`.
 //! - [`StoreError`]: the one error type.
 //!
-//! Only this crate writes SQL against `adf_` tables.
+//! Only this crate runs SQL: no other crate reaches the connection (`AdfFile::connection` exists
+//! for tests only, behind the `test-sql` feature) or holds SQL text (the `closed_api` test).
 
 mod access;
 pub mod audit;
@@ -27,6 +32,7 @@ mod files;
 pub mod fork;
 pub mod glob;
 mod handle;
+mod held;
 pub mod identity;
 pub mod messages;
 pub mod meta;
@@ -35,6 +41,7 @@ pub mod mime;
 pub mod other_writers;
 pub mod owner_ops;
 mod page_image;
+pub mod protection;
 pub mod schema;
 pub mod skills;
 pub mod sql;
@@ -59,11 +66,13 @@ pub use access::{Caller, WriteOutcome};
 pub use config::{ConfigAction, Violation};
 pub use error::{ProtectedKind, Result, StoreError};
 pub use file::{AdfFile, CreateOptions, OpenMode, OpenReport, sidecar};
-pub use files::{FileEntry, FileInfo, FileProtection, FileWrite};
+pub use files::{FileEntry, FileInfo, FileWrite};
 pub use fork::ForkOptions;
 pub use handle::{IdleRelease, Lease, QueueWatch, StoreHandle};
+pub use held::RunSavepoint;
 pub use identity::IdentityWrite;
-pub use meta::{MetaEntry, MetaProtection};
+pub use meta::MetaEntry;
+pub use protection::{FileProtection, MetaProtection, Protection};
 pub use tables::{
     AttestationRow, HeldLog, IdentityRow, LoopRow, NewLog, NewLoopRow, TaskRow, TimerRow,
     log_trim_step,

@@ -6,41 +6,9 @@ use serde::Serialize;
 use crate::access::{Caller, WriteOutcome, log_bypass};
 use crate::error::{ProtectedKind, Result, StoreError};
 use crate::file::AdfFile;
+use crate::protection::{self, Change, Decision, Protection};
 
-/// Protection of a meta key (§4.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MetaProtection {
-    /// Agent tools may change and delete the key.
-    None,
-    /// Agent tools may not change or delete the key.
-    Readonly,
-    /// Agent tools may only replace the value with a strictly greater number.
-    Increment,
-}
-
-impl MetaProtection {
-    /// The level as `adf_meta.protection` stores it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Readonly => "readonly",
-            Self::Increment => "increment",
-        }
-    }
-
-    /// Parses a stored or requested level; anything else is invalid input.
-    pub fn parse(text: &str) -> Result<Self> {
-        match text {
-            "none" => Ok(Self::None),
-            "readonly" => Ok(Self::Readonly),
-            "increment" => Ok(Self::Increment),
-            other => Err(StoreError::invalid(format!(
-                "meta protection must be none, readonly or increment, not '{other}'"
-            ))),
-        }
-    }
-}
+pub use crate::protection::MetaProtection;
 
 /// Every `adf_*` key a runtime may create, with its protection (§3.3 registry, §17.2 #12).
 pub const REGISTRY: [(&str, MetaProtection); 18] = [
@@ -85,7 +53,7 @@ pub struct MetaEntry {
     /// The stored text value.
     pub value: String,
     /// `none`, `readonly` or `increment` (§4.4).
-    pub protection: String,
+    pub protection: MetaProtection,
 }
 
 fn check_key(key: &str) -> Result<()> {
@@ -152,7 +120,7 @@ impl AdfFile {
         self.check_writable()?;
         check_key(key)?;
         let tx = crate::file::write_tx(&mut self.conn)?;
-        let existing: Option<(String, String)> = tx
+        let existing: Option<(String, MetaProtection)> = tx
             .query_row(
                 "SELECT value, protection FROM adf_meta WHERE key = ?1",
                 [key],
@@ -166,7 +134,7 @@ impl AdfFile {
                 )));
             };
             if caller != Caller::Owner && level == MetaProtection::Readonly {
-                return Err(protected_meta(key, "readonly"));
+                return Err(protected_meta(key, MetaProtection::Readonly));
             }
             if RUNTIME_MANAGED.contains(&key) {
                 return Err(StoreError::invalid(format!(
@@ -180,18 +148,14 @@ impl AdfFile {
         let mut outcome = WriteOutcome::default();
         match existing {
             Some((current, level)) => {
-                match level.as_str() {
-                    "readonly" if caller.is_bound_by_protection() => {
-                        return Err(protected_meta(key, "readonly"));
+                match protection::decide(caller, Protection::Meta(level), Change::Write) {
+                    Decision::Refuse => return Err(protected_meta(key, level)),
+                    Decision::OnlyIncrease => check_increment(key, &current, value)?,
+                    Decision::Bypass => {
+                        log_bypass(&tx, ProtectedKind::Meta, key, level.as_str())?;
+                        outcome.bypassed = Some(level.as_str().to_owned());
                     }
-                    "increment" if caller.is_bound_by_protection() => {
-                        check_increment(key, &current, value)?
-                    }
-                    "readonly" | "increment" if caller.records_bypass() => {
-                        log_bypass(&tx, ProtectedKind::Meta, key, &level)?;
-                        outcome.bypassed = Some(level.clone());
-                    }
-                    _ => {}
+                    Decision::Allow => {}
                 }
                 tx.execute(
                     "UPDATE adf_meta SET value = ?2 WHERE key = ?1",
@@ -226,7 +190,7 @@ impl AdfFile {
             )));
         }
         let tx = crate::file::write_tx(&mut self.conn)?;
-        let existing: Option<(String, String)> = tx
+        let existing: Option<(String, MetaProtection)> = tx
             .query_row(
                 "SELECT value, protection FROM adf_meta WHERE key = ?1",
                 [key],
@@ -248,20 +212,16 @@ impl AdfFile {
                         "meta '{key}' holds '{current}', which is not a number"
                     ))
                 })?;
-                let bound = caller.is_bound_by_protection();
-                match level.as_str() {
-                    "readonly" if bound => return Err(protected_meta(key, "readonly")),
-                    "increment" if bound && delta <= 0.0 => {
-                        return Err(protected_meta(
-                            key,
-                            "increment (only strictly greater values)",
-                        ));
+                // Raising an `increment` key is what the level allows everyone: no refusal,
+                // and no bypass to record.
+                let raises = delta > 0.0;
+                match protection::decide(caller, Protection::Meta(level), Change::Write) {
+                    Decision::Refuse => return Err(protected_meta(key, level)),
+                    Decision::OnlyIncrease if !raises => {
+                        return Err(not_an_increase(key, "only strictly greater values"));
                     }
-                    "readonly" if caller.records_bypass() => {
-                        log_bypass(&tx, ProtectedKind::Meta, key, &level)?
-                    }
-                    "increment" if caller.records_bypass() && delta <= 0.0 => {
-                        log_bypass(&tx, ProtectedKind::Meta, key, &level)?;
+                    Decision::Bypass if !(level == MetaProtection::Increment && raises) => {
+                        log_bypass(&tx, ProtectedKind::Meta, key, level.as_str())?;
                     }
                     _ => {}
                 }
@@ -282,7 +242,7 @@ impl AdfFile {
     pub fn meta_delete(&mut self, caller: Caller, key: &str) -> Result<WriteOutcome> {
         self.check_writable()?;
         let tx = crate::file::write_tx(&mut self.conn)?;
-        let level: String = tx
+        let level: MetaProtection = tx
             .query_row(
                 "SELECT protection FROM adf_meta WHERE key = ?1",
                 [key],
@@ -291,17 +251,19 @@ impl AdfFile {
             .optional()?
             .ok_or_else(|| StoreError::not_found("meta key", key))?;
         if RUNTIME_MANAGED.contains(&key) || (key.starts_with("adf_") && caller != Caller::Owner) {
-            return Err(protected_meta(key, "readonly"));
+            return Err(protected_meta(key, MetaProtection::Readonly));
         }
         let mut outcome = WriteOutcome::default();
-        if level != "none" {
-            if caller.is_bound_by_protection() {
-                return Err(protected_meta(key, &level));
+        let delete = Change::Delete {
+            owner_confirmed: false,
+        };
+        match protection::decide(caller, Protection::Meta(level), delete) {
+            Decision::Refuse | Decision::OnlyIncrease => return Err(protected_meta(key, level)),
+            Decision::Bypass => {
+                log_bypass(&tx, ProtectedKind::Meta, key, level.as_str())?;
+                outcome.bypassed = Some(level.as_str().to_owned());
             }
-            if caller.records_bypass() {
-                log_bypass(&tx, ProtectedKind::Meta, key, &level)?;
-                outcome.bypassed = Some(level);
-            }
+            Decision::Allow => {}
         }
         tx.execute("DELETE FROM adf_meta WHERE key = ?1", [key])?;
         crate::file::consume_marker(&tx, &self.marker_pending)?;
@@ -393,11 +355,22 @@ pub(crate) fn set_runtime_key(conn: &rusqlite::Connection, key: &str, value: &st
     Ok(())
 }
 
-fn protected_meta(key: &str, level: &str) -> StoreError {
+fn protected_meta(key: &str, level: MetaProtection) -> StoreError {
     StoreError::Protected {
         kind: ProtectedKind::Meta,
         target: key.to_owned(),
-        level: level.to_owned(),
+        level: Protection::Meta(level),
+        why: None,
+    }
+}
+
+/// The refusal of an `increment` key's change that does not raise it.
+fn not_an_increase(key: &str, why: &'static str) -> StoreError {
+    StoreError::Protected {
+        kind: ProtectedKind::Meta,
+        target: key.to_owned(),
+        level: Protection::Meta(MetaProtection::Increment),
+        why: Some(why),
     }
 }
 
@@ -405,9 +378,6 @@ fn check_increment(key: &str, current: &str, new: &str) -> Result<()> {
     let parse = |text: &str| text.trim().parse::<f64>().ok().filter(|n| n.is_finite());
     match (parse(current), parse(new)) {
         (Some(old), Some(new)) if new > old => Ok(()),
-        _ => Err(protected_meta(
-            key,
-            "increment (only strictly greater numbers)",
-        )),
+        _ => Err(not_an_increase(key, "only strictly greater numbers")),
     }
 }

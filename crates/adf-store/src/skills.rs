@@ -17,6 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
+use crate::protection::FileProtection;
 use crate::time;
 
 /// Path of the runtime-owned skills registry in the virtual filesystem.
@@ -40,7 +41,7 @@ pub fn reindex(conn: &Connection) -> Result<bool> {
     let registry = build_registry(conn)?;
     let text = serde_json::to_string_pretty(&registry)
         .map_err(|e| crate::StoreError::Malformed(e.to_string()))?;
-    let current: Option<(Vec<u8>, String)> = conn
+    let current: Option<(Vec<u8>, FileProtection)> = conn
         .query_row(
             "SELECT content, protection FROM adf_files WHERE path = ?1",
             [REGISTRY_PATH],
@@ -49,7 +50,7 @@ pub fn reindex(conn: &Connection) -> Result<bool> {
         .optional()?;
     if let Some((content, protection)) = &current
         && content.as_slice() == text.as_bytes()
-        && protection == "read_only"
+        && *protection == FileProtection::ReadOnly
     {
         return Ok(false);
     }

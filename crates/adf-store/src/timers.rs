@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::access::Caller;
 use crate::error::{ProtectedKind, Result, StoreError};
 use crate::file::AdfFile;
+use crate::protection::{self, Change, Decision, Protection};
 use crate::tables::TimerRow;
 use crate::time;
 
@@ -133,11 +134,17 @@ impl AdfFile {
         let timer = self
             .timer(id)?
             .ok_or_else(|| StoreError::not_found("timer", id.to_string()))?;
-        if timer.locked && caller != Caller::Owner {
+        let delete = Change::Delete {
+            owner_confirmed: false,
+        };
+        if timer.locked
+            && protection::decide(caller, Protection::TimerLocked, delete) != Decision::Allow
+        {
             return Err(StoreError::Protected {
                 kind: ProtectedKind::Timer,
                 target: id.to_string(),
-                level: "locked".to_owned(),
+                level: Protection::TimerLocked,
+                why: None,
             });
         }
         self.ensure_writable()?;

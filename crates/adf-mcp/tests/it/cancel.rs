@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use adf_mcp::install::{InstallRequest, Kind};
-use adf_runtime::tools::Caller;
+use adf_runtime::tools::ToolCaller;
 use adf_runtime::tools::approval::DenyAll;
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -125,7 +125,7 @@ fn turn(
             tokio::select! {
                 biased;
                 _ = abort => None,
-                out = call(&registry, &mut file, &Caller::Owner, tool, json!({}), &DenyAll) => Some(out.unwrap()),
+                out = call(&registry, &mut file, &ToolCaller::Owner, tool, json!({}), &DenyAll) => Some(out.unwrap()),
             }
         });
         drop(runtime);

@@ -7,7 +7,7 @@ use adf_mcp::install::{InstallRequest, Kind};
 use adf_mcp::manage::Manager;
 use adf_mcp::{McpSource, Supervisor};
 use adf_runtime::home::RuntimeHome;
-use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, ToolCaller, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use serde_json::Value;
 
@@ -82,8 +82,8 @@ pub(crate) async fn attach_misbehaving(world: &World, file: &mut AdfFile, name: 
     world.manager().add(file, &request).await.unwrap();
 }
 
-pub(crate) fn model() -> Caller {
-    Caller::Model {
+pub(crate) fn model() -> ToolCaller {
+    ToolCaller::Model {
         loop_name: "main".into(),
     }
 }
@@ -92,7 +92,7 @@ pub(crate) fn model() -> Caller {
 pub(crate) async fn call(
     registry: &ToolRegistry,
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     name: &str,
     args: Value,
     approver: &dyn Approver,

@@ -3,7 +3,7 @@
 //! host-access setting as well as `compute.host_access` (CFG-37).
 
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{Caller, ErrorCode};
+use adf_runtime::tools::{ErrorCode, ToolCaller};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -16,7 +16,7 @@ fn sys_get_config_tools_lists_declared_mcp_tools_as_implemented_with_their_defin
         let tools = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "sys_get_config",
             json!({"section": "tools"}),
             &DenyAll,
@@ -47,7 +47,7 @@ fn sys_get_config_tools_lists_declared_mcp_tools_as_implemented_with_their_defin
         let tools = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "sys_get_config",
             json!({"section": "tools"}),
             &DenyAll,
@@ -88,7 +88,7 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         let refused = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "hi"}),
             &DenyAll,
@@ -107,7 +107,7 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         let refused = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "hi"}),
             &DenyAll,
@@ -126,7 +126,7 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         let out = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "hi"}),
             &DenyAll,
@@ -143,7 +143,7 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         let refused = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "hi"}),
             &DenyAll,

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use adf_mcp::install::{InstallRequest, Kind};
-use adf_runtime::tools::Caller;
+use adf_runtime::tools::ToolCaller;
 use adf_runtime::tools::approval::DenyAll;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -120,7 +120,7 @@ fn streamable_http_server_on_loopback_with_a_bearer_token_from_identity() {
         let out = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_sum_sum",
             json!({"a": 2, "b": 40}),
             &DenyAll,

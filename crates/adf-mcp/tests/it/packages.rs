@@ -2,7 +2,7 @@
 //! package cache: `@modelcontextprotocol/server-memory` (npm) and `mcp-server-time` (PyPI).
 
 use adf_mcp::install::{InstallRequest, Kind};
-use adf_runtime::tools::Caller;
+use adf_runtime::tools::ToolCaller;
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use serde_json::json;
 
@@ -42,7 +42,7 @@ fn npm_server_memory_installs_into_the_cache_and_its_tools_work_through_the_pipe
         .await
         .unwrap();
         assert!(created.to_string().contains("adf"), "{created}");
-        let graph = call(&registry, &mut file, &Caller::Owner, "mcp_memory_read_graph", json!({}), &DenyAll)
+        let graph = call(&registry, &mut file, &ToolCaller::Owner, "mcp_memory_read_graph", json!({}), &DenyAll)
             .await
             .unwrap();
         assert!(graph.to_string().contains("one file per agent"), "{graph}");
@@ -84,7 +84,7 @@ fn pypi_mcp_server_time_installs_into_its_own_virtualenv_and_answers() {
         let now = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_time_get_current_time",
             json!({"timezone": "UTC"}),
             &DenyAll,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{Caller, ErrorCode};
+use adf_runtime::tools::{ErrorCode, ToolCaller};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -72,7 +72,7 @@ fn stdio_child_gets_a_cleared_environment_and_a_scratch_dir_next_to_the_file() {
         let out = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_env",
             json!({}),
             &DenyAll,
@@ -120,7 +120,7 @@ fn a_server_that_crashes_mid_call_is_an_error_and_restarts_on_the_next_call() {
         let crashed = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_crash",
             json!({}),
             &DenyAll,
@@ -134,7 +134,7 @@ fn a_server_that_crashes_mid_call_is_an_error_and_restarts_on_the_next_call() {
         let again = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "back"}),
             &DenyAll,
@@ -162,7 +162,7 @@ fn a_hanging_server_times_out_within_tool_call_timeout_ms_and_restarts() {
         let hung = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_hang",
             json!({}),
             &DenyAll,
@@ -176,7 +176,7 @@ fn a_hanging_server_times_out_within_tool_call_timeout_ms_and_restarts() {
         let again = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "ok"}),
             &DenyAll,
@@ -194,7 +194,7 @@ fn malformed_results_and_is_error_are_clear_errors_and_images_keep_their_blocks(
         let malformed = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_malformed",
             json!({}),
             &DenyAll,
@@ -204,7 +204,7 @@ fn malformed_results_and_is_error_are_clear_errors_and_images_keep_their_blocks(
         let failed = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_fail",
             json!({}),
             &DenyAll,
@@ -214,7 +214,7 @@ fn malformed_results_and_is_error_are_clear_errors_and_images_keep_their_blocks(
         let image = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_image",
             json!({}),
             &DenyAll,
@@ -309,7 +309,7 @@ fn hundred_idle_agents_declaring_a_server_start_no_process_until_a_call() {
         let out = call(
             &registry,
             &mut files[41],
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "one"}),
             &DenyAll,
@@ -332,7 +332,7 @@ fn hundred_idle_agents_declaring_a_server_start_no_process_until_a_call() {
         let out = call(
             &registry,
             &mut files[41],
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "again"}),
             &DenyAll,
@@ -362,7 +362,7 @@ fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
         let error = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_env",
             json!({}),
             &DenyAll,
@@ -390,7 +390,7 @@ fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
         let out = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_env",
             json!({}),
             &DenyAll,
@@ -419,7 +419,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let invalid = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_install",
             json!({"type": "custom", "package": "python3"}),
             &DenyAll,
@@ -434,7 +434,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let installed = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_install",
             json!({"type": "custom", "name": "bad", "package": "python3", "args": [script]}),
             &DenyAll,
@@ -451,7 +451,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let out = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "t"}),
             &DenyAll,
@@ -471,7 +471,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let restarted = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_restart",
             json!({"name": "bad"}),
             &DenyAll,
@@ -489,7 +489,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let out = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "after"}),
             &DenyAll,
@@ -504,7 +504,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_uninstall",
             json!({"name": "bad"}),
             &DenyAll,
@@ -523,7 +523,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let gone = call(
             &registry,
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "mcp_uninstall",
             json!({"name": "bad"}),
             &DenyAll,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use adf_runtime::tools::{Caller, Detached, DetachedOutcome, ErrorCode, Tool, ToolError};
+use adf_runtime::tools::{Detached, DetachedOutcome, ErrorCode, Tool, ToolCaller, ToolError};
 
 use super::{BindRequest, StreamError, Streams};
 use crate::tools::{done, runs_detached};
@@ -73,7 +73,7 @@ impl Tool for StreamBind {
     }
     runs_detached!();
 
-    fn detach(&self, config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, _caller: &ToolCaller, args: Value) -> Option<Detached> {
         let streams = Arc::clone(&self.0.0);
         let agent = agent_id(config);
         // `reconnect` belongs to declarations; an imperative binding ends with its endpoint.
@@ -116,7 +116,7 @@ impl Tool for StreamUnbind {
     }
     runs_detached!();
 
-    fn detach(&self, config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, _caller: &ToolCaller, args: Value) -> Option<Detached> {
         let result = agent_id(config).and_then(|agent| {
             let id = args
                 .get("binding_id")
@@ -142,7 +142,7 @@ impl Tool for StreamBindingsTool {
     }
     runs_detached!();
 
-    fn detach(&self, config: &Value, _caller: &Caller, _args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, _caller: &ToolCaller, _args: Value) -> Option<Detached> {
         let result = agent_id(config).map(|agent| json!({ "bindings": self.0.0.list(&agent) }));
         Some(done(result))
     }

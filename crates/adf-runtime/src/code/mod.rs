@@ -19,7 +19,7 @@
 //! limit and timers keep running meanwhile.
 //!
 //! Authorization (§8.6). Every execution has a frame with its caller identity
-//! (`Caller::Code { authorized, source: "path:function" }`). A lambda starts authorized only
+//! (`ToolCaller::Code { authorized, source: "path:function" }`). A lambda starts authorized only
 //! when its authorization allows it ([`Authorization::SourceFile`]: the source file's flag), and
 //! **every module it loads must be authorized too**: loading an unauthorized file (the entry
 //! or any import) demotes the execution before any JavaScript runs, so an authorized file cannot
@@ -59,7 +59,7 @@ use serde_json::{Value, json};
 use crate::identity::LocalKeys;
 use crate::tools::approval::{self, Decision};
 use crate::tools::{
-    Approver, Caller, DeferredCall, DeferredDriver, ErrorCode, HostedFuture, ToolError,
+    Approver, DeferredCall, DeferredDriver, ErrorCode, HostedFuture, ToolCaller, ToolError,
     ToolRegistry,
 };
 
@@ -511,14 +511,14 @@ pub async fn run_lambda_closing(
 ) -> CodeRun {
     let source = lambda.source();
     let enclosing = file.in_transaction();
-    let own = !enclosing && file.run_cached("BEGIN IMMEDIATE").is_ok();
+    let own = !enclosing && file.begin_held_transaction().is_ok();
     log_execute(
         file,
         "lambda",
         &source,
         authorization == Authorization::SourceFile,
     );
-    let logs_before = if own || enclosing {
+    let savepoint = if own || enclosing {
         open_run_savepoint(file)
     } else {
         None
@@ -532,15 +532,15 @@ pub async fn run_lambda_closing(
         authorization,
         approver,
         options,
-        logs_before.is_some(),
+        savepoint.is_some(),
     )
     .await;
     let elapsed = started.elapsed();
     // Still inside the run's transaction: no wait committed it.
-    if let Some(logs_before) = logs_before
+    if let Some(savepoint) = savepoint
         && file.in_transaction()
     {
-        close_run_savepoint(file, logs_before, run.result.is_err());
+        close_run_savepoint(file, savepoint, run.result.is_err());
     }
     let committed = file.atomically(|file| {
         log_result(file, "lambda", &source, &run.result, elapsed);
@@ -557,80 +557,20 @@ pub async fn run_lambda_closing(
     run
 }
 
-/// The savepoint the lambda's own writes go under, in the run's transaction: opened,
-/// released, rolled back to.
-const RUN_SAVEPOINT: [&str; 3] = [
-    "SAVEPOINT adf_lambda_run",
-    "RELEASE adf_lambda_run",
-    "ROLLBACK TO adf_lambda_run",
-];
-
-/// Opens the lambda's savepoint; the id of the newest log row before it (rows above it are
-/// the lambda's). `None` when it cannot be opened (the run then commits as it goes).
-fn open_run_savepoint(file: &AdfFile) -> Option<i64> {
-    let conn = file.connection();
-    let newest = conn
-        .prepare_cached("SELECT COALESCE(max(id), 0) FROM adf_logs")
-        .and_then(|mut newest| newest.query_row([], |row| row.get(0)))
-        .ok()?;
-    file.run_cached(RUN_SAVEPOINT[0]).ok()?;
-    Some(newest)
+/// Opens the lambda's savepoint (see [`adf_store::RunSavepoint`]); `None` when it cannot be
+/// opened (the run then commits as it goes).
+fn open_run_savepoint(file: &AdfFile) -> Option<adf_store::RunSavepoint> {
+    file.open_run_savepoint().ok()
 }
 
 /// Ends the lambda's savepoint: kept when it returned; when it threw, its writes are rolled
-/// back and its log rows (above `logs_before`) written again after the rollback, in order.
-fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
-    let conn = file.connection();
-    let outcome = (|| -> Result<(), adf_store::StoreError> {
-        if threw {
-            type LogRow = (
-                String,
-                Option<String>,
-                Option<String>,
-                Option<String>,
-                String,
-                Option<String>,
-                i64,
-                Option<String>,
-            );
-            let kept = {
-                let mut rows = conn.prepare_cached(
-                    "SELECT level, origin, event, target, message, data, created_at, loop
-                     FROM adf_logs WHERE id > ?1 ORDER BY id",
-                )?;
-                let read = rows.query_map([logs_before], |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                        row.get(6)?,
-                        row.get(7)?,
-                    ))
-                })?;
-                let mut kept: Vec<LogRow> = Vec::new();
-                for row in read {
-                    kept.push(row?);
-                }
-                kept
-            };
-            file.run_cached(RUN_SAVEPOINT[2])?;
-            // The rollback can restore the clean-close marker the lambda's first write took
-            // away; the run writes its `result` row next, so the marker goes either way.
-            conn.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])?;
-            let mut insert = conn.prepare_cached(
-                "INSERT INTO adf_logs (level, origin, event, target, message, data, created_at, loop)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?;
-            for row in kept {
-                insert.execute(row)?;
-            }
-        }
-        file.run_cached(RUN_SAVEPOINT[1])?;
-        Ok(())
-    })();
+/// back and its log rows written again after the rollback, in order.
+fn close_run_savepoint(file: &AdfFile, savepoint: adf_store::RunSavepoint, threw: bool) {
+    let outcome = if threw {
+        savepoint.roll_back_keeping_logs(file)
+    } else {
+        savepoint.release(file)
+    };
     if let Err(error) = outcome {
         tracing::warn!(%error, "cannot close a lambda run's savepoint");
     }
@@ -639,11 +579,8 @@ fn close_run_savepoint(file: &AdfFile, logs_before: i64, threw: bool) {
 /// Commits a run's transaction (see [`run_lambda_closing`]); a failed commit rolls back.
 pub(crate) fn commit_run_transaction(file: &AdfFile) {
     // A savepoint still open (the run waited off the file) is part of what commits.
-    if let Err(error) = file.run_cached("COMMIT") {
-        tracing::warn!(%error, "cannot commit a lambda run");
-        if let Err(error) = file.rollback_open_transaction() {
-            tracing::warn!(%error, "cannot roll back a lambda run");
-        }
+    if let Err(error) = file.commit_open_transaction() {
+        tracing::warn!(%error, "cannot commit a lambda run (rolled back)");
     }
 }
 
@@ -813,7 +750,7 @@ pub struct DeferredRun {
 pub async fn drive_deferred<E, F>(
     file: &mut AdfFile,
     registry: &ToolRegistry,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     code_env: F,
     approver: &(dyn Approver + Sync),
@@ -868,7 +805,7 @@ where
     async fn run(
         &mut self,
         file: &mut AdfFile,
-        caller: &Caller,
+        caller: &ToolCaller,
         call: &DeferredCall,
     ) -> Result<Value, ToolError> {
         if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
@@ -919,7 +856,7 @@ where
     fn drive<'b>(
         &'b mut self,
         file: &'b mut AdfFile,
-        caller: &'b Caller,
+        caller: &'b ToolCaller,
         call: &'b DeferredCall,
     ) -> HostedFuture<'b> {
         Box::pin(self.run(file, caller, call))
@@ -937,7 +874,7 @@ where
 pub async fn run_deferred(
     file: &mut AdfFile,
     env: &CodeEnv,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
@@ -985,7 +922,7 @@ pub async fn run_deferred(
 async fn deferred_lambda(
     file: &mut AdfFile,
     env: &CodeEnv,
-    caller: &Caller,
+    caller: &ToolCaller,
     call: &DeferredCall,
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
@@ -1012,7 +949,7 @@ async fn deferred_lambda(
     };
     let mut approval_task = None;
     let authorization = match caller {
-        Caller::Model { .. } if target_authorized => {
+        ToolCaller::Model { .. } if target_authorized => {
             let meta = json!({
                 "reason": "authorized_code",
                 "description": format!("sys_lambda would run {} with the authorization of {}", lambda.source(), lambda.path),
@@ -1031,19 +968,19 @@ async fn deferred_lambda(
                 Err(e) => return CodeRun::failed(e),
             }
         }
-        Caller::Model { .. } => Authorization::Unauthorized,
-        Caller::Code {
+        ToolCaller::Model { .. } => Authorization::Unauthorized,
+        ToolCaller::Code {
             authorized: false, ..
         } if target_authorized => {
             return CodeRun::failed(requires_authorized_caller(&lambda.path));
         }
-        Caller::Code {
+        ToolCaller::Code {
             authorized: false, ..
         } => Authorization::Unauthorized,
-        Caller::Code {
+        ToolCaller::Code {
             authorized: true, ..
         }
-        | Caller::Owner => Authorization::SourceFile,
+        | ToolCaller::Owner => Authorization::SourceFile,
     };
     let run = run_logged_lambda(
         file,

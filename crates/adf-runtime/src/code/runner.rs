@@ -32,8 +32,8 @@ use super::{
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
 use crate::tools::{
-    Approver, CallOutcome, Caller, DeferredCall, DeferredDriver, Detached, DetachedOutcome,
-    ErrorCode, HostedFuture, ToolError, ToolRegistry,
+    Approver, CallOutcome, DeferredCall, DeferredDriver, Detached, DetachedOutcome, ErrorCode,
+    HostedFuture, ToolCaller, ToolError, ToolRegistry,
 };
 
 /// How long a run with no call in flight must go without a call before it counts as waiting
@@ -67,8 +67,8 @@ impl Frame {
         self.authorized.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn caller(&self) -> Caller {
-        Caller::Code {
+    pub(crate) fn caller(&self) -> ToolCaller {
+        ToolCaller::Code {
             authorized: self.authorized(),
             source: Some(self.source.clone()),
         }
@@ -912,7 +912,7 @@ impl DeferredDriver for DetachedOnly<'_> {
     fn drive<'a>(
         &'a mut self,
         file: &'a mut AdfFile,
-        caller: &'a Caller,
+        caller: &'a ToolCaller,
         call: &'a DeferredCall,
     ) -> HostedFuture<'a> {
         if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {

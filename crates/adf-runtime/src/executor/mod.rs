@@ -61,7 +61,7 @@ use serde_json::{Value, json};
 
 use crate::prompt::{self, LoopView, PromptTexts, SystemPrompt, TurnFacts};
 use crate::tools::builtin::loops::{effective_loop_tools, loop_config};
-use crate::tools::{Approver, Caller, ToolError, ToolRegistry, render};
+use crate::tools::{Approver, ToolCaller, ToolError, ToolRegistry, render};
 
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
@@ -1437,7 +1437,7 @@ impl Executor {
         host: &dyn TurnHost,
         injections: &mut Vec<crate::code::Injection>,
     ) {
-        let caller = Caller::Model {
+        let caller = ToolCaller::Model {
             loop_name: session.loop_name.clone(),
         };
         let outcome = match self.registry.start_task(file, task_id, &caller) {
@@ -1748,7 +1748,7 @@ impl Executor {
     fn detached(
         &self,
         file: &AdfFile,
-        caller: &Caller,
+        caller: &ToolCaller,
         call: &crate::tools::DeferredCall,
     ) -> Result<Option<crate::tools::Detached>, ExecutorError> {
         if matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
@@ -1780,7 +1780,7 @@ impl Executor {
             );
             return Ok(((message, true), Effect::None));
         }
-        let caller = Caller::Model {
+        let caller = ToolCaller::Model {
             loop_name: session.loop_name.clone(),
         };
         let outcome = self.registry.call(

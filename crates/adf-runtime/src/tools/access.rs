@@ -7,7 +7,7 @@ use serde_json::Value;
 /// Who is calling a tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Caller {
+pub enum ToolCaller {
     /// The model, from a turn of `loop_name`.
     Model {
         /// The loop whose turn made the call (`main` for the main loop).
@@ -25,7 +25,7 @@ pub enum Caller {
     Owner,
 }
 
-impl Caller {
+impl ToolCaller {
     /// The call comes from a model turn.
     pub fn is_model(&self) -> bool {
         matches!(self, Self::Model { .. })
@@ -168,9 +168,9 @@ pub fn advertised(declaration: &Declaration) -> bool {
 
 /// The §8.7 / tools-guide access matrix for one caller and one declaration (`None` when the
 /// tool is not declared at all).
-pub fn access(caller: &Caller, name: &str, declaration: Option<&Declaration>) -> Access {
+pub fn access(caller: &ToolCaller, name: &str, declaration: Option<&Declaration>) -> Access {
     use super::ErrorCode::{Disabled, RequiresAuthorizedCode};
-    if *caller == Caller::Owner {
+    if *caller == ToolCaller::Owner {
         return Access::Allowed;
     }
     let Some(d) = declaration else {
@@ -180,8 +180,8 @@ pub fn access(caller: &Caller, name: &str, declaration: Option<&Declaration>) ->
         );
     };
     match caller {
-        Caller::Owner => Access::Allowed,
-        Caller::Code {
+        ToolCaller::Owner => Access::Allowed,
+        ToolCaller::Code {
             authorized: true, ..
         } => {
             if d.enabled || d.restricted {
@@ -190,7 +190,7 @@ pub fn access(caller: &Caller, name: &str, declaration: Option<&Declaration>) ->
                 Access::Refused(Disabled, format!("tool '{name}' is disabled"))
             }
         }
-        Caller::Code {
+        ToolCaller::Code {
             authorized: false, ..
         } => {
             if !d.enabled {
@@ -204,7 +204,7 @@ pub fn access(caller: &Caller, name: &str, declaration: Option<&Declaration>) ->
                 Access::Allowed
             }
         }
-        Caller::Model { .. } => {
+        ToolCaller::Model { .. } => {
             if !d.enabled {
                 Access::Refused(Disabled, format!("tool '{name}' is disabled"))
             } else if !d.visible && !MODEL_MAY_CALL_INVISIBLE_TOOLS {
@@ -225,7 +225,7 @@ pub fn access(caller: &Caller, name: &str, declaration: Option<&Declaration>) ->
 /// `code_execution` must not be false, and `restricted_methods` (default
 /// `["attestation_issue"]`, replaced, not merged, by an explicit list) keeps it to
 /// authorized code. Model-loop calls of a restricted method go to approval.
-pub fn method_access(caller: &Caller, config: &Value, method: &str) -> Access {
+pub fn method_access(caller: &ToolCaller, config: &Value, method: &str) -> Access {
     use super::ErrorCode::{Disabled, RequiresAuthorizedCode};
     let section = config.get("code_execution");
     if section.and_then(|s| s.get(method)).and_then(Value::as_bool) == Some(false) {
@@ -247,12 +247,12 @@ pub fn method_access(caller: &Caller, config: &Value, method: &str) -> Access {
             None => method == "attestation_issue",
         };
     match caller {
-        Caller::Owner
-        | Caller::Code {
+        ToolCaller::Owner
+        | ToolCaller::Code {
             authorized: true, ..
         } => Access::Allowed,
         _ if !restricted => Access::Allowed,
-        Caller::Model { .. } if !always_authorized => Access::NeedsApproval,
+        ToolCaller::Model { .. } if !always_authorized => Access::NeedsApproval,
         _ => Access::Refused(
             RequiresAuthorizedCode,
             format!("'{method}' may only be called by authorized code"),

@@ -8,7 +8,7 @@ use adf_store::tasks::NewTask;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{Caller, ErrorCode, ToolError, ToolRegistry};
+use super::{ErrorCode, ToolCaller, ToolError, ToolRegistry};
 
 /// An approval the owner is asked for; the task row holds the same facts.
 #[derive(Debug, Clone, Serialize)]
@@ -94,7 +94,7 @@ impl Approver for WaitForResolution {
 pub fn request(
     file: &mut AdfFile,
     approver: &dyn Approver,
-    caller: &Caller,
+    caller: &ToolCaller,
     tool: &str,
     args: &Value,
     approval_meta: &Value,
@@ -183,7 +183,7 @@ pub fn resolve_task(
     file: &mut AdfFile,
     task_id: &str,
     resolution: Resolution,
-    resolver: &Caller,
+    resolver: &ToolCaller,
     requires_authorization: bool,
 ) -> Result<Value, ToolError> {
     let task = file
@@ -204,8 +204,8 @@ pub fn resolve_task(
     let needs_trust = task.requires_authorization || requires_authorization;
     let trusted = matches!(
         resolver,
-        Caller::Owner
-            | Caller::Code {
+        ToolCaller::Owner
+            | ToolCaller::Code {
                 authorized: true,
                 ..
             }
@@ -240,7 +240,7 @@ pub fn resolve_task(
             }
             // A deferred (`_async`) call: the approval is the go-ahead to run it as the agent
             // that asked for it.
-            let agent = Caller::Model {
+            let agent = ToolCaller::Model {
                 loop_name: task.r#loop.clone().unwrap_or_else(|| "main".into()),
             };
             let result = registry.run_task(file, task_id, &agent);

@@ -1,6 +1,6 @@
 //! Tool errors and their stable codes (the `adf` proxy guide's error table, missing-tables §9).
 
-use adf_store::StoreError;
+use adf_store::{Protection, StoreError};
 use serde::Serialize;
 
 /// The stable error codes callers see: code gets them as `err.code`, the model as a prefix.
@@ -83,7 +83,22 @@ pub struct ProtectionHit {
     /// The protected path, key or id.
     pub target: String,
     /// The level that refused the call, e.g. `read_only` or `locked`.
-    pub level: String,
+    pub level: Protection,
+    /// What the level means here when the level alone does not say (a file the runtime
+    /// generates, an increment that does not raise the number).
+    #[serde(skip)]
+    pub why: Option<&'static str>,
+}
+
+impl ProtectionHit {
+    /// The level with what it means here, as refusals word it: `read_only`, or
+    /// `increment (only strictly greater values)`.
+    pub fn level_described(&self) -> String {
+        match self.why {
+            Some(why) => format!("{} ({why})", self.level),
+            None => self.level.to_string(),
+        }
+    }
 }
 
 /// A failed tool call.
@@ -132,15 +147,20 @@ impl From<StoreError> for ToolError {
                 kind,
                 target,
                 level,
-            } => Self {
-                code: ErrorCode::WriteError,
-                message: format!("{kind} '{target}' is {level}"),
-                protection: Some(ProtectionHit {
+                why,
+            } => {
+                let hit = ProtectionHit {
                     kind: kind.to_string(),
                     target,
                     level,
-                }),
-            },
+                    why,
+                };
+                Self {
+                    code: ErrorCode::WriteError,
+                    message: format!("{kind} '{}' is {}", hit.target, hit.level_described()),
+                    protection: Some(hit),
+                }
+            }
             StoreError::RequiresAuthorizedCode { action } => Self::new(
                 ErrorCode::RequiresAuthorizedCode,
                 format!("only the owner or authorized code may {action}"),

@@ -2,7 +2,7 @@
 //!
 //! Principal types: [`Tool`] (one tool: name, JSON Schema, `run`), [`ToolSource`] (tools that
 //! come from elsewhere than the built-in list, per agent config), [`ToolRegistry`] (every tool
-//! by name; [`ToolRegistry::call`] is the whole call pipeline), [`Caller`] and the
+//! by name; [`ToolRegistry::call`] is the whole call pipeline), [`ToolCaller`] and the
 //! access predicates in [`access`], [`ToolError`] with its stable [`ErrorCode`]s, and the
 //! human-in-the-loop pieces in [`approval`].
 //!
@@ -25,7 +25,7 @@ use adf_store::AdfFile;
 use adf_store::tasks::NewTask;
 use serde_json::{Map, Value, json};
 
-pub use access::{Access, Caller, Declaration};
+pub use access::{Access, Declaration, ToolCaller};
 pub use approval::{ApprovalRequest, Approver, Decision};
 pub use error::{ErrorCode, ProtectionHit, ToolError};
 
@@ -54,7 +54,7 @@ pub trait Tool: Send + Sync + 'static {
     /// any store transaction. `None`, the default, for tools the executor or the code runner
     /// carry out themselves. `caller` lets the tool shape its result for code (bytes as
     /// `Uint8Array`) or for the model (text only).
-    fn detach(&self, config: &Value, caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, caller: &ToolCaller, args: Value) -> Option<Detached> {
         let _ = (config, caller, args);
         None
     }
@@ -105,7 +105,7 @@ pub struct HostedContext<'a> {
     /// The registry the call came through; inner calls go through [`ToolRegistry::call`].
     pub registry: &'a ToolRegistry,
     /// Who made the outer call; inner calls are made as this caller.
-    pub caller: &'a Caller,
+    pub caller: &'a ToolCaller,
     /// Asked for restricted inner calls (and protection overrides), and waited for.
     pub approver: &'a (dyn Approver + Sync),
     /// Carries out inner calls the pipeline returned as [`CallOutcome::Deferred`].
@@ -130,7 +130,7 @@ pub trait DeferredDriver: Send {
     fn drive<'a>(
         &'a mut self,
         file: &'a mut AdfFile,
-        caller: &'a Caller,
+        caller: &'a ToolCaller,
         call: &'a DeferredCall,
     ) -> HostedFuture<'a>;
 }
@@ -281,7 +281,7 @@ pub struct ToolContext<'a> {
     /// The agent file the call reads and writes.
     pub file: &'a mut AdfFile,
     /// Who made the call: the model, a lambda (authorized or not), or the owner.
-    pub caller: &'a Caller,
+    pub caller: &'a ToolCaller,
     /// The config as it was when the call started.
     pub config: &'a Value,
     /// The owner approved lifting a protection for this one call.
@@ -515,7 +515,7 @@ impl ToolRegistry {
     pub fn call(
         &self,
         file: &mut AdfFile,
-        caller: &Caller,
+        caller: &ToolCaller,
         name: &str,
         args: Value,
         approver: &dyn Approver,
@@ -524,7 +524,7 @@ impl ToolRegistry {
         let tool = self
             .resolve(&config, name)
             .ok_or_else(|| missing_tool(name))?;
-        if matches!(caller, Caller::Code { .. }) && EXCLUDED_FROM_CODE.contains(&name) {
+        if matches!(caller, ToolCaller::Code { .. }) && EXCLUDED_FROM_CODE.contains(&name) {
             return Err(ToolError::new(
                 ErrorCode::ExcludedTool,
                 format!("'{name}' is only for the model's own turns; code cannot call it"),
@@ -601,7 +601,7 @@ impl ToolRegistry {
         &self,
         file: &mut AdfFile,
         tool: &Arc<dyn Tool>,
-        caller: &Caller,
+        caller: &ToolCaller,
         name: &str,
         config: &Value,
         args: Value,
@@ -689,7 +689,12 @@ impl ToolRegistry {
 
     /// The future that carries out a deferred call of a [`Tool::detach`] tool, or `None` when
     /// the tool needs the executor or the code runner.
-    pub fn detach(&self, call: &DeferredCall, config: &Value, caller: &Caller) -> Option<Detached> {
+    pub fn detach(
+        &self,
+        call: &DeferredCall,
+        config: &Value,
+        caller: &ToolCaller,
+    ) -> Option<Detached> {
         self.resolve(config, &call.tool)?
             .detach(config, caller, call.args.clone())
             .map(unwinding_to_error)
@@ -700,7 +705,7 @@ impl ToolRegistry {
     pub async fn run_detached(
         &self,
         file: &mut AdfFile,
-        caller: &Caller,
+        caller: &ToolCaller,
         call: &DeferredCall,
     ) -> Result<Value, ToolError> {
         let config = file.config_shared()?;
@@ -722,7 +727,7 @@ impl ToolRegistry {
     pub async fn run_hosted(
         &self,
         file: &mut AdfFile,
-        caller: &Caller,
+        caller: &ToolCaller,
         call: &DeferredCall,
         approver: &(dyn Approver + Sync),
         driver: &mut dyn DeferredDriver,
@@ -778,7 +783,7 @@ impl ToolRegistry {
         &self,
         file: &mut AdfFile,
         task_id: &str,
-        caller: &Caller,
+        caller: &ToolCaller,
     ) -> Result<Value, ToolError> {
         match self.start_task(file, task_id, caller)? {
             TaskRun::Done(result) => result,
@@ -800,7 +805,7 @@ impl ToolRegistry {
         &self,
         file: &mut AdfFile,
         task_id: &str,
-        caller: &Caller,
+        caller: &ToolCaller,
     ) -> Result<TaskRun, ToolError> {
         let task = file
             .task(task_id)?
@@ -876,7 +881,7 @@ impl ToolRegistry {
         &self,
         file: &mut AdfFile,
         tool: &Arc<dyn Tool>,
-        caller: &Caller,
+        caller: &ToolCaller,
         config: &Value,
         args: Value,
         full: bool,
@@ -891,7 +896,7 @@ impl ToolRegistry {
         &self,
         file: &mut AdfFile,
         tool: &Arc<dyn Tool>,
-        caller: &Caller,
+        caller: &ToolCaller,
         config: &Value,
         args: &Value,
         protection_override: bool,
@@ -915,7 +920,7 @@ impl ToolRegistry {
 fn in_transaction<T>(
     registry: &ToolRegistry,
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     config: &Value,
     protection_override: bool,
     full: bool,
@@ -966,7 +971,7 @@ fn check_before_approval(
     registry: &ToolRegistry,
     file: &mut AdfFile,
     tool: &Arc<dyn Tool>,
-    caller: &Caller,
+    caller: &ToolCaller,
     config: &Value,
     args: &Value,
     full: bool,
@@ -987,7 +992,7 @@ fn check_before_approval(
 #[derive(Clone, Copy)]
 struct Invocation<'a> {
     tool: &'a Arc<dyn Tool>,
-    caller: &'a Caller,
+    caller: &'a ToolCaller,
     name: &'a str,
     config: &'a Value,
     args: &'a Value,
@@ -998,7 +1003,7 @@ struct Invocation<'a> {
 /// that the caller carries out after the turn.
 fn queue_async(
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     name: &str,
     cross: &CrossCutting,
     args: &Value,
@@ -1034,7 +1039,7 @@ fn queue_async(
 fn approve_restricted(
     file: &mut AdfFile,
     approver: &dyn Approver,
-    caller: &Caller,
+    caller: &ToolCaller,
     tool: &Arc<dyn Tool>,
     name: &str,
     cross: &CrossCutting,
@@ -1090,7 +1095,7 @@ struct CrossCutting {
 }
 
 impl CrossCutting {
-    fn strip(args: &mut Map<String, Value>, caller: &Caller) -> Self {
+    fn strip(args: &mut Map<String, Value>, caller: &ToolCaller) -> Self {
         let reason = args
             .remove("_reason")
             .and_then(|v| v.as_str().map(str::to_owned));

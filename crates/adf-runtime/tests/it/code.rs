@@ -11,7 +11,7 @@ use adf_runtime::code::{self, Authorization, CodeEnv, CodeRun, InjectMode, Lambd
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::{self, LocalKeys};
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, ToolCaller, ToolRegistry};
 use adf_store::tasks::NewTask;
 use adf_store::{AdfFile, FileProtection, FileWrite};
 use adf_testkit::{MockProvider, Turn};
@@ -1913,7 +1913,7 @@ async fn cod_13_run_lambda_registry_is_shared_and_args_are_one_object() {
         v,
         json!({ "input": { "event": { "type": "timer" } }, "n": 1 })
     );
-    let _ = Caller::Owner;
+    let _ = ToolCaller::Owner;
 }
 
 // ---------- log rows (AUD-23) ----------

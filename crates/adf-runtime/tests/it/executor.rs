@@ -1489,14 +1489,14 @@ async fn stl_07_inner_loop_sys_set_state_changes_only_its_executor() {
 
 #[test]
 fn stl_24_stl_36_stl_37_stl_38_stl_39_stl_40_stl_41_stl_49_stl_53_stl_54_loop_tools_rules() {
-    use adf_runtime::tools::{CallOutcome, Caller, ToolRegistry};
+    use adf_runtime::tools::{CallOutcome, ToolCaller, ToolRegistry};
     let (_dir, _path, mut file) = common::new_agent();
     let registry = ToolRegistry::with_builtins();
     let main = common::model();
-    let inner = Caller::Model {
+    let inner = ToolCaller::Model {
         loop_name: "l0".into(),
     };
-    let call = |file: &mut AdfFile, caller: &Caller, name: &str, args: Value| {
+    let call = |file: &mut AdfFile, caller: &ToolCaller, name: &str, args: Value| {
         registry
             .call(
                 file,

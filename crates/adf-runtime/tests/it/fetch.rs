@@ -13,7 +13,7 @@ use adf_runtime::code::{self, CodeEnv, CodeRun, RunOptions, Sandbox, SandboxConf
 use adf_runtime::fetch::{self, FetchSettings, Lookup};
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::builtin::fetch::SysFetch;
-use adf_runtime::tools::{CallOutcome, Caller, ErrorCode, ToolError, ToolRegistry};
+use adf_runtime::tools::{CallOutcome, ErrorCode, ToolCaller, ToolError, ToolRegistry};
 use adf_store::AdfFile;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -286,7 +286,7 @@ async fn env_with(registry: ToolRegistry) -> CodeEnv {
 async fn call(
     registry: &ToolRegistry,
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     args: Value,
 ) -> Result<Value, ToolError> {
     match registry.call(file, caller, "sys_fetch", args, &DenyAll)? {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use adf_providers::{ApiKey, Resolver};
 use adf_runtime::executor::{Executor, LoopPool, RetryLog, Trigger, TurnEnd, TurnEvent, TurnHost};
 use adf_runtime::tools::builtin::loops::effective_loop_tools;
-use adf_runtime::tools::{ApprovalRequest, Approver, Caller, Decision, ToolError};
+use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolCaller, ToolError};
 use adf_store::{AdfFile, ConfigAction, LoopRow};
 use adf_testkit::{MockProvider, Turn, Wire};
 use proptest::prelude::*;
@@ -138,7 +138,7 @@ fn stl_23_main_exists_without_declaration_and_cannot_be_declared() {
     );
     let list = common::call(&mut file, &common::model(), "loop_list", json!({})).unwrap();
     assert_eq!(list["loops"][0]["name"], "main");
-    let inner = Caller::Model {
+    let inner = ToolCaller::Model {
         loop_name: "helper".into(),
     };
     set(
@@ -222,7 +222,7 @@ fn stl_55_loop_list_reports_name_goal_enabled_running_and_marks_the_caller() {
             {"name": "sleepy", "goal": "Nap.", "enabled": false, "tools": []}
         ]),
     );
-    let caller = Caller::Model {
+    let caller = ToolCaller::Model {
         loop_name: "triage".into(),
     };
     let list = common::call(&mut file, &caller, "loop_list", json!({})).unwrap();
@@ -290,7 +290,7 @@ fn stl_56_loop_manage_needs_no_approval_until_restricted() {
 #[test]
 fn stl_57_inner_loops_cannot_create_locked_or_system_lambda_timers() {
     let (_dir, _path, mut file) = common::new_agent();
-    let inner = Caller::Model {
+    let inner = ToolCaller::Model {
         loop_name: "worker".into(),
     };
     let delay = json!({"type": "delay", "delay_ms": 60_000});
@@ -578,7 +578,7 @@ async fn stl_15_code_setting_idle_waits_for_the_turn_and_off_stops_it_at_once() 
 #[test]
 fn stl_32_tasks_and_timers_an_inner_loop_creates_carry_its_name() {
     let (_dir, _path, mut file) = common::new_agent();
-    let inner = Caller::Model {
+    let inner = ToolCaller::Model {
         loop_name: "worker".into(),
     };
     let delay = json!({"type": "delay", "delay_ms": 60_000});

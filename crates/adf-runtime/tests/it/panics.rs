@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{
-    CallOutcome, Caller, Detached, ErrorCode, Tool, ToolContext, ToolError, ToolRegistry,
+    CallOutcome, Detached, ErrorCode, Tool, ToolCaller, ToolContext, ToolError, ToolRegistry,
 };
 use serde_json::{Value, json};
 
@@ -50,7 +50,7 @@ impl Tool for PanicsDetached {
     fn deferred(&self) -> bool {
         true
     }
-    fn detach(&self, _config: &Value, _caller: &Caller, _args: Value) -> Option<Detached> {
+    fn detach(&self, _config: &Value, _caller: &ToolCaller, _args: Value) -> Option<Detached> {
         Some(Box::pin(async { panic!("the delivery broke") }))
     }
 }
@@ -69,7 +69,7 @@ fn a_panicking_tool_is_the_calls_error_and_its_writes_roll_back() {
     let error = registry
         .call(
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "panics_mid_write",
             json!({}),
             &DenyAll,
@@ -91,7 +91,7 @@ async fn a_panicking_detached_call_is_the_calls_error() {
     let outcome = registry
         .call(
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "panics_detached",
             json!({}),
             &DenyAll,
@@ -101,7 +101,7 @@ async fn a_panicking_detached_call_is_the_calls_error() {
         panic!("a deferred tool must defer, got {outcome:?}");
     };
     let error = registry
-        .run_detached(&mut file, &Caller::Owner, &call)
+        .run_detached(&mut file, &ToolCaller::Owner, &call)
         .await
         .unwrap_err();
     assert_eq!(error.code, ErrorCode::InternalError, "{error}");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll, Resolution, resolve_task};
 use adf_runtime::tools::{
-    ApprovalRequest, Approver, CallOutcome, Caller, Decision, ErrorCode, Tool, ToolContext,
+    ApprovalRequest, Approver, CallOutcome, Decision, ErrorCode, Tool, ToolCaller, ToolContext,
     ToolError, ToolRegistry,
 };
 use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
@@ -110,7 +110,7 @@ impl Approver for Recorder {
     }
 }
 
-fn observe(file: &mut AdfFile, registry: &ToolRegistry, caller: &Caller, row: usize) -> Seen {
+fn observe(file: &mut AdfFile, registry: &ToolRegistry, caller: &ToolCaller, row: usize) -> Seen {
     let recorder = Recorder::default();
     let before = common::digest(file);
     match registry.call(
@@ -449,7 +449,7 @@ fn async_calls_become_tasks_and_resolve_by_the_rules() {
         Resolution::Approve {
             modified_args: None,
         },
-        &Caller::Owner,
+        &ToolCaller::Owner,
         false,
     )
     .unwrap();
@@ -463,7 +463,7 @@ fn async_calls_become_tasks_and_resolve_by_the_rules() {
         &mut file,
         &task_id,
         Resolution::Deny { reason: None },
-        &Caller::Owner,
+        &ToolCaller::Owner,
         false,
     );
     assert_eq!(again.unwrap_err().code, ErrorCode::InvalidState);

@@ -11,7 +11,7 @@ use adf_runtime::executor::{Executor, RetryLog, Trigger, TurnEvent, TurnHost};
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::{self, LocalKeys};
 use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{Approver, Caller};
+use adf_runtime::tools::{Approver, ToolCaller};
 use adf_store::{AdfFile, ConfigAction, FileWrite};
 use adf_testkit::{MockProvider, Turn, Wire};
 use common::{authorized, call, code, model, new_agent, owner_set};
@@ -372,7 +372,7 @@ fn trg_19_a_locked_trigger_and_a_locked_target_cannot_be_changed_by_the_agent() 
     // The owner may change the locked ones.
     call(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         "sys_update_config",
         json!({ "path": "triggers.on_inbox.enabled", "value": false }),
     )

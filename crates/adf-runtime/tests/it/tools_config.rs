@@ -6,7 +6,7 @@ use crate::common;
 use std::cell::RefCell;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{ApprovalRequest, Approver, Caller, Decision, ErrorCode, ToolError};
+use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ErrorCode, ToolCaller, ToolError};
 use adf_store::{AdfFile, ConfigAction};
 use common::{
     authorized, call, call_approved, call_with, code, digest, model, new_agent, owner_set,
@@ -62,12 +62,12 @@ fn reason(task: &adf_store::TaskRow) -> &str {
         .unwrap_or("")
 }
 
-fn update(file: &mut AdfFile, caller: &Caller, args: Value) -> Result<Value, ToolError> {
+fn update(file: &mut AdfFile, caller: &ToolCaller, args: Value) -> Result<Value, ToolError> {
     call(file, caller, UPDATE, args)
 }
 
 /// Calls and expects a refusal that leaves every row of the file as it was.
-fn refused_unchanged(file: &mut AdfFile, caller: &Caller, args: Value) -> ToolError {
+fn refused_unchanged(file: &mut AdfFile, caller: &ToolCaller, args: Value) -> ToolError {
     let (before, text) = (digest(file), config_text(file));
     let config = file.config().unwrap();
     let error = update(file, caller, args.clone())
@@ -181,7 +181,7 @@ fn cfg_05_cfg_06_cfg_07_cfg_08_cfg_24_hard_denials_refuse_every_agent_caller_and
             assert_hard(&error, &args);
             assert!(tasks(&file).is_empty(), "{args}: no approval request");
         }
-        let done = update(&mut file, &Caller::Owner, args.clone())
+        let done = update(&mut file, &ToolCaller::Owner, args.clone())
             .unwrap_or_else(|e| panic!("owner {args}: {e}"));
         assert!(
             done.as_str()
@@ -201,7 +201,7 @@ fn cfg_06_id_and_adf_version_never_change_for_anyone() {
         for caller in [model(), authorized()] {
             assert_hard(&refused_unchanged(&mut file, &caller, args.clone()), &args);
         }
-        let error = refused_unchanged(&mut file, &Caller::Owner, args.clone());
+        let error = refused_unchanged(&mut file, &ToolCaller::Owner, args.clone());
         assert!(error.message.contains("never changes"), "{error}");
     }
 }
@@ -498,7 +498,7 @@ fn cfg_27_typo_guard_refuses_unknown_top_level_sections() {
         json!({ "path": "limtis", "value": {} }),
         json!({ "path": "toolz", "action": "append", "value": {} }),
     ] {
-        for caller in [model(), authorized(), Caller::Owner] {
+        for caller in [model(), authorized(), ToolCaller::Owner] {
             let error = refused_unchanged(&mut file, &caller, args.clone());
             assert_eq!(error.code, ErrorCode::InvalidInput);
             assert!(error.message.contains("is not a config section"), "{error}");
@@ -573,7 +573,7 @@ fn cfg_12_always_locked_paths_become_protection_requests_for_the_model() {
         assert_eq!(
             update(
                 &mut file,
-                &Caller::Owner,
+                &ToolCaller::Owner,
                 json!({ "path": path, "value": value })
             )
             .unwrap(),
@@ -649,7 +649,7 @@ fn cfg_14_cfg_15_a_lock_covers_descendants_and_refuses_parent_writes() {
     );
     update(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         json!({ "path": "limits.max_active_turns", "value": 5 }),
     )
     .unwrap();
@@ -683,7 +683,7 @@ fn cfg_14_cfg_15_a_lock_covers_descendants_and_refuses_parent_writes() {
     .unwrap();
     update(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         json!({ "path": "limits", "value": limits }),
     )
     .unwrap();
@@ -712,7 +712,7 @@ fn cfg_14_locked_tool_declaration_locks_its_fields() {
     );
     update(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         json!({ "path": "tools.sys_code.enabled", "value": false }),
     )
     .unwrap();
@@ -804,7 +804,7 @@ fn cfg_09_cfg_23_locked_elements_cannot_be_replaced_or_removed_and_edits_below_n
         json!({ "path": "triggers.on_inbox.targets", "action": "remove", "index": 0 }),
         json!({ "path": "serving.api", "action": "remove", "index": 0 }),
     ] {
-        update(&mut file, &Caller::Owner, args).unwrap();
+        update(&mut file, &ToolCaller::Owner, args).unwrap();
     }
     assert_eq!(file.config().unwrap()["serving"]["api"], json!([]));
     assert_eq!(
@@ -826,7 +826,7 @@ fn cfg_17_state_accepts_only_active_idle_hibernate_off() {
         json!("asleep"),
         json!(1),
     ] {
-        for caller in [model(), authorized(), Caller::Owner] {
+        for caller in [model(), authorized(), ToolCaller::Owner] {
             let error =
                 refused_unchanged(&mut file, &caller, json!({ "path": "state", "value": bad }));
             assert_eq!(error.code, ErrorCode::InvalidInput);
@@ -1030,7 +1030,7 @@ fn cfg_17_cfg_35_cfg_36_cfg_38_cfg_39_cfg_40_cfg_41_cfg_43_cfg_45_cfg_46_cfg_47_
 #[test]
 fn cfg_01_cfg_03_a_new_schema_violation_is_refused_and_rolled_back() {
     let (_dir, mut file) = free_agent();
-    for caller in [model(), authorized(), Caller::Owner] {
+    for caller in [model(), authorized(), ToolCaller::Owner] {
         let error = refused_unchanged(
             &mut file,
             &caller,
@@ -1055,7 +1055,7 @@ fn cfg_01_cfg_03_a_new_schema_violation_is_refused_and_rolled_back() {
     );
     update(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         json!({ "path": "model.temperature", "value": 1.5 }),
     )
     .unwrap();
@@ -1150,7 +1150,7 @@ fn cfg_10_cfg_11_declarations_cannot_be_duplicated_or_de_restricted() {
 
     // The owner declares what it likes.
     let (_dir, mut file) = agent();
-    update(&mut file, &Caller::Owner, json!({ "path": "tools", "action": "append", "value": { "name": "fs_read", "enabled": false } })).unwrap();
+    update(&mut file, &ToolCaller::Owner, json!({ "path": "tools", "action": "append", "value": { "name": "fs_read", "enabled": false } })).unwrap();
 }
 
 #[test]
@@ -1286,7 +1286,7 @@ fn met_06_config_writes_keep_registry_keys_in_step() {
     assert_eq!(
         update(
             &mut file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             json!({ "path": "name", "value": "Renamed Agent" })
         )
         .unwrap(),
@@ -1348,7 +1348,7 @@ fn cfg_29_secrets_are_redacted_and_keys_kept() {
         json!({ "enabled": true, "config": { "bot_token": "SECRET7", "chat": "c1" } }),
     );
 
-    for caller in [model(), authorized(), Caller::Owner] {
+    for caller in [model(), authorized(), ToolCaller::Owner] {
         let config = call(&mut file, &caller, GET, json!({})).unwrap();
         assert!(!config.to_string().contains("SECRET"), "{config}");
         let server = &config["mcp"]["servers"][0];
@@ -1469,7 +1469,7 @@ fn cfg_30_cfg_31_tol_51_sections_and_the_tools_section() {
 fn cfg_50_provider_type_is_checked_on_the_owner_path() {
     let (_dir, mut file) = agent();
     let bad = json!({ "path": "providers", "action": "append", "value": { "id": "p1", "type": "bogus" } });
-    let error = refused_unchanged(&mut file, &Caller::Owner, bad);
+    let error = refused_unchanged(&mut file, &ToolCaller::Owner, bad);
     assert!(error.message.contains("providers[].type"), "{error}");
     assert!(
         file.config_set_path(
@@ -1482,7 +1482,7 @@ fn cfg_50_provider_type_is_checked_on_the_owner_path() {
     );
     let good = json!({ "path": "providers", "action": "append", "value": { "id": "p1", "type": "openai-compatible", "baseUrl": "http://127.0.0.1:9" } });
     assert_eq!(
-        update(&mut file, &Caller::Owner, good).unwrap(),
+        update(&mut file, &ToolCaller::Owner, good).unwrap(),
         json!("Appended to providers.")
     );
     // An agent never edits providers at all.

@@ -15,7 +15,7 @@ use adf_runtime::identity::{self, LocalKeys};
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::builtin::create_adf::CreateAdf;
 use adf_runtime::tools::builtin::loops::effective_loop_tools;
-use adf_runtime::tools::{Approver, CallOutcome, Caller, ErrorCode, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, ErrorCode, ToolCaller, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions, FileProtection, FileWrite, IdentityRow};
 use common::{authorized, code, digest, enable, model, owner_set};
 use serde_json::{Value, json};
@@ -65,7 +65,7 @@ impl Env {
 
     fn call_with(
         &mut self,
-        caller: &Caller,
+        caller: &ToolCaller,
         args: Value,
         approver: &dyn Approver,
     ) -> Result<Value, ToolError> {

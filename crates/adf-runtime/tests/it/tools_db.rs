@@ -5,7 +5,7 @@ use crate::common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use adf_runtime::tools::{Caller, ErrorCode, ToolError};
+use adf_runtime::tools::{ErrorCode, ToolCaller, ToolError};
 use adf_store::sql::{SqlError, SqlLimits};
 use adf_store::{AdfFile, ConfigAction};
 use common::{authorized, call, code, digest, enable, model, new_agent};
@@ -27,7 +27,12 @@ fn agent() -> (tempfile::TempDir, PathBuf, AdfFile) {
     (dir, path, file)
 }
 
-fn exec(file: &mut AdfFile, caller: &Caller, sql: &str, params: Value) -> Result<Value, ToolError> {
+fn exec(
+    file: &mut AdfFile,
+    caller: &ToolCaller,
+    sql: &str,
+    params: Value,
+) -> Result<Value, ToolError> {
     call(
         file,
         caller,
@@ -38,7 +43,7 @@ fn exec(file: &mut AdfFile, caller: &Caller, sql: &str, params: Value) -> Result
 
 fn query(
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     sql: &str,
     params: Value,
 ) -> Result<Value, ToolError> {
@@ -676,7 +681,7 @@ fn tol_26_tol_29_met_22_sto_23_hostile_sql_is_refused_and_leaves_the_file_unchan
 #[test]
 fn met_22_secret_tables_are_not_readable_by_any_caller() {
     let (_dir, _path, mut file) = agent();
-    for caller in [model(), code(), authorized(), Caller::Owner] {
+    for caller in [model(), code(), authorized(), ToolCaller::Owner] {
         for table in ["adf_meta", "adf_config", "adf_identity"] {
             let error = query(
                 &mut file,
@@ -961,7 +966,7 @@ fn sto_23_aud_11_system_tables_cannot_be_written_dropped_or_altered() {
         "DELETE FROM adf_audit",
         "UPDATE adf_audit SET data = x''",
     ] {
-        for caller in [model(), authorized(), Caller::Owner] {
+        for caller in [model(), authorized(), ToolCaller::Owner] {
             let error = exec(&mut file, &caller, sql, json!([])).unwrap_err();
             assert_eq!(error.code, ErrorCode::WriteError, "{sql}: {error}");
         }
@@ -1048,7 +1053,7 @@ fn tol_30_table_protections_append_only() {
     .unwrap();
     exec(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         "UPDATE local_ledger SET entry = 'fixed' WHERE id = 1",
         json!([]),
     )
@@ -1110,7 +1115,7 @@ fn tol_30_table_protections_authorized() {
     );
     exec(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         "DELETE FROM local_secret",
         json!([]),
     )
@@ -1374,7 +1379,7 @@ fn refused_tool_calls_leave_a_cleanly_closed_file_byte_identical() {
     let deep_path = vec!["a"; 130].join(".");
     // sys_update_config is restricted: the model's call becomes an approval request, a
     // recorded task even when denied, so its bad input is sent by authorized code instead.
-    let refused: Vec<(Caller, &str, Value)> = vec![
+    let refused: Vec<(ToolCaller, &str, Value)> = vec![
         (
             model(),
             "sys_set_meta",

@@ -2,7 +2,7 @@
 //! `fs_delete` for the model, unauthorized code and authorized code (FIL-04..FIL-19, TOL-15..25).
 use crate::common;
 
-use adf_runtime::tools::{Caller, ErrorCode};
+use adf_runtime::tools::{ErrorCode, ToolCaller};
 use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
 use base64::Engine as _;
 use common::{authorized, call, call_approved, code, digest, model, new_agent, refused};
@@ -99,12 +99,12 @@ fn write(path: &str, content: &str) -> Value {
 }
 
 /// `caller` writes `content` to `path` with fs_write; the write must succeed. Returns its result.
-fn write_as(file: &mut AdfFile, caller: &Caller, path: &str, content: &str) -> Value {
+fn write_as(file: &mut AdfFile, caller: &ToolCaller, path: &str, content: &str) -> Value {
     call(file, caller, "fs_write", write(path, content)).unwrap()
 }
 
 /// `caller` reads `path` with fs_read; the read must succeed.
-fn read_as(file: &mut AdfFile, caller: &Caller, path: &str) -> Value {
+fn read_as(file: &mut AdfFile, caller: &ToolCaller, path: &str) -> Value {
     call(file, caller, "fs_read", json!({ "path": path })).unwrap()
 }
 

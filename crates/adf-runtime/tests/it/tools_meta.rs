@@ -17,7 +17,7 @@ fn value_of(file: &AdfFile, key: &str) -> Option<String> {
 }
 
 fn protection_of(file: &AdfFile, key: &str) -> String {
-    file.meta_get(key).unwrap().unwrap().protection
+    file.meta_get(key).unwrap().unwrap().protection.to_string()
 }
 
 fn task_count(file: &AdfFile) -> i64 {

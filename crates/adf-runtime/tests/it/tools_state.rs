@@ -2,7 +2,7 @@
 //! the end-of-turn signal, and inner loops (STL-01, STL-07, STL-13, STL-14).
 use crate::common;
 
-use adf_runtime::tools::{Caller, ErrorCode};
+use adf_runtime::tools::{ErrorCode, ToolCaller};
 use adf_store::{AdfFile, ConfigAction};
 use common::{authorized, call, code, digest, model, new_agent, refused};
 use serde_json::{Value, json};
@@ -115,7 +115,7 @@ fn stl_13_code_may_set_the_same_states() {
 fn stl_07_an_inner_loop_changes_only_its_own_executor() {
     let (_dir, _path, mut file) = new_agent();
     let before = digest(&file);
-    let inner = Caller::Model {
+    let inner = ToolCaller::Model {
         loop_name: "triage".into(),
     };
     let result = call(

@@ -3,7 +3,7 @@
 use crate::common;
 
 use adf_runtime::schedule::{Schedule, next_fire_after_in, parse_cron};
-use adf_runtime::tools::{Caller, ErrorCode};
+use adf_runtime::tools::{ErrorCode, ToolCaller};
 use adf_store::AdfFile;
 use adf_store::time::now_ms;
 use chrono::{FixedOffset, Utc};
@@ -25,8 +25,8 @@ fn resolve_err(input: Value) -> String {
     Schedule::resolve_in(&input, NOW, &Utc).unwrap_err().0
 }
 
-fn inner(loop_name: &str) -> Caller {
-    Caller::Model {
+fn inner(loop_name: &str) -> ToolCaller {
+    ToolCaller::Model {
         loop_name: loop_name.into(),
     }
 }
@@ -405,7 +405,7 @@ fn trg_21_trg_22_invalid_schedules_leave_the_file_unchanged() {
 fn trg_24_loop_column_comes_from_the_calling_loop_never_from_args() {
     let (_dir, _path, mut file) = new_agent();
     let delay = json!({"type": "delay", "delay_ms": 60_000});
-    let set = |file: &mut AdfFile, caller: &Caller, scope: Value| {
+    let set = |file: &mut AdfFile, caller: &ToolCaller, scope: Value| {
         let result = call(
             file,
             caller,
@@ -442,7 +442,7 @@ fn trg_24_loop_column_comes_from_the_calling_loop_never_from_args() {
         None,
         "code has no loop"
     );
-    assert_eq!(set(&mut file, &Caller::Owner, json!(["agent"])), None);
+    assert_eq!(set(&mut file, &ToolCaller::Owner, json!(["agent"])), None);
     assert!(
         file.timers()
             .unwrap()
@@ -582,7 +582,7 @@ fn trg_32_locked_timers_cannot_be_deleted_by_the_agent() {
     assert_eq!(file.tasks(None).unwrap().len(), tasks_before);
     let done = call(
         &mut file,
-        &Caller::Owner,
+        &ToolCaller::Owner,
         "sys_delete_timer",
         json!({"id": 3}),
     )

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use adf_runtime::schedule::Schedule;
 use adf_runtime::tools::ErrorCode;
-use adf_runtime::tools::access::Caller as ToolCaller;
+use adf_runtime::tools::access::ToolCaller;
 use adf_runtime::tools::approval::{Resolution, resolve_task};
 use adf_store::messages::{Mailbox, MessageFilter};
 use adf_store::timers::NewTimer;

@@ -318,11 +318,7 @@ pub(super) async fn download(
     let copy = tempfile_path(&agent);
     let target = copy.clone();
     let bytes = agent
-        .job(move |file| {
-            file.connection()
-                .backup(rusqlite::MAIN_DB, &target, rusqlite::backup::NO_PROGRESS)?;
-            Ok(())
-        })
+        .job(move |file| file.copy_to(&target))
         .await
         .map_err(ApiError::from)
         .and_then(|()| {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adf_runtime::tools::approval::ApproveAll;
-use adf_runtime::tools::{Caller as ToolCaller, ToolRegistry};
+use adf_runtime::tools::{ToolCaller, ToolRegistry};
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, FileProtection, FileWrite};
 use common::{Harness, agent_file, drained, text_column};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use adf_runtime::code::{CodeEnv, RunOptions, Sandbox, SandboxConfig};
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{Approver, CallOutcome, Caller, ErrorCode, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, ErrorCode, ToolCaller, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use serde_json::{Value, json};
 
@@ -26,8 +26,8 @@ pub fn registry() -> ToolRegistry {
     registry
 }
 
-pub fn model() -> Caller {
-    Caller::Model {
+pub fn model() -> ToolCaller {
+    ToolCaller::Model {
         loop_name: "main".into(),
     }
 }
@@ -59,7 +59,7 @@ pub fn put(file: &mut AdfFile, path: &str, content: &str) {
     registry()
         .call(
             file,
-            &Caller::Owner,
+            &ToolCaller::Owner,
             "fs_write",
             json!({ "mode": "write", "path": path, "content": content }),
             &DenyAll,
@@ -77,7 +77,7 @@ pub fn text(file: &AdfFile, path: &str) -> Option<String> {
 /// Calls `adf_shell` the way the executor does: the pipeline, then the runtime's driver.
 pub fn shell_call(
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     command: &str,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
@@ -95,7 +95,7 @@ pub fn shell_call(
 pub fn shell_call_with(
     registry: &Arc<ToolRegistry>,
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     args: Value,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {
@@ -110,7 +110,7 @@ pub fn shell_call_with(
 pub async fn shell_call_async(
     registry: &Arc<ToolRegistry>,
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     args: Value,
     approver: &(dyn Approver + Sync),
 ) -> Result<Value, ToolError> {

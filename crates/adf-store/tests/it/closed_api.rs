@@ -1,13 +1,132 @@
-//! The store's API stays closed: the daemon and the CLI ask `adf-store` through named methods,
-//! so their source holds no SQL text. This scans their string literals for SQL keywords and
-//! names every file:line that has one.
+//! The store's API stays closed: every crate but `adf-store` asks it through named methods and
+//! the transaction types it hands out, so no other crate's source holds SQL text, reaches the
+//! raw connection (`connection()`, `rusqlite::Connection`) or runs transaction control. This
+//! scans the source of every crate (and the transaction control of every crate's tests) and
+//! names every file:line that breaks the rule.
 
 use std::path::{Path, PathBuf};
 
-const SQL_KEYWORDS: &[&str] = &["SELECT", "INSERT", "UPDATE", "DELETE", "ROLLBACK", "PRAGMA"];
+const SQL_KEYWORDS: &[&str] = &[
+    "SELECT",
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "ROLLBACK",
+    "PRAGMA",
+    "BEGIN",
+    "SAVEPOINT",
+    "COMMIT",
+    "RELEASE",
+];
 
-/// Crates whose source must hold no SQL text (paths from the workspace root).
-const CLOSED_CRATES: &[&str] = &["crates/adf-server/src", "crates/adf-cli/src"];
+/// Transaction control, which only `adf-store` runs (it hands out `atomically`, held
+/// transactions and run savepoints instead).
+const TRANSACTION_KEYWORDS: &[&str] = &["BEGIN", "SAVEPOINT", "COMMIT", "RELEASE", "ROLLBACK"];
+
+/// Code (outside comments and literals) that reaches past the store's typed API.
+const RAW_ACCESS: &[&str] = &[
+    ".connection()",
+    "rusqlite::",
+    "is_autocommit(",
+    "execute_batch(",
+    "prepare_cached(",
+];
+
+/// String literals outside `adf-store` that hold SQL words without the crate running SQL on
+/// the file: (path, how the literal starts, why it is allowed). Exact, so a new literal in
+/// the same file is still found.
+const ALLOWED_LITERALS: &[(&str, &str, &str)] = &[
+    (
+        "crates/adf-runtime/src/tools/builtin/db.rs",
+        "Run one read-only SELECT",
+        "db_query's description: the agent's own SQL tool, run by adf_store::sql",
+    ),
+    (
+        "crates/adf-runtime/src/tools/builtin/db.rs",
+        "One SELECT (or WITH",
+        "db_query's parameter description",
+    ),
+    (
+        "crates/adf-runtime/src/tools/builtin/db.rs",
+        "Run one INSERT, UPDATE, DELETE",
+        "db_execute's description",
+    ),
+    (
+        "crates/adf-runtime/src/tools/builtin/config/rules.rs",
+        "DELETE",
+        "an HTTP method of serving.api",
+    ),
+    (
+        "crates/adf-runtime/src/tools/builtin/config/rules.rs",
+        "serving.api[{label}]: method must be",
+        "an HTTP method list in an error message",
+    ),
+    (
+        "crates/adf-shell/src/commands/data.rs",
+        "SELECT",
+        "sqlite3 sends the agent's statements to db_query or db_execute by their first word",
+    ),
+    (
+        "crates/adf-shell/src/commands/data.rs",
+        "PRAGMA",
+        "sqlite3 sends the agent's statements to db_query or db_execute by their first word",
+    ),
+    (
+        "crates/adf-shell/src/commands/agent.rs",
+        "SELECT id, tool, status, created_at FROM adf_tasks",
+        "ps: agent SQL sent through the agent's db_query tool, under the store's authorizer",
+    ),
+    (
+        "crates/adf-shell/src/commands/agent.rs",
+        "SELECT status FROM adf_tasks WHERE id =",
+        "wait: agent SQL sent through the agent's db_query tool, under the store's authorizer",
+    ),
+    (
+        "crates/adf-shell/src/commands/agent.rs",
+        "SELECT id, status, result, error FROM adf_tasks",
+        "wait: agent SQL sent through the agent's db_query tool, under the store's authorizer",
+    ),
+    (
+        "crates/adf-shell/src/commands/mod.rs",
+        "sqlite3 [-json|-csv|-header]",
+        "sqlite3's help line",
+    ),
+    (
+        "crates/adf-runtime/benches/code.rs",
+        "adf.sys_get_meta (read: pipeline + one SELECT)",
+        "a benchmark's label",
+    ),
+    (
+        "crates/adf-runtime/tests/it/tools_db.rs",
+        "BEGIN",
+        "agent SQL the db tools must refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/tools_db.rs",
+        "COMMIT",
+        "agent SQL the db tools must refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/tools_db.rs",
+        "RELEASE adf_atomic",
+        "agent SQL the db tools must refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/tools_db.rs",
+        "SAVEPOINT/RELEASE",
+        "a message naming the statements the db tools refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/tools_db.rs",
+        "CREATE TRIGGER local_tr AFTER INSERT ON",
+        "agent SQL (a trigger body) the db tools must refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/tools_db.rs",
+        "CREATE TEMP TRIGGER local_tt",
+        "agent SQL (a trigger body) the db tools must refuse",
+    ),
+];
 
 /// A string literal of Rust source: the line it starts on and its text.
 #[derive(Debug)]
@@ -19,8 +138,23 @@ struct Literal {
 /// The string literals (plain, byte and raw) of Rust source, skipping comments and char
 /// literals, so prose in doc comments such as "`DELETE /chat`" is not mistaken for SQL.
 fn string_literals(source: &str) -> Vec<Literal> {
+    split_source(source).0
+}
+
+/// Rust source split into its string literals and its code: the source with comments and
+/// literals removed, its lines where they were (so a line number holds for both).
+fn split_source(source: &str) -> (Vec<Literal>, String) {
     let chars: Vec<char> = source.chars().collect();
     let mut literals = Vec::new();
+    let mut code = String::with_capacity(source.len());
+    let newlines = |from: usize, to: usize| {
+        "\n".repeat(
+            chars[from..to.min(chars.len())]
+                .iter()
+                .filter(|c| **c == '\n')
+                .count(),
+        )
+    };
     let mut line = 1;
     let mut i = 0;
     let count_lines =
@@ -30,6 +164,7 @@ fn string_literals(source: &str) -> Vec<Literal> {
         let next = chars.get(i + 1).copied();
         if c == '\n' {
             line += 1;
+            code.push('\n');
             i += 1;
         } else if c == '/' && next == Some('/') {
             while i < chars.len() && chars[i] != '\n' {
@@ -43,6 +178,7 @@ fn string_literals(source: &str) -> Vec<Literal> {
             }
             i = (i + 2).min(chars.len());
             line += count_lines(start, i);
+            code.push_str(&newlines(start, i));
         } else if c == '\'' {
             // A char literal ('x', '\n', '"') is skipped whole; a lifetime is just a quote.
             if next == Some('\\') {
@@ -70,6 +206,7 @@ fn string_literals(source: &str) -> Vec<Literal> {
                 text: chars[body_start..j.min(chars.len())].iter().collect(),
             });
             line += count_lines(i, j.min(chars.len()));
+            code.push_str(&newlines(i, j));
             i = (j + closing.len()).min(chars.len());
         } else if c == '"'
             || (c == 'b' && next == Some('"') && !is_ident(chars.get(i.wrapping_sub(1))))
@@ -86,12 +223,14 @@ fn string_literals(source: &str) -> Vec<Literal> {
                 text: chars[body_start..end].iter().collect(),
             });
             line += count_lines(i, end);
+            code.push_str(&newlines(i, end));
             i = end + 1;
         } else {
+            code.push(c);
             i += 1;
         }
     }
-    literals
+    (literals, code)
 }
 
 fn is_ident(c: Option<&char>) -> bool {
@@ -132,9 +271,9 @@ fn sql_keywords_in(text: &str) -> Vec<&'static str> {
         .collect()
 }
 
-/// `file:line: KEYWORD` for every string literal with SQL in the Rust files under `dir`.
-fn sql_findings(root: &Path, dir: &Path) -> Vec<String> {
-    let mut findings = Vec::new();
+/// The Rust files under `dir`, as (path from the workspace root, text), in path order.
+fn rust_files(root: &Path, dir: &Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
         let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
@@ -142,22 +281,48 @@ fn sql_findings(root: &Path, dir: &Path) -> Vec<String> {
             let path = entry.expect("directory entry").path();
             if path.is_dir() {
                 pending.push(path);
-                continue;
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let relative = path.strip_prefix(root).unwrap_or(&path);
+                let relative = relative.to_string_lossy().replace('\\', "/");
+                let source = std::fs::read_to_string(&path).expect("readable source");
+                files.push((relative, source));
             }
-            if path.extension().is_none_or(|ext| ext != "rs") {
-                continue;
+        }
+    }
+    files.sort();
+    files
+}
+
+fn allowed(path: &str, literal: &str) -> bool {
+    ALLOWED_LITERALS
+        .iter()
+        .any(|(file, start, _)| *file == path && literal.trim_start().starts_with(start))
+}
+
+/// `file:line: what` for every SQL literal (`keywords`) and every raw access in `code` in
+/// one file's source.
+fn findings_in(path: &str, source: &str, keywords: &[&str], check_code: bool) -> Vec<String> {
+    let (literals, code) = split_source(source);
+    let mut findings = Vec::new();
+    for literal in literals {
+        if allowed(path, &literal.text) {
+            continue;
+        }
+        for keyword in sql_keywords_in(&literal.text) {
+            if keywords.contains(&keyword) {
+                findings.push(format!("{path}:{}: {keyword} in a string", literal.line));
             }
-            let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
-            let relative_text = relative.to_string_lossy().replace('\\', "/");
-            let source = std::fs::read_to_string(&path).expect("readable source");
-            for literal in string_literals(&source) {
-                for keyword in sql_keywords_in(&literal.text) {
-                    findings.push(format!("{relative_text}:{}: {keyword}", literal.line));
+        }
+    }
+    if check_code {
+        for (index, line) in code.lines().enumerate() {
+            for raw in RAW_ACCESS {
+                if line.contains(raw) {
+                    findings.push(format!("{path}:{}: {raw}", index + 1));
                 }
             }
         }
     }
-    findings.sort();
     findings
 }
 
@@ -168,19 +333,107 @@ fn workspace_root() -> PathBuf {
         .expect("workspace root")
 }
 
+/// Every crate directory but `adf-store`'s (the workspace's `xtask` is scanned beside them).
+fn other_crates(root: &Path) -> Vec<PathBuf> {
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| path.is_dir() && !path.ends_with("adf-store"))
+        .collect();
+    crates.sort();
+    crates
+}
+
 #[test]
-fn server_and_cli_source_hold_no_sql_text() {
+fn no_crate_but_the_store_holds_sql_text_or_the_raw_connection() {
+    let root = workspace_root();
+    let crates = other_crates(&root);
+    assert!(
+        crates.len() >= 10,
+        "found only {} crates besides adf-store",
+        crates.len()
+    );
+    let mut findings = Vec::new();
+    let mut scanned = 0;
+    for krate in &crates {
+        for part in ["src", "benches"] {
+            let dir = krate.join(part);
+            if !dir.is_dir() {
+                continue;
+            }
+            for (path, source) in rust_files(&root, &dir) {
+                scanned += 1;
+                findings.extend(findings_in(&path, &source, SQL_KEYWORDS, true));
+            }
+        }
+    }
+    for (path, source) in rust_files(&root, &root.join("xtask")) {
+        scanned += 1;
+        findings.extend(findings_in(&path, &source, SQL_KEYWORDS, true));
+    }
+    assert!(scanned > 100, "scanned only {scanned} source files");
+    assert!(
+        findings.is_empty(),
+        "SQL text or raw connection access outside adf-store; add a named method to adf-store \
+         (views.rs, held.rs) instead:\n{}",
+        findings.join("\n")
+    );
+}
+
+/// Tests may read rows through `connection()` (the `test-sql` feature) and arrange fixtures
+/// the typed API refuses, but transactions are the store's: a test that runs one by hand
+/// tests a path no caller takes.
+#[test]
+fn no_test_outside_the_store_runs_transaction_control() {
     let root = workspace_root();
     let mut findings = Vec::new();
-    for dir in CLOSED_CRATES {
-        let dir = root.join(dir);
-        assert!(dir.is_dir(), "{} is missing", dir.display());
-        findings.extend(sql_findings(&root, &dir));
+    for krate in other_crates(&root) {
+        let dir = krate.join("tests");
+        if dir.is_dir() {
+            for (path, source) in rust_files(&root, &dir) {
+                findings.extend(findings_in(&path, &source, TRANSACTION_KEYWORDS, false));
+            }
+        }
     }
     assert!(
         findings.is_empty(),
-        "SQL text outside adf-store; add a named method to adf-store (views.rs) instead:\n{}",
+        "transaction control in tests outside adf-store; use AdfFile::atomically or \
+         begin_held_transaction:\n{}",
         findings.join("\n")
+    );
+}
+
+#[test]
+fn the_scan_finds_raw_access_in_code_and_not_in_comments_or_strings() {
+    let source = "// file.connection() in a comment\n\
+                  let text = \"see file.connection() docs\";\n\
+                  let conn = file.connection();\n\
+                  /* conn.execute_batch( */ conn.is_autocommit();\n";
+    let found = findings_in("x.rs", source, SQL_KEYWORDS, true);
+    assert_eq!(
+        found,
+        vec![
+            "x.rs:3: .connection()".to_owned(),
+            "x.rs:4: is_autocommit(".to_owned()
+        ]
+    );
+    assert_eq!(
+        findings_in(
+            "x.rs",
+            "let s = \"BEGIN IMMEDIATE\";\n",
+            TRANSACTION_KEYWORDS,
+            false
+        ),
+        vec!["x.rs:1: BEGIN in a string".to_owned()]
+    );
+    assert!(
+        findings_in(
+            "crates/adf-shell/src/commands/data.rs",
+            "let k = \"SELECT\"; let q = \"DELETE FROM adf_logs\";",
+            SQL_KEYWORDS,
+            true
+        ) == vec!["crates/adf-shell/src/commands/data.rs:1: DELETE in a string".to_owned()],
+        "an allowed literal does not hide another in the same file"
     );
 }
 

@@ -156,7 +156,7 @@ fn sto_19_met_03_met_20_registry_keys_and_protections() {
         .meta_list()
         .unwrap()
         .into_iter()
-        .map(|e| (e.key, (e.value, e.protection)))
+        .map(|e| (e.key, (e.value, e.protection.to_string())))
         .collect();
     assert_eq!(meta["adf_version"], ("0.2".into(), "readonly".into()));
     assert_eq!(meta["adf_schema_version"], ("32".into(), "readonly".into()));

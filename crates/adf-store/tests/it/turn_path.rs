@@ -14,7 +14,7 @@ fn turn_checkpoint_set_creates_then_updates_in_place_with_registry_protection() 
         .unwrap();
     let created = file.meta_get(key).unwrap().unwrap();
     assert_eq!(created.value, r#"{"status":"in_progress"}"#);
-    let protection = created.protection.clone();
+    let protection = created.protection;
     file.turn_checkpoint_set(key, r#"{"status":"completed"}"#)
         .unwrap();
     let updated = file.meta_get(key).unwrap().unwrap();

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use adf_store::config::{
     KNOWN_TOP_LEVEL, Segment, apply_path, get_path, new_violations, parse_path, resolve_segments,
 };
-use adf_store::{ConfigAction, StoreError};
+use adf_store::protection::{self, Change, ConfigLock, Decision};
+use adf_store::{ConfigAction, Protection, StoreError};
 use serde_json::{Value, json};
 
 use crate::tools::{ErrorCode, ProtectionHit, Tool, ToolContext, ToolError, ToolRegistry, access};
@@ -320,14 +321,6 @@ const GUARD_SWITCHES: [&str; 4] = [
     "middleware",
     "fetch_middleware",
 ];
-/// Paths locked for every agent in addition to `locked_fields` (§5.6, §5.23, and
-/// `serving.csp_sandbox`: whether the agent's pages run in an opaque origin is the owner's
-/// call, README "Agents on the network").
-const ALWAYS_LOCKED: [&str; 3] = [
-    "security.allow_local_fetch",
-    "stream_bind",
-    "serving.csp_sandbox",
-];
 /// Arrays of declarations whose elements are identified by `name` or `id` (step 11).
 const DECLARATION_ARRAYS: [(&str, &str); 6] = [
     ("/tools", "name"),
@@ -500,7 +493,8 @@ fn what_to_write(
 }
 
 /// Step 9: a locked path refuses the agent, unless authorized code or the owner's approval
-/// is writing; then the write goes through and names the path it overrode.
+/// is writing; then the write goes through and names the path it overrode. Which lock covers
+/// the change, and whom it binds, the store's protection module decides.
 fn lock_bypass(
     cx: &ToolContext<'_>,
     before: &Value,
@@ -509,24 +503,32 @@ fn lock_bypass(
     index: Option<usize>,
     path: &str,
 ) -> Result<Option<String>, ToolError> {
-    let Some(locked) = lock_check(before, resolved, action, index)? else {
-        return Ok(None);
+    let change = match action {
+        Action::Set => ConfigAction::Set,
+        Action::Append => ConfigAction::Append,
+        Action::Remove => ConfigAction::Remove {
+            index: index.unwrap_or_default(),
+        },
     };
-    match cx.store_caller() {
-        adf_store::Caller::AuthorizedCode | adf_store::Caller::OwnerApproved => {
-            Ok(Some(path.to_owned()))
-        }
-        _ => Err(ToolError {
+    let locked = match protection::config_lock(before, resolved, &change) {
+        ConfigLock::Free => return Ok(None),
+        ConfigLock::Refused(message) => return Err(hard_denial(message)),
+        ConfigLock::Locked(sentence) => sentence,
+    };
+    match protection::decide(cx.store_caller(), Protection::ConfigLocked, Change::Write) {
+        Decision::Refuse | Decision::OnlyIncrease => Err(ToolError {
             code: ErrorCode::WriteError,
             message: format!(
                 "{locked} Your owner may approve this change once; it was not applied."
             ),
             protection: Some(ProtectionHit {
-                kind: "config path".into(),
+                kind: adf_store::ProtectedKind::Config.to_string(),
                 target: path.to_owned(),
-                level: "locked".into(),
+                level: Protection::ConfigLocked,
+                why: None,
             }),
         }),
+        Decision::Bypass | Decision::Allow => Ok(Some(path.to_owned())),
     }
 }
 
@@ -586,124 +588,6 @@ fn element_label(element: &Value) -> Option<String> {
         .iter()
         .find_map(|k| element.get(*k).and_then(Value::as_str))
         .map(str::to_owned)
-}
-
-fn is_locked(value: Option<&Value>) -> bool {
-    value.and_then(|v| v.get("locked")).and_then(Value::as_bool) == Some(true)
-}
-
-/// Whether any array element below `value` (or `value`'s own elements) is locked.
-fn holds_locked_element(value: &Value) -> bool {
-    match value {
-        Value::Array(items) => items
-            .iter()
-            .any(|item| is_locked(Some(item)) || holds_locked_element(item)),
-        Value::Object(map) => map.values().any(holds_locked_element),
-        _ => false,
-    }
-}
-
-/// Whether any object strictly below `value` is locked.
-fn holds_locked_object(value: &Value) -> bool {
-    let locked_or_holds = |child: &Value| is_locked(Some(child)) || holds_locked_object(child);
-    match value {
-        Value::Array(items) => items.iter().any(locked_or_holds),
-        Value::Object(map) => map.values().any(locked_or_holds),
-        _ => false,
-    }
-}
-
-/// §5.17 step 9. Replacing or removing a locked array element is a hard error (seed §5.17
-/// lists it with the writes refused without an approval path); every other lock hit returns
-/// the sentence that explains it, for a protection the owner may lift once.
-fn lock_check(
-    config: &Value,
-    resolved: &[Segment],
-    action: Action,
-    index: Option<usize>,
-) -> Result<Option<String>, ToolError> {
-    let mut locked_paths: Vec<String> = config
-        .get("locked_fields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(str::to_owned)
-        .collect();
-    locked_paths.extend(ALWAYS_LOCKED.iter().map(|p| (*p).to_owned()));
-
-    // Walk the path once: its name form (array elements by name or id, unnamed indices
-    // skipped) and the first locked object above the target.
-    let mut named: Vec<String> = Vec::new();
-    let mut locked_above = None;
-    let mut node = Some(config);
-    for (position, segment) in resolved.iter().enumerate() {
-        let next = match (node, segment) {
-            (Some(Value::Object(map)), Segment::Key(key)) => map.get(key),
-            (Some(Value::Array(items)), Segment::Index(i)) => items.get(*i),
-            _ => None,
-        };
-        match segment {
-            Segment::Key(key) => named.push(key.clone()),
-            Segment::Index(_) => named.extend(next.and_then(element_label)),
-        }
-        if position + 1 < resolved.len() && locked_above.is_none() && is_locked(next) {
-            locked_above = Some(named.join("."));
-        }
-        node = next;
-    }
-    let target = node;
-    let written = named.join(".");
-    let replaces_element = matches!(resolved.last(), Some(Segment::Index(_)));
-
-    match action {
-        Action::Set if replaces_element && is_locked(target) => {
-            return Err(hard_denial(format!(
-                "'{written}' is locked: a locked element cannot be replaced"
-            )));
-        }
-        Action::Set if target.is_some_and(holds_locked_element) => {
-            return Err(hard_denial(format!(
-                "'{written}' holds locked elements and cannot be replaced; use append/remove or change unlocked fields"
-            )));
-        }
-        Action::Remove => {
-            let element = target
-                .and_then(Value::as_array)
-                .and_then(|items| items.get(index.unwrap_or_default()));
-            if element.is_some_and(|e| is_locked(Some(e)) || holds_locked_element(e)) {
-                return Err(hard_denial(format!(
-                    "element {} of '{written}' is locked and cannot be removed",
-                    index.unwrap_or_default()
-                )));
-            }
-        }
-        _ => {}
-    }
-
-    for end in 1..=named.len() {
-        let prefix = named[..end].join(".");
-        if locked_paths.contains(&prefix) {
-            return Ok(Some(format!("'{prefix}' is locked.")));
-        }
-    }
-    if action != Action::Append {
-        let below = format!("{written}.");
-        if let Some(child) = locked_paths.iter().find(|p| p.starts_with(&below)) {
-            return Ok(Some(format!(
-                "'{written}' contains the locked field '{child}'; update its other fields individually."
-            )));
-        }
-    }
-    if let Some(item) = locked_above {
-        return Ok(Some(format!("'{item}' is locked.")));
-    }
-    if action == Action::Set && (is_locked(target) || target.is_some_and(holds_locked_object)) {
-        return Ok(Some(format!(
-            "'{written}' is locked or holds locked items."
-        )));
-    }
-    Ok(None)
 }
 
 /// The protection-deciding fields below `value`, keyed by name-form path: lists

@@ -56,9 +56,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use adf_store::defaults::{self, NewAgent};
-use adf_store::{
-    AdfFile, CreateOptions, FileEntry, FileProtection, FileWrite, IdentityRow, StoreError, sidecar,
-};
+use adf_store::{AdfFile, CreateOptions, FileEntry, FileWrite, IdentityRow, StoreError, sidecar};
 use serde_json::{Map, Value, json};
 
 use super::config::{leaf_error, new_structural};
@@ -889,7 +887,7 @@ fn fill(
 
 /// A template file with its protection; never its `authorized` flag (module docs).
 fn copy_template_file(child: &mut AdfFile, entry: &FileEntry) -> Result<(), ToolError> {
-    let protection = FileProtection::parse(&entry.info.protection)?;
+    let protection = entry.info.protection;
     let outcome = child.file_write(
         adf_store::Caller::Owner,
         &entry.info.path,
@@ -922,28 +920,32 @@ fn copy_identity_row(
     }
 }
 
-/// A file from the parent: overwrites keep their protection, `read_only` ones refuse.
+/// A file from the parent: overwrites keep their protection, `read_only` ones refuse. It is
+/// the agent's write into its child, so it goes to the store as one ([`adf_store::Caller::Agent`]),
+/// whose protection module decides what the child's protections allow (whoever called
+/// `sys_create_adf`: an injection is never an override).
 fn inject_file(child: &mut AdfFile, to: &str, entry: &FileEntry) -> Result<(), ToolError> {
-    if let Some(existing) = child.file_read(to)?
-        && existing.info.protection == FileProtection::ReadOnly.as_str()
-    {
-        return Err(ToolError::new(
-            ErrorCode::WriteError,
-            format!(
-                "files: '{to}' is read_only in the new agent and cannot be overwritten. Nothing was created."
-            ),
-        ));
-    }
-    child.file_write(
-        adf_store::Caller::Owner,
+    let written = child.file_write(
+        adf_store::Caller::Agent,
         to,
         &entry.content,
         &FileWrite {
             mime_type: entry.info.mime_type.clone(),
             protection_if_new: None,
         },
-    )?;
-    Ok(())
+    );
+    match written {
+        Ok(_) => Ok(()),
+        Err(StoreError::Protected {
+            level, why: None, ..
+        }) => Err(ToolError::new(
+            ErrorCode::WriteError,
+            format!(
+                "files: '{to}' is {level} in the new agent and cannot be overwritten. Nothing was created."
+            ),
+        )),
+        Err(other) => Err(other.into()),
+    }
 }
 
 #[cfg(test)]

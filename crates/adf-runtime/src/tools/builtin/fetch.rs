@@ -22,7 +22,9 @@ use serde_json::{Map, Value, json};
 
 use crate::fetch::{self, FetchSettings, Policy};
 use crate::middleware::{self, Point};
-use crate::tools::{Caller, Detached, DetachedOutcome, ErrorCode, Tool, ToolContext, ToolError};
+use crate::tools::{
+    Detached, DetachedOutcome, ErrorCode, Tool, ToolCaller, ToolContext, ToolError,
+};
 
 /// The marker `prepare` sets on the arguments it hands to `detach`.
 const MIDDLEWARE_APPLIED: &str = "middleware_applied";
@@ -95,7 +97,7 @@ impl Tool for SysFetch {
         Ok(json!({ "request": request, MIDDLEWARE_APPLIED: true }))
     }
 
-    fn detach(&self, config: &Value, caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, caller: &ToolCaller, args: Value) -> Option<Detached> {
         let (args, config) = match args {
             Value::Object(mut prepared)
                 if prepared.get(MIDDLEWARE_APPLIED) == Some(&json!(true)) =>
@@ -112,7 +114,7 @@ impl Tool for SysFetch {
             unprepared => (unprepared, std::borrow::Cow::Borrowed(config)),
         };
         let config = config.as_ref();
-        let for_code = matches!(caller, Caller::Code { .. });
+        let for_code = matches!(caller, ToolCaller::Code { .. });
         let method = args
             .get("method")
             .and_then(Value::as_str)

@@ -102,7 +102,10 @@ fn file_not_found(path: &str) -> ToolError {
 fn refusal(error: adf_store::StoreError, verb: &str, path: &str) -> ToolError {
     let mut error = ToolError::from(error);
     if let Some(hit) = &error.protection {
-        error.message = format!("Cannot {verb} \"{path}\": file is {}.", hit.level);
+        error.message = format!(
+            "Cannot {verb} \"{path}\": file is {}.",
+            hit.level_described()
+        );
     }
     error
 }
@@ -111,13 +114,13 @@ fn refusal(error: adf_store::StoreError, verb: &str, path: &str) -> ToolError {
 fn override_marker(
     cx: &ToolContext<'_>,
     outcome: &WriteOutcome,
-    level_before: Option<&str>,
+    level_before: Option<FileProtection>,
 ) -> String {
     if let Some(level) = &outcome.bypassed {
         return format!(" (⚠ protection override: {level}, authorized code)");
     }
     match level_before {
-        Some(level) if cx.protection_override && level != "none" => {
+        Some(level) if cx.protection_override && level != FileProtection::None => {
             format!(" (⚠ protection override: {level}, owner-approved)")
         }
         _ => String::new(),
@@ -329,7 +332,7 @@ impl Tool for FsWrite {
             ));
         }
         let existing = cx.file.file_read(&path)?;
-        let level_before = existing.as_ref().map(|e| e.info.protection.clone());
+        let level_before = existing.as_ref().map(|e| e.info.protection);
         let protection = args
             .protection
             .as_deref()
@@ -403,17 +406,15 @@ impl Tool for FsWrite {
             .map_err(|e| refusal(e, "write to", &path))?;
 
         let mut message = summary;
-        if let (Some(requested), Some(level)) = (protection, &level_before)
-            && requested.as_str() != level
+        if let (Some(requested), Some(level)) = (protection, level_before)
+            && requested != level
         {
             message.push_str(&format!(
                 " Protection stays {level}: the protection parameter applies only to new files."
             ));
         }
         // Only read_only stops a write; a no_delete file was never overridden.
-        let blocking = level_before
-            .as_deref()
-            .filter(|level| *level == "read_only");
+        let blocking = level_before.filter(|level| *level == FileProtection::ReadOnly);
         let marker = override_marker(cx, &outcome, blocking);
         if !marker.is_empty() {
             let trimmed = message.trim_end_matches('.').to_owned();
@@ -639,7 +640,7 @@ impl Tool for FsDelete {
             .file
             .file_delete(cx.store_caller(), &path)
             .map_err(|e| refusal(e, "delete", &path))?;
-        let marker = override_marker(cx, &outcome, Some(&level_before));
+        let marker = override_marker(cx, &outcome, Some(level_before));
         Ok(Value::String(format!("Deleted {path}{marker}.")))
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use adf_store::{ConfigAction, NewLog, NewLoopRow};
 use serde_json::{Map, Value, json};
 
-use crate::tools::{Caller, ErrorCode, Tool, ToolContext, ToolError, access};
+use crate::tools::{ErrorCode, Tool, ToolCaller, ToolContext, ToolError, access};
 
 /// `loop_send` content cap, the same bound `loop_inject` uses.
 pub const MAX_LOOP_SEND_CHARS: usize = 48_000;
@@ -112,7 +112,7 @@ pub fn tools() -> Vec<Arc<dyn Tool>> {
     vec![Arc::new(LoopSend), Arc::new(LoopList), Arc::new(LoopManage)]
 }
 
-fn caller_loop(caller: &Caller) -> String {
+fn caller_loop(caller: &ToolCaller) -> String {
     caller.loop_name().unwrap_or("main").to_owned()
 }
 

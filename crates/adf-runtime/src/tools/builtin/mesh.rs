@@ -19,7 +19,7 @@ use crate::identity::LocalKeys;
 use crate::messaging::send::{self, Prepared, SendContext};
 use crate::messaging::{Delivery, Mesh, Origin};
 use crate::tools::{
-    Caller, DeliveryRecord, Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolContext,
+    DeliveryRecord, Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolCaller, ToolContext,
     ToolError,
 };
 
@@ -108,7 +108,7 @@ impl Tool for MsgSend {
             .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))
     }
 
-    fn detach(&self, config: &Value, _caller: &Caller, args: Value) -> Option<Detached> {
+    fn detach(&self, config: &Value, _caller: &ToolCaller, args: Value) -> Option<Detached> {
         let mesh = self.mesh.clone();
         // The same §5.6 policy as sys_fetch (without fetch middleware, which is for fetches).
         let policy = adf_egress::Policy {

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use adf_store::meta::format_number;
-use adf_store::{MetaProtection, WriteOutcome};
+use adf_store::{MetaProtection, Protection, WriteOutcome};
 use serde_json::{Number, Value, json};
 
 use crate::tools::{ErrorCode, Tool, ToolContext, ToolError};
@@ -215,13 +215,13 @@ fn increment(
     let total = cx.file.meta_increment(caller, key, amount).map_err(|e| {
         let mut error = ToolError::from(e);
         if let Some(hit) = &error.protection {
-            error.message = if hit.level.starts_with("increment") {
+            error.message = if hit.level == Protection::Meta(MetaProtection::Increment) {
                 format!(
                     "Cannot update \"{key}\": the amount ({}) must be positive; this key can only increase.",
                     format_number(amount)
                 )
             } else {
-                format!("Cannot write to \"{key}\": key is {}.", hit.level)
+                format!("Cannot write to \"{key}\": key is {}.", hit.level_described())
             };
         }
         error
@@ -244,7 +244,7 @@ fn set(
     );
     let mut overridden = None;
     match &existing {
-        Some(entry) if entry.protection == "increment" && agent_rules => {
+        Some(entry) if entry.protection == MetaProtection::Increment && agent_rules => {
             if parse_number(text).is_none() {
                 return Err(ToolError::invalid(format!(
                     "Cannot update \"{key}\": increment keys hold numbers, not \"{text}\"."
@@ -254,7 +254,7 @@ fn set(
                 overridden = Some("increment");
             }
         }
-        Some(entry) if entry.protection == "readonly" && cx.protection_override => {
+        Some(entry) if entry.protection == MetaProtection::Readonly && cx.protection_override => {
             overridden = Some("readonly");
         }
         None if protection == Some(MetaProtection::Increment) && parse_number(text).is_none() => {
@@ -268,18 +268,21 @@ fn set(
         let mut error = ToolError::from(e);
         if let Some(hit) = &error.protection {
             error.message = match &existing {
-                Some(entry) if entry.protection == "increment" => format!(
+                Some(entry) if entry.protection == MetaProtection::Increment => format!(
                     "Cannot update \"{key}\": new value ({text}) must be greater than current value ({}).",
                     entry.value
                 ),
-                _ => format!("Cannot write to \"{key}\": key is {}.", hit.level),
+                _ => format!(
+                    "Cannot write to \"{key}\": key is {}.",
+                    hit.level_described()
+                ),
             };
         }
         error
     })?;
     let mut message = format!("Set {key} = {text}");
     if let (Some(entry), Some(requested)) = (&existing, protection)
-        && requested.as_str() != entry.protection
+        && requested != entry.protection
     {
         if caller.may_grant_trust() {
             // Authorized code (and the owner) may re-level an existing key, as the tools guide
@@ -332,11 +335,13 @@ impl Tool for SysDeleteMeta {
         let outcome = cx.file.meta_delete(caller, key).map_err(|e| {
             let mut error = ToolError::from(e);
             if let Some(hit) = &error.protection {
-                error.message = format!("Cannot delete \"{key}\": key is {}.", hit.level);
+                error.message =
+                    format!("Cannot delete \"{key}\": key is {}.", hit.level_described());
             }
             error
         })?;
-        let overridden = (cx.protection_override && level != "none").then_some(level.as_str());
+        let overridden =
+            (cx.protection_override && level != MetaProtection::None).then_some(level.as_str());
         Ok(Value::String(format!(
             "Deleted meta key {key}{}.",
             marker(&outcome, overridden)

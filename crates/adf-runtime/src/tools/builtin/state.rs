@@ -23,7 +23,7 @@ use std::sync::Arc;
 use adf_store::ConfigAction;
 use serde_json::{Value, json};
 
-use crate::tools::{Caller, Tool, ToolContext, ToolError};
+use crate::tools::{Tool, ToolCaller, ToolContext, ToolError};
 
 /// The states `sys_set_state` may set (§6.2).
 pub const SETTABLE_STATES: [&str; 3] = ["idle", "hibernate", "off"];
@@ -55,7 +55,7 @@ impl Tool for SysSetState {
                 "sys_set_state sets idle, hibernate or off, not '{state}'"
             )));
         }
-        if let Caller::Model { loop_name } = cx.caller
+        if let ToolCaller::Model { loop_name } = cx.caller
             && loop_name != "main"
         {
             return Ok(json!({

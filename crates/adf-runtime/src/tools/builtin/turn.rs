@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::tools::{Caller, Tool, ToolContext, ToolError};
+use crate::tools::{Tool, ToolCaller, ToolContext, ToolError};
 
 /// The tools of this family.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
@@ -146,7 +146,7 @@ impl Tool for LoopClear {
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
         let loop_name = match cx.caller {
-            Caller::Model { loop_name } => loop_name.clone(),
+            ToolCaller::Model { loop_name } => loop_name.clone(),
             _ => "main".to_owned(),
         };
         let rows = cx.file.loop_rows(&loop_name)?;

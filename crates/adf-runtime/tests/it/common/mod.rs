@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{Approver, CallOutcome, Caller, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, ToolCaller, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use serde_json::Value;
 
@@ -16,21 +16,21 @@ pub fn new_agent() -> (tempfile::TempDir, PathBuf, AdfFile) {
     (dir, path, file)
 }
 
-pub fn model() -> Caller {
-    Caller::Model {
+pub fn model() -> ToolCaller {
+    ToolCaller::Model {
         loop_name: "main".into(),
     }
 }
 
-pub fn code() -> Caller {
-    Caller::Code {
+pub fn code() -> ToolCaller {
+    ToolCaller::Code {
         authorized: false,
         source: Some("lib/x.ts:main".into()),
     }
 }
 
-pub fn authorized() -> Caller {
-    Caller::Code {
+pub fn authorized() -> ToolCaller {
+    ToolCaller::Code {
         authorized: true,
         source: Some("lib/trusted.ts:main".into()),
     }
@@ -39,7 +39,7 @@ pub fn authorized() -> Caller {
 /// Calls a tool with every approval denied (so a restricted call fails fast).
 pub fn call(
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     name: &str,
     args: Value,
 ) -> Result<Value, ToolError> {
@@ -47,7 +47,7 @@ pub fn call(
 }
 
 /// Calls a tool that must fail and leave the file byte-identical; returns the error.
-pub fn refused(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> ToolError {
+pub fn refused(file: &mut AdfFile, caller: &ToolCaller, name: &str, args: Value) -> ToolError {
     let before = digest(file);
     let error = call(file, caller, name, args).unwrap_err();
     assert_eq!(digest(file), before, "a refused {name} changed the file");
@@ -57,7 +57,7 @@ pub fn refused(file: &mut AdfFile, caller: &Caller, name: &str, args: Value) -> 
 /// Calls a tool with every approval granted.
 pub fn call_approved(
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     name: &str,
     args: Value,
 ) -> Result<Value, ToolError> {
@@ -66,7 +66,7 @@ pub fn call_approved(
 
 pub fn call_with(
     file: &mut AdfFile,
-    caller: &Caller,
+    caller: &ToolCaller,
     name: &str,
     args: Value,
     approver: &dyn Approver,
