@@ -75,6 +75,8 @@ pub(crate) const ALLOWED_CIRCLES: &[(&str, &[&str])] = &[
             "code/methods.rs",
             "code/mod.rs",
             "code/runner.rs",
+            "code/waiting.rs",
+            "executor/mod.rs",
             "fetch.rs",
             "messaging/send.rs",
             "middleware.rs",
