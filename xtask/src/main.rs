@@ -1,5 +1,6 @@
 //! Project chores. `cargo xtask conformance [--missing] [--json]` prints which conformance
-//! checklist IDs (`docs/spec/conformance-checklist.md`) have tests.
+//! checklist IDs (`docs/spec/conformance-checklist.md`) have tests; `cargo xtask
+//! long-functions` lists the functions over 120 lines (see [`long_functions`]).
 //!
 //! A test proves an ID by carrying it in its function name: `fn sto_14_schema_matches()`,
 //! several IDs in a row (`fn sto_16_sto_17_checks()`, `fn msg_04_05_06_vectors()`), or a range
@@ -11,8 +12,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
+mod long_functions;
+
 const USAGE: &str = "\
 usage: cargo xtask conformance [--missing] [--json]
+       cargo xtask long-functions
+
+long-functions lists the non-test functions of crates/*/src longer than 120 lines and fails
+when more than 3 are, or one lacks a `// Long because …` comment saying why.
+
 
 Counts the checklist IDs (docs/spec/conformance-checklist.md) that tests name in their function
 names: sto_14_x; msg_04_05_06_x (MSG-04, MSG-05, MSG-06); idn_20_idn_26_x (mixed prefixes
@@ -35,6 +43,7 @@ fn main() -> Result<()> {
             args.iter().any(|a| a == "--missing"),
             args.iter().any(|a| a == "--json"),
         ),
+        Some("long-functions") => long_functions::report(&repo_root()),
         _ => bail!("{USAGE}"),
     }
 }
