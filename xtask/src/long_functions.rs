@@ -42,8 +42,13 @@ enum Tok {
     Other,
 }
 
-/// The tokens of `text` with their 1-based lines, and the line comments' `(line, text)`.
-fn lex(text: &str) -> (Vec<(Tok, usize)>, Vec<(usize, String)>) {
+/// A token and its 1-based line.
+type Token = (Tok, usize);
+/// A line comment's 1-based line and text.
+type Comment = (usize, String);
+
+/// The tokens of `text` with their lines, and its line comments.
+fn lex(text: &str) -> (Vec<Token>, Vec<Comment>) {
     let chars: Vec<char> = text.chars().collect();
     let mut tokens = Vec::new();
     let mut comments = Vec::new();
@@ -166,7 +171,7 @@ fn skip_string(chars: &[char], i: &mut usize, line: &mut usize, hashes: usize) {
 }
 
 /// The index of the brace that closes the one at `open`.
-fn matching_brace(tokens: &[(Tok, usize)], open: usize) -> usize {
+fn matching_brace(tokens: &[Token], open: usize) -> usize {
     let mut depth = 0usize;
     for (k, (tok, _)) in tokens.iter().enumerate().skip(open) {
         match tok {
@@ -185,7 +190,7 @@ fn matching_brace(tokens: &[(Tok, usize)], open: usize) -> usize {
 
 /// The index after the attribute that starts at `hash` (`#[…]` or `#![…]`), and whether it marks
 /// test code.
-fn attribute(tokens: &[(Tok, usize)], hash: usize) -> (usize, bool) {
+fn attribute(tokens: &[Token], hash: usize) -> (usize, bool) {
     let mut k = hash + 1;
     if tokens.get(k).map(|t| &t.0) == Some(&Tok::Punct('!')) {
         k += 1;

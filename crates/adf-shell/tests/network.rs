@@ -43,41 +43,17 @@ async fn server() -> (String, Hits) {
 }
 
 async fn serve(mut socket: TcpStream, hits: Hits) {
-    let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
-    let head_end = loop {
-        let n = socket.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        raw.extend_from_slice(&buf[..n]);
-        if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
-        }
+    let Some(request) = adf_testkit::sockets::read_http_request(&mut socket).await else {
+        return;
     };
-    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-    let mut lines = head.lines();
-    let request_line = lines.next().unwrap_or("").to_owned();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(0);
-    let mut body = raw[head_end + 4..].to_vec();
-    while body.len() < length {
-        let n = socket.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&buf[..n]);
-    }
-    hits.lock().unwrap().push(request_line.clone());
-    let mut parts = request_line.split(' ');
-    let method = parts.next().unwrap_or("").to_owned();
-    let path = parts.next().unwrap_or("").to_owned();
+    hits.lock().unwrap().push(request.request_line.clone());
+    let (method, path, headers, body) = (
+        request.method,
+        request.target,
+        request.headers,
+        request.body,
+    );
     let (status, content_type, payload): (&str, &str, Vec<u8>) = match path.as_str() {
         "/hello" => ("200 OK", "text/plain", b"hello\n".to_vec()),
         "/echo" => (

@@ -177,18 +177,9 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
         }
         RuntimeCommand::Usage { agent } => usage(client, agent, out).await?,
         RuntimeCommand::Identities { agent } => {
-            let body = client
-                .get(&format!("/agents/{}/identities", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["purpose", "encrypted", "code_access"],
-                    &rows(
-                        &body["identities"],
-                        &["purpose", "encrypted", "code_access"],
-                    ),
-                );
-            });
+            let path = format!("/agents/{}/identities", encode(&agent));
+            let columns = ["purpose", "encrypted", "code_access"];
+            super::list_table(client, out, &path, "identities", &columns, &columns).await?;
         }
         RuntimeCommand::Adapters { agent } => {
             let path = agent.map_or_else(
@@ -198,26 +189,24 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             pretty(&client.get(&path).await?);
         }
         RuntimeCommand::Triggers { agent } => {
-            let body = client
-                .get(&format!("/agents/{}/triggers", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["type", "enabled", "targets"],
-                    &rows(&body["configured"], &["type", "enabled", "targetCount"]),
-                );
-            });
+            let path = format!("/agents/{}/triggers", encode(&agent));
+            let (header, keys) = (
+                ["type", "enabled", "targets"],
+                ["type", "enabled", "targetCount"],
+            );
+            super::list_table(client, out, &path, "configured", &header, &keys).await?;
         }
         RuntimeCommand::Tables { agent, table: None } => {
-            let body = client
-                .get(&format!("/agents/{}/tables", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["name", "rows"],
-                    &rows(&body["tables"], &["name", "row_count"]),
-                );
-            });
+            let path = format!("/agents/{}/tables", encode(&agent));
+            super::list_table(
+                client,
+                out,
+                &path,
+                "tables",
+                &["name", "rows"],
+                &["name", "row_count"],
+            )
+            .await?;
         }
         RuntimeCommand::Tables {
             agent,

@@ -2,8 +2,6 @@
 //! snapshot taken before the last of them moved to `declare_tool!`: models see the same tools,
 //! byte for byte.
 
-use serde_json::{Value, json};
-
 #[test]
 fn builtin_tool_declarations_match_their_snapshot() {
     let tools = adf_runtime::tools::builtin::all();
@@ -12,21 +10,13 @@ fn builtin_tool_declarations_match_their_snapshot() {
         "only {} built-in tools were listed",
         tools.len()
     );
-    let declarations: Value = tools
-        .iter()
-        .map(|tool| {
-            json!({
-                "name": tool.name(),
-                "description": tool.description(),
-                "parameters": tool.parameters(),
-            })
-        })
-        .collect();
-    adf_testkit::snapshot::assert_json_snapshot(
+    adf_testkit::snapshot::assert_declarations_snapshot(
         concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/tool-declarations.json"
         ),
-        &declarations,
+        tools
+            .iter()
+            .map(|tool| (tool.name(), tool.description(), tool.parameters())),
     );
 }

@@ -759,30 +759,7 @@ fn idn_01_idn_13_python_cryptography_verifies_a_file_we_provisioned() {
         "credential": {"purpose": "provider:openai:apiKey", "expected_plaintext": secret},
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/verify_file.py");
-    let mut child = std::process::Command::new("python3")
-        .arg(script)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(doc.to_string().as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "python verification failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    adf_testkit::processes::assert_python_says_ok(&script, doc.to_string().as_bytes());
 }
 
 #[test]

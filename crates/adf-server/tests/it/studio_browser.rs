@@ -847,19 +847,10 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     assert_eq!(copied["content"], "hello");
-    let did = |id: String| {
-        let client = &h.client;
-        async move {
-            client
-                .get(&format!("/agents/{id}/identity/did"))
-                .await
-                .unwrap()["did"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
-    let (parent_did, fork_did) = (did(agent.id.clone()).await, did(fork.id.clone()).await);
+    let (parent_did, fork_did) = (
+        crate::common::did_of(&h, &agent.id).await,
+        crate::common::did_of(&h, &fork.id).await,
+    );
     assert!(fork_did.starts_with("did:"), "{fork_did}");
     assert_ne!(parent_did, fork_did);
     shot(&c, &shots, "7e-forked").await;
