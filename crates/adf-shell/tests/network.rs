@@ -160,34 +160,30 @@ async fn curl_gets_posts_sends_headers_and_saves_through_sys_fetch() {
         "{run:?}"
     );
 
-    let run = line(
-        &mut file,
-        &format!("curl -s -X POST -d 'a=1' -H 'X-Test: yes' {base}/echo | jq -r '.method + \" \" + .body + \" \" + .test'"),
-    )
-    .await;
-    assert_eq!(run.stdout, "POST a=1 yes\n", "{run:?}");
-
     // A body without -X is a POST, and repeated -d join with '&', as in curl.
-    let run = line(
-        &mut file,
-        &format!("curl -s -d a=1 -d b=2 {base}/echo | jq -r '.method + \" \" + .body'"),
-    )
-    .await;
-    assert_eq!(run.stdout, "POST a=1&b=2\n", "{run:?}");
-
-    let run = line(
-        &mut file,
-        &format!("curl -s --json '{{\"k\":1}}' {base}/echo | jq -r .type"),
-    )
-    .await;
-    assert_eq!(run.stdout, "application/json\n", "{run:?}");
-
-    let run = line(
-        &mut file,
-        &format!("curl -s -o page.txt {base}/hello && cat page.txt"),
-    )
-    .await;
-    assert_eq!(run.stdout, "hello\n", "{run:?}");
+    for (command, expected) in [
+        (
+            format!(
+                "curl -s -X POST -d 'a=1' -H 'X-Test: yes' {base}/echo | jq -r '.method + \" \" + .body + \" \" + .test'"
+            ),
+            "POST a=1 yes\n",
+        ),
+        (
+            format!("curl -s -d a=1 -d b=2 {base}/echo | jq -r '.method + \" \" + .body'"),
+            "POST a=1&b=2\n",
+        ),
+        (
+            format!("curl -s --json '{{\"k\":1}}' {base}/echo | jq -r .type"),
+            "application/json\n",
+        ),
+        (
+            format!("curl -s -o page.txt {base}/hello && cat page.txt"),
+            "hello\n",
+        ),
+    ] {
+        let run = line(&mut file, &command).await;
+        assert_eq!(run.stdout, expected, "{command}: {run:?}");
+    }
     assert_eq!(text(&file, "page.txt").as_deref(), Some("hello\n"));
 
     let run = line(&mut file, &format!("curl -si {base}/hello")).await;

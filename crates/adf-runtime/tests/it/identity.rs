@@ -1,6 +1,7 @@
 //! The identity lifecycle on real files with a real runtime home in a temp dir: provisioning
 //! (new and older files), the unlock cascade on the reference's `studio-identity.adf`, sealed
 //! credentials, sharing and adoption, claim, re-key, reset and the `adf check` pass.
+use crate::common::identity_row as row;
 use std::path::{Path, PathBuf};
 
 use adf_crypto::envelope::{EnvelopeDescriptor, EnvelopeName, EnvelopeState, Slot, SlotKind};
@@ -68,20 +69,8 @@ fn history(file: &AdfFile) -> Vec<String> {
 }
 
 fn descriptor(file: &AdfFile, e: EnvelopeName) -> EnvelopeDescriptor {
-    let row = file
-        .identity_rows()
-        .unwrap()
-        .into_iter()
-        .find(|r| r.purpose == e.descriptor_purpose())
-        .unwrap();
+    let row = row(file, e.descriptor_purpose()).unwrap();
     EnvelopeDescriptor::from_json_bytes(&row.value).unwrap()
-}
-
-fn row(file: &AdfFile, purpose: &str) -> Option<adf_store::IdentityRow> {
-    file.identity_rows()
-        .unwrap()
-        .into_iter()
-        .find(|r| r.purpose == purpose)
 }
 
 fn attestations(file: &AdfFile) -> Vec<Attestation> {

@@ -16,6 +16,28 @@ pub(crate) fn lines(text: &str) -> Vec<&str> {
     lines
 }
 
+/// Reads up to `max` digits of `radix` from `chars` onto `value`: the value and how many were
+/// read (an escape's `\0NNN`, `\xHH`).
+fn digits(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    radix: u32,
+    max: usize,
+    mut value: u32,
+) -> (u32, usize) {
+    let mut read = 0;
+    while read < max {
+        match chars.peek().and_then(|c| c.to_digit(radix)) {
+            Some(d) => {
+                value = value * radix + d;
+                chars.next();
+                read += 1;
+            }
+            None => break,
+        }
+    }
+    (value, read)
+}
+
 /// `echo -e` escapes; the flag is whether `\c` stopped the output.
 pub(crate) fn unescape(text: &str) -> (String, bool) {
     let mut out = String::new();
@@ -37,31 +59,11 @@ pub(crate) fn unescape(text: &str) -> (String, bool) {
             Some('\\') => out.push('\\'),
             Some('c') => return (out, true),
             Some('0') => {
-                let mut value = 0u32;
-                for _ in 0..3 {
-                    match chars.peek().and_then(|c| c.to_digit(8)) {
-                        Some(d) => {
-                            value = value * 8 + d;
-                            chars.next();
-                        }
-                        None => break,
-                    }
-                }
+                let (value, _) = digits(&mut chars, 8, 3, 0);
                 out.push(char::from_u32(value).unwrap_or('\u{fffd}'));
             }
             Some('x') => {
-                let mut value = 0u32;
-                let mut digits = 0;
-                while digits < 2 {
-                    match chars.peek().and_then(|c| c.to_digit(16)) {
-                        Some(d) => {
-                            value = value * 16 + d;
-                            chars.next();
-                            digits += 1;
-                        }
-                        None => break,
-                    }
-                }
+                let (value, digits) = digits(&mut chars, 16, 2, 0);
                 if digits == 0 {
                     out.push_str("\\x");
                 } else {
@@ -1817,16 +1819,7 @@ fn unescape_tr(spec: &str) -> Vec<char> {
             Some('r') => out.push('\r'),
             Some('\\') => out.push('\\'),
             Some(d @ '0'..='7') => {
-                let mut value = d.to_digit(8).unwrap_or(0);
-                for _ in 0..2 {
-                    match chars.peek().and_then(|c| c.to_digit(8)) {
-                        Some(d) => {
-                            value = value * 8 + d;
-                            chars.next();
-                        }
-                        None => break,
-                    }
-                }
+                let (value, _) = digits(&mut chars, 8, 2, d.to_digit(8).unwrap_or(0));
                 out.push(char::from_u32(value).unwrap_or('\u{fffd}'));
             }
             Some(other) => out.push(other),

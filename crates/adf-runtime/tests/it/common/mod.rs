@@ -178,3 +178,11 @@ pub fn compaction_script(summary: &str) -> [adf_testkit::Turn; 4] {
         Turn::text("r3"),
     ]
 }
+
+/// The file's `adf_identity` row for `purpose`, if it has one.
+pub fn identity_row(file: &AdfFile, purpose: &str) -> Option<adf_store::IdentityRow> {
+    file.identity_rows()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.purpose == purpose)
+}
