@@ -1,7 +1,8 @@
 //! Project chores. `cargo xtask conformance [--missing] [--json]` prints which conformance
 //! checklist IDs (`docs/spec/conformance-checklist.md`) have tests; `cargo xtask architecture`
 //! checks ARCHITECTURE.md against the tree (architecture.rs); `cargo xtask imports` prints the
-//! file-level import circles of adf-server and adf-runtime (imports.rs). The two checks also
+//! file-level import circles of adf-server and adf-runtime (imports.rs); `cargo xtask
+//! long-functions` lists the functions over 120 lines (see [`long_functions`]). The checks also
 //! run as this crate's tests, so `cargo test --workspace` keeps them.
 //!
 //! A test proves an ID by carrying it in its function name: `fn sto_14_schema_matches()`,
@@ -16,18 +17,23 @@ use anyhow::{Context as _, Result, bail};
 
 mod architecture;
 mod imports;
+mod long_functions;
 
 const USAGE: &str = "\
 usage: cargo xtask conformance [--missing] [--json]
        cargo xtask architecture
        cargo xtask imports
+       cargo xtask long-functions
+
+long-functions lists the non-test functions of crates/*/src longer than 120 lines and fails
+when more than 3 are, or one lacks a `// Long because …` comment saying why.
 
 architecture: checks ARCHITECTURE.md against the tree (its crate graph against cargo
 metadata, every repository path it names, the invariants a scan can check).
 imports: prints the file-level import circles of adf-server and adf-runtime and checks them
 against the list that may only shrink (xtask/src/imports.rs).
 
-conformance: 
+conformance:
 Counts the checklist IDs (docs/spec/conformance-checklist.md) that tests name in their function
 names: sto_14_x; msg_04_05_06_x (MSG-04, MSG-05, MSG-06); idn_20_idn_26_x (mixed prefixes
 too); def_02_to_def_09_x and sto_01_to_05_x (ranges). Only numbers that are IDs of the
@@ -68,6 +74,7 @@ fn main() -> Result<()> {
             }
             bail!("{}", problems.join("\n"))
         }
+        Some("long-functions") => long_functions::report(&repo_root()),
         _ => bail!("{USAGE}"),
     }
 }

@@ -465,30 +465,17 @@ async fn daemon_rm(
 }
 
 async fn daemon_files(client: &Client, agent: String, out: Output) -> Result<()> {
-    let body = client
-        .get(&format!("/agents/{}/files", encode(&agent)))
-        .await?;
-    print_json_or(out, &body, || {
-        table(
-            &["path", "size", "mime", "protection"],
-            &rows(&body["files"], &["path", "size", "mime_type", "protection"]),
-        );
-    });
-    Ok(())
+    let path = format!("/agents/{}/files", encode(&agent));
+    let header = ["path", "size", "mime", "protection"];
+    let keys = ["path", "size", "mime_type", "protection"];
+    list_table(client, out, &path, "files", &header, &keys).await
 }
 
 async fn daemon_mailbox(client: &Client, agent: String, which: &str, out: Output) -> Result<()> {
-    let body = client
-        .get(&format!("/agents/{}/{which}", encode(&agent)))
-        .await?;
+    let path = format!("/agents/{}/{which}", encode(&agent));
     let party = if which == "inbox" { "from" } else { "to" };
-    print_json_or(out, &body, || {
-        table(
-            &["id", "status", party, "content"],
-            &rows(&body["messages"], &["id", "status", party, "content"]),
-        );
-    });
-    Ok(())
+    let columns = ["id", "status", party, "content"];
+    list_table(client, out, &path, "messages", &columns, &columns).await
 }
 
 async fn daemon_timers(client: &Client, agent: String, out: Output) -> Result<()> {
@@ -517,35 +504,16 @@ async fn daemon_tasks(
     out: Output,
 ) -> Result<()> {
     let query = status.map_or(String::new(), |s| format!("?status={}", encode(&s)));
-    let body = client
-        .get(&format!("/agents/{}/tasks{query}", encode(&agent)))
-        .await?;
-    print_json_or(out, &body, || {
-        table(
-            &["id", "status", "tool", "origin", "auth"],
-            &rows(
-                &body["tasks"],
-                &["id", "status", "tool", "origin", "requires_authorization"],
-            ),
-        );
-    });
-    Ok(())
+    let path = format!("/agents/{}/tasks{query}", encode(&agent));
+    let header = ["id", "status", "tool", "origin", "auth"];
+    let keys = ["id", "status", "tool", "origin", "requires_authorization"];
+    list_table(client, out, &path, "tasks", &header, &keys).await
 }
 
 async fn daemon_logs(client: &Client, agent: String, limit: usize, out: Output) -> Result<()> {
-    let body = client
-        .get(&format!("/agents/{}/logs?limit={limit}", encode(&agent)))
-        .await?;
-    print_json_or(out, &body, || {
-        table(
-            &["id", "level", "origin", "event", "message"],
-            &rows(
-                &body["logs"],
-                &["id", "level", "origin", "event", "message"],
-            ),
-        );
-    });
-    Ok(())
+    let path = format!("/agents/{}/logs?limit={limit}", encode(&agent));
+    let columns = ["id", "level", "origin", "event", "message"];
+    list_table(client, out, &path, "logs", &columns, &columns).await
 }
 
 async fn daemon_resolve(
@@ -581,12 +549,8 @@ async fn client_command(client: &Client, command: ClientCommand, out: Output) ->
     match command {
         ClientCommand::Agents => {
             let body = client.get("/agents").await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["id", "handle", "name", "autostart"],
-                    &rows(&body, &["id", "handle", "name", "autostart"]),
-                );
-            });
+            let columns = ["id", "handle", "name", "autostart"];
+            print_json_or(out, &body, || table(&columns, &rows(&body, &columns)));
         }
         ClientCommand::Status { agent } => show_status(client, agent, out).await?,
         ClientCommand::Start { agent } => {
@@ -1093,6 +1057,21 @@ fn bench_turns(
         say!("{}", stats.line())
     });
     Ok(ExitCode::SUCCESS)
+}
+
+/// `GET path`, printed as JSON under `--json`, else its array `list` as a table of the items'
+/// `keys` under `header`.
+async fn list_table(
+    client: &Client,
+    out: Output,
+    path: &str,
+    list: &str,
+    header: &[&str],
+    keys: &[&str],
+) -> Result<()> {
+    let body = client.get(path).await?;
+    print_json_or(out, &body, || table(header, &rows(&body[list], keys)));
+    Ok(())
 }
 
 fn print_json_or(out: Output, value: &Value, human: impl FnOnce()) {

@@ -115,15 +115,5 @@ pub async fn connect_websocket_trusting(
         }
         Err(EgressError::new(EgressErrorKind::Failed, last))
     };
-    tokio::time::timeout(timeout, attempt)
-        .await
-        .unwrap_or_else(|_| {
-            Err(EgressError::new(
-                EgressErrorKind::Failed,
-                format!(
-                    "the WebSocket connection did not open within {} ms",
-                    timeout.as_millis()
-                ),
-            ))
-        })
+    crate::tcp::opened_within(timeout, "the WebSocket connection", attempt).await
 }

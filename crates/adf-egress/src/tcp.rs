@@ -131,15 +131,26 @@ async fn dial(
         }
         Err(EgressError::new(EgressErrorKind::Failed, last))
     };
+    opened_within(
+        timeout,
+        &format!("the TCP connection to {host}:{port}"),
+        attempt,
+    )
+    .await
+}
+
+/// `attempt`'s outcome, or a failure naming `what` when it takes longer than `timeout`.
+pub(crate) async fn opened_within<T>(
+    timeout: Duration,
+    what: &str,
+    attempt: impl std::future::Future<Output = Result<T, EgressError>>,
+) -> Result<T, EgressError> {
     tokio::time::timeout(timeout, attempt)
         .await
         .unwrap_or_else(|_| {
             Err(EgressError::new(
                 EgressErrorKind::Failed,
-                format!(
-                    "the TCP connection to {host}:{port} did not open within {} ms",
-                    timeout.as_millis()
-                ),
+                format!("{what} did not open within {} ms", timeout.as_millis()),
             ))
         })
 }

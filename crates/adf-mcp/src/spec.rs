@@ -66,6 +66,99 @@ pub struct ServerSpec {
     pub source: Option<String>,
 }
 
+impl Transport {
+    /// The server object's transport: `transport`, or `http` when it has a `url`, else `stdio`.
+    fn parse(server: &Value, name: &str) -> Result<Transport, McpError> {
+        let url = server.get("url").and_then(Value::as_str);
+        let kind = server
+            .get("transport")
+            .and_then(Value::as_str)
+            .unwrap_or(if url.is_some() { "http" } else { "stdio" });
+        Ok(match kind {
+            "stdio" => {
+                let command = server
+                    .get("command")
+                    .and_then(Value::as_str)
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| {
+                        McpError::Config(format!("MCP server '{name}' (stdio) has no command"))
+                    })?;
+                Transport::Stdio {
+                    command: command.to_owned(),
+                    args: strings(server, "args"),
+                }
+            }
+            "http" | "streamable-http" | "streamable_http" => {
+                let url = url.filter(|u| !u.is_empty()).ok_or_else(|| {
+                    McpError::Config(format!("MCP server '{name}' (http) has no url"))
+                })?;
+                Transport::Http {
+                    url: url.to_owned(),
+                    headers: string_map(server, "headers"),
+                    header_env: header_env(server),
+                    bearer_token_env: server
+                        .get("bearer_token_env_var")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                }
+            }
+            other => {
+                return Err(McpError::Config(format!(
+                    "MCP server '{name}': transport '{other}' is not supported (stdio or http)"
+                )));
+            }
+        })
+    }
+}
+
+/// The strings of the array `field` (others skipped; none when it is missing).
+pub(crate) fn strings(value: &Value, field: &str) -> Vec<String> {
+    value
+        .get(field)
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The string values of the object `field` (others skipped; empty when it is missing).
+pub(crate) fn string_map(value: &Value, field: &str) -> BTreeMap<String, String> {
+    value
+        .get(field)
+        .and_then(Value::as_object)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `header_env`: `(header, credential name)` for each `{header, env}` item.
+pub(crate) fn header_env(value: &Value) -> Vec<(String, String)> {
+    value
+        .get("header_env")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|h| {
+                    Some((
+                        h.get("header")?.as_str()?.to_owned(),
+                        h.get("env")?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl ServerSpec {
     /// Reads one server object.
     pub fn parse(server: &Value) -> Result<ServerSpec, McpError> {
@@ -80,85 +173,7 @@ impl ServerSpec {
                 )
             })?
             .to_owned();
-        let strings = |field: &str| -> Vec<String> {
-            server
-                .get(field)
-                .and_then(Value::as_array)
-                .map(|items| {
-                    items
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let map = |field: &str| -> BTreeMap<String, String> {
-            server
-                .get(field)
-                .and_then(Value::as_object)
-                .map(|items| {
-                    items
-                        .iter()
-                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let url = server.get("url").and_then(Value::as_str);
-        let kind = server
-            .get("transport")
-            .and_then(Value::as_str)
-            .unwrap_or(if url.is_some() { "http" } else { "stdio" });
-        let transport = match kind {
-            "stdio" => {
-                let command = server
-                    .get("command")
-                    .and_then(Value::as_str)
-                    .filter(|c| !c.is_empty())
-                    .ok_or_else(|| {
-                        McpError::Config(format!("MCP server '{name}' (stdio) has no command"))
-                    })?;
-                Transport::Stdio {
-                    command: command.to_owned(),
-                    args: strings("args"),
-                }
-            }
-            "http" | "streamable-http" | "streamable_http" => {
-                let url = url.filter(|u| !u.is_empty()).ok_or_else(|| {
-                    McpError::Config(format!("MCP server '{name}' (http) has no url"))
-                })?;
-                let header_env = server
-                    .get("header_env")
-                    .and_then(Value::as_array)
-                    .map(|items| {
-                        items
-                            .iter()
-                            .filter_map(|h| {
-                                Some((
-                                    h.get("header")?.as_str()?.to_owned(),
-                                    h.get("env")?.as_str()?.to_owned(),
-                                ))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                Transport::Http {
-                    url: url.to_owned(),
-                    headers: map("headers"),
-                    header_env,
-                    bearer_token_env: server
-                        .get("bearer_token_env_var")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                }
-            }
-            other => {
-                return Err(McpError::Config(format!(
-                    "MCP server '{name}': transport '{other}' is not supported (stdio or http)"
-                )));
-            }
-        };
+        let transport = Transport::parse(server, &name)?;
         let env_schema = server
             .get("env_schema")
             .and_then(Value::as_array)
@@ -176,7 +191,7 @@ impl ServerSpec {
             .unwrap_or_default();
         Ok(ServerSpec {
             transport,
-            env: map("env"),
+            env: string_map(server, "env"),
             env_schema,
             timeout: Duration::from_millis(
                 server
@@ -185,7 +200,7 @@ impl ServerSpec {
                     .unwrap_or(DEFAULT_TOOL_CALL_TIMEOUT_MS),
             ),
             restricted: server.get("restricted").and_then(Value::as_bool) == Some(true),
-            available_tools: strings("available_tools"),
+            available_tools: strings(server, "available_tools"),
             run_location: server
                 .get("run_location")
                 .and_then(Value::as_str)

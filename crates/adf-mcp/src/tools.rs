@@ -14,7 +14,7 @@ use crate::McpError;
 use crate::install::{InstallRequest, Kind};
 use crate::manage::Manager;
 use crate::source::McpSource;
-use crate::spec::{credential_purpose, valid_server_name};
+use crate::spec::{credential_purpose, header_env, string_map, strings, valid_server_name};
 use crate::supervisor::Supervisor;
 
 /// The names these tools answer to.
@@ -57,19 +57,6 @@ fn failed(error: McpError) -> ToolError {
         _ => ErrorCode::ToolError,
     };
     ToolError::new(code, error.to_string())
-}
-
-fn strings(args: &Value, field: &str) -> Vec<String> {
-    args.get(field)
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn text(args: &Value, field: &str) -> Option<String> {
@@ -123,30 +110,6 @@ impl Management {
             Some(kind) => Kind::parse(&kind).map_err(failed)?,
             None => Kind::Npm,
         };
-        let header_env = args
-            .get("header_env")
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|h| {
-                        Some((
-                            h.get("header")?.as_str()?.to_owned(),
-                            h.get("env")?.as_str()?.to_owned(),
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let headers = args
-            .get("headers")
-            .and_then(Value::as_object)
-            .map(|h| {
-                h.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default();
         let secrets: Vec<(String, String)> = args
             .get("env")
             .and_then(Value::as_object)
@@ -170,8 +133,8 @@ impl Management {
             args: strings(args, "args"),
             host: args.get("host").and_then(Value::as_bool) == Some(true),
             env_keys,
-            headers,
-            header_env,
+            headers: string_map(args, "headers"),
+            header_env: header_env(args),
             bearer_token_env_var: text(args, "bearer_token_env_var"),
         };
         let config = cx.config.clone();

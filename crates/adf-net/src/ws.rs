@@ -103,39 +103,9 @@ pub(crate) async fn connection(
         connected_at: now_ms(),
     };
     if !route.allow_unsigned {
-        let first = tokio::time::timeout(AUTH_TIMEOUT, receiver.next()).await;
-        let frame = match first {
-            Ok(Some(Ok(Message::Text(text)))) => serde_json::from_str::<Value>(&text).ok(),
-            _ => None,
-        };
-        let verified = frame
-            .as_ref()
-            .ok_or_else(|| "no auth frame arrived".to_owned())
-            .and_then(|frame| handshake::verify_client(frame, now_ms()));
-        match verified {
-            Ok(auth) => {
-                let answer = answer_auth(&serving, &agent, &auth).await;
-                info.remote_did = Some(auth.did);
-                if sender
-                    .send(Message::Text(answer.to_string().into()))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            Err(why) => {
-                let _ = sender
-                    .send(Message::Text(handshake::failure(&why).to_string().into()))
-                    .await;
-                let _ = sender
-                    .send(Message::Close(Some(CloseFrame {
-                        code: CLOSE_AUTH_FAILED,
-                        reason: "auth failed".into(),
-                    })))
-                    .await;
-                return;
-            }
+        match authenticate(&serving, &agent, &mut sender, &mut receiver).await {
+            Some(did) => info.remote_did = Some(did),
+            None => return,
         }
     }
     slot.connections
@@ -152,16 +122,21 @@ pub(crate) async fn connection(
         .insert(id.clone(), outlet.clone());
     let (writer_ended, mut writer_end) = tokio::sync::oneshot::channel();
     tokio::spawn(write_frames(sender, outgoing, writer_ended));
-    let writer = Writer(outlet);
-    let mut closed = slot.closers.subscribe();
-    if let Some(lambda) = &route.lambda {
-        let open = event("open", &id, info.remote_did.as_deref());
-        if let Some(reply) = run_event(&serving, &slot, &agent, lambda, open).await
-            && !writer.send(Message::Text(reply.into())).await
-        {
-            forget(&slot, &id);
-            return;
-        }
+    let mut session = Session {
+        serving,
+        slot,
+        agent,
+        route,
+        peer,
+        info,
+        writer: Writer(outlet),
+    };
+    let mut closed = session.slot.closers.subscribe();
+    if let Some(reply) = session.lambda_event("open", |_| {}).await
+        && !session.writer.send(Message::Text(reply.into())).await
+    {
+        forget(&session.slot, &id);
+        return;
     }
     let mut close_code = 1000u16;
     let mut close_reason = String::new();
@@ -175,7 +150,7 @@ pub(crate) async fn connection(
                 break;
             }
             _ = closed.changed() => {
-                writer.close(1001, "going away").await;
+                session.writer.close(1001, "going away").await;
                 close_code = 1001;
                 break;
             }
@@ -183,16 +158,16 @@ pub(crate) async fn connection(
         let message = match message {
             None => break,
             Some(Err(error)) => {
-                if let Some(lambda) = &route.lambda {
-                    let mut failed = event("error", &id, info.remote_did.as_deref());
-                    failed["error"] = json!(error.to_string());
-                    let _ = run_event(&serving, &slot, &agent, lambda, failed).await;
-                }
+                let _ = session
+                    .lambda_event("error", |failed| {
+                        failed["error"] = json!(error.to_string());
+                    })
+                    .await;
                 break;
             }
             Some(Ok(message)) => message,
         };
-        match message {
+        let next = match message {
             Message::Close(frame) => {
                 if let Some(frame) = frame {
                     close_code = frame.code;
@@ -200,73 +175,165 @@ pub(crate) async fn connection(
                 }
                 break;
             }
-            Message::Ping(_) | Message::Pong(_) => {}
-            Message::Text(text) => {
-                let text = text.to_string();
-                if route.allow_unsigned
-                    && info.remote_did.is_none()
-                    && let Ok(frame) = serde_json::from_str::<Value>(&text)
-                    && handshake::is_auth_frame(&frame)
-                {
-                    if let Some(auth) = handshake::unverified_client(&frame) {
-                        info.remote_did = Some(auth.did.clone());
-                        remember(&slot, &info);
-                        // Unverified, but the agent still proves its own DID: a client
-                        // that pinned it (a `ws_connections` `did`) opens only on that proof.
-                        let answer = answer_auth(&serving, &agent, &auth).await;
-                        if !writer.send(Message::Text(answer.to_string().into())).await {
-                            break;
-                        }
-                    }
-                    continue;
-                }
-                let reply = match &route.lambda {
-                    Some(lambda) => {
-                        let mut received = event("message", &id, info.remote_did.as_deref());
-                        received["data"] = json!(text);
-                        run_event(&serving, &slot, &agent, lambda, received).await
-                    }
-                    None => match alf_frame(&text) {
-                        Ok(()) => Some(deliver(&serving, &agent, text.into_bytes(), peer).await),
-                        Err(why) => {
-                            writer.close(CLOSE_INVALID_FRAME, why).await;
-                            close_code = CLOSE_INVALID_FRAME;
-                            break;
-                        }
-                    },
-                };
-                if let Some(reply) = reply
-                    && !writer.send(Message::Text(reply.into())).await
-                {
-                    break;
-                }
+            Message::Ping(_) | Message::Pong(_) => Next::Read,
+            Message::Text(text) => session.on_text(text.to_string()).await,
+            Message::Binary(bytes) => session.on_binary(&bytes).await,
+        };
+        match next {
+            Next::Read => {}
+            Next::Stop => break,
+            Next::StopWith(code) => {
+                close_code = code;
+                break;
             }
-            Message::Binary(bytes) => match &route.lambda {
-                Some(lambda) => {
-                    let mut received = event("message", &id, info.remote_did.as_deref());
-                    received["data"] = adf_sandbox::bytes_value(&bytes);
-                    if let Some(reply) = run_event(&serving, &slot, &agent, lambda, received).await
-                        && !writer.send(Message::Text(reply.into())).await
-                    {
-                        break;
-                    }
-                }
-                None => {
-                    writer
-                        .close(CLOSE_INVALID_FRAME, "ALF frames are text")
-                        .await;
-                    close_code = CLOSE_INVALID_FRAME;
-                    break;
-                }
-            },
         }
     }
-    forget(&slot, &id);
-    if let Some(lambda) = &route.lambda {
-        let mut ended = event("close", &id, info.remote_did.as_deref());
-        ended["code"] = json!(close_code);
-        ended["reason"] = json!(close_reason);
-        let _ = run_event(&serving, &slot, &agent, lambda, ended).await;
+    forget(&session.slot, &id);
+    let _ = session
+        .lambda_event("close", |ended| {
+            ended["code"] = json!(close_code);
+            ended["reason"] = json!(close_reason);
+        })
+        .await;
+}
+
+/// Reads and verifies the client's auth frame and answers it: the client's DID, or `None`
+/// when the connection is over (the failure was answered and the connection closed).
+async fn authenticate(
+    serving: &Serving,
+    agent: &ServedAgent,
+    sender: &mut futures::stream::SplitSink<WebSocket, Message>,
+    receiver: &mut futures::stream::SplitStream<WebSocket>,
+) -> Option<String> {
+    let first = tokio::time::timeout(AUTH_TIMEOUT, receiver.next()).await;
+    let frame = match first {
+        Ok(Some(Ok(Message::Text(text)))) => serde_json::from_str::<Value>(&text).ok(),
+        _ => None,
+    };
+    let verified = frame
+        .as_ref()
+        .ok_or_else(|| "no auth frame arrived".to_owned())
+        .and_then(|frame| handshake::verify_client(frame, now_ms()));
+    match verified {
+        Ok(auth) => {
+            let answer = answer_auth(serving, agent, &auth).await;
+            sender
+                .send(Message::Text(answer.to_string().into()))
+                .await
+                .ok()
+                .map(|()| auth.did)
+        }
+        Err(why) => {
+            let _ = sender
+                .send(Message::Text(handshake::failure(&why).to_string().into()))
+                .await;
+            let _ = sender
+                .send(Message::Close(Some(CloseFrame {
+                    code: CLOSE_AUTH_FAILED,
+                    reason: "auth failed".into(),
+                })))
+                .await;
+            None
+        }
+    }
+}
+
+/// What the connection's loop does after a frame.
+enum Next {
+    /// Read the next frame.
+    Read,
+    /// End the connection.
+    Stop,
+    /// End the connection, reporting this close code to the lambda.
+    StopWith(u16),
+}
+
+/// One open inbound connection, as its frames need it.
+struct Session {
+    serving: Arc<Serving>,
+    slot: Arc<Slot>,
+    agent: ServedAgent,
+    route: WsRoute,
+    peer: Option<IpAddr>,
+    info: ConnectionInfo,
+    writer: Writer,
+}
+
+impl Session {
+    /// Runs the route's lambda (if it has one) on the event `kind`, completed by `fill`; what
+    /// the lambda returns to send back.
+    async fn lambda_event(&self, kind: &str, fill: impl FnOnce(&mut Value)) -> Option<String> {
+        let lambda = self.route.lambda.as_ref()?;
+        let mut event = event(kind, &self.info.id, self.info.remote_did.as_deref());
+        fill(&mut event);
+        run_event(&self.serving, &self.slot, &self.agent, lambda, event).await
+    }
+
+    /// A text frame: an optional auth frame with `allow_unsigned`, else a message for the
+    /// lambda, or one ALF message to deliver.
+    async fn on_text(&mut self, text: String) -> Next {
+        if self.route.allow_unsigned
+            && self.info.remote_did.is_none()
+            && let Ok(frame) = serde_json::from_str::<Value>(&text)
+            && handshake::is_auth_frame(&frame)
+        {
+            if let Some(auth) = handshake::unverified_client(&frame) {
+                self.info.remote_did = Some(auth.did.clone());
+                remember(&self.slot, &self.info);
+                // Unverified, but the agent still proves its own DID: a client
+                // that pinned it (a `ws_connections` `did`) opens only on that proof.
+                let answer = answer_auth(&self.serving, &self.agent, &auth).await;
+                if !self
+                    .writer
+                    .send(Message::Text(answer.to_string().into()))
+                    .await
+                {
+                    return Next::Stop;
+                }
+            }
+            return Next::Read;
+        }
+        let reply = if self.route.lambda.is_some() {
+            self.lambda_event("message", |received| received["data"] = json!(text))
+                .await
+        } else {
+            match alf_frame(&text) {
+                Ok(()) => {
+                    Some(deliver(&self.serving, &self.agent, text.into_bytes(), self.peer).await)
+                }
+                Err(why) => {
+                    self.writer.close(CLOSE_INVALID_FRAME, why).await;
+                    return Next::StopWith(CLOSE_INVALID_FRAME);
+                }
+            }
+        };
+        self.answer(reply).await
+    }
+
+    /// A binary frame: a message for the lambda; without one, not an ALF frame.
+    async fn on_binary(&self, bytes: &[u8]) -> Next {
+        if self.route.lambda.is_none() {
+            self.writer
+                .close(CLOSE_INVALID_FRAME, "ALF frames are text")
+                .await;
+            return Next::StopWith(CLOSE_INVALID_FRAME);
+        }
+        let reply = self
+            .lambda_event("message", |received| {
+                received["data"] = adf_sandbox::bytes_value(bytes);
+            })
+            .await;
+        self.answer(reply).await
+    }
+
+    /// Sends the reply, if any; stops when it cannot be written.
+    async fn answer(&self, reply: Option<String>) -> Next {
+        if let Some(reply) = reply
+            && !self.writer.send(Message::Text(reply.into())).await
+        {
+            return Next::Stop;
+        }
+        Next::Read
     }
 }
 

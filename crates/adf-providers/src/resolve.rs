@@ -61,22 +61,7 @@ impl ProviderConfig {
                 "providers[].type {ty:?} is not one of anthropic, openai, openai-compatible, openrouter"
             ),
         })?;
-        let params = v
-            .get("params")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| {
-                        let k = p.get("key")?.as_str()?.to_owned();
-                        let val = match p.get("value")? {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        (!k.is_empty()).then_some((k, val))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let params = crate::types::key_value_params(v);
         Ok(ProviderConfig {
             name: s("name").unwrap_or_else(|| id.clone()),
             id,

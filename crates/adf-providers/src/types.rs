@@ -258,22 +258,7 @@ impl ModelParams {
                     ..Reasoning::default()
                 }),
         };
-        let params = model
-            .get("params")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| {
-                        let key = p.get("key")?.as_str()?.to_owned();
-                        let value = match p.get("value")? {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        (!key.is_empty()).then_some((key, value))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let params = key_value_params(model);
         ModelParams {
             temperature: num("temperature").or(Some(0.7)),
             max_tokens: model
@@ -360,6 +345,27 @@ impl Usage {
     pub fn prompt_tokens(&self) -> u64 {
         self.input + self.cache_read + self.cache_write
     }
+}
+
+/// A config object's `params` list, `[{key, value}]`, as `(key, value)` pairs in order: a
+/// string value as it is, any other JSON as its text; items without a key are skipped.
+pub(crate) fn key_value_params(owner: &Value) -> Vec<(String, String)> {
+    owner
+        .get("params")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| {
+                    let key = p.get("key")?.as_str()?.to_owned();
+                    let value = match p.get("value")? {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (!key.is_empty()).then_some((key, value))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -128,6 +128,18 @@ pub struct MiddlewareOutcome {
     pub skipped: Vec<String>,
 }
 
+impl MiddlewareOutcome {
+    /// The outcome of a chain with nothing to run: the payload and side information as given.
+    fn untouched(data: Value, meta: Map<String, Value>) -> Self {
+        MiddlewareOutcome {
+            data,
+            meta,
+            ran: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+}
+
 /// Why a chain stopped: a lambda's `reject`, or a failure of the chain itself (code 500).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{point} middleware {source_ref} rejected ({code}): {reason}")]
@@ -183,12 +195,7 @@ pub fn run_route_chain(
     meta: Map<String, Value>,
 ) -> Result<MiddlewareOutcome, Rejection> {
     if references.is_empty() {
-        return Ok(MiddlewareOutcome {
-            data,
-            meta,
-            ran: Vec::new(),
-            skipped: Vec::new(),
-        });
+        return Ok(MiddlewareOutcome::untouched(data, meta));
     }
     let config = match file.config_shared() {
         Ok(config) => config,
@@ -213,12 +220,7 @@ fn run_references(
     meta: Map<String, Value>,
 ) -> Result<MiddlewareOutcome, Rejection> {
     if references.is_empty() {
-        return Ok(MiddlewareOutcome {
-            data,
-            meta,
-            ran: Vec::new(),
-            skipped: Vec::new(),
-        });
+        return Ok(MiddlewareOutcome::untouched(data, meta));
     }
     if IN_CHAIN.get() {
         return Err(failure(

@@ -124,6 +124,44 @@ pub struct RunningServer {
     serving_task: JoinHandle<()>,
 }
 
+/// The control listener on `host:port` and the agent-content listener on the serve port, with
+/// their addresses.
+async fn bind_listeners(
+    host: &str,
+    port: u16,
+    front: &FrontDoor,
+) -> Result<(TcpListener, SocketAddr, TcpListener, SocketAddr), ServerError> {
+    // Before the first connection: the cap below is derived from the raised limit.
+    match connections::raise_open_file_limit() {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
+    }
+    let listener = TcpListener::bind((host, port)).await?;
+    let addr = listener.local_addr()?;
+    let serve_port = front
+        .serve_port
+        .unwrap_or_else(|| default_serve_port(port, addr.port()));
+    if serve_port != 0 && serve_port == addr.port() {
+        return Err(ServerError::FrontDoor(
+            "agent content cannot be served on the control port: give --serve-port another port"
+                .into(),
+        ));
+    }
+    let serving_listener = TcpListener::bind((addr.ip(), serve_port))
+        .await
+        .map_err(|e| {
+            ServerError::FrontDoor(format!(
+                "cannot listen for agent content on {}:{serve_port}: {e} (choose another with --serve-port, 0 for any free port)",
+                addr.ip()
+            ))
+        })?;
+    let serve_addr = serving_listener.local_addr()?;
+    if front.insecure_loopback && !addr.ip().is_loopback() {
+        return Err(insecure_off_loopback(addr.ip()));
+    }
+    Ok((listener, addr, serving_listener, serve_addr))
+}
+
 impl RunningServer {
     /// Binds `host:port` (port 0 picks a free one) and serves until [`shutdown`](Self::shutdown).
     pub async fn start(
@@ -141,33 +179,8 @@ impl RunningServer {
         if front.insecure_loopback && !is_loopback(host) {
             return Err(insecure_off_loopback(host));
         }
-        // Before the first connection: the cap below is derived from the raised limit.
-        match connections::raise_open_file_limit() {
-            Ok(limit) => tracing::debug!(limit, "open-file limit"),
-            Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
-        }
-        let listener = TcpListener::bind((host, port)).await?;
-        let addr = listener.local_addr()?;
-        let serve_port = front
-            .serve_port
-            .unwrap_or_else(|| default_serve_port(port, addr.port()));
-        if serve_port != 0 && serve_port == addr.port() {
-            return Err(ServerError::FrontDoor(
-                "agent content cannot be served on the control port: give --serve-port another port".into(),
-            ));
-        }
-        let serving_listener = TcpListener::bind((addr.ip(), serve_port))
-            .await
-            .map_err(|e| {
-                ServerError::FrontDoor(format!(
-                    "cannot listen for agent content on {}:{serve_port}: {e} (choose another with --serve-port, 0 for any free port)",
-                    addr.ip()
-                ))
-            })?;
-        let serve_addr = serving_listener.local_addr()?;
-        if front.insecure_loopback && !addr.ip().is_loopback() {
-            return Err(insecure_off_loopback(addr.ip()));
-        }
+        let (listener, addr, serving_listener, serve_addr) =
+            bind_listeners(host, port, &front).await?;
         // §5.6 rule 2: no agent may reach this API — in this process (the registry), in any
         // other that runs agent code from this home (the home's record), nor from any other
         // install or user on this machine (the machine-wide record). Only control API

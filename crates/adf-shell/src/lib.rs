@@ -25,8 +25,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use adf_runtime::tools::{
-    Approver, CallOutcome, ErrorCode, HostedContext, HostedFuture, Tool, ToolCaller, ToolContext,
-    ToolError, ToolRegistry,
+    Approver, CallOutcome, DeferredCall, ErrorCode, HostedContext, HostedFuture, Tool, ToolCaller,
+    ToolContext, ToolError, ToolRegistry,
 };
 use adf_store::AdfFile;
 use serde_json::{Value, json};
@@ -87,21 +87,16 @@ impl<'a> RegistryHost<'a> {
 
 impl Host for RegistryHost<'_> {
     fn call(&mut self, tool: &str, args: Value) -> Result<Value, ToolError> {
-        if tool == SHELL_TOOL {
-            return Err(ToolError::new(
-                ErrorCode::ToolError,
-                "adf_shell cannot call itself; run the commands directly",
-            ));
-        }
-        match self
-            .registry
-            .call(self.file, self.caller, tool, args, self.approver)?
-        {
-            CallOutcome::Done(value) => Ok(value),
-            CallOutcome::Queued { task_id, status } => {
-                Ok(json!({ "task_id": task_id, "status": status }))
-            }
-            CallOutcome::Deferred(call) => {
+        match pipeline_call(
+            self.registry,
+            self.file,
+            self.caller,
+            self.approver,
+            tool,
+            args,
+        )? {
+            Ok(value) => Ok(value),
+            Err(call) => {
                 let error = ToolError::new(
                     ErrorCode::ToolError,
                     format!(
@@ -360,20 +355,34 @@ async fn hosted_call(
     tool: &str,
     args: Value,
 ) -> Result<Value, ToolError> {
+    match pipeline_call(cx.registry, cx.file, cx.caller, cx.approver, tool, args)? {
+        Ok(value) => Ok(value),
+        Err(call) => cx.driver.drive(cx.file, cx.caller, &call).await,
+    }
+}
+
+/// An inner call through the tool pipeline as the outer caller: its answer (a queued call's
+/// task), or the call the pipeline defers for the host to carry out. The shell never calls
+/// itself.
+fn pipeline_call(
+    registry: &ToolRegistry,
+    file: &mut AdfFile,
+    caller: &ToolCaller,
+    approver: &dyn Approver,
+    tool: &str,
+    args: Value,
+) -> Result<Result<Value, DeferredCall>, ToolError> {
     if tool == SHELL_TOOL {
         return Err(ToolError::new(
             ErrorCode::ToolError,
             "adf_shell cannot call itself; run the commands directly",
         ));
     }
-    match cx
-        .registry
-        .call(cx.file, cx.caller, tool, args, cx.approver)?
-    {
+    Ok(match registry.call(file, caller, tool, args, approver)? {
         CallOutcome::Done(value) => Ok(value),
         CallOutcome::Queued { task_id, status } => {
             Ok(json!({ "task_id": task_id, "status": status }))
         }
-        CallOutcome::Deferred(call) => cx.driver.drive(cx.file, cx.caller, &call).await,
-    }
+        CallOutcome::Deferred(call) => Err(call),
+    })
 }

@@ -582,31 +582,13 @@ impl Parser {
         let mut quoted = false;
         loop {
             match self.peek() {
-                Some('\'') => {
+                // Quoted with either quote, the delimiter is the text up to the closing one.
+                Some(quote @ ('\'' | '"')) => {
                     quoted = true;
                     self.pos += 1;
                     loop {
                         match self.peek() {
-                            Some('\'') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            Some(c) => {
-                                delimiter.push(c);
-                                self.pos += 1;
-                            }
-                            None => {
-                                return Err(syntax("unterminated quote in a heredoc delimiter"));
-                            }
-                        }
-                    }
-                }
-                Some('"') => {
-                    quoted = true;
-                    self.pos += 1;
-                    loop {
-                        match self.peek() {
-                            Some('"') => {
+                            Some(c) if c == quote => {
                                 self.pos += 1;
                                 break;
                             }

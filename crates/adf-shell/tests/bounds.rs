@@ -55,21 +55,7 @@ fn set_timeout(file: &mut AdfFile, ms: u64) {
 /// The jq workers this process started that are still alive (Linux `/proc`; elsewhere none
 /// are seen, and the assertions on it hold trivially).
 fn live_workers() -> usize {
-    let me = std::process::id().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
-        .filter(|stat| {
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let ppid = rest.split_whitespace().nth(1);
-            head.ends_with("(adf-jq-worker") && ppid == Some(me.as_str())
-        })
-        .count()
+    adf_testkit::processes::live_children_named("adf-jq-worker")
 }
 
 /// Waits (bounded) until no worker of this process is left.

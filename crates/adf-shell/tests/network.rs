@@ -43,41 +43,17 @@ async fn server() -> (String, Hits) {
 }
 
 async fn serve(mut socket: TcpStream, hits: Hits) {
-    let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
-    let head_end = loop {
-        let n = socket.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        raw.extend_from_slice(&buf[..n]);
-        if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
-        }
+    let Some(request) = adf_testkit::sockets::read_http_request(&mut socket).await else {
+        return;
     };
-    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-    let mut lines = head.lines();
-    let request_line = lines.next().unwrap_or("").to_owned();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(0);
-    let mut body = raw[head_end + 4..].to_vec();
-    while body.len() < length {
-        let n = socket.read(&mut buf).await.unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&buf[..n]);
-    }
-    hits.lock().unwrap().push(request_line.clone());
-    let mut parts = request_line.split(' ');
-    let method = parts.next().unwrap_or("").to_owned();
-    let path = parts.next().unwrap_or("").to_owned();
+    hits.lock().unwrap().push(request.request_line.clone());
+    let (method, path, headers, body) = (
+        request.method,
+        request.target,
+        request.headers,
+        request.body,
+    );
     let (status, content_type, payload): (&str, &str, Vec<u8>) = match path.as_str() {
         "/hello" => ("200 OK", "text/plain", b"hello\n".to_vec()),
         "/echo" => (
@@ -184,34 +160,30 @@ async fn curl_gets_posts_sends_headers_and_saves_through_sys_fetch() {
         "{run:?}"
     );
 
-    let run = line(
-        &mut file,
-        &format!("curl -s -X POST -d 'a=1' -H 'X-Test: yes' {base}/echo | jq -r '.method + \" \" + .body + \" \" + .test'"),
-    )
-    .await;
-    assert_eq!(run.stdout, "POST a=1 yes\n", "{run:?}");
-
     // A body without -X is a POST, and repeated -d join with '&', as in curl.
-    let run = line(
-        &mut file,
-        &format!("curl -s -d a=1 -d b=2 {base}/echo | jq -r '.method + \" \" + .body'"),
-    )
-    .await;
-    assert_eq!(run.stdout, "POST a=1&b=2\n", "{run:?}");
-
-    let run = line(
-        &mut file,
-        &format!("curl -s --json '{{\"k\":1}}' {base}/echo | jq -r .type"),
-    )
-    .await;
-    assert_eq!(run.stdout, "application/json\n", "{run:?}");
-
-    let run = line(
-        &mut file,
-        &format!("curl -s -o page.txt {base}/hello && cat page.txt"),
-    )
-    .await;
-    assert_eq!(run.stdout, "hello\n", "{run:?}");
+    for (command, expected) in [
+        (
+            format!(
+                "curl -s -X POST -d 'a=1' -H 'X-Test: yes' {base}/echo | jq -r '.method + \" \" + .body + \" \" + .test'"
+            ),
+            "POST a=1 yes\n",
+        ),
+        (
+            format!("curl -s -d a=1 -d b=2 {base}/echo | jq -r '.method + \" \" + .body'"),
+            "POST a=1&b=2\n",
+        ),
+        (
+            format!("curl -s --json '{{\"k\":1}}' {base}/echo | jq -r .type"),
+            "application/json\n",
+        ),
+        (
+            format!("curl -s -o page.txt {base}/hello && cat page.txt"),
+            "hello\n",
+        ),
+    ] {
+        let run = line(&mut file, &command).await;
+        assert_eq!(run.stdout, expected, "{command}: {run:?}");
+    }
     assert_eq!(text(&file, "page.txt").as_deref(), Some("hello\n"));
 
     let run = line(&mut file, &format!("curl -si {base}/hello")).await;

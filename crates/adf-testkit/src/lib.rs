@@ -41,12 +41,15 @@
 //! ```
 //!
 //! [`snapshot::assert_json_snapshot`] compares a JSON value with a fixture file taken earlier
-//! (tool declarations before and after a refactor).
+//! (tool declarations before and after a refactor); [`sockets`] holds bounded TCP helpers on
+//! 127.0.0.1 and [`processes`] the child-process helpers several crates' tests share.
 
 pub mod fixtures;
+pub mod processes;
 mod scan;
 mod server;
 pub mod snapshot;
+pub mod sockets;
 mod turn;
 mod wire;
 

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::task::JoinHandle;
 
-use crate::turn::{Outcome, Turn};
+use crate::turn::{Outcome, Part, Turn};
 use crate::wire::{self, ReplyCtx};
 
 /// Which vendor format a [`MockProvider`] speaks.
@@ -567,39 +567,7 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let zero = inner.zero_latency.load(Ordering::Relaxed);
-    let (parsed, asked) = if zero {
-        (Value::Null, probe(&body, &inner.seen))
-    } else {
-        let parsed = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let asked = Asked::of(&parsed);
-        (parsed, asked)
-    };
-    let record = RecordedRequest {
-        method: method.to_string(),
-        path: uri.path().to_owned(),
-        headers: headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: parsed,
-    };
-    let n = {
-        let mut reqs = lock(&inner.requests);
-        reqs.push(record);
-        reqs.len() as u64
-    };
-    inner.arrived.send_replace(n);
-    let hold = *lock(&inner.hold_until);
-    if let Some(count) = hold {
-        let mut arrived = inner.arrived.subscribe();
-        // The sender lives in `inner`, so the channel cannot close while this handler runs.
-        let _ = arrived.wait_for(|n| *n >= count).await;
-    }
+    let (asked, n) = record(&inner, zero, &method, &uri, &headers, &body).await;
     let wire = inner.wire;
 
     let models = lock(&inner.models).clone();
@@ -607,17 +575,7 @@ async fn answer(
         if let Some(resp) = check_auth(&inner, &headers) {
             return resp;
         }
-        let body = match wire {
-            Wire::OpenAi => serde_json::json!({
-                "object": "list",
-                "data": models.iter().map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "adf-testkit"})).collect::<Vec<_>>(),
-            }),
-            Wire::Anthropic => serde_json::json!({
-                "data": models.iter().map(|id| serde_json::json!({"id": id, "type": "model", "display_name": id})).collect::<Vec<_>>(),
-                "has_more": false,
-            }),
-        };
-        return json_response(200, body.to_string());
+        return model_list(wire, &models);
     }
     if method != Method::POST || uri.path() != wire.path() {
         let msg = format!(
@@ -637,16 +595,20 @@ async fn answer(
         );
     }
 
-    let model = asked.model.as_deref().unwrap_or("mock-model");
-    let stream = asked.stream;
-    let include_usage = wire == Wire::OpenAi && asked.include_usage;
+    let request = Request {
+        model: asked.model.as_deref().unwrap_or("mock-model"),
+        n,
+        zero,
+        stream: asked.stream,
+        include_usage: wire == Wire::OpenAi && asked.include_usage,
+    };
     let next = lock(&inner.script).pop_front();
     let repeated = next.is_none();
-    if zero && repeated && stream {
+    if zero && repeated && request.stream {
         let body = lock(&inner.repeat)
             .rendered
             .as_ref()
-            .filter(|r| r.model == model && r.include_usage == include_usage)
+            .filter(|r| r.model == request.model && r.include_usage == request.include_usage)
             .map(|r| r.body(n));
         if let Some(body) = body {
             return sse_response(vec![body], false);
@@ -704,7 +666,98 @@ async fn answer(
         }
         Outcome::Reply(parts) => parts,
     };
+    let repeat = (repeated && !turn.abort_mid_stream).then_some(repeat_set);
+    reply(&inner, &request, &turn, parts, repeat)
+}
 
+/// Records a request (and releases the requests held until it arrived): what it asked for and
+/// its number, from 1.
+async fn record(
+    inner: &Inner,
+    zero: bool,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> (Asked, u64) {
+    let (parsed, asked) = if zero {
+        (Value::Null, probe(body, &inner.seen))
+    } else {
+        let parsed = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let asked = Asked::of(&parsed);
+        (parsed, asked)
+    };
+    let record = RecordedRequest {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: parsed,
+    };
+    let n = {
+        let mut reqs = lock(&inner.requests);
+        reqs.push(record);
+        reqs.len() as u64
+    };
+    inner.arrived.send_replace(n);
+    let hold = *lock(&inner.hold_until);
+    if let Some(count) = hold {
+        let mut arrived = inner.arrived.subscribe();
+        // The sender lives in `inner`, so the channel cannot close while this handler runs.
+        let _ = arrived.wait_for(|n| *n >= count).await;
+    }
+    (asked, n)
+}
+
+/// The answer to `GET /v1/models` in the wire's shape.
+fn model_list(wire: Wire, models: &[String]) -> Response {
+    let body = match wire {
+        Wire::OpenAi => serde_json::json!({
+            "object": "list",
+            "data": models.iter().map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "adf-testkit"})).collect::<Vec<_>>(),
+        }),
+        Wire::Anthropic => serde_json::json!({
+            "data": models.iter().map(|id| serde_json::json!({"id": id, "type": "model", "display_name": id})).collect::<Vec<_>>(),
+            "has_more": false,
+        }),
+    };
+    json_response(200, body.to_string())
+}
+
+/// What a completion request asked for, as the reply needs it.
+struct Request<'a> {
+    model: &'a str,
+    /// The request's number, from 1.
+    n: u64,
+    /// Zero-latency mode: no delays and whole-text chunks.
+    zero: bool,
+    stream: bool,
+    include_usage: bool,
+}
+
+/// The reply to a completion request: JSON, or an SSE stream. `repeat` is the repeated turn's
+/// setting when this reply answers it and may be kept rendered for the next requests.
+fn reply(
+    inner: &Inner,
+    request: &Request<'_>,
+    turn: &Turn,
+    parts: &[Part],
+    repeat: Option<u64>,
+) -> Response {
+    let wire = inner.wire;
+    let (model, n, zero, include_usage) = (
+        request.model,
+        request.n,
+        request.zero,
+        request.include_usage,
+    );
     let ctx = |n| ReplyCtx {
         model,
         n,
@@ -712,7 +765,7 @@ async fn answer(
         stop_reason: turn.stop_reason.as_deref(),
         chunk_chars: if zero { usize::MAX } else { turn.chunk_chars },
     };
-    if !stream {
+    if !request.stream {
         let body = match wire {
             Wire::OpenAi => wire::openai_json(parts, &ctx(n)),
             Wire::Anthropic => wire::anthropic_json(parts, &ctx(n)),
@@ -732,7 +785,7 @@ async fn answer(
                 .collect(),
         }
     };
-    if zero && repeated && !turn.abort_mid_stream {
+    if let Some(repeat_set) = repeat.filter(|_| zero) {
         // Rendered with a number no request reaches and split there; kept only when joining
         // the pieces with another number gives that request's bytes (the reply's own text
         // could hold the digits).

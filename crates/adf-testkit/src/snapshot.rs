@@ -37,3 +37,22 @@ pub fn assert_json_snapshot(path: impl AsRef<Path>, actual: &Value) {
         );
     }
 }
+
+/// [`assert_json_snapshot`] of tool declarations, each `(name, description, parameters)`, as
+/// the list `[{name, description, parameters}]` in the order given.
+pub fn assert_declarations_snapshot<'a>(
+    path: impl AsRef<Path>,
+    declarations: impl IntoIterator<Item = (&'a str, &'a str, Value)>,
+) {
+    let listed: Vec<Value> = declarations
+        .into_iter()
+        .map(|(name, description, parameters)| {
+            serde_json::json!({
+                "name": name,
+                "description": description,
+                "parameters": parameters,
+            })
+        })
+        .collect();
+    assert_json_snapshot(path, &Value::Array(listed));
+}

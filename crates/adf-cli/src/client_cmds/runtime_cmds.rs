@@ -105,6 +105,54 @@ async fn auth(client: &Client, args: &[String], out: Output) -> Result<()> {
     Ok(())
 }
 
+/// `adf runtime providers`: the providers and which agent uses which.
+async fn providers(client: &Client, out: Output) -> Result<()> {
+    let body = client.get("/runtime/providers").await?;
+    print_json_or(out, &body, || {
+        super::say!("Providers:");
+        table(
+            &["id", "type", "name", "model", "key"],
+            &rows(
+                &body["providers"],
+                &["id", "type", "name", "defaultModel", "hasApiKey"],
+            ),
+        );
+        super::say!("\nAgent usage:");
+        table(
+            &["agent", "provider", "model", "source"],
+            &rows(
+                &body["agentUsage"],
+                &["handle", "providerId", "modelId", "source"],
+            ),
+        );
+    });
+    Ok(())
+}
+
+/// `adf runtime usage [AGENT]`: token totals of the runtime or of one agent.
+async fn usage(client: &Client, agent: Option<String>, out: Output) -> Result<()> {
+    let path = agent.map_or_else(
+        || "/runtime/usage".to_owned(),
+        |a| format!("/agents/{}/usage", encode(&a)),
+    );
+    let body = client.get(&path).await?;
+    print_json_or(out, &body, || {
+        let totals = &body["totals"];
+        table(
+            &["field", "value"],
+            &[
+                vec!["source".into(), super::text(&body["source"])],
+                vec!["input".into(), super::text(&totals["input"])],
+                vec!["output".into(), super::text(&totals["output"])],
+                vec!["cacheRead".into(), super::text(&totals["cacheRead"])],
+                vec!["cacheWrite".into(), super::text(&totals["cacheWrite"])],
+                vec!["total".into(), super::text(&totals["total"])],
+            ],
+        );
+    });
+    Ok(())
+}
+
 /// Runs one command against the daemon.
 pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -> Result<()> {
     match command {
@@ -115,27 +163,7 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             );
             pretty(&client.get(&path).await?);
         }
-        RuntimeCommand::Providers => {
-            let body = client.get("/runtime/providers").await?;
-            print_json_or(out, &body, || {
-                super::say!("Providers:");
-                table(
-                    &["id", "type", "name", "model", "key"],
-                    &rows(
-                        &body["providers"],
-                        &["id", "type", "name", "defaultModel", "hasApiKey"],
-                    ),
-                );
-                super::say!("\nAgent usage:");
-                table(
-                    &["agent", "provider", "model", "source"],
-                    &rows(
-                        &body["agentUsage"],
-                        &["handle", "providerId", "modelId", "source"],
-                    ),
-                );
-            });
-        }
+        RuntimeCommand::Providers => providers(client, out).await?,
         RuntimeCommand::Auth { args } => auth(client, &args, out).await?,
         RuntimeCommand::Settings => pretty(&client.get("/runtime/settings").await?),
         RuntimeCommand::Network { args } => {
@@ -147,40 +175,11 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             };
             pretty(&body);
         }
-        RuntimeCommand::Usage { agent } => {
-            let path = agent.map_or_else(
-                || "/runtime/usage".to_owned(),
-                |a| format!("/agents/{}/usage", encode(&a)),
-            );
-            let body = client.get(&path).await?;
-            print_json_or(out, &body, || {
-                let totals = &body["totals"];
-                table(
-                    &["field", "value"],
-                    &[
-                        vec!["source".into(), super::text(&body["source"])],
-                        vec!["input".into(), super::text(&totals["input"])],
-                        vec!["output".into(), super::text(&totals["output"])],
-                        vec!["cacheRead".into(), super::text(&totals["cacheRead"])],
-                        vec!["cacheWrite".into(), super::text(&totals["cacheWrite"])],
-                        vec!["total".into(), super::text(&totals["total"])],
-                    ],
-                );
-            });
-        }
+        RuntimeCommand::Usage { agent } => usage(client, agent, out).await?,
         RuntimeCommand::Identities { agent } => {
-            let body = client
-                .get(&format!("/agents/{}/identities", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["purpose", "encrypted", "code_access"],
-                    &rows(
-                        &body["identities"],
-                        &["purpose", "encrypted", "code_access"],
-                    ),
-                );
-            });
+            let path = format!("/agents/{}/identities", encode(&agent));
+            let columns = ["purpose", "encrypted", "code_access"];
+            super::list_table(client, out, &path, "identities", &columns, &columns).await?;
         }
         RuntimeCommand::Adapters { agent } => {
             let path = agent.map_or_else(
@@ -190,26 +189,24 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             pretty(&client.get(&path).await?);
         }
         RuntimeCommand::Triggers { agent } => {
-            let body = client
-                .get(&format!("/agents/{}/triggers", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["type", "enabled", "targets"],
-                    &rows(&body["configured"], &["type", "enabled", "targetCount"]),
-                );
-            });
+            let path = format!("/agents/{}/triggers", encode(&agent));
+            let (header, keys) = (
+                ["type", "enabled", "targets"],
+                ["type", "enabled", "targetCount"],
+            );
+            super::list_table(client, out, &path, "configured", &header, &keys).await?;
         }
         RuntimeCommand::Tables { agent, table: None } => {
-            let body = client
-                .get(&format!("/agents/{}/tables", encode(&agent)))
-                .await?;
-            print_json_or(out, &body, || {
-                table(
-                    &["name", "rows"],
-                    &rows(&body["tables"], &["name", "row_count"]),
-                );
-            });
+            let path = format!("/agents/{}/tables", encode(&agent));
+            super::list_table(
+                client,
+                out,
+                &path,
+                "tables",
+                &["name", "rows"],
+                &["name", "row_count"],
+            )
+            .await?;
         }
         RuntimeCommand::Tables {
             agent,

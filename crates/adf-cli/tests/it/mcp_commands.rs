@@ -20,6 +20,13 @@ fn adf(home: &Path) -> Process {
     cmd
 }
 
+/// Runs `command`, panics unless it succeeds, and returns what it printed (stdout, then stderr).
+fn succeeds(command: &mut Process) -> String {
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    text(&out)
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -49,18 +56,13 @@ async fn npm_mcp_server_added_with_adf_mcp_add_is_callable_from_tool_code_and_ch
     let created = adf(&home).arg("new").arg(&file).output().unwrap();
     assert!(created.status.success(), "{}", text(&created));
 
-    let added = adf(&home)
-        .args(["mcp", "add"])
-        .arg(&file)
-        .arg("@modelcontextprotocol/server-memory")
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{}", text(&added));
-    assert!(
-        text(&added).contains("mcp_memory_create_entities"),
-        "{}",
-        text(&added)
+    let added = succeeds(
+        adf(&home)
+            .args(["mcp", "add"])
+            .arg(&file)
+            .arg("@modelcontextprotocol/server-memory"),
     );
+    assert!(added.contains("mcp_memory_create_entities"), "{added}");
     assert!(home.join("mcp/npm").is_dir());
 
     let listed = adf(&home)
@@ -105,18 +107,13 @@ async fn npm_mcp_server_added_with_adf_mcp_add_is_callable_from_tool_code_and_ch
 
     // From code, once the owner lifted `restricted` (unauthorized code may not call it).
     set_restricted(&file, "mcp_memory_read_graph", false);
-    let code = adf(&home)
-        .arg("code")
-        .arg(&file)
-        .arg("const g = await adf.mcp_memory_read_graph({}); return typeof g === 'string' ? g : JSON.stringify(g);")
-        .output()
-        .unwrap();
-    assert!(code.status.success(), "{}", text(&code));
-    assert!(
-        text(&code).contains("one file per agent"),
-        "{}",
-        text(&code)
+    let code = succeeds(
+        adf(&home)
+            .arg("code")
+            .arg(&file)
+            .arg("const g = await adf.mcp_memory_read_graph({}); return typeof g === 'string' ? g : JSON.stringify(g);"),
     );
+    assert!(code.contains("one file per agent"), "{code}");
 
     // From a model turn with the scripted test model.
     let mock = MockProvider::openai().await;
@@ -136,18 +133,8 @@ async fn npm_mcp_server_added_with_adf_mcp_add_is_callable_from_tool_code_and_ch
         Turn::tool_call("mcp_memory_read_graph", json!({})),
         Turn::text("The graph has adf."),
     ]);
-    let chat = adf(&home)
-        .arg("chat")
-        .arg(&file)
-        .arg("What is in memory?")
-        .output()
-        .unwrap();
-    assert!(chat.status.success(), "{}", text(&chat));
-    assert!(
-        text(&chat).contains("The graph has adf."),
-        "{}",
-        text(&chat)
-    );
+    let chat = succeeds(adf(&home).arg("chat").arg(&file).arg("What is in memory?"));
+    assert!(chat.contains("The graph has adf."), "{chat}");
     let requests = mock.requests();
     let advertised = requests[0].body["tools"].to_string();
     assert!(advertised.contains("mcp_memory_read_graph"), "{advertised}");

@@ -2,8 +2,7 @@
 //! and a value sealed in an envelope opened through a runtime slot.
 use crate::common;
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use adf_crypto::envelope::{Dek, EnvelopeDescriptor, EnvelopeName, seal};
 use adf_crypto::keys::{b64, x25519_to_pkcs8};
@@ -59,25 +58,5 @@ fn idn_13_35_python_cryptography_verifies_our_output() {
         }
     });
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/verify.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(doc.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "python check failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    adf_testkit::processes::assert_python_says_ok(&script, doc.to_string().as_bytes());
 }

@@ -7,9 +7,10 @@ use adf_mcp::install::{InstallRequest, Kind};
 use adf_mcp::manage::Manager;
 use adf_mcp::{McpSource, Supervisor};
 use adf_runtime::home::RuntimeHome;
+use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{Approver, CallOutcome, ToolCaller, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A temporary runtime home and directory for agent files.
 pub(crate) struct World {
@@ -101,6 +102,44 @@ pub(crate) async fn call(
         CallOutcome::Deferred(deferred) => registry.run_detached(file, caller, &deferred).await,
         other => Ok(other.into_value()),
     }
+}
+
+/// [`call`] as the owner, with every approval denied.
+pub(crate) async fn owner_call(
+    registry: &ToolRegistry,
+    file: &mut AdfFile,
+    name: &str,
+    args: Value,
+) -> Result<Value, ToolError> {
+    call(registry, file, &ToolCaller::Owner, name, args, &DenyAll).await
+}
+
+/// Gives the agent an identity under the world's owner and seals `value` in `adf_identity` as
+/// the credential `purpose` (`mcp:<server>:<KEY>`, IDN-38).
+pub(crate) fn seal_credential(world: &World, file: &mut AdfFile, purpose: &str, value: &[u8]) {
+    world.home.init_owner(false).unwrap();
+    let keys = adf_runtime::identity::LocalKeys::from_home(&world.home).unwrap();
+    let open = adf_runtime::identity::provision_new(file, &keys).unwrap();
+    adf_runtime::identity::set_credential(file, &open, purpose, value, false).unwrap();
+}
+
+/// The tool `name` as the owner's `sys_get_config` `tools` section lists it (null when absent).
+pub(crate) async fn listed_tool(registry: &ToolRegistry, file: &mut AdfFile, name: &str) -> Value {
+    let tools = owner_call(
+        registry,
+        file,
+        "sys_get_config",
+        json!({"section": "tools"}),
+    )
+    .await
+    .unwrap();
+    tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 /// The declaration `name` of the file's config.

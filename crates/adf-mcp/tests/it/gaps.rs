@@ -2,9 +2,8 @@
 //! "tools"}` reports them implemented, and `run_location: host` needs the runtime's own
 //! host-access setting as well as `compute.host_access` (CFG-37).
 
-use adf_runtime::tools::approval::DenyAll;
-use adf_runtime::tools::{ErrorCode, ToolCaller};
-use serde_json::{Value, json};
+use adf_runtime::tools::ErrorCode;
+use serde_json::json;
 
 use crate::common::*;
 
@@ -13,23 +12,7 @@ fn sys_get_config_tools_lists_declared_mcp_tools_as_implemented_with_their_defin
     runtime().block_on(async {
         let (world, mut file) = World::with_misbehaving("listing").await;
         let registry = world.registry();
-        let tools = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "sys_get_config",
-            json!({"section": "tools"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
-        let echo = tools
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == "mcp_bad_echo")
-            .cloned()
-            .unwrap_or(Value::Null);
+        let echo = listed_tool(&registry, &mut file, "mcp_bad_echo").await;
         assert_eq!(echo["implemented"], json!(true), "{echo}");
         assert_eq!(echo["source"], json!("mcp"));
         assert_eq!(echo["description"], json!("Echoes text."));
@@ -44,23 +27,7 @@ fn sys_get_config_tools_lists_declared_mcp_tools_as_implemented_with_their_defin
         );
         file.config_replace(adf_store::Caller::Owner, config)
             .unwrap();
-        let tools = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "sys_get_config",
-            json!({"section": "tools"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
-        let gone = tools
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == "mcp_gone_tool")
-            .cloned()
-            .unwrap();
+        let gone = listed_tool(&registry, &mut file, "mcp_gone_tool").await;
         assert_eq!(gone["implemented"], json!(false), "{gone}");
     });
 }
@@ -85,16 +52,9 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         let starts = world.supervisor.starts();
 
         // compute.host_access is true, the runtime setting is absent: refused, nothing starts.
-        let refused = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_echo",
-            json!({"text": "hi"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap_err();
+        let refused = owner_call(&registry, &mut file, "mcp_bad_echo", json!({"text": "hi"}))
+            .await
+            .unwrap_err();
         assert_eq!(refused.code, ErrorCode::ToolError);
         assert!(
             refused.message.contains("compute.hostAccess"),
@@ -104,16 +64,9 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         std::fs::create_dir_all(world.home.dir()).unwrap();
         let settings = world.home.dir().join("settings.json");
         std::fs::write(&settings, r#"{"compute": {"hostAccess": false}}"#).unwrap();
-        let refused = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_echo",
-            json!({"text": "hi"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap_err();
+        let refused = owner_call(&registry, &mut file, "mcp_bad_echo", json!({"text": "hi"}))
+            .await
+            .unwrap_err();
         assert!(
             refused.message.contains("host access is off"),
             "{}",
@@ -123,16 +76,9 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
 
         // The owner turns the runtime setting on: the same declaration runs.
         std::fs::write(&settings, r#"{"compute": {"hostAccess": true}}"#).unwrap();
-        let out = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_echo",
-            json!({"text": "hi"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
+        let out = owner_call(&registry, &mut file, "mcp_bad_echo", json!({"text": "hi"}))
+            .await
+            .unwrap();
         assert_eq!(out, json!("echo: hi"));
 
         // With the runtime setting on, compute.host_access false still refuses.
@@ -140,16 +86,9 @@ fn cfg_37_host_run_location_needs_the_runtime_host_access_setting_too() {
         config["compute"]["host_access"] = json!(false);
         file.config_replace(adf_store::Caller::Owner, config)
             .unwrap();
-        let refused = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_echo",
-            json!({"text": "hi"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap_err();
+        let refused = owner_call(&registry, &mut file, "mcp_bad_echo", json!({"text": "hi"}))
+            .await
+            .unwrap_err();
         assert!(
             refused.message.contains("compute.host_access: true"),
             "{}",

@@ -4,8 +4,6 @@
 use std::sync::{Arc, Mutex};
 
 use adf_mcp::install::{InstallRequest, Kind};
-use adf_runtime::tools::ToolCaller;
-use adf_runtime::tools::approval::DenyAll;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ServerCapabilities, ServerConfig};
@@ -83,27 +81,13 @@ async fn serve() -> (String, Arc<Mutex<Vec<String>>>) {
 
 #[test]
 fn streamable_http_server_on_loopback_with_a_bearer_token_from_identity() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let (url, seen) = serve().await;
         let world = World::new();
         let mut file = world.agent("h");
         // The token is sealed in adf_identity as `mcp:<server>:<KEY>` (IDN-38).
-        world.home.init_owner(false).unwrap();
-        let keys = adf_runtime::identity::LocalKeys::from_home(&world.home).unwrap();
-        let open = adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
-        adf_runtime::identity::set_credential(
-            &mut file,
-            &open,
-            "mcp:sum:SUM_TOKEN",
-            b"tok-123456",
-            false,
-        )
-        .unwrap();
+        seal_credential(&world, &mut file, "mcp:sum:SUM_TOKEN", b"tok-123456");
         let request = InstallRequest {
             kind: Kind::Http,
             url: Some(url),
@@ -117,13 +101,11 @@ fn streamable_http_server_on_loopback_with_a_bearer_token_from_identity() {
             ("sum", vec!["mcp_sum_sum".to_owned()])
         );
         let registry = world.registry();
-        let out = call(
+        let out = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_sum_sum",
             json!({"a": 2, "b": 40}),
-            &DenyAll,
         )
         .await;
         assert_eq!(out.unwrap(), json!("42"));

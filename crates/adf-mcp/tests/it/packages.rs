@@ -2,19 +2,14 @@
 //! package cache: `@modelcontextprotocol/server-memory` (npm) and `mcp-server-time` (PyPI).
 
 use adf_mcp::install::{InstallRequest, Kind};
-use adf_runtime::tools::ToolCaller;
-use adf_runtime::tools::approval::{ApproveAll, DenyAll};
+use adf_runtime::tools::approval::ApproveAll;
 use serde_json::json;
 
 use crate::common::*;
 
 #[test]
 fn npm_server_memory_installs_into_the_cache_and_its_tools_work_through_the_pipeline() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let world = World::new();
         let mut file = world.agent("mem");
@@ -42,7 +37,7 @@ fn npm_server_memory_installs_into_the_cache_and_its_tools_work_through_the_pipe
         .await
         .unwrap();
         assert!(created.to_string().contains("adf"), "{created}");
-        let graph = call(&registry, &mut file, &ToolCaller::Owner, "mcp_memory_read_graph", json!({}), &DenyAll)
+        let graph = owner_call(&registry, &mut file, "mcp_memory_read_graph", json!({}))
             .await
             .unwrap();
         assert!(graph.to_string().contains("one file per agent"), "{graph}");
@@ -51,11 +46,7 @@ fn npm_server_memory_installs_into_the_cache_and_its_tools_work_through_the_pipe
 
 #[test]
 fn pypi_mcp_server_time_installs_into_its_own_virtualenv_and_answers() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let world = World::new();
         let mut file = world.agent("time");
@@ -81,13 +72,11 @@ fn pypi_mcp_server_time_installs_into_its_own_virtualenv_and_answers() {
                 .exists()
         );
         let registry = world.registry();
-        let now = call(
+        let now = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_time_get_current_time",
             json!({"timezone": "UTC"}),
-            &DenyAll,
         )
         .await
         .unwrap();

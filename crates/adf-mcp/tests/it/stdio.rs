@@ -69,16 +69,9 @@ fn stdio_child_gets_a_cleared_environment_and_a_scratch_dir_next_to_the_file() {
         let (world, mut file) = World::with_misbehaving("env").await;
         let registry = world.registry();
         // SAFETY of the assertion: the test process has variables the child must not see.
-        let out = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_env",
-            json!({}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
+        let out = owner_call(&registry, &mut file, "mcp_bad_env", json!({}))
+            .await
+            .unwrap();
         let seen: Value = serde_json::from_str(out.as_str().unwrap()).unwrap();
         let names: Vec<&str> = seen["names"]
             .as_array()
@@ -117,27 +110,17 @@ fn a_server_that_crashes_mid_call_is_an_error_and_restarts_on_the_next_call() {
         let (world, mut file) = World::with_misbehaving("c").await;
         let registry = world.registry();
         let starts = world.supervisor.starts();
-        let crashed = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_crash",
-            json!({}),
-            &DenyAll,
-        )
-        .await;
+        let crashed = owner_call(&registry, &mut file, "mcp_bad_crash", json!({})).await;
         let error = crashed.unwrap_err();
         assert!(
             error.message.contains("restarted on the next call"),
             "{error:?}"
         );
-        let again = call(
+        let again = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "back"}),
-            &DenyAll,
         )
         .await;
         assert_eq!(again.unwrap(), json!("echo: back"));
@@ -159,29 +142,13 @@ fn a_hanging_server_times_out_within_tool_call_timeout_ms_and_restarts() {
             .unwrap();
         let registry = world.registry();
         let started = Instant::now();
-        let hung = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_hang",
-            json!({}),
-            &DenyAll,
-        )
-        .await;
+        let hung = owner_call(&registry, &mut file, "mcp_bad_hang", json!({})).await;
         let error = hung.unwrap_err();
         assert_eq!(error.code, ErrorCode::Timeout, "{error:?}");
         assert!(error.message.contains("300 ms"), "{error:?}");
         // The bound is the configured timeout, far below the server's hour-long sleep.
         assert!(started.elapsed() < Duration::from_secs(60));
-        let again = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_echo",
-            json!({"text": "ok"}),
-            &DenyAll,
-        )
-        .await;
+        let again = owner_call(&registry, &mut file, "mcp_bad_echo", json!({"text": "ok"})).await;
         assert_eq!(again.unwrap(), json!("echo: ok"));
     });
 }
@@ -191,36 +158,13 @@ fn malformed_results_and_is_error_are_clear_errors_and_images_keep_their_blocks(
     runtime().block_on(async {
         let (world, mut file) = World::with_misbehaving("m").await;
         let registry = world.registry();
-        let malformed = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_malformed",
-            json!({}),
-            &DenyAll,
-        )
-        .await;
+        let malformed = owner_call(&registry, &mut file, "mcp_bad_malformed", json!({})).await;
         assert_eq!(malformed.unwrap_err().code, ErrorCode::ToolError);
-        let failed = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_fail",
-            json!({}),
-            &DenyAll,
-        )
-        .await;
+        let failed = owner_call(&registry, &mut file, "mcp_bad_fail", json!({})).await;
         assert_eq!(failed.unwrap_err().message, "it went wrong");
-        let image = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_image",
-            json!({}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
+        let image = owner_call(&registry, &mut file, "mcp_bad_image", json!({}))
+            .await
+            .unwrap();
         assert_eq!(image["text"], json!("a dot"));
         assert_eq!(image["content"][1]["mimeType"], json!("image/png"));
     });
@@ -359,16 +303,9 @@ fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
         file.config_replace(adf_store::Caller::Owner, config)
             .unwrap();
         let registry = world.registry();
-        let error = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_env",
-            json!({}),
-            &DenyAll,
-        )
-        .await
-        .unwrap_err();
+        let error = owner_call(&registry, &mut file, "mcp_bad_env", json!({}))
+            .await
+            .unwrap_err();
         assert!(
             error.message.contains("API_TOKEN")
                 && error.message.contains("adf identity set")
@@ -376,27 +313,10 @@ fn idn_38_a_missing_required_credential_names_the_key_and_the_command() {
             "{error:?}"
         );
         // Set (sealed), the server gets it in its environment; echoed back, it is redacted.
-        world.home.init_owner(false).unwrap();
-        let keys = adf_runtime::identity::LocalKeys::from_home(&world.home).unwrap();
-        let open = adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
-        adf_runtime::identity::set_credential(
-            &mut file,
-            &open,
-            "mcp:bad:API_TOKEN",
-            b"sekrit-value-42",
-            false,
-        )
-        .unwrap();
-        let out = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_env",
-            json!({}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
+        seal_credential(&world, &mut file, "mcp:bad:API_TOKEN", b"sekrit-value-42");
+        let out = owner_call(&registry, &mut file, "mcp_bad_env", json!({}))
+            .await
+            .unwrap();
         let seen: Value = serde_json::from_str(out.as_str().unwrap()).unwrap();
         assert_eq!(seen["token"], json!("__redacted__"));
         assert!(
@@ -416,13 +336,11 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         let mut file = world.agent("tools");
         let registry = world.registry();
         let script = misbehaving_script().display().to_string();
-        let invalid = call(
+        let invalid = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_install",
             json!({"type": "custom", "package": "python3"}),
-            &DenyAll,
         )
         .await;
         assert!(
@@ -431,13 +349,11 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
                 .message
                 .contains("requires an explicit name")
         );
-        let installed = call(
+        let installed = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_install",
             json!({"type": "custom", "name": "bad", "package": "python3", "args": [script]}),
-            &DenyAll,
         )
         .await
         .unwrap();
@@ -448,15 +364,7 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
                 .contains(&json!("mcp_bad_echo")),
             "{installed}"
         );
-        let out = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_bad_echo",
-            json!({"text": "t"}),
-            &DenyAll,
-        )
-        .await;
+        let out = owner_call(&registry, &mut file, "mcp_bad_echo", json!({"text": "t"})).await;
         assert_eq!(out.unwrap(), json!("echo: t"));
 
         // The owner's choice survives a restart (TOL-40).
@@ -468,16 +376,9 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
         }
         file.config_replace(adf_store::Caller::Owner, config)
             .unwrap();
-        let restarted = call(
-            &registry,
-            &mut file,
-            &ToolCaller::Owner,
-            "mcp_restart",
-            json!({"name": "bad"}),
-            &DenyAll,
-        )
-        .await
-        .unwrap();
+        let restarted = owner_call(&registry, &mut file, "mcp_restart", json!({"name": "bad"}))
+            .await
+            .unwrap();
         assert!(
             restarted["unchanged"]
                 .as_array()
@@ -486,13 +387,11 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
             "{restarted}"
         );
         assert_eq!(declaration(&file, "mcp_bad_env")["enabled"], json!(false));
-        let out = call(
+        let out = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_bad_echo",
             json!({"text": "after"}),
-            &DenyAll,
         )
         .await;
         assert_eq!(
@@ -501,13 +400,11 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
             "the server restarts on the next call"
         );
 
-        call(
+        owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_uninstall",
             json!({"name": "bad"}),
-            &DenyAll,
         )
         .await
         .unwrap();
@@ -520,13 +417,11 @@ fn tol_36_tol_40_tol_41_management_tools_install_restart_and_uninstall_through_t
                 .all(|d| !d["name"].as_str().unwrap().starts_with("mcp_bad_"))
         );
         assert_eq!(config["mcp"]["servers"], json!([]));
-        let gone = call(
+        let gone = owner_call(
             &registry,
             &mut file,
-            &ToolCaller::Owner,
             "mcp_uninstall",
             json!({"name": "bad"}),
-            &DenyAll,
         )
         .await;
         assert_eq!(gone.unwrap_err().code, ErrorCode::NotFound);

@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use adf_net::outbound::Outbound;
 use adf_net::streams::{BindingEvents, StreamTools, Streams};
 use adf_net::tools::{ServingCell, WsTools};
-use adf_runtime::tools::Tool;
 
 use crate::streams::NoAgents;
 
@@ -17,19 +16,6 @@ struct Silent;
 
 impl BindingEvents for Silent {
     fn emit(&self, _agent_id: &str, _event_type: &str, _payload: Value) {}
-}
-
-fn declarations(tools: &[Arc<dyn Tool>]) -> Value {
-    tools
-        .iter()
-        .map(|tool| {
-            json!({
-                "name": tool.name(),
-                "description": tool.description(),
-                "parameters": tool.parameters(),
-            })
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -53,11 +39,13 @@ async fn ws_and_stream_tool_declarations_match_their_snapshot() {
             "stream_bindings"
         ]
     );
-    adf_testkit::snapshot::assert_json_snapshot(
+    adf_testkit::snapshot::assert_declarations_snapshot(
         concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/tool-declarations.json"
         ),
-        &declarations(&tools),
+        tools
+            .iter()
+            .map(|tool| (tool.name(), tool.description(), tool.parameters())),
     );
 }

@@ -7,11 +7,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use adf_testkit::sockets::{accept, listener, read_exactly, read_to_end};
 use futures::future::BoxFuture;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -103,39 +104,6 @@ impl Rig {
         let request = BindRequest::parse(&request)?;
         self.streams.bind(AGENT, config, request).await
     }
-}
-
-/// A listener and, once accepted, its peer socket.
-async fn listener() -> (TcpListener, u16) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    (listener, port)
-}
-
-async fn accept(listener: &TcpListener) -> TcpStream {
-    tokio::time::timeout(SAFETY, listener.accept())
-        .await
-        .unwrap()
-        .unwrap()
-        .0
-}
-
-async fn read_exactly(socket: &mut TcpStream, n: usize) -> Vec<u8> {
-    let mut got = vec![0; n];
-    tokio::time::timeout(SAFETY, socket.read_exact(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    got
-}
-
-async fn read_to_end(socket: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    tokio::time::timeout(SAFETY, socket.read_to_end(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    got
 }
 
 fn tcp_config(ports: &[u16]) -> Value {

@@ -25,6 +25,57 @@ pub fn build(
     };
     let handle = text("/handle");
     let root = format!("{}/agents/{handle}", base_url.trim_end_matches('/'));
+    let endpoints = endpoints(&config, &root);
+    let resolution = config
+        .pointer("/card/resolution")
+        .cloned()
+        .unwrap_or_else(|| json!({ "method": "self", "endpoint": format!("{root}/card") }));
+    let api_routes = config
+        .pointer("/serving/api")
+        .and_then(Value::as_array)
+        .map(|routes| {
+            routes
+                .iter()
+                .filter(|r| r.get("on_card").and_then(Value::as_bool) == Some(true))
+                .filter_map(|r| {
+                    Some((
+                        r.get("method")?.as_str()?.to_owned(),
+                        r.get("path")?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let shared = shared_files(file, &config)?;
+    let level = super::security_level(&config);
+    // §5.22: unexpired attestations about the current DID, only when the owner publishes them.
+    let publish = config
+        .pointer("/card/publish_attestations")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let attestations = published_attestations(file, publish)?;
+    let inputs = CardInputs {
+        handle,
+        description: text("/description"),
+        icon: text("/icon"),
+        resolution,
+        endpoints,
+        api_routes,
+        public: config
+            .pointer("/serving/public/enabled")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        shared,
+        attestations,
+        policies: card_policies(level, publish),
+    };
+    let signer = super::agent_key(file, keys).ok();
+    build_card(&inputs, signer.as_ref(), &adf_store::time::now_iso()).map_err(|e| e.to_string())
+}
+
+/// The card's `endpoints`: inbox, card and health under `root`, the first WS route, then the
+/// config's own `card.endpoints` over them.
+fn endpoints(config: &Value, root: &str) -> Value {
     let mut endpoints = json!({
         "inbox": format!("{root}/inbox"),
         "card": format!("{root}/card"),
@@ -51,7 +102,7 @@ pub fn build(
                 root.strip_prefix("http://")
                     .map(|rest| format!("ws://{rest}"))
             })
-            .unwrap_or_else(|| root.clone());
+            .unwrap_or_else(|| root.to_owned());
         target.insert(
             "ws".into(),
             json!(format!("{ws_root}/{}", ws_path.trim_start_matches('/'))),
@@ -64,31 +115,16 @@ pub fn build(
             target.insert(k.clone(), v.clone());
         }
     }
-    let resolution = config
-        .pointer("/card/resolution")
-        .cloned()
-        .unwrap_or_else(|| json!({ "method": "self", "endpoint": format!("{root}/card") }));
-    let api_routes = config
-        .pointer("/serving/api")
-        .and_then(Value::as_array)
-        .map(|routes| {
-            routes
-                .iter()
-                .filter(|r| r.get("on_card").and_then(Value::as_bool) == Some(true))
-                .filter_map(|r| {
-                    Some((
-                        r.get("method")?.as_str()?.to_owned(),
-                        r.get("path")?.as_str()?.to_owned(),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    endpoints
+}
+
+/// The files the card lists as shared: those matching `serving.shared.patterns`, when enabled.
+fn shared_files(file: &mut AdfFile, config: &Value) -> Result<Vec<String>, String> {
     let shared_enabled = config
         .pointer("/serving/shared/enabled")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let shared = if shared_enabled {
+    Ok(if shared_enabled {
         let patterns: Vec<String> = config
             .pointer("/serving/shared/patterns")
             .and_then(Value::as_array)
@@ -107,40 +143,26 @@ pub fn build(
             .collect()
     } else {
         Vec::new()
-    };
-    let level = super::security_level(&config);
-    // §5.22: unexpired attestations about the current DID, only when the owner publishes them.
-    let publish = config
-        .pointer("/card/publish_attestations")
-        .and_then(Value::as_bool)
-        == Some(true);
-    let attestations = match (publish, super::agent_did(file).map_err(|e| e.to_string())?) {
-        (true, Some(did)) => {
-            let stored: Vec<adf_crypto::Attestation> = file
-                .attestations()
-                .map_err(|e| e.to_string())?
-                .iter()
-                .map(crate::identity::from_store_attestation)
-                .collect();
-            adf_crypto::card::publishable_attestations(&stored, &did, chrono::Utc::now())
-        }
-        _ => Vec::new(),
-    };
-    let inputs = CardInputs {
-        handle,
-        description: text("/description"),
-        icon: text("/icon"),
-        resolution,
-        endpoints,
-        api_routes,
-        public: config
-            .pointer("/serving/public/enabled")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        shared,
-        attestations,
-        policies: card_policies(level, publish),
-    };
-    let signer = super::agent_key(file, keys).ok();
-    build_card(&inputs, signer.as_ref(), &adf_store::time::now_iso()).map_err(|e| e.to_string())
+    })
+}
+
+/// §5.22: unexpired attestations about the current DID, only when the owner publishes them.
+fn published_attestations(
+    file: &mut AdfFile,
+    publish: bool,
+) -> Result<Vec<adf_crypto::Attestation>, String> {
+    Ok(
+        match (publish, super::agent_did(file).map_err(|e| e.to_string())?) {
+            (true, Some(did)) => {
+                let stored: Vec<adf_crypto::Attestation> = file
+                    .attestations()
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .map(crate::identity::from_store_attestation)
+                    .collect();
+                adf_crypto::card::publishable_attestations(&stored, &did, chrono::Utc::now())
+            }
+            _ => Vec::new(),
+        },
+    )
 }

@@ -105,6 +105,30 @@ fn list_at(config: &Value, pointer: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `messaging.allow_list` / `block_list`: with either set, the sender must name a DID that the
+/// allow list holds, or the block list does not.
+fn check_sender_lists(config: &Value, from: &str) -> Result<(), Refusal> {
+    let allow = list_at(config, "/messaging/allow_list");
+    let block = list_at(config, "/messaging/block_list");
+    if (!allow.is_empty() || !block.is_empty()) && !from.starts_with("did:") {
+        return Err(Refusal::new(
+            403,
+            "this agent keeps a sender list and the message names no sender DID",
+        ));
+    }
+    if !allow.is_empty() {
+        if !allow.iter().any(|a| a == from) {
+            return Err(Refusal::new(
+                403,
+                "the sender is not on this agent's allow_list",
+            ));
+        }
+    } else if block.iter().any(|b| b == from) {
+        return Err(Refusal::new(403, "the sender is blocked by this agent"));
+    }
+    Ok(())
+}
+
 /// Runs the ingress pipeline for `file`'s agent and stores the message.
 pub fn accept(
     file: &mut AdfFile,
@@ -140,24 +164,7 @@ pub fn accept(
         .to_owned();
 
     // Sender lists before any key is opened.
-    let allow = list_at(&config, "/messaging/allow_list");
-    let block = list_at(&config, "/messaging/block_list");
-    if (!allow.is_empty() || !block.is_empty()) && !from.starts_with("did:") {
-        return Err(Refusal::new(
-            403,
-            "this agent keeps a sender list and the message names no sender DID",
-        ));
-    }
-    if !allow.is_empty() {
-        if !allow.contains(&from) {
-            return Err(Refusal::new(
-                403,
-                "the sender is not on this agent's allow_list",
-            ));
-        }
-    } else if block.contains(&from) {
-        return Err(Refusal::new(403, "the sender is blocked by this agent"));
-    }
+    check_sender_lists(&config, &from)?;
 
     let did = super::agent_did(file)?.unwrap_or_default();
     let handle = config

@@ -860,17 +860,7 @@ async fn aud_01_aud_02_automatic_compaction_at_the_threshold() {
     let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
     set(&mut file, "context.compact_threshold", json!(300));
     set(&mut file, "context.audit.loop", json!(false));
-    let big = adf_testkit::Usage {
-        input: 400,
-        output: 5,
-        ..Default::default()
-    };
-    mock.push_all([
-        Turn::text("r1"),
-        Turn::text("r2").with_usage(big),
-        Turn::text("SUMMARY one two"),
-        Turn::text("r3"),
-    ]);
+    mock.push_all(common::compaction_script("SUMMARY one two"));
     let ex = executor(&file);
     let mut session = ex.open_session(&mut file, "main").unwrap();
     let host = Host::default();

@@ -20,7 +20,7 @@ use base64::engine::general_purpose::STANDARD;
 use common::{model, new_agent, owner_set};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 // ---------- the test server ----------
@@ -66,56 +66,6 @@ impl Server {
     }
 }
 
-struct Received {
-    method: String,
-    target: String,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-async fn read_request(socket: &mut TcpStream) -> Option<Received> {
-    let mut buf = Vec::new();
-    let head_end = loop {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let method = first.next()?.to_owned();
-    let target = first.next()?.to_owned();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    Some(Received {
-        method,
-        target,
-        headers,
-        body,
-    })
-}
-
 async fn respond(
     socket: &mut TcpStream,
     status: &str,
@@ -141,7 +91,7 @@ async fn respond(
 }
 
 async fn serve(mut socket: TcpStream, hits: Arc<Mutex<Vec<String>>>) {
-    let Some(request) = read_request(&mut socket).await else {
+    let Some(request) = adf_testkit::sockets::read_http_request(&mut socket).await else {
         return;
     };
     hits.lock()

@@ -1,6 +1,7 @@
 //! The identity lifecycle on real files with a real runtime home in a temp dir: provisioning
 //! (new and older files), the unlock cascade on the reference's `studio-identity.adf`, sealed
 //! credentials, sharing and adoption, claim, re-key, reset and the `adf check` pass.
+use crate::common::identity_row as row;
 use std::path::{Path, PathBuf};
 
 use adf_crypto::envelope::{EnvelopeDescriptor, EnvelopeName, EnvelopeState, Slot, SlotKind};
@@ -68,20 +69,8 @@ fn history(file: &AdfFile) -> Vec<String> {
 }
 
 fn descriptor(file: &AdfFile, e: EnvelopeName) -> EnvelopeDescriptor {
-    let row = file
-        .identity_rows()
-        .unwrap()
-        .into_iter()
-        .find(|r| r.purpose == e.descriptor_purpose())
-        .unwrap();
+    let row = row(file, e.descriptor_purpose()).unwrap();
     EnvelopeDescriptor::from_json_bytes(&row.value).unwrap()
-}
-
-fn row(file: &AdfFile, purpose: &str) -> Option<adf_store::IdentityRow> {
-    file.identity_rows()
-        .unwrap()
-        .into_iter()
-        .find(|r| r.purpose == purpose)
 }
 
 fn attestations(file: &AdfFile) -> Vec<Attestation> {
@@ -759,30 +748,7 @@ fn idn_01_idn_13_python_cryptography_verifies_a_file_we_provisioned() {
         "credential": {"purpose": "provider:openai:apiKey", "expected_plaintext": secret},
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/verify_file.py");
-    let mut child = std::process::Command::new("python3")
-        .arg(script)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(doc.to_string().as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "python verification failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    adf_testkit::processes::assert_python_says_ok(&script, doc.to_string().as_bytes());
 }
 
 #[test]

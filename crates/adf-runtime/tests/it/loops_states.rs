@@ -444,17 +444,7 @@ async fn stl_47_an_inner_loop_compacts_at_the_agent_threshold_by_default() {
         "loops",
         json!([{"name": "worker", "goal": "Work.", "enabled": true, "tools": []}]),
     );
-    let big = adf_testkit::Usage {
-        input: 400,
-        output: 5,
-        ..Default::default()
-    };
-    mock.push_all([
-        Turn::text("r1"),
-        Turn::text("r2").with_usage(big),
-        Turn::text("SUMMARY of work"),
-        Turn::text("r3"),
-    ]);
+    mock.push_all(common::compaction_script("SUMMARY of work"));
     let ex = executor(&file);
     let host = Counting::default();
     let mut session = ex.open_session(&mut file, "worker").unwrap();

@@ -7,6 +7,7 @@
 
 mod code;
 mod common;
+mod declarations;
 mod executor;
 mod fetch;
 mod identity;

@@ -62,19 +62,20 @@ fn registry() -> ToolRegistry {
     registry
 }
 
+/// Calls `tool` with no arguments as the owner, every approval denied.
+fn call_as_owner(
+    registry: &ToolRegistry,
+    file: &mut adf_store::AdfFile,
+    tool: &str,
+) -> Result<CallOutcome, adf_runtime::tools::ToolError> {
+    registry.call(file, &ToolCaller::Owner, tool, json!({}), &DenyAll)
+}
+
 #[test]
 fn a_panicking_tool_is_the_calls_error_and_its_writes_roll_back() {
     let (_dir, _path, mut file) = common::new_agent();
     let registry = registry();
-    let error = registry
-        .call(
-            &mut file,
-            &ToolCaller::Owner,
-            "panics_mid_write",
-            json!({}),
-            &DenyAll,
-        )
-        .unwrap_err();
+    let error = call_as_owner(&registry, &mut file, "panics_mid_write").unwrap_err();
     assert_eq!(error.code, ErrorCode::InternalError, "{error}");
     assert!(error.message.contains("the tool broke half way"), "{error}");
     assert!(file.meta_get("half_written").unwrap().is_none());
@@ -88,15 +89,7 @@ fn a_panicking_tool_is_the_calls_error_and_its_writes_roll_back() {
 async fn a_panicking_detached_call_is_the_calls_error() {
     let (_dir, _path, mut file) = common::new_agent();
     let registry = registry();
-    let outcome = registry
-        .call(
-            &mut file,
-            &ToolCaller::Owner,
-            "panics_detached",
-            json!({}),
-            &DenyAll,
-        )
-        .unwrap();
+    let outcome = call_as_owner(&registry, &mut file, "panics_detached").unwrap();
     let CallOutcome::Deferred(call) = outcome else {
         panic!("a deferred tool must defer, got {outcome:?}");
     };

@@ -470,12 +470,7 @@ fn tol_45_tol_46_tol_48_def_11_por_07_por_08_guide_example_2_template_with_file_
             .is_none(),
         "sealed rows are skipped"
     );
-    let row = child
-        .identity_rows()
-        .unwrap()
-        .into_iter()
-        .find(|r| r.purpose == "provider:openai:apiKey")
-        .unwrap();
+    let row = crate::common::identity_row(&child, "provider:openai:apiKey").unwrap();
     assert_ne!(
         row.encryption_algo, "plain",
         "sealed into the child's envelope"

@@ -2,7 +2,8 @@
 //! `fs_delete` for the model, unauthorized code and authorized code (FIL-04..FIL-19, TOL-15..25).
 use crate::common;
 
-use adf_runtime::tools::{ErrorCode, ToolCaller};
+use adf_runtime::tools::approval::{ApproveAll, DenyAll};
+use adf_runtime::tools::{Approver, ErrorCode, ToolCaller};
 use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
 use base64::Engine as _;
 use common::{authorized, call, call_approved, code, digest, model, new_agent, refused};
@@ -158,37 +159,40 @@ fn fil_04_readme_delete_asks_the_owner_refuses_code_and_lets_authorized_code() {
         "code gets a hard error and no approval task"
     );
 
-    let result = call(
-        &mut file,
-        &authorized(),
+    deletes_readme_overriding(&mut file, &authorized(), &DenyAll, "authorized code");
+    assert_eq!(bypass_logs(&file, "README.md"), 1);
+}
+
+/// `fs_delete README.md` (no_delete) as `caller` succeeds, says whose authority overrode the
+/// protection (`how`), and the file is gone.
+fn deletes_readme_overriding(
+    file: &mut AdfFile,
+    caller: &ToolCaller,
+    approver: &dyn Approver,
+    how: &str,
+) {
+    let result = common::call_with(
+        file,
+        caller,
         "fs_delete",
         json!({ "path": "README.md" }),
+        approver,
     )
     .unwrap();
     assert_eq!(
         result,
-        json!("Deleted README.md (⚠ protection override: no_delete, authorized code).")
+        json!(format!(
+            "Deleted README.md (⚠ protection override: no_delete, {how})."
+        ))
     );
-    assert!(content_of(&file, "README.md").is_none());
-    assert_eq!(bypass_logs(&file, "README.md"), 1);
+    assert!(content_of(file, "README.md").is_none());
 }
 
 #[test]
 fn fil_04_owner_approved_readme_delete_succeeds_once() {
     let (_dir, _path, mut file) = new_agent();
     common::enable(&mut file, "fs_delete");
-    let result = call_approved(
-        &mut file,
-        &model(),
-        "fs_delete",
-        json!({ "path": "README.md" }),
-    )
-    .unwrap();
-    assert_eq!(
-        result,
-        json!("Deleted README.md (⚠ protection override: no_delete, owner-approved).")
-    );
-    assert!(content_of(&file, "README.md").is_none());
+    deletes_readme_overriding(&mut file, &model(), &ApproveAll, "owner-approved");
     let recorded = tasks(&file);
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].1, "completed");

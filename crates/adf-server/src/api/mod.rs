@@ -134,7 +134,20 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/umbilical/events",
             get(crate::serving::umbilical_events),
         )
-        // Turns, their history and the owner's answers to them (hil.rs holds the waits).
+        .merge(turn_and_studio_routes())
+        .merge(more_routes())
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::frontdoor::front_door,
+        ))
+        .with_state(state)
+}
+
+/// Turns, their history and the owner's answers to them (hil.rs holds the waits); the Studio:
+/// its page (adf-studio's embedded assets at `/`) and its own routes.
+fn turn_and_studio_routes() -> Router<AppState> {
+    Router::new()
         .route(
             "/agents/{id}/chat",
             get(agents::chat_read)
@@ -153,7 +166,6 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/suspend/respond",
             post(agents::suspend_respond),
         )
-        // The Studio: its page (adf-studio's embedded assets at `/`) and its own routes.
         .merge(adf_studio::router())
         .route("/studio/api/fleet", get(studio::fleet))
         .route("/studio/api/agents", post(studio::create))
@@ -164,13 +176,48 @@ pub fn router(state: AppState) -> Router {
             "/runtime/providers/{providerId}/test",
             post(provider_test::test_provider),
         )
-        .merge(more_routes())
-        .fallback(not_found)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::frontdoor::front_door,
-        ))
-        .with_state(state)
+}
+
+/// The agent's identity: DID, keys, password and the values kept per purpose.
+fn identity_routes() -> Router<AppState> {
+    Router::new()
+        .route("/agents/{id}/identities", get(identity::identities))
+        .route("/agents/{id}/identity", get(identity::purpose_names))
+        .route("/agents/{id}/identity/entries", get(identity::identities))
+        .route("/agents/{id}/identity/did", get(identity::did))
+        .route(
+            "/agents/{id}/identity/password",
+            get(identity::password_status)
+                .put(identity::password_set)
+                .delete(identity::password_remove),
+        )
+        .route(
+            "/agents/{id}/identity/password/unlock",
+            post(identity::password_unlock),
+        )
+        .route(
+            "/agents/{id}/identity/password/change",
+            post(identity::password_change),
+        )
+        .route(
+            "/agents/{id}/identity/generate-keys",
+            post(identity::generate_keys),
+        )
+        .route("/agents/{id}/identity/wipe", post(identity::wipe))
+        .route(
+            "/agents/{id}/identity/{purpose}",
+            get(identity::value_get)
+                .put(identity::value_put)
+                .delete(identity::value_delete),
+        )
+        .route(
+            "/agents/{id}/identity/{purpose}/code-access",
+            patch(identity::code_access),
+        )
+        .route(
+            "/agents/{id}/identity-prefix",
+            delete(identity::prefix_delete),
+        )
 }
 
 /// The operations added with the Studio issue: the agent's other contents, runtime and
@@ -210,43 +257,7 @@ fn more_routes() -> Router<AppState> {
             "/agents/{id}/runtime/adapters",
             get(runtime::agent_adapters).post(adapters_later),
         )
-        .route("/agents/{id}/identities", get(identity::identities))
-        .route("/agents/{id}/identity", get(identity::purpose_names))
-        .route("/agents/{id}/identity/entries", get(identity::identities))
-        .route("/agents/{id}/identity/did", get(identity::did))
-        .route(
-            "/agents/{id}/identity/password",
-            get(identity::password_status)
-                .put(identity::password_set)
-                .delete(identity::password_remove),
-        )
-        .route(
-            "/agents/{id}/identity/password/unlock",
-            post(identity::password_unlock),
-        )
-        .route(
-            "/agents/{id}/identity/password/change",
-            post(identity::password_change),
-        )
-        .route(
-            "/agents/{id}/identity/generate-keys",
-            post(identity::generate_keys),
-        )
-        .route("/agents/{id}/identity/wipe", post(identity::wipe))
-        .route(
-            "/agents/{id}/identity/{purpose}",
-            get(identity::value_get)
-                .put(identity::value_put)
-                .delete(identity::value_delete),
-        )
-        .route(
-            "/agents/{id}/identity/{purpose}/code-access",
-            patch(identity::code_access),
-        )
-        .route(
-            "/agents/{id}/identity-prefix",
-            delete(identity::prefix_delete),
-        )
+        .merge(identity_routes())
         .route("/agents/{id}/providers", post(attach::provider_attach))
         .route(
             "/agents/{id}/providers/{provider_id}",

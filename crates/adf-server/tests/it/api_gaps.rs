@@ -4,7 +4,7 @@
 use crate::common;
 
 use adf_testkit::{MockProvider, Wire};
-use common::{Harness, agent_file, provision_identity, status};
+use common::{Harness, agent_file, assert_status, provision_identity, status};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -37,14 +37,14 @@ async fn idn_15_delete_identity_password_removes_the_password_slot_and_keeps_the
     provision_identity(&h, &path);
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     let base = format!("/agents/{}", agent.id);
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/identity/app:token"),
-        Some(json!({ "value": "kept-secret" })),
+        Some(&json!({ "value": "kept-secret" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
 
     // Nothing to remove yet: success, removed false, nothing written.
     let (code, body) = status(
@@ -60,14 +60,14 @@ async fn idn_15_delete_identity_password_removes_the_password_slot_and_keeps_the
         "{body}"
     );
 
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/identity/password"),
-        Some(json!({ "password": "share-pass" })),
+        Some(&json!({ "password": "share-pass" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
     let kinds = credential_slot_kinds(&h, &agent.id).await;
     assert!(kinds.iter().any(|k| k == "password"), "{kinds:?}");
 
@@ -95,14 +95,14 @@ async fn idn_15_delete_identity_password_removes_the_password_slot_and_keeps_the
         "{kinds:?}"
     );
     // The password no longer opens anything; the credential is still readable here.
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/identity/password/unlock"),
-        Some(json!({ "password": "share-pass" })),
+        Some(&json!({ "password": "share-pass" })),
+        400,
     )
     .await;
-    assert_eq!(code, 400);
     let listed = h
         .client
         .get(&format!("{base}/identity"))
@@ -129,14 +129,14 @@ async fn api_runtime_models_lists_the_vendors_models_with_the_runtime_key() {
         { "id": "ant", "type": "anthropic", "baseUrl": anthropic.base_url(), "apiKey": "sk-ant-key" },
         { "id": "badkey", "type": "openai-compatible", "baseUrl": openai.base_url(), "apiKey": "wrong" },
     ]);
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         "/settings/providers",
-        Some(json!({ "value": providers })),
+        Some(&json!({ "value": providers })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
 
     let listed = h
         .client

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{Harness, agent_file, provision_identity, status, text_column, wait_for};
+use common::{
+    Harness, agent_file, assert_status, provision_identity, status, text_column, wait_for,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -146,14 +148,14 @@ async fn api_document_and_mind_round_trip_through_readme_and_mind_md() {
     let mind = h.client.get(&format!("{base}/mind")).await.unwrap();
     assert_eq!(mind["content"], "remember");
 
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/mind"),
-        Some(json!({ "text": 1 })),
+        Some(&json!({ "text": 1 })),
+        400,
     )
     .await;
-    assert_eq!(code, 400);
     let (code, _) = status(&h, Method::GET, "/agents/nope/document", None).await;
     assert_eq!(code, 404);
     h.stop().await;
@@ -200,22 +202,22 @@ async fn api_files_rename_and_rename_folder_move_rows_and_refuse_protected_or_ta
     )
     .await;
     assert_eq!(code, 403, "README.md is no_delete");
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/files/rename"),
-        Some(rename("gone.md", "y.md")),
+        Some(&rename("gone.md", "y.md")),
+        404,
     )
     .await;
-    assert_eq!(code, 404);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/files/rename"),
-        Some(json!({ "oldPath": "kept.md" })),
+        Some(&json!({ "oldPath": "kept.md" })),
+        400,
     )
     .await;
-    assert_eq!(code, 400);
 
     let (code, body) = status(
         &h,
@@ -237,14 +239,14 @@ async fn api_files_rename_and_rename_folder_move_rows_and_refuse_protected_or_ta
         "{paths:?}"
     );
     assert!(!paths.iter().any(|p| p.starts_with("notes/")), "{paths:?}");
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/files/rename-folder"),
-        Some(json!({ "oldPrefix": "nothing-here", "newPrefix": "x" })),
+        Some(&json!({ "oldPrefix": "nothing-here", "newPrefix": "x" })),
+        404,
     )
     .await;
-    assert_eq!(code, 404);
     h.stop().await;
 }
 
@@ -284,30 +286,30 @@ async fn api_local_tables_list_page_and_drop_only_local_tables() {
     assert_eq!(code, 400, "system tables are not listed here");
     let (code, _) = status(&h, Method::DELETE, &format!("{base}/tables/adf_logs"), None).await;
     assert_eq!(code, 400);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::DELETE,
         &format!("{base}/tables/local_orders"),
         None,
+        200,
     )
     .await;
-    assert_eq!(code, 200);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::GET,
         &format!("{base}/tables/local_orders"),
         None,
+        404,
     )
     .await;
-    assert_eq!(code, 404);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::DELETE,
         &format!("{base}/tables/local_orders"),
         None,
+        404,
     )
     .await;
-    assert_eq!(code, 404);
     h.stop().await;
 }
 
@@ -392,14 +394,14 @@ async fn api_timer_update_rewrites_schedule_and_keeps_the_id() {
         .await
         .unwrap();
     let timer = added["id"].as_i64().unwrap();
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/timers/{timer}"),
-        Some(json!({ "mode": "interval", "every_ms": 120000, "payload": "second" })),
+        Some(&json!({ "mode": "interval", "every_ms": 120000, "payload": "second" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
     let timers = h.client.get(&format!("{base}/timers")).await.unwrap();
     let row = timers["timers"]
         .as_array()
@@ -411,22 +413,22 @@ async fn api_timer_update_rewrites_schedule_and_keeps_the_id() {
     assert_eq!(row["payload"], "second");
     assert_eq!(row["schedule"]["mode"], "interval");
     assert_eq!(row["schedule"]["every_ms"], 120000);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/timers/{timer}"),
-        Some(json!({ "mode": "bogus" })),
+        Some(&json!({ "mode": "bogus" })),
+        400,
     )
     .await;
-    assert_eq!(code, 400);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/timers/999"),
-        Some(json!({ "mode": "interval", "every_ms": 60000 })),
+        Some(&json!({ "mode": "interval", "every_ms": 60000 })),
+        404,
     )
     .await;
-    assert_eq!(code, 404);
     h.stop().await;
 }
 
@@ -699,22 +701,22 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
     let base = format!("/agents/{}", agent.id);
     let secret = "very-secret-value-123";
 
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/identity/app:token"),
-        Some(json!({ "value": secret })),
+        Some(&json!({ "value": secret })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/providers/openai/credential"),
-        Some(json!({ "value": secret })),
+        Some(&json!({ "value": secret })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
     let (code, body) = status(
         &h,
         Method::PUT,
@@ -756,14 +758,14 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
         (403, json!("SECRET_NOT_EXPORTED"))
     );
 
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::PATCH,
         &format!("{base}/identity/app:token/code-access"),
-        Some(json!({ "code_access": true })),
+        Some(&json!({ "code_access": true })),
+        200,
     )
     .await;
-    assert_eq!(code, 200);
     let entries = h.client.get(&format!("{base}/identities")).await.unwrap();
     let token = entries["identities"]
         .as_array()
@@ -783,14 +785,14 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
         (before["needsPassword"].clone(), before["unlocked"].clone()),
         (json!(false), json!(true))
     );
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::PUT,
         &format!("{base}/identity/password"),
-        Some(json!({ "password": "share-pass" })),
+        Some(&json!({ "password": "share-pass" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
     assert_eq!(
         h.client
             .get(&format!("{base}/identity/password"))
@@ -810,23 +812,23 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
         (400, json!("WRONG_PASSWORD")),
         "{body}"
     );
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/identity/password/unlock"),
-        Some(json!({ "password": "share-pass" })),
+        Some(&json!({ "password": "share-pass" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
 
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/identity/password/change"),
-        Some(json!({ "newPassword": "second-pass" })),
+        Some(&json!({ "newPassword": "second-pass" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
     let (code, _) = status(
         &h,
         Method::POST,
@@ -835,14 +837,14 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
     )
     .await;
     assert_eq!(code, 400, "the old password no longer opens it");
-    let (code, body) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/identity/password/unlock"),
-        Some(json!({ "password": "second-pass" })),
+        Some(&json!({ "password": "second-pass" })),
+        200,
     )
     .await;
-    assert_eq!(code, 200, "{body}");
 
     for (path, name_key, name) in [
         ("mcp/credentials", "npmPackage", "@x/files"),
@@ -887,22 +889,22 @@ async fn idn_28_identity_and_credentials_over_http_never_return_a_value() {
         .await
         .unwrap();
     assert_eq!(deleted["deleted"], 1);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::DELETE,
         &format!("{base}/identity/app:token"),
         None,
+        200,
     )
     .await;
-    assert_eq!(code, 200);
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::DELETE,
         &format!("{base}/identity/app:token"),
         None,
+        404,
     )
     .await;
-    assert_eq!(code, 404);
 
     h.client
         .post(&format!("{base}/identity/wipe"), None)
@@ -951,14 +953,14 @@ async fn api_providers_and_mcp_servers_attach_and_detach_through_the_config() {
     )
     .await;
     assert_eq!(code, 400, "keys never go into the config");
-    let (code, _) = status(
+    assert_status(
         &h,
         Method::POST,
         &format!("{base}/providers"),
-        Some(json!({ "id": "bad", "type": "carrier-pigeon" })),
+        Some(&json!({ "id": "bad", "type": "carrier-pigeon" })),
+        400,
     )
     .await;
-    assert_eq!(code, 400);
     h.client
         .delete(&format!("{base}/providers/local"))
         .await

@@ -20,16 +20,11 @@ async fn running(h: &Harness, agent: &Agent) -> Value {
         .clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stl_04_mcp_server_starts_on_first_call_and_stops_when_the_agent_goes_off() {
-    let mock = MockProvider::start(Wire::OpenAi).await;
-    mock.push_all([
-        Turn::tool_call("mcp_bad_echo", json!({"text": "from the daemon"})),
-        Turn::text("echoed"),
-    ]);
-    let h = Harness::start().await;
+/// An agent config on `mock` with adf-mcp's misbehaving test server attached as `bad` and its
+/// `mcp_bad_echo` declared.
+fn misbehaving_config(mock: &MockProvider) -> Vec<(&'static str, Value)> {
     let script = repo_root().join("crates/adf-mcp/tests/it/servers/misbehaving.py");
-    let mut config = model_config(&mock);
+    let mut config = model_config(mock);
     config.push((
         "mcp",
         json!({"servers": [{"name": "bad", "transport": "stdio", "command": "python3", "args": [script.display().to_string()], "source": "custom"}]}),
@@ -39,6 +34,18 @@ async fn stl_04_mcp_server_starts_on_first_call_and_stops_when_the_agent_goes_of
         json!([{"name": "mcp_bad_echo", "enabled": true, "visible": true, "restricted": false,
                 "mcp_tool_definition": {"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}}]),
     ));
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stl_04_mcp_server_starts_on_first_call_and_stops_when_the_agent_goes_off() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("mcp_bad_echo", json!({"text": "from the daemon"})),
+        Turn::text("echoed"),
+    ]);
+    let h = Harness::start().await;
+    let config = misbehaving_config(&mock);
     let path = agent_file(h.dir.path(), "mcp-user", &[], &config);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     assert_eq!(
@@ -148,17 +155,7 @@ async fn stl_04_model_sys_set_state_off_stops_the_agents_mcp_servers() {
         Turn::tool_call("sys_set_state", json!({"state": "off"})),
     ]);
     let h = Harness::start().await;
-    let script = repo_root().join("crates/adf-mcp/tests/it/servers/misbehaving.py");
-    let mut config = model_config(&mock);
-    config.push((
-        "mcp",
-        json!({"servers": [{"name": "bad", "transport": "stdio", "command": "python3", "args": [script.display().to_string()], "source": "custom"}]}),
-    ));
-    config.push((
-        "tools",
-        json!([{"name": "mcp_bad_echo", "enabled": true, "visible": true, "restricted": false,
-                "mcp_tool_definition": {"description": "Echoes text.", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}}]),
-    ));
+    let config = misbehaving_config(&mock);
     let path = agent_file(h.dir.path(), "mcp-off", &[], &config);
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
 

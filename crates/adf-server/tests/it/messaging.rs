@@ -387,33 +387,25 @@ async fn msg_10_msg_11_msg_14_msg_15_msg_17_msg_32_msg_33_ingress_applies_the_re
         json!({ "owner": "did:key:z6MkReal" }),
         json!({}),
     );
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/open/inbox", Some(&signed))
-        .await
-        .unwrap();
-    assert_eq!(status, 202);
+    crate::common::assert_status(&h, Method::POST, "/agents/open/inbox", Some(&signed), 202).await;
     let rows_now = rows(&open, Mailbox::Inbox).await;
     assert!(rows_now.iter().any(|r| r["owner"] == "did:key:z6MkReal"));
 
     // MSG-11: allow_unsigned false refuses an unsigned message.
     let (unsigned, _) = foreign_message(&did(&strict).await, false, json!({}), json!({}));
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/strict/inbox", Some(&unsigned))
-        .await
-        .unwrap();
-    assert_eq!(status, 403);
+    crate::common::assert_status(
+        &h,
+        Method::POST,
+        "/agents/strict/inbox",
+        Some(&unsigned),
+        403,
+    )
+    .await;
     assert!(rows(&strict, Mailbox::Inbox).await.is_empty());
 
     // MSG-33: receive false is off the mesh.
     let (msg, _) = foreign_message(&did(&deaf).await, true, json!({}), json!({}));
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/deaf/inbox", Some(&msg))
-        .await
-        .unwrap();
-    assert_eq!(status, 404);
+    crate::common::assert_status(&h, Method::POST, "/agents/deaf/inbox", Some(&msg), 404).await;
 
     // MSG-32: block_list refuses the listed sender; a non-empty allow_list admits only its
     // own and refuses messages without a sender DID.
@@ -477,22 +469,19 @@ async fn msg_10_msg_11_msg_14_msg_15_msg_17_msg_32_msg_33_ingress_applies_the_re
     }
     let mut sender_less = foreign_message(&exclusive_did, false, json!({}), json!({})).0;
     sender_less["from"] = json!("some-handle");
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/exclusive/inbox", Some(&sender_less))
-        .await
-        .unwrap();
-    assert_eq!(status, 403);
+    crate::common::assert_status(
+        &h,
+        Method::POST,
+        "/agents/exclusive/inbox",
+        Some(&sender_less),
+        403,
+    )
+    .await;
     assert_eq!(rows(&picky, Mailbox::Inbox).await.len(), 1);
     assert_eq!(rows(&exclusive, Mailbox::Inbox).await.len(), 1);
     let (msg, _) = foreign_message(&open_did, true, json!({}), json!({}));
     // Unknown recipients are 404 (reference behaviour).
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/nobody/inbox", Some(&msg))
-        .await
-        .unwrap();
-    assert_eq!(status, 404);
+    crate::common::assert_status(&h, Method::POST, "/agents/nobody/inbox", Some(&msg), 404).await;
     h.stop().await;
 }
 
@@ -702,12 +691,7 @@ export async function main(event) {
     // The card route serves the same signed card to a loopback requester.
     let served: Value = h.client.get("/agents/monitor/card").await.unwrap();
     adf_crypto::verify_card(&served).unwrap();
-    let (status, _) = h
-        .client
-        .raw(Method::GET, "/agents/hidden/card", None)
-        .await
-        .unwrap();
-    assert_eq!(status, 404);
+    crate::common::assert_status(&h, Method::GET, "/agents/hidden/card", None, 404).await;
     h.stop().await;
 }
 

@@ -13,8 +13,7 @@ use adf_runtime::tools::approval::ApproveAll;
 use adf_runtime::tools::{ToolCaller, ToolRegistry};
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, FileProtection, FileWrite};
-use common::{Harness, agent_file, drained, text_column};
-use reqwest::Method;
+use common::{Harness, agent_file, drained, put_file, text_column};
 use serde_json::json;
 
 /// Writes `seen/<random>.md` holding the path the event names.
@@ -81,21 +80,6 @@ fn write(file: &mut AdfFile, path: &str, content: &str) {
         &FileWrite::default(),
     )
     .unwrap();
-}
-
-async fn put_file(h: &Harness, agent: &Agent, path: &str, content: &str) {
-    h.client
-        .call(
-            Method::PUT,
-            &format!(
-                "/agents/{}/files/content?path={}",
-                agent.id,
-                path.replace('/', "%2F")
-            ),
-            Some(&json!({ "content": content })),
-        )
-        .await
-        .unwrap();
 }
 
 /// The contents of the agent's files under `prefix`, sorted.

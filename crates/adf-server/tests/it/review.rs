@@ -224,25 +224,17 @@ async fn a_security_relevant_change_needs_review_again_and_a_load_without_requir
     assert_eq!(loaded_ids(&h).await, ["changing01"]);
 
     // Bad requests.
-    let (status, _) = h
-        .client
-        .raw(Method::GET, "/agents/review", None)
-        .await
-        .unwrap();
-    assert_eq!(status, 400);
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/review/accept", Some(&json!({})))
-        .await
-        .unwrap();
-    assert_eq!(status, 400);
+    crate::common::assert_status(&h, Method::GET, "/agents/review", None, 400).await;
+    crate::common::assert_status(
+        &h,
+        Method::POST,
+        "/agents/review/accept",
+        Some(&json!({})),
+        400,
+    )
+    .await;
     let missing = h.dir.path().join("agents/missing.adf");
-    let (status, _) = h
-        .client
-        .raw(Method::GET, &review_path(&missing), None)
-        .await
-        .unwrap();
-    assert_eq!(status, 404);
+    crate::common::assert_status(&h, Method::GET, &review_path(&missing), None, 404).await;
     assert!(!missing.exists(), "a review never creates a file");
     h.stop().await;
 }
@@ -394,12 +386,7 @@ async fn tracked_directories_come_from_the_settings_start_reviewed_agents_and_se
     assert_eq!(body["loaded"], true);
     assert_eq!(body["agent"]["id"], "other01");
     assert_eq!(loaded_ids(&h).await, ["other01", "tracked01"]);
-    let (status, _) = h
-        .client
-        .raw(Method::POST, "/agents/nobody/start", None)
-        .await
-        .unwrap();
-    assert_eq!(status, 404);
+    crate::common::assert_status(&h, Method::POST, "/agents/nobody/start", None, 404).await;
     h.stop().await;
 }
 

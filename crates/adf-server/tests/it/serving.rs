@@ -657,6 +657,26 @@ async fn ws_json(socket: &mut Socket) -> Value {
     serde_json::from_str(&ws_next(socket).await.unwrap()).unwrap()
 }
 
+/// The agent `handle`'s file with `source` as its one file and one WS route at `route` whose
+/// lambda is the source's `on`, plus the `extra` config.
+fn ws_lambda_agent(
+    h: &Harness,
+    handle: &str,
+    source: (&str, &str),
+    route: &str,
+    extra: &[(&str, Value)],
+) -> std::path::PathBuf {
+    let mut config = vec![
+        ("handle", json!(handle)),
+        (
+            "serving.api",
+            json!([{ "method": "WS", "path": route, "lambda": format!("{}:on", source.0) }]),
+        ),
+    ];
+    config.extend(extra.iter().cloned());
+    agent_file(h.dir.path(), handle, &[source], &config)
+}
+
 const WS_LAMBDA: &str = r#"
 export async function on(event) {
   if (event.type === "close") {
@@ -670,18 +690,7 @@ export async function on(event) {
 #[tokio::test]
 async fn srv_04_srv_13_a_ws_route_lambda_gets_open_message_and_close_events() {
     let h = Harness::start().await;
-    let path = agent_file(
-        h.dir.path(),
-        "web",
-        &[("lib/ws.ts", WS_LAMBDA)],
-        &[
-            ("handle", json!("web")),
-            (
-                "serving.api",
-                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
-            ),
-        ],
-    );
+    let path = ws_lambda_agent(&h, "web", ("lib/ws.ts", WS_LAMBDA), "/live", &[]);
     let agent = load(&h, &path).await;
     let mut socket = ws_open(&h, "/agents/web/live").await;
     let open = ws_json(&mut socket).await;
@@ -799,18 +808,12 @@ export async function on(e) {
 #[tokio::test]
 async fn srv_31_a_ws_lambda_answers_with_ws_send_on_its_own_connection() {
     let h = Harness::start().await;
-    let path = agent_file(
-        h.dir.path(),
+    let path = ws_lambda_agent(
+        &h,
         "web",
-        &[("lib/echo.ts", WS_ECHO)],
-        &[
-            ("handle", json!("web")),
-            (
-                "serving.api",
-                json!([{ "method": "WS", "path": "/echo", "lambda": "lib/echo.ts:on" }]),
-            ),
-            ("tools.ws_send.enabled", json!(true)),
-        ],
+        ("lib/echo.ts", WS_ECHO),
+        "/echo",
+        &[("tools.ws_send.enabled", json!(true))],
     );
     load(&h, &path).await;
     let mut socket = ws_open(&h, "/agents/web/echo").await;
@@ -912,18 +915,12 @@ fn client_key() -> adf_crypto::SigningKey {
 #[tokio::test]
 async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsigned_ones() {
     let h = Harness::start().await;
-    let strict_path = agent_file(
-        h.dir.path(),
+    let strict_path = ws_lambda_agent(
+        &h,
         "strict",
-        &[("lib/ws.ts", WS_LAMBDA)],
-        &[
-            ("handle", json!("strict")),
-            ("security.allow_unsigned", json!(false)),
-            (
-                "serving.api",
-                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
-            ),
-        ],
+        ("lib/ws.ts", WS_LAMBDA),
+        "/live",
+        &[("security.allow_unsigned", json!(false))],
     );
     {
         // An identity, so the answer carries the agent's own signature (mutual, MSG-51).
@@ -975,18 +972,7 @@ async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsig
     }
 
     // allow_unsigned (the default): an auth frame is optional and taken unverified.
-    let open_path = agent_file(
-        h.dir.path(),
-        "open",
-        &[("lib/ws.ts", WS_LAMBDA)],
-        &[
-            ("handle", json!("open")),
-            (
-                "serving.api",
-                json!([{ "method": "WS", "path": "/live", "lambda": "lib/ws.ts:on" }]),
-            ),
-        ],
-    );
+    let open_path = ws_lambda_agent(&h, "open", ("lib/ws.ts", WS_LAMBDA), "/live", &[]);
     load(&h, &open_path).await;
     let mut lax = ws_open(&h, "/agents/open/live").await;
     assert_eq!(ws_json(&mut lax).await["type"], "open");
@@ -1004,6 +990,35 @@ async fn msg_51_msg_52_the_ws_handshake_verifies_signed_clients_and_stamps_unsig
 // ---------------------------------------------------------------------------------------------
 // Outbound WebSockets (§5.15)
 
+/// Completes a peer runtime's side of the WebSocket handshake on `stream` (MSG-51): the
+/// client's auth frame verified, answered with `key`'s signature. The socket and the client's
+/// proven identity; `None` when the first frame is not a valid auth frame.
+async fn authenticated_client(
+    stream: tokio::net::TcpStream,
+    key: &adf_crypto::SigningKey,
+) -> Option<(
+    tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    adf_net::handshake::ClientAuth,
+)> {
+    let server_did = adf_crypto::did_from_public(&key.verifying_key());
+    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+    let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+        return None;
+    };
+    let frame: Value = serde_json::from_str(&text).unwrap();
+    let auth = adf_net::handshake::verify_client(&frame, adf_store::time::now_ms()).ok()?;
+    let signature = adf_crypto::sign(
+        key,
+        &adf_net::handshake::server_signed_bytes(&server_did, &auth),
+    );
+    let answer = adf_net::handshake::success(&auth, Some((server_did, signature)));
+    socket
+        .send(WsMessage::Text(answer.to_string().into()))
+        .await
+        .unwrap();
+    Some((socket, auth))
+}
+
 /// A peer runtime on 127.0.0.1: checks each connection's auth frame, answers with its own
 /// signature, sends `message` and reports the client's ack, then hangs up (so the client
 /// reconnects). Each accepted handshake's client DID goes to `seen`.
@@ -1014,27 +1029,11 @@ async fn peer_server(
 ) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let server_did = adf_crypto::did_from_public(&key.verifying_key());
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-            let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+            let Some((mut socket, auth)) = authenticated_client(stream, &key).await else {
                 continue;
             };
-            let frame: Value = serde_json::from_str(&text).unwrap();
-            let Ok(auth) = adf_net::handshake::verify_client(&frame, adf_store::time::now_ms())
-            else {
-                continue;
-            };
-            let signature = adf_crypto::sign(
-                &key,
-                &adf_net::handshake::server_signed_bytes(&server_did, &auth),
-            );
-            let answer = adf_net::handshake::success(&auth, Some((server_did.clone(), signature)));
-            socket
-                .send(WsMessage::Text(answer.to_string().into()))
-                .await
-                .unwrap();
             socket
                 .send(WsMessage::Text(message.to_string().into()))
                 .await
@@ -1136,25 +1135,11 @@ async fn peer_receiver(
 ) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let server_did = adf_crypto::did_from_public(&key.verifying_key());
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-            let Some(Ok(WsMessage::Text(text))) = socket.next().await else {
+            let Some((mut socket, _)) = authenticated_client(stream, &key).await else {
                 continue;
             };
-            let frame: Value = serde_json::from_str(&text).unwrap();
-            let auth =
-                adf_net::handshake::verify_client(&frame, adf_store::time::now_ms()).unwrap();
-            let signature = adf_crypto::sign(
-                &key,
-                &adf_net::handshake::server_signed_bytes(&server_did, &auth),
-            );
-            let answer = adf_net::handshake::success(&auth, Some((server_did.clone(), signature)));
-            socket
-                .send(WsMessage::Text(answer.to_string().into()))
-                .await
-                .unwrap();
             while let Some(Ok(frame)) = socket.next().await {
                 if let WsMessage::Text(text) = frame {
                     let message: Value = serde_json::from_str(&text).unwrap();
@@ -1585,6 +1570,25 @@ async fn send_through(h: &Harness, agent: &Agent, name: &str, args: Value) -> Va
     serde_json::from_str(&text[0]).unwrap()
 }
 
+/// Sends each `(agent, name, address, content)` to `recipient` through [`send_through`] and
+/// panics unless every one was delivered.
+async fn send_all_delivered(
+    h: &Harness,
+    recipient: &str,
+    sends: [(&Arc<Agent>, &str, &str, &str); 2],
+) {
+    for (agent, name, address, content) in sends {
+        let out = send_through(
+            h,
+            agent,
+            name,
+            json!({ "recipient": recipient, "address": address, "content": content }),
+        )
+        .await;
+        assert_eq!(out["status"], "delivered", "{name}: {out}");
+    }
+}
+
 /// The structure of a value: every scalar replaced by its type name, JSON text parsed first.
 fn shape(value: &Value) -> Value {
     match value {
@@ -1687,16 +1691,7 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
         (&ay, "ws1", unreachable, "level 1 over the socket"),
         (&sea, "http1", bee_inbox.as_str(), "level 1 over HTTP"),
     ];
-    for (agent, name, address, content) in sends {
-        let out = send_through(
-            &first,
-            agent,
-            name,
-            json!({ "recipient": bee_did, "address": address, "content": content }),
-        )
-        .await;
-        assert_eq!(out["status"], "delivered", "{name}: {out}");
-    }
+    send_all_delivered(&first, &bee_did, sends).await;
     let meta = assert_like_http(&bee, "level 1 over the socket", "level 1 over HTTP").await;
     assert_eq!(meta["payload_verified"], true, "{meta}");
     assert!(meta.get("payload_encrypted").is_none(), "{meta}");
@@ -1716,16 +1711,7 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
         (&ay, "ws2", unreachable, "level 2 over the socket"),
         (&sea, "http2", bee_inbox.as_str(), "level 2 over HTTP"),
     ];
-    for (agent, name, address, content) in sends {
-        let out = send_through(
-            &first,
-            agent,
-            name,
-            json!({ "recipient": bee_did, "address": address, "content": content }),
-        )
-        .await;
-        assert_eq!(out["status"], "delivered", "{name}: {out}");
-    }
+    send_all_delivered(&first, &bee_did, sends).await;
     let meta = assert_like_http(&bee, "level 2 over the socket", "level 2 over HTTP").await;
     assert_eq!(meta["payload_encrypted"], true, "{meta}");
     assert_eq!(meta["payload_verified"], true, "{meta}");

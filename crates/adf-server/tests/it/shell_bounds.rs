@@ -31,20 +31,7 @@ fn ensure_jq_worker() {
 
 /// The jq workers this process (the daemon runs in it) has alive (Linux `/proc`).
 fn live_workers() -> usize {
-    let me = std::process::id().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
-        .filter(|stat| {
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            head.ends_with("(adf-jq-worker") && rest.split_whitespace().nth(1) == Some(me.as_str())
-        })
-        .count()
+    adf_testkit::processes::live_children_named("adf-jq-worker")
 }
 
 fn content_path(agent: &Agent, path: &str) -> String {

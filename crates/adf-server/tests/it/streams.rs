@@ -8,10 +8,10 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use adf_testkit::sockets::{accept, listener, read_exactly, read_to_end};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn};
@@ -19,38 +19,6 @@ use common::{Harness, agent_file, chat, model_config, stored_config, wait_for};
 
 /// Only a hung test waits this long; no assertion depends on it.
 const SAFETY: Duration = Duration::from_secs(30);
-
-async fn listener() -> (TcpListener, u16) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    (listener, port)
-}
-
-async fn accept(listener: &TcpListener) -> TcpStream {
-    tokio::time::timeout(SAFETY, listener.accept())
-        .await
-        .expect("the binding connected")
-        .unwrap()
-        .0
-}
-
-async fn read_exactly(socket: &mut TcpStream, n: usize) -> Vec<u8> {
-    let mut got = vec![0; n];
-    tokio::time::timeout(SAFETY, socket.read_exact(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
-    got
-}
-
-async fn read_to_end(socket: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    tokio::time::timeout(SAFETY, socket.read_to_end(&mut got))
-        .await
-        .expect("the binding closed the socket")
-        .unwrap();
-    got
-}
 
 fn tcp(port: u16) -> Value {
     json!({ "kind": "tcp", "host": "127.0.0.1", "port": port })

@@ -60,12 +60,7 @@ async fn studio_fleet_pages_filters_and_fills_each_row() {
     assert_eq!(row["unreadInbox"], 0);
     assert_eq!(row["busy"], false);
 
-    let (status, _) = h
-        .client
-        .raw(Method::GET, "/studio/api/fleet?limit=many", None)
-        .await
-        .unwrap();
-    assert_eq!(status, 400);
+    crate::common::assert_status(&h, Method::GET, "/studio/api/fleet?limit=many", None, 400).await;
     h.stop().await;
 }
 
@@ -151,12 +146,14 @@ async fn studio_download_is_a_whole_copy_of_the_agent_file() {
     assert_eq!(stored.content, b"kept");
     drop(file);
 
-    let (status, _) = h
-        .client
-        .raw(Method::GET, "/studio/api/agents/nobody/download", None)
-        .await
-        .unwrap();
-    assert_eq!(status, 404);
+    crate::common::assert_status(
+        &h,
+        Method::GET,
+        "/studio/api/agents/nobody/download",
+        None,
+        404,
+    )
+    .await;
     h.stop().await;
 }
 
@@ -278,19 +275,10 @@ async fn studio_fork_copies_the_agent_into_a_new_file_with_its_own_identity() {
         .await
         .unwrap();
     assert_eq!(file["content"], "mid-task");
-    let did = |id: String| {
-        let client = &h.client;
-        async move {
-            client
-                .get(&format!("/agents/{id}/identity/did"))
-                .await
-                .unwrap()["did"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
-    let (parent_did, fork_did) = (did(parent.clone()).await, did(id.to_owned()).await);
+    let (parent_did, fork_did) = (
+        crate::common::did_of(&h, &parent).await,
+        crate::common::did_of(&h, id).await,
+    );
     assert!(fork_did.starts_with("did:key:"), "{fork_did}");
     assert_ne!(parent_did, fork_did);
     assert_eq!(fork["did"], fork_did);

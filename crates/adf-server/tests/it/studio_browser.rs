@@ -252,16 +252,8 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     assert_eq!(c.current_url().await.unwrap().path(), "/");
 
     // Fleet: create an agent.
-    css(&c, "#create-name")
-        .await
-        .send_keys("Studio Scout")
-        .await
-        .unwrap();
-    css(&c, "#create-description")
-        .await
-        .send_keys("made in the browser test")
-        .await
-        .unwrap();
+    fill(&c, "#create-name", "Studio Scout").await;
+    fill(&c, "#create-description", "made in the browser test").await;
     click(&c, "#create-submit").await;
     until(
         &c,
@@ -315,11 +307,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     until(&c, "the live feed to connect", "window.studioMetrics.connected['/studio/api/agents/' + location.hash.split('/')[2] + '/live']").await;
-    css(&c, "#chat-input")
-        .await
-        .send_keys("hello")
-        .await
-        .unwrap();
+    fill(&c, "#chat-input", "hello").await;
     click(&c, "#chat-send").await;
     until(
         &c,
@@ -354,11 +342,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     shot(&c, &shots, "2-chat-streamed").await;
 
     // Approval: the restricted call waits; the owner approves it inline.
-    css(&c, "#chat-input")
-        .await
-        .send_keys("update your description")
-        .await
-        .unwrap();
+    fill(&c, "#chat-input", "update your description").await;
     click(&c, "#chat-send").await;
     css(&c, "button[data-approve]").await;
     assert!(
@@ -404,11 +388,7 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    css(&c, "#chat-input")
-        .await
-        .send_keys("make the report")
-        .await
-        .unwrap();
+    fill(&c, "#chat-input", "make the report").await;
     click(&c, "#chat-send").await;
     css(&c, "input[data-ask-input]").await;
     assert!(
@@ -559,16 +539,8 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     c.goto(&format!("{base}/#/agent/{}/timers", agent.id))
         .await
         .unwrap();
-    css(&c, "#timer-value")
-        .await
-        .send_keys("not a number")
-        .await
-        .unwrap();
-    css(&c, "#timer-value")
-        .await
-        .send_keys("\u{E007}")
-        .await
-        .unwrap();
+    fill(&c, "#timer-value", "not a number").await;
+    fill(&c, "#timer-value", "\u{E007}").await;
     until(
         &c,
         "the timer error",
@@ -578,16 +550,8 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
     let value = css(&c, "#timer-value").await;
     value.clear().await.unwrap();
     value.send_keys("3600000").await.unwrap();
-    css(&c, "#timer-payload")
-        .await
-        .send_keys("hourly check")
-        .await
-        .unwrap();
-    css(&c, "#timer-value")
-        .await
-        .send_keys("\u{E007}")
-        .await
-        .unwrap();
+    fill(&c, "#timer-payload", "hourly check").await;
+    fill(&c, "#timer-value", "\u{E007}").await;
     wait_for("the stored timer", || async {
         h.client
             .get(&format!("/agents/{}/timers", agent.id))
@@ -691,16 +655,8 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         "document.querySelector('#identity-status dd code')",
     )
     .await;
-    css(&c, "#cred-purpose")
-        .await
-        .send_keys("mcp:studio-probe:TOKEN")
-        .await
-        .unwrap();
-    css(&c, "#cred-value")
-        .await
-        .send_keys("s3cret-never-shown")
-        .await
-        .unwrap();
+    fill(&c, "#cred-purpose", "mcp:studio-probe:TOKEN").await;
+    fill(&c, "#cred-value", "s3cret-never-shown").await;
     click(&c, "#cred-submit").await;
     until(
         &c,
@@ -847,19 +803,10 @@ async fn studio_drives_fleet_chat_approval_ask_files_config_identity_runtime_for
         .await
         .unwrap();
     assert_eq!(copied["content"], "hello");
-    let did = |id: String| {
-        let client = &h.client;
-        async move {
-            client
-                .get(&format!("/agents/{id}/identity/did"))
-                .await
-                .unwrap()["did"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
-    let (parent_did, fork_did) = (did(agent.id.clone()).await, did(fork.id.clone()).await);
+    let (parent_did, fork_did) = (
+        crate::common::did_of(&h, &agent.id).await,
+        crate::common::did_of(&h, &fork.id).await,
+    );
     assert!(fork_did.starts_with("did:"), "{fork_did}");
     assert_ne!(parent_did, fork_did);
     shot(&c, &shots, "7e-forked").await;

@@ -17,25 +17,11 @@ use adf_server::Agent;
 use adf_server::dispatch::QUEUE_CAPACITY;
 use adf_testkit::{MockProvider, Turn, Wire};
 use common::{
-    Harness, agent_file, chat, drained, loop_texts, model_config, paths, set_state, wait_for,
+    Harness, agent_file, chat, drained, loop_texts, model_config, paths, put_file, set_state,
+    wait_for,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
-
-async fn put_file(h: &Harness, agent: &Agent, path: &str, content: &str) {
-    h.client
-        .call(
-            Method::PUT,
-            &format!(
-                "/agents/{}/files/content?path={}",
-                agent.id,
-                path.replace('/', "%2F")
-            ),
-            Some(&json!({ "content": content })),
-        )
-        .await
-        .unwrap();
-}
 
 /// Each handler writes one file naming what it received, so the test reads back exactly which
 /// events reached which handler.

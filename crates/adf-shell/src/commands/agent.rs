@@ -223,102 +223,123 @@ fn head_lines(response: &Value) -> String {
     head
 }
 
-pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let mut request = HttpRequest::default();
-    let (mut silent, mut show_errors, mut fail, mut include, mut head_only) =
-        (false, false, false, false, false);
-    let mut output: Option<String> = None;
-    let mut index = 0;
-    while index < args.len() {
-        let arg = args[index].clone();
-        let mut value = || {
-            index += 1;
-            args.get(index).cloned()
-        };
-        match arg.as_str() {
-            "-X" | "--request" => request.method = value(),
-            "-H" | "--header" => {
-                if let Some(header) = value()
-                    && let Some((name, v)) = header.split_once(':')
+/// What `curl`'s arguments ask for.
+#[derive(Default)]
+struct CurlOptions {
+    request: HttpRequest,
+    silent: bool,
+    show_errors: bool,
+    fail: bool,
+    include: bool,
+    head_only: bool,
+    output: Option<String>,
+}
+
+impl CurlOptions {
+    /// The options, or the exit status after the error is written to `io`.
+    fn parse(args: &[String], io: &mut Io) -> Result<Self, i32> {
+        let mut o = Self::default();
+        let mut index = 0;
+        while index < args.len() {
+            let arg = args[index].clone();
+            let mut value = || {
+                index += 1;
+                args.get(index).cloned()
+            };
+            match arg.as_str() {
+                "-X" | "--request" => o.request.method = value(),
+                "-H" | "--header" => {
+                    if let Some(header) = value()
+                        && let Some((name, v)) = header.split_once(':')
+                    {
+                        o.request
+                            .headers
+                            .insert(name.trim().to_owned(), Value::String(v.trim().to_owned()));
+                    }
+                }
+                "-d" | "--data" | "--data-raw" | "--data-binary" | "--json" => {
+                    let data = value().unwrap_or_default();
+                    // curl joins repeated -d with '&'.
+                    o.request.body = Some(match o.request.body.take() {
+                        Some(before) => format!("{before}&{data}"),
+                        None => data,
+                    });
+                    if arg == "--json" {
+                        o.request.headers.insert(
+                            "Content-Type".into(),
+                            Value::String("application/json".into()),
+                        );
+                        o.request
+                            .headers
+                            .insert("Accept".into(), Value::String("application/json".into()));
+                    }
+                }
+                "-o" | "--output" => o.output = value(),
+                "-m" | "--max-time" => {
+                    let given = value().unwrap_or_default();
+                    match given.parse::<f64>() {
+                        Ok(seconds) if seconds > 0.0 => {
+                            o.request.timeout_ms =
+                                Some(((seconds * 1000.0) as u64).clamp(1, 60_000));
+                        }
+                        _ => {
+                            io.err
+                                .push_str(&format!("curl: (2) bad --max-time '{given}'\n"));
+                            return Err(2);
+                        }
+                    }
+                }
+                "-s" | "--silent" => o.silent = true,
+                "-S" | "--show-error" => o.show_errors = true,
+                "-f" | "--fail" => o.fail = true,
+                "-i" | "--include" => o.include = true,
+                "-I" | "--head" => o.head_only = true,
+                "-L" | "--location" | "-q" => {}
+                flags
+                    if flags.starts_with('-')
+                        && !flags.starts_with("--")
+                        && flags.len() > 2
+                        && flags[1..].chars().all(|c| "sSfiLq".contains(c)) =>
                 {
-                    request
-                        .headers
-                        .insert(name.trim().to_owned(), Value::String(v.trim().to_owned()));
-                }
-            }
-            "-d" | "--data" | "--data-raw" | "--data-binary" | "--json" => {
-                let data = value().unwrap_or_default();
-                // curl joins repeated -d with '&'.
-                request.body = Some(match request.body.take() {
-                    Some(before) => format!("{before}&{data}"),
-                    None => data,
-                });
-                if arg == "--json" {
-                    request.headers.insert(
-                        "Content-Type".into(),
-                        Value::String("application/json".into()),
-                    );
-                    request
-                        .headers
-                        .insert("Accept".into(), Value::String("application/json".into()));
-                }
-            }
-            "-o" | "--output" => output = value(),
-            "-m" | "--max-time" => {
-                let given = value().unwrap_or_default();
-                match given.parse::<f64>() {
-                    Ok(seconds) if seconds > 0.0 => {
-                        request.timeout_ms = Some(((seconds * 1000.0) as u64).clamp(1, 60_000));
-                    }
-                    _ => {
-                        io.err
-                            .push_str(&format!("curl: (2) bad --max-time '{given}'\n"));
-                        return Ok(2);
+                    for flag in flags[1..].chars() {
+                        match flag {
+                            's' => o.silent = true,
+                            'S' => o.show_errors = true,
+                            'f' => o.fail = true,
+                            'i' => o.include = true,
+                            _ => {}
+                        }
                     }
                 }
-            }
-            "-s" | "--silent" => silent = true,
-            "-S" | "--show-error" => show_errors = true,
-            "-f" | "--fail" => fail = true,
-            "-i" | "--include" => include = true,
-            "-I" | "--head" => head_only = true,
-            "-L" | "--location" | "-q" => {}
-            flags
-                if flags.starts_with('-')
-                    && !flags.starts_with("--")
-                    && flags.len() > 2
-                    && flags[1..].chars().all(|c| "sSfiLq".contains(c)) =>
-            {
-                for flag in flags[1..].chars() {
-                    match flag {
-                        's' => silent = true,
-                        'S' => show_errors = true,
-                        'f' => fail = true,
-                        'i' => include = true,
-                        _ => {}
-                    }
+                other if other.starts_with('-') && other.len() > 1 => {
+                    return Err(io.fail(
+                        "curl",
+                        format!("unsupported option '{other}' (see curl -h)"),
+                    ));
                 }
+                other => o.request.url = Some(other.to_owned()),
             }
-            other if other.starts_with('-') && other.len() > 1 => {
-                return Ok(io.fail(
-                    "curl",
-                    format!("unsupported option '{other}' (see curl -h)"),
-                ));
-            }
-            other => request.url = Some(other.to_owned()),
+            index += 1;
         }
-        index += 1;
+        Ok(o)
     }
-    let Some(url) = request.url.clone() else {
+}
+
+pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
+    let mut o = match CurlOptions::parse(args, io) {
+        Ok(options) => options,
+        Err(status) => return Ok(status),
+    };
+    let Some(url) = o.request.url.clone() else {
         io.err.push_str("curl: (2) no URL specified\n");
         return Ok(2);
     };
-    if head_only {
-        request.method = Some("HEAD".into());
-        include = true;
+    if o.head_only {
+        o.request.method = Some("HEAD".into());
+        o.include = true;
     }
-    let quiet_errors = silent && !show_errors;
-    let response = match shell.host.call("sys_fetch", request.to_args(&url)) {
+    let quiet_errors = o.silent && !o.show_errors;
+    let response = match shell.host.call("sys_fetch", o.request.to_args(&url)) {
         Ok(response) => response,
         Err(error) => {
             let code = fetch_exit(&error);
@@ -330,7 +351,7 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         }
     };
     let status = response.get("status").and_then(Value::as_u64).unwrap_or(0);
-    if fail && status >= 400 {
+    if o.fail && status >= 400 {
         if !quiet_errors {
             io.err.push_str(&format!(
                 "curl: (22) The requested URL returned error: {status}\n"
@@ -338,36 +359,41 @@ pub(crate) fn curl(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         }
         return Ok(22);
     }
-    let head = if include {
-        head_lines(&response)
+    Ok(print_response(shell, &o, &response, io))
+}
+
+/// Prints the fetched response as the options ask (or saves its body); the exit status.
+fn print_response(shell: &mut Shell<'_>, o: &CurlOptions, response: &Value, io: &mut Io) -> i32 {
+    let head = if o.include {
+        head_lines(response)
     } else {
         String::new()
     };
     let binary = response.get("_body_encoding").and_then(Value::as_str) == Some("base64");
-    match output.as_deref() {
+    match o.output.as_deref() {
         Some(path) if path != "-" => {
-            if let Err(message) = save_body(shell, path, &response) {
+            if let Err(message) = save_body(shell, path, response) {
                 io.err.push_str(&format!("curl: (23) {message}\n"));
-                return Ok(23);
+                return 23;
             }
             io.out.push_str(&head);
         }
-        _ if binary && !head_only => {
+        _ if binary && !o.head_only => {
             io.out.push_str(&head);
             io.err.push_str(
                 "curl: (23) the response is binary; save it with -o FILE instead of printing it\n",
             );
-            return Ok(23);
+            return 23;
         }
         _ => {
             io.out.push_str(&head);
-            if !head_only {
-                let body = body_bytes(&response).unwrap_or_default();
+            if !o.head_only {
+                let body = body_bytes(response).unwrap_or_default();
                 io.out.push_str(&String::from_utf8_lossy(&body));
             }
         }
     }
-    Ok(0)
+    0
 }
 
 pub(crate) fn wget(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {

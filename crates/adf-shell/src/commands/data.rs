@@ -7,6 +7,40 @@ use crate::commands::fs;
 use crate::exec::{Abort, Io, Shell};
 use crate::jq_eval::{JqArg, JqRequest};
 
+/// The letter of a long jq option that has one.
+fn long_flag(option: &str) -> Option<char> {
+    Some(match option {
+        "--raw-output" => 'r',
+        "--join-output" => 'j',
+        "--compact-output" => 'c',
+        "--null-input" => 'n',
+        "--slurp" => 's',
+        "--exit-status" => 'e',
+        "--sort-keys" => 'S',
+        "--raw-input" => 'R',
+        _ => return None,
+    })
+}
+
+/// Sets what the option letter `flag` asks for; false for a letter jq here does not know.
+fn set_flag(options: &mut JqRequest, flag: char) -> bool {
+    match flag {
+        'r' => options.raw = true,
+        'j' => {
+            options.raw = true;
+            options.join = true;
+        }
+        'c' => options.compact = true,
+        'n' => options.null_input = true,
+        's' => options.slurp = true,
+        'e' => options.exit_status = true,
+        'S' => options.sort_keys = true,
+        'R' => options.raw_input = true,
+        _ => return false,
+    }
+    true
+}
+
 pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
     let mut options = JqRequest {
         max_output: shell.limits.max_buffer,
@@ -19,18 +53,10 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
     while index < args.len() {
         let arg = &args[index];
         match arg.as_str() {
-            "--raw-output" => options.raw = true,
-            "--join-output" => {
-                options.raw = true;
-                options.join = true;
-            }
-            "--compact-output" => options.compact = true,
-            "--null-input" => options.null_input = true,
-            "--slurp" => options.slurp = true,
-            "--exit-status" => options.exit_status = true,
-            "--sort-keys" => options.sort_keys = true,
-            "--raw-input" => options.raw_input = true,
             "--tab" => options.tab = true,
+            long if let Some(flag) = long_flag(long) => {
+                set_flag(&mut options, flag);
+            }
             "--arg" | "--argjson" => {
                 let (Some(name), Some(value)) = (args.get(index + 1), args.get(index + 2)) else {
                     io.err.push_str(&format!(
@@ -47,22 +73,9 @@ pub(crate) fn jq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<
             }
             flags if flags.len() > 1 && flags.starts_with('-') && !flags.starts_with("--") => {
                 for flag in flags[1..].chars() {
-                    match flag {
-                        'r' => options.raw = true,
-                        'j' => {
-                            options.raw = true;
-                            options.join = true;
-                        }
-                        'c' => options.compact = true,
-                        'n' => options.null_input = true,
-                        's' => options.slurp = true,
-                        'e' => options.exit_status = true,
-                        'S' => options.sort_keys = true,
-                        'R' => options.raw_input = true,
-                        other => {
-                            io.err.push_str(&format!("jq: unknown option -{other} (supported: -r -j -c -n -s -e -S -R --tab --arg --argjson)\n"));
-                            return Ok(2);
-                        }
+                    if !set_flag(&mut options, flag) {
+                        io.err.push_str(&format!("jq: unknown option -{flag} (supported: -r -j -c -n -s -e -S -R --tab --arg --argjson)\n"));
+                        return Ok(2);
                     }
                 }
             }

@@ -16,6 +16,28 @@ pub(crate) fn lines(text: &str) -> Vec<&str> {
     lines
 }
 
+/// Reads up to `max` digits of `radix` from `chars` onto `value`: the value and how many were
+/// read (an escape's `\0NNN`, `\xHH`).
+fn digits(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    radix: u32,
+    max: usize,
+    mut value: u32,
+) -> (u32, usize) {
+    let mut read = 0;
+    while read < max {
+        match chars.peek().and_then(|c| c.to_digit(radix)) {
+            Some(d) => {
+                value = value * radix + d;
+                chars.next();
+                read += 1;
+            }
+            None => break,
+        }
+    }
+    (value, read)
+}
+
 /// `echo -e` escapes; the flag is whether `\c` stopped the output.
 pub(crate) fn unescape(text: &str) -> (String, bool) {
     let mut out = String::new();
@@ -37,31 +59,11 @@ pub(crate) fn unescape(text: &str) -> (String, bool) {
             Some('\\') => out.push('\\'),
             Some('c') => return (out, true),
             Some('0') => {
-                let mut value = 0u32;
-                for _ in 0..3 {
-                    match chars.peek().and_then(|c| c.to_digit(8)) {
-                        Some(d) => {
-                            value = value * 8 + d;
-                            chars.next();
-                        }
-                        None => break,
-                    }
-                }
+                let (value, _) = digits(&mut chars, 8, 3, 0);
                 out.push(char::from_u32(value).unwrap_or('\u{fffd}'));
             }
             Some('x') => {
-                let mut value = 0u32;
-                let mut digits = 0;
-                while digits < 2 {
-                    match chars.peek().and_then(|c| c.to_digit(16)) {
-                        Some(d) => {
-                            value = value * 16 + d;
-                            chars.next();
-                            digits += 1;
-                        }
-                        None => break,
-                    }
-                }
+                let (value, digits) = digits(&mut chars, 16, 2, 0);
                 if digits == 0 {
                     out.push_str("\\x");
                 } else {
@@ -249,105 +251,138 @@ fn first_line(text: &str) -> &str {
     text.lines().last().unwrap_or(text).trim()
 }
 
-pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let mut patterns = Vec::new();
-    let mut files = Vec::new();
-    let (mut extended, mut fixed, mut ignore, mut invert, mut count, mut number) =
-        (false, false, false, false, false, false);
-    let (mut list, mut quiet, mut only, mut word, mut whole, mut no_name, mut with_name) =
-        (false, false, false, false, false, false, false);
-    let mut max: Option<usize> = None;
-    let mut index = 0;
-    let mut options_done = false;
-    while index < args.len() {
-        let arg = &args[index];
-        if !options_done && arg == "--" {
-            options_done = true;
-        } else if !options_done && arg.starts_with("--") {
-            match arg.as_str() {
-                "--extended-regexp" => extended = true,
-                "--fixed-strings" => fixed = true,
-                "--ignore-case" => ignore = true,
-                "--invert-match" => invert = true,
-                "--count" => count = true,
-                "--line-number" => number = true,
-                "--quiet" | "--silent" => quiet = true,
-                "--only-matching" => only = true,
-                _ => return Ok(usage_error(io, "grep", arg)),
-            }
-        } else if !options_done && arg.len() > 1 && arg.starts_with('-') {
-            let flags: Vec<char> = arg[1..].chars().collect();
-            let mut at = 0;
-            while at < flags.len() {
-                match flags[at] {
-                    'E' => extended = true,
-                    'F' => fixed = true,
-                    'G' => extended = false,
-                    'i' | 'y' => ignore = true,
-                    'v' => invert = true,
-                    'c' => count = true,
-                    'n' => number = true,
-                    'l' => list = true,
-                    'q' | 's' => quiet |= flags[at] == 'q',
-                    'o' => only = true,
-                    'w' => word = true,
-                    'x' => whole = true,
-                    'h' => no_name = true,
-                    'H' => with_name = true,
-                    'r' | 'R' => {}
-                    'e' | 'm' => {
-                        let rest: String = flags[at + 1..].iter().collect();
-                        let flag = flags[at];
-                        let Some(value) = flag_value(args, &mut index, &rest) else {
-                            return Ok(usage_error(io, "grep", arg));
-                        };
-                        if flag == 'e' {
-                            patterns.push(value.to_owned());
-                        } else {
-                            max = value.parse().ok();
-                        }
-                        at = flags.len();
-                        continue;
-                    }
-                    _ => return Ok(usage_error(io, "grep", arg)),
+/// What `grep`'s arguments ask for.
+#[derive(Debug, Default)]
+struct GrepOptions {
+    patterns: Vec<String>,
+    files: Vec<String>,
+    extended: bool,
+    fixed: bool,
+    ignore: bool,
+    invert: bool,
+    count: bool,
+    number: bool,
+    list: bool,
+    quiet: bool,
+    only: bool,
+    word: bool,
+    whole: bool,
+    no_name: bool,
+    with_name: bool,
+    max: Option<usize>,
+}
+
+impl GrepOptions {
+    /// The options, or the offending argument.
+    fn parse(args: &[String]) -> Result<Self, &String> {
+        let mut o = Self::default();
+        let mut index = 0;
+        let mut options_done = false;
+        while index < args.len() {
+            let arg = &args[index];
+            if !options_done && arg == "--" {
+                options_done = true;
+            } else if !options_done && arg.starts_with("--") {
+                match arg.as_str() {
+                    "--extended-regexp" => o.extended = true,
+                    "--fixed-strings" => o.fixed = true,
+                    "--ignore-case" => o.ignore = true,
+                    "--invert-match" => o.invert = true,
+                    "--count" => o.count = true,
+                    "--line-number" => o.number = true,
+                    "--quiet" | "--silent" => o.quiet = true,
+                    "--only-matching" => o.only = true,
+                    _ => return Err(arg),
                 }
-                at += 1;
+            } else if !options_done && arg.len() > 1 && arg.starts_with('-') {
+                o.short_flags(args, &mut index)?;
+            } else if o.patterns.is_empty() && !args_have_e(args) {
+                o.patterns.push(arg.clone());
+            } else {
+                o.files.push(arg.clone());
             }
-        } else if patterns.is_empty() && !args_have_e(args) {
-            patterns.push(arg.clone());
-        } else {
-            files.push(arg.clone());
+            index += 1;
         }
-        index += 1;
+        Ok(o)
     }
-    if patterns.is_empty() {
+
+    /// Reads the letters of `args[*index]`; `-e` and `-m` may take the next argument.
+    fn short_flags<'a>(&mut self, args: &'a [String], index: &mut usize) -> Result<(), &'a String> {
+        let arg = &args[*index];
+        let flags: Vec<char> = arg[1..].chars().collect();
+        for (at, &flag) in flags.iter().enumerate() {
+            match flag {
+                'E' => self.extended = true,
+                'F' => self.fixed = true,
+                'G' => self.extended = false,
+                'i' | 'y' => self.ignore = true,
+                'v' => self.invert = true,
+                'c' => self.count = true,
+                'n' => self.number = true,
+                'l' => self.list = true,
+                'q' | 's' => self.quiet |= flag == 'q',
+                'o' => self.only = true,
+                'w' => self.word = true,
+                'x' => self.whole = true,
+                'h' => self.no_name = true,
+                'H' => self.with_name = true,
+                'r' | 'R' => {}
+                'e' | 'm' => {
+                    let rest: String = flags[at + 1..].iter().collect();
+                    let Some(value) = flag_value(args, index, &rest) else {
+                        return Err(arg);
+                    };
+                    if flag == 'e' {
+                        self.patterns.push(value.to_owned());
+                    } else {
+                        self.max = value.parse().ok();
+                    }
+                    return Ok(());
+                }
+                _ => return Err(arg),
+            }
+        }
+        Ok(())
+    }
+
+    /// One regex for every pattern (and every line of a multi-line one), as the flags read it.
+    fn regex(&self) -> Result<regex::Regex, regex::Error> {
+        let mut alternatives = Vec::new();
+        for pattern in &self.patterns {
+            for piece in pattern.split('\n') {
+                let mut source = if self.fixed {
+                    regex::escape(piece)
+                } else if self.extended {
+                    ere_fixup(piece)
+                } else {
+                    ere_fixup(&bre_to_ere(piece))
+                };
+                if self.word {
+                    source = format!(r"\b(?:{source})\b");
+                }
+                if self.whole {
+                    source = format!("^(?:{source})$");
+                }
+                alternatives.push(source);
+            }
+        }
+        regex::RegexBuilder::new(&alternatives.join("|"))
+            .case_insensitive(self.ignore)
+            .build()
+    }
+}
+
+pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
+    let options = match GrepOptions::parse(args) {
+        Ok(options) => options,
+        Err(arg) => return Ok(usage_error(io, "grep", arg)),
+    };
+    if options.patterns.is_empty() {
         io.err
             .push_str("usage: grep [-EivcnlqowxFh] [-e PATTERN] PATTERN [FILE…]\n");
         return Ok(2);
     }
-    let mut alternatives = Vec::new();
-    for pattern in &patterns {
-        for piece in pattern.split('\n') {
-            let mut source = if fixed {
-                regex::escape(piece)
-            } else if extended {
-                ere_fixup(piece)
-            } else {
-                ere_fixup(&bre_to_ere(piece))
-            };
-            if word {
-                source = format!(r"\b(?:{source})\b");
-            }
-            if whole {
-                source = format!("^(?:{source})$");
-            }
-            alternatives.push(source);
-        }
-    }
-    let regex = match regex::RegexBuilder::new(&alternatives.join("|"))
-        .case_insensitive(ignore)
-        .build()
-    {
+    let regex = match options.regex() {
         Ok(regex) => regex,
         Err(e) => {
             io.err.push_str(&format!(
@@ -357,71 +392,93 @@ pub(crate) fn grep(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             return Ok(2);
         }
     };
-    let (inputs, read_status) = fs::inputs(shell, "grep", &files, io);
-    let show_name = with_name || (files.len() > 1 && !no_name);
+    let (inputs, read_status) = fs::inputs(shell, "grep", &options.files, io);
     let mut matched_any = false;
     for (name, text) in &inputs {
-        let label = if name == "-" {
-            "(standard input)"
-        } else {
-            name.as_str()
-        };
-        let mut matches = 0usize;
-        for (line_number, line) in lines(text).into_iter().enumerate() {
-            if max.is_some_and(|m| matches >= m) {
-                break;
-            }
-            let hit = regex.is_match(line) != invert;
-            if !hit {
-                continue;
-            }
-            matches += 1;
-            matched_any = true;
-            if quiet {
-                return Ok(0);
-            }
-            if count || list {
-                continue;
-            }
-            let prefix = format!(
-                "{}{}",
-                if show_name {
-                    format!("{label}:")
-                } else {
-                    String::new()
-                },
-                if number {
-                    format!("{}:", line_number + 1)
-                } else {
-                    String::new()
-                }
-            );
-            if only && !invert {
-                for found in regex.find_iter(line) {
-                    if !found.as_str().is_empty() {
-                        io.out.push_str(&format!("{prefix}{}\n", found.as_str()));
-                    }
-                }
-            } else {
-                io.out.push_str(&format!("{prefix}{line}\n"));
-            }
-        }
-        if count {
-            if show_name {
-                io.out.push_str(&format!("{label}:{matches}\n"));
-            } else {
-                io.out.push_str(&format!("{matches}\n"));
-            }
-        }
-        if list && matches > 0 {
-            io.out.push_str(label);
-            io.out.push('\n');
+        match grep_input(&options, &regex, name, text, io) {
+            GrepInput::Quiet => return Ok(0),
+            GrepInput::Matches(matches) => matched_any |= matches > 0,
         }
     }
     if read_status != 0 {
         return Ok(2);
     }
     Ok(if matched_any { 0 } else { 1 })
+}
+
+/// How one input went.
+enum GrepInput {
+    /// `-q` and a line matched: grep is done.
+    Quiet,
+    /// This many lines matched.
+    Matches(usize),
+}
+
+/// Writes what `grep` prints for one input.
+fn grep_input(
+    o: &GrepOptions,
+    regex: &regex::Regex,
+    name: &str,
+    text: &str,
+    io: &mut Io,
+) -> GrepInput {
+    let show_name = o.with_name || (o.files.len() > 1 && !o.no_name);
+    let label = if name == "-" {
+        "(standard input)"
+    } else {
+        name
+    };
+    let mut matches = 0usize;
+    for (line_number, line) in lines(text).into_iter().enumerate() {
+        if o.max.is_some_and(|m| matches >= m) {
+            break;
+        }
+        let hit = regex.is_match(line) != o.invert;
+        if !hit {
+            continue;
+        }
+        matches += 1;
+        if o.quiet {
+            return GrepInput::Quiet;
+        }
+        if o.count || o.list {
+            continue;
+        }
+        let prefix = format!(
+            "{}{}",
+            if show_name {
+                format!("{label}:")
+            } else {
+                String::new()
+            },
+            if o.number {
+                format!("{}:", line_number + 1)
+            } else {
+                String::new()
+            }
+        );
+        if o.only && !o.invert {
+            for found in regex.find_iter(line) {
+                if !found.as_str().is_empty() {
+                    io.out.push_str(&format!("{prefix}{}\n", found.as_str()));
+                }
+            }
+        } else {
+            io.out.push_str(&format!("{prefix}{line}\n"));
+        }
+    }
+    if o.count {
+        if show_name {
+            io.out.push_str(&format!("{label}:{matches}\n"));
+        } else {
+            io.out.push_str(&format!("{matches}\n"));
+        }
+    }
+    if o.list && matches > 0 {
+        io.out.push_str(label);
+        io.out.push('\n');
+    }
+    GrepInput::Matches(matches)
 }
 
 fn args_have_e(args: &[String]) -> bool {
@@ -1211,77 +1268,147 @@ fn compare_key(a: &str, b: &str, key: &KeySpec) -> Ordering {
     if key.reverse { order.reverse() } else { order }
 }
 
-pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
-    let mut global = KeySpec {
-        start_field: 1,
-        start_char: 1,
-        ..KeySpec::default()
-    };
-    let mut keys = Vec::new();
-    let mut separator = None;
-    let (mut unique, mut stable, mut check) = (false, false, false);
-    let mut output = None;
-    let mut files = Vec::new();
-    let mut index = 0;
-    while index < args.len() {
-        let arg = &args[index];
-        if arg.len() > 1 && arg.starts_with('-') && !arg.starts_with("--") {
-            let flags: Vec<char> = arg[1..].chars().collect();
-            let mut at = 0;
-            while at < flags.len() {
-                match flags[at] {
-                    'r' => global.reverse = true,
-                    'n' => global.numeric = true,
-                    'g' => global.general = true,
-                    'f' => global.fold = true,
-                    'h' => global.human = true,
-                    'V' => global.version = true,
-                    'b' => global.blanks = true,
-                    'u' => unique = true,
-                    's' => stable = true,
-                    'c' => check = true,
-                    't' | 'k' | 'o' => {
-                        let rest: String = flags[at + 1..].iter().collect();
-                        let flag = flags[at];
-                        let Some(value) = flag_value(args, &mut index, &rest) else {
-                            return Ok(
-                                io.fail("sort", format!("option requires an argument -- '{flag}'"))
-                            );
-                        };
-                        match flag {
-                            't' => {
-                                let value = if value == "\\t" { "\t" } else { value };
-                                let mut chars = value.chars();
-                                match (chars.next(), chars.next()) {
-                                    (Some(c), None) => separator = Some(c),
-                                    _ => {
-                                        return Ok(
-                                            io.fail("sort", "the separator must be one character")
-                                        );
-                                    }
-                                }
-                            }
-                            'k' => match parse_key(value) {
-                                Some(key) => keys.push(key),
-                                None => {
-                                    return Ok(io.fail("sort", format!("invalid key '{value}'")));
-                                }
-                            },
-                            _ => output = Some(value.to_owned()),
-                        }
-                        at = flags.len();
-                        continue;
-                    }
-                    other => return Ok(usage_error(io, "sort", &format!("-{other}"))),
-                }
-                at += 1;
+/// What `sort`'s arguments ask for.
+struct SortOptions {
+    /// The ordering flags given outside any key; with no `-k`, the one key.
+    global: KeySpec,
+    keys: Vec<KeySpec>,
+    separator: Option<char>,
+    unique: bool,
+    stable: bool,
+    check: bool,
+    output: Option<String>,
+    files: Vec<String>,
+}
+
+impl SortOptions {
+    /// The options, or the exit status after the error is written to `io`.
+    fn parse(args: &[String], io: &mut Io) -> Result<Self, i32> {
+        let mut o = Self {
+            global: KeySpec {
+                start_field: 1,
+                start_char: 1,
+                ..KeySpec::default()
+            },
+            keys: Vec::new(),
+            separator: None,
+            unique: false,
+            stable: false,
+            check: false,
+            output: None,
+            files: Vec::new(),
+        };
+        let mut index = 0;
+        while index < args.len() {
+            let arg = &args[index];
+            if arg.len() > 1 && arg.starts_with('-') && !arg.starts_with("--") {
+                o.short_flags(args, &mut index, io)?;
+            } else {
+                o.files.push(arg.clone());
             }
-        } else {
-            files.push(arg.clone());
+            index += 1;
         }
-        index += 1;
+        o.inherit_global_flags();
+        Ok(o)
     }
-    let (inputs, status) = fs::inputs(shell, "sort", &files, io);
+
+    /// Reads the letters of `args[*index]`; `-t`, `-k` and `-o` may take the next argument.
+    fn short_flags(&mut self, args: &[String], index: &mut usize, io: &mut Io) -> Result<(), i32> {
+        let flags: Vec<char> = args[*index][1..].chars().collect();
+        for (at, &flag) in flags.iter().enumerate() {
+            match flag {
+                'r' => self.global.reverse = true,
+                'n' => self.global.numeric = true,
+                'g' => self.global.general = true,
+                'f' => self.global.fold = true,
+                'h' => self.global.human = true,
+                'V' => self.global.version = true,
+                'b' => self.global.blanks = true,
+                'u' => self.unique = true,
+                's' => self.stable = true,
+                'c' => self.check = true,
+                't' | 'k' | 'o' => {
+                    let rest: String = flags[at + 1..].iter().collect();
+                    let Some(value) = flag_value(args, index, &rest) else {
+                        return Err(
+                            io.fail("sort", format!("option requires an argument -- '{flag}'"))
+                        );
+                    };
+                    return self.valued_flag(flag, value, io);
+                }
+                other => return Err(usage_error(io, "sort", &format!("-{other}"))),
+            }
+        }
+        Ok(())
+    }
+
+    fn valued_flag(&mut self, flag: char, value: &str, io: &mut Io) -> Result<(), i32> {
+        match flag {
+            't' => {
+                let value = if value == "\\t" { "\t" } else { value };
+                let mut chars = value.chars();
+                match (chars.next(), chars.next()) {
+                    (Some(c), None) => self.separator = Some(c),
+                    _ => return Err(io.fail("sort", "the separator must be one character")),
+                }
+            }
+            'k' => match parse_key(value) {
+                Some(key) => self.keys.push(key),
+                None => return Err(io.fail("sort", format!("invalid key '{value}'"))),
+            },
+            _ => self.output = Some(value.to_owned()),
+        }
+        Ok(())
+    }
+
+    /// Keys inherit the global ordering flags when they carry none of their own.
+    fn inherit_global_flags(&mut self) {
+        let global = &self.global;
+        for key in &mut self.keys {
+            let own = key.numeric
+                || key.reverse
+                || key.fold
+                || key.human
+                || key.version
+                || key.general
+                || key.blanks;
+            if !own {
+                key.numeric = global.numeric;
+                key.reverse = global.reverse;
+                key.fold = global.fold;
+                key.human = global.human;
+                key.version = global.version;
+                key.general = global.general;
+                key.blanks = global.blanks;
+            }
+        }
+    }
+
+    /// The order of two lines by the keys (ties stay equal).
+    fn compare(&self, a: &str, b: &str) -> Ordering {
+        if self.keys.is_empty() {
+            return compare_key(a, b, &self.global);
+        }
+        for key in &self.keys {
+            let order = compare_key(
+                key_text(a, key, self.separator),
+                key_text(b, key, self.separator),
+                key,
+            );
+            if order != Ordering::Equal {
+                return order;
+            }
+        }
+        Ordering::Equal
+    }
+}
+
+pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
+    let o = match SortOptions::parse(args, io) {
+        Ok(options) => options,
+        Err(status) => return Ok(status),
+    };
+    let (inputs, status) = fs::inputs(shell, "sort", &o.files, io);
     if status != 0 {
         return Ok(2);
     }
@@ -1296,44 +1423,9 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         })
         .collect();
     let mut all: Vec<&str> = lines(&text);
-    // Keys inherit the global ordering flags when they carry none of their own.
-    for key in &mut keys {
-        let own = key.numeric
-            || key.reverse
-            || key.fold
-            || key.human
-            || key.version
-            || key.general
-            || key.blanks;
-        if !own {
-            key.numeric = global.numeric;
-            key.reverse = global.reverse;
-            key.fold = global.fold;
-            key.human = global.human;
-            key.version = global.version;
-            key.general = global.general;
-            key.blanks = global.blanks;
-        }
-    }
-    let compare = |a: &&str, b: &&str| -> Ordering {
-        if keys.is_empty() {
-            return compare_key(a, b, &global);
-        }
-        for key in &keys {
-            let order = compare_key(
-                key_text(a, key, separator),
-                key_text(b, key, separator),
-                key,
-            );
-            if order != Ordering::Equal {
-                return order;
-            }
-        }
-        Ordering::Equal
-    };
-    if check {
+    if o.check {
         for (at, pair) in all.windows(2).enumerate() {
-            if compare(&pair[0], &pair[1]) == Ordering::Greater {
+            if o.compare(pair[0], pair[1]) == Ordering::Greater {
                 io.err
                     .push_str(&format!("sort: -:{}: disorder: {}\n", at + 2, pair[1]));
                 return Ok(1);
@@ -1341,12 +1433,12 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
         }
         return Ok(0);
     }
-    let last_resort = !(stable || unique);
+    let last_resort = !(o.stable || o.unique);
     all.sort_by(|a, b| {
-        let order = compare(a, b);
+        let order = o.compare(a, b);
         if order == Ordering::Equal && last_resort {
             let fallback = a.cmp(b);
-            if global.reverse {
+            if o.global.reverse {
                 fallback.reverse()
             } else {
                 fallback
@@ -1355,15 +1447,15 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
             order
         }
     });
-    if unique {
-        all.dedup_by(|b, a| compare(a, b) == Ordering::Equal);
+    if o.unique {
+        all.dedup_by(|b, a| o.compare(a, b) == Ordering::Equal);
     }
     let mut out = String::new();
     for line in all {
         out.push_str(line);
         out.push('\n');
     }
-    match output {
+    match o.output {
         Some(path) => {
             if let Err(message) = fs::write_file(shell, &path, &out, false) {
                 return Ok(io.fail("sort", message));
@@ -1373,9 +1465,6 @@ pub(crate) fn sort(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Resul
     }
     Ok(0)
 }
-
-// ---------------------------------------------------------------------------------------------
-// uniq
 
 pub(crate) fn uniq(shell: &mut Shell<'_>, args: &[String], io: &mut Io) -> Result<i32, Abort> {
     let (mut count, mut repeated, mut unique, mut ignore) = (false, false, false, false);
@@ -1730,16 +1819,7 @@ fn unescape_tr(spec: &str) -> Vec<char> {
             Some('r') => out.push('\r'),
             Some('\\') => out.push('\\'),
             Some(d @ '0'..='7') => {
-                let mut value = d.to_digit(8).unwrap_or(0);
-                for _ in 0..2 {
-                    match chars.peek().and_then(|c| c.to_digit(8)) {
-                        Some(d) => {
-                            value = value * 8 + d;
-                            chars.next();
-                        }
-                        None => break,
-                    }
-                }
+                let (value, _) = digits(&mut chars, 8, 2, d.to_digit(8).unwrap_or(0));
                 out.push(char::from_u32(value).unwrap_or('\u{fffd}'));
             }
             Some(other) => out.push(other),

@@ -41,19 +41,13 @@ const INSPECT_HINT: &str = " Use sys_get_config to inspect the current configura
 struct GetConfig;
 
 impl Tool for GetConfig {
-    fn name(&self) -> &'static str {
-        "sys_get_config"
-    }
-
-    fn description(&self) -> &'static str {
-        "Read your configuration with secret values shown as __redacted__. section: \"config\" \
+    declare_tool! {
+        name: "sys_get_config",
+        description: "Read your configuration with secret values shown as __redacted__. section: \"config\" \
          (default, everything), \"tools\" (every tool with its flags and JSON Schema, hidden and \
          disabled ones included), \"limits\", \"card\" (your agent card, when served on the mesh) \
-         or \"provider_status\"."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+         or \"provider_status\".",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "section": {
@@ -63,7 +57,7 @@ impl Tool for GetConfig {
                 }
             },
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -135,21 +129,15 @@ fn provider_status(config: &Value) -> Value {
 struct UpdateConfig;
 
 impl Tool for UpdateConfig {
-    fn name(&self) -> &'static str {
-        "sys_update_config"
-    }
-
-    fn description(&self) -> &'static str {
-        "Update your configuration at a dot path. action \"set\" (default) replaces the value, \
+    declare_tool! {
+        name: "sys_update_config",
+        description: "Update your configuration at a dot path. action \"set\" (default) replaces the value, \
          \"append\" pushes onto an array, \"remove\" deletes the array element at index. Address \
          named array elements by name (\"tools.fs_read.enabled\", or id for providers, \
          ws_connections and stream_bindings); numeric segments index arrays. Locked fields and \
          items need the owner's approval; restricted, locked and guard settings are the owner's \
-         alone. Use sys_get_config first."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+         alone. Use sys_get_config first.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "path": {
@@ -166,7 +154,7 @@ impl Tool for UpdateConfig {
             },
             "required": ["path"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

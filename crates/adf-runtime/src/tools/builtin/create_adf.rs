@@ -167,92 +167,91 @@ impl CreateAdf {
     }
 }
 
-impl Tool for CreateAdf {
-    fn name(&self) -> &'static str {
-        "sys_create_adf"
+/// `sys_create_adf`'s argument schema.
+fn arguments_schema() -> Value {
+    let mut properties = Map::new();
+    properties.insert(
+        "name".into(),
+        json!({
+            "type": "string", "minLength": 1, "maxLength": 100,
+            "description": "The new agent's name; its file is <slug of name>.adf."
+        }),
+    );
+    properties.insert(
+        "location".into(),
+        json!({
+            "type": "string", "minLength": 1,
+            "description": "An existing directory, relative to yours, to create the file in. Default: your directory."
+        }),
+    );
+    properties.insert(
+        "template".into(),
+        json!({
+            "type": "string", "minLength": 1,
+            "description": "Path of a .adf file in your file store to start from."
+        }),
+    );
+    properties.insert(
+        "files".into(),
+        json!({
+            "type": "array",
+            "description": "Files copied from your file store into the new agent.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "parent_path": { "type": "string", "minLength": 1 },
+                    "child_path": { "type": "string", "minLength": 1 }
+                },
+                "required": ["parent_path", "child_path"],
+                "additionalProperties": false
+            }
+        }),
+    );
+    for (section, kind) in SECTIONS {
+        let mut schema = Map::new();
+        if let Some(kind) = kind {
+            schema.insert("type".into(), json!(kind));
+        }
+        match section {
+            "tools" => {
+                schema.insert(
+                    "items".into(),
+                    json!({
+                        "type": "object",
+                        "properties": { "name": { "type": "string", "minLength": 1 } },
+                        "required": ["name"]
+                    }),
+                );
+            }
+            "locked_fields" => {
+                schema.insert("items".into(), json!({ "type": "string" }));
+            }
+            _ => {}
+        }
+        schema.insert(
+            "description".into(),
+            json!(format!("Overrides config.{section}.")),
+        );
+        properties.insert(section.into(), Value::Object(schema));
     }
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": ["name"],
+        "additionalProperties": false
+    })
+}
 
-    fn description(&self) -> &'static str {
-        "Create a new agent in its own .adf file, in your directory or in `location` (a \
+impl Tool for CreateAdf {
+    declare_tool! {
+        name: "sys_create_adf",
+        description: "Create a new agent in its own .adf file, in your directory or in `location` (a \
          subdirectory). Only `name` is required; any AgentConfig section overrides the defaults \
          (tools merge by name, objects merge, arrays replace). `template`: a .adf in your files \
          to start from (its config, files and plaintext credentials; locked fields cannot be \
          overridden). `files`: copy your files into the child as {parent_path, child_path}. \
-         Needs your owner's approval."
-    }
-
-    fn parameters(&self) -> Value {
-        let mut properties = Map::new();
-        properties.insert(
-            "name".into(),
-            json!({
-                "type": "string", "minLength": 1, "maxLength": 100,
-                "description": "The new agent's name; its file is <slug of name>.adf."
-            }),
-        );
-        properties.insert(
-            "location".into(),
-            json!({
-                "type": "string", "minLength": 1,
-                "description": "An existing directory, relative to yours, to create the file in. Default: your directory."
-            }),
-        );
-        properties.insert(
-            "template".into(),
-            json!({
-                "type": "string", "minLength": 1,
-                "description": "Path of a .adf file in your file store to start from."
-            }),
-        );
-        properties.insert(
-            "files".into(),
-            json!({
-                "type": "array",
-                "description": "Files copied from your file store into the new agent.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "parent_path": { "type": "string", "minLength": 1 },
-                        "child_path": { "type": "string", "minLength": 1 }
-                    },
-                    "required": ["parent_path", "child_path"],
-                    "additionalProperties": false
-                }
-            }),
-        );
-        for (section, kind) in SECTIONS {
-            let mut schema = Map::new();
-            if let Some(kind) = kind {
-                schema.insert("type".into(), json!(kind));
-            }
-            match section {
-                "tools" => {
-                    schema.insert(
-                        "items".into(),
-                        json!({
-                            "type": "object",
-                            "properties": { "name": { "type": "string", "minLength": 1 } },
-                            "required": ["name"]
-                        }),
-                    );
-                }
-                "locked_fields" => {
-                    schema.insert("items".into(), json!({ "type": "string" }));
-                }
-                _ => {}
-            }
-            schema.insert(
-                "description".into(),
-                json!(format!("Overrides config.{section}.")),
-            );
-            properties.insert(section.into(), Value::Object(schema));
-        }
-        json!({
-            "type": "object",
-            "properties": properties,
-            "required": ["name"],
-            "additionalProperties": false
-        })
+         Needs your owner's approval.",
+        parameters: arguments_schema(),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

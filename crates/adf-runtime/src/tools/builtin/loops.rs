@@ -145,16 +145,10 @@ fn summary(text: &str) -> String {
 struct LoopSend;
 
 impl Tool for LoopSend {
-    fn name(&self) -> &'static str {
-        "loop_send"
-    }
-
-    fn description(&self) -> &'static str {
-        "Send a message to another loop of this agent (\"main\" is the outward-facing loop). wake: true makes the target read it soon; otherwise it waits until the target next runs."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "loop_send",
+        description: "Send a message to another loop of this agent (\"main\" is the outward-facing loop). wake: true makes the target read it soon; otherwise it waits until the target next runs.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "to_loop": { "type": "string", "description": "Target loop name (loop_list shows them)." },
@@ -163,7 +157,7 @@ impl Tool for LoopSend {
             },
             "required": ["to_loop", "content"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
@@ -225,16 +219,10 @@ impl Tool for LoopSend {
 struct LoopList;
 
 impl Tool for LoopList {
-    fn name(&self) -> &'static str {
-        "loop_list"
-    }
-
-    fn description(&self) -> &'static str {
-        "List this agent's loops: name, goal summary, whether each is enabled and running, and which one you are."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({ "type": "object", "properties": {}, "additionalProperties": false })
+    declare_tool! {
+        name: "loop_list",
+        description: "List this agent's loops: name, goal summary, whether each is enabled and running, and which one you are.",
+        parameters: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
@@ -347,16 +335,10 @@ fn loops_locked(config: &Value) -> bool {
 }
 
 impl Tool for LoopManage {
-    fn name(&self) -> &'static str {
-        "loop_manage"
-    }
-
-    fn description(&self) -> &'static str {
-        "Create, inspect, update or delete this agent's inner loops (main only; at most 16). config holds goal, enabled, autostart, autonomous, model, compact_threshold, tools."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
+    declare_tool! {
+        name: "loop_manage",
+        description: "Create, inspect, update or delete this agent's inner loops (main only; at most 16). config holds goal, enabled, autostart, autonomous, model, compact_threshold, tools.",
+        parameters: json!({
             "type": "object",
             "properties": {
                 "action": { "type": "string", "enum": ["create", "get", "update", "delete"] },
@@ -365,7 +347,7 @@ impl Tool for LoopManage {
             },
             "required": ["action"],
             "additionalProperties": false
-        })
+        }),
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {

@@ -161,3 +161,28 @@ pub fn repo_root() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest_dir.join("../..")
 }
+
+/// Replies for three turns against a compaction threshold of 300 tokens: the second reports
+/// 400 input tokens, so the third turn first asks for the summary (`summary`), then replies.
+pub fn compaction_script(summary: &str) -> [adf_testkit::Turn; 4] {
+    use adf_testkit::Turn;
+    let big = adf_testkit::Usage {
+        input: 400,
+        output: 5,
+        ..Default::default()
+    };
+    [
+        Turn::text("r1"),
+        Turn::text("r2").with_usage(big),
+        Turn::text(summary),
+        Turn::text("r3"),
+    ]
+}
+
+/// The file's `adf_identity` row for `purpose`, if it has one.
+pub fn identity_row(file: &AdfFile, purpose: &str) -> Option<adf_store::IdentityRow> {
+    file.identity_rows()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.purpose == purpose)
+}

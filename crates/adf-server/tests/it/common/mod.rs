@@ -301,6 +301,45 @@ pub async fn status(
     h.client.raw(method, path, body.as_ref()).await.unwrap()
 }
 
+/// Panics unless `method path` with `body` answers `expected`, showing the answer.
+pub async fn assert_status(
+    h: &Harness,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+    expected: u16,
+) {
+    let (status, answer) = h.client.raw(method, path, body).await.unwrap();
+    assert_eq!(status, expected, "{path}: {answer}");
+}
+
+/// Writes the agent's file `path` as the owner, through `PUT /agents/{id}/files/content`.
+pub async fn put_file(h: &Harness, agent: &Agent, path: &str, content: &str) {
+    h.client
+        .call(
+            reqwest::Method::PUT,
+            &format!(
+                "/agents/{}/files/content?path={}",
+                agent.id,
+                path.replace('/', "%2F")
+            ),
+            Some(&serde_json::json!({ "content": content })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The agent's DID as `GET /agents/{id}/identity/did` answers it.
+pub async fn did_of(h: &Harness, id: &str) -> String {
+    h.client
+        .get(&format!("/agents/{id}/identity/did"))
+        .await
+        .unwrap()["did"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The owner's local keys in the harness's home, created on first use.
 pub fn owner_keys(h: &Harness) -> adf_runtime::identity::LocalKeys {
     let home = RuntimeHome::at(h.dir.path().join("home"));
