@@ -1840,49 +1840,60 @@ impl Executor {
             Err(error) => return Ok(((error.to_string(), true), Effect::None)),
         };
         let file: &mut AdfFile = guard;
-        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
-        let (content, is_error, effect) = match call.name.as_str() {
-            "say" => {
-                let message = text(&value, "message").unwrap_or_default();
-                host.event(&TurnEvent::Say(&message));
-                ("Shown to the owner.".to_owned(), false, Effect::None)
-            }
-            "ask" => {
-                let question = text(&value, "question").unwrap_or_default();
-                session.set_state(ExecState::AwaitingAsk, host);
-                let answer = host.answer_holding(file, &question);
-                session.set_state(ExecState::ToolUse, host);
-                match answer {
-                    Some(answer) => (answer, false, Effect::None),
-                    None => (
-                        "No one is available to answer right now. Continue without the answer, or ask again later.".to_owned(),
-                        true,
-                        Effect::None,
-                    ),
-                }
-            }
-            "loop_compact" => (
-                "Compaction runs after this step.".to_owned(),
-                false,
-                Effect::Compact(text(&value, "instructions")),
-            ),
-            "loop_clear" => (render(&value), false, Effect::Reset),
-            "sys_set_state" if value.get("ends_turn").and_then(Value::as_bool) == Some(true) => {
-                let state = text(&value, "state").unwrap_or_default();
-                (render(&value), false, Effect::EndTurn(state))
-            }
-            "loop_send" | "loop_manage"
-                if value.get("wake").and_then(Value::as_bool) == Some(true) =>
-            {
-                let target = text(&value, "to_loop")
-                    .or_else(|| text(&value, "created"))
-                    .unwrap_or_default();
-                (render(&value), false, Effect::Wake(target))
-            }
-            _ => (render(&value), false, Effect::None),
-        };
+        let (content, is_error, effect) = tool_effect(file, session, host, &call.name, &value);
         let content = request::cap_result(content, facts.max_result_tokens, facts.preview_chars);
         Ok(((content, is_error), effect))
+    }
+}
+
+/// What a call's result means for the turn: the text the model reads, whether it is an error,
+/// and the effect on the loop (`say` and `ask` reach the owner, `loop_compact`, `loop_clear`,
+/// an ending state and a woken loop change what happens after this step).
+fn tool_effect(
+    file: &mut AdfFile,
+    session: &mut Session,
+    host: &dyn TurnHost,
+    name: &str,
+    value: &Value,
+) -> (String, bool, Effect) {
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+    match name {
+        "say" => {
+            let message = text(value, "message").unwrap_or_default();
+            host.event(&TurnEvent::Say(&message));
+            ("Shown to the owner.".to_owned(), false, Effect::None)
+        }
+        "ask" => {
+            let question = text(value, "question").unwrap_or_default();
+            session.set_state(ExecState::AwaitingAsk, host);
+            let answer = host.answer_holding(file, &question);
+            session.set_state(ExecState::ToolUse, host);
+            match answer {
+                Some(answer) => (answer, false, Effect::None),
+                None => (
+                    "No one is available to answer right now. Continue without the answer, or ask again later.".to_owned(),
+                    true,
+                    Effect::None,
+                ),
+            }
+        }
+        "loop_compact" => (
+            "Compaction runs after this step.".to_owned(),
+            false,
+            Effect::Compact(text(value, "instructions")),
+        ),
+        "loop_clear" => (render(value), false, Effect::Reset),
+        "sys_set_state" if value.get("ends_turn").and_then(Value::as_bool) == Some(true) => {
+            let state = text(value, "state").unwrap_or_default();
+            (render(value), false, Effect::EndTurn(state))
+        }
+        "loop_send" | "loop_manage" if value.get("wake").and_then(Value::as_bool) == Some(true) => {
+            let target = text(value, "to_loop")
+                .or_else(|| text(value, "created"))
+                .unwrap_or_default();
+            (render(value), false, Effect::Wake(target))
+        }
+        _ => (render(value), false, Effect::None),
     }
 }
 
