@@ -529,11 +529,24 @@ pub(crate) async fn run_observed<R: Send + 'static>(
     result
 }
 
-/// Notices rows other writers added to the agent's tasks, logs, inbox and outbox (another
-/// process, a future mesh route) and dispatches them: one short job.
+/// Notices what another connection just wrote (a guest connection's route request or mesh
+/// ingress, another process): the rows it added to the agent's tasks, logs, inbox and outbox,
+/// and the files it wrote (`on_file_change` of an outside writer, once: see
+/// `watch::take_outside_writes`), and dispatches them: one short job.
 pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
-    if let Err(error) = crate::dispatch::run_observed(hub, agent, |_| Ok(())).await {
-        tracing::warn!(agent = %agent.id, %error, "cannot read new rows");
+    let observer = Arc::clone(agent);
+    let found = agent
+        .job(move |file| {
+            let written = crate::watch::take_outside_writes(&observer, file);
+            Ok((written, sweep(file, &observer, &Producer::External)))
+        })
+        .await;
+    match found {
+        Ok((written, events)) => {
+            crate::watch::dispatch_outside_writes(hub, agent, written).await;
+            dispatch_all(hub, agent, events).await;
+        }
+        Err(error) => tracing::warn!(agent = %agent.id, %error, "cannot read new rows"),
     }
 }
 
@@ -574,7 +587,7 @@ pub(crate) async fn publish_lambda(
 pub(crate) async fn dispatch_handled(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
-    wake: Option<Option<i64>>,
+    wake: Option<crate::scheduler::WakeRead>,
     written: Vec<(String, i64)>,
     producer: Producer,
     events: Vec<TriggerEvent>,
@@ -625,7 +638,7 @@ pub(crate) struct Handled {
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer or nudge wake after the handler ran (it may have set a timer
     /// or changed the state); `None` when it could not be read.
-    pub(crate) wake: Option<Option<i64>>,
+    pub(crate) wake: Option<crate::scheduler::WakeRead>,
 }
 
 impl Handled {

@@ -80,6 +80,9 @@ pub struct Agent {
     turn_gate: Arc<tokio::sync::Mutex<()>>,
     /// What the daemon last re-read of other writers' changes (see `watch`).
     watch: crate::watch::AgentWatch,
+    /// The number of the latest read of its timers the scheduler took (see
+    /// `scheduler::WakeRead`).
+    wake_read: std::sync::atomic::AtomicU64,
 }
 
 impl Agent {
@@ -95,6 +98,10 @@ impl Agent {
 
     pub(crate) fn watch(&self) -> &crate::watch::AgentWatch {
         &self.watch
+    }
+
+    pub(crate) fn wake_read(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.wake_read
     }
 
     /// Its `mesh_updates` state over `mesh` (made on first use).
@@ -415,6 +422,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         mesh_updates: std::sync::OnceLock::new(),
         turn_gate: Arc::default(),
         watch: crate::watch::AgentWatch::seeded(&facts.config),
+        wake_read: std::sync::atomic::AtomicU64::new(0),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

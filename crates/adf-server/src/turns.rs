@@ -202,7 +202,7 @@ pub(crate) struct TurnJob {
     /// Its tool and model calls and the rows it added, as trigger events.
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer wake after the turn (`None`: unreadable).
-    pub(crate) wake: Option<Option<i64>>,
+    pub(crate) wake: Option<crate::scheduler::WakeRead>,
     /// Nothing ran: an inbox delivery found every message read already (TRG-36).
     pub(crate) skipped: bool,
 }

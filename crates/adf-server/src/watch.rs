@@ -150,7 +150,7 @@ struct Reread {
     config: Value,
     handle_meta: Option<String>,
     did: Option<String>,
-    wake: Option<Option<i64>>,
+    wake: Option<crate::scheduler::WakeRead>,
     written: Vec<(String, i64)>,
     unreported: u64,
     events: Vec<TriggerEvent>,
@@ -231,7 +231,31 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         )
         .await;
     }
-    for (path, bytes) in found.written {
+    dispatch_outside_writes(hub, agent, found.written).await;
+    crate::dispatch::dispatch_all(hub, agent, found.events).await;
+}
+
+/// Inside a job of the agent: the files other connections wrote that no one has reported yet
+/// (the worker checked right before the job). Taking them here leaves the change count, so
+/// the watcher still re-reads the config and timers, but never reports these files again:
+/// each outside write is one `on_file_change`, whoever notices it first.
+pub(crate) fn take_outside_writes(agent: &Agent, file: &adf_store::AdfFile) -> Vec<(String, i64)> {
+    agent.store().notice_other_writers(file);
+    agent
+        .store()
+        .take_other_writes()
+        .map(|writes| writes.written)
+        .unwrap_or_default()
+}
+
+/// Files written outside the daemon's own jobs become `file.written` events and
+/// `on_file_change` triggers of [`Producer::External`].
+pub(crate) async fn dispatch_outside_writes(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    written: Vec<(String, i64)>,
+) {
+    for (path, bytes) in written {
         hub.emit(
             agent,
             "file.written",
@@ -247,5 +271,4 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         .produced_by(Producer::External);
         crate::dispatch::dispatch(hub, agent, event).await;
     }
-    crate::dispatch::dispatch_all(hub, agent, found.events).await;
 }
