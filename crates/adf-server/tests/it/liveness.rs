@@ -324,3 +324,81 @@ async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits() {
     .await;
     turn_ended(&h, &agent).await;
 }
+
+/// A system lambda that records which file change it was handed.
+const MARK: &str = r#"
+export async function main(event) {
+  const name = event.data.path.replace(/\//g, '_');
+  await adf.fs_write({ path: `seen/${name}`, content: 'x', mode: 'write' });
+}
+"#;
+
+async fn owner_put(h: &Harness, agent: &Agent, path: &str) {
+    let (status, body) = call(
+        h,
+        Method::PUT,
+        &format!(
+            "/agents/{}/files/content?path={}",
+            agent.id,
+            path.replace('/', "%2F")
+        ),
+        Some(json!({ "content": "o" })),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+}
+
+/// A system-scope trigger delivery queued behind an agent-scope one whose turn waits for the
+/// owner's approval runs without waiting for that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_trg_a_system_delivery_runs_while_an_agent_trigger_turn_waits_for_approval() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "approved" }),
+        ),
+        Turn::text("Done."),
+    ]);
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.push((
+        "triggers.on_file_change",
+        json!({ "enabled": true, "targets": [
+            { "scope": "agent", "filter": { "watch": "ask/**" } },
+            { "scope": "system", "lambda": "lib/mark.ts:main", "filter": { "watch": "sys/**" } }
+        ] }),
+    ));
+    let path = agent_file(h.dir.path(), "queued", &[("lib/mark.ts", MARK)], &config);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    owner_put(&h, &agent, "ask/go.md").await;
+    wait_for("the trigger turn's approval wait", || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+    })
+    .await;
+    owner_put(&h, &agent, "sys/one.md").await;
+    wait_for("the system lambda ran while the turn waits", || async {
+        common::paths(&agent, "seen/").await == ["seen/sys_one.md"]
+    })
+    .await;
+    assert_eq!(runtime_state(&h, &agent).await, "awaiting_approval");
+    let (_, tasks) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
+        None,
+    )
+    .await;
+    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        &h,
+        Method::POST,
+        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+        Some(json!({ "action": "approve" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    turn_ended(&h, &agent).await;
+    common::drained(&agent).await;
+    assert_eq!(agent.triggers().stats().delivered, 2);
+}
