@@ -193,6 +193,7 @@ pub(crate) async fn open_configured_connections(
             return;
         }
     };
+    agent.watch().network_opened(&config);
     // The live state decides, not the stored one: `POST /state` is not persisted, so an
     // agent stored `off` and turned back on still reads `off` in its file.
     let live = agent.info().display_state;

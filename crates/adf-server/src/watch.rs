@@ -53,6 +53,11 @@ pub(crate) struct AgentWatch {
     /// A hash of the config text as last read, so a re-read drops the caches built from it only
     /// when it changed (the serving lane's commits move `data_version` all the time).
     config: AtomicU64,
+    /// A hash of the declared network sections (`ws_connections`, `stream_bindings`,
+    /// `stream_bind`) the daemon last opened its connections and bindings from, so a re-read
+    /// that finds them changed by another writer reconciles them, and one that does not leaves
+    /// them open.
+    network: AtomicU64,
 }
 
 impl AgentWatch {
@@ -62,6 +67,21 @@ impl AgentWatch {
         watch.config.store(config_hash(config), Ordering::SeqCst);
         watch
     }
+}
+
+impl AgentWatch {
+    /// The daemon (re)opened the agent's declared network from `config`.
+    pub(crate) fn network_opened(&self, config: &Value) {
+        self.network.store(network_hash(config), Ordering::SeqCst);
+    }
+}
+
+fn network_hash(config: &Value) -> u64 {
+    let sections: Vec<Option<&Value>> = ["ws_connections", "stream_bindings", "stream_bind"]
+        .iter()
+        .map(|key| config.get(*key))
+        .collect();
+    config_hash(&json!(sections))
 }
 
 fn config_hash(config: &Value) -> u64 {
@@ -199,6 +219,17 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
     let config_changed = agent.watch().config.swap(hash, Ordering::SeqCst) != hash;
     if config_changed {
         agent.triggers().invalidate();
+        let network = network_hash(&found.config);
+        if agent.watch().network.load(Ordering::SeqCst) != network {
+            // Declared connections and bindings follow the new declaration, as after a
+            // config change through the API (in the background: a connect may take long).
+            agent.watch().network_opened(&found.config);
+            let hub = Arc::clone(hub);
+            let agent = Arc::clone(agent);
+            tokio::spawn(async move {
+                crate::serving::reconcile_configured_connections(&hub, &agent).await;
+            });
+        }
     }
     let fresh = crate::registry::info_from_config(&found.config, found.handle_meta);
     agent.update_info(|info| {
