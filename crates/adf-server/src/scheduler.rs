@@ -7,6 +7,11 @@
 //! is added or deleted through the API, and after every fire (a lambda or turn may have set or
 //! deleted timers through its tools).
 //!
+//! Each wake time is read inside a job of its agent and numbered in read order (`WakeRead`);
+//! the map keeps the newest read, so a read published late (a handler's, the watcher's) never
+//! undoes a later one — an older "no timer" read would otherwise clear the wake of a timer added
+//! meanwhile, and it would never fire.
+//!
 //! Firing one agent is one job on its store worker, so it is serialized with every other write
 //! to that file: the job re-reads the timers, and for each one that is due (`fire::is_due`)
 //! records the fire first (`fire::fire`: next time, `run_count + 1`, `last_fired_at`; expired

@@ -5,8 +5,8 @@
 //! `scheduler`, after its fire job).
 //!
 //! A turn job never holds the agent's store worker while it waits. [`run_turn_job`] passes the
-//! agent's turn gate (turn jobs of one agent run one at a time, so a loop never runs two turns
-//! at once), then runs on a thread of its own — a current-thread runtime, since an approval or
+//! gates of its loops (one per loop, `LoopPasses`: a loop never runs two turns at once, while
+//! turn jobs of different loops run side by side, §6.4), then runs on a thread of its own — a current-thread runtime, since an approval or
 //! `ask` wait blocks inside the tool pipeline — over a `SharedFile::leased` file: each store
 //! step and each tool call leases the file from the worker and gives it back, and the model's
 //! answer (its retries and backoff included) and a network tool's work (fetch, MCP, delivery)
@@ -233,7 +233,7 @@ fn trigger_facts(turns: &[(String, Trigger)]) -> (String, Value) {
 }
 
 /// Runs `turns` as one turn job: registers it (`hil`, from then on `POST /abort` reaches it),
-/// waits for the agent's turn gate, then runs them on a thread of its own over the leased
+/// waits for its loops' gates (`LoopPasses`), then runs them on a thread of its own over the leased
 /// file (see the module docs); the turn's owner events are all published when it returns.
 /// With `inbox_rows`, nothing runs when the inbox has no unread message left (TRG-36: a
 /// system lambda may have read them).
