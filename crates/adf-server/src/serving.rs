@@ -171,24 +171,16 @@ pub(crate) async fn open_configured_connections(
     hub: &Arc<Hub>,
     agent: &Arc<crate::registry::Agent>,
 ) {
-    let path = agent.path.clone();
-    let config = tokio::task::spawn_blocking(move || {
-        adf_store::AdfFile::open_guest(&path)
-            .and_then(|file| file.config_shared())
-            .map(|config| (*config).clone())
-    })
-    .await;
+    // Read on the agent's own worker, not on a connection of its own: a second connection's
+    // open can be refused while the worker checkpoints or closes the file (busy), and a
+    // declared network that silently stayed closed was the result.
+    let config = agent.job(|file| file.config()).await;
     // Whenever nothing opens, the agent stays marked released, so its next state change
     // tries again instead of finding nothing to reopen.
     let mut config = match config {
-        Ok(Ok(config)) => config,
-        Ok(Err(error)) => {
-            tracing::warn!(agent = %agent.id, %error, "cannot read the config to open the declared network");
-            hub.mark_network_released(&agent.id);
-            return;
-        }
+        Ok(config) => config,
         Err(error) => {
-            tracing::warn!(agent = %agent.id, %error, "reading the config to open the declared network failed");
+            tracing::warn!(agent = %agent.id, %error, "cannot read the config to open the declared network");
             hub.mark_network_released(&agent.id);
             return;
         }
@@ -241,15 +233,12 @@ pub(crate) async fn reconcile_configured_connections(
     hub: &Arc<Hub>,
     agent: &Arc<crate::registry::Agent>,
 ) {
-    let path = agent.path.clone();
-    let config = tokio::task::spawn_blocking(move || {
-        adf_store::AdfFile::open_guest(&path)
-            .and_then(|file| file.config_shared())
-            .map(|config| (*config).clone())
-    })
-    .await;
-    let Ok(Ok(config)) = config else {
-        return;
+    let config = match agent.job(|file| file.config()).await {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, %error, "cannot read the config to reconcile the declared network");
+            return;
+        }
     };
     let wanted: Vec<&str> = config
         .get("ws_connections")
