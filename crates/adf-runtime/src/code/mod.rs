@@ -65,7 +65,7 @@ use crate::tools::{
 
 pub(crate) use runner::lambda_file;
 use runner::{Frame, Runner};
-pub use waiting::FileQueue;
+pub use waiting::{FileQueue, LeaseHooks};
 
 /// The default of `limits.execution_timeout_ms` (§5.7).
 pub const DEFAULT_EXECUTION_TIMEOUT_MS: u64 = 60_000;

@@ -533,7 +533,7 @@ impl<'a> Runner<'a> {
             }
             Completion::Model { reply, answer } => {
                 if let Err(error) =
-                    crate::executor::log_retries(self.file, in_loop, &answer.retries)
+                    crate::provider_log::log_retries(self.file, in_loop, &answer.retries)
                 {
                     // Like any log row that cannot be written: the call's outcome stands.
                     tracing::warn!(%error, "cannot log model_invoke's retries");

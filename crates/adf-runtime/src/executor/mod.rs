@@ -106,15 +106,7 @@ impl std::fmt::Debug for Slot<'_> {
     }
 }
 
-/// What a host does each time a leased [`SharedFile`] takes the file from its worker and
-/// gives it back (the daemon sweeps the rows written in between, so each holder's rows are
-/// its own).
-pub trait LeaseHooks: Send + Sync {
-    /// Right after the file was taken from the worker.
-    fn acquired(&self, file: &mut AdfFile);
-    /// Right before the file goes back to the worker.
-    fn releasing(&self, file: &mut AdfFile);
-}
+pub use crate::code::LeaseHooks;
 
 impl<'a> SharedFile<'a> {
     /// Shares the borrowed file; loops take turns with it through [`Self::lock`].
@@ -288,36 +280,7 @@ impl Drop for FileGuard<'_, '_> {
     }
 }
 
-/// Writes the retries one model request scheduled as `provider_error` warnings (§6.2,
-/// STL-11; origin `executor`, the §13.5 table's): the turns' requests and code's
-/// `model_invoke` alike. `loop_name` is the loop the request was for (`None` or `main`: no
-/// loop column).
-pub(crate) fn log_retries(
-    file: &mut AdfFile,
-    loop_name: Option<&str>,
-    notices: &[RetryNotice],
-) -> Result<(), StoreError> {
-    let loop_name = loop_name.filter(|name| *name != "main");
-    for notice in notices {
-        file.log(&NewLog {
-            level: "warn",
-            origin: Some("executor"),
-            event: Some("provider_error"),
-            target: Some(&notice.provider),
-            message: &format!(
-                "attempt {}/{} failed ({}), retrying in {} ms: {}",
-                notice.attempt,
-                notice.max_attempts,
-                notice.reason,
-                notice.delay.as_millis(),
-                notice.error
-            ),
-            data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
-            r#loop: loop_name,
-        })?;
-    }
-    Ok(())
-}
+pub(crate) use crate::provider_log::log_retries;
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
 pub const AUTONOMOUS_TEXT_ONLY_LIMIT: u32 = 4;
