@@ -15,8 +15,8 @@ use adf_providers::{ApiKey, ChatRequest, ContentBlock, Message, Resolver, Role};
 use adf_store::{AdfFile, FileProtection, IdentityRow, MetaProtection, NewLog};
 use serde_json::{Value, json};
 
-use super::runner::{Frame, Reply, Runner};
-use super::{CallRecord, InjectMode, Injection};
+use super::env::{CallRecord, InjectMode, Injection};
+use super::runner::{Frame, ModelAnswer, Reply, Runner};
 use crate::identity;
 use crate::tools::approval::{self, Resolution};
 use crate::tools::{ErrorCode, ToolError};
@@ -41,8 +41,24 @@ const CODE_METHODS: [&str; 13] = [
 /// Longest `loop_inject` content, in characters (also bounded by the tool-result limit).
 pub(crate) const MAX_INJECT_CHARS: usize = 48_000;
 
-pub(crate) fn is_code_method(name: &str) -> bool {
-    CODE_METHODS.contains(&name)
+/// The §9 code-only methods are the runner's: it dispatches to them by name without naming
+/// this file, which builds on the runner's types (so the two do not import each other).
+impl Runner<'_> {
+    /// Whether `name` is one of the code-only methods of the §9 table.
+    pub(super) fn is_code_method(name: &str) -> bool {
+        CODE_METHODS.contains(&name)
+    }
+
+    /// Services the code-only method `method` for the execution `frame`.
+    pub(super) fn call_code_method(
+        &mut self,
+        frame: &Arc<Frame>,
+        method: &str,
+        args: Value,
+        config: &Value,
+    ) -> Result<Reply, ToolError> {
+        call(self, frame, method, args, config)
+    }
 }
 
 fn str_arg<'v>(args: &'v Value, name: &str) -> Result<&'v str, ToolError> {
@@ -59,7 +75,7 @@ fn opt_str<'v>(args: &'v Value, name: &str) -> Result<Option<&'v str>, ToolError
     }
 }
 
-pub(crate) fn call(
+fn call(
     runner: &mut Runner<'_>,
     frame: &Arc<Frame>,
     method: &str,
@@ -236,14 +252,6 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
             retries,
         }
     })))
-}
-
-/// How a `model_invoke` request ended, with the retries it scheduled on the way.
-pub(crate) struct ModelAnswer {
-    pub(crate) result: Result<Value, ToolError>,
-    pub(crate) record: CallRecord,
-    /// Logged by the runner as `provider_error` rows, with the file it holds then.
-    pub(crate) retries: Vec<adf_providers::RetryNotice>,
 }
 
 /// The agent's own key for the provider, when its identity holds one (`provider:<id>:apiKey`).
@@ -481,7 +489,7 @@ fn loop_inject(
         runner.injections.push(injection);
         Ok(json!({ "queued": true, "category": category, "key": key }))
     } else {
-        super::store_injections(runner.file, std::slice::from_ref(&injection))?;
+        super::env::store_injections(runner.file, std::slice::from_ref(&injection))?;
         Ok(json!({ "queued": true, "stored": true, "category": category, "key": key }))
     }
 }
@@ -643,7 +651,7 @@ fn set_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
 
 fn emit_event(
     file: &mut AdfFile,
-    sink: Option<&dyn super::EventSink>,
+    sink: Option<&dyn super::env::EventSink>,
     frame: &Frame,
     args: &Value,
 ) -> Result<Value, ToolError> {

@@ -25,9 +25,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
+use super::env::{
     CallRecord, CodeEnv, CodeRun, InjectMode, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions,
-    log_lines, methods, options_timeout, requires_authorized_caller, sandbox_error,
+    log_lines, options_timeout, requires_authorized_caller, sandbox_error,
 };
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
@@ -148,6 +148,14 @@ impl Host for ChannelHost {
     }
 }
 
+/// How a `model_invoke` request ended, with the retries it scheduled on the way.
+pub(crate) struct ModelAnswer {
+    pub(crate) result: Result<Value, ToolError>,
+    pub(crate) record: CallRecord,
+    /// Logged by the runner as `provider_error` rows, with the file it holds then.
+    pub(crate) retries: Vec<adf_providers::RetryNotice>,
+}
+
 /// How a call is answered.
 pub(crate) enum Reply {
     /// Now.
@@ -156,7 +164,7 @@ pub(crate) enum Reply {
     ValueThenTask(Value, String),
     /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`], its
     /// retries as `provider_error` rows.
-    Model(BoxFuture<'static, methods::ModelAnswer>),
+    Model(BoxFuture<'static, ModelAnswer>),
     /// When this detached tool call (named) resolves (`sys_fetch`); its log rows are written
     /// then.
     Detached(String, Detached),
@@ -190,7 +198,7 @@ enum Completion {
     /// A `model_invoke` request ended.
     Model {
         reply: oneshot::Sender<Result<Value, HostError>>,
-        answer: methods::ModelAnswer,
+        answer: ModelAnswer,
     },
     /// An `_async` code tool's execution ended: record its outcome on the task.
     CodeTask {
@@ -288,7 +296,7 @@ impl<'a> Runner<'a> {
     /// write lock; and no other writer of the agent waits on a network round trip.
     fn release_transaction(&mut self) {
         if std::mem::take(&mut self.holding_transaction) && self.file.in_transaction() {
-            super::commit_run_transaction(self.file);
+            super::env::commit_run_transaction(self.file);
             // Jobs queued while the transaction was open were left for now.
             if let Some(waiting) = &self.waiting {
                 waiting.bell.notify_one();
@@ -345,7 +353,7 @@ impl<'a> Runner<'a> {
             HostMsg::Fetch { request, reply } => match self.code_config() {
                 // The sandbox installs `fetch` only with the network on; checked again here
                 // against the config as it is now.
-                Ok(config) if super::network(&config) => {
+                Ok(config) if super::env::network(&config) => {
                     self.release_transaction();
                     let future = crate::fetch::native(&config, &request, Default::default());
                     self.pending.push(Box::pin(async move {
@@ -415,7 +423,12 @@ impl<'a> Runner<'a> {
                 }) => {
                     let source = frame.source.clone();
                     if !inline {
-                        super::log_execute(self.file, "sys_lambda", &source, frame.authorized());
+                        super::env::log_execute(
+                            self.file,
+                            "sys_lambda",
+                            &source,
+                            frame.authorized(),
+                        );
                     }
                     let started = std::time::Instant::now();
                     let host = Arc::new(ChannelHost {
@@ -466,7 +479,7 @@ impl<'a> Runner<'a> {
                     }) => {
                         let source = frame.source.clone();
                         if !inline {
-                            super::log_execute(
+                            super::env::log_execute(
                                 self.file,
                                 "sys_lambda",
                                 &source,
@@ -557,7 +570,13 @@ impl<'a> Runner<'a> {
                     Err(e) => Err(sandbox_error(&e)),
                 };
                 if !inline {
-                    super::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
+                    super::env::log_result(
+                        self.file,
+                        "sys_lambda",
+                        &source,
+                        &result,
+                        started.elapsed(),
+                    );
                 }
                 let _ = self.env.registry.finish_task(self.file, &task_id, &result);
                 return;
@@ -588,7 +607,7 @@ impl<'a> Runner<'a> {
                 .as_ref()
                 .map(|_| Value::Null)
                 .map_err(sandbox_error);
-            super::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
+            super::env::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
         }
         let answer = match execution.result {
             Ok(value) if inline => {
@@ -607,13 +626,13 @@ impl<'a> Runner<'a> {
     }
 
     /// The config as this run's code sees it: the agent's, or with the inner-loop profile
-    /// applied ([`super::CodeProfile`]). Read on every call, so a config change reaches the
+    /// applied ([`super::env::CodeProfile`]). Read on every call, so a config change reaches the
     /// next call of a running execution (STL-31).
     fn code_config(&self) -> Result<Arc<Value>, ToolError> {
         let config = self.file.config_shared()?;
         Ok(match self.options.profile {
-            super::CodeProfile::Agent => config,
-            super::CodeProfile::InnerLoop => Arc::new(super::inner_loop_view(&config)),
+            super::env::CodeProfile::Agent => config,
+            super::env::CodeProfile::InnerLoop => Arc::new(super::env::inner_loop_view(&config)),
         })
     }
 
@@ -646,7 +665,7 @@ impl<'a> Runner<'a> {
                 self.tool(frame, method, args)
             }
             "sys_lambda" => self.nested_lambda(frame, args),
-            m if methods::is_code_method(m) => {
+            m if Self::is_code_method(m) => {
                 let caller = frame.caller();
                 let config = self.code_config()?;
                 match access::method_access(&caller, &config, m) {
@@ -656,7 +675,7 @@ impl<'a> Runner<'a> {
                         ErrorCode::RequiresAuthorizedCode,
                         format!("'{m}' may only be called by authorized code"),
                     )),
-                    Access::Allowed => methods::call(self, frame, m, args, &config),
+                    Access::Allowed => self.call_code_method(frame, m, args, &config),
                 }
             }
             _ => {
@@ -723,7 +742,7 @@ impl<'a> Runner<'a> {
                     typescript,
                 })
                 .timeout(options_timeout(&config, timeout))
-                .network(super::network(&config))
+                .network(super::env::network(&config))
                 .cancel(self.env.cancel_signal());
                 Ok(Reply::Nested {
                     request,
@@ -822,7 +841,7 @@ impl<'a> Runner<'a> {
         })
         .args(input)
         .timeout(options_timeout(&config, None))
-        .network(super::network(&config))
+        .network(super::env::network(&config))
         .cancel(self.env.cancel_signal());
         Ok(Reply::Nested {
             request,
