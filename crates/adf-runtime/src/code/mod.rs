@@ -92,17 +92,26 @@ pub async fn run_lambda(
     approver: &(dyn Approver + Sync),
     options: &RunOptions,
 ) -> CodeRun {
-    run_logged_lambda(
-        file,
+    let job = LambdaJob {
         env,
-        "lambda",
         lambda,
         input,
         authorization,
         approver,
         options,
-    )
-    .await
+    };
+    run_logged_lambda(file, "lambda", job).await
+}
+
+/// One lambda run as the entry points hand it down: what runs (the lambda and its input),
+/// under which authorization, in which environment, and who approves its restricted calls.
+struct LambdaJob<'a> {
+    env: &'a CodeEnv,
+    lambda: &'a LambdaRef,
+    input: Value,
+    authorization: Authorization,
+    approver: &'a (dyn Approver + Sync),
+    options: &'a RunOptions,
 }
 
 /// [`run_lambda`] as one write transaction with the rows `closing` writes (an API route's
@@ -119,6 +128,8 @@ pub async fn run_lambda(
 /// Inside a transaction the caller opened (a batch of route requests committed together) the
 /// run treats that transaction as its own, savepoint and commit-before-a-wait included, but
 /// leaves the final commit to the caller.
+// The signature mirrors `run_lambda`'s (plus `closing`) and is adf-net's entry point: it stays
+// flat rather than making callers build a parameter struct for one call.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_lambda_closing(
     file: &mut AdfFile,
@@ -145,17 +156,15 @@ pub async fn run_lambda_closing(
         None
     };
     let started = std::time::Instant::now();
-    let run = run_lambda_unlogged(
-        file,
+    let job = LambdaJob {
         env,
         lambda,
         input,
         authorization,
         approver,
         options,
-        savepoint.is_some(),
-    )
-    .await;
+    };
+    let run = run_lambda_unlogged(file, job, savepoint.is_some()).await;
     let elapsed = started.elapsed();
     // Still inside the run's transaction: no wait committed it.
     if let Some(savepoint) = savepoint
@@ -180,49 +189,27 @@ pub async fn run_lambda_closing(
 
 /// [`run_lambda`] between an `execute` and a `result` log row of `origin` (§13.5: `lambda`
 /// for triggers, timers and routes, `sys_lambda` for the tool).
-#[allow(clippy::too_many_arguments)]
-async fn run_logged_lambda(
-    file: &mut AdfFile,
-    env: &CodeEnv,
-    origin: &str,
-    lambda: &LambdaRef,
-    input: Value,
-    authorization: Authorization,
-    approver: &(dyn Approver + Sync),
-    options: &RunOptions,
-) -> CodeRun {
-    let source = lambda.source();
-    let authorized = authorization == Authorization::SourceFile;
+async fn run_logged_lambda(file: &mut AdfFile, origin: &str, job: LambdaJob<'_>) -> CodeRun {
+    let source = job.lambda.source();
+    let authorized = job.authorization == Authorization::SourceFile;
     log_execute(file, origin, &source, authorized);
     let started = std::time::Instant::now();
-    let run = run_lambda_unlogged(
-        file,
-        env,
-        lambda,
-        input,
-        authorization,
-        approver,
-        options,
-        false,
-    )
-    .await;
+    let run = run_lambda_unlogged(file, job, false).await;
     log_result(file, origin, &source, &run.result, started.elapsed());
     run
 }
 
 /// `holding`: the run is inside [`run_lambda_closing`]'s transaction, which the runner
 /// commits before any wait off the file.
-#[allow(clippy::too_many_arguments)]
-async fn run_lambda_unlogged(
-    file: &mut AdfFile,
-    env: &CodeEnv,
-    lambda: &LambdaRef,
-    input: Value,
-    authorization: Authorization,
-    approver: &(dyn Approver + Sync),
-    options: &RunOptions,
-    holding: bool,
-) -> CodeRun {
+async fn run_lambda_unlogged(file: &mut AdfFile, job: LambdaJob<'_>, holding: bool) -> CodeRun {
+    let LambdaJob {
+        env,
+        lambda,
+        input,
+        authorization,
+        approver,
+        options,
+    } = job;
     let config = match profiled_config(file, options) {
         Ok(config) => config,
         Err(e) => return CodeRun::failed(e),
@@ -529,17 +516,15 @@ async fn deferred_lambda(
         }
         | ToolCaller::Owner => Authorization::SourceFile,
     };
-    let run = run_logged_lambda(
-        file,
+    let job = LambdaJob {
         env,
-        "sys_lambda",
-        &lambda,
+        lambda: &lambda,
         input,
         authorization,
         approver,
         options,
-    )
-    .await;
+    };
+    let run = run_logged_lambda(file, "sys_lambda", job).await;
     if let Some(task) = approval_task {
         let outcome = match &run.result {
             Ok(value) => {

@@ -623,6 +623,14 @@ struct LoopFacts {
     preview_chars: usize,
 }
 
+/// One reply's tool calls as the step hands them to [`Executor::run_tool_batch`]: the calls,
+/// the config the step's request was built with, and the reply row they answer.
+struct ToolBatch<'a> {
+    config: &'a Value,
+    calls: &'a [ToolCall],
+    assistant_seq: i64,
+}
+
 /// What one tool call asks of the executor after its result is recorded.
 enum Effect {
     None,
@@ -1070,7 +1078,7 @@ impl Executor {
             log_retries(file, Some(&session.loop_name), &retried)?;
             let reply = reply?;
             let assistant_seq =
-                self.record_reply(file, session, facts, checkpoint, &req, &reply, || {
+                self.record_reply(file, session, facts, checkpoint, (&req, &reply), || {
                     steps += 1;
                     host.event(&TurnEvent::Reply(&reply));
                 })?;
@@ -1088,9 +1096,11 @@ impl Executor {
                         &mut guard,
                         session,
                         facts,
-                        &config,
-                        &calls,
-                        assistant_seq,
+                        ToolBatch {
+                            config: &config,
+                            calls: &calls,
+                            assistant_seq,
+                        },
                         host,
                         &mut wakes,
                     )
@@ -1172,15 +1182,13 @@ impl Executor {
     /// reply row's sequence number. The loop must still be available when the reply arrives
     /// (STL-42); that is checked inside the reply's transaction, where its config read shares
     /// the write lock, and `accepted` runs once it passed, before anything is written.
-    #[allow(clippy::too_many_arguments)]
     fn record_reply(
         &self,
         file: &mut AdfFile,
         session: &mut Session,
         facts: &LoopFacts,
         checkpoint: &mut Checkpoint,
-        req: &ChatRequest,
-        reply: &AssistantMessage,
+        (req, reply): (&ChatRequest, &AssistantMessage),
         accepted: impl FnOnce(),
     ) -> Result<i64, ExecutorError> {
         let usage = reply.usage;
@@ -1282,18 +1290,20 @@ impl Executor {
     /// Runs one reply's tool calls in order and records their results, then carries out the
     /// queued `_async` tasks, the injected contexts, a reset or compaction they asked for.
     /// Returns how the turn ends when a call set the state.
-    #[allow(clippy::too_many_arguments)]
     async fn run_tool_batch(
         &self,
         guard: &mut FileGuard<'_, '_>,
         session: &mut Session,
         facts: &LoopFacts,
-        config: &Value,
-        calls: &[ToolCall],
-        assistant_seq: i64,
+        batch: ToolBatch<'_>,
         host: &dyn TurnHost,
         wakes: &mut Vec<String>,
     ) -> Result<Option<TurnEnd>, ExecutorError> {
+        let ToolBatch {
+            config,
+            calls,
+            assistant_seq,
+        } = batch;
         let loop_name = session.loop_name.clone();
         let mut end = None;
         let mut compact = None;

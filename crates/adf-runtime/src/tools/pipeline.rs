@@ -95,18 +95,6 @@ impl ToolRegistry {
             args = approved_args;
             approved_task = Some(task_id);
         }
-        if tool.deferred() {
-            return self.defer(
-                file,
-                &tool,
-                caller,
-                name,
-                &config,
-                args,
-                &cross,
-                approved_task,
-            );
-        }
         let call = Invocation {
             tool: &tool,
             caller,
@@ -115,6 +103,9 @@ impl ToolRegistry {
             args: &args,
             cross: &cross,
         };
+        if tool.deferred() {
+            return self.defer(file, &call, approved_task);
+        }
         let result = self.execute_or_ask_override(file, &call, approver, &mut approved_task)?;
         if let Some(task_id) = approved_task {
             match &result {
@@ -129,19 +120,21 @@ impl ToolRegistry {
 
     /// A deferred tool's call: its `prepare` step runs now, inside the call's transaction,
     /// and the rest is the caller's to drive. A failed prepare fails the approval task.
-    #[allow(clippy::too_many_arguments)]
     fn defer(
         &self,
         file: &mut AdfFile,
-        tool: &Arc<dyn Tool>,
-        caller: &ToolCaller,
-        name: &str,
-        config: &Value,
-        args: Value,
-        cross: &CrossCutting,
+        call: &Invocation<'_>,
         approved_task: Option<String>,
     ) -> Result<CallOutcome, ToolError> {
-        let args = match self.prepare(file, tool, caller, config, args, cross.full) {
+        let Invocation {
+            tool,
+            caller,
+            name,
+            config,
+            args,
+            cross,
+        } = *call;
+        let args = match self.prepare(file, tool, caller, config, args.clone(), cross.full) {
             Ok(args) => args,
             Err(error) => {
                 if let Some(task_id) = &approved_task {
@@ -170,14 +163,13 @@ impl ToolRegistry {
         approved_task: &mut Option<String>,
     ) -> Result<Result<Value, ToolError>, ToolError> {
         let Invocation {
-            tool,
             caller,
             name,
-            config,
             args,
             cross,
+            ..
         } = *call;
-        let result = self.execute(file, tool, caller, config, args, false, cross.full);
+        let result = self.execute(file, call, false);
         let Err(ToolError {
             protection: Some(hit),
             ..
@@ -217,7 +209,7 @@ impl ToolRegistry {
             return Err(denied(name, &reason));
         }
         *approved_task = Some(task_id);
-        Ok(self.execute(file, tool, caller, config, args, true, cross.full))
+        Ok(self.execute(file, call, true))
     }
 
     /// The future that carries out a deferred call of a [`Tool::detach`] tool, or `None` when
@@ -382,15 +374,16 @@ impl ToolRegistry {
             .and_then(|m| m.get("reason"))
             .and_then(Value::as_str)
             == Some("protection");
-        let result = self.execute(
-            file,
-            &tool,
+        let args = Value::Object(args);
+        let call = Invocation {
+            tool: &tool,
             caller,
-            &config,
-            &Value::Object(args),
-            override_protection,
-            cross.full,
-        );
+            name: &task.tool,
+            config: &config,
+            args: &args,
+            cross: &cross,
+        };
+        let result = self.execute(file, &call, override_protection);
         self.finish_task(file, task_id, &result)?;
         Ok(TaskRun::Done(result))
     }
@@ -424,24 +417,29 @@ impl ToolRegistry {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `call` with [`Tool::run`] in one transaction; `protection_override`: the owner
+    /// lifted a protection for this one call.
     fn execute(
         &self,
         file: &mut AdfFile,
-        tool: &Arc<dyn Tool>,
-        caller: &ToolCaller,
-        config: &Value,
-        args: &Value,
+        call: &Invocation<'_>,
         protection_override: bool,
-        full: bool,
     ) -> Result<Value, ToolError> {
+        let Invocation {
+            tool,
+            caller,
+            config,
+            args,
+            cross,
+            ..
+        } = *call;
         in_transaction(
             self,
             file,
             caller,
             config,
             protection_override,
-            full,
+            cross.full,
             |cx| tool.run(cx, args.clone()),
         )
     }
