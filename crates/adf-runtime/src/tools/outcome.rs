@@ -9,14 +9,14 @@ use serde_json::{Value, json};
 
 use super::error::ToolError;
 
-/// The future of a [`Tool::run_hosted`] body, and of a [`DeferredDriver`] call.
+/// The future of a [`Tool::run_hosted`](super::Tool::run_hosted) body, and of a [`DeferredDriver`](super::DeferredDriver) call.
 pub type HostedFuture<'a> = futures::future::BoxFuture<'a, Result<Value, ToolError>>;
 
-/// How a `running` task is carried out (see [`ToolRegistry::start_task`]).
+/// How a `running` task is carried out (see [`ToolRegistry::start_task`](super::ToolRegistry::start_task)).
 pub enum TaskRun {
     /// A synchronous tool ran; its outcome is recorded on the task.
     Done(Result<Value, ToolError>),
-    /// A detached tool: await it, write its logs, then [`ToolRegistry::finish_task`].
+    /// A detached tool: await it, write its logs, then [`ToolRegistry::finish_task`](super::ToolRegistry::finish_task).
     Detached(Detached),
     /// A code tool (`sys_code`, `sys_lambda`): the caller's code runner carries it out; the
     /// call names the task as its `approval_task`, where `finish_deferred` records the outcome.
@@ -33,7 +33,7 @@ impl std::fmt::Debug for TaskRun {
     }
 }
 
-/// The future of a detached deferred call (see [`Tool::detach`]).
+/// The future of a detached deferred call (see [`Tool::detach`](super::Tool::detach)).
 pub type Detached = futures::future::BoxFuture<'static, DetachedOutcome>;
 
 /// What a detached call ends with: its result, and the `adf_logs` rows its caller writes once
@@ -165,8 +165,8 @@ pub enum CallOutcome {
         /// The task's status when it was created.
         status: String,
     },
-    /// A [`Tool::deferred`] call that passed access and approval; the caller runs it and
-    /// reports the outcome with [`ToolRegistry::finish_deferred`].
+    /// A [`Tool::deferred`](super::Tool::deferred) call that passed access and approval; the caller runs it and
+    /// reports the outcome with [`ToolRegistry::finish_deferred`](super::ToolRegistry::finish_deferred).
     Deferred(DeferredCall),
 }
 
