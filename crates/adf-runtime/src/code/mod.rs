@@ -277,7 +277,7 @@ pub struct DeferredRun {
 /// The one driver of a call the pipeline returned as `CallOutcome::Deferred`: code tools
 /// (`sys_code`, `sys_lambda`) run in the sandbox `code_env` opens (awaited only for them; its
 /// failure is the call's error), hosted tools (`adf_shell`) as their
-/// [`crate::tools::Tool::run_hosted`] body with this same driver for their inner deferred
+/// [`crate::tools::HostedTool::run_hosted`] body with this same driver for their inner deferred
 /// calls, every other deferred tool as its detached future
 /// ([`ToolRegistry::run_detached`]). Either way the outcome is recorded on the call's approval
 /// task. The executor, the command line's `adf tool` and the daemon's shell runs call this.

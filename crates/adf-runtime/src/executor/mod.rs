@@ -1716,7 +1716,7 @@ impl Executor {
     }
 
     /// The future of a deferred call that a detached tool carries out without the file
-    /// (`Tool::detach`: fetch, MCP, message delivery); `None` for code and hosted tools,
+    /// (`DetachedTool::detach`: fetch, MCP, message delivery); `None` for code and hosted tools,
     /// which the driver runs with the file.
     fn detached(
         &self,

@@ -29,4 +29,7 @@ pub use outcome::{
     TaskRun, render, write_logs,
 };
 pub use pipeline::MESH_TOOLS;
-pub use tool::{DeferredDriver, HostedContext, Tool, ToolContext, ToolRegistry, ToolSource};
+pub use tool::{
+    DeferredDriver, DetachedTool, Execution, HostedContext, HostedTool, Tool, ToolContext,
+    ToolRegistry, ToolSource,
+};

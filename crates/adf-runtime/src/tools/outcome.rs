@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::error::ToolError;
 
-/// The future of a [`Tool::run_hosted`](super::Tool::run_hosted) body, and of a [`DeferredDriver`](super::DeferredDriver) call.
+/// The future of a [`HostedTool::run_hosted`](super::HostedTool::run_hosted) body, and of a [`DeferredDriver`](super::DeferredDriver) call.
 pub type HostedFuture<'a> = futures::future::BoxFuture<'a, Result<Value, ToolError>>;
 
 /// How a `running` task is carried out (see [`ToolRegistry::start_task`](super::ToolRegistry::start_task)).
@@ -33,7 +33,7 @@ impl std::fmt::Debug for TaskRun {
     }
 }
 
-/// The future of a detached deferred call (see [`Tool::detach`](super::Tool::detach)).
+/// The future of a detached deferred call (see [`DetachedTool::detach`](super::DetachedTool::detach)).
 pub type Detached = futures::future::BoxFuture<'static, DetachedOutcome>;
 
 /// What a detached call ends with: its result, and the `adf_logs` rows its caller writes once
@@ -165,7 +165,7 @@ pub enum CallOutcome {
         /// The task's status when it was created.
         status: String,
     },
-    /// A [`Tool::deferred`](super::Tool::deferred) call that passed access and approval; the caller runs it and
+    /// A deferred call ([`Execution::is_deferred`](super::Execution::is_deferred)) that passed access and approval; the caller runs it and
     /// reports the outcome with [`ToolRegistry::finish_deferred`](super::ToolRegistry::finish_deferred).
     Deferred(DeferredCall),
 }

@@ -17,7 +17,7 @@ use super::access::{self, Access, ToolCaller};
 use super::approval::{self, Approver, Decision, Resolution};
 use super::error::{ErrorCode, ToolError};
 use super::outcome::{CallOutcome, DeferredCall, Detached, DetachedOutcome, TaskRun, render};
-use super::tool::{DeferredDriver, HostedContext, Tool, ToolContext, ToolRegistry};
+use super::tool::{DeferredDriver, Execution, HostedContext, Tool, ToolContext, ToolRegistry};
 use super::validate;
 
 /// Tools code may not call: the turn tools talk to the owner, and compaction rewrites the
@@ -103,7 +103,7 @@ impl ToolRegistry {
             args: &args,
             cross: &cross,
         };
-        if tool.deferred() {
+        if tool.execution().is_deferred() {
             return self.defer(file, &call, approved_task);
         }
         let result = self.execute_or_ask_override(file, &call, approver, &mut approved_task)?;
@@ -212,7 +212,7 @@ impl ToolRegistry {
         Ok(self.execute(file, call, true))
     }
 
-    /// The future that carries out a deferred call of a [`Tool::detach`] tool, or `None` when
+    /// The future that carries out a deferred call of a [`DetachedTool::detach`](super::DetachedTool::detach) tool, or `None` when
     /// the tool needs the executor or the code runner.
     pub fn detach(
         &self,
@@ -220,12 +220,16 @@ impl ToolRegistry {
         config: &Value,
         caller: &ToolCaller,
     ) -> Option<Detached> {
-        self.resolve(config, &call.tool)?
+        let tool = self.resolve(config, &call.tool)?;
+        let Execution::Detached(detached) = tool.execution() else {
+            return None;
+        };
+        detached
             .detach(config, caller, call.args.clone())
             .map(unwinding_to_error)
     }
 
-    /// Carries out a deferred call of a [`Tool::detach`] tool and records its outcome on the
+    /// Carries out a deferred call of a [`DetachedTool::detach`](super::DetachedTool::detach) tool and records its outcome on the
     /// call's approval task. A tool that needs the executor or the code runner is an error.
     pub async fn run_detached(
         &self,
@@ -246,7 +250,7 @@ impl ToolRegistry {
         outcome.result
     }
 
-    /// Carries out a deferred call of a [`Tool::run_hosted`] tool and records its outcome on
+    /// Carries out a deferred call of a [`HostedTool::run_hosted`](super::HostedTool::run_hosted) tool and records its outcome on
     /// the call's approval task; `None` when the tool is not a hosted one. `driver` carries
     /// out the inner calls the pipeline defers.
     pub async fn run_hosted(
@@ -266,13 +270,15 @@ impl ToolRegistry {
             approver,
             driver,
         };
-        let future = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tool.run_hosted(cx, call.args.clone())
-        }))
-        .unwrap_or_else(|payload| {
-            let error = panicked(payload.as_ref());
-            Some(Box::pin(async move { Err(error) }))
-        })?;
+        let future =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match tool.execution() {
+                Execution::Hosted(hosted) => Some(hosted.run_hosted(cx, call.args.clone())),
+                _ => None,
+            }))
+            .unwrap_or_else(|payload| {
+                let error = panicked(payload.as_ref());
+                Some(Box::pin(async move { Err(error) }))
+            })?;
         let result = std::panic::AssertUnwindSafe(future)
             .catch_unwind()
             .await
@@ -341,7 +347,7 @@ impl ToolRegistry {
             .ok_or_else(|| ToolError::not_found(format!("unknown tool '{}'", task.tool)))?;
         let mut args = task.args.as_object().cloned().unwrap_or_default();
         let cross = CrossCutting::strip(&mut args, caller);
-        if tool.deferred() {
+        if tool.execution().is_deferred() {
             let args = match self.prepare(
                 file,
                 &tool,
@@ -363,7 +369,13 @@ impl ToolRegistry {
                 full: cross.full,
                 approval_task: Some(task_id.to_owned()),
             };
-            return Ok(match tool.detach(&config, caller, call.args.clone()) {
+            let future = match tool.execution() {
+                Execution::Detached(detached) => {
+                    detached.detach(&config, caller, call.args.clone())
+                }
+                _ => None,
+            };
+            return Ok(match future {
                 Some(future) => TaskRun::Detached(unwinding_to_error(future)),
                 None => TaskRun::Code(call),
             });
@@ -402,7 +414,7 @@ impl ToolRegistry {
         Ok(())
     }
 
-    /// Runs [`Tool::prepare`] in one transaction.
+    /// Runs [`DetachedTool::prepare`](super::DetachedTool::prepare) in one transaction.
     fn prepare(
         &self,
         file: &mut AdfFile,
@@ -413,7 +425,10 @@ impl ToolRegistry {
         full: bool,
     ) -> Result<Value, ToolError> {
         in_transaction(self, file, caller, config, false, full, |cx| {
-            tool.prepare(cx, args)
+            match tool.execution() {
+                Execution::Detached(detached) => detached.prepare(cx, args),
+                _ => Ok(args),
+            }
         })
     }
 

@@ -28,33 +28,6 @@ pub trait Tool: Send + Sync + 'static {
     /// opened a transaction: return an error and every write rolls back.
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError>;
 
-    /// Whether the call is carried out by the caller of the pipeline rather than by `run`:
-    /// turn tools (`say`, `ask`) need the executor, code tools (`sys_code`, `sys_lambda`) need
-    /// the async sandbox. The pipeline still decides access and approvals, then hands the
-    /// validated call back as [`CallOutcome::Deferred`](super::CallOutcome::Deferred).
-    fn deferred(&self) -> bool {
-        false
-    }
-
-    /// The body of a [`Tool::deferred`] tool that needs neither the executor nor the code
-    /// runner (network work such as `sys_fetch`): an owned future the caller awaits outside
-    /// any store transaction. `None`, the default, for tools the executor or the code runner
-    /// carry out themselves. `caller` lets the tool shape its result for code (bytes as
-    /// `Uint8Array`) or for the model (text only).
-    fn detach(&self, config: &Value, caller: &ToolCaller, args: Value) -> Option<Detached> {
-        let _ = (config, caller, args);
-        None
-    }
-
-    /// The part of a [`Tool::deferred`] call that needs the file before the detached part
-    /// runs (`msg_send` composes, signs and stores its `pending` outbox row here). The
-    /// pipeline runs it inside one transaction after access and approval; its value becomes
-    /// the arguments [`Tool::detach`] receives. The default passes the arguments through.
-    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        let _ = cx;
-        Ok(args)
-    }
-
     /// Checks the arguments beyond their schema without writing anything, before the owner
     /// is asked to approve the call: a call that would be refused anyway is refused without
     /// an approval task, and the file stays byte-identical. Only reads; the default accepts.
@@ -63,14 +36,10 @@ pub trait Tool: Send + Sync + 'static {
         Ok(())
     }
 
-    /// The body of a [`Tool::deferred`] tool that calls other tools (`adf_shell`): a future
-    /// awaited outside any transaction with the registry, so each inner call is a whole
-    /// pipeline call of its own for the same caller (access, approvals, audit, one transaction
-    /// each); inner calls the pipeline defers (`sys_fetch`, `sys_code`) go to
-    /// [`HostedContext::driver`]. `None`, the default, for tools that do not.
-    fn run_hosted<'a>(&'a self, cx: HostedContext<'a>, args: Value) -> Option<HostedFuture<'a>> {
-        let _ = (cx, args);
-        None
+    /// How a call is carried out once access and approval passed; the default,
+    /// [`Execution::InTransaction`], is [`Tool::run`] inside the pipeline's transaction.
+    fn execution(&self) -> Execution<'_> {
+        Execution::InTransaction
     }
 
     /// Tools this one covers for the model: while it is advertised, they leave the model's
@@ -80,7 +49,70 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
-/// What a [`Tool::run_hosted`] body may use: the file (no transaction open), the registry
+/// How a tool's call is carried out ([`Tool::execution`]). Every mode goes through the same
+/// pipeline first (declaration, validation, access, approvals); the modes differ in what
+/// happens after. Every mode but the first hands the validated call back as
+/// [`CallOutcome::Deferred`](super::CallOutcome::Deferred) for the pipeline's caller to carry
+/// out.
+pub enum Execution<'a> {
+    /// [`Tool::run`] inside one store transaction: most tools.
+    InTransaction,
+    /// Network work outside any transaction (`sys_fetch`, `msg_send`, MCP and WebSocket
+    /// tools): [`DetachedTool::prepare`] in the call's transaction, then the owned future of
+    /// [`DetachedTool::detach`], which never touches the file.
+    Detached(&'a dyn DetachedTool),
+    /// A tool that calls other tools (`adf_shell`): [`HostedTool::run_hosted`], each inner
+    /// call a pipeline call of its own.
+    Hosted(&'a dyn HostedTool),
+    /// Carried out by the code runner in the agent's sandbox (`sys_code`, `sys_lambda`).
+    CodeRunner,
+}
+
+impl std::fmt::Debug for Execution<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Execution::InTransaction => "InTransaction",
+            Execution::Detached(_) => "Detached",
+            Execution::Hosted(_) => "Hosted",
+            Execution::CodeRunner => "CodeRunner",
+        })
+    }
+}
+
+impl Execution<'_> {
+    /// Whether the pipeline hands the call back to its caller rather than running it.
+    pub fn is_deferred(&self) -> bool {
+        !matches!(self, Execution::InTransaction)
+    }
+}
+
+/// The detached part of an [`Execution::Detached`] tool.
+pub trait DetachedTool: Send + Sync {
+    /// The part of the call that needs the file before the detached part runs (`msg_send`
+    /// composes, signs and stores its `pending` outbox row here). The pipeline runs it inside
+    /// one transaction after access and approval; its value becomes the arguments
+    /// [`DetachedTool::detach`] receives. The default passes the arguments through.
+    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        let _ = cx;
+        Ok(args)
+    }
+
+    /// The network work: an owned future the caller awaits outside any store transaction.
+    /// `caller` lets the tool shape its result for code (bytes as `Uint8Array`) or for the
+    /// model (text only). `None` when the call cannot be carried out (the caller reports it).
+    fn detach(&self, config: &Value, caller: &ToolCaller, args: Value) -> Option<Detached>;
+}
+
+/// The body of an [`Execution::Hosted`] tool.
+pub trait HostedTool: Send + Sync {
+    /// A future awaited outside any transaction with the registry, so each inner call is a
+    /// whole pipeline call of its own for the same caller (access, approvals, audit, one
+    /// transaction each); inner calls the pipeline defers (`sys_fetch`, `sys_code`) go to
+    /// [`HostedContext::driver`].
+    fn run_hosted<'a>(&'a self, cx: HostedContext<'a>, args: Value) -> HostedFuture<'a>;
+}
+
+/// What a [`HostedTool::run_hosted`] body may use: the file (no transaction open), the registry
 /// to call back into, who called, who approves restricted inner calls, and who carries out
 /// the inner calls the pipeline defers.
 pub struct HostedContext<'a> {
