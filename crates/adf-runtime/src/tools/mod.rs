@@ -1,10 +1,11 @@
 //! The tool registry and the one place tool calls are decided and run.
 //!
-//! Principal types: [`Tool`] (one tool: name, JSON Schema, `run`), [`ToolSource`] (tools that
-//! come from elsewhere than the built-in list, per agent config), [`ToolRegistry`] (every tool
-//! by name; [`ToolRegistry::call`] is the whole call pipeline), [`ToolCaller`] and the
-//! access predicates in [`access`], [`ToolError`] with its stable [`ErrorCode`]s, and the
-//! human-in-the-loop pieces in [`approval`].
+//! Principal types: [`Tool`] (one tool: name, JSON Schema, `run`, and how a call is carried
+//! out: [`Execution`] in a transaction, detached ([`DetachedTool`]), hosted ([`HostedTool`]) or
+//! by the code runner), [`ToolSource`] (tools that come from elsewhere than the built-in list,
+//! per agent config), [`ToolRegistry`] (every tool by name; [`ToolRegistry::call`] is the
+//! whole call pipeline), [`ToolCaller`] and the access predicates in [`access`], [`ToolError`]
+//! with its stable [`ErrorCode`]s, and the human-in-the-loop pieces in [`approval`].
 //!
 //! The files are layered so no two import each other: error.rs, access.rs, validate.rs and
 //! outcome.rs (what a call ends with) are leaves; approval.rs asks the owner; tool.rs holds

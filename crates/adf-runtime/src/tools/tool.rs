@@ -1,5 +1,6 @@
-//! One tool and the registry that holds tools by name: [`Tool`] (name, JSON Schema, `run`
-//! and the hooks of its execution mode), [`ToolSource`] (tools an agent's config declares),
+//! One tool and the registry that holds tools by name: [`Tool`] (name, JSON Schema, `run`,
+//! and its [`Execution`] mode, with the mode traits [`DetachedTool`] and [`HostedTool`]),
+//! [`ToolSource`] (tools an agent's config declares),
 //! [`ToolContext`] / [`HostedContext`] (what a running tool may use) and [`ToolRegistry`] with
 //! its lookups. `Tool` and `ToolRegistry` share this file because each names the other (a
 //! running tool sees the registry that runs it); the call pipeline is `impl ToolRegistry` in
