@@ -5,6 +5,7 @@
 //! which import it; it imports neither.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use adf_providers::Resolver;
@@ -14,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::identity::LocalKeys;
-use crate::tools::{ErrorCode, ToolError, ToolRegistry};
+use crate::tools::{ErrorCode, ToolCaller, ToolError, ToolRegistry};
 
 use super::waiting::FileQueue;
 
@@ -577,5 +578,38 @@ pub(crate) fn code_from_str(code: &str) -> ErrorCode {
         "TIMEOUT" => ErrorCode::Timeout,
         "DENIED" => ErrorCode::Denied,
         _ => ErrorCode::FnError,
+    }
+}
+
+/// One execution's identity: who its `adf.*` calls are made as.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    /// Cleared when the execution loads an unauthorized module (see the module docs of
+    /// `code`); never set again.
+    pub(super) authorized: AtomicBool,
+    /// `path:function`, or `sys_code`.
+    pub(crate) source: String,
+    /// Lambda sources from the top-level run to this execution, for `CIRCULAR_CALL`.
+    pub(super) stack: Vec<String>,
+}
+
+impl Frame {
+    pub(crate) fn new(authorized: bool, source: String, stack: Vec<String>) -> Arc<Frame> {
+        Arc::new(Frame {
+            authorized: AtomicBool::new(authorized),
+            source,
+            stack,
+        })
+    }
+
+    pub(crate) fn authorized(&self) -> bool {
+        self.authorized.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn caller(&self) -> ToolCaller {
+        ToolCaller::Code {
+            authorized: self.authorized(),
+            source: Some(self.source.clone()),
+        }
     }
 }

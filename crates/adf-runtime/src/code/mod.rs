@@ -42,11 +42,11 @@
 //! an `adf_logs` row (origin `emit_event`) and hands it to the environment's [`EventSink`] when
 //! there is one (the daemon's umbilical bus); without a sink it is reported as not delivered.
 //!
-//! Files, each importing only those below it: env.rs (what a run runs with and ends with, and
-//! the shared log and timeout helpers) and waiting.rs (the queued jobs a waiting run serves)
-//! are leaves; runner.rs is the loop that owns the file; methods.rs implements the code-only
-//! methods on the runner (which dispatches to them by name, without importing the file); this
-//! file holds the entry points and only re-exports the rest.
+//! Files, each importing only those below it: env.rs (what a run runs with and ends with, an
+//! execution's `Frame`, the shared log and timeout helpers) and waiting.rs (the queued jobs a
+//! waiting run serves) are leaves; methods.rs implements the code-only methods on the parts of
+//! the run the runner lends them (`MethodCx`); runner.rs is the loop that owns the file and
+//! dispatches to them; this file holds the entry points and re-exports the rest.
 
 mod env;
 mod methods;
@@ -66,8 +66,9 @@ use crate::tools::{
     ToolRegistry,
 };
 
+use env::Frame;
+use runner::Runner;
 pub(crate) use runner::lambda_file;
-use runner::{Frame, Runner};
 pub use waiting::{FileQueue, LeaseHooks};
 
 pub use env::{

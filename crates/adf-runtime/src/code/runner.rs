@@ -16,7 +16,7 @@
 //! (waiting.rs), so a lambda awaiting a slow server or model does not stop its agent.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use adf_sandbox::{Entry, Execution, Host, HostError, LogEntry, Request};
 use adf_store::{AdfFile, FileInfo};
@@ -26,9 +26,10 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::env::{
-    CallRecord, CodeEnv, CodeRun, InjectMode, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions,
-    log_lines, options_timeout, requires_authorized_caller, sandbox_error,
+    CallRecord, CodeEnv, CodeRun, Frame, InjectMode, Injection, LambdaRef, MAX_LAMBDA_DEPTH,
+    RunOptions, log_lines, options_timeout, requires_authorized_caller, sandbox_error,
 };
+use super::methods::{self, MethodCx, MethodReply, ModelAnswer};
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
 use crate::tools::{
@@ -41,39 +42,6 @@ use crate::tools::{
 /// and returns runs through, one that sleeps or awaits something of its own does not hold
 /// its agent meanwhile.
 const QUIET_BEFORE_SERVING: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// One execution's identity: who its `adf.*` calls are made as.
-#[derive(Debug)]
-pub(crate) struct Frame {
-    /// Cleared when the execution loads an unauthorized module (see the module docs of
-    /// `code`); never set again.
-    authorized: AtomicBool,
-    /// `path:function`, or `sys_code`.
-    pub(crate) source: String,
-    /// Lambda sources from the top-level run to this execution, for `CIRCULAR_CALL`.
-    stack: Vec<String>,
-}
-
-impl Frame {
-    pub(crate) fn new(authorized: bool, source: String, stack: Vec<String>) -> Arc<Frame> {
-        Arc::new(Frame {
-            authorized: AtomicBool::new(authorized),
-            source,
-            stack,
-        })
-    }
-
-    pub(crate) fn authorized(&self) -> bool {
-        self.authorized.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn caller(&self) -> ToolCaller {
-        ToolCaller::Code {
-            authorized: self.authorized(),
-            source: Some(self.source.clone()),
-        }
-    }
-}
 
 enum HostMsg {
     Call {
@@ -146,14 +114,6 @@ impl Host for ChannelHost {
             answer.await.unwrap_or_else(|_| Err(stopped()))
         })
     }
-}
-
-/// How a `model_invoke` request ended, with the retries it scheduled on the way.
-pub(crate) struct ModelAnswer {
-    pub(crate) result: Result<Value, ToolError>,
-    pub(crate) record: CallRecord,
-    /// Logged by the runner as `provider_error` rows, with the file it holds then.
-    pub(crate) retries: Vec<adf_providers::RetryNotice>,
 }
 
 /// How a call is answered.
@@ -665,7 +625,7 @@ impl<'a> Runner<'a> {
                 self.tool(frame, method, args)
             }
             "sys_lambda" => self.nested_lambda(frame, args),
-            m if Self::is_code_method(m) => {
+            m if methods::is_code_method(m) => {
                 let caller = frame.caller();
                 let config = self.code_config()?;
                 match access::method_access(&caller, &config, m) {
@@ -675,7 +635,19 @@ impl<'a> Runner<'a> {
                         ErrorCode::RequiresAuthorizedCode,
                         format!("'{m}' may only be called by authorized code"),
                     )),
-                    Access::Allowed => self.call_code_method(frame, m, args, &config),
+                    Access::Allowed => {
+                        let mut cx = MethodCx {
+                            file: &mut *self.file,
+                            env: self.env,
+                            options: self.options,
+                            injections: &mut self.injections,
+                            identity: &mut self.identity,
+                        };
+                        methods::call(&mut cx, frame, m, args, &config).map(|reply| match reply {
+                            MethodReply::Value(value) => Reply::Value(value),
+                            MethodReply::Model(answer) => Reply::Model(answer),
+                        })
+                    }
                 }
             }
             _ => {
