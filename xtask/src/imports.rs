@@ -15,6 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::rust_source;
+
 /// The crates whose files must not import each other in a circle (paths from the workspace
 /// root).
 pub(crate) const ANALYZED: &[&str] = &["crates/adf-server", "crates/adf-runtime"];
@@ -109,160 +111,42 @@ impl Token {
     }
 }
 
-/// Tokens of Rust source with comments, string, byte and char literals and lifetimes left out.
+/// Tokens of Rust source with comments, string, byte and char literals, lifetimes, numbers
+/// and the punctuation paths do not need left out.
 fn tokens(source: &str) -> Vec<Token> {
-    let chars: Vec<char> = source.chars().collect();
-    let mut out = Vec::new();
-    let mut line = 1;
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '\n' {
-            line += 1;
-            i += 1;
-        } else if c.is_whitespace() {
-            i += 1;
-        } else if c == '/' && next == Some('/') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    if chars[i] == '\n' {
-                        line += 1;
-                    }
-                    i += 1;
+    rust_source::lex(source)
+        .tokens
+        .into_iter()
+        .filter_map(|token| {
+            let tok = match token.tok {
+                rust_source::Tok::Ident(word) => Tok::Ident(word),
+                rust_source::Tok::PathSep => Tok::Punct("::"),
+                rust_source::Tok::Punct(c) => Tok::Punct(match c {
+                    '{' => "{",
+                    '}' => "}",
+                    '(' => "(",
+                    ')' => ")",
+                    '[' => "[",
+                    ']' => "]",
+                    ',' => ",",
+                    ';' => ";",
+                    '*' => "*",
+                    '#' => "#",
+                    '$' => "$",
+                    _ => return None,
+                }),
+                rust_source::Tok::Literal
+                | rust_source::Tok::Lifetime
+                | rust_source::Tok::Number => {
+                    return None;
                 }
-            }
-        } else if (c == 'r' || c == 'b') && raw_string_body(&chars, i).is_some() {
-            let (hashes, body) = raw_string_body(&chars, i).unwrap_or((0, i + 1));
-            let mut j = body;
-            loop {
-                if j >= chars.len() {
-                    break;
-                }
-                if chars[j] == '"' && (0..hashes).all(|k| chars.get(j + 1 + k) == Some(&'#')) {
-                    j += 1 + hashes;
-                    break;
-                }
-                if chars[j] == '\n' {
-                    line += 1;
-                }
-                j += 1;
-            }
-            i = j;
-        } else if c == '"' || (c == 'b' && next == Some('"')) {
-            let mut j = if c == 'b' { i + 2 } else { i + 1 };
-            while j < chars.len() && chars[j] != '"' {
-                if chars[j] == '\\' {
-                    j += 1;
-                }
-                if chars.get(j) == Some(&'\n') {
-                    line += 1;
-                }
-                j += 1;
-            }
-            i = j + 1;
-        } else if c == '\'' {
-            // A char literal ('x', '\n', '\u{1F600}') is skipped; a lifetime ('a) too.
-            if next == Some('\\') {
-                let mut j = i + 2;
-                while j < chars.len() && chars[j] != '\'' {
-                    j += 1;
-                }
-                i = j + 1;
-            } else if chars.get(i + 2) == Some(&'\'') {
-                i += 3;
-            } else {
-                i += 1;
-                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-            }
-        } else if c.is_alphabetic() || c == '_' {
-            let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            let word: String = chars[start..i].iter().collect();
-            // `r#type` is the identifier `type`.
-            let word = word.strip_prefix("r#").map(str::to_owned).unwrap_or(word);
-            out.push(Token {
-                tok: Tok::Ident(word),
-                line,
-            });
-        } else if c.is_ascii_digit() {
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-        } else if c == ':' && next == Some(':') {
-            out.push(Token {
-                tok: Tok::Punct("::"),
-                line,
-            });
-            i += 2;
-        } else {
-            let punct = match c {
-                '{' => "{",
-                '}' => "}",
-                '(' => "(",
-                ')' => ")",
-                '[' => "[",
-                ']' => "]",
-                ',' => ",",
-                ';' => ";",
-                '*' => "*",
-                '#' => "#",
-                '$' => "$",
-                _ => "",
             };
-            if !punct.is_empty() {
-                out.push(Token {
-                    tok: Tok::Punct(punct),
-                    line,
-                });
-            }
-            i += 1;
-        }
-    }
-    out
-}
-
-/// `r"…"`, `r#"…"#`, `br"…"`: the number of hashes and where the body starts.
-fn raw_string_body(chars: &[char], i: usize) -> Option<(usize, usize)> {
-    let mut j = i;
-    if chars.get(j) == Some(&'b') {
-        j += 1;
-    }
-    if chars.get(j) != Some(&'r') {
-        return None;
-    }
-    if i > 0
-        && chars
-            .get(i - 1)
-            .is_some_and(|c| c.is_alphanumeric() || *c == '_')
-    {
-        return None;
-    }
-    j += 1;
-    let mut hashes = 0;
-    while chars.get(j) == Some(&'#') {
-        hashes += 1;
-        j += 1;
-    }
-    (chars.get(j) == Some(&'"')).then_some((hashes, j + 1))
+            Some(Token {
+                tok,
+                line: token.line,
+            })
+        })
+        .collect()
 }
 
 /// A path a file names: where it starts, its segments, and the line.

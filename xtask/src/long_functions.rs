@@ -3,14 +3,16 @@
 //!
 //! A long function is allowed when a `// Long because …` comment stands between the item before
 //! it and its first body line, saying why it is not split; at most [`MAX_LONG`] may be. The scan
-//! is a small lexer, not a parser: it knows comments, strings (raw and byte too), char literals
-//! and lifetimes, so braces inside them do not count, and it skips test code (`#[test]` and
+//! reads the tokens of the shared lexer (`rust_source.rs`), not a parse: braces inside comments,
+//! strings and char literals do not count, and it skips test code (`#[test]` and
 //! `#[cfg(test)]` items, and the files of `#[cfg(test)] mod x;`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+
+use crate::rust_source::{self, Tok, Token};
 
 /// Longer than this many lines is long.
 pub(crate) const MAX_LINES: usize = 120;
@@ -34,147 +36,11 @@ pub(crate) struct LongFn {
     pub(crate) reasoned: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Tok {
-    Ident(String),
-    Punct(char),
-    /// A literal, lifetime or anything else whose text does not matter here.
-    Other,
-}
-
-/// A token and its 1-based line.
-type Token = (Tok, usize);
-/// A line comment's 1-based line and text.
-type Comment = (usize, String);
-
-/// The tokens of `text` with their lines, and its line comments.
-fn lex(text: &str) -> (Vec<Token>, Vec<Comment>) {
-    let chars: Vec<char> = text.chars().collect();
-    let mut tokens = Vec::new();
-    let mut comments = Vec::new();
-    let mut line = 1;
-    let mut i = 0;
-    // Moves past `chars[i]`, counting lines.
-    let step = |i: &mut usize, line: &mut usize| {
-        if chars.get(*i) == Some(&'\n') {
-            *line += 1;
-        }
-        *i += 1;
-    };
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c.is_whitespace() {
-            step(&mut i, &mut line);
-        } else if c == '/' && next == Some('/') {
-            let start = i;
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-            comments.push((line, chars[start..i].iter().collect::<String>()));
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0usize;
-            while i < chars.len() {
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    step(&mut i, &mut line);
-                }
-            }
-        } else if c == '"' {
-            let at = line;
-            skip_string(&chars, &mut i, &mut line, 0);
-            tokens.push((Tok::Other, at));
-        } else if c == '\'' {
-            let at = line;
-            if next == Some('\\') {
-                i += 2;
-                while i < chars.len() && chars[i] != '\'' {
-                    step(&mut i, &mut line);
-                }
-                i += 1;
-            } else if chars.get(i + 2) == Some(&'\'') {
-                i += 3;
-            } else {
-                // A lifetime or a label: the identifier after it lexes as one.
-                i += 1;
-            }
-            tokens.push((Tok::Other, at));
-        } else if c.is_alphanumeric() || c == '_' {
-            let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            let word: String = chars[start..i].iter().collect();
-            let prefix = matches!(word.as_str(), "r" | "br" | "cr" | "b" | "c");
-            if prefix && matches!(chars.get(i), Some('"' | '#')) {
-                let mut hashes = 0;
-                while chars.get(i + hashes) == Some(&'#') {
-                    hashes += 1;
-                }
-                if chars.get(i + hashes) == Some(&'"') {
-                    let at = line;
-                    i += hashes;
-                    skip_string(&chars, &mut i, &mut line, hashes);
-                    tokens.push((Tok::Other, at));
-                    continue;
-                }
-                if word == "r" && hashes == 1 {
-                    // A raw identifier, `r#type`: the identifier follows.
-                    i += 1;
-                    continue;
-                }
-            }
-            if word == "b" && chars.get(i) == Some(&'\'') {
-                // A byte literal: the quote lexes as a char literal next.
-                continue;
-            }
-            tokens.push((Tok::Ident(word), line));
-        } else {
-            tokens.push((Tok::Punct(c), line));
-            i += 1;
-        }
-    }
-    (tokens, comments)
-}
-
-/// Moves `i` from a string's opening quote past its closing quote and `hashes` hashes.
-fn skip_string(chars: &[char], i: &mut usize, line: &mut usize, hashes: usize) {
-    *i += 1;
-    while *i < chars.len() {
-        match chars[*i] {
-            '\\' if hashes == 0 => {
-                *i += 1;
-                if chars.get(*i) == Some(&'\n') {
-                    *line += 1;
-                }
-                *i += 1;
-            }
-            '"' if (1..=hashes).all(|k| chars.get(*i + k) == Some(&'#')) => {
-                *i += 1 + hashes;
-                return;
-            }
-            '\n' => {
-                *line += 1;
-                *i += 1;
-            }
-            _ => *i += 1,
-        }
-    }
-}
-
 /// The index of the brace that closes the one at `open`.
 fn matching_brace(tokens: &[Token], open: usize) -> usize {
     let mut depth = 0usize;
-    for (k, (tok, _)) in tokens.iter().enumerate().skip(open) {
-        match tok {
+    for (k, token) in tokens.iter().enumerate().skip(open) {
+        match token.tok {
             Tok::Punct('{') => depth += 1,
             Tok::Punct('}') => {
                 depth = depth.saturating_sub(1);
@@ -192,16 +58,16 @@ fn matching_brace(tokens: &[Token], open: usize) -> usize {
 /// test code.
 fn attribute(tokens: &[Token], hash: usize) -> (usize, bool) {
     let mut k = hash + 1;
-    if tokens.get(k).map(|t| &t.0) == Some(&Tok::Punct('!')) {
+    if tokens.get(k).map(|t| &t.tok) == Some(&Tok::Punct('!')) {
         k += 1;
     }
-    if tokens.get(k).map(|t| &t.0) != Some(&Tok::Punct('[')) {
+    if tokens.get(k).map(|t| &t.tok) != Some(&Tok::Punct('[')) {
         return (hash + 1, false);
     }
     let mut depth = 0usize;
     let mut words = Vec::new();
-    while let Some((tok, _)) = tokens.get(k) {
-        match tok {
+    while let Some(token) = tokens.get(k) {
+        match &token.tok {
             Tok::Punct('[') => depth += 1,
             Tok::Punct(']') => {
                 depth -= 1;
@@ -227,7 +93,9 @@ fn attribute(tokens: &[Token], hash: usize) -> (usize, bool) {
 /// The long functions of one file's text, and the names of the modules it declares as test
 /// code with `#[cfg(test)] mod name;`.
 pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
-    let (tokens, comments) = lex(text);
+    let rust_source::Lexed {
+        tokens, comments, ..
+    } = rust_source::lex(text);
     let mut long = Vec::new();
     let mut test_modules = Vec::new();
     // The line of the last token that ended an item or opened a block: a reason comment for
@@ -236,7 +104,7 @@ pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
     let mut test_pending = false;
     let mut k = 0;
     while k < tokens.len() {
-        let (tok, line) = &tokens[k];
+        let Token { tok, line } = &tokens[k];
         match tok {
             Tok::Punct('#') => {
                 let (after, test) = attribute(&tokens, k);
@@ -249,12 +117,12 @@ pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
                 test_pending = false;
             }
             Tok::Ident(word) if word == "mod" && test_pending => {
-                let name = match tokens.get(k + 1) {
-                    Some((Tok::Ident(name), _)) => name.clone(),
+                let name = match tokens.get(k + 1).map(|t| &t.tok) {
+                    Some(Tok::Ident(name)) => name.clone(),
                     _ => String::new(),
                 };
-                match tokens.get(k + 2) {
-                    Some((Tok::Punct('{'), _)) => k = matching_brace(&tokens, k + 2),
+                match tokens.get(k + 2).map(|t| &t.tok) {
+                    Some(Tok::Punct('{')) => k = matching_brace(&tokens, k + 2),
                     _ => {
                         test_modules.push(name);
                         k += 2;
@@ -264,7 +132,7 @@ pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
                 continue;
             }
             Tok::Ident(word) if word == "fn" => {
-                let Some((Tok::Ident(name), _)) = tokens.get(k + 1) else {
+                let Some(Tok::Ident(name)) = tokens.get(k + 1).map(|t| &t.tok) else {
                     k += 1;
                     continue;
                 };
@@ -272,8 +140,8 @@ pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
                 // first means a declaration without a body.
                 let mut depth = 0i32;
                 let mut open = None;
-                for (j, (t, _)) in tokens.iter().enumerate().skip(k + 2) {
-                    match t {
+                for (j, token) in tokens.iter().enumerate().skip(k + 2) {
+                    match token.tok {
                         Tok::Punct('(' | '[') => depth += 1,
                         Tok::Punct(')' | ']') => depth -= 1,
                         Tok::Punct('{') if depth <= 0 => {
@@ -292,14 +160,16 @@ pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
                 if test_pending {
                     k = close + 1;
                     test_pending = false;
-                    boundary = tokens[close].1;
+                    boundary = tokens[close].line;
                     continue;
                 }
-                let lines = tokens[close].1 - line + 1;
+                let lines = tokens[close].line - line + 1;
                 if lines > MAX_LINES {
-                    let open_line = tokens[open].1;
-                    let reasoned = comments.iter().any(|(at, comment)| {
-                        *at > boundary && *at <= open_line + 1 && comment.starts_with(REASON)
+                    let open_line = tokens[open].line;
+                    let reasoned = comments.iter().any(|comment| {
+                        comment.line > boundary
+                            && comment.line <= open_line + 1
+                            && comment.text.starts_with(REASON)
                     });
                     long.push(LongFn {
                         file: file.to_owned(),
@@ -310,7 +180,7 @@ pub(crate) fn scan(file: &str, text: &str) -> (Vec<LongFn>, Vec<String>) {
                     });
                 }
                 // Functions nested in the body are scanned too.
-                boundary = tokens[open].1;
+                boundary = tokens[open].line;
                 test_pending = false;
                 k = open + 1;
                 continue;
