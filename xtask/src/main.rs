@@ -18,8 +18,9 @@ use anyhow::{Context as _, Result, bail};
 mod architecture;
 mod imports;
 mod long_functions;
-// The string literals and the blanked code are not read here (xtask reads the tokens and
-// comments); they are for the scans that want literal text.
+// xtask reads the tokens and comments; the string literals and the blanked code are for
+// adf-store's closed-API test (`crates/adf-store/tests/it/closed_api.rs`), which compiles this
+// file in too by `#[path]`.
 #[allow(dead_code)]
 mod rust_source;
 

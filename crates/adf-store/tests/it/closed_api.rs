@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use rust_source::StrLit;
+
 const SQL_KEYWORDS: &[&str] = &[
     "SELECT",
     "INSERT",
@@ -128,135 +130,26 @@ const ALLOWED_LITERALS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// A string literal of Rust source: the line it starts on and its text.
-#[derive(Debug)]
-struct Literal {
-    line: usize,
-    text: String,
-}
+/// The lexer of xtask's source scans, compiled into this test as a module of its own: a test
+/// of adf-store cannot depend on xtask (a binary), and this scan must tell code, comments and
+/// literals apart just as those do. The file uses nothing but `std`. This test reads its
+/// string literals and blanked code, not its tokens and comments, hence `dead_code`; its unit
+/// tests run here too.
+#[path = "../../../../xtask/src/rust_source.rs"]
+#[allow(dead_code)]
+mod rust_source;
 
-/// The string literals (plain, byte and raw) of Rust source, skipping comments and char
+/// The string literals (plain, byte, C and raw) of Rust source, skipping comments and char
 /// literals, so prose in doc comments such as "`DELETE /chat`" is not mistaken for SQL.
-fn string_literals(source: &str) -> Vec<Literal> {
-    split_source(source).0
+fn string_literals(source: &str) -> Vec<StrLit> {
+    rust_source::lex(source).strings
 }
 
 /// Rust source split into its string literals and its code: the source with comments and
 /// literals removed, its lines where they were (so a line number holds for both).
-fn split_source(source: &str) -> (Vec<Literal>, String) {
-    let chars: Vec<char> = source.chars().collect();
-    let mut literals = Vec::new();
-    let mut code = String::with_capacity(source.len());
-    let newlines = |from: usize, to: usize| {
-        "\n".repeat(
-            chars[from..to.min(chars.len())]
-                .iter()
-                .filter(|c| **c == '\n')
-                .count(),
-        )
-    };
-    let mut line = 1;
-    let mut i = 0;
-    let count_lines =
-        |from: usize, to: usize| chars[from..to].iter().filter(|c| **c == '\n').count();
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '\n' {
-            line += 1;
-            code.push('\n');
-            i += 1;
-        } else if c == '/' && next == Some('/') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let start = i;
-            i += 2;
-            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
-                i += 1;
-            }
-            i = (i + 2).min(chars.len());
-            line += count_lines(start, i);
-            code.push_str(&newlines(start, i));
-        } else if c == '\'' {
-            // A char literal ('x', '\n', '"') is skipped whole; a lifetime is just a quote.
-            if next == Some('\\') {
-                let mut j = i + 2;
-                while j < chars.len() && chars[j] != '\'' {
-                    j += 1;
-                }
-                i = j + 1;
-            } else if chars.get(i + 2) == Some(&'\'') {
-                i += 3;
-            } else {
-                i += 1;
-            }
-        } else if let Some((hashes, body_start)) = raw_string_start(&chars, i) {
-            let start_line = line;
-            let closing: Vec<char> = std::iter::once('"')
-                .chain(std::iter::repeat_n('#', hashes))
-                .collect();
-            let mut j = body_start;
-            while j < chars.len() && !chars[j..].starts_with(&closing) {
-                j += 1;
-            }
-            literals.push(Literal {
-                line: start_line,
-                text: chars[body_start..j.min(chars.len())].iter().collect(),
-            });
-            line += count_lines(i, j.min(chars.len()));
-            code.push_str(&newlines(i, j));
-            i = (j + closing.len()).min(chars.len());
-        } else if c == '"'
-            || (c == 'b' && next == Some('"') && !is_ident(chars.get(i.wrapping_sub(1))))
-        {
-            let start_line = line;
-            let body_start = if c == 'b' { i + 2 } else { i + 1 };
-            let mut j = body_start;
-            while j < chars.len() && chars[j] != '"' {
-                j += if chars[j] == '\\' { 2 } else { 1 };
-            }
-            let end = j.min(chars.len());
-            literals.push(Literal {
-                line: start_line,
-                text: chars[body_start..end].iter().collect(),
-            });
-            line += count_lines(i, end);
-            code.push_str(&newlines(i, end));
-            i = end + 1;
-        } else {
-            code.push(c);
-            i += 1;
-        }
-    }
-    (literals, code)
-}
-
-fn is_ident(c: Option<&char>) -> bool {
-    c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
-}
-
-/// Where a raw string (`r"`, `r#"`, `br##"` …) starts at `i`: its `#` count and the index of
-/// its first character.
-fn raw_string_start(chars: &[char], i: usize) -> Option<(usize, usize)> {
-    if i > 0 && is_ident(chars.get(i - 1)) {
-        return None;
-    }
-    let mut j = i;
-    if chars.get(j) == Some(&'b') {
-        j += 1;
-    }
-    if chars.get(j) != Some(&'r') {
-        return None;
-    }
-    j += 1;
-    let mut hashes = 0;
-    while chars.get(j) == Some(&'#') {
-        hashes += 1;
-        j += 1;
-    }
-    (chars.get(j) == Some(&'"')).then_some((hashes, j + 1))
+fn split_source(source: &str) -> (Vec<StrLit>, String) {
+    let lexed = rust_source::lex(source);
+    (lexed.strings, lexed.code)
 }
 
 /// The SQL keywords a text holds as whole uppercase words.
