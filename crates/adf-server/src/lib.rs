@@ -54,6 +54,7 @@ mod lambdas;
 pub mod live;
 pub mod memory;
 pub mod mesh;
+mod model;
 pub mod openapi;
 mod registry;
 pub mod review;
