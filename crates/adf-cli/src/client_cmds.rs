@@ -433,7 +433,49 @@ async fn daemon_chat(
             body["turnId"].as_str().unwrap_or_default()
         );
     });
-    Ok(())
+    if out.json {
+        return Ok(());
+    }
+    // A daemon that names no cursor (an older one) leaves the turn to `adf events`.
+    let (Some(cursor), Some(id)) = (body["cursor"].as_u64(), body["agentId"].as_str()) else {
+        return Ok(());
+    };
+    follow_chat_turn(client, id, cursor, &loop_name).await
+}
+
+/// Follows the daemon's events from `cursor` until the turn on `loop_name` ends: each
+/// `turn.retry` is a line ("retrying in 4 s (2/5): connection reset"), and a failed turn is
+/// an error naming where its reason is.
+async fn follow_chat_turn(
+    client: &Client,
+    agent_id: &str,
+    cursor: u64,
+    loop_name: &str,
+) -> Result<()> {
+    let path = format!("/events?agentId={}&since={cursor}", encode(agent_id));
+    let mut stream = Box::pin(client.events(&path).await?);
+    while let Some(data) = stream.next().await {
+        let frame: Value = serde_json::from_str(&data?).unwrap_or(Value::Null);
+        let event = &frame["event"];
+        let payload = &event["payload"];
+        if payload["loop"].as_str().unwrap_or("main") != loop_name {
+            continue;
+        }
+        match event["event_type"].as_str() {
+            Some("turn.retry") => eprintln!("{}", text(&payload["message"])),
+            Some("turn.completed") => {
+                if payload["status"] == "failed" {
+                    anyhow::bail!(
+                        "the turn on loop {loop_name} failed; its reason is in the transcript (`adf loop {agent_id}`) and the logs (`adf logs {agent_id}`)"
+                    );
+                }
+                say!("turn completed (loop {loop_name})");
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!("the daemon closed the event stream before the turn ended")
 }
 
 async fn daemon_rm(

@@ -16,7 +16,9 @@
 //! other requests to the agent interleave between deliveries: a burst delays a concurrent
 //! request by at most one lambda run, and never touches another agent. An agent-scope delivery
 //! is a turn job (`turns::run_trigger_turn`), which holds the file only for its steps; the
-//! deliveries queued behind it wait for it to end.
+//! drain hands it to its target loop's lane, a task that runs that loop's deliveries in order
+//! while it has any, so a turn waiting for its owner or its model holds up neither the system
+//! deliveries behind it nor another loop's turns (the lanes count against the queue's bound).
 //!
 //! Events produced by agent code: after a lambda or a turn, the files it wrote (an `updated_at`
 //! snapshot diff, taken in the same job) become `on_file_change` events with
@@ -76,6 +78,13 @@ struct Cached {
     state: String,
 }
 
+impl QueueState {
+    /// Deliveries not finished yet: queued, or handed to a loop's lane.
+    fn waiting(&self) -> usize {
+        self.pending.len() + self.in_lanes
+    }
+}
+
 #[derive(Debug, Default)]
 struct QueueState {
     pending: VecDeque<Delivery>,
@@ -95,6 +104,13 @@ struct QueueState {
     rows_passed: u64,
     /// Bumped by every `invalidate`, so other caches of config-derived data (taps) know.
     generation: u64,
+    /// Agent-scope deliveries by target loop, taken off `pending` by the drain: each loop's
+    /// lane runs its turns in order on a task of its own while the lane holds any, so a turn
+    /// that waits (for the owner, a model) holds up neither the system deliveries behind it
+    /// nor another loop's.
+    lanes: HashMap<String, VecDeque<Delivery>>,
+    /// Deliveries in `lanes`, queued or running; they count against [`QUEUE_CAPACITY`].
+    in_lanes: usize,
 }
 
 /// The highest rowid seen in `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox`, in
@@ -120,7 +136,8 @@ pub struct QueueStats {
     pub dropped: u64,
     /// Deliveries run to completion (lambda or turn finished), since the agent loaded.
     pub delivered: u64,
-    /// Whether a task is draining the queue.
+    /// Whether a task is draining the queue or an agent-scope delivery (a turn) it handed to
+    /// its loop's lane is still queued or running.
     pub draining: bool,
     /// Route lambda runs whose rows the marks passed without a sweep (no row source among
     /// the targets), since the agent loaded.
@@ -136,12 +153,12 @@ impl TriggerQueue {
     pub fn stats(&self) -> QueueStats {
         let state = self.lock();
         QueueStats {
-            len: state.pending.len(),
+            len: state.pending.len() + state.in_lanes,
             capacity: QUEUE_CAPACITY,
             high_water: state.high_water,
             dropped: state.dropped,
             delivered: state.delivered,
-            draining: state.draining,
+            draining: state.draining || state.in_lanes > 0,
             rows_passed: state.rows_passed,
         }
     }
@@ -160,7 +177,7 @@ impl TriggerQueue {
 
     /// Whether a delivery offered now would be dropped.
     pub(crate) fn is_full(&self) -> bool {
-        self.lock().pending.len() >= QUEUE_CAPACITY
+        self.lock().waiting() >= QUEUE_CAPACITY
     }
 
     /// Counts deliveries dropped outside `dispatch` (a timer fire that found the queue
@@ -328,13 +345,13 @@ fn spawn_flush(hub: &Arc<Hub>, agent: &Arc<Agent>, target: Target) {
 fn enqueue(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
     let start = {
         let mut state = agent.triggers().lock();
-        if state.pending.len() >= QUEUE_CAPACITY {
+        if state.waiting() >= QUEUE_CAPACITY {
             state.dropped += 1;
             state.dropped_unlogged += 1;
             return;
         }
         state.pending.push_back(delivery);
-        state.high_water = state.high_water.max(state.pending.len());
+        state.high_water = state.high_water.max(state.waiting());
         !std::mem::replace(&mut state.draining, true)
     };
     if start {
@@ -361,8 +378,60 @@ async fn drain(hub: &Arc<Hub>, agent: Arc<Agent>) {
             }
             return;
         };
+        if delivery.target.scope == Scope::Agent {
+            hand_to_lane(hub, &agent, delivery);
+            continue;
+        }
         deliver(hub, &agent, delivery).await;
         agent.triggers().lock().delivered += 1;
+    }
+}
+
+/// Queues an agent-scope delivery on its loop's lane, starting the lane's task when it was
+/// idle (see [`QueueState::lanes`]).
+fn hand_to_lane(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
+    let loop_name = delivery.target.loop_name.clone();
+    let start = {
+        let mut state = agent.triggers().lock();
+        state.in_lanes += 1;
+        match state.lanes.get_mut(&loop_name) {
+            Some(lane) => {
+                lane.push_back(delivery);
+                false
+            }
+            None => {
+                state
+                    .lanes
+                    .insert(loop_name.clone(), VecDeque::from([delivery]));
+                true
+            }
+        }
+    };
+    if start {
+        let hub = Arc::clone(hub);
+        let agent = Arc::clone(agent);
+        tokio::spawn(async move { run_lane(&hub, &agent, &loop_name).await });
+    }
+}
+
+/// Runs one loop's agent-scope deliveries in order until its lane is empty; the lane's entry
+/// goes with its last delivery, under the queue's lock, so a delivery handed over meanwhile
+/// either finds the entry (and is run here) or starts a new task.
+async fn run_lane(hub: &Arc<Hub>, agent: &Arc<Agent>, loop_name: &str) {
+    loop {
+        let next = {
+            let mut state = agent.triggers().lock();
+            let next = state.lanes.get_mut(loop_name).and_then(VecDeque::pop_front);
+            if next.is_none() {
+                state.lanes.remove(loop_name);
+            }
+            next
+        };
+        let Some(delivery) = next else { return };
+        deliver(hub, agent, delivery).await;
+        let mut state = agent.triggers().lock();
+        state.delivered += 1;
+        state.in_lanes -= 1;
     }
 }
 
@@ -529,11 +598,24 @@ pub(crate) async fn run_observed<R: Send + 'static>(
     result
 }
 
-/// Notices rows other writers added to the agent's tasks, logs, inbox and outbox (another
-/// process, a future mesh route) and dispatches them: one short job.
+/// Notices what another connection just wrote (a guest connection's route request or mesh
+/// ingress, another process): the rows it added to the agent's tasks, logs, inbox and outbox,
+/// and the files it wrote (`on_file_change` of an outside writer, once: see
+/// `watch::take_outside_writes`), and dispatches them: one short job.
 pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
-    if let Err(error) = crate::dispatch::run_observed(hub, agent, |_| Ok(())).await {
-        tracing::warn!(agent = %agent.id, %error, "cannot read new rows");
+    let observer = Arc::clone(agent);
+    let found = agent
+        .job(move |file| {
+            let written = crate::watch::take_outside_writes(&observer, file);
+            Ok((written, sweep(file, &observer, &Producer::External)))
+        })
+        .await;
+    match found {
+        Ok((written, events)) => {
+            crate::watch::dispatch_outside_writes(hub, agent, written).await;
+            dispatch_all(hub, agent, events).await;
+        }
+        Err(error) => tracing::warn!(agent = %agent.id, %error, "cannot read new rows"),
     }
 }
 
@@ -574,7 +656,7 @@ pub(crate) async fn publish_lambda(
 pub(crate) async fn dispatch_handled(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
-    wake: Option<Option<i64>>,
+    wake: Option<crate::scheduler::WakeRead>,
     written: Vec<(String, i64)>,
     producer: Producer,
     events: Vec<TriggerEvent>,
@@ -625,7 +707,7 @@ pub(crate) struct Handled {
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer or nudge wake after the handler ran (it may have set a timer
     /// or changed the state); `None` when it could not be read.
-    pub(crate) wake: Option<Option<i64>>,
+    pub(crate) wake: Option<crate::scheduler::WakeRead>,
 }
 
 impl Handled {

@@ -431,7 +431,7 @@ impl Drop for TurnScope {
 
 impl TurnScope {
     /// A scope for a turn job of `agent`, registered as in flight from now on (so `POST
-    /// /abort` reaches it while it waits for the agent's turn gate), and the task that
+    /// /abort` reaches it while it waits for its loops' gates), and the task that
     /// publishes its events (await it after the job so they precede `turn.completed`).
     pub(crate) fn new(hub: &Arc<Hub>, agent: &Arc<Agent>) -> (Self, tokio::task::JoinHandle<()>) {
         let (turn, abort) = agent.hil().begin_turn();

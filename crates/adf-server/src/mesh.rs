@@ -27,7 +27,6 @@ use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::LocalKeys;
 use adf_runtime::messaging::receive::{self, Arrival, Refusal};
 use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, card};
-use adf_runtime::triggers::Producer;
 use adf_store::AdfFile;
 
 use crate::api::AppState;
@@ -182,12 +181,11 @@ impl DaemonMesh {
         {
             let agent = Arc::clone(agent);
             // The imports were written on a guest connection, which no job's file diff saw:
-            // they are file changes of an outside writer like an owner's write (FIL-20).
-            let imported = outcome.imported.clone();
+            // they are file changes of an outside writer like an owner's write (FIL-20), named
+            // by the worker's check of other writers (also what the watcher would find, so
+            // they are dispatched once, by whichever takes them first).
             runtime.spawn(async move {
                 crate::dispatch::notice_new_rows(&daemon, &agent).await;
-                crate::dispatch::dispatch_writes(&daemon, &agent, imported, Producer::External)
-                    .await;
             });
         }
         Ok(outcome)

@@ -75,11 +75,15 @@ pub struct Agent {
     /// The reachable agents main was last told of (`mesh_updates`, §5.19), kept across the
     /// executor each turn makes; set on the first turn.
     mesh_updates: std::sync::OnceLock<adf_runtime::executor::MeshUpdates>,
-    /// Held by the agent's turn job while it runs: turn jobs of one agent take turns (a loop
-    /// never runs two turns at once), while its other jobs interleave with their steps.
-    turn_gate: Arc<tokio::sync::Mutex<()>>,
+    /// One gate per loop, held by the turn job that runs the loop: a loop never runs two turns
+    /// at once, while turn jobs of different loops (and the agent's other jobs) run side by
+    /// side (§6.4: each loop is its own conversation with its own executor state).
+    loop_gates: LoopGates,
     /// What the daemon last re-read of other writers' changes (see `watch`).
     watch: crate::watch::AgentWatch,
+    /// The number of the latest read of its timers the scheduler took (see
+    /// `scheduler::WakeRead`).
+    wake_read: std::sync::atomic::AtomicU64,
 }
 
 impl Agent {
@@ -97,6 +101,10 @@ impl Agent {
         &self.watch
     }
 
+    pub(crate) fn wake_read(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.wake_read
+    }
+
     /// Its `mesh_updates` state over `mesh` (made on first use).
     pub(crate) fn mesh_updates(
         &self,
@@ -107,9 +115,9 @@ impl Agent {
             .clone()
     }
 
-    /// The gate turn jobs of this agent pass one at a time (see `turns`).
-    pub(crate) fn turn_gate(&self) -> &Arc<tokio::sync::Mutex<()>> {
-        &self.turn_gate
+    /// The gates of its loops (see `turns`).
+    pub(crate) fn loop_gates(&self) -> &LoopGates {
+        &self.loop_gates
     }
 
     /// The agent's turns in flight and the approvals and asks they wait for.
@@ -168,6 +176,33 @@ impl Agent {
         } else {
             Matched::No
         }
+    }
+}
+
+/// The gates of one agent's loops, made on a loop's first turn (an agent has at most 17
+/// loops, so they are kept).
+#[derive(Debug, Default)]
+pub(crate) struct LoopGates {
+    gates: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A loop's gate, held until dropped.
+pub(crate) type LoopPass = tokio::sync::OwnedMutexGuard<()>;
+
+impl LoopGates {
+    fn gate(&self, loop_name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(gates.entry(loop_name.to_owned()).or_default())
+    }
+
+    /// Waits until no other turn job runs `loop_name`, then holds it.
+    pub(crate) async fn enter(&self, loop_name: &str) -> LoopPass {
+        self.gate(loop_name).lock_owned().await
+    }
+
+    /// Holds `loop_name` if no other turn job runs it now.
+    pub(crate) fn try_enter(&self, loop_name: &str) -> Option<LoopPass> {
+        self.gate(loop_name).try_lock_owned().ok()
     }
 }
 
@@ -413,8 +448,9 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         taps: crate::taps::Taps::default(),
         live: crate::live::LiveFeed::default(),
         mesh_updates: std::sync::OnceLock::new(),
-        turn_gate: Arc::default(),
+        loop_gates: LoopGates::default(),
         watch: crate::watch::AgentWatch::seeded(&facts.config),
+        wake_read: std::sync::atomic::AtomicU64::new(0),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

@@ -7,6 +7,11 @@
 //! is added or deleted through the API, and after every fire (a lambda or turn may have set or
 //! deleted timers through its tools).
 //!
+//! Each wake time is read inside a job of its agent and numbered in read order (`WakeRead`);
+//! the map keeps the newest read, so a read published late (a handler's, the watcher's) never
+//! undoes a later one — an older "no timer" read would otherwise clear the wake of a timer added
+//! meanwhile, and it would never fire.
+//!
 //! Firing one agent is one job on its store worker, so it is serialized with every other write
 //! to that file: the job re-reads the timers, and for each one that is due (`fire::is_due`)
 //! records the fire first (`fire::fire`: next time, `run_count + 1`, `last_fired_at`; expired
@@ -45,7 +50,7 @@
 //! write).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -75,17 +80,57 @@ pub(crate) struct TimerWakes {
     started: AtomicBool,
 }
 
+/// Numbers every read of a wake time ([`wake_of`]), in the order the reads happen. An
+/// agent's reads run inside its jobs (or its turn's lease), one at a time, so a larger number
+/// is a later look at its timers.
+static WAKE_READS: AtomicU64 = AtomicU64::new(1);
+
+/// An agent's next wake time as one job read it (`at`: `None` for no live timer), numbered so
+/// that a read published late never overwrites a later one ([`TimerWakes::apply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WakeRead {
+    at: Option<i64>,
+    read: u64,
+}
+
+impl WakeRead {
+    /// A wake read now, where no job could read the timers (they are unreadable): no wake.
+    fn unreadable() -> Self {
+        Self {
+            at: None,
+            read: WAKE_READS.fetch_add(1, Ordering::SeqCst),
+        }
+    }
+}
+
 impl TimerWakes {
-    fn set(&self, agent_id: &str, wake: Option<i64>) {
+    /// Takes `wake` unless a later read of the agent's timers was taken already. A job reads
+    /// the wake and the async code that ran it publishes it afterwards, so two publications
+    /// can arrive in either order (the watcher's re-read, a handler, a `rearm` after an API
+    /// write): without the order, an old read taken before a timer was added would clear the
+    /// wake that the add set, and the timer would never fire.
+    fn apply(&self, agent: &Agent, wake: WakeRead) {
         let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
-        match wake {
+        // Under the map's lock: the check and the write are one step for every publisher.
+        if agent.wake_read().fetch_max(wake.read, Ordering::SeqCst) > wake.read {
+            return;
+        }
+        match wake.at {
             Some(at) => {
-                wakes.insert(agent_id.to_owned(), at);
+                wakes.insert(agent.id.clone(), at);
             }
             None => {
-                wakes.remove(agent_id);
+                wakes.remove(&agent.id);
             }
         }
+    }
+
+    /// Forgets an unloaded agent's wake.
+    fn remove(&self, agent_id: &str) {
+        self.wakes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(agent_id);
     }
 
     fn earliest(&self) -> Option<i64> {
@@ -174,21 +219,22 @@ pub(crate) fn ensure_started(hub: &Arc<Hub>) {
 /// worker.
 pub(crate) async fn rearm(hub: &Arc<Hub>, agent: &Agent) {
     let next = agent.job(|file| Ok(wake_of(file))).await;
-    match next {
-        Ok(Some(next)) => hub.timer_wakes().set(&agent.id, next),
-        Ok(None) => hub.timer_wakes().set(&agent.id, None),
+    let wake = match next {
+        Ok(Some(next)) => next,
+        Ok(None) => WakeRead::unreadable(),
         Err(error) => {
             tracing::warn!(agent = %agent.id, %error, "cannot read timers");
-            hub.timer_wakes().set(&agent.id, None);
+            WakeRead::unreadable()
         }
-    }
-    hub.timer_wakes().bell.notify_one();
+    };
+    set_wake(hub, agent, wake);
 }
 
-/// Sets the wake time a job already computed (`wake_of` inside the job that ran a handler,
-/// which may have set a timer or changed the state) and wakes the scheduler.
-pub(crate) fn set_wake(hub: &Arc<Hub>, agent: &Agent, wake: Option<i64>) {
-    hub.timer_wakes().set(&agent.id, wake);
+/// Sets the wake time a job already read (`wake_of` inside the job that ran a handler,
+/// which may have set a timer or changed the state) and wakes the scheduler; a read older than
+/// one already taken is ignored.
+pub(crate) fn set_wake(hub: &Arc<Hub>, agent: &Agent, wake: WakeRead) {
+    hub.timer_wakes().apply(agent, wake);
     hub.timer_wakes().bell.notify_one();
 }
 
@@ -198,7 +244,7 @@ pub(crate) fn next_wake(hub: &Arc<Hub>, agent_id: &str) -> Option<i64> {
 }
 
 pub(crate) fn forget(hub: &Arc<Hub>, agent_id: &str) {
-    hub.timer_wakes().set(agent_id, None);
+    hub.timer_wakes().remove(agent_id);
 }
 
 async fn scheduler_loop(hub: &Arc<Hub>) {
@@ -353,7 +399,9 @@ pub(crate) fn log_from(
 /// The agent's next wake: the earliest live timer or the hibernate nudge (TRG-35). `None`
 /// when the timers cannot be read. Starting a nudge count for an agent that has none yet is
 /// this function's one write (meta [`nudge::META_KEY`]).
-pub(crate) fn wake_of(file: &mut AdfFile) -> Option<Option<i64>> {
+pub(crate) fn wake_of(file: &mut AdfFile) -> Option<WakeRead> {
+    // Numbered before the read: a read numbered later sees at least what this one sees.
+    let read = WAKE_READS.fetch_add(1, Ordering::SeqCst);
     let timers = match file.timers() {
         Ok(timers) => fire::next_wake(&timers),
         Err(error) => {
@@ -362,7 +410,10 @@ pub(crate) fn wake_of(file: &mut AdfFile) -> Option<Option<i64>> {
         }
     };
     let nudge = nudge_due(file, adf_store::time::now_ms()).map(|(at, _, _)| at);
-    Some(timers.into_iter().chain(nudge).min())
+    Some(WakeRead {
+        at: timers.into_iter().chain(nudge).min(),
+        read,
+    })
 }
 
 /// When the hibernate nudge is due, with its interval and the `on_timer` agent target, if the

@@ -171,28 +171,21 @@ pub(crate) async fn open_configured_connections(
     hub: &Arc<Hub>,
     agent: &Arc<crate::registry::Agent>,
 ) {
-    let path = agent.path.clone();
-    let config = tokio::task::spawn_blocking(move || {
-        adf_store::AdfFile::open_guest(&path)
-            .and_then(|file| file.config_shared())
-            .map(|config| (*config).clone())
-    })
-    .await;
+    // Read on the agent's own worker, not on a connection of its own: a second connection's
+    // open can be refused while the worker checkpoints or closes the file (busy), and a
+    // declared network that silently stayed closed was the result.
+    let config = agent.job(|file| file.config()).await;
     // Whenever nothing opens, the agent stays marked released, so its next state change
     // tries again instead of finding nothing to reopen.
     let mut config = match config {
-        Ok(Ok(config)) => config,
-        Ok(Err(error)) => {
+        Ok(config) => config,
+        Err(error) => {
             tracing::warn!(agent = %agent.id, %error, "cannot read the config to open the declared network");
             hub.mark_network_released(&agent.id);
             return;
         }
-        Err(error) => {
-            tracing::warn!(agent = %agent.id, %error, "reading the config to open the declared network failed");
-            hub.mark_network_released(&agent.id);
-            return;
-        }
     };
+    agent.watch().network_opened(&config);
     // The live state decides, not the stored one: `POST /state` is not persisted, so an
     // agent stored `off` and turned back on still reads `off` in its file.
     let live = agent.info().display_state;
@@ -240,15 +233,12 @@ pub(crate) async fn reconcile_configured_connections(
     hub: &Arc<Hub>,
     agent: &Arc<crate::registry::Agent>,
 ) {
-    let path = agent.path.clone();
-    let config = tokio::task::spawn_blocking(move || {
-        adf_store::AdfFile::open_guest(&path)
-            .and_then(|file| file.config_shared())
-            .map(|config| (*config).clone())
-    })
-    .await;
-    let Ok(Ok(config)) = config else {
-        return;
+    let config = match agent.job(|file| file.config()).await {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::warn!(agent = %agent.id, %error, "cannot read the config to reconcile the declared network");
+            return;
+        }
     };
     let wanted: Vec<&str> = config
         .get("ws_connections")

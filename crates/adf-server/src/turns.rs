@@ -5,8 +5,8 @@
 //! `scheduler`, after its fire job).
 //!
 //! A turn job never holds the agent's store worker while it waits. [`run_turn_job`] passes the
-//! agent's turn gate (turn jobs of one agent run one at a time, so a loop never runs two turns
-//! at once), then runs on a thread of its own — a current-thread runtime, since an approval or
+//! gates of its loops (one per loop, `LoopPasses`: a loop never runs two turns at once, while
+//! turn jobs of different loops run side by side, §6.4), then runs on a thread of its own — a current-thread runtime, since an approval or
 //! `ask` wait blocks inside the tool pipeline — over a `SharedFile::leased` file: each store
 //! step and each tool call leases the file from the worker and gives it back, and the model's
 //! answer (its retries and backoff included) and a network tool's work (fetch, MCP, delivery)
@@ -205,7 +205,7 @@ pub(crate) struct TurnJob {
     /// Its tool and model calls and the rows it added, as trigger events.
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer wake after the turn (`None`: unreadable).
-    pub(crate) wake: Option<Option<i64>>,
+    pub(crate) wake: Option<crate::scheduler::WakeRead>,
     /// Nothing ran: an inbox delivery found every message read already (TRG-36).
     pub(crate) skipped: bool,
 }
@@ -236,7 +236,7 @@ fn trigger_facts(turns: &[(String, Trigger)]) -> (String, Value) {
 }
 
 /// Runs `turns` as one turn job: registers it (`hil`, from then on `POST /abort` reaches it),
-/// waits for the agent's turn gate, then runs them on a thread of its own over the leased
+/// waits for its loops' gates (`LoopPasses`), then runs them on a thread of its own over the leased
 /// file (see the module docs); the turn's owner events are all published when it returns.
 /// With `inbox_rows`, nothing runs when the inbox has no unread message left (TRG-36: a
 /// system lambda may have read them).
@@ -264,6 +264,7 @@ async fn run_decided_turn_job(
     let io = hub.io_runtime();
     let (event_type, data) = trigger_facts(&turns);
     let names: Vec<String> = turns.iter().map(|(name, _)| name.clone()).collect();
+    let loops = names.clone();
     let observer_agent = Arc::clone(agent);
     let decided = agent
         .job(move |file| {
@@ -305,7 +306,7 @@ async fn run_decided_turn_job(
         Err(job) => return Ok(job),
     };
     let (scope, publisher) = TurnScope::new(hub, agent);
-    let _gate = Arc::clone(agent.turn_gate()).lock_owned().await;
+    let passes = Arc::new(LoopPasses::enter(hub, agent, &loops).await);
     // The wire caches live on the worker thread (dropped with it when the file is released
     // idle), so an idle agent keeps none; the turn borrows them for its length.
     let caches = agent.store().run(|_| Ok(worker_wire_caches())).await?;
@@ -322,8 +323,10 @@ async fn run_decided_turn_job(
             let hooks: Arc<dyn LeaseHooks> = scope.observer.clone();
             let shared = SharedFile::leased(handle, Some(hooks));
             let config = shared.lock().await?.config()?;
+            let claim = |loop_name: &str| passes.claim(loop_name);
+            let executor = turn_executor(model, registry, &scope, caches);
             let (results, events) =
-                run_agent_turns(&shared, &config, model, registry, turns, &scope, caches).await;
+                run_agent_turns(&shared, &config, executor, turns, &scope, &claim).await;
             let mut guard = shared.lock().await?;
             announce_turned_off(&guard, &config, &scope);
             let wake = crate::scheduler::wake_of(&mut guard);
@@ -345,6 +348,54 @@ async fn run_decided_turn_job(
     observed.append(&mut job.events);
     job.events = observed;
     Ok(job)
+}
+
+/// The loops one turn job runs, each held through its gate (`registry::LoopGates`) until the
+/// job ends: the loops it starts with, waited for in name order (so two jobs that start with
+/// several loops never wait for each other in a circle), and the loops its turns wake
+/// (`loop_send`), taken only when free. A wake for a loop another job runs becomes a turn job
+/// of its own at once, which waits for that loop's gate, so no wake is lost and no job waits
+/// for another while holding a loop.
+struct LoopPasses {
+    hub: Arc<Hub>,
+    agent: Arc<Agent>,
+    runtime: tokio::runtime::Handle,
+    held: Mutex<BTreeMap<String, crate::registry::LoopPass>>,
+}
+
+impl LoopPasses {
+    async fn enter(hub: &Arc<Hub>, agent: &Arc<Agent>, loops: &[String]) -> Self {
+        let mut held = BTreeMap::new();
+        let names: std::collections::BTreeSet<&String> = loops.iter().collect();
+        for name in names {
+            held.insert(name.clone(), agent.loop_gates().enter(name).await);
+        }
+        Self {
+            hub: Arc::clone(hub),
+            agent: Arc::clone(agent),
+            runtime: tokio::runtime::Handle::current(),
+            held: Mutex::new(held),
+        }
+    }
+
+    /// Whether this job may run a turn of `loop_name` now (called from the turn's thread).
+    fn claim(&self, loop_name: &str) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.contains_key(loop_name) {
+            return true;
+        }
+        if let Some(pass) = self.agent.loop_gates().try_enter(loop_name) {
+            held.insert(loop_name.to_owned(), pass);
+            return true;
+        }
+        drop(held);
+        let hub = Arc::clone(&self.hub);
+        let agent = Arc::clone(&self.agent);
+        let wake = adf_runtime::executor::wakes(vec![loop_name.to_owned()]);
+        self.runtime
+            .spawn(async move { spawn_turns(&hub, &agent, wake, None, None) });
+        false
+    }
 }
 
 /// The turn's side of each lease hand-over (`LeaseHooks`): when the file comes from the
@@ -620,11 +671,10 @@ impl TurnHost for Recorder<'_> {
 async fn run_agent_turns(
     shared: &SharedFile<'_>,
     config: &Value,
-    model: TurnModel,
-    registry: Arc<ToolRegistry>,
+    (executor, custom): (Executor, Arc<crate::taps::CustomEvents>),
     turns: Vec<(String, Trigger)>,
     scope: &TurnScope,
-    caches: Arc<WireCaches>,
+    claim: &(dyn Fn(&str) -> bool + Sync),
 ) -> (Vec<(String, Result<String, String>)>, Vec<TriggerEvent>) {
     let Some((first_loop, _)) = turns.first().cloned() else {
         return (Vec::new(), Vec::new());
@@ -643,7 +693,6 @@ async fn run_agent_turns(
         }
         message
     };
-    let (executor, custom) = turn_executor(model, registry, scope, caches);
     let host = Recorder::new(config, first_loop, scope);
     let abort = Arc::clone(scope.abort());
     let outcome = {
@@ -651,7 +700,7 @@ async fn run_agent_turns(
         tokio::select! {
             biased;
             () = abort.aborted() => None,
-            results = pool.run_many_shared(&executor, shared, turns.clone(), &host) => Some(results),
+            results = pool.run_many_claimed(&executor, shared, turns.clone(), &host, claim) => Some(results),
         }
     };
     // A turn whose approval or ask wait the abort ended stops right there on its own

@@ -53,6 +53,11 @@ pub(crate) struct AgentWatch {
     /// A hash of the config text as last read, so a re-read drops the caches built from it only
     /// when it changed (the serving lane's commits move `data_version` all the time).
     config: AtomicU64,
+    /// A hash of the declared network sections (`ws_connections`, `stream_bindings`,
+    /// `stream_bind`) the daemon last opened its connections and bindings from, so a re-read
+    /// that finds them changed by another writer reconciles them, and one that does not leaves
+    /// them open.
+    network: AtomicU64,
 }
 
 impl AgentWatch {
@@ -62,6 +67,21 @@ impl AgentWatch {
         watch.config.store(config_hash(config), Ordering::SeqCst);
         watch
     }
+}
+
+impl AgentWatch {
+    /// The daemon (re)opened the agent's declared network from `config`.
+    pub(crate) fn network_opened(&self, config: &Value) {
+        self.network.store(network_hash(config), Ordering::SeqCst);
+    }
+}
+
+fn network_hash(config: &Value) -> u64 {
+    let sections: Vec<Option<&Value>> = ["ws_connections", "stream_bindings", "stream_bind"]
+        .iter()
+        .map(|key| config.get(*key))
+        .collect();
+    config_hash(&json!(sections))
 }
 
 fn config_hash(config: &Value) -> u64 {
@@ -150,7 +170,7 @@ struct Reread {
     config: Value,
     handle_meta: Option<String>,
     did: Option<String>,
-    wake: Option<Option<i64>>,
+    wake: Option<crate::scheduler::WakeRead>,
     written: Vec<(String, i64)>,
     unreported: u64,
     events: Vec<TriggerEvent>,
@@ -199,6 +219,17 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
     let config_changed = agent.watch().config.swap(hash, Ordering::SeqCst) != hash;
     if config_changed {
         agent.triggers().invalidate();
+        let network = network_hash(&found.config);
+        if agent.watch().network.load(Ordering::SeqCst) != network {
+            // Declared connections and bindings follow the new declaration, as after a
+            // config change through the API (in the background: a connect may take long).
+            agent.watch().network_opened(&found.config);
+            let hub = Arc::clone(hub);
+            let agent = Arc::clone(agent);
+            tokio::spawn(async move {
+                crate::serving::reconcile_configured_connections(&hub, &agent).await;
+            });
+        }
     }
     let fresh = crate::registry::info_from_config(&found.config, found.handle_meta);
     agent.update_info(|info| {
@@ -231,7 +262,31 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         )
         .await;
     }
-    for (path, bytes) in found.written {
+    dispatch_outside_writes(hub, agent, found.written).await;
+    crate::dispatch::dispatch_all(hub, agent, found.events).await;
+}
+
+/// Inside a job of the agent: the files other connections wrote that no one has reported yet
+/// (the worker checked right before the job). Taking them here leaves the change count, so
+/// the watcher still re-reads the config and timers, but never reports these files again:
+/// each outside write is one `on_file_change`, whoever notices it first.
+pub(crate) fn take_outside_writes(agent: &Agent, file: &adf_store::AdfFile) -> Vec<(String, i64)> {
+    agent.store().notice_other_writers(file);
+    agent
+        .store()
+        .take_other_writes()
+        .map(|writes| writes.written)
+        .unwrap_or_default()
+}
+
+/// Files written outside the daemon's own jobs become `file.written` events and
+/// `on_file_change` triggers of [`Producer::External`].
+pub(crate) async fn dispatch_outside_writes(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    written: Vec<(String, i64)>,
+) {
+    for (path, bytes) in written {
         hub.emit(
             agent,
             "file.written",
@@ -247,5 +302,4 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         .produced_by(Producer::External);
         crate::dispatch::dispatch(hub, agent, event).await;
     }
-    crate::dispatch::dispatch_all(hub, agent, found.events).await;
 }

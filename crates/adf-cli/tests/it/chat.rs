@@ -338,6 +338,47 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
     server.shutdown().await.unwrap();
 }
 
+/// Issue 29: `adf chat AGENT` on the daemon path follows its turn: each retry the daemon
+/// publishes (`turn.retry`) is a line on stderr, and the command returns when the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_with_an_agent_name_shows_the_daemons_retries_and_waits_for_the_turn() {
+    let mock = MockProvider::openai().await;
+    let agent = agent(&mock);
+    mock.push_all([Turn::reset(), Turn::text("Back after a retry.")]);
+    let home = adf_runtime::home::RuntimeHome::at(&agent.home);
+    let front = adf_server::FrontDoor::for_home(&home, None).unwrap();
+    let daemon = adf_server::Daemon::new(home);
+    let server = adf_server::RunningServer::start(daemon.clone(), "127.0.0.1", 0, front)
+        .await
+        .unwrap();
+    let loaded = daemon.load(&agent.file).await.unwrap().agent;
+    let id = loaded.id.clone();
+    let mut cmd = adf(&agent);
+    cmd.args(["--url", &server.url(), "chat", "--", &id, "Still there?"]);
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || cmd.output().unwrap()),
+    )
+    .await
+    .expect("adf chat returns when the turn ends")
+    .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let retries: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("retrying in "))
+        .collect();
+    assert_eq!(retries.len(), 1, "{stderr}");
+    assert!(retries[0].ends_with("(2/2): connection reset"), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("turn completed"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(mock.request_count(), 2);
+    server.shutdown().await.unwrap();
+}
+
 /// Acceptance (issue 29.3/29.4): a model server that is not running fails the chat within
 /// seconds, says it retried once and names the URL; the transcript keeps the failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,6 +107,22 @@ impl LoopPool {
         turns: Vec<(String, Trigger)>,
         host: &dyn TurnHost,
     ) -> Result<LoopResults, ExecutorError> {
+        self.run_many_claimed(executor, shared, turns, host, &|_| true)
+            .await
+    }
+
+    /// [`LoopPool::run_many_shared`] for a host whose other turn jobs may run loops of the
+    /// same agent meanwhile (the daemon): before a wake joins a round, `claim` must take its
+    /// loop for this call (true when it has it, also when it had it already). A wake whose
+    /// loop another job holds is left out; the host serves it after that job (`claim` saw it).
+    pub async fn run_many_claimed(
+        &mut self,
+        executor: &Executor,
+        shared: &SharedFile<'_>,
+        turns: Vec<(String, Trigger)>,
+        host: &dyn TurnHost,
+        claim: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<LoopResults, ExecutorError> {
         let mut waiting = std::collections::VecDeque::from(turns);
         let mut results = LoopResults::new();
         // An aborted job starts no further round: its wakes are dropped with it.
@@ -126,6 +142,11 @@ impl LoopPool {
                 }
                 if matches!(trigger, Trigger::Wake { .. }) && !available(&config, &target) {
                     log_dropped(file, &target, "wake")?;
+                    self.stop(&target);
+                    continue;
+                }
+                if !claim(&target) {
+                    // Another job runs this loop: its session there is the live one.
                     self.stop(&target);
                     continue;
                 }

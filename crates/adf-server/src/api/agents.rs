@@ -326,6 +326,9 @@ pub(super) async fn chat_post(
         .and_then(Value::as_str)
         .unwrap_or("main")
         .to_owned();
+    // Taken before the turn starts: `GET /events?since=<cursor>` follows it from its first
+    // event (`adf chat AGENT` prints its retries and waits for its end that way).
+    let cursor = *state.daemon.events().watch().borrow();
     state
         .daemon
         .start_chat(&agent, loop_name, text.to_owned())
@@ -338,7 +341,7 @@ pub(super) async fn chat_post(
         })?;
     Ok((
         axum::http::StatusCode::ACCEPTED,
-        Json(json!({ "accepted": true, "turnId": turn_id("turn") })),
+        Json(json!({ "accepted": true, "turnId": turn_id("turn"), "agentId": agent.id, "cursor": cursor })),
     )
         .into_response())
 }

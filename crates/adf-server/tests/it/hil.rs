@@ -522,7 +522,9 @@ async fn abort_of_a_turn_waiting_for_a_slow_provider_frees_the_agent() {
             .count(),
         1
     );
-    // Nothing in flight: abort answers 200 with nothing aborted.
+    // Nothing in flight once the turn ended (its reply is in the transcript a few steps
+    // before its job ends): abort answers 200 with nothing aborted.
+    turn_ended(&h, &agent).await;
     let (status, body) = post(&h, &format!("/agents/{}/abort", agent.id), json!({})).await;
     assert_eq!(status, 200);
     assert_eq!(body["aborted"], false);

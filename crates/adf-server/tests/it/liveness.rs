@@ -267,3 +267,138 @@ async fn liveness_a_long_network_tool_call_leaves_timers_and_reads_running() {
     turn_ended(&h, &agent).await;
     assert_eq!(mock.request_count(), 2, "the turn went on after the fetch");
 }
+
+/// `POST /chat` on `loop_name`.
+async fn chat_on(h: &Harness, agent: &Agent, loop_name: &str, text: &str) {
+    let (status, body) = call(
+        h,
+        Method::POST,
+        &format!("/agents/{}/chat", agent.id),
+        Some(json!({ "text": text, "loop": loop_name })),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// §6.4: each loop is its own conversation with its own executor state, so a turn of one loop
+/// runs while a turn of another loop of the same agent waits (here for a long network tool
+/// call); only two turns of one loop take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits() {
+    let slow = MockProvider::start(Wire::OpenAi).await;
+    slow.push_all([Turn::text("slow page"), Turn::text("slow page")]);
+    slow.hold_until(2);
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_fetch",
+            json!({ "url": format!("{}/page", slow.base_url()) }),
+        ),
+        Turn::text("Side loop done."),
+        Turn::text("Fetched."),
+    ]);
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.push(("security.allow_local_fetch", json!(true)));
+    config.push((
+        "loops",
+        json!([{ "name": "side", "goal": "Answer on the side.", "enabled": true, "autostart": false, "tools": [] }]),
+    ));
+    let path = agent_file(h.dir.path(), "twoloops", &[], &config);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    chat(&h, &agent, "fetch the page").await;
+    tokio::time::timeout(Duration::from_secs(30), slow.requests_arrived(1))
+        .await
+        .expect("main's tool call reaches the slow server");
+    chat_on(&h, &agent, "side", "anything new?").await;
+    wait_for("the side loop's turn while main waits", || async {
+        common::has_text(&agent, "side", "Side loop done.").await
+    })
+    .await;
+    assert_eq!(slow.request_count(), 1, "main still waits for its fetch");
+    assert!(!common::has_text(&agent, "main", "Fetched.").await);
+    release(&slow).await;
+    wait_for("main's turn ends after the fetch", || async {
+        common::has_text(&agent, "main", "Fetched.").await
+    })
+    .await;
+    turn_ended(&h, &agent).await;
+}
+
+/// A system lambda that records which file change it was handed.
+const MARK: &str = r#"
+export async function main(event) {
+  const name = event.data.path.replace(/\//g, '_');
+  await adf.fs_write({ path: `seen/${name}`, content: 'x', mode: 'write' });
+}
+"#;
+
+async fn owner_put(h: &Harness, agent: &Agent, path: &str) {
+    let (status, body) = call(
+        h,
+        Method::PUT,
+        &format!(
+            "/agents/{}/files/content?path={}",
+            agent.id,
+            path.replace('/', "%2F")
+        ),
+        Some(json!({ "content": "o" })),
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+}
+
+/// A system-scope trigger delivery queued behind an agent-scope one whose turn waits for the
+/// owner's approval runs without waiting for that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_trg_a_system_delivery_runs_while_an_agent_trigger_turn_waits_for_approval() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "approved" }),
+        ),
+        Turn::text("Done."),
+    ]);
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.push((
+        "triggers.on_file_change",
+        json!({ "enabled": true, "targets": [
+            { "scope": "agent", "filter": { "watch": "ask/**" } },
+            { "scope": "system", "lambda": "lib/mark.ts:main", "filter": { "watch": "sys/**" } }
+        ] }),
+    ));
+    let path = agent_file(h.dir.path(), "queued", &[("lib/mark.ts", MARK)], &config);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    owner_put(&h, &agent, "ask/go.md").await;
+    wait_for("the trigger turn's approval wait", || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+    })
+    .await;
+    owner_put(&h, &agent, "sys/one.md").await;
+    wait_for("the system lambda ran while the turn waits", || async {
+        common::paths(&agent, "seen/").await == ["seen/sys_one.md"]
+    })
+    .await;
+    assert_eq!(runtime_state(&h, &agent).await, "awaiting_approval");
+    let (_, tasks) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
+        None,
+    )
+    .await;
+    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        &h,
+        Method::POST,
+        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+        Some(json!({ "action": "approve" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    turn_ended(&h, &agent).await;
+    common::drained(&agent).await;
+    assert_eq!(agent.triggers().stats().delivered, 2);
+}

@@ -576,3 +576,49 @@ async fn srv_42_cfg_12_an_agent_cannot_open_its_own_stream_gates() {
     assert_ne!(config["stream_bind"]["allow_tcp_bind"], true, "{config}");
     h.stop().await;
 }
+
+/// Issue 29 (one file, two writers): another process changing the declared
+/// `stream_bindings` of a file the daemon holds moves the binding to its new declaration, as
+/// a config change through the API does, without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srv_41_a_binding_declared_by_another_writer_is_materialized_again() {
+    let h = Harness::start().await;
+    let (left, left_port) = listener().await;
+    let (right, right_port) = listener().await;
+    let (third, third_port) = listener().await;
+    let path = agent_file(
+        h.dir.path(),
+        "rewired",
+        &[],
+        &[
+            ("handle", json!("rewired")),
+            ("stream_bind", gates(&[left_port, right_port, third_port])),
+            (
+                "stream_bindings",
+                json!([{ "id": "pipe", "a": tcp(left_port), "b": tcp(right_port), "bidirectional": true }]),
+            ),
+        ],
+    );
+    let _agent = load(&h, &path).await;
+    let mut a = accept(&left).await;
+    let mut b = accept(&right).await;
+    {
+        // `adf config set` of another process: its own connection to the file.
+        let mut file = adf_store::AdfFile::open(&path).unwrap();
+        file.config_set_path(
+            adf_store::Caller::Owner,
+            "stream_bindings",
+            adf_store::ConfigAction::Set,
+            json!([{ "id": "pipe", "a": tcp(left_port), "b": tcp(third_port), "bidirectional": true }]),
+        )
+        .unwrap();
+        file.close().unwrap();
+    }
+    assert!(read_to_end(&mut b).await.is_empty(), "the old b closed");
+    assert!(read_to_end(&mut a).await.is_empty(), "the old a closed");
+    let mut a = accept(&left).await;
+    let mut c = accept(&third).await;
+    a.write_all(b"moved").await.unwrap();
+    assert_eq!(read_exactly(&mut c, 5).await, b"moved");
+    h.stop().await;
+}

@@ -386,14 +386,13 @@ async fn trg_35_a_hibernating_agent_with_on_timer_gets_a_nudge_turn_and_one_with
     let before = adf_store::time::now_ms();
     let agent: Arc<Agent> = h.server.daemon.load(&nudged).await.unwrap().agent;
     let other: Arc<Agent> = h.server.daemon.load(&unnudged).await.unwrap().agent;
-    // Without on_timer there is nothing to wake for; with it the nudge is the agent's wake.
+    // Without on_timer there is nothing to wake for; with it the nudge is the agent's wake
+    // (unless it is already firing: two loads can outlast the 300 ms interval under load,
+    // and the scheduler holds no wake for an agent while its fire runs).
     assert_eq!(h.server.daemon.next_timer_wake(&other.id), None);
-    let wake = h
-        .server
-        .daemon
-        .next_timer_wake(&agent.id)
-        .expect("a nudge wake");
-    assert!(wake >= before + 300, "one interval after the count starts");
+    if let Some(wake) = h.server.daemon.next_timer_wake(&agent.id) {
+        assert!(wake >= before + 300, "one interval after the count starts");
+    }
     wait_for("the nudge turn", || async {
         loop_texts(&agent)
             .await
@@ -407,6 +406,17 @@ async fn trg_35_a_hibernating_agent_with_on_timer_gets_a_nudge_turn_and_one_with
             .iter()
             .any(|t| t.contains("[System] You have been hibernating")),
         "{texts:?}"
+    );
+    let first_turn = common::text_column(
+        &agent,
+        "SELECT CAST(MIN(created_at) AS TEXT) FROM adf_loop",
+        Vec::new(),
+    )
+    .await;
+    let first_turn: i64 = first_turn[0].parse().unwrap();
+    assert!(
+        first_turn >= before + 300,
+        "the first nudge comes one interval after the count starts"
     );
     assert!(loop_texts(&other).await.is_empty());
     h.stop().await;
