@@ -201,7 +201,7 @@ impl Mesh for DaemonMesh {
         // Loading waits on the child's store worker and the registry's load lock, which a
         // tool call on the parent's worker must not hold up: the load runs on its own.
         runtime.spawn(async move {
-            if let Err(error) = crate::daemon::Daemon::of_hub(hub).load(&path).await {
+            if let Err(error) = hub.load_agent(path.clone()).await {
                 tracing::warn!(path = %path.display(), %error, "cannot start a new autostart agent");
             }
         });
