@@ -86,7 +86,7 @@ impl Daemon {
         self.hub.outbound().list(agent_id)
     }
 
-    pub(crate) fn start_serving(&self, budget: crate::frontdoor::BodyBudget) {
+    pub(crate) fn start_serving(&self, budget: crate::budget::BodyBudget) {
         self.hub.start_serving(budget);
     }
 

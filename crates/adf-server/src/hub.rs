@@ -236,7 +236,7 @@ impl Hub {
     }
 
     /// Starts agent serving with the front door's body budget (the first call wins).
-    pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::frontdoor::BodyBudget) {
+    pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::budget::BodyBudget) {
         let _ = self
             .serving
             .get_or_init(|| crate::serving::serving_for(self, budget));

@@ -41,6 +41,7 @@
 //! `LoopPool`, so `loop_send` wakes and autostart loops are served.
 
 pub mod api;
+mod budget;
 pub mod client;
 pub mod connections;
 pub mod daemon;

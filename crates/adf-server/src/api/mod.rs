@@ -11,6 +11,7 @@ mod auth;
 mod contents;
 mod identity;
 mod mcp;
+mod mesh_routes;
 mod models;
 mod network;
 mod provider_test;
@@ -19,12 +20,14 @@ mod review;
 mod runtime;
 mod settings;
 mod sse;
+mod state;
 mod studio;
 pub mod unsupported;
-mod state;
 
 pub use state::AppState;
 pub(crate) use state::{JsonBody, find, success, text_field};
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
@@ -106,8 +109,8 @@ pub fn router(state: AppState) -> Router {
                 .post(network::inbox_post)
                 .delete(contents::inbox_clear),
         )
-        .route("/agents/{id}/card", get(crate::mesh::card_get))
-        .route("/agents/{id}/health", get(crate::mesh::health_get))
+        .route("/agents/{id}/card", get(mesh_routes::card_get))
+        .route("/agents/{id}/health", get(mesh_routes::health_get))
         .route("/agents/{id}/outbox", get(resources::outbox))
         .route("/agents/{id}/tasks", get(resources::tasks_list))
         .route("/agents/{id}/tasks/{task_id}", get(resources::task_get))
@@ -122,13 +125,16 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/logs/after", get(resources::logs_after))
         .route(
             "/agents/{id}/umbilical/events",
-            get(crate::serving::umbilical_events),
+            get(network::umbilical_events),
         )
         .merge(turn_and_studio_routes())
         .merge(more_routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            crate::frontdoor::DoorState {
+                gate: Arc::clone(&state.gate),
+                mesh: state.daemon.mesh_arc(),
+            },
             crate::frontdoor::front_door,
         ))
         .with_state(state)
@@ -314,4 +320,3 @@ async fn not_found(request: Request) -> ApiError {
         request.uri().path()
     ))
 }
-

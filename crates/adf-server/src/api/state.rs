@@ -23,6 +23,13 @@ pub struct AppState {
     pub gate: Arc<Gate>,
 }
 
+impl axum::extract::FromRef<AppState> for Arc<Gate> {
+    /// The front door's rules, for the routes the front door answers itself (`/login`).
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.gate)
+    }
+}
+
 /// Looks up `{id}` (config id, handle or name).
 pub(crate) fn find(state: &AppState, key: &str) -> ApiResult<Arc<Agent>> {
     Ok(state.daemon.agent(key)?)
