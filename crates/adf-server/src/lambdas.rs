@@ -19,8 +19,7 @@ use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::triggers::{Producer, TriggerEvent, TriggerKind};
 use adf_store::AdfFile;
 
-use crate::scheduler::log_from;
-use crate::turns::{TURN_EVENT_LIMIT, current_thread};
+use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
 
 #[derive(Debug, Clone)]
 pub(crate) struct LambdaReport {

@@ -65,6 +65,7 @@ mod serving;
 pub mod sessions;
 pub mod settings;
 mod shell_runs;
+mod support;
 pub mod taps;
 pub mod token;
 mod turns;

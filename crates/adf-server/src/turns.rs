@@ -44,7 +44,7 @@ use crate::hil::{Owner, TurnScope};
 use crate::hub::Hub;
 use crate::model::TurnModel;
 use crate::registry::Agent;
-use crate::scheduler::log_from;
+use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
 
 /// Starts an owner chat turn on `loop_name` in the background (`POST /agents/{id}/chat`).
 /// The model is decided first ([`TurnModel`]), so a missing provider or key is reported to the
@@ -463,25 +463,6 @@ impl LeaseHooks for TurnObserver {
         }
     }
 }
-
-/// A current-thread runtime for agent code that holds the `&mut AdfFile` across awaits (a
-/// system lambda on the store worker) or for a turn job's thread.
-pub(crate) fn current_thread() -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => Some(runtime),
-        Err(error) => {
-            tracing::error!(%error, "cannot start a runtime for agent code");
-            None
-        }
-    }
-}
-
-/// Most tool and model call events one turn records; a longer turn's extra calls are not
-/// trigger events (the turn itself is bounded by its steps, this bounds the memory).
-pub(crate) const TURN_EVENT_LIMIT: usize = 1024;
 
 /// The owner's side of a daemon turn: approvals and `ask` answers wait for the owner through
 /// the HTTP API ([`Owner`], `hil.rs`). It also records each finished tool call
