@@ -307,14 +307,10 @@ impl Daemon {
         crate::scheduler::next_wake(&self.hub, agent_id)
     }
 
-    /// Starts an owner chat turn in the background (`POST /agents/{id}/chat`; see `turns`).
-    pub async fn start_chat(
-        &self,
-        agent: &Arc<Agent>,
-        loop_name: String,
-        text: String,
-    ) -> Result<(), String> {
-        crate::turns::start_chat(&self.hub, agent, loop_name, text).await
+    /// The shared parts, for the API handlers that go straight to one subsystem (chat:
+    /// `turns::start_chat`) instead of through a forwarding method here.
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
+        &self.hub
     }
 
     /// Moves a `suspended` agent to `active` or `off` as the owner (see `hil`).

@@ -29,8 +29,11 @@
 //! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
 //!   the home's settings) and the autostart scan of tracked directories.
 //! - [`taps`]: umbilical taps (§5.24) and `emit_event`'s `custom.*` events on the bus.
-//! - [`mesh`]: agent-to-agent delivery between hosted agents and the public mesh routes
-//!   (`inbox`, `card`, `health`); arrivals raise `on_inbox` through the trigger sweep.
+//! - [`mesh`]: agent-to-agent delivery between hosted agents and what the public mesh routes
+//!   (`inbox`, `card`, `health`, handled in `api/mesh_routes.rs`) accept; arrivals raise
+//!   `on_inbox` through the trigger sweep.
+//! - `model`: the one decision of a turn's model (`TurnModel`), shared by chat's 503 check and
+//!   the turn it starts.
 //! - [`live`]: each agent's live feed of its turns (streaming text, tool calls) for the
 //!   Studio, whose page `adf-studio` serves at `/` (`api/studio.rs` has its own routes).
 //! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn

@@ -1,7 +1,8 @@
 //! The daemon's side of agent serving (`adf-net`): which agents exist ([`DaemonAgents`]),
 //! how a public body is read (under the front door's [`BodyBudget`]), which paths go to
 //! serving at all ([`is_served`]: under `/agents/{handle}/`, neither a control route of the
-//! OpenAPI table nor a mesh route), and the listener that serves them ([`router`]).
+//! OpenAPI table nor a mesh route); the listener that serves them is `serve.rs`'s
+//! (`serving_router`), above the daemon.
 //!
 //! Agent content has an origin of its own: the daemon serves it on a second port (the
 //! control port + 1 by default, `adf daemon --serve-port`), never on the control port where
