@@ -26,9 +26,10 @@ pub(crate) const ANALYZED: &[&str] = &["crates/adf-server", "crates/adf-runtime"
 pub(crate) const ALLOWED_CIRCLES: &[(&str, &[&str])] = &[
     // adf-server: the subsystems' core. `Agent` (registry.rs) embeds each subsystem's
     // per-agent state (trigger queue, HIL, taps, watch), the hub names the mesh, serving,
-    // timers and the watcher, and dispatch, turns, scheduler, lambdas and taps call each
-    // other's functions (issue 30 finding 3). The HTTP layer, the daemon handle, review and
-    // the leaves (budget, sessions, openapi, support, model) are out of it.
+    // timers and the watcher, and dispatch, turns, the scheduler and taps call each other's
+    // functions (issue 30 finding 3). The HTTP layer, the daemon handle, review, lambdas,
+    // shell runs and the leaves (budget, sessions, openapi, support, model, custom events) are
+    // out of it.
     // adf-runtime: the tool pipeline (tools/mod.rs) builds the built-ins, the built-ins
     // implement its `Tool`, `sys_code`/`sys_lambda`/middleware run code, and the code runner
     // calls back into the pipeline (issue 30 finding 4).
@@ -38,7 +39,6 @@ pub(crate) const ALLOWED_CIRCLES: &[(&str, &[&str])] = &[
             "dispatch.rs",
             "hil.rs",
             "hub.rs",
-            "lambdas.rs",
             "mesh.rs",
             "registry.rs",
             "scheduler.rs",

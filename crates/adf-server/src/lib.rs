@@ -47,6 +47,7 @@ pub mod api;
 mod budget;
 pub mod client;
 pub mod connections;
+mod custom_events;
 pub mod daemon;
 pub mod dispatch;
 pub mod error;

@@ -596,7 +596,7 @@ fn deliver_system_scope(
         };
         let label = format!("timer:{}", timer.id);
         let ((_, written), events) = observe(file, agent, producer, |file| {
-            crate::dispatch::with_written_files(file, |file| {
+            crate::support::with_written_files(file, |file| {
                 crate::shell_runs::run(file, registry, &label, &command, &fired.event())
             })
         });

@@ -440,7 +440,7 @@ impl TurnObserver {
 impl LeaseHooks for TurnObserver {
     fn acquired(&self, file: &mut AdfFile) {
         let external = crate::dispatch::sweep(file, &self.agent, &Producer::External);
-        let stamps = crate::dispatch::file_stamps(file);
+        let stamps = crate::support::file_stamps(file);
         let mut state = self.lock();
         state.events.extend(external);
         state.stamps = Some(stamps);
@@ -450,7 +450,7 @@ impl LeaseHooks for TurnObserver {
         let own = crate::dispatch::sweep(file, &self.agent, &Producer::Agent);
         // Taken in a statement of its own: a `let … else` would keep the guard through `else`.
         let before = self.lock().stamps.take();
-        let after = before.as_ref().map(|_| crate::dispatch::file_stamps(file));
+        let after = before.as_ref().map(|_| crate::support::file_stamps(file));
         let mut state = self.lock();
         state.events.extend(own);
         let (Some(before), Some(after)) = (before, after) else {
@@ -652,7 +652,7 @@ impl TurnHost for Recorder<'_> {
 async fn run_agent_turns(
     shared: &SharedFile<'_>,
     config: &Value,
-    (executor, custom): (Executor, Arc<crate::taps::CustomEvents>),
+    (executor, custom): (Executor, Arc<crate::custom_events::CustomEvents>),
     turns: Vec<(String, Trigger)>,
     scope: &TurnScope,
     claim: &(dyn Fn(&str) -> bool + Sync),
@@ -780,8 +780,8 @@ fn turn_executor(
     registry: Arc<ToolRegistry>,
     scope: &TurnScope,
     caches: Arc<WireCaches>,
-) -> (Executor, Arc<crate::taps::CustomEvents>) {
-    let custom = Arc::new(crate::taps::CustomEvents::default());
+) -> (Executor, Arc<crate::custom_events::CustomEvents>) {
+    let custom = Arc::new(crate::custom_events::CustomEvents::default());
     let executor = model
         .executor()
         .with_wire_caches(WireCaches::clone(&caches))
