@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::{
-    Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolCaller, ToolContext, ToolError,
-    ToolSource,
+    Detached, DetachedOutcome, DetachedTool, ErrorCode, Execution, LogRow, Tool, ToolCaller,
+    ToolContext, ToolError, ToolSource,
 };
 use adf_store::AdfFile;
 use serde_json::{Map, Value, json};
@@ -152,14 +152,16 @@ impl Tool for McpTool {
         ))
     }
 
-    fn deferred(&self) -> bool {
-        true
-    }
-
     fn check(&self, cx: &ToolContext<'_>, _args: &Value) -> Result<(), ToolError> {
         self.callable(cx.config).map(|_| ())
     }
 
+    fn execution(&self) -> Execution<'_> {
+        Execution::Detached(self)
+    }
+}
+
+impl DetachedTool for McpTool {
     fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
         let spec = self.callable(cx.config)?;
         let file = cx.file.path().to_path_buf();

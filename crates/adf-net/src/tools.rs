@@ -18,7 +18,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use adf_runtime::tools::{Detached, DetachedOutcome, ErrorCode, Tool, ToolError};
+use adf_runtime::tools::{Detached, DetachedOutcome, DetachedTool, ErrorCode, Tool, ToolError};
 
 use crate::outbound::{Outbound, OutboundSpec};
 use crate::{AgentDirectory, Serving};
@@ -101,8 +101,8 @@ pub(crate) fn not_in_transaction(name: &str) -> ToolError {
     )
 }
 
-/// The `run` and `deferred` of a tool whose whole work is its [`Tool::detach`] future: the
-/// pipeline never runs it inside the store transaction.
+/// The `run` and `execution` of a tool whose whole work is its
+/// [`DetachedTool::detach`] future: the pipeline never runs it inside the store transaction.
 macro_rules! runs_detached {
     () => {
         fn run(
@@ -113,8 +113,8 @@ macro_rules! runs_detached {
             Err($crate::tools::not_in_transaction(self.name()))
         }
 
-        fn deferred(&self) -> bool {
-            true
+        fn execution(&self) -> adf_runtime::tools::Execution<'_> {
+            adf_runtime::tools::Execution::Detached(self)
         }
     };
 }
@@ -143,7 +143,9 @@ impl Tool for WsConnect {
         }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for WsConnect {
     fn detach(
         &self,
         config: &Value,
@@ -304,7 +306,9 @@ impl Tool for WsSend {
         }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for WsSend {
     fn detach(
         &self,
         config: &Value,
@@ -382,7 +386,9 @@ impl Tool for WsDisconnect {
         }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for WsDisconnect {
     fn detach(
         &self,
         config: &Value,
@@ -425,7 +431,9 @@ impl Tool for WsConnections {
         }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for WsConnections {
     fn detach(
         &self,
         config: &Value,

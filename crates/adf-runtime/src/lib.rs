@@ -33,6 +33,7 @@ pub mod identity;
 pub mod messaging;
 pub mod middleware;
 pub mod prompt;
+mod provider_log;
 pub mod schedule;
 pub mod tools;
 pub mod triggers;

@@ -21,7 +21,7 @@
 //!   with a reason (code 500), logged as `middleware_failed`. Returning nothing passes the
 //!   input through unchanged.
 //!
-//! How it runs. The points sit in synchronous code that holds the file (`Tool::prepare`, the
+//! How it runs. The points sit in synchronous code that holds the file (`DetachedTool::prepare`, the
 //! guest connection of ingress), so a chain runs to completion before it returns: on a scoped
 //! thread of its own with a current-thread tokio runtime, against the caller's `&mut AdfFile`,
 //! in a fresh sandbox (missing-tables §9: middleware is "fresh per call") with the built-in

@@ -25,8 +25,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use adf_runtime::tools::{
-    Approver, CallOutcome, DeferredCall, ErrorCode, HostedContext, HostedFuture, Tool, ToolCaller,
-    ToolContext, ToolError, ToolRegistry,
+    Approver, CallOutcome, DeferredCall, ErrorCode, Execution, HostedContext, HostedFuture,
+    HostedTool, Tool, ToolCaller, ToolContext, ToolError, ToolRegistry,
 };
 use adf_store::AdfFile;
 use serde_json::{Value, json};
@@ -147,8 +147,8 @@ pub const ABSORBED: &[&str] = &[
     "sys_code",
 ];
 
-/// The `adf_shell` tool. It is deferred and hosted: the pipeline decides access to
-/// `adf_shell` itself, then [`Tool::run_hosted`] runs the line with every inner command a
+/// The `adf_shell` tool, an [`Execution::Hosted`] one: the pipeline decides access to
+/// `adf_shell` itself, then [`HostedTool::run_hosted`] runs the line with every inner command a
 /// pipeline call of its own.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShellTool;
@@ -181,20 +181,22 @@ impl Tool for ShellTool {
     fn run(&self, _: &mut ToolContext<'_>, _: Value) -> Result<Value, ToolError> {
         Err(ToolError::new(
             ErrorCode::InternalError,
-            "adf_shell runs through its host (Tool::run_hosted), not inside a transaction",
+            "adf_shell runs through its host (HostedTool::run_hosted), not inside a transaction",
         ))
-    }
-
-    fn deferred(&self) -> bool {
-        true
-    }
-
-    fn run_hosted<'a>(&'a self, cx: HostedContext<'a>, args: Value) -> Option<HostedFuture<'a>> {
-        Some(Box::pin(run_threaded(cx, args)))
     }
 
     fn absorbs(&self) -> &'static [&'static str] {
         ABSORBED
+    }
+
+    fn execution(&self) -> Execution<'_> {
+        Execution::Hosted(self)
+    }
+}
+
+impl HostedTool for ShellTool {
+    fn run_hosted<'a>(&'a self, cx: HostedContext<'a>, args: Value) -> HostedFuture<'a> {
+        Box::pin(run_threaded(cx, args))
     }
 }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use adf_runtime::tools::{Detached, DetachedOutcome, ErrorCode, Tool, ToolCaller, ToolError};
+use adf_runtime::tools::{
+    Detached, DetachedOutcome, DetachedTool, ErrorCode, Tool, ToolCaller, ToolError,
+};
 
 use super::{BindRequest, StreamError, Streams};
 use crate::tools::{done, runs_detached};
@@ -72,7 +74,9 @@ impl Tool for StreamBind {
         }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for StreamBind {
     fn detach(&self, config: &Value, _caller: &ToolCaller, args: Value) -> Option<Detached> {
         let streams = Arc::clone(&self.0.0);
         let agent = agent_id(config);
@@ -115,7 +119,9 @@ impl Tool for StreamUnbind {
         }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for StreamUnbind {
     fn detach(&self, config: &Value, _caller: &ToolCaller, args: Value) -> Option<Detached> {
         let result = agent_id(config).and_then(|agent| {
             let id = args
@@ -141,7 +147,9 @@ impl Tool for StreamBindingsTool {
         parameters: json!({ "type": "object", "properties": {} }),
     }
     runs_detached!();
+}
 
+impl DetachedTool for StreamBindingsTool {
     fn detach(&self, config: &Value, _caller: &ToolCaller, _args: Value) -> Option<Detached> {
         let result = agent_id(config).map(|agent| json!({ "bindings": self.0.0.list(&agent) }));
         Some(done(result))

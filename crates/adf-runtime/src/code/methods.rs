@@ -13,11 +13,12 @@ use adf_crypto::provision::{self, Deks, is_protected_purpose};
 use adf_crypto::{Attestation, EnvelopeName, EnvelopeState};
 use adf_providers::{ApiKey, ChatRequest, ContentBlock, Message, Resolver, Role};
 use adf_store::{AdfFile, FileProtection, IdentityRow, MetaProtection, NewLog};
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::runner::{Frame, Reply, Runner};
-use super::{CallRecord, InjectMode, Injection};
-use crate::identity;
+use super::env::{CallRecord, CodeEnv, Frame, InjectMode, Injection, RunOptions};
+
+use crate::identity::{self, OpenIdentity};
 use crate::tools::approval::{self, Resolution};
 use crate::tools::{ErrorCode, ToolError};
 
@@ -38,12 +39,45 @@ const CODE_METHODS: [&str; 13] = [
     "set_file_protection",
 ];
 
-/// Longest `loop_inject` content, in characters (also bounded by the tool-result limit).
-pub(crate) const MAX_INJECT_CHARS: usize = 48_000;
-
-pub(crate) fn is_code_method(name: &str) -> bool {
+/// Whether `name` is one of the code-only methods of the §9 table.
+pub(super) fn is_code_method(name: &str) -> bool {
     CODE_METHODS.contains(&name)
 }
+
+/// What a code-only method may use of the run that services it: the runner lends these parts
+/// of itself for one call (so this file builds on env.rs alone, not on the runner).
+pub(super) struct MethodCx<'r> {
+    /// The agent's file, held by the run.
+    pub(super) file: &'r mut AdfFile,
+    /// The run's environment (registry, resolver, keys, event sink).
+    pub(super) env: &'r CodeEnv,
+    /// The run's options (`loop_inject`'s mode).
+    pub(super) options: &'r RunOptions,
+    /// Contexts `loop_inject` collects for the caller.
+    pub(super) injections: &'r mut Vec<Injection>,
+    /// The file's identity, opened on the first identity method (`None` inside: could not).
+    pub(super) identity: &'r mut Option<Option<OpenIdentity>>,
+}
+
+/// What a code-only method answers: a value now, or a model request (`model_invoke`) the run
+/// awaits off the file.
+pub(super) enum MethodReply {
+    /// Now.
+    Value(Value),
+    /// When this model request resolves.
+    Model(BoxFuture<'static, ModelAnswer>),
+}
+
+/// How a `model_invoke` request ended, with the retries it scheduled on the way.
+pub(crate) struct ModelAnswer {
+    pub(crate) result: Result<Value, ToolError>,
+    pub(crate) record: CallRecord,
+    /// Logged by the runner as `provider_error` rows, with the file it holds then.
+    pub(crate) retries: Vec<adf_providers::RetryNotice>,
+}
+
+/// Longest `loop_inject` content, in characters (also bounded by the tool-result limit).
+pub(crate) const MAX_INJECT_CHARS: usize = 48_000;
 
 fn str_arg<'v>(args: &'v Value, name: &str) -> Result<&'v str, ToolError> {
     args.get(name)
@@ -59,24 +93,24 @@ fn opt_str<'v>(args: &'v Value, name: &str) -> Result<Option<&'v str>, ToolError
     }
 }
 
-pub(crate) fn call(
-    runner: &mut Runner<'_>,
+pub(super) fn call(
+    cx: &mut MethodCx<'_>,
     frame: &Arc<Frame>,
     method: &str,
     args: Value,
     config: &Value,
-) -> Result<Reply, ToolError> {
+) -> Result<MethodReply, ToolError> {
     let value = match method {
-        "model_invoke" => return model_invoke(runner, &args, config),
-        "task_resolve" => task_resolve(runner, frame, &args)?,
-        "loop_inject" => loop_inject(runner, frame, &args, config)?,
-        "identity_status" => identity_status(runner)?,
-        "get_identity" => get_identity(runner, &args)?,
-        "set_identity" => set_identity(runner, &args)?,
-        "emit_event" => emit_event(runner.file, runner.env.event_sink(), frame, &args)?,
-        "attestation_list" => attestation_list(runner.file)?,
-        "attestation_add" => attestation_add(runner.file, &args)?,
-        "attestation_issue" => attestation_issue(runner, &args)?,
+        "model_invoke" => return model_invoke(cx, &args, config),
+        "task_resolve" => task_resolve(cx, frame, &args)?,
+        "loop_inject" => loop_inject(cx, frame, &args, config)?,
+        "identity_status" => identity_status(cx)?,
+        "get_identity" => get_identity(cx, &args)?,
+        "set_identity" => set_identity(cx, &args)?,
+        "emit_event" => emit_event(cx.file, cx.env.event_sink(), frame, &args)?,
+        "attestation_list" => attestation_list(cx.file)?,
+        "attestation_add" => attestation_add(cx.file, &args)?,
+        "attestation_issue" => attestation_issue(cx, &args)?,
         "authorize_file" => {
             let path = str_arg(&args, "path")?;
             let authorized = match args.get("authorized") {
@@ -85,8 +119,7 @@ pub(crate) fn call(
                 Some(_) => return Err(ToolError::invalid("'authorized' must be a boolean")),
             };
             let caller = frame.caller().store_caller();
-            runner
-                .file
+            cx.file
                 .atomically(|f| f.file_set_authorized(caller, path, authorized))
                 .map_err(write_error)?;
             json!({ "path": path, "authorized": authorized })
@@ -95,8 +128,7 @@ pub(crate) fn call(
             let key = str_arg(&args, "key")?;
             let protection = MetaProtection::parse(str_arg(&args, "protection")?)?;
             let caller = frame.caller().store_caller();
-            runner
-                .file
+            cx.file
                 .atomically(|f| f.meta_set_protection(caller, key, protection))
                 .map_err(write_error)?;
             json!({ "key": key, "protection": protection.as_str() })
@@ -105,8 +137,7 @@ pub(crate) fn call(
             let path = str_arg(&args, "path")?;
             let protection = FileProtection::parse(str_arg(&args, "protection")?)?;
             let caller = frame.caller().store_caller();
-            runner
-                .file
+            cx.file
                 .atomically(|f| f.file_set_protection(caller, path, protection))
                 .map_err(write_error)?;
             json!({ "path": path, "protection": protection.as_str() })
@@ -117,7 +148,7 @@ pub(crate) fn call(
             )));
         }
     };
-    Ok(Reply::Value(value))
+    Ok(MethodReply::Value(value))
 }
 
 /// Protection changes: a missing key/file stays NOT_FOUND, bad input INVALID_INPUT, anything
@@ -132,7 +163,11 @@ fn write_error(error: adf_store::StoreError) -> ToolError {
 
 // ---------- model_invoke ----------
 
-fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result<Reply, ToolError> {
+fn model_invoke(
+    cx: &mut MethodCx<'_>,
+    args: &Value,
+    config: &Value,
+) -> Result<MethodReply, ToolError> {
     let (system, messages) = invoke_messages(args)?;
     let num = |k: &str| -> Result<Option<f64>, ToolError> {
         match args.get(k) {
@@ -147,8 +182,8 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
     let model_override = opt_str(args, "model")?.map(str::to_owned);
 
     let provider_id = Resolver::provider_id(config);
-    let agent_key = agent_api_key(runner, &provider_id);
-    let resolved = runner
+    let agent_key = agent_api_key(cx, &provider_id);
+    let resolved = cx
         .env
         .resolver
         .resolve(config, agent_key)
@@ -172,7 +207,7 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
         wire: adf_providers::WireCache::default(),
     };
     let provider = resolved.provider.clone();
-    Ok(Reply::Model(Box::pin(async move {
+    Ok(MethodReply::Model(Box::pin(async move {
         use adf_providers::Provider as _;
         let mut record = CallRecord::Model {
             provider: provider_id,
@@ -238,18 +273,10 @@ fn model_invoke(runner: &mut Runner<'_>, args: &Value, config: &Value) -> Result
     })))
 }
 
-/// How a `model_invoke` request ended, with the retries it scheduled on the way.
-pub(crate) struct ModelAnswer {
-    pub(crate) result: Result<Value, ToolError>,
-    pub(crate) record: CallRecord,
-    /// Logged by the runner as `provider_error` rows, with the file it holds then.
-    pub(crate) retries: Vec<adf_providers::RetryNotice>,
-}
-
 /// The agent's own key for the provider, when its identity holds one (`provider:<id>:apiKey`).
-fn agent_api_key(runner: &mut Runner<'_>, provider_id: &str) -> Option<ApiKey> {
+fn agent_api_key(cx: &mut MethodCx<'_>, provider_id: &str) -> Option<ApiKey> {
     let purpose = format!("provider:{provider_id}:apiKey");
-    let row = runner
+    let row = cx
         .file
         .identity_rows()
         .ok()?
@@ -258,9 +285,9 @@ fn agent_api_key(runner: &mut Runner<'_>, provider_id: &str) -> Option<ApiKey> {
     let text = if row.encryption_algo == "plain" {
         String::from_utf8(row.value).ok()?
     } else {
-        ensure_identity(runner);
-        let open = runner.identity.as_ref()?.as_ref()?;
-        let bytes = identity::read_credential(runner.file, open, &purpose).ok()??;
+        ensure_identity(cx);
+        let open = cx.identity.as_ref()?.as_ref()?;
+        let bytes = identity::read_credential(cx.file, open, &purpose).ok()??;
         String::from_utf8(bytes.to_vec()).ok()?
     };
     Some(ApiKey::new(text))
@@ -356,7 +383,7 @@ fn content_blocks(content: Option<&Value>, i: usize) -> Result<Vec<ContentBlock>
 
 // ---------- task_resolve ----------
 
-fn task_resolve(runner: &mut Runner<'_>, frame: &Frame, args: &Value) -> Result<Value, ToolError> {
+fn task_resolve(cx: &mut MethodCx<'_>, frame: &Frame, args: &Value) -> Result<Value, ToolError> {
     let task_id = str_arg(args, "task_id")?;
     let requires_authorization = match args.get("requires_authorization") {
         None | Some(Value::Null) => false,
@@ -386,8 +413,8 @@ fn task_resolve(runner: &mut Runner<'_>, frame: &Frame, args: &Value) -> Result<
         }
     };
     let caller = frame.caller();
-    let registry = runner.env.registry.clone();
-    runner.file.atomically(|f| {
+    let registry = cx.env.registry.clone();
+    cx.file.atomically(|f| {
         approval::resolve_task(
             &registry,
             f,
@@ -402,7 +429,7 @@ fn task_resolve(runner: &mut Runner<'_>, frame: &Frame, args: &Value) -> Result<
 // ---------- loop_inject ----------
 
 fn loop_inject(
-    runner: &mut Runner<'_>,
+    cx: &mut MethodCx<'_>,
     frame: &Frame,
     args: &Value,
     config: &Value,
@@ -448,7 +475,7 @@ fn loop_inject(
         )));
     }
     let key = opt_str(args, "key")?.map(str::to_owned);
-    let (loop_name, collect) = match &runner.options.inject {
+    let (loop_name, collect) = match &cx.options.inject {
         InjectMode::Immediate { loop_name } => (loop_name.clone(), false),
         InjectMode::Collect { loop_name } => (loop_name.clone(), true),
     };
@@ -462,13 +489,13 @@ fn loop_inject(
     if collect {
         // A key replaces the earlier pending value; the replaced version is kept in the logs.
         if let Some(k) = &key
-            && let Some(i) = runner
+            && let Some(i) = cx
                 .injections
                 .iter()
                 .position(|p| p.key.as_deref() == Some(k))
         {
-            let old = runner.injections.remove(i);
-            runner.file.log(&NewLog {
+            let old = cx.injections.remove(i);
+            cx.file.log(&NewLog {
                 level: "debug",
                 origin: Some("loop_inject"),
                 event: Some("superseded"),
@@ -478,10 +505,10 @@ fn loop_inject(
                 r#loop: Some(&old.loop_name),
             })?;
         }
-        runner.injections.push(injection);
+        cx.injections.push(injection);
         Ok(json!({ "queued": true, "category": category, "key": key }))
     } else {
-        super::store_injections(runner.file, std::slice::from_ref(&injection))?;
+        super::env::store_injections(cx.file, std::slice::from_ref(&injection))?;
         Ok(json!({ "queued": true, "stored": true, "category": category, "key": key }))
     }
 }
@@ -489,15 +516,15 @@ fn loop_inject(
 // ---------- identity ----------
 
 /// Opens the file's identity once per run with the installation's keys; afterwards
-/// `runner.identity` is `Some(None)` without keys or when it cannot be opened (the methods
+/// `cx.identity` is `Some(None)` without keys or when it cannot be opened (the methods
 /// then see the envelopes as stored, without unlocking).
-fn ensure_identity(runner: &mut Runner<'_>) {
-    if runner.identity.is_none() {
-        let opened = match runner.env.keys.clone() {
-            Some(keys) => identity::open_identity(runner.file, &keys).ok(),
+fn ensure_identity(cx: &mut MethodCx<'_>) {
+    if cx.identity.is_none() {
+        let opened = match cx.env.keys.clone() {
+            Some(keys) => identity::open_identity(cx.file, &keys).ok(),
             None => None,
         };
-        runner.identity = Some(opened);
+        *cx.identity = Some(opened);
     }
 }
 
@@ -516,18 +543,18 @@ fn crypto_rows(file: &AdfFile) -> Result<Vec<adf_crypto::IdentityRow>, ToolError
         .collect())
 }
 
-fn envelope_status(runner: &mut Runner<'_>) -> Result<provision::IdentityStatus, ToolError> {
-    ensure_identity(runner);
-    if let Some(Some(open)) = &runner.identity {
+fn envelope_status(cx: &mut MethodCx<'_>) -> Result<provision::IdentityStatus, ToolError> {
+    ensure_identity(cx);
+    if let Some(Some(open)) = &cx.identity {
         return Ok(open.status);
     }
-    let rows = crypto_rows(runner.file)?;
+    let rows = crypto_rows(cx.file)?;
     provision::identity_status(&rows, &Deks::default())
         .map_err(|e| ToolError::new(ErrorCode::InternalError, e.to_string()))
 }
 
-fn identity_status(runner: &mut Runner<'_>) -> Result<Value, ToolError> {
-    let status = envelope_status(runner)?;
+fn identity_status(cx: &mut MethodCx<'_>) -> Result<Value, ToolError> {
+    let status = envelope_status(cx)?;
     Ok(json!({
         "envelopes": {
             "identity": status.identity.as_str(),
@@ -554,10 +581,10 @@ fn check_purpose(purpose: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
-fn get_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolError> {
+fn get_identity(cx: &mut MethodCx<'_>, args: &Value) -> Result<Value, ToolError> {
     let purpose = str_arg(args, "purpose")?;
     check_purpose(purpose)?;
-    let row = runner
+    let row = cx
         .file
         .identity_rows()?
         .into_iter()
@@ -571,8 +598,8 @@ fn get_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
     let bytes = if row.encryption_algo == "plain" {
         row.value
     } else {
-        ensure_identity(runner);
-        let open = runner
+        ensure_identity(cx);
+        let open = cx
             .identity
             .as_ref()
             .and_then(Option::as_ref)
@@ -581,7 +608,7 @@ fn get_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
                     "'{purpose}' is sealed and this file's credentials are not unlocked here"
                 ))
             })?;
-        identity::read_credential(runner.file, open, purpose)
+        identity::read_credential(cx.file, open, purpose)
             .map_err(|e| ToolError::failed(e.to_string()))?
             .map(|v| v.to_vec())
             .unwrap_or_default()
@@ -592,33 +619,33 @@ fn get_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
         .map_err(|_| ToolError::failed(format!("'{purpose}' is not text")))
 }
 
-fn set_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolError> {
+fn set_identity(cx: &mut MethodCx<'_>, args: &Value) -> Result<Value, ToolError> {
     let purpose = str_arg(args, "purpose")?;
     let value = str_arg(args, "value")?;
     check_purpose(purpose)?;
     // A new row is readable by code; an existing row keeps the flag its owner chose.
-    let code_access = runner
+    let code_access = cx
         .file
         .identity_rows()?
         .into_iter()
         .find(|r| r.purpose == purpose)
         .is_none_or(|r| r.code_access);
-    let status = envelope_status(runner)?;
+    let status = envelope_status(cx)?;
     match status.credentials {
         EnvelopeState::Unlocked => {
-            let Some(Some(open)) = &runner.identity else {
+            let Some(Some(open)) = &cx.identity else {
                 return Err(ToolError::new(
                     ErrorCode::InternalError,
                     "credentials reported unlocked without an open identity",
                 ));
             };
-            identity::set_credential(runner.file, open, purpose, value.as_bytes(), code_access)
+            identity::set_credential(cx.file, open, purpose, value.as_bytes(), code_access)
                 .map_err(|e| ToolError::new(ErrorCode::WriteError, e.to_string()))?;
             Ok(json!({ "purpose": purpose, "sealed": true }))
         }
         // No envelope to seal into (a file without an identity): stored as the reference does.
         EnvelopeState::Absent => {
-            runner.file.identity_put(&[IdentityRow {
+            cx.file.identity_put(&[IdentityRow {
                 purpose: purpose.to_owned(),
                 value: value.as_bytes().to_vec(),
                 encryption_algo: "plain".into(),
@@ -643,7 +670,7 @@ fn set_identity(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolErro
 
 fn emit_event(
     file: &mut AdfFile,
-    sink: Option<&dyn super::EventSink>,
+    sink: Option<&dyn super::env::EventSink>,
     frame: &Frame,
     args: &Value,
 ) -> Result<Value, ToolError> {
@@ -709,16 +736,16 @@ fn attestation_add(file: &mut AdfFile, args: &Value) -> Result<Value, ToolError>
     Ok(json!({ "added": added, "role": attestation.role, "issuer": attestation.issuer }))
 }
 
-fn attestation_issue(runner: &mut Runner<'_>, args: &Value) -> Result<Value, ToolError> {
+fn attestation_issue(cx: &mut MethodCx<'_>, args: &Value) -> Result<Value, ToolError> {
     let subject = str_arg(args, "subject")?;
     let role = str_arg(args, "role")?;
     let scope = opt_str(args, "scope")?;
     let expires_at = opt_str(args, "expires_at")?;
-    let did = own_did(runner.file)?;
+    let did = own_did(cx.file)?;
     Attestation::check_issuable(&did, subject, role, expires_at)
         .map_err(|e| ToolError::invalid(e.to_string()))?;
-    ensure_identity(runner);
-    let open = runner
+    ensure_identity(cx);
+    let open = cx
         .identity
         .as_ref()
         .and_then(Option::as_ref)
@@ -731,8 +758,8 @@ fn attestation_issue(runner: &mut Runner<'_>, args: &Value) -> Result<Value, Too
             open.status.identity.as_str()
         )));
     }
-    let key = identity::agent_signing_key(runner.file, open)
-        .map_err(|e| ToolError::failed(e.to_string()))?;
+    let key =
+        identity::agent_signing_key(cx.file, open).map_err(|e| ToolError::failed(e.to_string()))?;
     let issued_at = adf_crypto::attestation::to_iso8601(chrono::Utc::now());
     let attestation = Attestation::issue(&key, subject, role, &issued_at, expires_at, scope);
     serde_json::to_value(&attestation)

@@ -16,7 +16,7 @@
 //! (waiting.rs), so a lambda awaiting a slow server or model does not stop its agent.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use adf_sandbox::{Entry, Execution, Host, HostError, LogEntry, Request};
 use adf_store::{AdfFile, FileInfo};
@@ -25,10 +25,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    CallRecord, CodeEnv, CodeRun, InjectMode, Injection, LambdaRef, MAX_LAMBDA_DEPTH, RunOptions,
-    log_lines, methods, options_timeout, requires_authorized_caller, sandbox_error,
+use super::env::{
+    CallRecord, CodeEnv, CodeRun, Frame, InjectMode, Injection, LambdaRef, MAX_LAMBDA_DEPTH,
+    RunOptions, log_lines, options_timeout, requires_authorized_caller, sandbox_error,
 };
+use super::methods::{self, MethodCx, MethodReply, ModelAnswer};
 use crate::identity::OpenIdentity;
 use crate::tools::access::{self, Access};
 use crate::tools::{
@@ -41,39 +42,6 @@ use crate::tools::{
 /// and returns runs through, one that sleeps or awaits something of its own does not hold
 /// its agent meanwhile.
 const QUIET_BEFORE_SERVING: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// One execution's identity: who its `adf.*` calls are made as.
-#[derive(Debug)]
-pub(crate) struct Frame {
-    /// Cleared when the execution loads an unauthorized module (see the module docs of
-    /// `code`); never set again.
-    authorized: AtomicBool,
-    /// `path:function`, or `sys_code`.
-    pub(crate) source: String,
-    /// Lambda sources from the top-level run to this execution, for `CIRCULAR_CALL`.
-    stack: Vec<String>,
-}
-
-impl Frame {
-    pub(crate) fn new(authorized: bool, source: String, stack: Vec<String>) -> Arc<Frame> {
-        Arc::new(Frame {
-            authorized: AtomicBool::new(authorized),
-            source,
-            stack,
-        })
-    }
-
-    pub(crate) fn authorized(&self) -> bool {
-        self.authorized.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn caller(&self) -> ToolCaller {
-        ToolCaller::Code {
-            authorized: self.authorized(),
-            source: Some(self.source.clone()),
-        }
-    }
-}
 
 enum HostMsg {
     Call {
@@ -156,7 +124,7 @@ pub(crate) enum Reply {
     ValueThenTask(Value, String),
     /// When this model request (`model_invoke`) resolves; recorded as a [`CallRecord`], its
     /// retries as `provider_error` rows.
-    Model(BoxFuture<'static, methods::ModelAnswer>),
+    Model(BoxFuture<'static, ModelAnswer>),
     /// When this detached tool call (named) resolves (`sys_fetch`); its log rows are written
     /// then.
     Detached(String, Detached),
@@ -190,7 +158,7 @@ enum Completion {
     /// A `model_invoke` request ended.
     Model {
         reply: oneshot::Sender<Result<Value, HostError>>,
-        answer: methods::ModelAnswer,
+        answer: ModelAnswer,
     },
     /// An `_async` code tool's execution ended: record its outcome on the task.
     CodeTask {
@@ -288,7 +256,7 @@ impl<'a> Runner<'a> {
     /// write lock; and no other writer of the agent waits on a network round trip.
     fn release_transaction(&mut self) {
         if std::mem::take(&mut self.holding_transaction) && self.file.in_transaction() {
-            super::commit_run_transaction(self.file);
+            super::env::commit_run_transaction(self.file);
             // Jobs queued while the transaction was open were left for now.
             if let Some(waiting) = &self.waiting {
                 waiting.bell.notify_one();
@@ -345,7 +313,7 @@ impl<'a> Runner<'a> {
             HostMsg::Fetch { request, reply } => match self.code_config() {
                 // The sandbox installs `fetch` only with the network on; checked again here
                 // against the config as it is now.
-                Ok(config) if super::network(&config) => {
+                Ok(config) if super::env::network(&config) => {
                     self.release_transaction();
                     let future = crate::fetch::native(&config, &request, Default::default());
                     self.pending.push(Box::pin(async move {
@@ -415,7 +383,12 @@ impl<'a> Runner<'a> {
                 }) => {
                     let source = frame.source.clone();
                     if !inline {
-                        super::log_execute(self.file, "sys_lambda", &source, frame.authorized());
+                        super::env::log_execute(
+                            self.file,
+                            "sys_lambda",
+                            &source,
+                            frame.authorized(),
+                        );
                     }
                     let started = std::time::Instant::now();
                     let host = Arc::new(ChannelHost {
@@ -466,7 +439,7 @@ impl<'a> Runner<'a> {
                     }) => {
                         let source = frame.source.clone();
                         if !inline {
-                            super::log_execute(
+                            super::env::log_execute(
                                 self.file,
                                 "sys_lambda",
                                 &source,
@@ -533,7 +506,7 @@ impl<'a> Runner<'a> {
             }
             Completion::Model { reply, answer } => {
                 if let Err(error) =
-                    crate::executor::log_retries(self.file, in_loop, &answer.retries)
+                    crate::provider_log::log_retries(self.file, in_loop, &answer.retries)
                 {
                     // Like any log row that cannot be written: the call's outcome stands.
                     tracing::warn!(%error, "cannot log model_invoke's retries");
@@ -557,7 +530,13 @@ impl<'a> Runner<'a> {
                     Err(e) => Err(sandbox_error(&e)),
                 };
                 if !inline {
-                    super::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
+                    super::env::log_result(
+                        self.file,
+                        "sys_lambda",
+                        &source,
+                        &result,
+                        started.elapsed(),
+                    );
                 }
                 let _ = self.env.registry.finish_task(self.file, &task_id, &result);
                 return;
@@ -588,7 +567,7 @@ impl<'a> Runner<'a> {
                 .as_ref()
                 .map(|_| Value::Null)
                 .map_err(sandbox_error);
-            super::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
+            super::env::log_result(self.file, "sys_lambda", &source, &result, started.elapsed());
         }
         let answer = match execution.result {
             Ok(value) if inline => {
@@ -607,13 +586,13 @@ impl<'a> Runner<'a> {
     }
 
     /// The config as this run's code sees it: the agent's, or with the inner-loop profile
-    /// applied ([`super::CodeProfile`]). Read on every call, so a config change reaches the
+    /// applied ([`super::env::CodeProfile`]). Read on every call, so a config change reaches the
     /// next call of a running execution (STL-31).
     fn code_config(&self) -> Result<Arc<Value>, ToolError> {
         let config = self.file.config_shared()?;
         Ok(match self.options.profile {
-            super::CodeProfile::Agent => config,
-            super::CodeProfile::InnerLoop => Arc::new(super::inner_loop_view(&config)),
+            super::env::CodeProfile::Agent => config,
+            super::env::CodeProfile::InnerLoop => Arc::new(super::env::inner_loop_view(&config)),
         })
     }
 
@@ -656,7 +635,19 @@ impl<'a> Runner<'a> {
                         ErrorCode::RequiresAuthorizedCode,
                         format!("'{m}' may only be called by authorized code"),
                     )),
-                    Access::Allowed => methods::call(self, frame, m, args, &config),
+                    Access::Allowed => {
+                        let mut cx = MethodCx {
+                            file: &mut *self.file,
+                            env: self.env,
+                            options: self.options,
+                            injections: &mut self.injections,
+                            identity: &mut self.identity,
+                        };
+                        methods::call(&mut cx, frame, m, args, &config).map(|reply| match reply {
+                            MethodReply::Value(value) => Reply::Value(value),
+                            MethodReply::Model(answer) => Reply::Model(answer),
+                        })
+                    }
                 }
             }
             _ => {
@@ -723,7 +714,7 @@ impl<'a> Runner<'a> {
                     typescript,
                 })
                 .timeout(options_timeout(&config, timeout))
-                .network(super::network(&config))
+                .network(super::env::network(&config))
                 .cancel(self.env.cancel_signal());
                 Ok(Reply::Nested {
                     request,
@@ -822,7 +813,7 @@ impl<'a> Runner<'a> {
         })
         .args(input)
         .timeout(options_timeout(&config, None))
-        .network(super::network(&config))
+        .network(super::env::network(&config))
         .cancel(self.env.cancel_signal());
         Ok(Reply::Nested {
             request,

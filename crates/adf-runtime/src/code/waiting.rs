@@ -25,7 +25,15 @@ use std::sync::Arc;
 use adf_store::{AdfFile, QueueWatch, StoreHandle};
 use tokio::sync::Notify;
 
-use crate::executor::LeaseHooks;
+/// What a host does each time a leased `SharedFile` (crate::executor) takes the file from its worker and
+/// gives it back (the daemon sweeps the rows written in between, so each holder's rows are
+/// its own).
+pub trait LeaseHooks: Send + Sync {
+    /// Right after the file was taken from the worker.
+    fn acquired(&self, file: &mut AdfFile);
+    /// Right before the file goes back to the worker.
+    fn releasing(&self, file: &mut AdfFile);
+}
 
 /// The store worker whose queued jobs a waiting run carries out, and what to do around each
 /// hand-over (a daemon turn sweeps its rows so each job's rows stay its own).

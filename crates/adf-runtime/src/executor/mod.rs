@@ -106,15 +106,7 @@ impl std::fmt::Debug for Slot<'_> {
     }
 }
 
-/// What a host does each time a leased [`SharedFile`] takes the file from its worker and
-/// gives it back (the daemon sweeps the rows written in between, so each holder's rows are
-/// its own).
-pub trait LeaseHooks: Send + Sync {
-    /// Right after the file was taken from the worker.
-    fn acquired(&self, file: &mut AdfFile);
-    /// Right before the file goes back to the worker.
-    fn releasing(&self, file: &mut AdfFile);
-}
+pub use crate::code::LeaseHooks;
 
 impl<'a> SharedFile<'a> {
     /// Shares the borrowed file; loops take turns with it through [`Self::lock`].
@@ -288,36 +280,7 @@ impl Drop for FileGuard<'_, '_> {
     }
 }
 
-/// Writes the retries one model request scheduled as `provider_error` warnings (§6.2,
-/// STL-11; origin `executor`, the §13.5 table's): the turns' requests and code's
-/// `model_invoke` alike. `loop_name` is the loop the request was for (`None` or `main`: no
-/// loop column).
-pub(crate) fn log_retries(
-    file: &mut AdfFile,
-    loop_name: Option<&str>,
-    notices: &[RetryNotice],
-) -> Result<(), StoreError> {
-    let loop_name = loop_name.filter(|name| *name != "main");
-    for notice in notices {
-        file.log(&NewLog {
-            level: "warn",
-            origin: Some("executor"),
-            event: Some("provider_error"),
-            target: Some(&notice.provider),
-            message: &format!(
-                "attempt {}/{} failed ({}), retrying in {} ms: {}",
-                notice.attempt,
-                notice.max_attempts,
-                notice.reason,
-                notice.delay.as_millis(),
-                notice.error
-            ),
-            data: Some(&json!({ "attempt": notice.attempt, "max_attempts": notice.max_attempts, "delay_ms": notice.delay.as_millis() as u64, "status": notice.error.status(), "reason": notice.reason })),
-            r#loop: loop_name,
-        })?;
-    }
-    Ok(())
-}
+pub(crate) use crate::provider_log::log_retries;
 
 /// Text-only replies in a row after which an autonomous loop goes idle (§6.3).
 pub const AUTONOMOUS_TEXT_ONLY_LIMIT: u32 = 4;
@@ -658,6 +621,14 @@ struct LoopFacts {
     max_active_turns: Option<u64>,
     max_result_tokens: u64,
     preview_chars: usize,
+}
+
+/// One reply's tool calls as the step hands them to [`Executor::run_tool_batch`]: the calls,
+/// the config the step's request was built with, and the reply row they answer.
+struct ToolBatch<'a> {
+    config: &'a Value,
+    calls: &'a [ToolCall],
+    assistant_seq: i64,
 }
 
 /// What one tool call asks of the executor after its result is recorded.
@@ -1107,7 +1078,7 @@ impl Executor {
             log_retries(file, Some(&session.loop_name), &retried)?;
             let reply = reply?;
             let assistant_seq =
-                self.record_reply(file, session, facts, checkpoint, &req, &reply, || {
+                self.record_reply(file, session, facts, checkpoint, (&req, &reply), || {
                     steps += 1;
                     host.event(&TurnEvent::Reply(&reply));
                 })?;
@@ -1125,9 +1096,11 @@ impl Executor {
                         &mut guard,
                         session,
                         facts,
-                        &config,
-                        &calls,
-                        assistant_seq,
+                        ToolBatch {
+                            config: &config,
+                            calls: &calls,
+                            assistant_seq,
+                        },
                         host,
                         &mut wakes,
                     )
@@ -1209,15 +1182,13 @@ impl Executor {
     /// reply row's sequence number. The loop must still be available when the reply arrives
     /// (STL-42); that is checked inside the reply's transaction, where its config read shares
     /// the write lock, and `accepted` runs once it passed, before anything is written.
-    #[allow(clippy::too_many_arguments)]
     fn record_reply(
         &self,
         file: &mut AdfFile,
         session: &mut Session,
         facts: &LoopFacts,
         checkpoint: &mut Checkpoint,
-        req: &ChatRequest,
-        reply: &AssistantMessage,
+        (req, reply): (&ChatRequest, &AssistantMessage),
         accepted: impl FnOnce(),
     ) -> Result<i64, ExecutorError> {
         let usage = reply.usage;
@@ -1319,18 +1290,20 @@ impl Executor {
     /// Runs one reply's tool calls in order and records their results, then carries out the
     /// queued `_async` tasks, the injected contexts, a reset or compaction they asked for.
     /// Returns how the turn ends when a call set the state.
-    #[allow(clippy::too_many_arguments)]
     async fn run_tool_batch(
         &self,
         guard: &mut FileGuard<'_, '_>,
         session: &mut Session,
         facts: &LoopFacts,
-        config: &Value,
-        calls: &[ToolCall],
-        assistant_seq: i64,
+        batch: ToolBatch<'_>,
         host: &dyn TurnHost,
         wakes: &mut Vec<String>,
     ) -> Result<Option<TurnEnd>, ExecutorError> {
+        let ToolBatch {
+            config,
+            calls,
+            assistant_seq,
+        } = batch;
         let loop_name = session.loop_name.clone();
         let mut end = None;
         let mut compact = None;
@@ -1743,7 +1716,7 @@ impl Executor {
     }
 
     /// The future of a deferred call that a detached tool carries out without the file
-    /// (`Tool::detach`: fetch, MCP, message delivery); `None` for code and hosted tools,
+    /// (`DetachedTool::detach`: fetch, MCP, message delivery); `None` for code and hosted tools,
     /// which the driver runs with the file.
     fn detached(
         &self,

@@ -6,9 +6,10 @@ use std::time::Duration;
 use adf_store::AdfFile;
 use adf_store::tasks::NewTask;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{ErrorCode, ToolCaller, ToolError, ToolRegistry};
+pub use super::pipeline::resolve_task;
+use super::{ToolCaller, ToolError};
 
 /// An approval the owner is asked for; the task row holds the same facts.
 #[derive(Debug, Clone, Serialize)]
@@ -171,90 +172,4 @@ pub enum Resolution {
     },
     /// Send the task (back) to the owner: status `pending_approval`.
     Escalate,
-}
-
-/// Resolves a task as `resolver` exactly as missing-tables §13.4 describes: only pending tasks
-/// (`INVALID_STATE` otherwise); `requires_authorization` is set first when asked; a task that
-/// requires authorization can only be escalated by unauthorized code; approving an
-/// executor-managed task only signals the waiting executor (status `running`), approving a
-/// deferred task runs the tool now.
-pub fn resolve_task(
-    registry: &ToolRegistry,
-    file: &mut AdfFile,
-    task_id: &str,
-    resolution: Resolution,
-    resolver: &ToolCaller,
-    requires_authorization: bool,
-) -> Result<Value, ToolError> {
-    let task = file
-        .task(task_id)?
-        .ok_or_else(|| ToolError::not_found(format!("no task {task_id}")))?;
-    if !matches!(task.status.as_str(), "pending" | "pending_approval") {
-        return Err(ToolError::new(
-            ErrorCode::InvalidState,
-            format!(
-                "task {task_id} is {}, only pending tasks can be resolved",
-                task.status
-            ),
-        ));
-    }
-    if requires_authorization && !task.requires_authorization {
-        file.task_require_authorization(task_id)?;
-    }
-    let needs_trust = task.requires_authorization || requires_authorization;
-    let trusted = matches!(
-        resolver,
-        ToolCaller::Owner
-            | ToolCaller::Code {
-                authorized: true,
-                ..
-            }
-    );
-    if needs_trust && !trusted && resolution != Resolution::Escalate {
-        return Err(ToolError::new(
-            ErrorCode::RequiresAuthorizedCode,
-            format!(
-                "task {task_id} requires authorization: only the owner or authorized code may resolve it"
-            ),
-        ));
-    }
-    match resolution {
-        Resolution::Escalate => {
-            if task.status != "pending_approval" {
-                file.task_update(task_id, "pending_approval", None, None)?;
-            }
-            Ok(json!({ "task_id": task_id, "status": "pending_approval" }))
-        }
-        Resolution::Deny { reason } => {
-            let reason = reason.unwrap_or_else(|| "Denied".into());
-            file.task_update(task_id, "denied", None, Some(&reason))?;
-            Ok(json!({ "task_id": task_id, "status": "denied", "reason": reason }))
-        }
-        Resolution::Approve { modified_args } => {
-            if let Some(args) = &modified_args {
-                file.task_set_args(task_id, args)?;
-            }
-            file.task_update(task_id, "running", None, None)?;
-            if task.executor_managed {
-                return Ok(json!({ "task_id": task_id, "status": "approved" }));
-            }
-            // A deferred (`_async`) call: the approval is the go-ahead to run it as the agent
-            // that asked for it.
-            let agent = ToolCaller::Model {
-                loop_name: task.r#loop.clone().unwrap_or_else(|| "main".into()),
-            };
-            let result = registry.run_task(file, task_id, &agent);
-            let status = if result.is_ok() {
-                "completed"
-            } else {
-                "failed"
-            };
-            Ok(json!({
-                "task_id": task_id,
-                "status": status,
-                "result": result.as_ref().ok(),
-                "error": result.as_ref().err().map(ToString::to_string),
-            }))
-        }
-    }
 }

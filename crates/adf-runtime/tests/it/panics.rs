@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{
-    CallOutcome, Detached, ErrorCode, Tool, ToolCaller, ToolContext, ToolError, ToolRegistry,
+    CallOutcome, Detached, DetachedTool, ErrorCode, Execution, Tool, ToolCaller, ToolContext,
+    ToolError, ToolRegistry,
 };
 use serde_json::{Value, json};
 
@@ -47,9 +48,13 @@ impl Tool for PanicsDetached {
     fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
         Err(ToolError::failed("runs detached only"))
     }
-    fn deferred(&self) -> bool {
-        true
+
+    fn execution(&self) -> Execution<'_> {
+        Execution::Detached(self)
     }
+}
+
+impl DetachedTool for PanicsDetached {
     fn detach(&self, _config: &Value, _caller: &ToolCaller, _args: Value) -> Option<Detached> {
         Some(Box::pin(async { panic!("the delivery broke") }))
     }

@@ -18,12 +18,24 @@ use serde_json::{Value, json};
 /// The system timer's lambda: it only has to run.
 const TICK: &str = "export async function main(event) { return event.data.run_count; }";
 
+/// Where the timer lambda lives in the agent.
+const TICK_PATH: &str = "lib/tick.ts";
+
 /// How many more timer lambda runs a waiting agent must complete while it waits.
 const TICKS_WHILE_WAITING: usize = 5;
 
 /// A daemon with an agent pointed at `mock` (with `config` on top) whose system timer runs
 /// `lib/tick.ts` every 100 ms.
 async fn ticking_agent(mock: &MockProvider, config: &[(&str, Value)]) -> (Harness, Arc<Agent>) {
+    ticking_agent_with(mock, &[], config).await
+}
+
+/// [`ticking_agent`] with more source `files` in the agent.
+pub(crate) async fn ticking_agent_with(
+    mock: &MockProvider,
+    files: &[(&str, &str)],
+    config: &[(&str, Value)],
+) -> (Harness, Arc<Agent>) {
     let h = Harness::start().await;
     let mut all = model_config(mock);
     all.push((
@@ -31,7 +43,9 @@ async fn ticking_agent(mock: &MockProvider, config: &[(&str, Value)]) -> (Harnes
         json!({ "enabled": true, "targets": [{ "scope": "system" }] }),
     ));
     all.extend(config.iter().cloned());
-    let path = agent_file(h.dir.path(), "ticker", &[("lib/tick.ts", TICK)], &all);
+    let mut sources = vec![(TICK_PATH, TICK)];
+    sources.extend_from_slice(files);
+    let path = agent_file(h.dir.path(), "ticker", &sources, &all);
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     let (status, body) = call(
         &h,
@@ -44,12 +58,15 @@ async fn ticking_agent(mock: &MockProvider, config: &[(&str, Value)]) -> (Harnes
     )
     .await;
     assert!(status < 300, "{status} {body}");
-    wait_for("the timer ticks", || async { ticks(&h, &agent) >= 1 }).await;
+    wait_for("the timer ticks", || async {
+        completed_after(&h, &agent, 0, TICK_PATH) >= 1
+    })
+    .await;
     (h, agent)
 }
 
-/// `lambda.completed` events of the agent's system lambdas after bus cursor `cursor`.
-fn ticks_after(h: &Harness, agent: &Agent, cursor: u64) -> usize {
+/// `lambda.completed` events of the agent's system lambda in `path` after bus cursor `cursor`.
+pub(crate) fn completed_after(h: &Harness, agent: &Agent, cursor: u64, path: &str) -> usize {
     h.server
         .daemon
         .events()
@@ -58,16 +75,13 @@ fn ticks_after(h: &Harness, agent: &Agent, cursor: u64) -> usize {
         .filter(|f| {
             f.event.event_type == "lambda.completed"
                 && f.event.agent_id.as_deref() == Some(agent.id.as_str())
+                && f.event.payload["lambda_path"] == path
         })
         .count()
 }
 
-fn ticks(h: &Harness, agent: &Agent) -> usize {
-    ticks_after(h, agent, 0)
-}
-
 /// The bus's newest cursor.
-fn newest_cursor(h: &Harness) -> u64 {
+pub(crate) fn newest_cursor(h: &Harness) -> u64 {
     h.server
         .daemon
         .events()
@@ -77,7 +91,12 @@ fn newest_cursor(h: &Harness) -> u64 {
 }
 
 /// A request that must be answered within 10 s, or the test fails.
-async fn call(h: &Harness, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) async fn call(
+    h: &Harness,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     tokio::time::timeout(
         Duration::from_secs(10),
         h.client.raw(method, path, body.as_ref()),
@@ -90,14 +109,14 @@ async fn call(h: &Harness, method: Method, path: &str, body: Option<Value>) -> (
 /// While the agent waits: its timer lambda completes `TICKS_WHILE_WAITING` more runs, and its
 /// status, config and logs are answered (each within 10 s). `still_waiting` is checked after
 /// all of it, so everything above happened before the wait was released.
-async fn stays_alive<F, Fut>(h: &Harness, agent: &Agent, still_waiting: F)
+pub(crate) async fn stays_alive<F, Fut>(h: &Harness, agent: &Agent, still_waiting: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let before = newest_cursor(h);
     wait_for("the timer keeps firing while the agent waits", || async {
-        ticks_after(h, agent, before) >= TICKS_WHILE_WAITING
+        completed_after(h, agent, before, TICK_PATH) >= TICKS_WHILE_WAITING
     })
     .await;
     for path in ["status", "config", "logs"] {
@@ -137,7 +156,7 @@ async fn turn_ended(h: &Harness, agent: &Agent) {
 
 /// Sends one request of its own to `mock`, which a `hold_until(2)` was waiting for: both are
 /// answered from then on.
-async fn release(mock: &MockProvider) {
+pub(crate) async fn release(mock: &MockProvider) {
     let client = reqwest::Client::new();
     let _answer = tokio::time::timeout(
         Duration::from_secs(10),
@@ -148,6 +167,27 @@ async fn release(mock: &MockProvider) {
     )
     .await
     .expect("the mock answers once released");
+}
+
+/// The owner approves the agent's one pending approval; the turn that waited for it ends.
+async fn approve_pending_and_end_turn(h: &Harness, agent: &Agent) {
+    let (_, tasks) = call(
+        h,
+        Method::GET,
+        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
+        None,
+    )
+    .await;
+    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        h,
+        Method::POST,
+        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
+        Some(json!({ "action": "approve" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    turn_ended(h, agent).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,23 +210,7 @@ async fn liveness_a_turn_waiting_for_approval_leaves_timers_and_reads_running() 
         runtime_state(&h, &agent).await == "awaiting_approval"
     })
     .await;
-    let (_, tasks) = call(
-        &h,
-        Method::GET,
-        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
-        None,
-    )
-    .await;
-    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
-    let (status, body) = call(
-        &h,
-        Method::POST,
-        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
-        Some(json!({ "action": "approve" })),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    turn_ended(&h, &agent).await;
+    approve_pending_and_end_turn(&h, &agent).await;
     let (_, config) = call(
         &h,
         Method::GET,
@@ -382,23 +406,7 @@ async fn liveness_trg_a_system_delivery_runs_while_an_agent_trigger_turn_waits_f
     })
     .await;
     assert_eq!(runtime_state(&h, &agent).await, "awaiting_approval");
-    let (_, tasks) = call(
-        &h,
-        Method::GET,
-        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
-        None,
-    )
-    .await;
-    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
-    let (status, body) = call(
-        &h,
-        Method::POST,
-        &format!("/agents/{}/tasks/{task_id}/resolve", agent.id),
-        Some(json!({ "action": "approve" })),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    turn_ended(&h, &agent).await;
+    approve_pending_and_end_turn(&h, &agent).await;
     common::drained(&agent).await;
     assert_eq!(agent.triggers().stats().delivered, 2);
 }

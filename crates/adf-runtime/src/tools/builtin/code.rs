@@ -2,7 +2,7 @@
 //! and `sys_lambda` (an exported function of an agent file), tools guide "sys_code",
 //! "sys_lambda", missing-tables §9.
 //!
-//! Both are [`Tool::deferred`]: the pipeline decides declaration, access and (for restricted
+//! Both are [`Execution::CodeRunner`] tools: the pipeline decides declaration, access and (for restricted
 //! declarations) approval like for any tool, then hands the validated call back as
 //! `CallOutcome::Deferred`, because running code needs the async sandbox and a loop that
 //! services the code's own `adf.*` calls on the same file. The caller of the pipeline runs
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::tools::{ErrorCode, Tool, ToolContext, ToolError};
+use crate::tools::{ErrorCode, Execution, Tool, ToolContext, ToolError};
 
 /// The tools of this family.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
@@ -51,8 +51,8 @@ impl Tool for SysCode {
         Err(not_here("sys_code"))
     }
 
-    fn deferred(&self) -> bool {
-        true
+    fn execution(&self) -> Execution<'_> {
+        Execution::CodeRunner
     }
 }
 
@@ -77,7 +77,7 @@ impl Tool for SysLambda {
         Err(not_here("sys_lambda"))
     }
 
-    fn deferred(&self) -> bool {
-        true
+    fn execution(&self) -> Execution<'_> {
+        Execution::CodeRunner
     }
 }

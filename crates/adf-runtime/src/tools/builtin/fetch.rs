@@ -1,7 +1,7 @@
 //! `sys_fetch`: an HTTP request under the agent's egress policy (tools guide "HTTP Fetch
 //! Tool", adf-object guide "sys_fetch", spec §5.6, missing-tables §10.5).
 //!
-//! A [`Tool::deferred`] tool that [`Tool::detach`]es: the pipeline decides declaration, access
+//! An [`Execution::Detached`] tool: the pipeline decides declaration, access
 //! and approval, then the caller awaits the request outside any store transaction (a slow
 //! server never holds the file's write lock) and writes the failure's `adf_logs` row once it
 //! holds the file again. The engine, the §5.6 address rules and the body/timeout limits are in
@@ -9,7 +9,7 @@
 //! bytes for code (a `Uint8Array` that `fs_write` stores as binary) and base64 with
 //! `_body_encoding: "base64"` for the model.
 //!
-//! `security.fetch_middleware` (§12.3, SRV-30) runs in [`Tool::prepare`], before the engine:
+//! `security.fetch_middleware` (§12.3, SRV-30) runs in [`DetachedTool::prepare`], before the engine:
 //! its `data` is the call's parameters, a rejection is the call's error, and what the chain
 //! lets through (checked against the schema again) is the request; a changed URL still meets
 //! the address rules in the engine. `prepare` hands the request on as
@@ -23,7 +23,8 @@ use serde_json::{Map, Value, json};
 use crate::fetch::{self, FetchSettings, Policy};
 use crate::middleware::{self, Point};
 use crate::tools::{
-    Detached, DetachedOutcome, ErrorCode, Tool, ToolCaller, ToolContext, ToolError,
+    Detached, DetachedOutcome, DetachedTool, ErrorCode, Execution, Tool, ToolCaller, ToolContext,
+    ToolError,
 };
 
 /// The marker `prepare` sets on the arguments it hands to `detach`.
@@ -81,10 +82,12 @@ impl Tool for SysFetch {
         ))
     }
 
-    fn deferred(&self) -> bool {
-        true
+    fn execution(&self) -> Execution<'_> {
+        Execution::Detached(self)
     }
+}
 
+impl DetachedTool for SysFetch {
     fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
         let request = middleware::run_chain(cx.file, Point::Fetch, args, Map::new())
             .map_err(|rejection| ToolError::new(ErrorCode::ToolError, rejection.to_string()))?

@@ -622,7 +622,7 @@ impl Tool for FsDelete {
     declare_tool! {
         name: "fs_delete",
         description: "Delete a file. Files with read_only or no_delete protection cannot be deleted.",
-        parameters: super::one_argument(
+        parameters: super::args::one_argument(
             "path",
             json!({ "type": "string", "minLength": 1, "description": "Path of the file to delete." }),
         ),

@@ -1,8 +1,8 @@
 //! Built-in tools: `msg_send` and `agent_discover` (tools guide "Messaging Tools"; the
 //! pipeline lives in [`crate::messaging`]).
 //!
-//! `msg_send` is a deferred tool in two halves: [`Tool::prepare`] composes, signs and stores
-//! the `pending` outbox row inside the call's transaction, and [`Tool::detach`] delivers
+//! `msg_send` is a deferred tool in two halves: [`DetachedTool::prepare`] composes, signs and stores
+//! the `pending` outbox row inside the call's transaction, and [`DetachedTool::detach`] delivers
 //! outside it; the caller records `delivered` or `failed` on the row from the outcome. Every
 //! runtime has it (direct sends to a DID and inbox URL need no daemon); the daemon registers a
 //! copy connected to its [`Mesh`] for same-runtime agents and bare handles.
@@ -19,8 +19,8 @@ use crate::identity::LocalKeys;
 use crate::messaging::send::{self, Prepared, SendContext};
 use crate::messaging::{Delivery, Mesh, Origin};
 use crate::tools::{
-    DeliveryRecord, Detached, DetachedOutcome, ErrorCode, LogRow, Tool, ToolCaller, ToolContext,
-    ToolError,
+    DeliveryRecord, Detached, DetachedOutcome, DetachedTool, ErrorCode, Execution, LogRow, Tool,
+    ToolCaller, ToolContext, ToolError,
 };
 
 /// The tools of this family every runtime has.
@@ -89,10 +89,12 @@ impl Tool for MsgSend {
         ))
     }
 
-    fn deferred(&self) -> bool {
-        true
+    fn execution(&self) -> Execution<'_> {
+        Execution::Detached(self)
     }
+}
 
+impl DetachedTool for MsgSend {
     fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
         let keys = keys(self.home.as_ref());
         let prepared = send::prepare(

@@ -315,7 +315,7 @@ impl Tool for SysDeleteMeta {
     declare_tool! {
         name: "sys_delete_meta",
         description: "Delete a key from adf_meta. Keys with readonly or increment protection cannot be deleted.",
-        parameters: super::one_argument(
+        parameters: super::args::one_argument(
             "key",
             json!({ "type": "string", "minLength": 1, "description": "The key to delete." }),
         ),

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
-
-use super::Tool;
+use super::{Tool, ToolRegistry};
 
 /// Writes the declaration half of a [`Tool`] impl (name, description, argument schema) from
 /// one block, so each tool states what it is in a few lines and only its behaviour is code.
@@ -54,18 +52,7 @@ macro_rules! declare_tool {
     };
 }
 
-/// The argument schema of a tool that takes exactly one argument, required, and nothing else.
-fn one_argument(name: &str, schema: Value) -> Value {
-    let mut properties = Map::new();
-    properties.insert(name.to_owned(), schema);
-    json!({
-        "type": "object",
-        "properties": properties,
-        "required": [name],
-        "additionalProperties": false
-    })
-}
-
+mod args;
 pub mod code;
 pub mod config;
 pub mod create_adf;
@@ -98,4 +85,28 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         loops::tools(),
     ];
     families.into_iter().flatten().collect()
+}
+
+impl ToolRegistry {
+    /// A registry holding every built-in tool this runtime implements.
+    pub fn with_builtins() -> Self {
+        let mut registry = Self::default();
+        for tool in all() {
+            registry.register(tool);
+        }
+        registry
+    }
+
+    /// Every built-in tool, with the messaging tools connected to `mesh` (the daemon's): bare
+    /// handles, same-runtime delivery and `agent_discover`.
+    pub fn with_builtins_and_mesh(
+        mesh: Arc<dyn crate::messaging::Mesh>,
+        home: Option<crate::home::RuntimeHome>,
+    ) -> Self {
+        let mut registry = Self::with_builtins();
+        for tool in mesh::with_mesh(mesh, home) {
+            registry.register(tool);
+        }
+        registry
+    }
 }

@@ -39,7 +39,7 @@ impl Tool for SysSetState {
     declare_tool! {
         name: "sys_set_state",
         description: "Change state and end the current turn: \"idle\" waits for any trigger (messages, file changes, timers), \"hibernate\" wakes only for timers, \"off\" stops the agent until the owner restarts it.",
-        parameters: super::one_argument(
+        parameters: super::args::one_argument(
             "state",
             json!({ "type": "string", "enum": SETTABLE_STATES, "description": "idle, hibernate or off." }),
         ),

@@ -72,7 +72,7 @@ impl Tool for OwnerPrompt {
     }
 
     fn parameters(&self) -> Value {
-        super::one_argument(
+        super::args::one_argument(
             self.argument,
             json!({ "type": "string", "description": self.argument_description }),
         )
