@@ -23,7 +23,9 @@ use crate::registry::close_quietly;
 use crate::review::{AutostartReport, Review};
 
 pub(crate) use crate::registry::info_from_config;
-pub use crate::registry::{AGENT_IDLE_RELEASE, Agent, AgentInfo, DISPLAY_STATES, SEQ_META_KEY};
+pub use crate::registry::{
+    AGENT_IDLE_RELEASE, Agent, AgentInfo, DISPLAY_STATES, Loaded, SEQ_META_KEY,
+};
 
 /// The daemon. Cheap to clone; all clones share one set of agents.
 #[derive(Debug, Clone)]
@@ -31,26 +33,11 @@ pub struct Daemon {
     hub: Arc<Hub>,
 }
 
-/// The outcome of [`Daemon::load`].
-#[derive(Debug)]
-pub struct Loaded {
-    /// The agent hosting the file, new or already loaded.
-    pub agent: Arc<Agent>,
-    /// False when the file was already loaded (loading is idempotent).
-    pub newly_loaded: bool,
-}
-
 impl Daemon {
-    /// The daemon of `hub`, for work that needs the daemon's whole load path (the mesh
-    /// starting an `autostart` child).
-    pub(crate) fn of_hub(hub: Arc<Hub>) -> Daemon {
-        Daemon { hub }
-    }
-
     /// A daemon with no agents, keeping its settings in `home`.
     pub fn new(home: RuntimeHome) -> Self {
         Self {
-            hub: Hub::new(home),
+            hub: Hub::new(home, load_through_hub),
         }
     }
 
@@ -99,7 +86,7 @@ impl Daemon {
         self.hub.outbound().list(agent_id)
     }
 
-    pub(crate) fn start_serving(&self, budget: crate::frontdoor::BodyBudget) {
+    pub(crate) fn start_serving(&self, budget: crate::budget::BodyBudget) {
         self.hub.start_serving(budget);
     }
 
@@ -320,14 +307,10 @@ impl Daemon {
         crate::scheduler::next_wake(&self.hub, agent_id)
     }
 
-    /// Starts an owner chat turn in the background (`POST /agents/{id}/chat`; see `turns`).
-    pub async fn start_chat(
-        &self,
-        agent: &Arc<Agent>,
-        loop_name: String,
-        text: String,
-    ) -> Result<(), String> {
-        crate::turns::start_chat(&self.hub, agent, loop_name, text).await
+    /// The shared parts, for the API handlers that go straight to one subsystem (chat:
+    /// `turns::start_chat`) instead of through a forwarding method here.
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
+        &self.hub
     }
 
     /// Moves a `suspended` agent to `active` or `off` as the owner (see `hil`).
@@ -373,12 +356,13 @@ impl Daemon {
     /// Scans `dirs` and loads every reviewed `autostart: true` agent found there; emits
     /// `daemon.autostart.report{report}`.
     pub async fn autostart(&self, dirs: &[PathBuf], max_depth: usize) -> AutostartReport {
-        crate::review::autostart(&self.hub, self, dirs, max_depth).await
+        crate::review::autostart(&self.hub, dirs, max_depth).await
     }
 }
 
-impl crate::review::LoadAgent for Daemon {
-    async fn load_agent(&self, path: &Path) -> Result<Loaded, ServerError> {
-        self.load(path).await
-    }
+/// The daemon's load (every subsystem started) as the hub's [`crate::hub::AgentLoader`]: how
+/// the subsystems that start agents (the autostart scan, the mesh starting a child) load one
+/// without naming `Daemon`.
+fn load_through_hub(hub: Arc<Hub>, path: PathBuf) -> crate::hub::LoadFuture {
+    Box::pin(async move { Daemon { hub }.load(&path).await })
 }

@@ -60,6 +60,7 @@ use adf_store::daemon_reads::ObservedTable;
 use crate::hub::Hub;
 use crate::lambdas::{LambdaReport, run_system_lambda};
 use crate::registry::Agent;
+use crate::support::with_written_files;
 
 /// Most deliveries one agent's trigger queue holds; beyond it deliveries are dropped.
 pub const QUEUE_CAPACITY: usize = 256;
@@ -841,24 +842,4 @@ fn lambda_input(kind: TriggerKind, events: &[TriggerEvent]) -> Value {
             "events": many.iter().map(TriggerEvent::payload).collect::<Vec<_>>(),
         }),
     }
-}
-
-pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
-    file.file_stamps().unwrap_or_default()
-}
-
-/// Runs `work` and returns, beside its result, the files it created or changed (path, size).
-pub(crate) fn with_written_files<R>(
-    file: &mut AdfFile,
-    work: impl FnOnce(&mut AdfFile) -> R,
-) -> (R, Vec<(String, i64)>) {
-    let before = file_stamps(file);
-    let result = work(file);
-    let mut written: Vec<(String, i64)> = file_stamps(file)
-        .into_iter()
-        .filter(|(path, (stamp, _))| before.get(path).is_none_or(|(old, _)| old != stamp))
-        .map(|(path, (_, size))| (path, size))
-        .collect();
-    written.sort();
-    (result, written)
 }

@@ -412,9 +412,6 @@ pub(crate) struct TurnScope {
     events: tmpsc::UnboundedSender<(String, Value)>,
     turn: u64,
     abort: Arc<TurnAbort>,
-    /// Providers and keys of the runtime settings (`PUT /settings/providers`), read when the
-    /// turn was queued.
-    pub(crate) resolver: adf_providers::Resolver,
     /// The daemon's mesh and what main was last told of it (`mesh_updates`).
     pub(crate) mesh_updates: adf_runtime::executor::MeshUpdates,
     /// The rows and files the turn wrote, collected at each hand-over of its lease.
@@ -462,8 +459,6 @@ impl TurnScope {
             Self {
                 agent: Arc::clone(agent),
                 events,
-                resolver: crate::settings::runtime_resolver(hub.home())
-                    .with_io_runtime(hub.io_runtime()),
                 mesh_updates: agent.mesh_updates(|| {
                     let mesh: Arc<dyn adf_runtime::messaging::Mesh> = hub.mesh().clone();
                     mesh

@@ -21,8 +21,16 @@ use adf_store::{Caller, MetaProtection};
 use crate::error::ServerError;
 use crate::events::{Envelope, EventBus};
 use crate::mesh::DaemonMesh;
-use crate::registry::{Agent, AgentRegistry, SEQ_META_KEY};
+use crate::registry::{Agent, AgentRegistry, Loaded, SEQ_META_KEY};
 use crate::scheduler::TimerWakes;
+
+/// What [`Hub::load_agent`] awaits.
+pub(crate) type LoadFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Loaded, ServerError>> + Send>>;
+
+/// The daemon's load of an agent file with every subsystem started, handed to the hub when it
+/// is made: a plain function (no handle back to the daemon, so nothing keeps the hub alive).
+pub(crate) type AgentLoader = fn(Arc<Hub>, std::path::PathBuf) -> LoadFuture;
 
 /// The daemon's shared parts (see the module docs).
 #[derive(Debug)]
@@ -54,11 +62,13 @@ pub(crate) struct Hub {
     /// requests are sent on it so their connections stay alive across turns, each of which
     /// runs on a runtime of its own. `None` when the hub was made outside a runtime.
     io: Option<tokio::runtime::Handle>,
+    /// The daemon's load ([`Hub::load_agent`]).
+    load: AgentLoader,
 }
 
 impl Hub {
     /// A hub with no agents, keeping its settings in `home`.
-    pub(crate) fn new(home: RuntimeHome) -> Arc<Self> {
+    pub(crate) fn new(home: RuntimeHome, load: AgentLoader) -> Arc<Self> {
         let (shutdown, _) = watch::channel(false);
         // The mesh reaches back to the hub's agents, weakly, so the hub can drop.
         Arc::new_cyclic(|weak: &Weak<Hub>| {
@@ -113,8 +123,15 @@ impl Hub {
                 streams,
                 network_released: std::sync::Mutex::default(),
                 io: tokio::runtime::Handle::try_current().ok(),
+                load,
             }
         })
+    }
+
+    /// Loads the agent file at `path` with every subsystem started (the daemon's load): for
+    /// the subsystems that start agents, which never name `Daemon`.
+    pub(crate) fn load_agent(self: &Arc<Self>, path: std::path::PathBuf) -> LoadFuture {
+        (self.load)(Arc::clone(self), path)
     }
 
     /// The daemon's long-lived runtime, for model requests (see the field).
@@ -219,7 +236,7 @@ impl Hub {
     }
 
     /// Starts agent serving with the front door's body budget (the first call wins).
-    pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::frontdoor::BodyBudget) {
+    pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::budget::BodyBudget) {
         let _ = self
             .serving
             .get_or_init(|| crate::serving::serving_for(self, budget));

@@ -19,8 +19,7 @@ use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::triggers::{Producer, TriggerEvent, TriggerKind};
 use adf_store::AdfFile;
 
-use crate::scheduler::log_from;
-use crate::turns::{TURN_EVENT_LIMIT, current_thread};
+use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
 
 #[derive(Debug, Clone)]
 pub(crate) struct LambdaReport {
@@ -31,7 +30,7 @@ pub(crate) struct LambdaReport {
     /// Files the run created or changed (path, size), for `on_file_change`.
     pub(crate) written: Vec<(String, i64)>,
     /// The run's `adf.emit_event` events, published with `lambda.started`/`completed`.
-    pub(crate) custom: Vec<crate::taps::CustomEvent>,
+    pub(crate) custom: Vec<crate::custom_events::CustomEvent>,
     /// `on_tool_call` / `on_llm_call` events of the run's `adf.*` calls, produced by the
     /// lambda (so it never receives its own); the caller dispatches them with the run's other
     /// new-row events.
@@ -49,11 +48,11 @@ pub(crate) fn run_system_lambda(
 ) -> LambdaReport {
     let started_at = adf_store::time::now_ms();
     let clock = Instant::now();
-    let custom = Arc::new(crate::taps::CustomEvents::default());
+    let custom = Arc::new(crate::custom_events::CustomEvents::default());
     let sink: Arc<dyn adf_runtime::code::EventSink> = custom.clone();
     let mut calls = Vec::new();
     let (error, written) =
-        crate::dispatch::with_written_files(file, |file| match current_thread() {
+        crate::support::with_written_files(file, |file| match current_thread() {
             None => Some("cannot start a runtime for agent code".to_owned()),
             Some(runtime) => runtime.block_on(async {
                 let sandbox = match Sandbox::new(SandboxConfig::default()).await {

@@ -29,8 +29,11 @@
 //! - [`review`]: the review gate (what an agent file can do, the owner's accepted digest in
 //!   the home's settings) and the autostart scan of tracked directories.
 //! - [`taps`]: umbilical taps (§5.24) and `emit_event`'s `custom.*` events on the bus.
-//! - [`mesh`]: agent-to-agent delivery between hosted agents and the public mesh routes
-//!   (`inbox`, `card`, `health`); arrivals raise `on_inbox` through the trigger sweep.
+//! - [`mesh`]: agent-to-agent delivery between hosted agents and what the public mesh routes
+//!   (`inbox`, `card`, `health`, handled in `api/mesh_routes.rs`) accept; arrivals raise
+//!   `on_inbox` through the trigger sweep.
+//! - `model`: the one decision of a turn's model (`TurnModel`), shared by chat's 503 check and
+//!   the turn it starts.
 //! - [`live`]: each agent's live feed of its turns (streaming text, tool calls) for the
 //!   Studio, whose page `adf-studio` serves at `/` (`api/studio.rs` has its own routes).
 //! - [`hil`]: the owner's side of daemon turns: approvals and `ask` answers a running turn
@@ -41,8 +44,10 @@
 //! `LoopPool`, so `loop_send` wakes and autostart loops are served.
 
 pub mod api;
+mod budget;
 pub mod client;
 pub mod connections;
+mod custom_events;
 pub mod daemon;
 pub mod dispatch;
 pub mod error;
@@ -54,6 +59,7 @@ mod lambdas;
 pub mod live;
 pub mod memory;
 pub mod mesh;
+mod model;
 pub mod openapi;
 mod registry;
 pub mod review;
@@ -63,6 +69,7 @@ mod serving;
 pub mod sessions;
 pub mod settings;
 mod shell_runs;
+mod support;
 pub mod taps;
 pub mod token;
 mod turns;

@@ -1,7 +1,8 @@
 //! The daemon's mesh (§11, §12.1): the agents it hosts as message recipients. It implements
-//! [`adf_runtime::messaging::Mesh`] for `msg_send` and `agent_discover`, and serves the
+//! [`adf_runtime::messaging::Mesh`] for `msg_send` and `agent_discover`, and accepts what the
 //! public mesh endpoints `POST /agents/{handle}/inbox`, `GET /agents/{handle}/card` and
-//! `GET /agents/{handle}/health` (no bearer token: messages carry their own signatures).
+//! `GET /agents/{handle}/health` receive (no bearer token: messages carry their own
+//! signatures; their handlers are `api/mesh_routes.rs`).
 //!
 //! Principal type: [`DaemonMesh`].
 //!
@@ -13,15 +14,11 @@
 //! transactions), and the recipient's worker notices the new inbox row through the trigger
 //! sweep (`dispatch::notice_new_rows`), which raises `on_inbox`.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::LocalKeys;
@@ -29,7 +26,6 @@ use adf_runtime::messaging::receive::{self, Arrival, Refusal};
 use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, card};
 use adf_store::AdfFile;
 
-use crate::api::AppState;
 use crate::hub::Hub;
 use crate::registry::Agent;
 
@@ -92,7 +88,7 @@ impl DaemonMesh {
 
     /// [`Self::describe`] with endpoint URLs under `base` (the requester's view of this
     /// daemon, §11.5: endpoints are outside the signature) instead of the bound address.
-    fn describe_at(
+    pub(crate) fn describe_at(
         &self,
         agent: &Agent,
         with_card: bool,
@@ -201,7 +197,7 @@ impl Mesh for DaemonMesh {
         // Loading waits on the child's store worker and the registry's load lock, which a
         // tool call on the parent's worker must not hold up: the load runs on its own.
         runtime.spawn(async move {
-            if let Err(error) = crate::daemon::Daemon::of_hub(hub).load(&path).await {
+            if let Err(error) = hub.load_agent(path.clone()).await {
                 tracing::warn!(path = %path.display(), %error, "cannot start a new autostart agent");
             }
         });
@@ -312,138 +308,6 @@ impl Mesh for DaemonMesh {
                 Err(refusal) => Delivery::failed(Some(refusal.status), refusal.reason),
             }
         })
-    }
-}
-
-fn refusal_response(refusal: &Refusal) -> Response {
-    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
-    (status, axum::Json(json!({ "error": refusal.reason }))).into_response()
-}
-
-fn origin_of(request: &Request) -> Origin {
-    request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(Origin::Loopback, |info| Origin::of_peer(info.0.ip()))
-}
-
-/// The 404 the reference gives for an unknown recipient; hidden agents get it too.
-fn unknown(key: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        axum::Json(json!({ "error": format!("Unknown agent \"{key}\"") })),
-    )
-        .into_response()
-}
-
-/// The mesh agent a path names.
-fn recipient(state: &AppState, key: &str) -> Option<Arc<Agent>> {
-    state.daemon.agent(key).ok()
-}
-
-/// `POST /agents/{handle}/inbox`: ALF delivery; 202 `{accepted, id, message_id}` when stored.
-pub(crate) async fn inbox_post(
-    State(state): State<AppState>,
-    axum::extract::Path(key): axum::extract::Path<String>,
-    request: Request,
-) -> Response {
-    let Some(agent) = recipient(&state, &key) else {
-        return unknown(&key);
-    };
-    let origin = origin_of(&request);
-    let (parts, body) = request.into_parts();
-    // Unauthenticated bytes count against the daemon-wide budget until ingress is done.
-    let (wire, held) = match state
-        .gate
-        .budget()
-        .read(&parts.headers, body, MAX_BODY_BYTES)
-        .await
-    {
-        Ok(read) => read,
-        Err(refusal) => return refusal.response("message exceeds 25 MB"),
-    };
-    let answer = match state
-        .daemon
-        .mesh()
-        .accept(&agent, wire, origin, "http")
-        .await
-    {
-        Ok(accepted) => (
-            StatusCode::ACCEPTED,
-            axum::Json(json!({
-                "accepted": true,
-                "id": accepted.inbox_id,
-                "message_id": accepted.message_id,
-                "duplicate": accepted.duplicate,
-            })),
-        )
-            .into_response(),
-        Err(refusal) => refusal_response(&refusal),
-    };
-    drop(held);
-    answer
-}
-
-/// Whether a requester at `origin` may see `agent` (visibility applies to listing too).
-async fn visible(
-    state: &AppState,
-    agent: &Arc<Agent>,
-    origin: Origin,
-    with_card: bool,
-    base: Option<String>,
-) -> Option<LocalAgent> {
-    let mesh = state.daemon.mesh_arc();
-    let agent = Arc::clone(agent);
-    let described =
-        tokio::task::spawn_blocking(move || mesh.describe_at(&agent, with_card, base.as_deref()))
-            .await
-            .ok()
-            .flatten()?;
-    described
-        .tier
-        .admits(&origin, &described.path)
-        .then_some(described)
-}
-
-/// `GET /agents/{handle}/card`: the signed agent card, for requesters the agent admits.
-pub(crate) async fn card_get(
-    State(state): State<AppState>,
-    axum::extract::Path(key): axum::extract::Path<String>,
-    request: Request,
-) -> Response {
-    let Some(agent) = recipient(&state, &key) else {
-        return unknown(&key);
-    };
-    // The front door checked that the Host names this daemon: the card's endpoints use the
-    // address the requester reached it by (a LAN peer gets LAN URLs, a local one loopback).
-    let base = request
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(|host| format!("http://{host}"));
-    match visible(&state, &agent, origin_of(&request), true, base).await {
-        Some(described) => axum::Json(described.card).into_response(),
-        None => unknown(&key),
-    }
-}
-
-/// `GET /agents/{handle}/health`: `{ok, handle, did}` for requesters the agent admits.
-pub(crate) async fn health_get(
-    State(state): State<AppState>,
-    axum::extract::Path(key): axum::extract::Path<String>,
-    request: Request,
-) -> Response {
-    let Some(agent) = recipient(&state, &key) else {
-        return unknown(&key);
-    };
-    match visible(&state, &agent, origin_of(&request), false, None).await {
-        Some(described) => axum::Json(json!({
-            "ok": true,
-            "handle": described.handle,
-            "did": described.did,
-        }))
-        .into_response(),
-        None => unknown(&key),
     }
 }
 

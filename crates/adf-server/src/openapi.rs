@@ -524,6 +524,160 @@ const OPS: &[Op] = &[
     ),
 ];
 
+/// (method, path, capability, what): every operation `api::unsupported` answers with 501
+/// `NOT_SUPPORTED` (the package installs of adapters and sandbox share their path with a
+/// listing, so `api/admin.rs` routes those).
+pub const UNSUPPORTED_OPERATIONS: &[(&str, &str, &str, &str)] = &[
+    ("get", "/compute/status", "compute", "compute environments"),
+    (
+        "get",
+        "/compute/containers",
+        "compute",
+        "compute environments",
+    ),
+    ("post", "/compute/start", "compute", "compute environments"),
+    ("post", "/compute/stop", "compute", "compute environments"),
+    (
+        "post",
+        "/compute/destroy",
+        "compute",
+        "compute environments",
+    ),
+    ("post", "/compute/setup", "compute", "compute environments"),
+    (
+        "get",
+        "/compute/exec-log",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "get",
+        "/compute/containers/{name}",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "post",
+        "/compute/containers/{name}/start",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "post",
+        "/compute/containers/{name}/stop",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "post",
+        "/compute/containers/{name}/destroy",
+        "compute",
+        "compute environments",
+    ),
+    (
+        "get",
+        "/auth/chatgpt/status",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "post",
+        "/auth/chatgpt/start",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "post",
+        "/auth/chatgpt/complete",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "post",
+        "/auth/chatgpt/logout",
+        "subscription-auth",
+        "ChatGPT subscription login",
+    ),
+    (
+        "get",
+        "/auth/grok/status",
+        "subscription-auth",
+        "Grok subscription login",
+    ),
+    (
+        "post",
+        "/auth/grok/start",
+        "subscription-auth",
+        "Grok subscription login",
+    ),
+    (
+        "post",
+        "/auth/grok/logout",
+        "subscription-auth",
+        "Grok subscription login",
+    ),
+    (
+        "post",
+        "/admin/mcp/packages/npm",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "delete",
+        "/admin/mcp/packages/npm",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "post",
+        "/admin/mcp/packages/python",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "delete",
+        "/admin/mcp/packages/python",
+        "package-install",
+        "installing MCP packages from the daemon",
+    ),
+    (
+        "post",
+        "/admin/sandbox/packages/check",
+        "package-install",
+        "checking sandbox packages",
+    ),
+    (
+        "post",
+        "/network/server/start",
+        "mesh-server",
+        "a mesh server apart from the daemon's listener",
+    ),
+    (
+        "post",
+        "/network/server/stop",
+        "mesh-server",
+        "a mesh server apart from the daemon's listener",
+    ),
+    (
+        "post",
+        "/network/server/restart",
+        "mesh-server",
+        "a mesh server apart from the daemon's listener",
+    ),
+    (
+        "get",
+        "/network/mesh/lan-addresses",
+        "lan",
+        "listing LAN addresses",
+    ),
+    (
+        "delete",
+        "/agents/{id}/adapters/{adapterType}",
+        "adapters",
+        "channel adapters",
+    ),
+];
+
 /// Whether `path` is one of the daemon's own operations (any method): its segments match an
 /// operation's path, a `{name}` segment matching any one segment. The front door sends every
 /// other `/agents/{handle}/…` path to agent serving (`crate::serving`).
@@ -543,9 +697,7 @@ pub fn is_control_path(path: &str) -> bool {
 fn control_patterns() -> &'static [Vec<&'static str>] {
     static PATTERNS: std::sync::OnceLock<Vec<Vec<&'static str>>> = std::sync::OnceLock::new();
     PATTERNS.get_or_init(|| {
-        let unsupported = crate::api::unsupported::OPERATIONS
-            .iter()
-            .map(|&(_, path, _, _)| path);
+        let unsupported = UNSUPPORTED_OPERATIONS.iter().map(|&(_, path, _, _)| path);
         OPS.iter()
             .chain(MORE_OPS)
             .map(|op| op.path)
@@ -1159,7 +1311,7 @@ const MORE_OPS: &[Op] = &[
 
 /// The operations of `api::unsupported`, each with its one answer.
 fn unsupported_ops() -> Vec<Op> {
-    crate::api::unsupported::OPERATIONS
+    UNSUPPORTED_OPERATIONS
         .iter()
         .map(|&(method, path, _, what)| Op {
             method,
@@ -1272,7 +1424,7 @@ pub fn document() -> Value {
             },
             "securitySchemes": {
                 "bearer": { "type": "http", "scheme": "bearer" },
-                "session": { "type": "apiKey", "in": "cookie", "name": crate::frontdoor::SESSION_COOKIE },
+                "session": { "type": "apiKey", "in": "cookie", "name": crate::sessions::SESSION_COOKIE },
             },
         },
         "security": [{ "bearer": [] }, { "session": [] }],

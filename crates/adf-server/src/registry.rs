@@ -26,6 +26,15 @@ use crate::error::ServerError;
 use crate::events::SeqAllocator;
 use crate::hil::Hil;
 
+/// The outcome of loading an agent file (`Daemon::load`, [`crate::hub::Hub::load_agent`]).
+#[derive(Debug)]
+pub struct Loaded {
+    /// The agent hosting the file, new or already loaded.
+    pub agent: Arc<Agent>,
+    /// False when the file was already loaded (loading is idempotent).
+    pub newly_loaded: bool,
+}
+
 /// The meta key holding the end of the agent's reserved `seq` block.
 pub const SEQ_META_KEY: &str = "runtime_umbilical_next_seq";
 

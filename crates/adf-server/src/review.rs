@@ -5,7 +5,7 @@
 //! [`summarize`] (the summary, read from an [`AdfFile`] without writing to it),
 //! [`AutostartReport`] and the functions `review`, `accept_review`, `require_reviewed`,
 //! `find_in_tracked` and `autostart` (the `Daemon` methods of the same names call them; the
-//! scan loads through the `LoadAgent` trait the daemon implements).
+//! scan loads through `Hub::load_agent`, the daemon's load).
 //!
 //! Where "reviewed" is kept. The reference keeps a `reviewedAgents` set in its settings store
 //! and gates by agent id, so a reviewed agent whose file later gains a trigger, an authorized
@@ -328,12 +328,6 @@ fn authorized_files(file: &AdfFile) -> Result<Vec<Value>, StoreError> {
     Ok(files)
 }
 
-/// Loads an agent file with every subsystem started (the daemon's load), for the autostart
-/// scan, which must not name the daemon.
-pub(crate) trait LoadAgent {
-    async fn load_agent(&self, path: &Path) -> Result<crate::Loaded, ServerError>;
-}
-
 async fn canonicalize(path: &Path) -> Result<PathBuf, ServerError> {
     match tokio::fs::canonicalize(path).await {
         Ok(p) => Ok(p),
@@ -508,7 +502,6 @@ pub(crate) async fn find_in_tracked(
 /// `daemon.autostart.report{report}`.
 pub(crate) async fn autostart(
     hub: &Arc<Hub>,
-    loader: &impl LoadAgent,
     dirs: &[PathBuf],
     max_depth: usize,
 ) -> AutostartReport {
@@ -569,7 +562,7 @@ pub(crate) async fn autostart(
             }));
             continue;
         }
-        match loader.load_agent(&canonical).await {
+        match hub.load_agent(canonical.clone()).await {
             Ok(loaded) => report.started.push(json!({
                 "filePath": loaded.agent.file_path(),
                 "agentId": loaded.agent.id,

@@ -63,12 +63,13 @@ use adf_runtime::tools::ToolRegistry;
 use adf_runtime::triggers::{
     self, Producer, Scope, TriggerEvent, TriggerKind, fire, gating, nudge,
 };
-use adf_store::{AdfFile, Caller, MetaProtection, NewLog, TimerRow};
+use adf_store::{AdfFile, Caller, MetaProtection, TimerRow};
 
 use crate::dispatch::observe;
 use crate::hub::Hub;
 use crate::lambdas::{LambdaReport, run_system_lambda};
 use crate::registry::Agent;
+use crate::support::log_from;
 
 /// Per-agent earliest wake times and the bell that wakes the scheduler task.
 #[derive(Debug, Default)]
@@ -374,28 +375,6 @@ fn log(file: &mut AdfFile, level: &str, event: &str, message: &str, data: Option
     log_from(file, "timer", level, event, message, data);
 }
 
-pub(crate) fn log_from(
-    file: &mut AdfFile,
-    origin: &str,
-    level: &str,
-    event: &str,
-    message: &str,
-    data: Option<&Value>,
-) {
-    let entry = NewLog {
-        level,
-        origin: Some(origin),
-        event: Some(event),
-        target: None,
-        message,
-        data,
-        r#loop: None,
-    };
-    if let Err(error) = file.log(&entry) {
-        tracing::warn!(%error, "cannot write a timer log row");
-    }
-}
-
 /// The agent's next wake: the earliest live timer or the hibernate nudge (TRG-35). `None`
 /// when the timers cannot be read. Starting a nudge count for an agent that has none yet is
 /// this function's one write (meta [`nudge::META_KEY`]).
@@ -617,7 +596,7 @@ fn deliver_system_scope(
         };
         let label = format!("timer:{}", timer.id);
         let ((_, written), events) = observe(file, agent, producer, |file| {
-            crate::dispatch::with_written_files(file, |file| {
+            crate::support::with_written_files(file, |file| {
                 crate::shell_runs::run(file, registry, &label, &command, &fired.event())
             })
         });

@@ -15,10 +15,11 @@ use tokio::task::JoinHandle;
 use adf_runtime::home::RuntimeHome;
 
 use crate::api::{AppState, router};
+use crate::budget::BodyBudget;
 use crate::connections::{self, ConnectionLimits, ConnectionSlots};
 use crate::daemon::Daemon;
 use crate::error::ServerError;
-use crate::frontdoor::{BodyBudget, DEFAULT_PUBLIC_BODY_BUDGET, Gate};
+use crate::frontdoor::{DEFAULT_PUBLIC_BODY_BUDGET, Gate};
 use crate::token;
 
 /// The default address, as in the reference.
@@ -231,7 +232,7 @@ impl RunningServer {
                 signal_daemon.begin_shutdown();
             },
         ));
-        let serving_app = crate::serving::router(crate::serving::ServingDoor {
+        let serving_app = serving_router(ServingDoor {
             daemon: daemon.clone(),
             gate: serving_gate,
         });
@@ -368,6 +369,49 @@ pub async fn termination_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The serving listener's state: the daemon, and the gate whose `Host` rule it applies
+/// (built for the serving port).
+#[derive(Clone)]
+struct ServingDoor {
+    daemon: crate::daemon::Daemon,
+    gate: Arc<crate::frontdoor::Gate>,
+}
+
+/// The serving listener's app: every request goes to [`serve_agent_content`].
+fn serving_router(door: ServingDoor) -> axum::Router {
+    axum::Router::new()
+        .fallback(serve_agent_content)
+        .with_state(door)
+}
+
+/// One request on the serving listener: a served path of a loaded agent, else 404. No
+/// token is asked (agent content is public) and none is looked at: adf-net withholds
+/// `Cookie` and `Authorization` from agent code.
+async fn serve_agent_content(
+    axum::extract::State(door): axum::extract::State<ServingDoor>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    if !crate::serving::authority_of(&request).is_some_and(|a| door.gate.host_allowed(&a)) {
+        return crate::serving::json_error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "the Host header does not name this daemon (start it with --allow-host NAME to accept a name)",
+        );
+    }
+    if !crate::serving::is_served(request.method(), request.uri().path()) {
+        return crate::serving::json_error(
+            StatusCode::NOT_FOUND,
+            "this port serves agents' routes and files only (/agents/{handle}/...); the control API, the Studio and the mesh endpoints (inbox, card, health) are on the daemon's control port",
+        );
+    }
+    match door.daemon.serving() {
+        Some(serving) => serving.handle(request).await,
+        None => {
+            crate::serving::json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is not serving")
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The daemon's side of agent serving (`adf-net`): which agents exist ([`DaemonAgents`]),
 //! how a public body is read (under the front door's [`BodyBudget`]), which paths go to
 //! serving at all ([`is_served`]: under `/agents/{handle}/`, neither a control route of the
-//! OpenAPI table nor a mesh route), and the listener that serves them ([`router`]).
+//! OpenAPI table nor a mesh route); the listener that serves them is `serve.rs`'s
+//! (`serving_router`), above the daemon.
 //!
 //! Agent content has an origin of its own: the daemon serves it on a second port (the
 //! control port + 1 by default, `adf daemon --serve-port`), never on the control port where
@@ -26,7 +27,7 @@ use adf_runtime::identity::LocalKeys;
 use adf_runtime::messaging::{self, Origin};
 use serde_json::{Value, json};
 
-use crate::frontdoor::BodyBudget;
+use crate::budget::BodyBudget;
 use crate::hub::Hub;
 
 /// The hub's agents, as serving sees them (weakly: the hub owns serving).
@@ -344,55 +345,16 @@ pub(crate) fn serving_for(hub: &Arc<Hub>, budget: BodyBudget) -> Arc<Serving> {
     )
 }
 
-/// `GET /agents/{id}/umbilical/events?since=<seq>&limit=<n>`: the agent's replay log
-/// (§5.24), `enabled: false` and no events when `umbilical.log` is off.
-pub(crate) async fn umbilical_events(
-    axum::extract::State(state): axum::extract::State<crate::api::AppState>,
-    axum::extract::Path(key): axum::extract::Path<String>,
-    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
-) -> Result<axum::response::Response, crate::error::ApiError> {
-    use axum::response::IntoResponse as _;
-    let agent = state.daemon.agent(&key)?;
-    let number = |name: &str, default: u64| -> Result<u64, crate::error::ApiError> {
-        query.get(name).map_or(Ok(default), |v| {
-            v.parse().map_err(|_| {
-                crate::error::ApiError::bad_request(format!("{name} must be a number"))
-            })
-        })
-    };
-    let since = number("since", 0)?;
-    let limit = usize::try_from(number("limit", 500)?.min(10_000)).unwrap_or(500);
-    let events = state.daemon.umbilical_events(&agent.id, since, limit);
-    Ok(axum::Json(json!({
-        "agentId": agent.id,
-        "enabled": events.is_some(),
-        "events": events.unwrap_or_default(),
-    }))
-    .into_response())
-}
-
-/// The serving listener's state: the daemon, and the gate whose `Host` rule it applies
-/// (built for the serving port).
-#[derive(Clone)]
-pub(crate) struct ServingDoor {
-    pub(crate) daemon: crate::daemon::Daemon,
-    pub(crate) gate: Arc<crate::frontdoor::Gate>,
-}
-
-/// The serving listener's app: every request goes to [`serve_agent_content`].
-pub(crate) fn router(door: ServingDoor) -> axum::Router {
-    axum::Router::new()
-        .fallback(serve_agent_content)
-        .with_state(door)
-}
-
-fn json_error(status: axum::http::StatusCode, message: &str) -> axum::response::Response {
+pub(crate) fn json_error(
+    status: axum::http::StatusCode,
+    message: &str,
+) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     (status, axum::Json(json!({ "error": message }))).into_response()
 }
 
 /// The authority the request was sent to: the HTTP/2 `:authority`, else `Host`.
-fn authority_of(request: &axum::extract::Request) -> Option<String> {
+pub(crate) fn authority_of(request: &axum::extract::Request) -> Option<String> {
     if let Some(authority) = request.uri().authority() {
         return Some(authority.as_str().to_owned());
     }
@@ -403,42 +365,16 @@ fn authority_of(request: &axum::extract::Request) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// One request on the serving listener: a served path of a loaded agent, else 404. No
-/// token is asked (agent content is public) and none is looked at: adf-net withholds
-/// `Cookie` and `Authorization` from agent code.
-async fn serve_agent_content(
-    axum::extract::State(door): axum::extract::State<ServingDoor>,
-    request: axum::extract::Request,
-) -> axum::response::Response {
-    use axum::http::StatusCode;
-    if !authority_of(&request).is_some_and(|a| door.gate.host_allowed(&a)) {
-        return json_error(
-            StatusCode::MISDIRECTED_REQUEST,
-            "the Host header does not name this daemon (start it with --allow-host NAME to accept a name)",
-        );
-    }
-    if !is_served(request.method(), request.uri().path()) {
-        return json_error(
-            StatusCode::NOT_FOUND,
-            "this port serves agents' routes and files only (/agents/{handle}/...); the control API, the Studio and the mesh endpoints (inbox, card, health) are on the daemon's control port",
-        );
-    }
-    match door.daemon.serving() {
-        Some(serving) => serving.handle(request).await,
-        None => json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is not serving"),
-    }
-}
-
 /// A served path asked on the control port: 307 to the same path and query on the serving
 /// port, under the host name the client used (the front door checked it names this daemon).
 /// Nothing an agent serves is ever answered on the control port's origin.
 pub(crate) fn elsewhere(
-    daemon: &crate::daemon::Daemon,
+    mesh: &crate::mesh::DaemonMesh,
     request: &axum::extract::Request,
 ) -> axum::response::Response {
     use axum::http::{HeaderValue, StatusCode, header};
     use axum::response::IntoResponse as _;
-    let Some(port) = daemon.mesh().serve_port() else {
+    let Some(port) = mesh.serve_port() else {
         return json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is not serving");
     };
     let target = authority_of(request)

@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+/// Name of the login cookie.
+pub const SESSION_COOKIE: &str = "adf_session";
 use sha2::{Digest as _, Sha256};
 
 /// How long a login code stays valid.

@@ -36,7 +36,7 @@ pub(crate) fn run(
     let args = json!({ "command": command, "env": env });
     // No one is at hand to approve: restricted commands inside the line are refused.
     let result = match registry.call(file, &caller, "adf_shell", args, &DenyAll) {
-        Ok(CallOutcome::Deferred(call)) => match crate::turns::current_thread() {
+        Ok(CallOutcome::Deferred(call)) => match crate::support::current_thread() {
             None => Err(ToolError::new(
                 adf_runtime::tools::ErrorCode::InternalError,
                 "cannot start a runtime for the shell",
@@ -85,6 +85,6 @@ pub(crate) fn run(
             json!({ "command": command, "code": error.code }),
         ),
     };
-    crate::scheduler::log_from(file, "shell", level, event_name, &message, Some(&data));
+    crate::support::log_from(file, "shell", level, event_name, &message, Some(&data));
     result
 }

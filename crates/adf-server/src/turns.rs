@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::{Value, json};
 
 use adf_runtime::executor::{
-    Executor, ExecutorError, LeaseHooks, LoopPool, RetryLog, SharedFile, Trigger, TurnEnd,
-    TurnEvent, TurnHost, WireCaches,
+    Executor, ExecutorError, LeaseHooks, LoopPool, SharedFile, Trigger, TurnEnd, TurnEvent,
+    TurnHost, WireCaches,
 };
 use adf_runtime::tools::{Approver, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
@@ -42,12 +42,13 @@ use adf_store::{AdfFile, StoreError};
 use crate::dispatch::{Handled, observe};
 use crate::hil::{Owner, TurnScope};
 use crate::hub::Hub;
+use crate::model::TurnModel;
 use crate::registry::Agent;
-use crate::scheduler::log_from;
+use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
 
 /// Starts an owner chat turn on `loop_name` in the background (`POST /agents/{id}/chat`).
-/// The model is resolved first, so a missing provider or key is reported to the caller
-/// instead of being accepted and then silently skipped.
+/// The model is decided first ([`TurnModel`]), so a missing provider or key is reported to the
+/// caller instead of being accepted and then silently skipped; the turn runs on that decision.
 pub(crate) async fn start_chat(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
@@ -58,9 +59,8 @@ pub(crate) async fn start_chat(
         .job(|file| file.config())
         .await
         .map_err(|e| e.to_string())?;
-    crate::settings::runtime_resolver(hub.home())
-        .resolve(&config, None)
-        .map_err(|e| e.to_string())?;
+    let model =
+        TurnModel::decide(hub.home(), hub.io_runtime(), &config).map_err(|e| e.to_string())?;
     let chat = TriggerEvent::new(
         TriggerKind::OnChat,
         adf_store::time::now_ms(),
@@ -71,6 +71,7 @@ pub(crate) async fn start_chat(
         agent,
         vec![(loop_name, Trigger::Owner(text))],
         Some(chat),
+        Some(model),
     );
     Ok(())
 }
@@ -86,18 +87,20 @@ pub(crate) async fn kick_autostart(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         }
     };
     if !loops.is_empty() {
-        spawn_turns(hub, agent, adf_runtime::executor::wakes(loops), None);
+        spawn_turns(hub, agent, adf_runtime::executor::wakes(loops), None, None);
     }
 }
 
 /// Runs `turns` (and the wakes they cause) as one turn job of the agent, in the background;
 /// `before` is dispatched from the spawned task first (`on_chat`), so the request that
-/// started the turn never waits for its targets' config read.
+/// started the turn never waits for its targets' config read. `model` is the decision the
+/// caller already made (chat), or `None` for the job to make it.
 fn spawn_turns(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
     turns: Vec<(String, Trigger)>,
     before: Option<TriggerEvent>,
+    model: Option<TurnModel>,
 ) {
     let hub = Arc::clone(hub);
     let agent = Arc::clone(agent);
@@ -105,7 +108,7 @@ fn spawn_turns(
         if let Some(event) = before {
             crate::dispatch::dispatch(&hub, &agent, event).await;
         }
-        let outcome = run_turn_job(&hub, &agent, turns, false).await;
+        let outcome = run_decided_turn_job(&hub, &agent, turns, false, model).await;
         agent.triggers().invalidate();
         match outcome {
             Ok(job) => {
@@ -243,21 +246,37 @@ pub(crate) async fn run_turn_job(
     turns: Vec<(String, Trigger)>,
     inbox_rows: bool,
 ) -> Result<TurnJob, StoreError> {
+    run_decided_turn_job(hub, agent, turns, inbox_rows, None).await
+}
+
+/// [`run_turn_job`] on the model the caller decided (`Some`: an owner chat, whose answer
+/// reported that decision), or on the one the job decides when it starts (`None`).
+async fn run_decided_turn_job(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    turns: Vec<(String, Trigger)>,
+    inbox_rows: bool,
+    model: Option<TurnModel>,
+) -> Result<TurnJob, StoreError> {
     // A turn with nothing to read (TRG-36) or no model to ask is one short job, as any: no
     // registration, no thread, no lease.
-    let resolver = crate::settings::runtime_resolver(hub.home());
+    let home = hub.home().clone();
+    let io = hub.io_runtime();
     let (event_type, data) = trigger_facts(&turns);
     let names: Vec<String> = turns.iter().map(|(name, _)| name.clone()).collect();
     let loops = names.clone();
     let observer_agent = Arc::clone(agent);
-    let unrunnable = agent
+    let decided = agent
         .job(move |file| {
             if inbox_rows && file.inbox_counts()?.unread == 0 {
-                return Ok(Some(TurnJob::skipped()));
+                return Ok(Err(TurnJob::skipped()));
             }
-            let config = file.config()?;
-            let Err(error) = resolver.resolve(&config, None) else {
-                return Ok(None);
+            let error = match model {
+                Some(model) => return Ok(Ok(model)),
+                None => match TurnModel::decide(&home, io, &file.config()?) {
+                    Ok(model) => return Ok(Ok(model)),
+                    Err(error) => error,
+                },
             };
             let message = format!("no model turn for {event_type}: {error}");
             let ((), events) = observe(file, &observer_agent, Producer::Agent, |file| {
@@ -270,7 +289,7 @@ pub(crate) async fn run_turn_job(
                     Some(&data),
                 );
             });
-            Ok(Some(TurnJob {
+            Ok(Err(TurnJob {
                 results: names
                     .into_iter()
                     .map(|name| (name, Err(message.clone())))
@@ -282,9 +301,10 @@ pub(crate) async fn run_turn_job(
             }))
         })
         .await?;
-    if let Some(job) = unrunnable {
-        return Ok(job);
-    }
+    let model = match decided {
+        Ok(model) => model,
+        Err(job) => return Ok(job),
+    };
     let (scope, publisher) = TurnScope::new(hub, agent);
     let passes = Arc::new(LoopPasses::enter(hub, agent, &loops).await);
     // The wire caches live on the worker thread (dropped with it when the file is released
@@ -304,8 +324,9 @@ pub(crate) async fn run_turn_job(
             let shared = SharedFile::leased(handle, Some(hooks));
             let config = shared.lock().await?.config()?;
             let claim = |loop_name: &str| passes.claim(loop_name);
+            let executor = turn_executor(model, registry, &scope, caches);
             let (results, events) =
-                run_agent_turns(&shared, &config, registry, turns, &scope, caches, &claim).await;
+                run_agent_turns(&shared, &config, executor, turns, &scope, &claim).await;
             let mut guard = shared.lock().await?;
             announce_turned_off(&guard, &config, &scope);
             let wake = crate::scheduler::wake_of(&mut guard);
@@ -372,7 +393,7 @@ impl LoopPasses {
         let agent = Arc::clone(&self.agent);
         let wake = adf_runtime::executor::wakes(vec![loop_name.to_owned()]);
         self.runtime
-            .spawn(async move { spawn_turns(&hub, &agent, wake, None) });
+            .spawn(async move { spawn_turns(&hub, &agent, wake, None, None) });
         false
     }
 }
@@ -419,7 +440,7 @@ impl TurnObserver {
 impl LeaseHooks for TurnObserver {
     fn acquired(&self, file: &mut AdfFile) {
         let external = crate::dispatch::sweep(file, &self.agent, &Producer::External);
-        let stamps = crate::dispatch::file_stamps(file);
+        let stamps = crate::support::file_stamps(file);
         let mut state = self.lock();
         state.events.extend(external);
         state.stamps = Some(stamps);
@@ -429,7 +450,7 @@ impl LeaseHooks for TurnObserver {
         let own = crate::dispatch::sweep(file, &self.agent, &Producer::Agent);
         // Taken in a statement of its own: a `let … else` would keep the guard through `else`.
         let before = self.lock().stamps.take();
-        let after = before.as_ref().map(|_| crate::dispatch::file_stamps(file));
+        let after = before.as_ref().map(|_| crate::support::file_stamps(file));
         let mut state = self.lock();
         state.events.extend(own);
         let (Some(before), Some(after)) = (before, after) else {
@@ -442,25 +463,6 @@ impl LeaseHooks for TurnObserver {
         }
     }
 }
-
-/// A current-thread runtime for agent code that holds the `&mut AdfFile` across awaits (a
-/// system lambda on the store worker) or for a turn job's thread.
-pub(crate) fn current_thread() -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => Some(runtime),
-        Err(error) => {
-            tracing::error!(%error, "cannot start a runtime for agent code");
-            None
-        }
-    }
-}
-
-/// Most tool and model call events one turn records; a longer turn's extra calls are not
-/// trigger events (the turn itself is bounded by its steps, this bounds the memory).
-pub(crate) const TURN_EVENT_LIMIT: usize = 1024;
 
 /// The owner's side of a daemon turn: approvals and `ask` answers wait for the owner through
 /// the HTTP API ([`Owner`], `hil.rs`). It also records each finished tool call
@@ -650,10 +652,9 @@ impl TurnHost for Recorder<'_> {
 async fn run_agent_turns(
     shared: &SharedFile<'_>,
     config: &Value,
-    registry: Arc<ToolRegistry>,
+    (executor, custom): (Executor, Arc<crate::custom_events::CustomEvents>),
     turns: Vec<(String, Trigger)>,
     scope: &TurnScope,
-    caches: Arc<WireCaches>,
     claim: &(dyn Fn(&str) -> bool + Sync),
 ) -> (Vec<(String, Result<String, String>)>, Vec<TriggerEvent>) {
     let Some((first_loop, _)) = turns.first().cloned() else {
@@ -672,14 +673,6 @@ async fn run_agent_turns(
             Err(error) => tracing::warn!(%error, "cannot log the turn's end"),
         }
         message
-    };
-    let (executor, custom) = match turn_executor(config, registry, scope, caches) {
-        Ok(built) => built,
-        Err(error) => {
-            let message = format!("no model turn for {event_type}: {error}");
-            let message = log("turn_skipped", "warn", message).await;
-            return (every(&message), Vec::new());
-        }
     };
     let host = Recorder::new(config, first_loop, scope);
     let abort = Arc::clone(scope.abort());
@@ -780,27 +773,22 @@ fn worker_wire_caches() -> Arc<WireCaches> {
     WIRE_CACHES.with(Arc::clone)
 }
 
-/// The executor for a daemon turn, with the config's model resolved (the error when none can
-/// be reached) and the sink that collects its code's `emit_event` calls.
+/// The executor for a daemon turn, on the job's decided model, and the sink that collects its
+/// code's `emit_event` calls.
 fn turn_executor(
-    config: &Value,
+    model: TurnModel,
     registry: Arc<ToolRegistry>,
     scope: &TurnScope,
     caches: Arc<WireCaches>,
-) -> Result<(Executor, Arc<crate::taps::CustomEvents>), adf_providers::ProviderError> {
-    let retries = RetryLog::default();
-    let resolved = scope
-        .resolver
-        .clone()
-        .with_retry_observer(retries.observer())
-        .resolve(config, None)?;
-    let custom = Arc::new(crate::taps::CustomEvents::default());
-    let executor = Executor::from_resolved(resolved, retries)
+) -> (Executor, Arc<crate::custom_events::CustomEvents>) {
+    let custom = Arc::new(crate::custom_events::CustomEvents::default());
+    let executor = model
+        .executor()
         .with_wire_caches(WireCaches::clone(&caches))
         .with_registry(registry)
         .with_event_sink(custom.clone())
         .with_mesh_updates(scope.mesh_updates.clone());
-    Ok((executor, custom))
+    (executor, custom)
 }
 
 /// Each turn's reply, or its error (also a `warn` row `trigger_turn_failed`); a turn that

@@ -329,9 +329,7 @@ pub(super) async fn chat_post(
     // Taken before the turn starts: `GET /events?since=<cursor>` follows it from its first
     // event (`adf chat AGENT` prints its retries and waits for its end that way).
     let cursor = *state.daemon.events().watch().borrow();
-    state
-        .daemon
-        .start_chat(&agent, loop_name, text.to_owned())
+    crate::turns::start_chat(state.daemon.hub(), &agent, loop_name, text.to_owned())
         .await
         .map_err(|reason| {
             ApiError::new(

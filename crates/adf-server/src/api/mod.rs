@@ -11,6 +11,7 @@ mod auth;
 mod contents;
 mod identity;
 mod mcp;
+mod mesh_routes;
 mod models;
 mod network;
 mod provider_test;
@@ -19,31 +20,23 @@ mod review;
 mod runtime;
 mod settings;
 mod sse;
+mod state;
 mod studio;
 pub mod unsupported;
+
+pub use state::AppState;
+pub(crate) use state::{JsonBody, find, success, text_field};
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::Request;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, put};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::daemon::{Agent, Daemon};
-use crate::error::{ApiError, ApiResult};
-use crate::frontdoor::Gate;
-
-/// Shared state of every handler.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The daemon every handler reads and drives (a cheap clone sharing its agents).
-    pub daemon: Daemon,
-    /// The front door's rules: Host, origin, token, content type, public body budget.
-    pub gate: Arc<Gate>,
-}
+use crate::error::ApiError;
 
 /// The router with every route behind the front door (`frontdoor::front_door`).
 pub fn router(state: AppState) -> Router {
@@ -116,8 +109,8 @@ pub fn router(state: AppState) -> Router {
                 .post(network::inbox_post)
                 .delete(contents::inbox_clear),
         )
-        .route("/agents/{id}/card", get(crate::mesh::card_get))
-        .route("/agents/{id}/health", get(crate::mesh::health_get))
+        .route("/agents/{id}/card", get(mesh_routes::card_get))
+        .route("/agents/{id}/health", get(mesh_routes::health_get))
         .route("/agents/{id}/outbox", get(resources::outbox))
         .route("/agents/{id}/tasks", get(resources::tasks_list))
         .route("/agents/{id}/tasks/{task_id}", get(resources::task_get))
@@ -132,13 +125,16 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/logs/after", get(resources::logs_after))
         .route(
             "/agents/{id}/umbilical/events",
-            get(crate::serving::umbilical_events),
+            get(network::umbilical_events),
         )
         .merge(turn_and_studio_routes())
         .merge(more_routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            crate::frontdoor::DoorState {
+                gate: Arc::clone(&state.gate),
+                mesh: state.daemon.mesh_arc(),
+            },
             crate::frontdoor::front_door,
         ))
         .with_state(state)
@@ -323,54 +319,4 @@ async fn not_found(request: Request) -> ApiError {
         request.method(),
         request.uri().path()
     ))
-}
-
-/// Looks up `{id}` (config id, handle or name).
-pub(crate) fn find(state: &AppState, key: &str) -> ApiResult<Arc<Agent>> {
-    Ok(state.daemon.agent(key)?)
-}
-
-/// A non-empty string field of a JSON body (absent, empty or not a string: `None`).
-pub(crate) fn text_field<'a>(body: &'a Value, key: &str) -> Option<&'a str> {
-    body.get(key)
-        .and_then(Value::as_str)
-        .filter(|text| !text.is_empty())
-}
-
-/// A request body parsed as a JSON object (see [`body_json`]): the one way handlers take a
-/// body. Whether the content type is JSON is the front door's decision (its 415), made
-/// before any handler runs; a body over axum's limit keeps axum's own rejection.
-#[derive(Debug)]
-pub(crate) struct JsonBody(pub Value);
-
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        body_json(&bytes)
-            .map(Self)
-            .map_err(IntoResponse::into_response)
-    }
-}
-
-/// Parses a JSON body; an empty body is `{}`. Bad JSON is a 400 in the reference's shape
-/// rather than axum's plain-text rejection.
-fn body_json(bytes: &Bytes) -> ApiResult<Value> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("body is not valid JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(ApiError::bad_request("body must be a JSON object"));
-    }
-    Ok(value)
-}
-
-/// `{agentId, success: true}`, the reference's answer to a write.
-pub(crate) fn success(agent: &Agent) -> Response {
-    axum::Json(json!({ "agentId": agent.id, "success": true })).into_response()
 }

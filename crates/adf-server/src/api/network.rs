@@ -70,7 +70,7 @@ pub(super) async fn inbox_post(
         refusal.details = json!({ "code": "MESH_DISABLED" }).as_object().cloned();
         return refusal.into_response();
     }
-    crate::mesh::inbox_post(State(state), path, request).await
+    super::mesh_routes::inbox_post(State(state), path, request).await
 }
 
 /// Text of a tool call's input, cut to `max` characters with `...` as the reference lists it.
@@ -183,4 +183,31 @@ pub(super) async fn server(State(state): State<AppState>) -> Response {
         "sharedWithApi": true,
     }))
     .into_response()
+}
+
+/// `GET /agents/{id}/umbilical/events?since=<seq>&limit=<n>`: the agent's replay log
+/// (§5.24), `enabled: false` and no events when `umbilical.log` is off.
+pub(crate) async fn umbilical_events(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Result<axum::response::Response, crate::error::ApiError> {
+    use axum::response::IntoResponse as _;
+    let agent = state.daemon.agent(&key)?;
+    let number = |name: &str, default: u64| -> Result<u64, crate::error::ApiError> {
+        query.get(name).map_or(Ok(default), |v| {
+            v.parse().map_err(|_| {
+                crate::error::ApiError::bad_request(format!("{name} must be a number"))
+            })
+        })
+    };
+    let since = number("since", 0)?;
+    let limit = usize::try_from(number("limit", 500)?.min(10_000)).unwrap_or(500);
+    let events = state.daemon.umbilical_events(&agent.id, since, limit);
+    Ok(axum::Json(json!({
+        "agentId": agent.id,
+        "enabled": events.is_some(),
+        "events": events.unwrap_or_default(),
+    }))
+    .into_response())
 }

@@ -11,7 +11,7 @@ use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
 use common::{Harness, agent_file, chat, loop_texts, model_config, wait_for};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn new_agent(dir: &Path, mock: &MockProvider) -> PathBuf {
     let mut config = model_config(mock);
@@ -209,4 +209,61 @@ async fn a_failing_chat_turn_publishes_its_retries_and_leaves_a_failed_row_in_th
             .starts_with("turn failed: "),
         "{shown}"
     );
+}
+
+/// Finding 6 of issue 30: one decision of the model per chat turn. A chat queued behind the
+/// agent's running turn is answered 202 on the model its config names then; the owner changes
+/// the config's model before that turn runs, and the turn still asks the model the answer
+/// decided (the request names `decided-model`, not `changed-model`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_turn_asks_the_model_its_answer_decided_even_when_the_config_changes_before_it_runs() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    // The first turn's request waits for another agent's, so the queued chat is still waiting
+    // for the agent's first turn when the config changes.
+    mock.hold_until(2);
+    mock.push_all([
+        Turn::text("first reply"),
+        Turn::text("other agent's reply"),
+        Turn::text("queued reply"),
+    ]);
+    let h = Harness::start().await;
+    let mut config = model_config(&mock);
+    config.retain(|(key, _)| *key != "model.model_id");
+    config.push(("model.model_id", json!("decided-model")));
+    let path = agent_file(h.dir.path(), "decider", &[], &config);
+    let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
+    let other_path = agent_file(h.dir.path(), "releaser", &[], &model_config(&mock));
+    let other: Arc<Agent> = h.server.daemon.load(&other_path).await.unwrap().agent;
+
+    chat(&h, &agent, "first question").await;
+    tokio::time::timeout(std::time::Duration::from_secs(20), mock.requests_arrived(1))
+        .await
+        .expect("the first request did not arrive in time");
+    chat(&h, &agent, "queued question").await;
+    let mut changed = common::stored_config(&h, &agent).await;
+    changed["model"]["model_id"] = json!("changed-model");
+    common::put_config(&h, &agent, &changed).await;
+    chat(&h, &other, "release").await;
+
+    tokio::time::timeout(std::time::Duration::from_secs(20), mock.requests_arrived(3))
+        .await
+        .expect("the queued turn's request did not arrive in time");
+    let requests = mock.requests();
+    let queued: Vec<&Value> = requests
+        .iter()
+        .map(|request| &request.body)
+        .filter(|body| body.to_string().contains("queued question"))
+        .collect();
+    assert_eq!(
+        queued.len(),
+        1,
+        "one request for the queued chat: {requests:?}"
+    );
+    assert_eq!(
+        queued[0]["model"],
+        json!("decided-model"),
+        "{:?}",
+        queued[0]
+    );
+    h.stop().await;
 }

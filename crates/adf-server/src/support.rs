@@ -1,0 +1,73 @@
+//! Small helpers the subsystems share, with no dependency on any of them (a leaf of the
+//! layering: see ARCHITECTURE.md): an agent log row, the current-thread runtime agent code
+//! and turn jobs run on, and the bound on one turn's recorded events.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use adf_store::{AdfFile, NewLog};
+
+/// Writes one `adf_logs` row from `origin` (`timer`, `executor`, `lambda`, `shell`, …); a
+/// failed write is only traced (a log row never fails the work it describes).
+pub(crate) fn log_from(
+    file: &mut AdfFile,
+    origin: &str,
+    level: &str,
+    event: &str,
+    message: &str,
+    data: Option<&Value>,
+) {
+    let entry = NewLog {
+        level,
+        origin: Some(origin),
+        event: Some(event),
+        target: None,
+        message,
+        data,
+        r#loop: None,
+    };
+    if let Err(error) = file.log(&entry) {
+        tracing::warn!(%error, "cannot write a log row");
+    }
+}
+
+/// A current-thread runtime for agent code that holds the `&mut AdfFile` across awaits (a
+/// system lambda on the store worker) or for a turn job's thread.
+pub(crate) fn current_thread() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            tracing::error!(%error, "cannot start a runtime for agent code");
+            None
+        }
+    }
+}
+
+/// Most tool and model call events one turn records; a longer turn's extra calls are not
+/// trigger events (the turn itself is bounded by its steps, this bounds the memory).
+pub(crate) const TURN_EVENT_LIMIT: usize = 1024;
+
+/// Each file's change stamp and size, by path (empty when they cannot be read).
+pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
+    file.file_stamps().unwrap_or_default()
+}
+
+/// Runs `work` and returns, beside its result, the files it created or changed (path, size).
+pub(crate) fn with_written_files<R>(
+    file: &mut AdfFile,
+    work: impl FnOnce(&mut AdfFile) -> R,
+) -> (R, Vec<(String, i64)>) {
+    let before = file_stamps(file);
+    let result = work(file);
+    let mut written: Vec<(String, i64)> = file_stamps(file)
+        .into_iter()
+        .filter(|(path, (stamp, _))| before.get(path).is_none_or(|(old, _)| old != stamp))
+        .map(|(path, (_, size))| (path, size))
+        .collect();
+    written.sort();
+    (result, written)
+}
