@@ -666,12 +666,10 @@ impl Worker {
                     .unwrap_or_else(PoisonError::into_inner);
             }
         }
-        // Taken before opening: opening may itself write (a migration), and that is ours.
-        let before = self.watch.as_ref().map(|_| DiskStamp::of(&self.path));
         let file = match (open(), ready) {
             (Ok(file), ready) => {
                 if let Some(watch) = &self.watch {
-                    watch.opened(&file, before);
+                    watch.opened(&file);
                 }
                 if let Some(ready) = ready {
                     let _ignored = ready.send(Ok(()));

@@ -10,7 +10,10 @@
 //!   `-wal` taken right after the worker's own close: nothing of this handle writes until the
 //!   next worker opens, so a different stamp then means someone else wrote (another process
 //!   appends frames to the `-wal`, or creates it, and its own close checkpoints into the
-//!   database file and removes the `-wal`).
+//!   database file and removes the `-wal`); the daemon's watcher reopens the file then.
+//!   Every reopen after a release counts as a possible change, whatever the stamps say: a write
+//!   that lands while the worker closes (after its last `data_version` check, before its stamp)
+//!   is in the stamp it leaves, so only the contents can tell.
 //!
 //! Which files another writer changed is a diff of `adf_files`' `(updated_at, size)` stamps
 //! against the stamps as this handle last knew them (`Watch` keeps one 16-byte hash pair per
@@ -21,10 +24,10 @@
 //! checks can the two not be told apart: the change is still counted (the daemon re-reads
 //! config and timers) but its files are not named.
 //!
-//! Blind spot: a `stat` timestamp moves in the kernel's clock ticks (a few milliseconds), so a
-//! released file written by another process within the same tick as this handle's close, to
-//! the same size, and with no `-wal` left behind, keeps its stamp; the next write of any
-//! writer shows it.
+//! Blind spot: a write that lands while the worker closes, or a released file written within
+//! the same `stat` clock tick as this handle's close to the same size with no `-wal` left
+//! behind, keeps the released stamp, so the watcher does not reopen the file for it; the next
+//! job of the agent (which reopens it) or the next write of any writer shows it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -184,8 +187,13 @@ impl Watch {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A worker opened the file; `before` is the stamp taken just before it opened.
-    pub(crate) fn opened(&self, file: &AdfFile, before: Option<DiskStamp>) {
+    /// A worker opened the file. A reopen after an idle release counts as a possible change by
+    /// another writer, whatever the disk stamps say: a write that lands while the previous
+    /// worker closes (after its last `data_version` check, before the stamp it leaves) moves
+    /// no stamp the next open could compare, so only the contents tell. Which files changed is
+    /// still decided by their own stamps; the count only makes the daemon re-read config and
+    /// timers once.
+    pub(crate) fn opened(&self, file: &AdfFile) {
         file.config_cache.track_files_touched();
         // Opening may have written (a migration, the skills registry regenerated): that is this
         // handle's own doing, before its update hook existed, so which files is not known and
@@ -197,11 +205,8 @@ impl Watch {
             None
         };
         let mut state = self.lock();
-        let moved = match (state.released.take(), before) {
-            (Some(released), Some(before)) => released != before,
-            _ => false,
-        };
-        if moved {
+        let reopened = state.released.take().is_some();
+        if reopened {
             state.changes += 1;
             record_files(&mut state, file, own.as_ref());
         } else if state.known.is_none() {
@@ -376,6 +381,32 @@ mod tests {
         assert_eq!(seen.changes, 1);
         assert_eq!(seen.written, vec![("theirs.md".to_owned(), 6)]);
         handle.close().unwrap();
+    }
+
+    /// The race at an idle release: another writer commits after the worker's last check and
+    /// before the stamp the release leaves (here the stamp is taken after that write, as a
+    /// slow close would). The stamps cannot tell; the reopen still counts the change and names
+    /// the file.
+    #[test]
+    fn a_write_during_the_close_is_found_when_the_file_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let watch = super::Watch::default();
+        let mut ours = AdfFile::open(&path).unwrap();
+        watch.opened(&ours);
+        write(&mut ours, "own.md", "ours");
+        watch.check(&ours);
+        let mut other = AdfFile::open(&path).unwrap();
+        write(&mut other, "timer-set.md", "outside");
+        other.close().unwrap();
+        ours.close().unwrap();
+        watch.released(super::DiskStamp::of(&path));
+
+        let reopened = AdfFile::open(&path).unwrap();
+        watch.opened(&reopened);
+        let seen = watch.take();
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.written, vec![("timer-set.md".to_owned(), 7)]);
     }
 
     #[test]
