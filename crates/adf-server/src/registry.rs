@@ -26,7 +26,7 @@ use crate::error::ServerError;
 use crate::events::SeqAllocator;
 use crate::hil::Hil;
 
-/// The outcome of loading an agent file (`Daemon::load`, [`crate::hub::Hub::load_agent`]).
+/// The outcome of loading an agent file (`Daemon::load`, `Hub::load_agent`).
 #[derive(Debug)]
 pub struct Loaded {
     /// The agent hosting the file, new or already loaded.
