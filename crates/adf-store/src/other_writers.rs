@@ -308,6 +308,16 @@ mod tests {
             .unwrap();
     }
 
+    /// What other writers did, taken inside a job of `handle` (the worker checks around jobs).
+    fn taken_in_a_job(handle: &StoreHandle) -> super::OtherWrites {
+        handle
+            .call({
+                let handle = handle.clone();
+                move |_| Ok(handle.take_other_writes().unwrap())
+            })
+            .unwrap()
+    }
+
     fn created(dir: &tempfile::TempDir) -> std::path::PathBuf {
         let path = dir.path().join("a.adf");
         AdfFile::create(&path, &CreateOptions::default())
@@ -337,12 +347,7 @@ mod tests {
         let mut other = AdfFile::open(&path).unwrap();
         write(&mut other, "notes/outside.md", "from another connection");
         // The worker sees it at its next job, before running it.
-        let seen = handle
-            .call({
-                let handle = handle.clone();
-                move |_| Ok(handle.take_other_writes().unwrap())
-            })
-            .unwrap();
+        let seen = taken_in_a_job(&handle);
         assert_eq!(seen.changes, 1);
         assert_eq!(
             seen.written,
@@ -372,12 +377,7 @@ mod tests {
             })
             .unwrap();
         // Taken in the next job: the worker's check after a job runs once its reply is sent.
-        let seen = handle
-            .call({
-                let handle = handle.clone();
-                move |_| Ok(handle.take_other_writes().unwrap())
-            })
-            .unwrap();
+        let seen = taken_in_a_job(&handle);
         assert_eq!(seen.changes, 1);
         assert_eq!(seen.written, vec![("theirs.md".to_owned(), 6)]);
         handle.close().unwrap();
@@ -433,12 +433,7 @@ mod tests {
         other.close().unwrap();
         assert_ne!(stamp, super::DiskStamp::of(&path));
 
-        let seen = handle
-            .call({
-                let handle = handle.clone();
-                move |_| Ok(handle.take_other_writes().unwrap())
-            })
-            .unwrap();
+        let seen = taken_in_a_job(&handle);
         assert_eq!(seen.changes, 1);
         assert_eq!(seen.written, vec![("put.md".to_owned(), 7)]);
         handle.close().unwrap();

@@ -155,6 +155,14 @@ async fn turn_ended(h: &Harness, agent: &Agent) {
 }
 
 /// Sends one request of its own to `mock`, which a `hold_until(2)` was waiting for: both are
+/// A page server that answers nothing until [`release`]: its first request waits for a second.
+pub(crate) async fn held_page_server() -> MockProvider {
+    let slow = MockProvider::start(Wire::OpenAi).await;
+    slow.push_all([Turn::text("slow page"), Turn::text("slow page")]);
+    slow.hold_until(2);
+    slow
+}
+
 /// answered from then on.
 pub(crate) async fn release(mock: &MockProvider) {
     let client = reqwest::Client::new();
@@ -267,9 +275,7 @@ async fn liveness_a_hung_model_leaves_timers_and_reads_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liveness_a_long_network_tool_call_leaves_timers_and_reads_running() {
-    let slow = MockProvider::start(Wire::OpenAi).await;
-    slow.push_all([Turn::text("slow page"), Turn::text("slow page")]);
-    slow.hold_until(2);
+    let slow = held_page_server().await;
     let mock = MockProvider::start(Wire::OpenAi).await;
     mock.push_all([
         Turn::tool_call(
@@ -309,9 +315,7 @@ async fn chat_on(h: &Harness, agent: &Agent, loop_name: &str, text: &str) {
 /// call); only two turns of one loop take turns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits() {
-    let slow = MockProvider::start(Wire::OpenAi).await;
-    slow.push_all([Turn::text("slow page"), Turn::text("slow page")]);
-    slow.hold_until(2);
+    let slow = held_page_server().await;
     let mock = MockProvider::start(Wire::OpenAi).await;
     mock.push_all([
         Turn::tool_call(

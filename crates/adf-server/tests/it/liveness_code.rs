@@ -7,7 +7,8 @@
 //! condition, bounded.
 use crate::common;
 use crate::liveness::{
-    call, completed_after, newest_cursor, release, stays_alive, ticking_agent_with,
+    call, completed_after, held_page_server, newest_cursor, release, stays_alive,
+    ticking_agent_with,
 };
 
 use std::sync::Arc;
@@ -56,9 +57,7 @@ async fn agent_with_inbox_lambda(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liveness_code_a_turns_sys_code_awaiting_a_slow_server_leaves_timers_and_reads_running() {
-    let slow = MockProvider::start(Wire::OpenAi).await;
-    slow.push_all([Turn::text("slow page"), Turn::text("slow page")]);
-    slow.hold_until(2);
+    let slow = held_page_server().await;
     let mock = MockProvider::start(Wire::OpenAi).await;
     let code = format!(
         "const page = await adf.sys_fetch({{ url: '{}/page' }}); return page.status",
