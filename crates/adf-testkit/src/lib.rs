@@ -43,11 +43,14 @@
 //! [`snapshot::assert_json_snapshot`] compares a JSON value with a fixture file taken earlier
 //! (tool declarations before and after a refactor); [`sockets`] holds bounded TCP helpers on
 //! 127.0.0.1 and [`processes`] the child-process helpers several crates' tests share.
+//! [`telegram::TelegramServer`] is a local Telegram Bot API server (long polling, scripted 429,
+//! 401 and dropped connections) for the channel adapters' tests.
 
 pub mod fixtures;
 pub mod processes;
 mod scan;
 mod server;
+pub mod telegram;
 pub mod snapshot;
 pub mod sockets;
 mod turn;
