@@ -64,7 +64,9 @@ impl InboundPolicy {
             return match self.groups {
                 GroupPolicy::All => Ok(()),
                 GroupPolicy::Mention if sender.mentions_bot => Ok(()),
-                GroupPolicy::Mention => Err("policy.groups is mention and the bot is not mentioned"),
+                GroupPolicy::Mention => {
+                    Err("policy.groups is mention and the bot is not mentioned")
+                }
                 GroupPolicy::None => Err("policy.groups is none"),
             };
         }
@@ -72,7 +74,9 @@ impl InboundPolicy {
             DmPolicy::All => Ok(()),
             DmPolicy::None => Err("policy.dm is none"),
             DmPolicy::Allowlist if self.allows(sender) => Ok(()),
-            DmPolicy::Allowlist => Err("policy.dm is allowlist and the sender is not in allow_from"),
+            DmPolicy::Allowlist => {
+                Err("policy.dm is allowlist and the sender is not in allow_from")
+            }
         }
     }
 
@@ -80,9 +84,10 @@ impl InboundPolicy {
         self.allow_from.iter().any(|entry| {
             let entry = entry.trim();
             entry == sender.id
-                || sender.username.as_deref().is_some_and(|name| {
-                    entry.trim_start_matches('@').eq_ignore_ascii_case(name)
-                })
+                || sender
+                    .username
+                    .as_deref()
+                    .is_some_and(|name| entry.trim_start_matches('@').eq_ignore_ascii_case(name))
         })
     }
 }
@@ -166,9 +171,9 @@ impl AdapterSettings {
             .and_then(|l| l.get("max_attachment_size"))
         {
             None | Some(Value::Null) => DEFAULT_MAX_ATTACHMENT_SIZE,
-            Some(v) => v.as_u64().ok_or_else(|| {
-                bad("limits.max_attachment_size is a number of bytes".into())
-            })?,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| bad("limits.max_attachment_size is a number of bytes".into()))?,
         };
         Ok(AdapterSettings {
             kind: kind.to_owned(),
@@ -217,7 +222,10 @@ mod tests {
         }
         for (dm, groups) in [("all", "all"), ("allowlist", "mention"), ("none", "none")] {
             let entry = json!({ "policy": { "dm": dm, "groups": groups } });
-            assert!(AdapterSettings::parse("telegram", &entry).is_ok(), "{dm}/{groups}");
+            assert!(
+                AdapterSettings::parse("telegram", &entry).is_ok(),
+                "{dm}/{groups}"
+            );
         }
     }
 
@@ -234,10 +242,26 @@ mod tests {
             in_group,
             mentions_bot,
         };
-        assert!(policy.admits(&sender("1", Some("alice"), false, false)).is_ok());
+        assert!(
+            policy
+                .admits(&sender("1", Some("alice"), false, false))
+                .is_ok()
+        );
         assert!(policy.admits(&sender("42", None, false, false)).is_ok());
-        assert!(policy.admits(&sender("7", Some("mallory"), false, false)).is_err());
-        assert!(policy.admits(&sender("7", Some("mallory"), true, true)).is_ok());
-        assert!(policy.admits(&sender("1", Some("alice"), true, false)).is_err());
+        assert!(
+            policy
+                .admits(&sender("7", Some("mallory"), false, false))
+                .is_err()
+        );
+        assert!(
+            policy
+                .admits(&sender("7", Some("mallory"), true, true))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .admits(&sender("1", Some("alice"), true, false))
+                .is_err()
+        );
     }
 }

@@ -49,7 +49,9 @@ pub enum AdapterError {
         reason: String,
     },
     /// The platform kept answering 429 after the waits it asked for.
-    #[error("{adapter} is rate limiting this bot (retry after {retry_after_secs} s), still after {attempts} attempts")]
+    #[error(
+        "{adapter} is rate limiting this bot (retry after {retry_after_secs} s), still after {attempts} attempts"
+    )]
     RateLimited {
         /// The adapter type.
         adapter: String,

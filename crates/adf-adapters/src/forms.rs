@@ -75,10 +75,9 @@ impl Form {
             .map(|(q, question)| {
                 let text = match question {
                     Value::String(s) => s.clone(),
-                    other => text_of(other, &["text", "question", "label", "title"])
-                        .ok_or_else(|| {
-                            AdapterError::Invalid(format!("form question {} has no text", q + 1))
-                        })?,
+                    other => text_of(other, &["text", "question", "label", "title"]).ok_or_else(
+                        || AdapterError::Invalid(format!("form question {} has no text", q + 1)),
+                    )?,
                 };
                 let options = ["options", "choices", "answers"]
                     .iter()
@@ -170,10 +169,19 @@ mod tests {
         .unwrap();
         assert_eq!(form.form_id, "out-1");
         assert_eq!(form.questions[0].options[1].id, "veg");
-        assert_eq!(form.questions[0].options[1].value, Value::String("v".into()));
+        assert_eq!(
+            form.questions[0].options[1].value,
+            Value::String("v".into())
+        );
         assert_eq!(form.questions[1].id, "q2");
         let text = questionnaire_text(&form);
-        for expected in ["Lunch", "1. Main course?", "a) Fish", "b) Vegetables", "2. Anything else?"] {
+        for expected in [
+            "Lunch",
+            "1. Main course?",
+            "a) Fish",
+            "b) Vegetables",
+            "2. Anything else?",
+        ] {
             assert!(text.contains(expected), "{expected} missing from {text}");
         }
         assert!(Form::parse(r#"{"questions":[]}"#, "x").is_err());

@@ -98,7 +98,9 @@ impl Default for Backoff {
 impl Backoff {
     /// The delay before restart number `attempt` (1-based).
     pub fn delay(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
         self.initial.saturating_mul(factor).min(self.max)
     }
 }
@@ -136,7 +138,9 @@ struct Slot {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The adapters of one agent.
@@ -163,10 +167,13 @@ async fn build(
     match settings.kind.as_str() {
         "telegram" => {
             let purpose = crate::telegram::CREDENTIAL_PURPOSE;
-            let credential = sink.credential(purpose).await.map_err(|e| AdapterError::Sink {
-                adapter: settings.kind.clone(),
-                reason: e.to_string(),
-            })?;
+            let credential = sink
+                .credential(purpose)
+                .await
+                .map_err(|e| AdapterError::Sink {
+                    adapter: settings.kind.clone(),
+                    reason: e.to_string(),
+                })?;
             let Some(token) = credential.filter(|t| !t.expose().trim().is_empty()) else {
                 return Err(AdapterError::MissingCredential {
                     adapter: settings.kind.clone(),
@@ -174,8 +181,12 @@ async fn build(
                     file: sink.agent_file().display().to_string(),
                 });
             };
-            let adapter =
-                crate::telegram::TelegramAdapter::new(settings, token, sink.clone(), sleeper.clone())?;
+            let adapter = crate::telegram::TelegramAdapter::new(
+                settings,
+                token,
+                sink.clone(),
+                sleeper.clone(),
+            )?;
             Ok(Arc::new(adapter))
         }
         other => Err(AdapterError::NotSupported {
@@ -259,11 +270,23 @@ async fn supervise(
         };
         tracing::warn!(adapter = %settings.kind, error = %error, "adapter run ended");
         if !error.is_transient() {
-            record(&sink, &status, AdapterState::Failed, Some(error.to_string())).await;
+            record(
+                &sink,
+                &status,
+                AdapterState::Failed,
+                Some(error.to_string()),
+            )
+            .await;
             return;
         }
         failures = failures.saturating_add(1);
-        record(&sink, &status, AdapterState::Backoff, Some(error.to_string())).await;
+        record(
+            &sink,
+            &status,
+            AdapterState::Backoff,
+            Some(error.to_string()),
+        )
+        .await;
         tokio::select! {
             () = options.sleeper.sleep(options.backoff.delay(failures)) => {}
             () = stop.stopped() => break,
@@ -323,7 +346,10 @@ impl AdapterHost {
 
     /// The status of every configured adapter, by type.
     pub fn statuses(&self) -> Vec<AdapterStatus> {
-        self.slots.values().map(|s| lock(&s.status).clone()).collect()
+        self.slots
+            .values()
+            .map(|s| lock(&s.status).clone())
+            .collect()
     }
 
     /// The status of one adapter.

@@ -57,10 +57,22 @@ pub trait AdapterSink: Send + Sync + 'static {
     /// for any new row.
     fn write_inbound(&self, message: InboundMessage) -> BoxFuture<'_, Result<String, SinkError>>;
 
+    /// Stores an attachment in the agent's files as `dir/filename` (§11.4; a free name such as
+    /// `dir/1-filename` when that one is taken) and returns the path written.
+    fn write_file<'a>(
+        &'a self,
+        dir: &'a str,
+        filename: &'a str,
+        bytes: Vec<u8>,
+        content_type: Option<String>,
+    ) -> BoxFuture<'a, Result<String, SinkError>>;
+
     /// The unsealed value of the `adf_identity` row `purpose` (`adapter:<type>:<KEY>`), `None`
     /// when there is no such row. No other source may answer (§8.2, IDN-37).
-    fn credential<'a>(&'a self, purpose: &'a str)
-    -> BoxFuture<'a, Result<Option<Secret>, SinkError>>;
+    fn credential<'a>(
+        &'a self,
+        purpose: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Secret>, SinkError>>;
 
     /// Records one state change (a log row and an `adapter.status.changed` event).
     fn state_changed(&self, change: StateChange) -> BoxFuture<'_, ()>;

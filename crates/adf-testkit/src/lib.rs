@@ -50,9 +50,9 @@ pub mod fixtures;
 pub mod processes;
 mod scan;
 mod server;
-pub mod telegram;
 pub mod snapshot;
 pub mod sockets;
+pub mod telegram;
 mod turn;
 mod wire;
 

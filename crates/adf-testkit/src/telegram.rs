@@ -7,7 +7,8 @@
 //! Methods: `getMe`, `getUpdates` (long polling: `offset` confirms every update below it,
 //! `timeout` seconds of waiting when nothing is pending, `limit`), `sendMessage` (records the
 //! call and answers a `Message`), `answerCallbackQuery`, `getChat` and `getChatMemberCount`
-//! (chats learnt from pushed updates). A test pushes updates ([`TelegramServer::push_message`],
+//! (chats learnt from pushed updates), `getFile` and the file download
+//! `/file/bot<token>/<file_path>` ([`TelegramServer::add_file`]). A test pushes updates ([`TelegramServer::push_message`],
 //! [`TelegramServer::push_callback_query`]) and scripts one-shot faults per method
 //! ([`TelegramFault`]: 429 with `retry_after`, 401, a connection dropped mid-answer). A request
 //! with a token other than the server's is answered 401 `Unauthorized`, as the platform does.
@@ -60,6 +61,7 @@ struct State_ {
     calls: Vec<TelegramCall>,
     faults: HashMap<String, VecDeque<TelegramFault>>,
     chats: HashMap<i64, Value>,
+    files: HashMap<String, Vec<u8>>,
 }
 
 struct Inner {
@@ -117,6 +119,7 @@ impl TelegramServer {
         });
         let app = Router::new()
             .route("/{bot}/{method}", any(handle))
+            .route("/file/{bot}/{*path}", any(download))
             .with_state(inner.clone());
         #[allow(clippy::expect_used)]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -176,7 +179,13 @@ impl TelegramServer {
 
     /// Queues a `callback_query` update: user `from` pressed the inline button carrying
     /// `data` under the bot's message `message_id` in `chat`. Returns its `update_id`.
-    pub fn push_callback_query(&self, chat: Value, from: Value, message_id: i64, data: &str) -> i64 {
+    pub fn push_callback_query(
+        &self,
+        chat: Value,
+        from: Value,
+        message_id: i64,
+        data: &str,
+    ) -> i64 {
         let mut state = self.inner.lock();
         let query = json!({
             "id": format!("cbq-{}", state.next_update_id),
@@ -199,6 +208,16 @@ impl TelegramServer {
             .push_back(json!({ "update_id": update_id, kind: body }));
         arrived.notify_waiters();
         update_id
+    }
+
+    /// Makes `bytes` downloadable as file `file_id` (`getFile`, then
+    /// `/file/bot<token>/<file_path>`); returns the `file_path` `getFile` answers.
+    pub fn add_file(&self, file_id: &str, bytes: &[u8]) -> String {
+        self.inner
+            .lock()
+            .files
+            .insert(file_id.to_owned(), bytes.to_vec());
+        format!("documents/{file_id}")
     }
 
     /// The next call of `method` meets `fault` (faults of one method are met in order).
@@ -271,7 +290,11 @@ fn dropped() -> Response {
 
 fn params_of(query: Option<String>, body: &Bytes) -> Map<String, Value> {
     let mut params = Map::new();
-    for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         // Numbers and JSON objects arrive as text in a query string; keep what parses.
         let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
@@ -296,10 +319,7 @@ async fn handle(
             method: method.clone(),
             params: params.clone(),
         });
-        state
-            .faults
-            .get_mut(&method)
-            .and_then(VecDeque::pop_front)
+        state.faults.get_mut(&method).and_then(VecDeque::pop_front)
     };
     if bot.strip_prefix("bot") != Some(inner.token.as_str()) {
         return error(401, "Unauthorized", None);
@@ -322,6 +342,19 @@ async fn handle(
         "getUpdates" => get_updates(&inner, &params, drop_after_poll).await,
         "sendMessage" => send_message(&inner, &params),
         "answerCallbackQuery" => ok(Value::Bool(true)),
+        "getFile" => {
+            let id = params
+                .get("file_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match inner.lock().files.get(id) {
+                Some(bytes) => ok(json!({
+                    "file_id": id, "file_unique_id": id, "file_size": bytes.len(),
+                    "file_path": format!("documents/{id}")
+                })),
+                None => error(400, "Bad Request: invalid file_id", None),
+            }
+        }
         "getChat" => match chat_of(&inner, &params) {
             Some(chat) => ok(chat),
             None => error(400, "Bad Request: chat not found", None),
@@ -334,6 +367,26 @@ async fn handle(
             None => error(400, "Bad Request: chat not found", None),
         },
         _ => error(404, "Not Found", None),
+    }
+}
+
+async fn download(
+    State(inner): State<Arc<Inner>>,
+    Path((bot, path)): Path<(String, String)>,
+) -> Response {
+    inner.lock().calls.push(TelegramCall {
+        method: "file".into(),
+        params: Map::from_iter([("path".to_owned(), Value::String(path.clone()))]),
+    });
+    if bot.strip_prefix("bot") != Some(inner.token.as_str()) {
+        return error(401, "Unauthorized", None);
+    }
+    let bytes = path
+        .strip_prefix("documents/")
+        .and_then(|id| inner.lock().files.get(id).cloned());
+    match bytes {
+        Some(bytes) => (StatusCode::OK, bytes).into_response(),
+        None => error(404, "Not Found", None),
     }
 }
 
@@ -350,7 +403,11 @@ fn int_param(params: &Map<String, Value>, name: &str) -> Option<i64> {
     }
 }
 
-async fn get_updates(inner: &Inner, params: &Map<String, Value>, drop_after_poll: bool) -> Response {
+async fn get_updates(
+    inner: &Inner,
+    params: &Map<String, Value>,
+    drop_after_poll: bool,
+) -> Response {
     let offset = int_param(params, "offset");
     let limit = int_param(params, "limit").unwrap_or(100).clamp(1, 100) as usize;
     let wait = Duration::from_secs(int_param(params, "timeout").unwrap_or(0).max(0) as u64)
@@ -363,9 +420,9 @@ async fn get_updates(inner: &Inner, params: &Map<String, Value>, drop_after_poll
             let mut state = inner.lock();
             if let Some(offset) = offset {
                 // An offset confirms every update below it: they are never sent again.
-                state.pending.retain(|u| {
-                    u.get("update_id").and_then(Value::as_i64).unwrap_or(0) >= offset
-                });
+                state
+                    .pending
+                    .retain(|u| u.get("update_id").and_then(Value::as_i64).unwrap_or(0) >= offset);
             }
             if !state.pending.is_empty() || tokio::time::Instant::now() >= deadline {
                 if drop_after_poll {
@@ -385,7 +442,10 @@ fn send_message(inner: &Inner, params: &Map<String, Value>) -> Response {
     let Some(chat_id) = int_param(params, "chat_id") else {
         return error(400, "Bad Request: chat_id is empty", None);
     };
-    let text = params.get("text").and_then(Value::as_str).unwrap_or_default();
+    let text = params
+        .get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if text.is_empty() {
         return error(400, "Bad Request: message text is empty", None);
     }
@@ -401,9 +461,10 @@ fn send_message(inner: &Inner, params: &Map<String, Value>) -> Response {
         "message_id": message_id, "from": inner.bot, "chat": chat,
         "date": 1_767_225_600, "text": text
     });
-    if let (Some(reply_to), Some(object)) =
-        (int_param(params, "reply_to_message_id"), message.as_object_mut())
-    {
+    if let (Some(reply_to), Some(object)) = (
+        int_param(params, "reply_to_message_id"),
+        message.as_object_mut(),
+    ) {
         object.insert("reply_to_message".into(), json!({ "message_id": reply_to }));
     }
     ok(message)

@@ -93,6 +93,53 @@ impl BotApi {
         }
     }
 
+    /// Downloads `file_path` (from `getFile`) from `<api_root>/file/bot<token>/`, refusing
+    /// more than `limit` bytes whatever the platform announced.
+    pub(crate) async fn download(
+        &self,
+        file_path: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, AdapterError> {
+        let url = Url::parse(&format!(
+            "{}/file/bot{}/{file_path}",
+            self.root,
+            self.token.expose()
+        ))
+        .map_err(|e| AdapterError::Invalid(format!("file path '{file_path}': {e}")))?;
+        self.policy
+            .admit("GET", &url, &SystemLookup, &self.pins)
+            .await
+            .map_err(|e| AdapterError::Egress {
+                adapter: super::KIND.into(),
+                reason: self.scrub(&e.to_string()),
+            })?;
+        let mut response = self
+            .client
+            .get(url)
+            .timeout(CALL_TIMEOUT * 4)
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            return Err(AdapterError::Platform {
+                adapter: super::KIND.into(),
+                status,
+                reason: "the file download was refused".into(),
+            });
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(&e))? {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() as u64 > limit {
+                return Err(AdapterError::Invalid(format!(
+                    "the file is larger than limits.max_attachment_size ({limit} bytes)"
+                )));
+            }
+        }
+        Ok(bytes)
+    }
+
     /// Calls `method` with `params`; `wait` extends the timeout for a long poll.
     pub(crate) async fn call(
         &self,
@@ -100,11 +147,15 @@ impl BotApi {
         params: &Value,
         wait: Duration,
     ) -> Result<Value, AdapterError> {
-        let url = Url::parse(&format!("{}/bot{}/{method}", self.root, self.token.expose()))
-            .map_err(|e| AdapterError::Config {
-                adapter: super::KIND.into(),
-                message: format!("config.api_root '{}' does not make a URL: {e}", self.root),
-            })?;
+        let url = Url::parse(&format!(
+            "{}/bot{}/{method}",
+            self.root,
+            self.token.expose()
+        ))
+        .map_err(|e| AdapterError::Config {
+            adapter: super::KIND.into(),
+            message: format!("config.api_root '{}' does not make a URL: {e}", self.root),
+        })?;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -125,12 +176,13 @@ impl BotApi {
                 .map_err(|e| self.transport(&e))?;
             let status = response.status().as_u16();
             let body = response.bytes().await.map_err(|e| self.transport(&e))?;
-            let answer: Value = serde_json::from_slice(&body).map_err(|e| {
-                AdapterError::Transport {
+            let answer: Value =
+                serde_json::from_slice(&body).map_err(|e| AdapterError::Transport {
                     adapter: super::KIND.into(),
-                    reason: format!("the Bot API answered {status} with a body that is not JSON: {e}"),
-                }
-            })?;
+                    reason: format!(
+                        "the Bot API answered {status} with a body that is not JSON: {e}"
+                    ),
+                })?;
             if answer.get("ok").and_then(Value::as_bool) == Some(true) {
                 return Ok(answer.get("result").cloned().unwrap_or(Value::Null));
             }

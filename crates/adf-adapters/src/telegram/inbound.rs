@@ -6,8 +6,9 @@
 //! participants capped at [`MAX_GROUP_PARTICIPANTS`]; only the sender is known from one
 //! update, so the scope is `message`). A `callback_query` on a form button becomes the answer
 //! row, threaded by `parent_id` to the form's outbox row, with `form_id`, `question_id`,
-//! `answer_id` and `answer_value` in `source_context` (MSG-46). Attachments are recorded as
-//! platform references; one over `limits.max_attachment_size` is marked skipped.
+//! `answer_id` and `answer_value` in `source_context` (MSG-46). Attachments within
+//! `limits.max_attachment_size` are marked for download (the adapter stores them under
+//! `imported/telegram/`); a larger one is recorded as skipped, with the reason.
 
 use serde_json::{Map, Value, json};
 
@@ -19,7 +20,14 @@ pub const MAX_GROUP_PARTICIPANTS: usize = 20;
 
 /// The message fields that carry a file, with the name each is recorded under.
 const ATTACHMENT_FIELDS: &[&str] = &[
-    "document", "photo", "audio", "video", "voice", "video_note", "animation", "sticker",
+    "document",
+    "photo",
+    "audio",
+    "video",
+    "voice",
+    "video_note",
+    "animation",
+    "sticker",
 ];
 
 /// The bot, as `getMe` described it.
@@ -122,31 +130,58 @@ fn attachments(message: &Value, limit: u64) -> Vec<Value> {
         let mut record = Map::new();
         record.insert("kind".into(), json!(field));
         record.insert(
-            "name".into(),
-            json!(
+            "filename".into(),
+            json!(safe_filename(
                 item.get("file_name")
                     .and_then(Value::as_str)
                     .unwrap_or(field)
-            ),
+            )),
         );
-        if let Some(mime) = item.get("mime_type") {
-            record.insert("mime_type".into(), mime.clone());
-        }
-        record.insert("size".into(), json!(size));
+        record.insert(
+            "content_type".into(),
+            item.get("mime_type").cloned().unwrap_or(Value::Null),
+        );
+        record.insert("size_bytes".into(), json!(size));
         record.insert("platform_file_id".into(), json!(item.get("file_id")));
         if size.is_some_and(|s| s > limit) {
             record.insert("transfer".into(), json!("skipped"));
             record.insert(
                 "reason".into(),
-                json!(format!("larger than limits.max_attachment_size ({limit} bytes)")),
+                json!(format!(
+                    "larger than limits.max_attachment_size ({limit} bytes)"
+                )),
             );
         } else {
-            // Downloading into the agent's files (imported/telegram/…) is not supported yet.
-            record.insert("transfer".into(), json!("reference"));
+            // The adapter downloads it into the agent's files before the row is written.
+            record.insert("transfer".into(), json!(PENDING_DOWNLOAD));
         }
         out.push(Value::Object(record));
     }
     out
+}
+
+/// The `transfer` of an attachment the adapter still has to download.
+pub(crate) const PENDING_DOWNLOAD: &str = "pending";
+
+/// A file name safe as one path segment: letters, digits, `.`, `-` and `_`, no leading dot.
+fn safe_filename(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
+    let cleaned = cleaned.trim_start_matches('.');
+    if cleaned.is_empty() {
+        "attachment".to_owned()
+    } else {
+        cleaned.to_owned()
+    }
 }
 
 fn chat_thread(chat_id: &str, message: &Value) -> String {
@@ -221,8 +256,14 @@ pub(crate) fn convert(
             return Converted::Dropped(reason);
         }
         let mut context = Map::new();
-        context.insert("chat_id".into(), chat.get("id").cloned().unwrap_or(Value::Null));
-        context.insert("message_id".into(), message.get("message_id").cloned().unwrap_or(Value::Null));
+        context.insert(
+            "chat_id".into(),
+            chat.get("id").cloned().unwrap_or(Value::Null),
+        );
+        context.insert(
+            "message_id".into(),
+            message.get("message_id").cloned().unwrap_or(Value::Null),
+        );
         if let Some(topic) = message.get("message_thread_id") {
             context.insert("message_thread_id".into(), topic.clone());
         }
@@ -245,7 +286,10 @@ pub(crate) fn convert(
             meta: in_group.then(|| group_meta(&chat, &chat_id, alias.as_deref(), &sender_id)),
             source_context: Value::Object(context),
             original_message: update.clone(),
-            sent_at: message.get("date").and_then(Value::as_i64).map(|s| s * 1000),
+            sent_at: message
+                .get("date")
+                .and_then(Value::as_i64)
+                .map(|s| s * 1000),
             received_at,
         }));
     }

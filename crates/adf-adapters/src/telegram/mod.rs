@@ -11,7 +11,9 @@
 //! `<agent>.adf.adapters/telegram/offset.json`: a restart or a dropped connection asks again
 //! from the first update not stored, and the platform forgets updates below the offset, so
 //! none is lost and none is stored twice (a crash between the row and the offset file is
-//! caught by the row's `message_id`, which the sink keeps unique).
+//! caught by the row's `message_id`, which the sink keeps unique). Attachments within
+//! `limits.max_attachment_size` are fetched (`getFile`, then the file URL, cut off past the
+//! limit) and stored under `imported/telegram/` before the row is written.
 //!
 //! Sending: `sendMessage` to the chat of the reply's `source_context` (else the recipient's
 //! id), replying to its `message_id`, in its topic; texts over [`MAX_MESSAGE_CHARS`] go as
@@ -36,8 +38,8 @@ use crate::state_dir::StateDir;
 use crate::{Adapter, BoxFuture, Session, Sleeper};
 
 pub use api::{MAX_RATE_LIMIT_ATTEMPTS, MAX_RETRY_AFTER};
-use inbound::{Bot, Converted, FormButton};
 pub use inbound::MAX_GROUP_PARTICIPANTS;
+use inbound::{Bot, Converted, FormButton};
 
 /// The adapter type.
 pub const KIND: &str = "telegram";
@@ -58,6 +60,8 @@ pub const MAX_MESSAGE_CHARS: usize = 4096;
 const MAX_FORM_BUTTONS: usize = 2000;
 
 const OFFSET_FILE: &str = "offset.json";
+/// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
+const ATTACHMENT_DIR: &str = "imported/telegram";
 const FORMS_FILE: &str = "forms.json";
 
 /// The Telegram adapter of one agent.
@@ -88,7 +92,9 @@ fn now_ms() -> i64 {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl TelegramAdapter {
@@ -105,10 +111,16 @@ impl TelegramAdapter {
         };
         let root = match settings.config.get("api_root") {
             None | Some(Value::Null) => DEFAULT_API_ROOT.to_owned(),
-            Some(Value::String(root)) if root.starts_with("http://") || root.starts_with("https://") => {
+            Some(Value::String(root))
+                if root.starts_with("http://") || root.starts_with("https://") =>
+            {
                 root.clone()
             }
-            Some(other) => return Err(bad(format!("config.api_root is an http(s) URL, not {other}"))),
+            Some(other) => {
+                return Err(bad(format!(
+                    "config.api_root is an http(s) URL, not {other}"
+                )));
+            }
         };
         let poll_timeout = match settings.config.get("poll_timeout") {
             None | Some(Value::Null) => DEFAULT_POLL_TIMEOUT_SECS,
@@ -180,7 +192,8 @@ impl TelegramAdapter {
             Converted::Dropped(reason) => {
                 tracing::debug!(adapter = KIND, reason, "update not stored");
             }
-            Converted::Message(message) => {
+            Converted::Message(mut message) => {
+                self.download_attachments(&mut message.attachments).await;
                 self.write(*message).await?;
             }
             Converted::FormAnswer(message, query_id) => {
@@ -188,7 +201,11 @@ impl TelegramAdapter {
                 // The button stops spinning; a failure here loses nothing stored.
                 if let Err(e) = self
                     .api
-                    .call("answerCallbackQuery", &json!({ "callback_query_id": query_id }), Duration::ZERO)
+                    .call(
+                        "answerCallbackQuery",
+                        &json!({ "callback_query_id": query_id }),
+                        Duration::ZERO,
+                    )
                     .await
                 {
                     tracing::warn!(adapter = KIND, error = %e, "answerCallbackQuery failed");
@@ -196,6 +213,59 @@ impl TelegramAdapter {
             }
         }
         Ok(())
+    }
+
+    /// Downloads every attachment marked for it into `imported/telegram/` through the sink;
+    /// one that cannot be fetched is recorded `failed` with the reason (the message is kept).
+    async fn download_attachments(&self, attachments: &mut [Value]) {
+        for record in attachments.iter_mut() {
+            let Some(object) = record.as_object_mut() else {
+                continue;
+            };
+            if object.get("transfer").and_then(Value::as_str) != Some(inbound::PENDING_DOWNLOAD) {
+                continue;
+            }
+            let (transfer, detail) = match self.fetch(object).await {
+                Ok(path) => ("imported", ("path", json!(path))),
+                Err(e) => ("failed", ("reason", json!(e.to_string()))),
+            };
+            object.insert("transfer".into(), json!(transfer));
+            object.insert(detail.0.into(), detail.1);
+        }
+    }
+
+    async fn fetch(&self, attachment: &Map<String, Value>) -> Result<String, AdapterError> {
+        let file_id = attachment
+            .get("platform_file_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| AdapterError::Invalid("an attachment without a file_id".into()))?;
+        let file = self
+            .api
+            .call("getFile", &json!({ "file_id": file_id }), Duration::ZERO)
+            .await?;
+        let file_path = file
+            .get("file_path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| AdapterError::Invalid("getFile answered no file_path".into()))?;
+        let bytes = self
+            .api
+            .download(file_path, self.settings.max_attachment_size)
+            .await?;
+        let filename = attachment
+            .get("filename")
+            .and_then(Value::as_str)
+            .unwrap_or("attachment");
+        let content_type = attachment
+            .get("content_type")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.sink
+            .write_file(ATTACHMENT_DIR, filename, bytes, content_type)
+            .await
+            .map_err(|e| AdapterError::Sink {
+                adapter: KIND.into(),
+                reason: e.to_string(),
+            })
     }
 
     async fn write(&self, message: crate::InboundMessage) -> Result<(), AdapterError> {
@@ -241,9 +311,15 @@ impl TelegramAdapter {
         }
     }
 
-    fn target(&self, message: &OutboundMessage) -> Result<(Value, Map<String, Value>), AdapterError> {
+    fn target(
+        &self,
+        message: &OutboundMessage,
+    ) -> Result<(Value, Map<String, Value>), AdapterError> {
         let (kind, id) = parse_recipient(&message.recipient).ok_or_else(|| {
-            AdapterError::Invalid(format!("'{}' is not a telegram:<chat id> recipient", message.recipient))
+            AdapterError::Invalid(format!(
+                "'{}' is not a telegram:<chat id> recipient",
+                message.recipient
+            ))
         })?;
         if kind != KIND {
             return Err(AdapterError::Invalid(format!(
@@ -262,11 +338,17 @@ impl TelegramAdapter {
                 Err(_) => json!(id),
             });
         let mut extra = Map::new();
-        if let Some(reply_to) = context.and_then(|c| c.get("message_id")).filter(|v| !v.is_null()) {
+        if let Some(reply_to) = context
+            .and_then(|c| c.get("message_id"))
+            .filter(|v| !v.is_null())
+        {
             extra.insert("reply_to_message_id".into(), reply_to.clone());
             extra.insert("allow_sending_without_reply".into(), json!(true));
         }
-        if let Some(topic) = context.and_then(|c| c.get("message_thread_id")).filter(|v| !v.is_null()) {
+        if let Some(topic) = context
+            .and_then(|c| c.get("message_thread_id"))
+            .filter(|v| !v.is_null())
+        {
             extra.insert("message_thread_id".into(), topic.clone());
         }
         Ok((chat_id, extra))
@@ -296,7 +378,9 @@ impl TelegramAdapter {
         let (chat_id, mut extra) = self.target(message)?;
         let chars: Vec<char> = message.content.chars().collect();
         if chars.is_empty() {
-            return Err(AdapterError::Invalid("Telegram does not send an empty message".into()));
+            return Err(AdapterError::Invalid(
+                "Telegram does not send an empty message".into(),
+            ));
         }
         let mut ids = Vec::new();
         for chunk in chars.chunks(MAX_MESSAGE_CHARS) {
@@ -326,7 +410,11 @@ impl TelegramAdapter {
         for (q, question) in form.questions.iter().enumerate() {
             let mut params = extra.clone();
             let text = if question.options.is_empty() {
-                format!("{}. {}\n(Reply to this message with your answer.)", q + 1, question.text)
+                format!(
+                    "{}. {}\n(Reply to this message with your answer.)",
+                    q + 1,
+                    question.text
+                )
             } else {
                 let rows = self.remember_buttons(message, &form, q).await?;
                 params.insert("reply_markup".into(), json!({ "inline_keyboard": rows }));
@@ -438,7 +526,11 @@ impl Adapter for TelegramAdapter {
                 .await?;
             let count = self
                 .api
-                .call("getChatMemberCount", &json!({ "chat_id": id }), Duration::ZERO)
+                .call(
+                    "getChatMemberCount",
+                    &json!({ "chat_id": id }),
+                    Duration::ZERO,
+                )
                 .await?;
             Ok(json!({
                 "supported": true,
@@ -459,7 +551,9 @@ impl Adapter for TelegramAdapter {
     fn test_credential(&self) -> BoxFuture<'_, Result<Value, AdapterError>> {
         Box::pin(async move {
             let bot = self.bot().await?;
-            Ok(json!({ "ok": true, "adapter": KIND, "bot": { "id": bot.id, "username": bot.username } }))
+            Ok(
+                json!({ "ok": true, "adapter": KIND, "bot": { "id": bot.id, "username": bot.username } }),
+            )
         })
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use adf_adapters::{AdapterSink, BoxFuture, Secret, Sleeper, SinkError, StateChange};
+use adf_adapters::{AdapterSink, BoxFuture, Secret, SinkError, Sleeper, StateChange};
 use adf_store::messages::{Mailbox, MessageFilter};
 use adf_store::{AdfFile, CreateOptions, IdentityRow, NewLog};
 use serde_json::{Map, Value, json};
@@ -95,6 +95,39 @@ impl AdapterSink for FileSink {
         Box::pin(async move { result })
     }
 
+    fn write_file<'a>(
+        &'a self,
+        dir: &'a str,
+        filename: &'a str,
+        bytes: Vec<u8>,
+        content_type: Option<String>,
+    ) -> BoxFuture<'a, Result<String, SinkError>> {
+        let written = self.with_file(|file| {
+            let mut path = format!("{dir}/{filename}");
+            let mut n = 1;
+            while file
+                .file_read(&path)
+                .map_err(|e| SinkError(e.to_string()))?
+                .is_some()
+            {
+                path = format!("{dir}/{n}-{filename}");
+                n += 1;
+            }
+            file.file_write(
+                adf_store::Caller::Owner,
+                &path,
+                &bytes,
+                &adf_store::FileWrite {
+                    mime_type: content_type,
+                    protection_if_new: None,
+                },
+            )
+            .map_err(|e| SinkError(e.to_string()))?;
+            Ok(path)
+        });
+        Box::pin(async move { written })
+    }
+
     fn credential<'a>(
         &'a self,
         purpose: &'a str,
@@ -116,11 +149,19 @@ impl AdapterSink for FileSink {
             "adapter {} {}{}",
             change.adapter,
             change.state.as_str(),
-            change.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            change
+                .error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
         );
         self.with_file(|file| {
             file.log(&NewLog {
-                level: if change.error.is_some() { "warn" } else { "info" },
+                level: if change.error.is_some() {
+                    "warn"
+                } else {
+                    "info"
+                },
                 origin: Some("adapter"),
                 event: Some("adapter.status.changed"),
                 target: Some(&change.adapter),

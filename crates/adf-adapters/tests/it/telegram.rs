@@ -49,7 +49,9 @@ impl Rig {
 
     /// The offset the adapter persisted, if any.
     fn stored_offset(&self) -> Option<i64> {
-        let path = state_root_for(&self.path).join("telegram").join("offset.json");
+        let path = state_root_for(&self.path)
+            .join("telegram")
+            .join("offset.json");
         let text = std::fs::read_to_string(path).ok()?;
         serde_json::from_str::<Value>(&text).ok()?["offset"].as_i64()
     }
@@ -86,7 +88,9 @@ async fn msg_43_telegram_updates_become_inbox_rows_with_source_context_and_origi
     let rig = rig(json!({ "policy": { "groups": "mention" } }), Some(TOKEN)).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    let dm_update = rig.server.push_message(dm(501), user(501, "ann"), "hello bot");
+    let dm_update = rig
+        .server
+        .push_message(dm(501), user(501, "ann"), "hello bot");
     let mut entities = Map::new();
     entities.insert(
         "entities".into(),
@@ -109,8 +113,14 @@ async fn msg_43_telegram_updates_become_inbox_rows_with_source_context_and_origi
     assert_eq!(first["source_context"]["chat_id"], json!(501));
     assert!(first["source_context"]["message_id"].is_i64(), "{first:?}");
     assert_eq!(first["original_message"]["update_id"], json!(dm_update));
-    assert_eq!(first["original_message"]["message"]["text"], json!("hello bot"));
-    assert!(first.get("meta").is_none_or(Value::is_null), "a DM has no meta.group");
+    assert_eq!(
+        first["original_message"]["message"]["text"],
+        json!("hello bot")
+    );
+    assert!(
+        first.get("meta").is_none_or(Value::is_null),
+        "a DM has no meta.group"
+    );
 
     let second = &rows[1];
     assert_eq!(text(second, "from"), "telegram:-100777");
@@ -133,10 +143,14 @@ async fn cfg_49_telegram_policy_allowlist_and_group_mentions_apply_before_anythi
     let rig = rig(policy, Some(TOKEN)).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    rig.server.push_message(dm(10), user(10, "alice"), "from alice");
-    rig.server.push_message(dm(11), user(11, "mallory"), "from mallory");
-    rig.server.push_message(dm(42), user(42, "noname"), "from 42");
-    rig.server.push_message(group(), user(11, "mallory"), "group chatter");
+    rig.server
+        .push_message(dm(10), user(10, "alice"), "from alice");
+    rig.server
+        .push_message(dm(11), user(11, "mallory"), "from mallory");
+    rig.server
+        .push_message(dm(42), user(42, "noname"), "from 42");
+    rig.server
+        .push_message(group(), user(11, "mallory"), "group chatter");
     let last = rig
         .server
         .push_message(group(), user(11, "mallory"), "@adf_test_bot ping");
@@ -144,7 +158,12 @@ async fn cfg_49_telegram_policy_allowlist_and_group_mentions_apply_before_anythi
         rig.stored_offset() == Some(last + 1)
     })
     .await;
-    let contents: Vec<String> = rig.sink.inbox().iter().map(|r| text(r, "content")).collect();
+    let contents: Vec<String> = rig
+        .sink
+        .inbox()
+        .iter()
+        .map(|r| text(r, "content"))
+        .collect();
     assert_eq!(contents, ["from alice", "from 42", "@adf_test_bot ping"]);
     host.stop().await;
 
@@ -170,7 +189,10 @@ async fn msg_47_dedup_across_a_host_restart_resumes_from_the_offset_in_the_state
     rig.server.push_message(dm(1), user(1, "ann"), "one");
     let second = rig.server.push_message(dm(1), user(1, "ann"), "two");
     wait_until("two rows", || rig.sink.inbox().len() == 2).await;
-    wait_until("the offset is stored", || rig.stored_offset() == Some(second + 1)).await;
+    wait_until("the offset is stored", || {
+        rig.stored_offset() == Some(second + 1)
+    })
+    .await;
     host.stop().await;
     rig.sink.close();
     let polls_before = rig.server.calls_of("getUpdates").len();
@@ -187,7 +209,10 @@ async fn msg_47_dedup_across_a_host_restart_resumes_from_the_offset_in_the_state
         },
     );
     wait_until("three rows", || sink.inbox().len() == 3).await;
-    wait_until("the offset moves on", || rig.stored_offset() == Some(third + 1)).await;
+    wait_until("the offset moves on", || {
+        rig.stored_offset() == Some(third + 1)
+    })
+    .await;
     let contents: Vec<String> = sink.inbox().iter().map(|r| text(r, "content")).collect();
     assert_eq!(contents, ["one", "two", "three"]);
     let resumed = &rig.server.calls_of("getUpdates")[polls_before];
@@ -208,7 +233,8 @@ async fn msg_22_msg_43_outbound_replies_go_to_the_chat_and_message_of_the_copied
     let rig = rig(json!({}), Some(TOKEN)).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    rig.server.push_message(dm(555), user(555, "ann"), "question?");
+    rig.server
+        .push_message(dm(555), user(555, "ann"), "question?");
     wait_until("the question is stored", || rig.sink.inbox().len() == 1).await;
     let inbound = &rig.sink.inbox()[0];
 
@@ -240,7 +266,11 @@ async fn msg_22_msg_43_outbound_replies_go_to_the_chat_and_message_of_the_copied
     };
     let delivered = host.deliver(&fresh).await.unwrap();
     let sent = rig.server.calls_of("sendMessage");
-    assert_eq!(delivered.platform_message_ids.len(), 2, "5000 chars are two messages");
+    assert_eq!(
+        delivered.platform_message_ids.len(),
+        2,
+        "5000 chars are two messages"
+    );
     assert_eq!(sent[1].params["chat_id"], json!(123));
     assert!(sent[1].params.get("reply_to_message_id").is_none());
     host.stop().await;
@@ -251,7 +281,8 @@ async fn telegram_429_waits_the_retry_after_the_platform_asks_for() {
     let rig = rig(json!({}), Some(TOKEN)).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    rig.server.fault("sendMessage", TelegramFault::RetryAfter(7));
+    rig.server
+        .fault("sendMessage", TelegramFault::RetryAfter(7));
     let message = OutboundMessage {
         outbox_id: "out-1".into(),
         recipient: "telegram:9".into(),
@@ -260,7 +291,11 @@ async fn telegram_429_waits_the_retry_after_the_platform_asks_for() {
         source_context: None,
     };
     host.deliver(&message).await.unwrap();
-    assert_eq!(rig.server.calls_of("sendMessage").len(), 2, "refused once, then sent");
+    assert_eq!(
+        rig.server.calls_of("sendMessage").len(),
+        2,
+        "refused once, then sent"
+    );
     assert!(
         rig.sleeper.waits().contains(&Duration::from_secs(7)),
         "waited the retry_after: {:?}",
@@ -269,7 +304,8 @@ async fn telegram_429_waits_the_retry_after_the_platform_asks_for() {
 
     // A platform that keeps refusing ends in a failed delivery with 429 as its status code.
     for _ in 0..adf_adapters::telegram::MAX_RATE_LIMIT_ATTEMPTS {
-        rig.server.fault("sendMessage", TelegramFault::RetryAfter(1));
+        rig.server
+            .fault("sendMessage", TelegramFault::RetryAfter(1));
     }
     let error = host.deliver(&message).await.unwrap_err();
     assert_eq!(error.status_code(), Some(429), "{error}");
@@ -312,7 +348,10 @@ async fn telegram_a_token_the_platform_refuses_is_a_clear_error_and_no_restart()
     assert!(error.contains("401"), "{error}");
     assert!(error.contains(PURPOSE), "{error}");
     assert!(error.contains("adf identity set"), "{error}");
-    assert!(!error.contains("wrong-token"), "the token never shows: {error}");
+    assert!(
+        !error.contains("wrong-token"),
+        "the token never shows: {error}"
+    );
     assert_eq!(status.restarts, 0, "a refused token is not retried");
     assert_eq!(rig.server.calls_of("getMe").len(), 1);
 
@@ -332,7 +371,8 @@ async fn telegram_a_token_the_platform_refuses_is_a_clear_error_and_no_restart()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telegram_a_connection_dropped_mid_poll_loses_and_duplicates_no_update() {
     let rig = rig(json!({}), Some(TOKEN)).await;
-    rig.server.fault("getUpdates", TelegramFault::DropConnection);
+    rig.server
+        .fault("getUpdates", TelegramFault::DropConnection);
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
     let first = rig.server.push_message(dm(3), user(3, "ann"), "first");
@@ -350,7 +390,10 @@ async fn telegram_a_connection_dropped_mid_poll_loses_and_duplicates_no_update()
     assert_eq!(ids, [json!(first), json!(second)]);
     let status = host.status("telegram").unwrap();
     assert_eq!(status.restarts, 1, "the drop restarted the poller once");
-    assert_eq!(rig.sleeper.waits().first(), Some(&Backoff::default().initial));
+    assert_eq!(
+        rig.sleeper.waits().first(),
+        Some(&Backoff::default().initial)
+    );
     let states: Vec<AdapterState> = rig.sink.changes().iter().map(|c| c.state).collect();
     assert_eq!(
         states,
@@ -389,7 +432,10 @@ async fn msg_46_a_form_goes_out_as_an_inline_keyboard_and_a_press_comes_back_thr
     let keyboard = &sent[0].params["reply_markup"]["inline_keyboard"];
     assert_eq!(keyboard[1][0]["text"], json!("Vegetables"));
     let data = keyboard[1][0]["callback_data"].as_str().unwrap().to_owned();
-    assert!(data.len() <= 64, "callback_data fits the Bot API's 64 bytes");
+    assert!(
+        data.len() <= 64,
+        "callback_data fits the Bot API's 64 bytes"
+    );
 
     let bot_message: i64 = delivered.platform_message_ids[0].parse().unwrap();
     rig.server
@@ -414,7 +460,8 @@ async fn msg_48_chat_info_answers_metadata_or_supported_false() {
     let rig = rig(json!({}), Some(TOKEN)).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    rig.server.push_message(group(), user(5, "ann"), "@adf_test_bot hi");
+    rig.server
+        .push_message(group(), user(5, "ann"), "@adf_test_bot hi");
     wait_until("the group is known", || rig.sink.inbox().len() == 1).await;
     let info = host.chat_info("telegram", "-100777", None).await.unwrap();
     assert_eq!(info["supported"], json!(true));
@@ -422,9 +469,20 @@ async fn msg_48_chat_info_answers_metadata_or_supported_false() {
     assert!(info["member_count"].is_u64(), "{info}");
     let slack = host.chat_info("slack", "C1", None).await.unwrap();
     assert_eq!(slack["supported"], json!(false));
-    assert!(slack["reason"].as_str().unwrap().contains("slack"), "{slack}");
-    assert!(host.chat_info("telegram", "-100777", Some(0)).await.is_err());
-    assert!(host.chat_info("telegram", "-100777", Some(101)).await.is_err());
+    assert!(
+        slack["reason"].as_str().unwrap().contains("slack"),
+        "{slack}"
+    );
+    assert!(
+        host.chat_info("telegram", "-100777", Some(0))
+            .await
+            .is_err()
+    );
+    assert!(
+        host.chat_info("telegram", "-100777", Some(101))
+            .await
+            .is_err()
+    );
     host.stop().await;
 }
 
@@ -446,27 +504,58 @@ async fn stl_04_stopping_the_host_ends_the_long_poll_and_records_stopped() {
         Some(AdapterState::Stopped)
     );
     rig.server.push_message(dm(1), user(1, "ann"), "after stop");
-    assert_eq!(rig.server.calls_of("getUpdates").len(), polls, "no poll after stop");
+    assert_eq!(
+        rig.server.calls_of("getUpdates").len(),
+        polls,
+        "no poll after stop"
+    );
     assert!(rig.sink.inbox().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn telegram_attachments_over_max_attachment_size_are_recorded_as_skipped() {
-    let rig = rig(json!({ "limits": { "max_attachment_size": 1000 } }), Some(TOKEN)).await;
+async fn msg_42_telegram_attachments_are_imported_and_ones_over_the_limit_skipped() {
+    let rig = rig(
+        json!({ "limits": { "max_attachment_size": 1000 } }),
+        Some(TOKEN),
+    )
+    .await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    for (name, size) in [("small.txt", 999), ("big.pdf", 1001)] {
+    let small = vec![7u8; 999];
+    rig.server.add_file("small", &small);
+    rig.server.add_file("big", &[8u8; 1001]);
+    // `lies` announces a small size and serves a larger file: the limit holds anyway.
+    rig.server.add_file("lies", &[9u8; 5000]);
+    for (id, name, size) in [
+        ("small", "small notes.txt", 999),
+        ("big", "big.pdf", 1001),
+        ("lies", "x.bin", 10),
+    ] {
         let mut extra = Map::new();
         extra.insert(
             "document".into(),
-            json!({ "file_id": format!("id-{name}"), "file_name": name, "file_size": size }),
+            json!({ "file_id": id, "file_name": name, "file_size": size, "mime_type": "text/plain" }),
         );
-        rig.server.push_message_with(dm(8), user(8, "ann"), "", extra);
+        rig.server
+            .push_message_with(dm(8), user(8, "ann"), "", extra);
     }
-    wait_until("both are stored", || rig.sink.inbox().len() == 2).await;
+    wait_until("all three are stored", || rig.sink.inbox().len() == 3).await;
     let rows = rig.sink.inbox();
-    assert_eq!(rows[0]["attachments"][0]["transfer"], json!("reference"));
+    let imported = &rows[0]["attachments"][0];
+    assert_eq!(imported["transfer"], json!("imported"), "{imported}");
+    let path = imported["path"].as_str().unwrap().to_owned();
+    assert!(path.starts_with("imported/telegram/"), "{path}");
+    let stored = rig
+        .sink
+        .with_file(|file| file.file_read(&path).unwrap().unwrap());
+    assert_eq!(stored.content, small);
     assert_eq!(rows[1]["attachments"][0]["transfer"], json!("skipped"));
-    assert_eq!(rows[1]["attachments"][0]["name"], json!("big.pdf"));
+    assert_eq!(rows[1]["attachments"][0]["filename"], json!("big.pdf"));
+    assert_eq!(rows[2]["attachments"][0]["transfer"], json!("failed"));
+    assert!(
+        rig.server.calls_of("file").len() == 2,
+        "the skipped file is never downloaded: {:?}",
+        rig.server.calls_of("file")
+    );
     host.stop().await;
 }
