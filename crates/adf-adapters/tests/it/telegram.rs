@@ -559,3 +559,54 @@ async fn msg_42_telegram_attachments_are_imported_and_ones_over_the_limit_skippe
     );
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn por_03_por_04_a_copied_file_carries_its_credential_but_not_its_adapter_state() {
+    let rig = rig(json!({}), Some(TOKEN)).await;
+    let host = rig.host();
+    rig.wait_state(&host, AdapterState::Running).await;
+    let update = rig
+        .server
+        .push_message(dm(4), user(4, "ann"), "before the copy");
+    wait_until("the offset is stored", || {
+        rig.stored_offset() == Some(update + 1)
+    })
+    .await;
+    host.stop().await;
+    rig.sink.close();
+
+    // Copy the file alone, as a transfer to another machine would.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = elsewhere.path().join("bot.adf");
+    std::fs::copy(&rig.path, &copy).unwrap();
+    let sink = FileSink::open(&copy);
+    let polls_before = rig.server.calls_of("getUpdates").len();
+    let host = AdapterHost::start(
+        &adapters_config(&sink),
+        sink.clone(),
+        HostOptions {
+            sleeper: rig.sleeper.clone(),
+            backoff: Backoff::default(),
+        },
+    );
+    wait_until(
+        "the copy's adapter runs with the credential it carries",
+        || {
+            host.status("telegram")
+                .is_some_and(|s| s.state == AdapterState::Running)
+        },
+    )
+    .await;
+    wait_until("the copy polls", || {
+        rig.server.calls_of("getUpdates").len() > polls_before
+    })
+    .await;
+    let first_poll = &rig.server.calls_of("getUpdates")[polls_before];
+    assert!(
+        first_poll.params.get("offset").is_none(),
+        "the state directory stayed behind, so the copy starts without an offset: {:?}",
+        first_poll.params
+    );
+    assert!(!state_root_for(&copy).exists());
+    host.stop().await;
+}
