@@ -44,7 +44,8 @@ pub(crate) struct FormButton {
     pub(crate) outbox_id: String,
     pub(crate) form_id: String,
     pub(crate) question_id: String,
-    pub(crate) answer_id: String,
+    /// `None` for a question answered in words (a reply to the question's message).
+    pub(crate) answer_id: Option<String>,
     pub(crate) answer_value: Value,
     pub(crate) label: String,
 }
@@ -226,7 +227,8 @@ pub(crate) enum Converted {
     Dropped(&'static str),
 }
 
-/// Converts one update. `button` finds a form button by its `callback_data`.
+/// Converts one update. `button` finds a form answer by its key: a button's `callback_data`,
+/// or `reply:<chat id>:<message id>` for a question asked in words.
 pub(crate) fn convert(
     update: &Value,
     bot: &Bot,
@@ -273,13 +275,25 @@ pub(crate) fn convert(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        // A reply to a form question asked in words is that question's answer (MSG-46).
+        let answered = message
+            .pointer("/reply_to_message/message_id")
+            .and_then(Value::as_i64)
+            .and_then(|replied| button(&format!("reply:{chat_id}:{replied}")));
+        let parent_id = answered.map(|question| {
+            context.insert("form_id".into(), json!(question.form_id));
+            context.insert("question_id".into(), json!(question.question_id));
+            context.insert("answer_id".into(), Value::Null);
+            context.insert("answer_value".into(), json!(content));
+            question.outbox_id
+        });
         return Converted::Message(Box::new(InboundMessage {
             message_id,
             source: super::KIND.into(),
             from: format!("telegram:{chat_id}"),
             sender_alias: alias.clone(),
             thread_id: Some(chat_thread(&chat_id, message)),
-            parent_id: None,
+            parent_id,
             content,
             content_type: None,
             attachments: attachments(message, settings.max_attachment_size),

@@ -91,6 +91,14 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// A chat id as text, the same whether it came as a number or a string.
+fn chat_key(chat_id: &Value) -> String {
+    match chat_id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -180,7 +188,7 @@ impl TelegramAdapter {
             outbox_id: text("outbox_id")?,
             form_id: text("form_id")?,
             question_id: text("question_id")?,
-            answer_id: text("answer_id")?,
+            answer_id: text("answer_id"),
             answer_value: b.get("answer_value").cloned().unwrap_or(Value::Null),
             label: text("label").unwrap_or_default(),
         })
@@ -420,7 +428,23 @@ impl TelegramAdapter {
                 params.insert("reply_markup".into(), json!({ "inline_keyboard": rows }));
                 format!("{}. {}", q + 1, question.text)
             };
-            ids.push(self.send(&chat_id, &text, &params).await?);
+            let sent = self.send(&chat_id, &text, &params).await?;
+            if question.options.is_empty() {
+                // A reply to this message is the answer to this question.
+                let key = format!("reply:{}:{sent}", chat_key(&chat_id));
+                self.remember_answers(|_| {
+                    vec![(
+                        key,
+                        json!({
+                            "outbox_id": message.outbox_id,
+                            "form_id": form.form_id,
+                            "question_id": question.id,
+                        }),
+                    )]
+                })
+                .await?;
+            }
+            ids.push(sent);
             extra.remove("reply_to_message_id");
         }
         Ok(Delivered {
@@ -429,61 +453,81 @@ impl TelegramAdapter {
         })
     }
 
-    /// Records question `q`'s buttons in forms.json and returns the keyboard rows.
-    async fn remember_buttons(
+    /// Adds answers to forms.json: `make` gets the next free sequence number (buttons use it
+    /// in their `callback_data`) and returns `(key, answer)` pairs; the oldest entries past
+    /// [`MAX_FORM_BUTTONS`] are forgotten.
+    async fn remember_answers(
         &self,
-        message: &OutboundMessage,
-        form: &Form,
-        q: usize,
-    ) -> Result<Vec<Value>, AdapterError> {
+        make: impl FnOnce(&mut u64) -> Vec<(String, Value)>,
+    ) -> Result<(), AdapterError> {
         let _writing = self.forms.lock().await;
         let mut forms = self
             .state
             .read_json(FORMS_FILE)?
             .unwrap_or_else(|| json!({ "next": 1, "buttons": {} }));
         let mut next = forms.get("next").and_then(Value::as_u64).unwrap_or(1);
-        let mut buttons = forms
+        let mut answers = forms
             .get("buttons")
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
-        let Some(question) = form.questions.get(q) else {
-            return Ok(Vec::new());
-        };
-        let mut rows = Vec::new();
-        for option in &question.options {
-            let data = format!("adf:{next}");
+        for (key, mut answer) in make(&mut next) {
+            if let Some(object) = answer.as_object_mut() {
+                object.insert("seq".into(), json!(next));
+            }
             next += 1;
-            buttons.insert(
-                data.clone(),
-                json!({
-                    "outbox_id": message.outbox_id,
-                    "form_id": form.form_id,
-                    "question_id": question.id,
-                    "answer_id": option.id,
-                    "answer_value": option.value,
-                    "label": option.label,
-                }),
-            );
-            rows.push(json!([{ "text": option.label, "callback_data": data }]));
+            answers.insert(key, answer);
         }
-        // Keep the newest buttons only: their numbers grow, so the smallest are the oldest.
-        if buttons.len() > MAX_FORM_BUTTONS {
-            let mut numbers: Vec<(u64, String)> = buttons
-                .keys()
-                .map(|k| (k.trim_start_matches("adf:").parse().unwrap_or(0), k.clone()))
+        if answers.len() > MAX_FORM_BUTTONS {
+            let mut by_age: Vec<(u64, String)> = answers
+                .iter()
+                .map(|(k, v)| (v.get("seq").and_then(Value::as_u64).unwrap_or(0), k.clone()))
                 .collect();
-            numbers.sort();
-            let excess = buttons.len() - MAX_FORM_BUTTONS;
-            for (_, key) in numbers.into_iter().take(excess) {
-                buttons.remove(&key);
+            by_age.sort();
+            let excess = answers.len() - MAX_FORM_BUTTONS;
+            for (_, key) in by_age.into_iter().take(excess) {
+                answers.remove(&key);
             }
         }
         if let Some(object) = forms.as_object_mut() {
             object.insert("next".into(), json!(next));
-            object.insert("buttons".into(), Value::Object(buttons));
+            object.insert("buttons".into(), Value::Object(answers));
         }
-        self.state.write_json(FORMS_FILE, &forms)?;
+        self.state.write_json(FORMS_FILE, &forms)
+    }
+
+    /// Records question `q`'s buttons and returns the keyboard rows.
+    async fn remember_buttons(
+        &self,
+        message: &OutboundMessage,
+        form: &Form,
+        q: usize,
+    ) -> Result<Vec<Value>, AdapterError> {
+        let Some(question) = form.questions.get(q) else {
+            return Ok(Vec::new());
+        };
+        let mut rows = Vec::new();
+        self.remember_answers(|next| {
+            let mut entries = Vec::new();
+            for option in &question.options {
+                let data = format!("adf:{next}");
+                *next += 1;
+                rows.push(json!([{ "text": option.label, "callback_data": data }]));
+                entries.push((
+                    data,
+                    json!({
+                        "outbox_id": message.outbox_id,
+                        "form_id": form.form_id,
+                        "question_id": question.id,
+                        "answer_id": option.id,
+                        "answer_value": option.value,
+                        "label": option.label,
+                    }),
+                ));
+            }
+            entries
+        })
+        .await?;
         Ok(rows)
     }
 }

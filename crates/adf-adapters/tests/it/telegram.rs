@@ -406,6 +406,11 @@ async fn telegram_a_connection_dropped_mid_poll_loses_and_duplicates_no_update()
         ],
         "one record per change"
     );
+    let drop_error = rig.sink.changes()[2].error.clone().unwrap();
+    assert!(
+        !drop_error.contains(TOKEN),
+        "the URL's token never shows: {drop_error}"
+    );
     host.stop().await;
 }
 
@@ -418,7 +423,8 @@ async fn msg_46_a_form_goes_out_as_an_inline_keyboard_and_a_press_comes_back_thr
         "form_id": "lunch",
         "questions": [{ "id": "main", "text": "Main course?",
                         "options": [{ "id": "fish", "label": "Fish", "value": "F" },
-                                    { "id": "veg", "label": "Vegetables", "value": "V" }] }]
+                                    { "id": "veg", "label": "Vegetables", "value": "V" }] },
+                      { "id": "notes", "text": "Anything else?" }]
     });
     let message = OutboundMessage {
         outbox_id: "out-form".into(),
@@ -452,6 +458,22 @@ async fn msg_46_a_form_goes_out_as_an_inline_keyboard_and_a_press_comes_back_thr
         !rig.server.calls_of("answerCallbackQuery").is_empty()
     })
     .await;
+
+    // The question without choices is answered by replying to its message.
+    assert!(sent[1].params.get("reply_markup").is_none());
+    let question_message: i64 = delivered.platform_message_ids[1].parse().unwrap();
+    let mut reply = Map::new();
+    reply.insert(
+        "reply_to_message".into(),
+        json!({ "message_id": question_message, "from": rig.server.bot() }),
+    );
+    rig.server
+        .push_message_with(dm(77), user(77, "ann"), "no nuts", reply);
+    wait_until("the typed answer is stored", || rig.sink.inbox().len() == 2).await;
+    let typed = &rig.sink.inbox()[1];
+    assert_eq!(text(typed, "parent_id"), "out-form");
+    assert_eq!(typed["source_context"]["question_id"], json!("notes"));
+    assert_eq!(typed["source_context"]["answer_value"], json!("no nuts"));
     host.stop().await;
 }
 
