@@ -1,5 +1,5 @@
 //! The mock's non-streamed JSON bodies, raw SSE framing, auth checks and zero-latency mode,
-//! checked with a plain HTTP client.
+//! checked with a plain HTTP client; and the Telegram Bot API server's offset and auth rules.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 // A test or bench crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
@@ -258,4 +258,54 @@ async fn zero_latency_mode_reads_odd_fields_as_the_scripted_mode_does() {
         }
         assert_eq!(replies[0], replies[1], "{body}");
     }
+}
+
+/// The Telegram server keeps the Bot API's rules: `{ok, result}` answers, 401 for another
+/// token, an offset confirms (and forgets) every update below it, a long poll with nothing
+/// pending answers an empty list when its timeout ends, a query string works like a JSON body.
+#[tokio::test]
+async fn telegram_server_follows_the_bot_api_offset_and_auth_rules() {
+    use adf_testkit::telegram::TelegramServer;
+    let server = TelegramServer::start("1:abc", "bot").await;
+    let call = |token: &str, method: &str, body: Value| {
+        let url = format!("{}/bot{token}/{method}", server.api_root());
+        async move {
+            let resp = client().post(url).json(&body).send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, me) = call("1:abc", "getMe", json!({})).await;
+    assert_eq!(
+        (status, me["ok"].clone(), me["result"]["is_bot"].clone()),
+        (200, json!(true), json!(true))
+    );
+    let (status, refused) = call("1:wrong", "getMe", json!({})).await;
+    assert_eq!((status, refused["error_code"].clone()), (401, json!(401)));
+
+    let chat = json!({ "id": 5, "type": "private" });
+    let first = server.push_message(chat.clone(), json!({ "id": 5 }), "a");
+    let second = server.push_message(chat, json!({ "id": 5 }), "b");
+    let (_, both) = call("1:abc", "getUpdates", json!({})).await;
+    assert_eq!(both["result"].as_array().unwrap().len(), 2);
+    let (_, rest) = call("1:abc", "getUpdates", json!({ "offset": first + 1 })).await;
+    assert_eq!(rest["result"][0]["update_id"], json!(second));
+    assert_eq!(server.pending_updates(), 1, "the offset forgot the first");
+    let (_, none) = call(
+        "1:abc",
+        "getUpdates",
+        json!({ "offset": second + 1, "timeout": 1 }),
+    )
+    .await;
+    assert_eq!(none["result"], json!([]));
+    let resp = client()
+        .get(format!(
+            "{}/bot1:abc/getUpdates?offset={}",
+            server.api_root(),
+            second + 1
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.json::<Value>().await.unwrap()["result"], json!([]));
 }
