@@ -239,130 +239,161 @@ pub(crate) fn convert(
     let update_id = update.get("update_id").and_then(Value::as_i64).unwrap_or(0);
     let message_id = format!("telegram:update:{update_id}");
     if let Some(message) = update.get("message") {
-        let chat = message.get("chat").cloned().unwrap_or(Value::Null);
-        let Some(chat_id) = id_text(chat.get("id")) else {
-            return Converted::Dropped("message without a chat");
-        };
-        let (sender_id, username, alias) = sender_of(message.get("from"));
-        let in_group = is_group(&chat);
-        if !in_group && chat.get("type").and_then(Value::as_str) != Some("private") {
-            return Converted::Dropped("channel posts are not conversations");
-        }
-        let sender = Sender {
-            id: sender_id.clone(),
-            username,
-            in_group,
-            mentions_bot: in_group && mentions(message, bot),
-        };
-        if let Err(reason) = settings.policy.admits(&sender) {
-            return Converted::Dropped(reason);
-        }
-        let mut context = Map::new();
-        context.insert(
-            "chat_id".into(),
-            chat.get("id").cloned().unwrap_or(Value::Null),
+        return convert_message(
+            update,
+            message,
+            message_id,
+            bot,
+            settings,
+            received_at,
+            button,
         );
-        context.insert(
-            "message_id".into(),
-            message.get("message_id").cloned().unwrap_or(Value::Null),
-        );
-        if let Some(topic) = message.get("message_thread_id") {
-            context.insert("message_thread_id".into(), topic.clone());
-        }
-        let content = message
-            .get("text")
-            .or_else(|| message.get("caption"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        // A reply to a form question asked in words is that question's answer (MSG-46).
-        let answered = message
-            .pointer("/reply_to_message/message_id")
+    }
+    if let Some(query) = update.get("callback_query") {
+        return convert_answer(update, query, message_id, settings, received_at, button);
+    }
+    Converted::Dropped("update kind not handled")
+}
+
+fn convert_message(
+    update: &Value,
+    message: &Value,
+    message_id: String,
+    bot: &Bot,
+    settings: &AdapterSettings,
+    received_at: i64,
+    button: &dyn Fn(&str) -> Option<FormButton>,
+) -> Converted {
+    let chat = message.get("chat").cloned().unwrap_or(Value::Null);
+    let Some(chat_id) = id_text(chat.get("id")) else {
+        return Converted::Dropped("message without a chat");
+    };
+    let (sender_id, username, alias) = sender_of(message.get("from"));
+    let in_group = is_group(&chat);
+    if !in_group && chat.get("type").and_then(Value::as_str) != Some("private") {
+        return Converted::Dropped("channel posts are not conversations");
+    }
+    let sender = Sender {
+        id: sender_id.clone(),
+        username,
+        in_group,
+        mentions_bot: in_group && mentions(message, bot),
+    };
+    if let Err(reason) = settings.policy.admits(&sender) {
+        return Converted::Dropped(reason);
+    }
+    let mut context = Map::new();
+    context.insert(
+        "chat_id".into(),
+        chat.get("id").cloned().unwrap_or(Value::Null),
+    );
+    context.insert(
+        "message_id".into(),
+        message.get("message_id").cloned().unwrap_or(Value::Null),
+    );
+    if let Some(topic) = message.get("message_thread_id") {
+        context.insert("message_thread_id".into(), topic.clone());
+    }
+    let content = message
+        .get("text")
+        .or_else(|| message.get("caption"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    // A reply to a form question asked in words is that question's answer (MSG-46).
+    let answered = message
+        .pointer("/reply_to_message/message_id")
+        .and_then(Value::as_i64)
+        .and_then(|replied| button(&format!("reply:{chat_id}:{replied}")));
+    let parent_id = answered.map(|question| {
+        context.insert("form_id".into(), json!(question.form_id));
+        context.insert("question_id".into(), json!(question.question_id));
+        context.insert("answer_id".into(), Value::Null);
+        context.insert("answer_value".into(), json!(content));
+        question.outbox_id
+    });
+    Converted::Message(Box::new(InboundMessage {
+        message_id,
+        source: super::KIND.into(),
+        from: format!("telegram:{chat_id}"),
+        sender_alias: alias.clone(),
+        thread_id: Some(chat_thread(&chat_id, message)),
+        parent_id,
+        content,
+        content_type: None,
+        attachments: attachments(message, settings.max_attachment_size),
+        meta: in_group.then(|| group_meta(&chat, &chat_id, alias.as_deref(), &sender_id)),
+        source_context: Value::Object(context),
+        original_message: update.clone(),
+        sent_at: message
+            .get("date")
             .and_then(Value::as_i64)
-            .and_then(|replied| button(&format!("reply:{chat_id}:{replied}")));
-        let parent_id = answered.map(|question| {
-            context.insert("form_id".into(), json!(question.form_id));
-            context.insert("question_id".into(), json!(question.question_id));
-            context.insert("answer_id".into(), Value::Null);
-            context.insert("answer_value".into(), json!(content));
-            question.outbox_id
-        });
-        return Converted::Message(Box::new(InboundMessage {
+            .map(|s| s * 1000),
+        received_at,
+    }))
+}
+
+fn convert_answer(
+    update: &Value,
+    query: &Value,
+    message_id: String,
+    settings: &AdapterSettings,
+    received_at: i64,
+    button: &dyn Fn(&str) -> Option<FormButton>,
+) -> Converted {
+    let Some(data) = query.get("data").and_then(Value::as_str) else {
+        return Converted::Dropped("callback query without data");
+    };
+    let Some(button) = button(data) else {
+        return Converted::Dropped("callback data of no form this adapter sent");
+    };
+    let message = query.get("message").cloned().unwrap_or(Value::Null);
+    let chat = message.get("chat").cloned().unwrap_or(Value::Null);
+    let Some(chat_id) = id_text(chat.get("id")) else {
+        return Converted::Dropped("callback query without a chat");
+    };
+    let (sender_id, username, alias) = sender_of(query.get("from"));
+    let in_group = is_group(&chat);
+    let sender = Sender {
+        id: sender_id.clone(),
+        username,
+        in_group,
+        // Pressing the bot's own button is addressing the bot.
+        mentions_bot: true,
+    };
+    if let Err(reason) = settings.policy.admits(&sender) {
+        return Converted::Dropped(reason);
+    }
+    let query_id = query
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let context = json!({
+        "chat_id": chat.get("id"),
+        "message_id": message.get("message_id"),
+        "form_id": button.form_id,
+        "question_id": button.question_id,
+        "answer_id": button.answer_id,
+        "answer_value": button.answer_value,
+    });
+    Converted::FormAnswer(
+        Box::new(InboundMessage {
             message_id,
             source: super::KIND.into(),
             from: format!("telegram:{chat_id}"),
             sender_alias: alias.clone(),
-            thread_id: Some(chat_thread(&chat_id, message)),
-            parent_id,
-            content,
+            thread_id: Some(chat_thread(&chat_id, &message)),
+            parent_id: Some(button.outbox_id),
+            content: button.label,
             content_type: None,
-            attachments: attachments(message, settings.max_attachment_size),
+            attachments: Vec::new(),
             meta: in_group.then(|| group_meta(&chat, &chat_id, alias.as_deref(), &sender_id)),
-            source_context: Value::Object(context),
+            source_context: context,
             original_message: update.clone(),
-            sent_at: message
-                .get("date")
-                .and_then(Value::as_i64)
-                .map(|s| s * 1000),
+            sent_at: None,
             received_at,
-        }));
-    }
-    if let Some(query) = update.get("callback_query") {
-        let Some(data) = query.get("data").and_then(Value::as_str) else {
-            return Converted::Dropped("callback query without data");
-        };
-        let Some(button) = button(data) else {
-            return Converted::Dropped("callback data of no form this adapter sent");
-        };
-        let message = query.get("message").cloned().unwrap_or(Value::Null);
-        let chat = message.get("chat").cloned().unwrap_or(Value::Null);
-        let Some(chat_id) = id_text(chat.get("id")) else {
-            return Converted::Dropped("callback query without a chat");
-        };
-        let (sender_id, username, alias) = sender_of(query.get("from"));
-        let in_group = is_group(&chat);
-        let sender = Sender {
-            id: sender_id.clone(),
-            username,
-            in_group,
-            // Pressing the bot's own button is addressing the bot.
-            mentions_bot: true,
-        };
-        if let Err(reason) = settings.policy.admits(&sender) {
-            return Converted::Dropped(reason);
-        }
-        let query_id = query
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let context = json!({
-            "chat_id": chat.get("id"),
-            "message_id": message.get("message_id"),
-            "form_id": button.form_id,
-            "question_id": button.question_id,
-            "answer_id": button.answer_id,
-            "answer_value": button.answer_value,
-        });
-        return Converted::FormAnswer(
-            Box::new(InboundMessage {
-                message_id,
-                source: super::KIND.into(),
-                from: format!("telegram:{chat_id}"),
-                sender_alias: alias.clone(),
-                thread_id: Some(chat_thread(&chat_id, &message)),
-                parent_id: Some(button.outbox_id),
-                content: button.label,
-                content_type: None,
-                attachments: Vec::new(),
-                meta: in_group.then(|| group_meta(&chat, &chat_id, alias.as_deref(), &sender_id)),
-                source_context: context,
-                original_message: update.clone(),
-                sent_at: None,
-                received_at,
-            }),
-            query_id,
-        );
-    }
-    Converted::Dropped("update kind not handled")
+        }),
+        query_id,
+    )
 }
