@@ -23,7 +23,7 @@
 //! [`StoreHandle`]: adf_store::StoreHandle
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -34,68 +34,17 @@ use adf_store::other_writers::DiskStamp;
 use crate::hub::Hub;
 use crate::registry::Agent;
 
+mod state;
+
+use state::{config_hash, network_hash};
+pub(crate) use state::{AgentWatch, Watcher};
+
 /// How often the watcher looks at every loaded agent's file (at least; see the module docs).
 pub(crate) const WATCH_TICK: Duration = Duration::from_millis(500);
 
 /// The watcher's pass takes at most this share of its tick: the tick is stretched to this many
 /// times the last pass.
 const PASS_SHARE: u32 = 20;
-
-/// The daemon's side of one agent's other writers.
-#[derive(Debug, Default)]
-pub(crate) struct AgentWatch {
-    /// The handle's change count the daemon last re-read after.
-    seen: AtomicU64,
-    /// A hash of the files' stamp at the last look while the file was open.
-    disk: AtomicU64,
-    /// A re-read is queued or running.
-    in_flight: AtomicBool,
-    /// A hash of the config text as last read, so a re-read drops the caches built from it only
-    /// when it changed (the serving lane's commits move `data_version` all the time).
-    config: AtomicU64,
-    /// A hash of the declared network sections (`ws_connections`, `stream_bindings`,
-    /// `stream_bind`) the daemon last opened its connections and bindings from, so a re-read
-    /// that finds them changed by another writer reconciles them, and one that does not leaves
-    /// them open.
-    network: AtomicU64,
-}
-
-impl AgentWatch {
-    /// The watch of an agent whose config, read at load, is `config`.
-    pub(crate) fn seeded(config: &Value) -> Self {
-        let watch = Self::default();
-        watch.config.store(config_hash(config), Ordering::SeqCst);
-        watch
-    }
-}
-
-impl AgentWatch {
-    /// The daemon (re)opened the agent's declared network from `config`.
-    pub(crate) fn network_opened(&self, config: &Value) {
-        self.network.store(network_hash(config), Ordering::SeqCst);
-    }
-}
-
-fn network_hash(config: &Value) -> u64 {
-    let sections: Vec<Option<&Value>> = ["ws_connections", "stream_bindings", "stream_bind"]
-        .iter()
-        .map(|key| config.get(*key))
-        .collect();
-    config_hash(&json!(sections))
-}
-
-fn config_hash(config: &Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    config.to_string().hash(&mut hasher);
-    hasher.finish()
-}
-
-/// The watcher task's once-flag, per daemon.
-#[derive(Debug, Default)]
-pub(crate) struct Watcher {
-    started: AtomicBool,
-}
 
 /// Starts the watcher task once per daemon (the first agent load does it).
 pub(crate) fn ensure_started(hub: &Arc<Hub>) {
