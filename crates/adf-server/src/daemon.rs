@@ -189,7 +189,7 @@ impl Daemon {
         crate::hil::report_orphaned_approvals(&self.hub, agent, orphans).await;
         crate::scheduler::ensure_started(&self.hub);
         crate::watch::ensure_started(&self.hub);
-        crate::scheduler::rearm(&self.hub, agent).await;
+        self.hub.timer_wakes().rearm(agent).await;
         let startup = TriggerEvent::new(
             adf_runtime::triggers::TriggerKind::OnStartup,
             adf_store::time::now_ms(),
@@ -299,7 +299,7 @@ impl Daemon {
 
     /// Re-reads `agent`'s timers and moves the scheduler's next wake-up.
     pub async fn rearm_timers(&self, agent: &Agent) {
-        crate::scheduler::rearm(&self.hub, agent).await;
+        self.hub.timer_wakes().rearm(agent).await;
     }
 
     /// The next wake time the scheduler holds for an agent (`None`: no live timer).

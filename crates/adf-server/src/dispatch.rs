@@ -540,7 +540,7 @@ pub(crate) async fn dispatch_handled(
     events: Vec<TriggerEvent>,
 ) {
     if let Some(wake) = wake {
-        crate::scheduler::set_wake(hub, agent, wake);
+        hub.timer_wakes().set(agent, wake);
     }
     dispatch_writes(hub, agent, written, producer).await;
     dispatch_all(hub, agent, events).await;

@@ -106,7 +106,7 @@ pub(crate) async fn answer_suspend(
             .suspend_generation
             .fetch_add(1, Ordering::SeqCst);
         agent.triggers().invalidate();
-        crate::scheduler::rearm(hub, agent).await;
+        hub.timer_wakes().rearm(agent).await;
         hub.emit(
             agent,
             "suspend.resolved",

@@ -188,7 +188,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         info.did = found.did;
     });
     if let Some(wake) = found.wake {
-        crate::scheduler::set_wake(hub, agent, wake);
+        hub.timer_wakes().set(agent, wake);
     }
     let files = found.written.len() as u64 + found.unreported;
     if config_changed || files > 0 {
