@@ -62,9 +62,11 @@ use crate::lambdas::{LambdaReport, run_system_lambda};
 use crate::registry::Agent;
 use crate::support::with_written_files;
 
+mod handled;
 mod queue;
 
 use queue::{Cached, Delivery, RowMarks};
+pub(crate) use handled::Handled;
 pub use queue::{QUEUE_CAPACITY, QueueStats, TriggerQueue};
 
 /// Dispatches `event` to `agent`'s trigger targets. Never blocks on the handlers: matching
@@ -574,29 +576,6 @@ pub(crate) async fn dispatch_writes(
         )
         .produced_by(producer.clone());
         crate::dispatch::dispatch(hub, agent, event).await;
-    }
-}
-
-/// What one delivery job did, reported back to the async side.
-pub(crate) struct Handled {
-    pub(crate) report: Option<LambdaReport>,
-    pub(crate) written: Vec<(String, i64)>,
-    pub(crate) producer: Producer,
-    pub(crate) events: Vec<TriggerEvent>,
-    /// The agent's next timer or nudge wake after the handler ran (it may have set a timer
-    /// or changed the state); `None` when it could not be read.
-    pub(crate) wake: Option<crate::scheduler::WakeRead>,
-}
-
-impl Handled {
-    pub(crate) fn skipped() -> Self {
-        Self {
-            report: None,
-            written: Vec::new(),
-            producer: Producer::Agent,
-            events: Vec::new(),
-            wake: None,
-        }
     }
 }
 
