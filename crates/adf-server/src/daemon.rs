@@ -73,7 +73,7 @@ impl Daemon {
     /// follow the new config (removed or disabled ones close, new ones open, changed
     /// bindings reopen with their new declaration).
     pub async fn reconcile_network(&self, agent: &Arc<crate::registry::Agent>) {
-        crate::serving::reconcile_configured_connections(&self.hub, agent).await;
+        crate::network::reconcile_configured_connections(&self.hub, agent).await;
     }
 
     /// Applies a changed config's `umbilical.log` to the agent's replay log.
@@ -200,7 +200,7 @@ impl Daemon {
             // Stored `off`: nothing opens now; `POST /state` back on opens what it declares.
             self.hub.mark_network_released(&agent.id);
         } else {
-            crate::serving::open_configured_connections(&self.hub, agent).await;
+            crate::network::open_configured_connections(&self.hub, agent).await;
         }
         crate::turns::kick_autostart(&self.hub, agent).await;
     }

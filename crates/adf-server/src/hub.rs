@@ -337,7 +337,7 @@ impl Hub {
             if let Ok(agent) = self.agent(&agent.id) {
                 let hub = Arc::clone(self);
                 tokio::spawn(async move {
-                    crate::serving::open_configured_connections(&hub, &agent).await;
+                    crate::network::open_configured_connections(&hub, &agent).await;
                 });
             }
         }

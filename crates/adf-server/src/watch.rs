@@ -176,7 +176,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
             let hub = Arc::clone(hub);
             let agent = Arc::clone(agent);
             tokio::spawn(async move {
-                crate::serving::reconcile_configured_connections(&hub, &agent).await;
+                crate::network::reconcile_configured_connections(&hub, &agent).await;
             });
         }
     }
