@@ -294,7 +294,7 @@ impl Daemon {
     /// Notices rows other writers added to the agent's tasks, logs, inbox and outbox and
     /// dispatches them: one short job.
     pub async fn notice_new_rows(&self, agent: &Arc<Agent>) {
-        crate::dispatch::notice_new_rows(&self.hub, agent).await;
+        crate::watch::notice_new_rows(&self.hub, agent).await;
     }
 
     /// Re-reads `agent`'s timers and moves the scheduler's next wake-up.

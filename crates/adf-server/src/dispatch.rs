@@ -478,27 +478,6 @@ pub(crate) async fn run_observed<R: Send + 'static>(
     result
 }
 
-/// Notices what another connection just wrote (a guest connection's route request or mesh
-/// ingress, another process): the rows it added to the agent's tasks, logs, inbox and outbox,
-/// and the files it wrote (`on_file_change` of an outside writer, once: see
-/// `watch::take_outside_writes`), and dispatches them: one short job.
-pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
-    let observer = Arc::clone(agent);
-    let found = agent
-        .job(move |file| {
-            let written = crate::watch::take_outside_writes(&observer, file);
-            Ok((written, sweep(file, &observer, &Producer::External)))
-        })
-        .await;
-    match found {
-        Ok((written, events)) => {
-            crate::watch::dispatch_outside_writes(hub, agent, written).await;
-            dispatch_all(hub, agent, events).await;
-        }
-        Err(error) => tracing::warn!(agent = %agent.id, %error, "cannot read new rows"),
-    }
-}
-
 /// `lambda.started` / `lambda.completed` for a system-scope run.
 pub(crate) async fn publish_lambda(
     hub: &Arc<Hub>,

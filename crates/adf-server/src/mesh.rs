@@ -12,7 +12,7 @@
 //! reads of discovery therefore open the recipient's file as a short-lived guest connection
 //! (`AdfFile::open_guest`, SQLite's own locking orders it with the worker's short write
 //! transactions), and the recipient's worker notices the new inbox row through the trigger
-//! sweep (`dispatch::notice_new_rows`), which raises `on_inbox`.
+//! sweep (`watch::notice_new_rows`), which raises `on_inbox`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -181,7 +181,7 @@ impl DaemonMesh {
             // by the worker's check of other writers (also what the watcher would find, so
             // they are dispatched once, by whichever takes them first).
             runtime.spawn(async move {
-                crate::dispatch::notice_new_rows(&daemon, &agent).await;
+                crate::watch::notice_new_rows(&daemon, &agent).await;
             });
         }
         Ok(outcome)

@@ -89,7 +89,7 @@ impl AgentDirectory for DaemonAgents {
         tokio::spawn(async move {
             loop {
                 while sweeps.again.swap(false, Ordering::AcqRel) {
-                    crate::dispatch::notice_new_rows(&hub, &agent).await;
+                    crate::watch::notice_new_rows(&hub, &agent).await;
                     if sweeps.again.load(Ordering::Acquire) {
                         tokio::time::sleep(SWEEP_PACE).await;
                     }

@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 use adf_runtime::triggers::{Producer, TriggerEvent, TriggerKind};
 use adf_store::other_writers::DiskStamp;
 
+use crate::dispatch::{dispatch_all, sweep};
 use crate::hub::Hub;
 use crate::registry::Agent;
 
@@ -53,6 +54,27 @@ pub(crate) fn ensure_started(hub: &Arc<Hub>) {
     }
     let hub = Arc::clone(hub);
     tokio::spawn(async move { watch_loop(&hub).await });
+}
+
+/// Notices what another connection just wrote (a guest connection's route request or mesh
+/// ingress, another process): the rows it added to the agent's tasks, logs, inbox and outbox,
+/// and the files it wrote (`on_file_change` of an outside writer, once: see
+/// `watch::take_outside_writes`), and dispatches them: one short job.
+pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
+    let observer = Arc::clone(agent);
+    let found = agent
+        .job(move |file| {
+            let written = crate::watch::take_outside_writes(&observer, file);
+            Ok((written, sweep(file, &observer, &Producer::External)))
+        })
+        .await;
+    match found {
+        Ok((written, events)) => {
+            crate::watch::dispatch_outside_writes(hub, agent, written).await;
+            dispatch_all(hub, agent, events).await;
+        }
+        Err(error) => tracing::warn!(agent = %agent.id, %error, "cannot read new rows"),
+    }
 }
 
 async fn watch_loop(hub: &Arc<Hub>) {
