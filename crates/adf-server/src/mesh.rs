@@ -115,7 +115,7 @@ impl DaemonMesh {
                 && let Some(ws) = card.pointer_mut("/endpoints/ws")
                 && let Some(moved) = ws
                     .as_str()
-                    .and_then(|url| crate::serving::on_port(url, port))
+                    .and_then(|url| on_port(url, port))
             {
                 *ws = Value::String(moved);
             }
@@ -309,6 +309,17 @@ impl Mesh for DaemonMesh {
             }
         })
     }
+}
+
+/// `url` (`scheme://host[:port]/path?query`) with its port set to `port`.
+pub(crate) fn on_port(url: &str, port: u16) -> Option<String> {
+    let uri: axum::http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?;
+    let host = uri.authority()?.host();
+    let rest = uri
+        .path_and_query()
+        .map_or("", axum::http::uri::PathAndQuery::as_str);
+    Some(format!("{scheme}://{host}:{port}{rest}"))
 }
 
 /// Whether `method path` is a public mesh endpoint (served without the bearer token).

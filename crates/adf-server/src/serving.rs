@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 use crate::budget::BodyBudget;
 use crate::hub::Hub;
+use crate::mesh::on_port;
 
 /// The hub's agents, as serving sees them (weakly: the hub owns serving).
 #[derive(Debug)]
@@ -303,17 +304,6 @@ pub(crate) fn elsewhere(
         .into_response();
     response.headers_mut().insert(header::LOCATION, location);
     response
-}
-
-/// `url` (`scheme://host[:port]/path?query`) with its port set to `port`.
-pub(crate) fn on_port(url: &str, port: u16) -> Option<String> {
-    let uri: axum::http::Uri = url.parse().ok()?;
-    let scheme = uri.scheme_str()?;
-    let host = uri.authority()?.host();
-    let rest = uri
-        .path_and_query()
-        .map_or("", axum::http::uri::PathAndQuery::as_str);
-    Some(format!("{scheme}://{host}:{port}{rest}"))
 }
 
 /// Whether `method path` goes to serving (see the module docs).
