@@ -5,21 +5,26 @@
 //! `on_startup` dispatched, autostart loops kicked); unloading is the reverse.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use adf_net::AgentDirectory;
+use adf_net::streams::BindingEvents;
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::ToolRegistry;
-use adf_runtime::triggers::TriggerEvent;
+use adf_runtime::triggers::{Target, TriggerEvent};
 use adf_store::{AdfFile, StoreError};
 
+use crate::budget::BodyBudget;
+use crate::dispatch::Handled;
 use crate::error::ServerError;
-use crate::events::EventBus;
-use crate::hub::Hub;
+use crate::events::{Envelope, EventBus};
+use crate::hub::{Hub, Subsystems};
 use crate::mesh::DaemonMesh;
-use crate::registry::close_quietly;
+use crate::registry::{LoadFuture, close_quietly};
 use crate::review::{AutostartReport, Review};
 
 pub(crate) use crate::registry::info_from_config;
@@ -37,7 +42,7 @@ impl Daemon {
     /// A daemon with no agents, keeping its settings in `home`.
     pub fn new(home: RuntimeHome) -> Self {
         Self {
-            hub: Hub::new(home, load_through_hub),
+            hub: Hub::new(home, Arc::new(DaemonSubsystems)),
         }
     }
 
@@ -360,9 +365,55 @@ impl Daemon {
     }
 }
 
-/// The daemon's load (every subsystem started) as the hub's [`crate::hub::AgentLoader`]: how
-/// the subsystems that start agents (the autostart scan, the mesh starting a child) load one
-/// without naming `Daemon`.
-fn load_through_hub(hub: Arc<Hub>, path: PathBuf) -> crate::hub::LoadFuture {
-    Box::pin(async move { Daemon { hub }.load(&path).await })
+/// The daemon's subsystems as the hub, and a subsystem below another, call them
+/// ([`Subsystems`]): each method is the subsystem's own function.
+#[derive(Debug)]
+struct DaemonSubsystems;
+
+impl Subsystems for DaemonSubsystems {
+    fn load_agent(&self, hub: Arc<Hub>, path: PathBuf) -> LoadFuture {
+        Box::pin(async move { Daemon { hub }.load(&path).await })
+    }
+
+    fn offer_to_taps(&self, hub: &Arc<Hub>, agent: &Agent, envelope: &Envelope) {
+        crate::taps::offer(hub, agent, envelope);
+    }
+
+    fn open_configured_connections<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(crate::network::open_configured_connections(hub, agent))
+    }
+
+    fn run_trigger_turn<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+        target: &'a Target,
+        delivered: &'a [TriggerEvent],
+    ) -> BoxFuture<'a, Result<Handled, StoreError>> {
+        Box::pin(crate::turns::run_trigger_turn(hub, agent, target, delivered))
+    }
+
+    fn notice_new_rows<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(crate::watch::notice_new_rows(hub, agent))
+    }
+
+    fn directory(&self, hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
+        crate::serving::directory(hub)
+    }
+
+    fn binding_events(&self, hub: Weak<Hub>) -> Arc<dyn BindingEvents> {
+        crate::serving::binding_events(hub)
+    }
+
+    fn serving_for(&self, hub: &Arc<Hub>, budget: BodyBudget) -> Arc<adf_net::Serving> {
+        crate::serving::serving_for(hub, budget)
+    }
 }

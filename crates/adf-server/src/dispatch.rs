@@ -434,7 +434,9 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
                 .await
         }
         Scope::Agent => {
-            crate::turns::run_trigger_turn(hub, agent, &delivery.target, &delivery.events).await
+            hub.subsystems()
+                .run_trigger_turn(hub, agent, &delivery.target, &delivery.events)
+                .await
         }
     };
     // The handler may have changed the config (targets, state).
