@@ -394,7 +394,9 @@ impl Subsystems for DaemonSubsystems {
         target: &'a Target,
         delivered: &'a [TriggerEvent],
     ) -> BoxFuture<'a, Result<Handled, StoreError>> {
-        Box::pin(crate::turns::run_trigger_turn(hub, agent, target, delivered))
+        Box::pin(crate::turns::run_trigger_turn(
+            hub, agent, target, delivered,
+        ))
     }
 
     fn notice_new_rows<'a>(

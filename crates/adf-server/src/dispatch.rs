@@ -65,8 +65,8 @@ use crate::support::with_written_files;
 mod handled;
 mod queue;
 
-use queue::{Cached, Delivery, RowMarks};
 pub(crate) use handled::Handled;
+use queue::{Cached, Delivery, RowMarks};
 pub use queue::{QUEUE_CAPACITY, QueueStats, TriggerQueue};
 
 /// Dispatches `event` to `agent`'s trigger targets. Never blocks on the handlers: matching

@@ -47,8 +47,8 @@ use crate::registry::Agent;
 mod state;
 
 use state::{ApprovalWait, AskWait, State, Wake};
-pub(crate) use state::{TurnAbort, settle_orphaned_approvals};
 pub use state::{Hil, ORPHANED, Resolved, Verdict};
+pub(crate) use state::{TurnAbort, settle_orphaned_approvals};
 
 /// How often a waiting approval re-reads its task row for a resolution by another process.
 pub const EXTERNAL_CHECK: Duration = Duration::from_secs(1);
@@ -146,7 +146,6 @@ async fn suspend_watch(hub: Arc<Hub>, agent: Arc<Agent>, generation: u64) {
         tracing::warn!(agent = %agent.id, %error, "cannot end an unanswered suspension");
     }
 }
-
 
 /// `hil.resolved{orphaned: true}` for each approval [`settle_orphaned_approvals`] settled,
 /// and one `loop.recovered{reason: "orphaned_tasks"}`.

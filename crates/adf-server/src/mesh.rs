@@ -133,9 +133,7 @@ impl DaemonMesh {
             if config.pointer("/card/endpoints/ws").is_none()
                 && let Some(port) = self.serve_port()
                 && let Some(ws) = card.pointer_mut("/endpoints/ws")
-                && let Some(moved) = ws
-                    .as_str()
-                    .and_then(|url| on_port(url, port))
+                && let Some(moved) = ws.as_str().and_then(|url| on_port(url, port))
             {
                 *ws = Value::String(moved);
             }

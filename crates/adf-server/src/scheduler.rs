@@ -71,8 +71,8 @@ use crate::support::log_from;
 
 mod wakes;
 
-use wakes::{nudge_due, record_nudge};
 pub(crate) use wakes::{TimerWakes, WakeRead, wake_of};
+use wakes::{nudge_due, record_nudge};
 
 /// An agent-scope delivery the fire job recorded, run as a turn job after it.
 struct PendingTurn {

@@ -37,8 +37,8 @@ use crate::registry::Agent;
 
 mod state;
 
-use state::{config_hash, network_hash};
 pub(crate) use state::{AgentWatch, Watcher};
+use state::{config_hash, network_hash};
 
 /// How often the watcher looks at every loaded agent's file (at least; see the module docs).
 pub(crate) const WATCH_TICK: Duration = Duration::from_millis(500);
