@@ -114,7 +114,7 @@ impl Hil {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a turn job about to run; the drop of its [`TurnScope`] forgets it.
+    /// Registers a turn job about to run; the drop of its `TurnScope` (hil.rs) forgets it.
     pub(crate) fn begin_turn(&self) -> (u64, Arc<TurnAbort>) {
         let mut state = self.lock();
         state.next_turn += 1;
