@@ -37,7 +37,8 @@ use crate::scheduler::TimerWakes;
 /// The calls the hub, or a subsystem below another, makes into the daemon's parts above it:
 /// one narrow trait, implemented once by the daemon (daemon.rs) with each subsystem's own
 /// function (named on each method), so no file imports a file above it (`cargo xtask
-/// imports`). The hub holds it, so nothing of the daemon keeps the hub alive.
+/// imports`). Its implementation holds no handle back to the hub (each call is handed one),
+/// so the hub holding it is no reference cycle.
 pub(crate) trait Subsystems: Send + Sync + std::fmt::Debug {
     /// `Daemon::load`: loads the agent file at `path` with every subsystem started, for the
     /// subsystems that start agents (the autostart scan, the mesh starting a child).
