@@ -3,6 +3,8 @@
 //! share its `Hub`: trigger dispatch, the turn host, timers, HIL, taps, review and the mesh.
 //! Loading an agent is the registry's open, then each subsystem's start (timers re-armed,
 //! `on_startup` dispatched, autostart loops kicked); unloading is the reverse.
+//! It is also where the hub's calls upward land (`DaemonSubsystems`, the one implementation
+//! of `hub::Subsystems`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
