@@ -433,11 +433,7 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
                 })
                 .await
         }
-        Scope::Agent => {
-            hub.subsystems()
-                .run_trigger_turn(hub, agent, &delivery.target, &delivery.events)
-                .await
-        }
+        Scope::Agent => run_turn(hub, agent, &delivery).await,
     };
     // The handler may have changed the config (targets, state).
     agent.triggers().invalidate();
@@ -458,6 +454,17 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
         }
         Err(error) => tracing::warn!(agent = %agent.id, %error, "trigger delivery failed"),
     }
+}
+
+/// An agent-scope delivery: one turn job on the target's loop, run by the turn host
+/// (`turns::run_trigger_turn`, above dispatch, so reached through the hub's `Subsystems`).
+fn run_turn<'a>(
+    hub: &'a Arc<Hub>,
+    agent: &'a Arc<Agent>,
+    delivery: &'a Delivery,
+) -> futures::future::BoxFuture<'a, Result<Handled, adf_store::StoreError>> {
+    hub.subsystems()
+        .run_trigger_turn(hub, agent, &delivery.target, &delivery.events)
 }
 
 /// Runs `work` as one owner job on the agent's worker (an HTTP write) and dispatches the
