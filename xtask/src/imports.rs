@@ -21,34 +21,11 @@ use crate::rust_source;
 /// root).
 pub(crate) const ANALYZED: &[&str] = &["crates/adf-server", "crates/adf-runtime"];
 
-/// The circles that exist today (issue 30, finding 3; adf-runtime's, finding 4, is gone). Each
-/// entry is one strongly connected component, its files relative to the crate's `src/`,
-/// sorted. This list may only shrink: remove or shrink an entry when the code breaks (part
-/// of) a circle — the check says which. Never add one: a new circle is a design error to
-/// fix, not to list.
-pub(crate) const ALLOWED_CIRCLES: &[(&str, &[&str])] = &[
-    // adf-server: the subsystems' core. `Agent` (registry.rs) embeds each subsystem's
-    // per-agent state (trigger queue, HIL, taps, watch), the hub names the mesh, serving,
-    // timers and the watcher, and dispatch, turns, the scheduler and taps call each other's
-    // functions (issue 30 finding 3). The HTTP layer, the daemon handle, review, lambdas,
-    // shell runs and the leaves (budget, sessions, openapi, support, model, custom events) are
-    // out of it.
-    (
-        "crates/adf-server",
-        &[
-            "dispatch.rs",
-            "hil.rs",
-            "hub.rs",
-            "mesh.rs",
-            "registry.rs",
-            "scheduler.rs",
-            "serving.rs",
-            "taps.rs",
-            "turns.rs",
-            "watch.rs",
-        ],
-    ),
-];
+/// The circles that exist today: none (issue 30 broke adf-server's, finding 3, and
+/// adf-runtime's, finding 4). Each entry would be one strongly connected component, its files
+/// relative to the crate's `src/`, sorted. This list may only shrink: a new circle is a design
+/// error to fix, not to list.
+pub(crate) const ALLOWED_CIRCLES: &[(&str, &[&str])] = &[];
 
 /// One arrow: the importing file, the imported file, and the first line that names it.
 #[derive(Debug, Clone)]

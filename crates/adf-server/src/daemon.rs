@@ -3,23 +3,30 @@
 //! share its `Hub`: trigger dispatch, the turn host, timers, HIL, taps, review and the mesh.
 //! Loading an agent is the registry's open, then each subsystem's start (timers re-armed,
 //! `on_startup` dispatched, autostart loops kicked); unloading is the reverse.
+//! It is also where the hub's calls upward land (`DaemonSubsystems`, the one implementation
+//! of `hub::Subsystems`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use adf_net::AgentDirectory;
+use adf_net::streams::BindingEvents;
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::ToolRegistry;
-use adf_runtime::triggers::TriggerEvent;
+use adf_runtime::triggers::{Target, TriggerEvent};
 use adf_store::{AdfFile, StoreError};
 
+use crate::budget::BodyBudget;
+use crate::dispatch::Handled;
 use crate::error::ServerError;
-use crate::events::EventBus;
-use crate::hub::Hub;
+use crate::events::{Envelope, EventBus};
+use crate::hub::{Hub, Subsystems};
 use crate::mesh::DaemonMesh;
-use crate::registry::close_quietly;
+use crate::registry::{LoadFuture, close_quietly};
 use crate::review::{AutostartReport, Review};
 
 pub(crate) use crate::registry::info_from_config;
@@ -37,7 +44,7 @@ impl Daemon {
     /// A daemon with no agents, keeping its settings in `home`.
     pub fn new(home: RuntimeHome) -> Self {
         Self {
-            hub: Hub::new(home, load_through_hub),
+            hub: Hub::new(home, Arc::new(DaemonSubsystems)),
         }
     }
 
@@ -73,7 +80,7 @@ impl Daemon {
     /// follow the new config (removed or disabled ones close, new ones open, changed
     /// bindings reopen with their new declaration).
     pub async fn reconcile_network(&self, agent: &Arc<crate::registry::Agent>) {
-        crate::serving::reconcile_configured_connections(&self.hub, agent).await;
+        crate::network::reconcile_configured_connections(&self.hub, agent).await;
     }
 
     /// Applies a changed config's `umbilical.log` to the agent's replay log.
@@ -189,7 +196,7 @@ impl Daemon {
         crate::hil::report_orphaned_approvals(&self.hub, agent, orphans).await;
         crate::scheduler::ensure_started(&self.hub);
         crate::watch::ensure_started(&self.hub);
-        crate::scheduler::rearm(&self.hub, agent).await;
+        self.hub.timer_wakes().rearm(agent).await;
         let startup = TriggerEvent::new(
             adf_runtime::triggers::TriggerKind::OnStartup,
             adf_store::time::now_ms(),
@@ -200,7 +207,7 @@ impl Daemon {
             // Stored `off`: nothing opens now; `POST /state` back on opens what it declares.
             self.hub.mark_network_released(&agent.id);
         } else {
-            crate::serving::open_configured_connections(&self.hub, agent).await;
+            crate::network::open_configured_connections(&self.hub, agent).await;
         }
         crate::turns::kick_autostart(&self.hub, agent).await;
     }
@@ -294,12 +301,12 @@ impl Daemon {
     /// Notices rows other writers added to the agent's tasks, logs, inbox and outbox and
     /// dispatches them: one short job.
     pub async fn notice_new_rows(&self, agent: &Arc<Agent>) {
-        crate::dispatch::notice_new_rows(&self.hub, agent).await;
+        crate::watch::notice_new_rows(&self.hub, agent).await;
     }
 
     /// Re-reads `agent`'s timers and moves the scheduler's next wake-up.
     pub async fn rearm_timers(&self, agent: &Agent) {
-        crate::scheduler::rearm(&self.hub, agent).await;
+        self.hub.timer_wakes().rearm(agent).await;
     }
 
     /// The next wake time the scheduler holds for an agent (`None`: no live timer).
@@ -360,9 +367,57 @@ impl Daemon {
     }
 }
 
-/// The daemon's load (every subsystem started) as the hub's [`crate::hub::AgentLoader`]: how
-/// the subsystems that start agents (the autostart scan, the mesh starting a child) load one
-/// without naming `Daemon`.
-fn load_through_hub(hub: Arc<Hub>, path: PathBuf) -> crate::hub::LoadFuture {
-    Box::pin(async move { Daemon { hub }.load(&path).await })
+/// The daemon's subsystems as the hub, and a subsystem below another, call them
+/// ([`Subsystems`]): each method is the subsystem's own function.
+#[derive(Debug)]
+struct DaemonSubsystems;
+
+impl Subsystems for DaemonSubsystems {
+    fn load_agent(&self, hub: Arc<Hub>, path: PathBuf) -> LoadFuture {
+        Box::pin(async move { Daemon { hub }.load(&path).await })
+    }
+
+    fn offer_to_taps(&self, hub: &Arc<Hub>, agent: &Agent, envelope: &Envelope) {
+        crate::taps::offer(hub, agent, envelope);
+    }
+
+    fn open_configured_connections<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(crate::network::open_configured_connections(hub, agent))
+    }
+
+    fn run_trigger_turn<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+        target: &'a Target,
+        delivered: &'a [TriggerEvent],
+    ) -> BoxFuture<'a, Result<Handled, StoreError>> {
+        Box::pin(crate::turns::run_trigger_turn(
+            hub, agent, target, delivered,
+        ))
+    }
+
+    fn notice_new_rows<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(crate::watch::notice_new_rows(hub, agent))
+    }
+
+    fn directory(&self, hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
+        crate::serving::directory(hub)
+    }
+
+    fn binding_events(&self, hub: Weak<Hub>) -> Arc<dyn BindingEvents> {
+        crate::serving::binding_events(hub)
+    }
+
+    fn serving_for(&self, hub: &Arc<Hub>, budget: BodyBudget) -> Arc<adf_net::Serving> {
+        crate::serving::serving_for(hub, budget)
+    }
 }

@@ -44,8 +44,8 @@
 //! queue full is dropped and counted like any delivery (a `once` fire is re-armed, TRG-29). An
 //! idle agent holds no task and no event: only its queue record with the marks.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -62,133 +62,12 @@ use crate::lambdas::{LambdaReport, run_system_lambda};
 use crate::registry::Agent;
 use crate::support::with_written_files;
 
-/// Most deliveries one agent's trigger queue holds; beyond it deliveries are dropped.
-pub const QUEUE_CAPACITY: usize = 256;
+mod handled;
+mod queue;
 
-/// One target's events, ready to run.
-#[derive(Debug)]
-struct Delivery {
-    target: Target,
-    pub(crate) events: Vec<TriggerEvent>,
-}
-
-/// The parsed targets and stored state, cached until the config may have changed.
-#[derive(Debug)]
-struct Cached {
-    targets: Vec<Target>,
-    state: String,
-}
-
-impl QueueState {
-    /// Deliveries not finished yet: queued, or handed to a loop's lane.
-    fn waiting(&self) -> usize {
-        self.pending.len() + self.in_lanes
-    }
-}
-
-#[derive(Debug, Default)]
-struct QueueState {
-    pending: VecDeque<Delivery>,
-    draining: bool,
-    dropped: u64,
-    dropped_unlogged: u64,
-    delivered: u64,
-    high_water: usize,
-    windows: HashMap<(TriggerKind, usize), timing::Window>,
-    flushing: HashSet<(TriggerKind, usize)>,
-    cached: Option<Arc<Cached>>,
-    /// A `command` target was skipped and said so in the log (once per load).
-    command_reported: bool,
-    /// The highest rowid already seen in each observed table; `None` until the first read.
-    marks: Option<RowMarks>,
-    /// See [`QueueStats::rows_passed`].
-    rows_passed: u64,
-    /// Bumped by every `invalidate`, so other caches of config-derived data (taps) know.
-    generation: u64,
-    /// Agent-scope deliveries by target loop, taken off `pending` by the drain: each loop's
-    /// lane runs its turns in order on a task of its own while the lane holds any, so a turn
-    /// that waits (for the owner, a model) holds up neither the system deliveries behind it
-    /// nor another loop's.
-    lanes: HashMap<String, VecDeque<Delivery>>,
-    /// Deliveries in `lanes`, queued or running; they count against [`QUEUE_CAPACITY`].
-    in_lanes: usize,
-}
-
-/// The highest rowid seen in `adf_tasks`, `adf_logs`, `adf_inbox` and `adf_outbox`, in
-/// [`OBSERVED`] order: 32 bytes per agent, the only per-agent state the row sources need.
-type RowMarks = [i64; 4];
-
-/// One agent's trigger queue (see the module docs for the bound).
-#[derive(Debug, Default)]
-pub struct TriggerQueue {
-    state: Mutex<QueueState>,
-}
-
-/// Counters of a [`TriggerQueue`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Deliveries waiting now.
-    pub len: usize,
-    /// The most deliveries the queue holds ([`QUEUE_CAPACITY`]); beyond it they are dropped.
-    pub capacity: usize,
-    /// The most deliveries ever waiting at once (never above `capacity`).
-    pub high_water: usize,
-    /// Deliveries dropped because the queue was full, since the agent loaded.
-    pub dropped: u64,
-    /// Deliveries run to completion (lambda or turn finished), since the agent loaded.
-    pub delivered: u64,
-    /// Whether a task is draining the queue or an agent-scope delivery (a turn) it handed to
-    /// its loop's lane is still queued or running.
-    pub draining: bool,
-    /// Route lambda runs whose rows the marks passed without a sweep (no row source among
-    /// the targets), since the agent loaded.
-    pub rows_passed: u64,
-}
-
-impl TriggerQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A snapshot of the queue's counters, taken under its lock.
-    pub fn stats(&self) -> QueueStats {
-        let state = self.lock();
-        QueueStats {
-            len: state.pending.len() + state.in_lanes,
-            capacity: QUEUE_CAPACITY,
-            high_water: state.high_water,
-            dropped: state.dropped,
-            delivered: state.delivered,
-            draining: state.draining || state.in_lanes > 0,
-            rows_passed: state.rows_passed,
-        }
-    }
-
-    /// Forgets the cached targets (the config changed or may have).
-    pub(crate) fn invalidate(&self) {
-        let mut state = self.lock();
-        state.cached = None;
-        state.generation += 1;
-    }
-
-    /// How many times the cached targets were invalidated (the config may have changed).
-    pub(crate) fn generation(&self) -> u64 {
-        self.lock().generation
-    }
-
-    /// Whether a delivery offered now would be dropped.
-    pub(crate) fn is_full(&self) -> bool {
-        self.lock().waiting() >= QUEUE_CAPACITY
-    }
-
-    /// Counts deliveries dropped outside `dispatch` (a timer fire that found the queue
-    /// full); they are logged with the next drain's `trigger_dispatch_dropped` row.
-    pub(crate) fn count_dropped(&self, dropped: u64) {
-        let mut state = self.lock();
-        state.dropped += dropped;
-        state.dropped_unlogged += dropped;
-    }
-}
+pub(crate) use handled::Handled;
+use queue::{Cached, Delivery, RowMarks};
+pub use queue::{QUEUE_CAPACITY, QueueStats, TriggerQueue};
 
 /// Dispatches `event` to `agent`'s trigger targets. Never blocks on the handlers: matching
 /// deliveries are queued (or dropped when the queue is full) and run in the background.
@@ -389,7 +268,7 @@ async fn drain(hub: &Arc<Hub>, agent: Arc<Agent>) {
 }
 
 /// Queues an agent-scope delivery on its loop's lane, starting the lane's task when it was
-/// idle (see [`QueueState::lanes`]).
+/// idle (see [`queue::QueueState::lanes`]).
 fn hand_to_lane(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
     let loop_name = delivery.target.loop_name.clone();
     let start = {
@@ -554,9 +433,7 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
                 })
                 .await
         }
-        Scope::Agent => {
-            crate::turns::run_trigger_turn(hub, agent, &delivery.target, &delivery.events).await
-        }
+        Scope::Agent => run_turn(hub, agent, &delivery).await,
     };
     // The handler may have changed the config (targets, state).
     agent.triggers().invalidate();
@@ -579,6 +456,17 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
     }
 }
 
+/// An agent-scope delivery: one turn job on the target's loop, run by the turn host
+/// (`turns::run_trigger_turn`, above dispatch, so reached through the hub's `Subsystems`).
+fn run_turn<'a>(
+    hub: &'a Arc<Hub>,
+    agent: &'a Arc<Agent>,
+    delivery: &'a Delivery,
+) -> futures::future::BoxFuture<'a, Result<Handled, adf_store::StoreError>> {
+    hub.subsystems()
+        .run_trigger_turn(hub, agent, &delivery.target, &delivery.events)
+}
+
 /// Runs `work` as one owner job on the agent's worker (an HTTP write) and dispatches the
 /// task, log, inbox and outbox rows that appeared by then, produced by nobody inside the
 /// agent. Rows another process added since the agent's last job are caught here too.
@@ -597,27 +485,6 @@ pub(crate) async fn run_observed<R: Send + 'static>(
         .await?;
     crate::dispatch::dispatch_all(hub, agent, events).await;
     result
-}
-
-/// Notices what another connection just wrote (a guest connection's route request or mesh
-/// ingress, another process): the rows it added to the agent's tasks, logs, inbox and outbox,
-/// and the files it wrote (`on_file_change` of an outside writer, once: see
-/// `watch::take_outside_writes`), and dispatches them: one short job.
-pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
-    let observer = Arc::clone(agent);
-    let found = agent
-        .job(move |file| {
-            let written = crate::watch::take_outside_writes(&observer, file);
-            Ok((written, sweep(file, &observer, &Producer::External)))
-        })
-        .await;
-    match found {
-        Ok((written, events)) => {
-            crate::watch::dispatch_outside_writes(hub, agent, written).await;
-            dispatch_all(hub, agent, events).await;
-        }
-        Err(error) => tracing::warn!(agent = %agent.id, %error, "cannot read new rows"),
-    }
 }
 
 /// `lambda.started` / `lambda.completed` for a system-scope run.
@@ -663,7 +530,7 @@ pub(crate) async fn dispatch_handled(
     events: Vec<TriggerEvent>,
 ) {
     if let Some(wake) = wake {
-        crate::scheduler::set_wake(hub, agent, wake);
+        hub.timer_wakes().set(agent, wake);
     }
     dispatch_writes(hub, agent, written, producer).await;
     dispatch_all(hub, agent, events).await;
@@ -697,29 +564,6 @@ pub(crate) async fn dispatch_writes(
         )
         .produced_by(producer.clone());
         crate::dispatch::dispatch(hub, agent, event).await;
-    }
-}
-
-/// What one delivery job did, reported back to the async side.
-pub(crate) struct Handled {
-    pub(crate) report: Option<LambdaReport>,
-    pub(crate) written: Vec<(String, i64)>,
-    pub(crate) producer: Producer,
-    pub(crate) events: Vec<TriggerEvent>,
-    /// The agent's next timer or nudge wake after the handler ran (it may have set a timer
-    /// or changed the state); `None` when it could not be read.
-    pub(crate) wake: Option<crate::scheduler::WakeRead>,
-}
-
-impl Handled {
-    pub(crate) fn skipped() -> Self {
-        Self {
-            report: None,
-            written: Vec::new(),
-            producer: Producer::Agent,
-            events: Vec::new(),
-            wake: None,
-        }
     }
 }
 

@@ -3,34 +3,75 @@
 //! events and offers them to its taps), the tool registry, the timer scheduler's wake map,
 //! the mesh, the runtime home and the shutdown signal.
 //!
-//! Subsystems (`dispatch`, `turns`, `scheduler`, `hil`, `taps`, `review`, `mesh`) are
-//! functions and per-agent types that take an agent and a `&Arc<Hub>`; none names `Daemon`.
-//! `Daemon` (daemon.rs) is the public handle that owns the hub and composes the subsystems
-//! into load, unload and shutdown.
+//! Subsystems (`dispatch`, `turns`, `scheduler`, `hil`, `taps`, `watch`, `network`, `serving`,
+//! `review`) are functions that take an agent and a `&Arc<Hub>`; none names `Daemon`. Their
+//! per-agent state lives in leaves the agent record embeds, and the hub imports none of them:
+//! what the hub, or a subsystem below another, must call above itself goes through
+//! [`Subsystems`], which the daemon implements. The mesh sits below the hub and reaches it
+//! through `mesh::MeshHost`. `Daemon` (daemon.rs) is the public handle that owns the hub and
+//! composes the subsystems into load, unload and shutdown.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use adf_net::AgentDirectory;
+use adf_net::streams::BindingEvents;
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::ToolRegistry;
-use adf_store::{Caller, MetaProtection};
+use adf_runtime::triggers::{Target, TriggerEvent};
+use adf_store::{Caller, MetaProtection, StoreError};
 
+use crate::budget::BodyBudget;
+use crate::dispatch::Handled;
 use crate::error::ServerError;
 use crate::events::{Envelope, EventBus};
-use crate::mesh::DaemonMesh;
-use crate::registry::{Agent, AgentRegistry, Loaded, SEQ_META_KEY};
+use crate::mesh::{DaemonMesh, MeshHost};
+use crate::registry::{Agent, AgentRegistry, LoadFuture, SEQ_META_KEY};
 use crate::scheduler::TimerWakes;
 
-/// What [`Hub::load_agent`] awaits.
-pub(crate) type LoadFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Loaded, ServerError>> + Send>>;
-
-/// The daemon's load of an agent file with every subsystem started, handed to the hub when it
-/// is made: a plain function (no handle back to the daemon, so nothing keeps the hub alive).
-pub(crate) type AgentLoader = fn(Arc<Hub>, std::path::PathBuf) -> LoadFuture;
+/// The calls the hub, or a subsystem below another, makes into the daemon's parts above it:
+/// one narrow trait, implemented once by the daemon (daemon.rs) with each subsystem's own
+/// function (named on each method), so no file imports a file above it (`cargo xtask
+/// imports`). Its implementation holds no handle back to the hub (each call is handed one),
+/// so the hub holding it is no reference cycle.
+pub(crate) trait Subsystems: Send + Sync + std::fmt::Debug {
+    /// `Daemon::load`: loads the agent file at `path` with every subsystem started, for the
+    /// subsystems that start agents (the autostart scan, the mesh starting a child).
+    fn load_agent(&self, hub: Arc<Hub>, path: PathBuf) -> LoadFuture;
+    /// `taps::offer`: queues an agent event for its umbilical taps ([`Hub::emit`]); never
+    /// waits.
+    fn offer_to_taps(&self, hub: &Arc<Hub>, agent: &Agent, envelope: &Envelope);
+    /// `network::open_configured_connections`: opens what the agent's config declares (an
+    /// agent back from `off`).
+    fn open_configured_connections<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+    ) -> BoxFuture<'a, ()>;
+    /// `turns::run_trigger_turn`: an agent-scope trigger delivery as a turn job (`dispatch`).
+    fn run_trigger_turn<'a>(
+        &'a self,
+        hub: &'a Arc<Hub>,
+        agent: &'a Arc<Agent>,
+        target: &'a Target,
+        delivered: &'a [TriggerEvent],
+    ) -> BoxFuture<'a, Result<Handled, StoreError>>;
+    /// `watch::notice_new_rows`: dispatches what another connection wrote (the mesh's ingress).
+    fn notice_new_rows<'a>(&'a self, hub: &'a Arc<Hub>, agent: &'a Arc<Agent>)
+    -> BoxFuture<'a, ()>;
+    /// `serving::directory`: the hub's agents as agent serving and the WebSocket tools see
+    /// them (weakly: the hub owns serving).
+    fn directory(&self, hub: Weak<Hub>) -> Arc<dyn AgentDirectory>;
+    /// `serving::binding_events`: where stream bindings' `binding.*` events go.
+    fn binding_events(&self, hub: Weak<Hub>) -> Arc<dyn BindingEvents>;
+    /// `serving::serving_for`: agent serving, reading public bodies under `budget`.
+    fn serving_for(&self, hub: &Arc<Hub>, budget: BodyBudget) -> Arc<adf_net::Serving>;
+}
 
 /// The daemon's shared parts (see the module docs).
 #[derive(Debug)]
@@ -62,13 +103,13 @@ pub(crate) struct Hub {
     /// requests are sent on it so their connections stay alive across turns, each of which
     /// runs on a runtime of its own. `None` when the hub was made outside a runtime.
     io: Option<tokio::runtime::Handle>,
-    /// The daemon's load ([`Hub::load_agent`]).
-    load: AgentLoader,
+    /// The calls into the parts above the hub (see [`Subsystems`]).
+    subsystems: Arc<dyn Subsystems>,
 }
 
 impl Hub {
     /// A hub with no agents, keeping its settings in `home`.
-    pub(crate) fn new(home: RuntimeHome, load: AgentLoader) -> Arc<Self> {
+    pub(crate) fn new(home: RuntimeHome, subsystems: Arc<dyn Subsystems>) -> Arc<Self> {
         let (shutdown, _) = watch::channel(false);
         // The mesh reaches back to the hub's agents, weakly, so the hub can drop.
         Arc::new_cyclic(|weak: &Weak<Hub>| {
@@ -78,7 +119,7 @@ impl Hub {
                 Some(home.clone()),
             );
             tools.register(adf_shell::tool());
-            let directory = crate::serving::directory(weak.clone());
+            let directory = subsystems.directory(weak.clone());
             let serving = adf_net::tools::ServingCell::default();
             let outbound = adf_net::outbound::Outbound::new(
                 Arc::clone(&directory),
@@ -88,7 +129,7 @@ impl Hub {
             let streams = adf_net::streams::Streams::new(
                 Arc::clone(&outbound),
                 Arc::new(adf_egress::SystemLookup),
-                crate::serving::binding_events(weak.clone()),
+                subsystems.binding_events(weak.clone()),
             );
             for tool in adf_net::tools::WsTools::tools(
                 Arc::clone(&outbound),
@@ -123,7 +164,7 @@ impl Hub {
                 streams,
                 network_released: std::sync::Mutex::default(),
                 io: tokio::runtime::Handle::try_current().ok(),
-                load,
+                subsystems,
             }
         })
     }
@@ -131,7 +172,12 @@ impl Hub {
     /// Loads the agent file at `path` with every subsystem started (the daemon's load): for
     /// the subsystems that start agents, which never name `Daemon`.
     pub(crate) fn load_agent(self: &Arc<Self>, path: std::path::PathBuf) -> LoadFuture {
-        (self.load)(Arc::clone(self), path)
+        self.subsystems.load_agent(Arc::clone(self), path)
+    }
+
+    /// The calls into the parts above the hub.
+    pub(crate) fn subsystems(&self) -> &dyn Subsystems {
+        self.subsystems.as_ref()
     }
 
     /// The daemon's long-lived runtime, for model requests (see the field).
@@ -239,7 +285,7 @@ impl Hub {
     pub(crate) fn start_serving(self: &Arc<Self>, budget: crate::budget::BodyBudget) {
         let _ = self
             .serving
-            .get_or_init(|| crate::serving::serving_for(self, budget));
+            .get_or_init(|| self.subsystems.serving_for(self, budget));
     }
 
     pub(crate) fn uptime_secs(&self) -> f64 {
@@ -306,7 +352,7 @@ impl Hub {
             seq: number,
         };
         // Never waits: the agent's umbilical taps get it through their bounded queue.
-        crate::taps::offer(self, agent, &envelope);
+        self.subsystems.offer_to_taps(self, agent, &envelope);
         self.umbilical.record(&agent.id, event_type, number, || {
             serde_json::to_value(&envelope).unwrap_or(Value::Null)
         });
@@ -337,9 +383,43 @@ impl Hub {
             if let Ok(agent) = self.agent(&agent.id) {
                 let hub = Arc::clone(self);
                 tokio::spawn(async move {
-                    crate::serving::open_configured_connections(&hub, &agent).await;
+                    hub.subsystems
+                        .open_configured_connections(&hub, &agent)
+                        .await;
                 });
             }
         }
+    }
+}
+
+/// The mesh's view of the hub (see [`MeshHost`]): the hub's own parts, and the calls above it
+/// through [`Subsystems`].
+impl MeshHost for Hub {
+    fn registry(&self) -> &AgentRegistry {
+        &self.agents
+    }
+
+    fn agents(&self) -> Vec<Arc<Agent>> {
+        self.agents.all()
+    }
+
+    fn agent(&self, key: &str) -> Result<Arc<Agent>, ServerError> {
+        self.agents.find(key)
+    }
+
+    fn outbound(&self) -> &Arc<adf_net::outbound::Outbound> {
+        &self.outbound
+    }
+
+    fn mesh(&self) -> &Arc<DaemonMesh> {
+        &self.mesh
+    }
+
+    fn load_agent(self: Arc<Self>, path: PathBuf) -> LoadFuture {
+        self.subsystems.load_agent(Arc::clone(&self), path)
+    }
+
+    fn notice_new_rows(self: Arc<Self>, agent: Arc<Agent>) -> BoxFuture<'static, ()> {
+        Box::pin(async move { self.subsystems.notice_new_rows(&self, &agent).await })
     }
 }

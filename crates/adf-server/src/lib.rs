@@ -60,6 +60,7 @@ pub mod live;
 pub mod memory;
 pub mod mesh;
 mod model;
+mod network;
 pub mod openapi;
 mod registry;
 pub mod review;

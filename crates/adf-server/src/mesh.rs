@@ -12,7 +12,7 @@
 //! reads of discovery therefore open the recipient's file as a short-lived guest connection
 //! (`AdfFile::open_guest`, SQLite's own locking orders it with the worker's short write
 //! transactions), and the recipient's worker notices the new inbox row through the trigger
-//! sweep (`dispatch::notice_new_rows`), which raises `on_inbox`.
+//! sweep (`watch::notice_new_rows`), which raises `on_inbox`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -26,16 +26,36 @@ use adf_runtime::messaging::receive::{self, Arrival, Refusal};
 use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, card};
 use adf_store::AdfFile;
 
-use crate::hub::Hub;
-use crate::registry::Agent;
+use crate::error::ServerError;
+use crate::registry::{Agent, AgentRegistry, LoadFuture};
 
 /// Largest mesh request body: the ALF limit plus room for JSON framing.
 pub const MAX_BODY_BYTES: usize = adf_crypto::alf::MAX_MESSAGE_BYTES + 64 * 1024;
 
+/// What the mesh needs of the daemon that hosts it (the hub implements it; the mesh holds it
+/// weakly, since the hub owns the mesh): its loaded agents, their outbound WebSockets, loading
+/// an agent (a child `sys_create_adf` starts), and noticing the rows ingress wrote.
+pub(crate) trait MeshHost: Send + Sync + std::fmt::Debug {
+    /// The loaded agents (the roster version of `mesh_updates`).
+    fn registry(&self) -> &AgentRegistry;
+    /// Loaded agents in load order.
+    fn agents(&self) -> Vec<Arc<Agent>>;
+    /// The loaded agent whose id, handle or name is `key`.
+    fn agent(&self, key: &str) -> Result<Arc<Agent>, ServerError>;
+    /// Outbound WebSockets of every agent.
+    fn outbound(&self) -> &Arc<adf_net::outbound::Outbound>;
+    /// This mesh, for ingress from a task that outlives the call.
+    fn mesh(&self) -> &Arc<DaemonMesh>;
+    /// The daemon's load of the agent file at `path`, every subsystem started.
+    fn load_agent(self: Arc<Self>, path: PathBuf) -> LoadFuture;
+    /// Notices and dispatches what another connection wrote to `agent`'s file (one job).
+    fn notice_new_rows(self: Arc<Self>, agent: Arc<Agent>) -> BoxFuture<'static, ()>;
+}
+
 /// The agents a daemon hosts, as the mesh sees them.
 #[derive(Debug)]
 pub struct DaemonMesh {
-    hub: std::sync::Weak<Hub>,
+    hub: std::sync::Weak<dyn MeshHost>,
     home: RuntimeHome,
     /// `http://host:port` once the daemon serves HTTP.
     base_url: OnceLock<String>,
@@ -46,7 +66,7 @@ pub struct DaemonMesh {
 }
 
 impl DaemonMesh {
-    pub(crate) fn new(hub: std::sync::Weak<Hub>, home: RuntimeHome) -> Self {
+    pub(crate) fn new(hub: std::sync::Weak<dyn MeshHost>, home: RuntimeHome) -> Self {
         DaemonMesh {
             hub,
             home,
@@ -113,9 +133,7 @@ impl DaemonMesh {
             if config.pointer("/card/endpoints/ws").is_none()
                 && let Some(port) = self.serve_port()
                 && let Some(ws) = card.pointer_mut("/endpoints/ws")
-                && let Some(moved) = ws
-                    .as_str()
-                    .and_then(|url| crate::serving::on_port(url, port))
+                && let Some(moved) = ws.as_str().and_then(|url| on_port(url, port))
             {
                 *ws = Value::String(moved);
             }
@@ -181,7 +199,7 @@ impl DaemonMesh {
             // by the worker's check of other writers (also what the watcher would find, so
             // they are dispatched once, by whichever takes them first).
             runtime.spawn(async move {
-                crate::dispatch::notice_new_rows(&daemon, &agent).await;
+                daemon.notice_new_rows(agent).await;
             });
         }
         Ok(outcome)
@@ -309,6 +327,17 @@ impl Mesh for DaemonMesh {
             }
         })
     }
+}
+
+/// `url` (`scheme://host[:port]/path?query`) with its port set to `port`.
+pub(crate) fn on_port(url: &str, port: u16) -> Option<String> {
+    let uri: axum::http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?;
+    let host = uri.authority()?.host();
+    let rest = uri
+        .path_and_query()
+        .map_or("", axum::http::uri::PathAndQuery::as_str);
+    Some(format!("{scheme}://{host}:{port}{rest}"))
 }
 
 /// Whether `method path` is a public mesh endpoint (served without the bearer token).

@@ -35,6 +35,10 @@ pub struct Loaded {
     pub newly_loaded: bool,
 }
 
+/// What a load of an agent file awaits (`Hub::load_agent`).
+pub(crate) type LoadFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Loaded, ServerError>> + Send>>;
+
 /// The meta key holding the end of the agent's reserved `seq` block.
 pub const SEQ_META_KEY: &str = "runtime_umbilical_next_seq";
 

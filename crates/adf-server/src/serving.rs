@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 use crate::budget::BodyBudget;
 use crate::hub::Hub;
+use crate::mesh::on_port;
 
 /// The hub's agents, as serving sees them (weakly: the hub owns serving).
 #[derive(Debug)]
@@ -89,7 +90,7 @@ impl AgentDirectory for DaemonAgents {
         tokio::spawn(async move {
             loop {
                 while sweeps.again.swap(false, Ordering::AcqRel) {
-                    crate::dispatch::notice_new_rows(&hub, &agent).await;
+                    crate::watch::notice_new_rows(&hub, &agent).await;
                     if sweeps.again.load(Ordering::Acquire) {
                         tokio::time::sleep(SWEEP_PACE).await;
                     }
@@ -163,105 +164,6 @@ pub(crate) fn directory(hub: Weak<Hub>) -> Arc<dyn AgentDirectory> {
         hub,
         sweeps: Mutex::new(HashMap::new()),
     })
-}
-
-/// At load: the agent's umbilical replay log (`umbilical.log`), its enabled
-/// `ws_connections` and then its declared `stream_bindings` (a connection or binding that
-/// fails is a warning, never a failed load).
-pub(crate) async fn open_configured_connections(
-    hub: &Arc<Hub>,
-    agent: &Arc<crate::registry::Agent>,
-) {
-    // Read on the agent's own worker, not on a connection of its own: a second connection's
-    // open can be refused while the worker checkpoints or closes the file (busy), and a
-    // declared network that silently stayed closed was the result.
-    let config = agent.job(|file| file.config()).await;
-    // Whenever nothing opens, the agent stays marked released, so its next state change
-    // tries again instead of finding nothing to reopen.
-    let mut config = match config {
-        Ok(config) => config,
-        Err(error) => {
-            tracing::warn!(agent = %agent.id, %error, "cannot read the config to open the declared network");
-            hub.mark_network_released(&agent.id);
-            return;
-        }
-    };
-    agent.watch().network_opened(&config);
-    // The live state decides, not the stored one: `POST /state` is not persisted, so an
-    // agent stored `off` and turned back on still reads `off` in its file.
-    let live = agent.info().display_state;
-    if live == "off" {
-        hub.mark_network_released(&agent.id);
-        return;
-    }
-    if let Some(fields) = config.as_object_mut() {
-        fields.insert("state".to_owned(), Value::String(live));
-    }
-    hub.umbilical().configure(&agent.id, &config);
-    let entries = config
-        .get("ws_connections")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let served = ServedAgent {
-        id: agent.id.clone(),
-        path: agent.path.clone(),
-    };
-    for entry in entries {
-        if entry.get("enabled").and_then(Value::as_bool) == Some(false) {
-            continue;
-        }
-        let policy = adf_net::tools::ws_policy(&config);
-        let outcome = match adf_net::outbound::OutboundSpec::from_entry(&entry, policy) {
-            Ok(spec) => hub.outbound().connect(served.clone(), spec).await,
-            Err(why) => Err(why),
-        };
-        if let Err(why) = outcome {
-            let id = entry.get("id").and_then(Value::as_str).unwrap_or("?");
-            tracing::warn!(agent = %agent.id, connection = id, %why, "ws_connections entry not opened");
-        }
-    }
-    // After the connections: a declared `ws` endpoint names one of them (SRV-41).
-    for (binding, why) in hub.streams().materialize(&agent.id, &config) {
-        tracing::warn!(agent = %agent.id, %binding, %why, "stream_bindings entry not materialized");
-    }
-}
-
-/// After a config change at run time: declared bindings end and materialize again from the
-/// new config, connections of `ws_connections` entries now gone or disabled close, and new
-/// or re-enabled entries open (open ones stay: the connect finds them by config id).
-pub(crate) async fn reconcile_configured_connections(
-    hub: &Arc<Hub>,
-    agent: &Arc<crate::registry::Agent>,
-) {
-    let config = match agent.job(|file| file.config()).await {
-        Ok(config) => config,
-        Err(error) => {
-            tracing::warn!(agent = %agent.id, %error, "cannot read the config to reconcile the declared network");
-            return;
-        }
-    };
-    let wanted: Vec<&str> = config
-        .get("ws_connections")
-        .and_then(Value::as_array)
-        .map(|entries| {
-            entries
-                .iter()
-                .filter(|e| e.get("enabled").and_then(Value::as_bool) != Some(false))
-                .filter_map(|e| e.get("id").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default();
-    for open in hub.outbound().list(&agent.id) {
-        // Ad-hoc connections that were not saved have no config id: code owns them.
-        if let Some(config_id) = &open.config_id
-            && !wanted.contains(&config_id.as_str())
-        {
-            hub.outbound().disconnect(&agent.id, &open.id);
-        }
-    }
-    hub.streams().release_declared(&agent.id);
-    open_configured_connections(hub, agent).await;
 }
 
 /// `binding.*` events reach the agent's umbilical through one task, in the order the
@@ -402,17 +304,6 @@ pub(crate) fn elsewhere(
         .into_response();
     response.headers_mut().insert(header::LOCATION, location);
     response
-}
-
-/// `url` (`scheme://host[:port]/path?query`) with its port set to `port`.
-pub(crate) fn on_port(url: &str, port: u16) -> Option<String> {
-    let uri: axum::http::Uri = url.parse().ok()?;
-    let scheme = uri.scheme_str()?;
-    let host = uri.authority()?.host();
-    let rest = uri
-        .path_and_query()
-        .map_or("", axum::http::uri::PathAndQuery::as_str);
-    Some(format!("{scheme}://{host}:{port}{rest}"))
 }
 
 /// Whether `method path` goes to serving (see the module docs).

@@ -26,7 +26,7 @@
 //! left open. After the job, the caller publishes `turn.completed`, re-arms timers and
 //! dispatches the files written and the events recorded.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
@@ -45,6 +45,10 @@ use crate::hub::Hub;
 use crate::model::TurnModel;
 use crate::registry::Agent;
 use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
+
+mod observer;
+
+pub(crate) use observer::TurnObserver;
 
 /// Starts an owner chat turn on `loop_name` in the background (`POST /agents/{id}/chat`).
 /// The model is decided first ([`TurnModel`]), so a missing provider or key is reported to the
@@ -395,72 +399,6 @@ impl LoopPasses {
         self.runtime
             .spawn(async move { spawn_turns(&hub, &agent, wake, None, None) });
         false
-    }
-}
-
-/// The turn's side of each lease hand-over (`LeaseHooks`): when the file comes from the
-/// worker, rows that appeared since (another process) are external events and the file
-/// stamps are taken; when it goes back, the rows since are the turn's and the files whose
-/// stamp moved are the turn's writes. Jobs that ran in between (timer lambdas, owner writes,
-/// deliveries) sweep their own rows, so none of the turn's rows is another's and the other
-/// way round.
-#[derive(Debug)]
-pub(crate) struct TurnObserver {
-    agent: Arc<Agent>,
-    state: Mutex<Observed>,
-}
-
-#[derive(Debug, Default)]
-struct Observed {
-    stamps: Option<HashMap<String, (String, i64)>>,
-    written: BTreeMap<String, i64>,
-    events: Vec<TriggerEvent>,
-}
-
-impl TurnObserver {
-    pub(crate) fn new(agent: Arc<Agent>) -> Self {
-        Self {
-            agent,
-            state: Mutex::new(Observed::default()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Observed> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The files the turn wrote (path order) and the row events it produced, in order.
-    fn take(&self) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
-        let mut state = self.lock();
-        let written = std::mem::take(&mut state.written).into_iter().collect();
-        (written, std::mem::take(&mut state.events))
-    }
-}
-
-impl LeaseHooks for TurnObserver {
-    fn acquired(&self, file: &mut AdfFile) {
-        let external = crate::dispatch::sweep(file, &self.agent, &Producer::External);
-        let stamps = crate::support::file_stamps(file);
-        let mut state = self.lock();
-        state.events.extend(external);
-        state.stamps = Some(stamps);
-    }
-
-    fn releasing(&self, file: &mut AdfFile) {
-        let own = crate::dispatch::sweep(file, &self.agent, &Producer::Agent);
-        // Taken in a statement of its own: a `let … else` would keep the guard through `else`.
-        let before = self.lock().stamps.take();
-        let after = before.as_ref().map(|_| crate::support::file_stamps(file));
-        let mut state = self.lock();
-        state.events.extend(own);
-        let (Some(before), Some(after)) = (before, after) else {
-            return;
-        };
-        for (path, (stamp, size)) in after {
-            if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
-                state.written.insert(path, size);
-            }
-        }
     }
 }
 

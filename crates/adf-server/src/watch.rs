@@ -23,7 +23,7 @@
 //! [`StoreHandle`]: adf_store::StoreHandle
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -31,8 +31,14 @@ use serde_json::{Value, json};
 use adf_runtime::triggers::{Producer, TriggerEvent, TriggerKind};
 use adf_store::other_writers::DiskStamp;
 
+use crate::dispatch::{dispatch_all, sweep};
 use crate::hub::Hub;
 use crate::registry::Agent;
+
+mod state;
+
+pub(crate) use state::{AgentWatch, Watcher};
+use state::{config_hash, network_hash};
 
 /// How often the watcher looks at every loaded agent's file (at least; see the module docs).
 pub(crate) const WATCH_TICK: Duration = Duration::from_millis(500);
@@ -41,62 +47,6 @@ pub(crate) const WATCH_TICK: Duration = Duration::from_millis(500);
 /// times the last pass.
 const PASS_SHARE: u32 = 20;
 
-/// The daemon's side of one agent's other writers.
-#[derive(Debug, Default)]
-pub(crate) struct AgentWatch {
-    /// The handle's change count the daemon last re-read after.
-    seen: AtomicU64,
-    /// A hash of the files' stamp at the last look while the file was open.
-    disk: AtomicU64,
-    /// A re-read is queued or running.
-    in_flight: AtomicBool,
-    /// A hash of the config text as last read, so a re-read drops the caches built from it only
-    /// when it changed (the serving lane's commits move `data_version` all the time).
-    config: AtomicU64,
-    /// A hash of the declared network sections (`ws_connections`, `stream_bindings`,
-    /// `stream_bind`) the daemon last opened its connections and bindings from, so a re-read
-    /// that finds them changed by another writer reconciles them, and one that does not leaves
-    /// them open.
-    network: AtomicU64,
-}
-
-impl AgentWatch {
-    /// The watch of an agent whose config, read at load, is `config`.
-    pub(crate) fn seeded(config: &Value) -> Self {
-        let watch = Self::default();
-        watch.config.store(config_hash(config), Ordering::SeqCst);
-        watch
-    }
-}
-
-impl AgentWatch {
-    /// The daemon (re)opened the agent's declared network from `config`.
-    pub(crate) fn network_opened(&self, config: &Value) {
-        self.network.store(network_hash(config), Ordering::SeqCst);
-    }
-}
-
-fn network_hash(config: &Value) -> u64 {
-    let sections: Vec<Option<&Value>> = ["ws_connections", "stream_bindings", "stream_bind"]
-        .iter()
-        .map(|key| config.get(*key))
-        .collect();
-    config_hash(&json!(sections))
-}
-
-fn config_hash(config: &Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    config.to_string().hash(&mut hasher);
-    hasher.finish()
-}
-
-/// The watcher task's once-flag, per daemon.
-#[derive(Debug, Default)]
-pub(crate) struct Watcher {
-    started: AtomicBool,
-}
-
 /// Starts the watcher task once per daemon (the first agent load does it).
 pub(crate) fn ensure_started(hub: &Arc<Hub>) {
     if hub.watcher().started.swap(true, Ordering::SeqCst) {
@@ -104,6 +54,27 @@ pub(crate) fn ensure_started(hub: &Arc<Hub>) {
     }
     let hub = Arc::clone(hub);
     tokio::spawn(async move { watch_loop(&hub).await });
+}
+
+/// Notices what another connection just wrote (a guest connection's route request or mesh
+/// ingress, another process): the rows it added to the agent's tasks, logs, inbox and outbox,
+/// and the files it wrote (`on_file_change` of an outside writer, once: see
+/// `watch::take_outside_writes`), and dispatches them: one short job.
+pub(crate) async fn notice_new_rows(hub: &Arc<Hub>, agent: &Arc<Agent>) {
+    let observer = Arc::clone(agent);
+    let found = agent
+        .job(move |file| {
+            let written = crate::watch::take_outside_writes(&observer, file);
+            Ok((written, sweep(file, &observer, &Producer::External)))
+        })
+        .await;
+    match found {
+        Ok((written, events)) => {
+            crate::watch::dispatch_outside_writes(hub, agent, written).await;
+            dispatch_all(hub, agent, events).await;
+        }
+        Err(error) => tracing::warn!(agent = %agent.id, %error, "cannot read new rows"),
+    }
 }
 
 async fn watch_loop(hub: &Arc<Hub>) {
@@ -227,7 +198,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
             let hub = Arc::clone(hub);
             let agent = Arc::clone(agent);
             tokio::spawn(async move {
-                crate::serving::reconcile_configured_connections(&hub, &agent).await;
+                crate::network::reconcile_configured_connections(&hub, &agent).await;
             });
         }
     }
@@ -239,7 +210,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         info.did = found.did;
     });
     if let Some(wake) = found.wake {
-        crate::scheduler::set_wake(hub, agent, wake);
+        hub.timer_wakes().set(agent, wake);
     }
     let files = found.written.len() as u64 + found.unreported;
     if config_changed || files > 0 {

@@ -419,7 +419,7 @@ async fn network_value(state: &AppState, values: &Map<String, Value>) -> Value {
 fn serve_url(state: &AppState) -> Option<String> {
     let base = state.daemon.mesh().base_url()?;
     let port = state.daemon.mesh().serve_port()?;
-    crate::serving::on_port(base, port).map(|url| url.trim_end_matches('/').to_owned())
+    crate::mesh::on_port(base, port).map(|url| url.trim_end_matches('/').to_owned())
 }
 
 /// `GET /runtime/network` (and `GET /network`): host, mesh status and each agent's
