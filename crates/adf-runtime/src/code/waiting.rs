@@ -99,7 +99,10 @@ thread_local! {
 
 /// While alive, code started on this thread for a call of a serving run — a middleware
 /// chain in `sys_fetch`'s preparation — serves the run's queue (with its hooks) while it
-/// waits, as the run does.
+/// waits, as the run does. It stays set across an awaited hosted body (`adf_shell`, whose
+/// inner `curl` prepares on this thread); runs are driven by `block_on` on one thread, so
+/// another run interleaved there meanwhile (a loop of the same turn job) sees a queue of the
+/// same agent, or none once this scope ends — it then only holds the file while it waits.
 pub(crate) struct ServingScope {
     previous: Option<FileQueue>,
 }
