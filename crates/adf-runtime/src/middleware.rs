@@ -21,19 +21,24 @@
 //!   with a reason (code 500), logged as `middleware_failed`. Returning nothing passes the
 //!   input through unchanged.
 //!
-//! How it runs. The points sit in synchronous code that holds the file (`DetachedTool::prepare`, the
-//! guest connection of ingress), so a chain runs to completion before it returns: on a scoped
-//! thread of its own with a current-thread tokio runtime, against the caller's `&mut AdfFile`,
-//! in a fresh sandbox (missing-tables §9: middleware is "fresh per call") with the built-in
-//! tools and no approver (a restricted call is denied: no one waits on a filter). The
-//! caller's thread waits; it is never the agent's store worker for ingress, which runs on the
-//! guest connection (the delivery invariant holds). A chain with no references costs nothing.
+//! How it runs. The points sit in synchronous code that holds the file
+//! (`DetachedTool::prepare_outside` / `prepare`, the guest connection of ingress and routes),
+//! so a chain runs to completion before it returns: on a scoped thread of its own with a
+//! current-thread tokio runtime, against the caller's `&mut AdfFile`, in a fresh sandbox
+//! (missing-tables §9: middleware is "fresh per call") with the built-in tools and no approver
+//! (a restricted call is denied: no one waits on a filter). The caller's thread waits; it is
+//! never the agent's store worker for ingress, which runs on the guest connection (the
+//! delivery invariant holds). When the caller holds the agent's shared file for a serving run
+//! (a system lambda's or a turn's code calling `sys_fetch`: `code::FileQueue`) and no
+//! transaction is open, the chain's lambdas serve the agent's queued jobs while they wait,
+//! as the run does; a chain inside a transaction (outbox) holds the file until it ends. A
+//! chain with no references costs nothing.
 //!
-//! Where the rows go. At the inbox point the chain runs before the storage transaction, so its
-//! log rows stay even when the message is refused. At the outbox and fetch points it runs
-//! inside the tool call's transaction: a rejection fails the call and rolls back its rows,
-//! the rejection's log row included; the refusal is the call's error (what the model or code
-//! sees, in the transcript) and a `tracing` warning.
+//! Where the rows go. At the inbox and fetch points the chain runs before the call's
+//! transaction, so its log rows stay even when the message or request is refused. At the
+//! outbox point it runs inside `msg_send`'s transaction: a rejection fails the call and rolls
+//! back its rows, the rejection's log row included. The refusal is the call's error (what the
+//! model or code sees, in the transcript) and a `tracing` warning.
 
 use std::cell::Cell;
 
@@ -234,10 +239,19 @@ fn run_references(
         .pointer("/security/require_middleware_authorization")
         .and_then(Value::as_bool)
         .unwrap_or(true);
+    // A chain outside any transaction (`sys_fetch`'s) lends the file to the agent's queued
+    // jobs while its lambdas wait, as the run whose call it serves does; inside one (the
+    // outbox chain in `msg_send`'s transaction) the jobs would join it, so they wait.
+    let queue = if file.in_transaction() {
+        None
+    } else {
+        code::serving_queue()
+    };
     let chain = Chain {
         point,
         references,
         require_authorization,
+        queue,
     };
     let joined = std::thread::scope(|scope| {
         scope
@@ -267,6 +281,8 @@ struct Chain {
     point: Point,
     references: Vec<Value>,
     require_authorization: bool,
+    /// The agent's jobs the chain's lambdas serve while they wait.
+    queue: Option<code::FileQueue>,
 }
 
 impl Chain {
@@ -278,7 +294,10 @@ impl Chain {
     ) -> Result<MiddlewareOutcome, Rejection> {
         let point = self.point;
         let env = match CodeEnv::with_builtins().await {
-            Ok(env) => env,
+            Ok(env) => match &self.queue {
+                Some(queue) => env.serving(queue.clone()),
+                None => env,
+            },
             Err(error) => {
                 return Err(failure(
                     file,

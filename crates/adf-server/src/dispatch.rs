@@ -58,9 +58,8 @@ use adf_store::AdfFile;
 use adf_store::daemon_reads::ObservedTable;
 
 use crate::hub::Hub;
-use crate::lambdas::{LambdaReport, run_system_lambda};
+use crate::lambdas::{LambdaReport, Sweep, observe_serving, run_system_lambda};
 use crate::registry::Agent;
-use crate::support::with_written_files;
 
 mod handled;
 mod queue;
@@ -365,19 +364,21 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
                 let outcome = agent
                     .store()
                     .run(move |file| {
-                        let ((_, written), events) =
-                            observe(file, &observer, producer.clone(), |file| {
-                                with_written_files(file, |file| {
-                                    crate::shell_runs::run(
-                                        file, &registry, &source, &command, &input,
-                                    )
-                                })
-                            });
+                        let observed = observe_serving(
+                            file,
+                            producer.clone(),
+                            sweeper(&observer),
+                            |file, queue| {
+                                crate::shell_runs::run(
+                                    file, &registry, &source, &command, &input, queue,
+                                )
+                            },
+                        );
                         Ok(Handled {
                             report: None,
-                            written,
+                            written: observed.written,
                             producer,
-                            events,
+                            events: observed.events,
                             wake: crate::scheduler::wake_of(file),
                         })
                     })
@@ -416,16 +417,12 @@ async fn deliver(hub: &Arc<Hub>, agent: &Arc<Agent>, delivery: Delivery) {
             agent
                 .store()
                 .run(move |file| {
-                    let ((mut report, written), mut events) =
-                        observe(file, &observer, producer.clone(), |file| {
-                            with_written_files(file, |file| {
-                                run_system_lambda(file, registry, lambda, input, warm)
-                            })
-                        });
-                    events.append(&mut report.call_events);
+                    let mut report =
+                        run_system_lambda(file, sweeper(&observer), registry, lambda, input, warm);
+                    let events = std::mem::take(&mut report.events);
                     Ok(Handled {
+                        written: report.written.clone(),
                         report: Some(report),
-                        written,
                         producer,
                         events,
                         wake: crate::scheduler::wake_of(file),
@@ -659,6 +656,13 @@ pub(crate) fn pass_unobserved_rows(agent: &Agent, through: RowMarks) -> bool {
     }
     state.rows_passed += 1;
     true
+}
+
+/// [`sweep`] for `agent`, for a run that sweeps at each hand-over of the file while it serves
+/// the agent's queued jobs (`lambdas::observe_serving`).
+pub(crate) fn sweeper(agent: &Arc<Agent>) -> Sweep {
+    let agent = Arc::clone(agent);
+    Arc::new(move |file, producer| sweep(file, &agent, producer))
 }
 
 /// Runs `work` between two sweeps: rows that appeared before it (another process) are

@@ -3,23 +3,120 @@
 //! flag decides; while it waits off the file it serves the worker's queued jobs,
 //! `code::FileQueue`) for every caller — trigger deliveries (`dispatch`), timer fires
 //! (`scheduler`) and umbilical taps (`taps`) — and reports what it did ([`LambdaReport`]):
-//! timing, error, files written, `custom.*` events, and its `adf.*` calls as `on_tool_call` /
-//! `on_llm_call` events.
+//! timing, error, files written, row events, `custom.*` events, and its `adf.*` calls as
+//! `on_tool_call` / `on_llm_call` events.
+//!
+//! [`observe_serving`] keeps a run's rows and files its own when it serves other jobs while
+//! it waits (a shell run's too): at each hand-over of the file the rows since are swept as
+//! the run's and the files whose stamp moved are its writes; the jobs it serves sweep their
+//! own, so none of them is counted twice or under the wrong producer.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use adf_runtime::code::{
-    self, Authorization, CodeEnv, FileQueue, LambdaRef, RunOptions, Sandbox, SandboxConfig,
+    self, Authorization, CodeEnv, FileQueue, LambdaRef, LeaseHooks, RunOptions, Sandbox,
+    SandboxConfig,
 };
 use adf_runtime::tools::ToolRegistry;
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::triggers::{Producer, TriggerEvent, TriggerKind};
-use adf_store::AdfFile;
+use adf_store::{AdfFile, StoreHandle};
 
-use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
+use crate::support::{TURN_EVENT_LIMIT, current_thread, file_stamps, log_from};
+
+/// Sweeps the rows added to the agent's observed tables since its last sweep, as events of
+/// the producer given (`dispatch::sweep` for one agent; handed in, since dispatch runs the
+/// lambdas of this module).
+pub(crate) type Sweep = Arc<dyn Fn(&AdfFile, &Producer) -> Vec<TriggerEvent> + Send + Sync>;
+
+/// What a run observed with [`observe_serving`] left: its result, the files it created or
+/// changed (path order) and its row events (rows of other processes found at a hand-over
+/// first, as `External`).
+pub(crate) struct Observed<R> {
+    pub(crate) result: R,
+    pub(crate) written: Vec<(String, i64)>,
+    pub(crate) events: Vec<TriggerEvent>,
+}
+
+/// Runs `work` as `producer` on the agent's store worker, handing it the worker's queue (with
+/// this observation's hooks) for the waits of the run, and returns what the run itself did.
+pub(crate) fn observe_serving<R>(
+    file: &mut AdfFile,
+    producer: Producer,
+    sweep: Sweep,
+    work: impl FnOnce(&mut AdfFile, Option<FileQueue>) -> R,
+) -> Observed<R> {
+    let watch = Arc::new(RunWatch {
+        producer,
+        sweep,
+        state: Mutex::new(Watched::default()),
+    });
+    watch.acquired(file);
+    let hooks: Arc<dyn LeaseHooks> = watch.clone();
+    let queue = StoreHandle::of_this_worker().map(|handle| FileQueue::new(handle, Some(hooks)));
+    let result = work(file, queue);
+    watch.releasing(file);
+    let mut state = watch.lock();
+    Observed {
+        result,
+        written: std::mem::take(&mut state.written).into_iter().collect(),
+        events: std::mem::take(&mut state.events),
+    }
+}
+
+/// The run's side of each hand-over of the file to the jobs it serves ([`LeaseHooks`]).
+struct RunWatch {
+    producer: Producer,
+    sweep: Sweep,
+    state: Mutex<Watched>,
+}
+
+#[derive(Default)]
+struct Watched {
+    /// Each file's stamp when the run last (re)took the file.
+    stamps: Option<HashMap<String, (String, i64)>>,
+    written: BTreeMap<String, i64>,
+    events: Vec<TriggerEvent>,
+}
+
+impl RunWatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl LeaseHooks for RunWatch {
+    fn acquired(&self, file: &mut AdfFile) {
+        // Rows no job swept (another process wrote them) are outside events, as they would
+        // have been at the start of a job.
+        let external = (self.sweep)(file, &Producer::External);
+        let stamps = file_stamps(file);
+        let mut state = self.lock();
+        state.events.extend(external);
+        state.stamps = Some(stamps);
+    }
+
+    fn releasing(&self, file: &mut AdfFile) {
+        let own = (self.sweep)(file, &self.producer);
+        // Taken in a statement of its own: a `let … else` would keep the guard through `else`.
+        let before = self.lock().stamps.take();
+        let after = before.as_ref().map(|_| file_stamps(file));
+        let mut state = self.lock();
+        state.events.extend(own);
+        let (Some(before), Some(after)) = (before, after) else {
+            return;
+        };
+        for (path, (stamp, size)) in after {
+            if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
+                state.written.insert(path, size);
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct LambdaReport {
@@ -31,16 +128,18 @@ pub(crate) struct LambdaReport {
     pub(crate) written: Vec<(String, i64)>,
     /// The run's `adf.emit_event` events, published with `lambda.started`/`completed`.
     pub(crate) custom: Vec<crate::custom_events::CustomEvent>,
-    /// `on_tool_call` / `on_llm_call` events of the run's `adf.*` calls, produced by the
-    /// lambda (so it never receives its own); the caller dispatches them with the run's other
-    /// new-row events.
-    pub(crate) call_events: Vec<TriggerEvent>,
+    /// The run's row events (as [`Observed::events`]), then `on_tool_call` / `on_llm_call`
+    /// events of its `adf.*` calls, produced by the lambda (so it never receives its own);
+    /// the caller dispatches them.
+    pub(crate) events: Vec<TriggerEvent>,
 }
 
-/// Runs a system-scope lambda with `input` on the worker thread; the authorization is the
-/// lambda file's `authorized` flag. A failure is a `warn` log row, never a crash.
+/// Runs a system-scope lambda with `input` on the worker thread, observed as its own producer
+/// ([`observe_serving`], `sweep` being the agent's); the authorization is the lambda file's
+/// `authorized` flag. A failure is a `warn` log row, never a crash.
 pub(crate) fn run_system_lambda(
     file: &mut AdfFile,
+    sweep: Sweep,
     registry: Arc<ToolRegistry>,
     lambda: LambdaRef,
     input: Value,
@@ -51,8 +150,11 @@ pub(crate) fn run_system_lambda(
     let custom = Arc::new(crate::custom_events::CustomEvents::default());
     let sink: Arc<dyn adf_runtime::code::EventSink> = custom.clone();
     let mut calls = Vec::new();
-    let (error, written) =
-        crate::support::with_written_files(file, |file| match current_thread() {
+    let producer = Producer::Lambda {
+        source: lambda.source(),
+    };
+    let observed = observe_serving(file, producer, sweep, |file, queue| {
+        let error = match current_thread() {
             None => Some("cannot start a runtime for agent code".to_owned()),
             Some(runtime) => runtime.block_on(async {
                 let sandbox = match Sandbox::new(SandboxConfig::default()).await {
@@ -62,7 +164,7 @@ pub(crate) fn run_system_lambda(
                 let mut env = CodeEnv::new(sandbox, registry).with_event_sink(sink);
                 // A job of the agent's worker: while the lambda waits off the file (a slow
                 // fetch, a hung model), it runs the agent's jobs queued behind it.
-                if let Some(queue) = FileQueue::of_this_worker() {
+                if let Some(queue) = queue {
                     env = env.serving(queue);
                 }
                 // The defaults: no shorter time limit, `loop_inject` straight into main.
@@ -85,21 +187,24 @@ pub(crate) fn run_system_lambda(
                     .err()
                     .map(|e| format!("{}: {}", e.code, e.message))
             }),
-        });
-    if let Some(message) = &error {
-        let data = json!({ "lambda": lambda.source() });
-        // Origin `timer`, whatever ran it: the row predates the other lambda hosts.
-        log_from(file, "timer", "warn", "lambda_error", message, Some(&data));
-    }
-    let call_events = call_events(&lambda.source(), calls);
+        };
+        if let Some(message) = &error {
+            let data = json!({ "lambda": lambda.source() });
+            // Origin `timer`, whatever ran it: the row predates the other lambda hosts.
+            log_from(file, "timer", "warn", "lambda_error", message, Some(&data));
+        }
+        error
+    });
+    let mut events = observed.events;
+    events.extend(call_events(&lambda.source(), calls));
     LambdaReport {
         lambda,
         started_at,
         duration_ms: clock.elapsed().as_secs_f64() * 1000.0,
-        error,
-        written,
+        error: observed.result,
+        written: observed.written,
         custom: custom.take(),
-        call_events,
+        events,
     }
 }
 

@@ -63,9 +63,9 @@ use adf_runtime::triggers::{
 };
 use adf_store::{AdfFile, TimerRow};
 
-use crate::dispatch::observe;
+use crate::dispatch::sweeper;
 use crate::hub::Hub;
-use crate::lambdas::{LambdaReport, run_system_lambda};
+use crate::lambdas::{LambdaReport, observe_serving, run_system_lambda};
 use crate::registry::Agent;
 use crate::support::log_from;
 
@@ -263,7 +263,7 @@ fn log(file: &mut AdfFile, level: &str, event: &str, message: &str, data: Option
 /// and a fire that expired its timer is re-armed (TRG-29).
 fn fire_due(
     file: &mut AdfFile,
-    agent: &Agent,
+    agent: &Arc<Agent>,
     registry: Arc<ToolRegistry>,
     now: i64,
     queue_full: bool,
@@ -404,7 +404,7 @@ fn drop_fire(
 /// path, when the timer's scope, the `on_timer` targets and the state allow it.
 fn deliver_system_scope(
     file: &mut AdfFile,
-    agent: &Agent,
+    agent: &Arc<Agent>,
     registry: &Arc<ToolRegistry>,
     fired: &Fired<'_>,
 ) -> Option<FireReport> {
@@ -424,13 +424,11 @@ fn deliver_system_scope(
             source: script.to_owned(),
         };
         let label = format!("timer:{}", timer.id);
-        let ((_, written), events) = observe(file, agent, producer, |file| {
-            crate::support::with_written_files(file, |file| {
-                crate::shell_runs::run(file, registry, &label, &command, &fired.event())
-            })
+        let observed = observe_serving(file, producer, sweeper(agent), |file, queue| {
+            crate::shell_runs::run(file, registry, &label, &command, &fired.event(), queue)
         });
-        report.written = written;
-        report.events = events;
+        report.written = observed.written;
+        report.events = observed.events;
         return Some(report);
     }
     let lambda = match source.as_deref().map(LambdaRef::parse) {
@@ -452,21 +450,16 @@ fn deliver_system_scope(
     };
     let mut report = fired.report("system");
     if let Some(lambda) = lambda {
-        let producer = Producer::Lambda {
-            source: lambda.source(),
-        };
-        let (mut run, mut events) = observe(file, agent, producer, |file| {
-            run_system_lambda(
-                file,
-                Arc::clone(registry),
-                lambda,
-                fired.event(),
-                timer.warm,
-            )
-        });
-        events.append(&mut run.call_events);
+        let mut run = run_system_lambda(
+            file,
+            sweeper(agent),
+            Arc::clone(registry),
+            lambda,
+            fired.event(),
+            timer.warm,
+        );
+        report.events = std::mem::take(&mut run.events);
         report.lambda = Some(run);
-        report.events = events;
     }
     Some(report)
 }

@@ -1,12 +1,14 @@
 //! Command trigger targets and `.sh` timer lambdas: the line runs through the `adf_shell`
 //! tool (registered by the hub), as the agent's unauthorized code, with the event as
 //! variables. Its outcome is one `adf_logs` row (origin `shell`). The line runs on the store
-//! worker through the runtime's one deferred-call driver (`code::drive_deferred`), so `curl`
-//! and `node` inside it reach `sys_fetch` and the sandbox as they do in a model turn.
+//! worker through the runtime's one deferred-call driver (`code::drive_deferred_serving`), so
+//! `curl` and `node` inside it reach `sys_fetch` and the sandbox as they do in a model turn,
+//! and while the line waits (a `sleep`, a `curl` in flight) the worker's queued jobs run with
+//! the file between two of its commands (the caller's `FileQueue`).
 
 use std::sync::Arc;
 
-use adf_runtime::code::{self, CodeEnv, RunOptions, Sandbox, SandboxConfig};
+use adf_runtime::code::{self, CodeEnv, FileQueue, RunOptions, Sandbox, SandboxConfig};
 use adf_runtime::tools::approval::DenyAll;
 use adf_runtime::tools::{CallOutcome, ToolCaller, ToolError, ToolRegistry};
 use adf_store::AdfFile;
@@ -17,13 +19,15 @@ const LOGGED_OUTPUT: usize = 2_000;
 
 /// Runs `command` for `source` (`trigger:on_inbox`, `timer:3`) with `event` exported as
 /// `EVENT` (JSON) and `EVENT_TYPE`; returns the `{stdout, stderr, exit_code}` value or
-/// why the shell could not run (logged either way).
+/// why the shell could not run (logged either way). `queue`: the worker's jobs the line
+/// serves while it waits.
 pub(crate) fn run(
     file: &mut AdfFile,
     registry: &Arc<ToolRegistry>,
     source: &str,
     command: &str,
     event: &Value,
+    queue: Option<FileQueue>,
 ) -> Result<Value, ToolError> {
     let caller = ToolCaller::Code {
         authorized: false,
@@ -43,16 +47,28 @@ pub(crate) fn run(
             )),
             Some(runtime) => {
                 // The sandbox opens only if the line runs code (`node`, `./x.ts`).
+                let code_queue = queue.clone();
                 let env = async {
                     let sandbox = Sandbox::new(SandboxConfig::default()).await.map_err(|e| {
                         ToolError::new(adf_runtime::tools::ErrorCode::InternalError, e.to_string())
                     })?;
-                    Ok(CodeEnv::new(sandbox, Arc::clone(registry)))
+                    let env = CodeEnv::new(sandbox, Arc::clone(registry));
+                    Ok(match code_queue {
+                        Some(queue) => env.serving(queue),
+                        None => env,
+                    })
                 };
                 let options = RunOptions::default();
                 runtime
-                    .block_on(code::drive_deferred(
-                        file, registry, &caller, &call, env, &DenyAll, &options,
+                    .block_on(code::drive_deferred_serving(
+                        file,
+                        registry,
+                        &caller,
+                        &call,
+                        env,
+                        &DenyAll,
+                        &options,
+                        queue.as_ref(),
                     ))
                     .value
             }

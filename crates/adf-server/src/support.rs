@@ -55,19 +55,3 @@ pub(crate) const TURN_EVENT_LIMIT: usize = 1024;
 pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
     file.file_stamps().unwrap_or_default()
 }
-
-/// Runs `work` and returns, beside its result, the files it created or changed (path, size).
-pub(crate) fn with_written_files<R>(
-    file: &mut AdfFile,
-    work: impl FnOnce(&mut AdfFile) -> R,
-) -> (R, Vec<(String, i64)>) {
-    let before = file_stamps(file);
-    let result = work(file);
-    let mut written: Vec<(String, i64)> = file_stamps(file)
-        .into_iter()
-        .filter(|(path, (stamp, _))| before.get(path).is_none_or(|(old, _)| old != stamp))
-        .map(|(path, (_, size))| (path, size))
-        .collect();
-    written.sort();
-    (result, written)
-}

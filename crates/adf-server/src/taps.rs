@@ -42,7 +42,7 @@ use serde_json::{Value, json};
 
 use adf_runtime::triggers::Producer;
 
-use crate::dispatch::observe;
+use crate::dispatch::sweeper;
 use crate::events::Envelope;
 use crate::hub::Hub;
 use crate::lambdas::run_system_lambda;
@@ -189,14 +189,12 @@ async fn run_tap(hub: &Arc<Hub>, agent: &Arc<Agent>, tap: &Tap, envelope: &Envel
         source: lambda.source(),
     };
     let input = serde_json::to_value(envelope).unwrap_or(Value::Null);
-    let job_producer = producer.clone();
     let outcome = agent
         .store()
         .run(move |file| {
-            let (mut report, mut events) = observe(file, &observer, job_producer, |file| {
-                run_system_lambda(file, registry, lambda, input, false)
-            });
-            events.append(&mut report.call_events);
+            let mut report =
+                run_system_lambda(file, sweeper(&observer), registry, lambda, input, false);
+            let events = std::mem::take(&mut report.events);
             Ok((report, events, crate::scheduler::wake_of(file)))
         })
         .await;

@@ -293,6 +293,8 @@ pub const SHELL_STACK_BYTES: usize = 16 * 1024 * 1024;
 /// thread of its own; this future holds the file and carries out its requests one at a time,
 /// so a deferred command (`curl` over `sys_fetch`, `node` over `sys_code`) is awaited here
 /// through the caller's driver while the interpreter waits, and no executor thread blocks.
+/// While it waits, the driver may serve the agent's queued jobs with the file
+/// ([`adf_runtime::tools::DeferredDriver::queued`]).
 async fn run_threaded(mut cx: HostedContext<'_>, args: Value) -> Result<Value, ToolError> {
     let command = args
         .get("command")
@@ -325,8 +327,23 @@ async fn run_threaded(mut cx: HostedContext<'_>, args: Value) -> Result<Value, T
                 format!("cannot start the shell: {e}"),
             )
         })?;
-    // The thread drops its sender when the line ends (or the interpreter stops).
-    while let Some(request) = incoming.recv().await {
+    // The thread drops its sender when the line ends (or the interpreter stops). While the
+    // interpreter works on its own (a `sleep`, a long `jq`), the file is lent to the agent's
+    // other work the caller's driver announces (the daemon's queued jobs): between two inner
+    // calls, each one transaction, so no command sees half of another's writes.
+    loop {
+        let queued = cx.driver.queued();
+        let request = tokio::select! {
+            biased;
+            request = incoming.recv() => request,
+            () = queued => {
+                cx.driver.serve_queued(cx.file);
+                continue;
+            }
+        };
+        let Some(request) = request else {
+            break;
+        };
         match request {
             Request::Call { tool, args, reply } => {
                 let result = hosted_call(&mut cx, &tool, args).await;

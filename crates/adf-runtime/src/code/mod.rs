@@ -69,6 +69,7 @@ use crate::tools::{
 use env::Frame;
 use runner::Runner;
 pub(crate) use runner::lambda_file;
+pub(crate) use waiting::current_queue as serving_queue;
 pub use waiting::{FileQueue, LeaseHooks};
 
 pub use env::{
@@ -281,7 +282,7 @@ pub struct DeferredRun {
 /// [`crate::tools::HostedTool::run_hosted`] body with this same driver for their inner deferred
 /// calls, every other deferred tool as its detached future
 /// ([`ToolRegistry::run_detached`]). Either way the outcome is recorded on the call's approval
-/// task. The executor, the command line's `adf tool` and the daemon's shell runs call this.
+/// task. The executor and the command line's `adf tool` call this.
 pub async fn drive_deferred<E, F>(
     file: &mut AdfFile,
     registry: &ToolRegistry,
@@ -295,13 +296,43 @@ where
     E: std::borrow::Borrow<CodeEnv> + Send,
     F: Future<Output = Result<E, ToolError>> + Send,
 {
+    drive_deferred_serving(
+        file, registry, caller, call, code_env, approver, options, None,
+    )
+    .await
+}
+
+/// [`drive_deferred`] for a holder of the file whose agent has other work queued on it (the
+/// daemon's shell runs, a job of the agent's store worker): while the call waits — a shell
+/// line's `sleep`, its `curl` in flight — the jobs queued on `queue` run with the file
+/// between two of its inner calls (waiting.rs), so the agent's timers, triggers and reads
+/// go on. Code the line runs serves through its own environment
+/// ([`CodeEnv::serving`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn drive_deferred_serving<E, F>(
+    file: &mut AdfFile,
+    registry: &ToolRegistry,
+    caller: &ToolCaller,
+    call: &DeferredCall,
+    code_env: F,
+    approver: &(dyn Approver + Sync),
+    options: &RunOptions,
+    queue: Option<&FileQueue>,
+) -> DeferredRun
+where
+    E: std::borrow::Borrow<CodeEnv> + Send,
+    F: Future<Output = Result<E, ToolError>> + Send,
+{
     let mut driver = Driver {
         registry,
         approver,
         options,
         env: EnvSlot::Opening(Box::pin(code_env)),
         injections: Vec::new(),
+        waiting: queue.map(FileQueue::listen),
     };
+    // A middleware chain an inner call runs (`curl` → `sys_fetch`) serves the same queue.
+    let _serving = queue.map(|queue| waiting::ServingScope::enter(Some(queue)));
     let value = match registry
         .run_hosted(file, caller, call, approver, &mut driver)
         .await
@@ -330,6 +361,8 @@ struct Driver<'a, E, F> {
     options: &'a RunOptions,
     env: EnvSlot<E, F>,
     injections: Vec<Injection>,
+    /// Rung when the agent's jobs wait for the file (see [`drive_deferred_serving`]).
+    waiting: Option<waiting::Listening>,
 }
 
 impl<E, F> Driver<'_, E, F>
@@ -344,7 +377,14 @@ where
         call: &DeferredCall,
     ) -> Result<Value, ToolError> {
         if !matches!(call.tool.as_str(), "sys_code" | "sys_lambda") {
-            return self.registry.run_detached(file, caller, call).await;
+            return waiting::run_detached_serving(
+                self.registry,
+                file,
+                caller,
+                call,
+                self.waiting.as_ref(),
+            )
+            .await;
         }
         if let EnvSlot::Opening(future) = &mut self.env {
             self.env = match future.await {
@@ -395,6 +435,19 @@ where
         call: &'b DeferredCall,
     ) -> HostedFuture<'b> {
         Box::pin(self.run(file, caller, call))
+    }
+
+    fn queued(&self) -> futures::future::BoxFuture<'static, ()> {
+        match &self.waiting {
+            Some(waiting) => Box::pin(waiting.queued(false)),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
+    fn serve_queued(&mut self, file: &mut AdfFile) {
+        if let Some(waiting) = &self.waiting {
+            waiting.serve(file);
+        }
     }
 }
 

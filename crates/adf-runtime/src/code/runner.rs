@@ -37,12 +37,6 @@ use crate::tools::{
     HostedFuture, ToolCaller, ToolError, ToolRegistry,
 };
 
-/// How long a run with no call in flight must go without a call before it counts as waiting
-/// and serves its agent's queued jobs (see [`Runner::queued_work`]): a lambda that computes
-/// and returns runs through, one that sleeps or awaits something of its own does not hold
-/// its agent meanwhile.
-const QUIET_BEFORE_SERVING: std::time::Duration = std::time::Duration::from_millis(100);
-
 enum HostMsg {
     Call {
         frame: Arc<Frame>,
@@ -225,20 +219,19 @@ impl<'a> Runner<'a> {
 
     /// Completes when a job of the agent waits for the file and this run waits too: at once
     /// while a call of the run is in flight off the file (a model request, a fetch, a nested
-    /// execution), otherwise once the run has gone [`QUIET_BEFORE_SERVING`] without a call
-    /// (a sleep, an await of its own). A run that never waits is never interleaved. Never
-    /// completes without a queue.
+    /// execution), otherwise once the run has gone quiet (a sleep, an await of its own;
+    /// `Listening::queued`). A run that never waits is never interleaved. Never completes
+    /// without a queue.
     fn queued_work(&self) -> impl std::future::Future<Output = ()> + use<> {
-        let bell = self.waiting.as_ref().map(|w| Arc::clone(&w.bell));
-        let waiting_off_file = !self.pending.is_empty();
+        let queued = self
+            .waiting
+            .as_ref()
+            .map(|w| w.queued(!self.pending.is_empty()));
         async move {
-            let Some(bell) = bell else {
-                return std::future::pending().await;
-            };
-            if !waiting_off_file {
-                tokio::time::sleep(QUIET_BEFORE_SERVING).await;
+            match queued {
+                Some(queued) => queued.await,
+                None => std::future::pending().await,
             }
-            bell.notified().await
         }
     }
 
@@ -339,78 +332,91 @@ impl<'a> Runner<'a> {
                 method,
                 args,
                 reply,
-            } => match self.call(&frame, &method, args) {
-                Ok(Reply::Value(value)) => {
-                    let _ = reply.send(Ok(value));
-                }
-                Ok(Reply::ValueThenTask(value, task_id)) => {
-                    let _ = reply.send(Ok(value));
-                    // The task's outcome is on its row; the code polls it with db_query.
-                    self.start_task(&frame, task_id);
-                }
-                Ok(Reply::Model(future)) => {
-                    self.release_transaction();
-                    self.pending.push(Box::pin(async move {
-                        Completion::Model {
-                            reply,
-                            answer: future.await,
-                        }
-                    }));
-                }
-                Ok(Reply::Detached(tool, future)) => {
-                    self.release_transaction();
-                    self.pending.push(Box::pin(async move {
-                        Completion::Detached {
-                            reply,
-                            outcome: future.await,
-                            tool: Some(tool),
-                        }
-                    }));
-                }
-                Ok(Reply::Hosted(call)) => {
-                    self.release_transaction();
-                    let result = self.hosted(&frame, &call).await;
-                    self.calls.push(CallRecord::Tool {
-                        tool: call.tool.clone(),
-                        status: call_status(&result),
-                    });
-                    let _ = reply.send(result.map_err(host_error));
-                }
-                Ok(Reply::Nested {
-                    request,
-                    frame,
-                    inline,
-                }) => {
-                    let source = frame.source.clone();
-                    if !inline {
-                        super::env::log_execute(
-                            self.file,
-                            "sys_lambda",
-                            &source,
-                            frame.authorized(),
-                        );
+            } => {
+                // Code the call starts on this thread (a middleware chain) serves the run's
+                // queue while it waits, as the run does.
+                let _serving = super::waiting::ServingScope::enter(
+                    self.waiting.as_ref().map(super::waiting::Listening::queue),
+                );
+                self.answer(frame, &method, args, reply).await;
+            }
+        }
+    }
+
+    /// Carries out one `adf.<method>(args)` call and answers it, now or when it completes.
+    async fn answer(
+        &mut self,
+        frame: Arc<Frame>,
+        method: &str,
+        args: Value,
+        reply: oneshot::Sender<Result<Value, HostError>>,
+    ) {
+        match self.call(&frame, method, args) {
+            Ok(Reply::Value(value)) => {
+                let _ = reply.send(Ok(value));
+            }
+            Ok(Reply::ValueThenTask(value, task_id)) => {
+                let _ = reply.send(Ok(value));
+                // The task's outcome is on its row; the code polls it with db_query.
+                self.start_task(&frame, task_id);
+            }
+            Ok(Reply::Model(future)) => {
+                self.release_transaction();
+                self.pending.push(Box::pin(async move {
+                    Completion::Model {
+                        reply,
+                        answer: future.await,
                     }
-                    let started = std::time::Instant::now();
-                    let host = Arc::new(ChannelHost {
-                        frame,
-                        tx: self.tx.clone(),
-                    });
-                    let sandbox = self.env.sandbox.clone();
-                    self.pending.push(Box::pin(async move {
-                        let execution = sandbox.execute(request, host).await;
-                        Completion::Nested {
-                            reply,
-                            source,
-                            inline,
-                            started,
-                            execution,
-                        }
-                    }));
+                }));
+            }
+            Ok(Reply::Detached(tool, future)) => {
+                self.release_transaction();
+                self.pending.push(Box::pin(async move {
+                    Completion::Detached {
+                        reply,
+                        outcome: future.await,
+                        tool: Some(tool),
+                    }
+                }));
+            }
+            Ok(Reply::Hosted(call)) => {
+                self.release_transaction();
+                let result = self.hosted(&frame, &call).await;
+                self.calls.push(CallRecord::Tool {
+                    tool: call.tool.clone(),
+                    status: call_status(&result),
+                });
+                let _ = reply.send(result.map_err(host_error));
+            }
+            Ok(Reply::Nested {
+                request,
+                frame,
+                inline,
+            }) => {
+                let source = frame.source.clone();
+                if !inline {
+                    super::env::log_execute(self.file, "sys_lambda", &source, frame.authorized());
                 }
-                Err(error) => {
-                    let _ = reply.send(Err(host_error(error)));
-                }
-            },
+                let started = std::time::Instant::now();
+                let host = Arc::new(ChannelHost {
+                    frame,
+                    tx: self.tx.clone(),
+                });
+                let sandbox = self.env.sandbox.clone();
+                self.pending.push(Box::pin(async move {
+                    let execution = sandbox.execute(request, host).await;
+                    Completion::Nested {
+                        reply,
+                        source,
+                        inline,
+                        started,
+                        execution,
+                    }
+                }));
+            }
+            Err(error) => {
+                let _ = reply.send(Err(host_error(error)));
+            }
         }
     }
 
@@ -746,6 +752,7 @@ impl<'a> Runner<'a> {
         let registry = self.env.registry.clone();
         let mut driver = DetachedOnly {
             registry: &registry,
+            waiting: self.waiting.as_ref(),
         };
         match registry
             .run_hosted(self.file, &caller, call, self.approver, &mut driver)
@@ -894,9 +901,12 @@ pub(crate) fn host_error(error: ToolError) -> HostError {
 }
 
 /// The [`DeferredDriver`] of a hosted call made from code: detached tools run as their
-/// futures; code tools are refused (see [`Runner::hosted`]).
+/// futures; code tools are refused (see [`Runner::hosted`]). While the hosted body waits (a
+/// `sleep`, a `curl` in flight) it serves the agent's queued jobs with the run's file, as the
+/// run itself does (waiting.rs).
 struct DetachedOnly<'r> {
     registry: &'r ToolRegistry,
+    waiting: Option<&'r super::waiting::Listening>,
 }
 
 impl DeferredDriver for DetachedOnly<'_> {
@@ -922,6 +932,25 @@ impl DeferredDriver for DetachedOnly<'_> {
                 Err(error)
             });
         }
-        Box::pin(self.registry.run_detached(file, caller, call))
+        Box::pin(super::waiting::run_detached_serving(
+            self.registry,
+            file,
+            caller,
+            call,
+            self.waiting,
+        ))
+    }
+
+    fn queued(&self) -> BoxFuture<'static, ()> {
+        match self.waiting {
+            Some(waiting) => Box::pin(waiting.queued(false)),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
+    fn serve_queued(&mut self, file: &mut AdfFile) {
+        if let Some(waiting) = self.waiting {
+            waiting.serve(file);
+        }
     }
 }

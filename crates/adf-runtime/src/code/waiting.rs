@@ -20,10 +20,22 @@
 //! one); other work of the agent may now commit between two of its calls, as a tool call of
 //! a concurrent turn could already.
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use adf_store::{AdfFile, QueueWatch, StoreHandle};
+use serde_json::Value;
 use tokio::sync::Notify;
+
+use crate::tools::{DeferredCall, ErrorCode, ToolCaller, ToolError, ToolRegistry};
+
+/// How long a holder with nothing in flight off the file must go without touching it before
+/// it counts as waiting and serves its agent's queued jobs: a lambda that computes and
+/// returns (or a shell line that runs one command after another) runs through, one that
+/// sleeps or awaits something of its own does not hold its agent meanwhile.
+const QUIET_BEFORE_SERVING: Duration = Duration::from_millis(100);
 
 /// What a host does each time a leased `SharedFile` (crate::executor) takes the file from its worker and
 /// gives it back (the daemon sweeps the rows written in between, so each holder's rows are
@@ -80,6 +92,44 @@ impl FileQueue {
     }
 }
 
+thread_local! {
+    /// The queue of the run this thread is carrying out a call for (see [`ServingScope`]).
+    static SERVING: RefCell<Option<FileQueue>> = const { RefCell::new(None) };
+}
+
+/// While alive, code started on this thread for a call of a serving run — a middleware
+/// chain in `sys_fetch`'s preparation — serves the run's queue (with its hooks) while it
+/// waits, as the run does. It stays set across an awaited hosted body (`adf_shell`, whose
+/// inner `curl` prepares on this thread); runs are driven by `block_on` on one thread, so
+/// another run interleaved there meanwhile (a loop of the same turn job) sees a queue of the
+/// same agent, or none once this scope ends — it then only holds the file while it waits.
+pub(crate) struct ServingScope {
+    previous: Option<FileQueue>,
+}
+
+impl ServingScope {
+    pub(crate) fn enter(queue: Option<&FileQueue>) -> Self {
+        let previous = SERVING.with(|serving| serving.replace(queue.cloned()));
+        ServingScope { previous }
+    }
+}
+
+impl Drop for ServingScope {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        SERVING.with(|serving| *serving.borrow_mut() = previous);
+    }
+}
+
+/// The queue code started on this thread serves while it waits: the run's whose call this
+/// thread carries out, else the worker's whose job runs on it (an owner's tool call), else
+/// none.
+pub(crate) fn current_queue() -> Option<FileQueue> {
+    SERVING
+        .with(|serving| serving.borrow().clone())
+        .or_else(FileQueue::of_this_worker)
+}
+
 /// A run's end of a [`FileQueue`]: rung when there is work to serve.
 pub(crate) struct Listening {
     queue: FileQueue,
@@ -88,6 +138,41 @@ pub(crate) struct Listening {
 }
 
 impl Listening {
+    /// The queue this end listens to.
+    pub(crate) fn queue(&self) -> &FileQueue {
+        &self.queue
+    }
+
+    /// Completes when a job of the agent waits for the file and its holder waits too: at
+    /// once when the holder waits off the file (`off_file`: a call in flight), otherwise once
+    /// it has gone [`QUIET_BEFORE_SERVING`] without touching the file.
+    pub(crate) fn queued(&self, off_file: bool) -> impl Future<Output = ()> + Send + use<> {
+        let bell = Arc::clone(&self.bell);
+        async move {
+            if !off_file {
+                tokio::time::sleep(QUIET_BEFORE_SERVING).await;
+            }
+            bell.notified().await
+        }
+    }
+
+    /// Awaits `future` — work off the file, which it does not borrow — serving the queued
+    /// jobs with `file` whenever one waits meanwhile.
+    pub(crate) async fn serve_while<T>(
+        &self,
+        file: &mut AdfFile,
+        future: impl Future<Output = T>,
+    ) -> T {
+        tokio::pin!(future);
+        loop {
+            tokio::select! {
+                biased;
+                value = &mut future => return value,
+                () = self.queued(true) => self.serve(file),
+            }
+        }
+    }
+
     /// Runs the jobs queued now with `file`, unless a transaction is open (a job run then
     /// would join it; the runner rings again once it commits). On a thread of its own: a job
     /// may start a runtime (a system lambda), and this runs inside the run's. The run's own
@@ -118,4 +203,30 @@ impl Listening {
             hooks.acquired(file);
         }
     }
+}
+
+/// Carries out a deferred call of a detached tool (`curl` → `sys_fetch` inside a shell line)
+/// like [`ToolRegistry::run_detached`], serving the queued jobs with `file` while the request
+/// is in flight when `waiting` is given.
+pub(crate) async fn run_detached_serving(
+    registry: &ToolRegistry,
+    file: &mut AdfFile,
+    caller: &ToolCaller,
+    call: &DeferredCall,
+    waiting: Option<&Listening>,
+) -> Result<Value, ToolError> {
+    let Some(waiting) = waiting else {
+        return registry.run_detached(file, caller, call).await;
+    };
+    let config = file.config_shared()?;
+    let future = registry.detach(call, &config, caller).ok_or_else(|| {
+        ToolError::new(
+            ErrorCode::InternalError,
+            format!("'{}' cannot run in this context", call.tool),
+        )
+    })?;
+    let outcome = waiting.serve_while(file, future).await;
+    outcome.record(file, caller.inner_loop());
+    registry.finish_deferred(file, call, &outcome.result)?;
+    outcome.result
 }

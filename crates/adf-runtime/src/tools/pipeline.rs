@@ -414,7 +414,8 @@ impl ToolRegistry {
         Ok(())
     }
 
-    /// Runs [`DetachedTool::prepare`](super::DetachedTool::prepare) in one transaction.
+    /// Runs [`DetachedTool::prepare_outside`](super::DetachedTool::prepare_outside), then
+    /// [`DetachedTool::prepare`](super::DetachedTool::prepare) in one transaction.
     fn prepare(
         &self,
         file: &mut AdfFile,
@@ -424,6 +425,10 @@ impl ToolRegistry {
         args: Value,
         full: bool,
     ) -> Result<Value, ToolError> {
+        let args = match tool.execution() {
+            Execution::Detached(detached) => detached.prepare_outside(file, caller, args)?,
+            _ => args,
+        };
         in_transaction(self, file, caller, config, false, full, |cx| {
             match tool.execution() {
                 Execution::Detached(detached) => detached.prepare(cx, args),

@@ -98,6 +98,22 @@ pub trait DetachedTool: Send + Sync {
         Ok(args)
     }
 
+    /// The part of the call that may wait for something other than the file (`sys_fetch`'s
+    /// middleware chain, whose lambdas may await a server or a timer): run by the pipeline
+    /// after access and approval with no transaction of its own, right before
+    /// [`DetachedTool::prepare`], which receives its value. A serving holder's queued jobs may
+    /// run while it waits (`code::FileQueue`), so it must not rely on a transaction. The
+    /// default passes the arguments through.
+    fn prepare_outside(
+        &self,
+        file: &mut AdfFile,
+        caller: &ToolCaller,
+        args: Value,
+    ) -> Result<Value, ToolError> {
+        let _ = (file, caller);
+        Ok(args)
+    }
+
     /// The network work: an owned future the caller awaits outside any store transaction.
     /// `caller` lets the tool shape its result for code (bytes as `Uint8Array`) or for the
     /// model (text only). `None` when the call cannot be carried out (the caller reports it).
@@ -150,6 +166,20 @@ pub trait DeferredDriver: Send {
         caller: &'a ToolCaller,
         call: &'a DeferredCall,
     ) -> HostedFuture<'a>;
+
+    /// Completes when other work of the agent waits for the file the hosted body holds (the
+    /// daemon's queued store jobs) and the body has been waiting on its own for a while (a
+    /// shell's `sleep`): the body then lends the file ([`DeferredDriver::serve_queued`])
+    /// between two inner calls. Never completes by default.
+    fn queued(&self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
+
+    /// Carries out the work [`DeferredDriver::queued`] announced with `file`, on which no
+    /// transaction is open (each of the body's inner calls is one transaction of its own).
+    fn serve_queued(&mut self, file: &mut AdfFile) {
+        let _ = file;
+    }
 }
 
 /// What a running tool may see and use.

@@ -32,17 +32,26 @@ async fn agent_with_inbox_lambda(
     source: &str,
     name: &str,
 ) -> (Harness, Arc<Agent>, u64) {
-    let (h, agent) = ticking_agent_with(
-        mock,
-        &[(lambda, source)],
-        &[(
-            "triggers.on_file_change",
-            json!({ "enabled": true, "targets": [
-                { "scope": "system", "lambda": format!("{lambda}:main"), "filter": { "watch": "inbox/**" } }
-            ] }),
-        )],
-    )
-    .await;
+    let target = json!({ "scope": "system", "lambda": format!("{lambda}:main"), "filter": { "watch": "inbox/**" } });
+    agent_with_inbox_target(mock, &[(lambda, source)], target, &[], name).await
+}
+
+/// A ticking agent with `files` and `config` whose on_file_change `target` runs when a file
+/// lands in `inbox/`, and one such file (`inbox/<name>`) written; returns the bus cursor from
+/// before the write.
+async fn agent_with_inbox_target(
+    mock: &MockProvider,
+    files: &[(&str, &str)],
+    target: Value,
+    config: &[(&str, Value)],
+    name: &str,
+) -> (Harness, Arc<Agent>, u64) {
+    let mut all = vec![(
+        "triggers.on_file_change",
+        json!({ "enabled": true, "targets": [target] }),
+    )];
+    all.extend(config.iter().cloned());
+    let (h, agent) = ticking_agent_with(mock, files, &all).await;
     let cursor = newest_cursor(&h);
     let (status, body) = call(
         &h,
@@ -132,5 +141,214 @@ async fn liveness_code_a_system_lambda_that_sleeps_leaves_timers_and_reads_runni
     stays_alive(&h, &agent, || async {
         completed_after(&h, &agent, cursor, "lib/sleepy.ts") == 0
     })
+    .await;
+}
+
+/// A fetch middleware lambda that asks the agent's model before it lets a request through.
+const ASKING_MIDDLEWARE: &str = "export async function main(input) { await adf.model_invoke({ prompt: 'may I fetch?' }); return {} }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_code_fetch_middleware_awaiting_a_hung_model_leaves_timers_and_reads_running() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    // The middleware's request and the test's releasing one, then the fetch it let through.
+    mock.push_all([Turn::text("yes"), Turn::text("yes"), Turn::text("the page")]);
+    mock.hold_until(2);
+    let fetcher = format!(
+        "export async function main(event) {{ const page = await adf.sys_fetch({{ url: '{}/page' }}); return page.status }}",
+        mock.base_url()
+    );
+    let target = json!({ "scope": "system", "lambda": "lib/fetcher.ts:main", "filter": { "watch": "inbox/**" } });
+    let (h, agent, cursor) = agent_with_inbox_target(
+        &mock,
+        &[
+            ("lib/fetcher.ts", fetcher.as_str()),
+            ("lib/mw.ts", ASKING_MIDDLEWARE),
+        ],
+        target,
+        &[
+            (
+                "security.fetch_middleware",
+                json!([{ "lambda": "lib/mw.ts:main" }]),
+            ),
+            ("security.require_middleware_authorization", json!(false)),
+            ("security.allow_local_fetch", json!(true)),
+        ],
+        "go.md",
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), mock.requests_arrived(1))
+        .await
+        .expect("the middleware asks the model");
+    stays_alive(&h, &agent, || async {
+        mock.request_count() == 1 && completed_after(&h, &agent, cursor, "lib/fetcher.ts") == 0
+    })
+    .await;
+    release(&mock).await;
+    wait_for(
+        "the fetch goes through once the middleware has its answer",
+        || async { completed_after(&h, &agent, cursor, "lib/fetcher.ts") == 1 },
+    )
+    .await;
+    // The request the chain let through reached the server after the middleware's.
+    assert_eq!(mock.request_count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_code_a_lambdas_shell_curl_to_a_slow_server_leaves_timers_and_reads_running() {
+    let slow = held_page_server().await;
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    let shell = format!(
+        "export async function main(event) {{ return await adf.adf_shell({{ command: 'curl -s {}/page' }}) }}",
+        slow.base_url()
+    );
+    let target = json!({ "scope": "system", "lambda": "lib/shell.ts:main", "filter": { "watch": "inbox/**" } });
+    let (h, agent, cursor) = agent_with_inbox_target(
+        &mock,
+        &[("lib/shell.ts", shell.as_str())],
+        target,
+        &[
+            ("security.allow_local_fetch", json!(true)),
+            ("tools.adf_shell.enabled", json!(true)),
+        ],
+        "go.md",
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), slow.requests_arrived(1))
+        .await
+        .expect("the shell's curl reaches the slow server");
+    stays_alive(&h, &agent, || async {
+        slow.request_count() == 1 && completed_after(&h, &agent, cursor, "lib/shell.ts") == 0
+    })
+    .await;
+    release(&slow).await;
+    wait_for("the lambda returns once the page comes", || async {
+        completed_after(&h, &agent, cursor, "lib/shell.ts") == 1
+    })
+    .await;
+}
+
+/// Whether the agent's log has a row of `event` (one request, answered within 10 s).
+async fn logged(h: &Harness, agent: &Agent, event: &str) -> bool {
+    let (_, body) = call(h, Method::GET, &format!("/agents/{}/logs", agent.id), None).await;
+    body["logs"]
+        .as_array()
+        .is_some_and(|logs| logs.iter().any(|row| row["event"] == event))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_code_a_command_triggers_shell_sleep_leaves_timers_and_reads_running() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    // The line's first command marks that it runs; its sleep (the shell's longest) outlasts
+    // the checks many times over.
+    let target = json!({ "scope": "system", "command": "echo started > started.txt; sleep 10", "filter": { "watch": "inbox/**" } });
+    let shell = [("tools.adf_shell.enabled", json!(true))];
+    let (h, agent, _cursor) = agent_with_inbox_target(&mock, &[], target, &shell, "go.md").await;
+    wait_for("the line starts", || async {
+        let (status, _) = call(
+            &h,
+            Method::GET,
+            &format!("/agents/{}/files/content?path=started.txt", agent.id),
+            None,
+        )
+        .await;
+        status == 200
+    })
+    .await;
+    stays_alive(&h, &agent, || async {
+        !logged(&h, &agent, "shell_completed").await
+    })
+    .await;
+}
+
+/// A system lambda that waits for the model, then writes a file of its own — named to sort
+/// after `watched/`, so its `file.written` comes after any the run reported for that path.
+const SLOW_WRITER: &str = "export async function main(event) { await adf.model_invoke({ prompt: 'take your time' }); await adf.fs_write({ path: 'zz/done.md', content: 'done', mode: 'write' }); return 'done' }";
+
+/// A system lambda that only has to run.
+const SEES: &str = "export async function main(event) { return event.data.path }";
+
+/// `file.written` events of `path` after `cursor`, with their sources.
+fn written_sources(h: &Harness, agent: &Agent, cursor: u64, path: &str) -> Vec<String> {
+    h.server
+        .daemon
+        .events()
+        .since(cursor)
+        .iter()
+        .filter(|f| {
+            f.event.event_type == "file.written"
+                && f.event.agent_id.as_deref() == Some(agent.id.as_str())
+                && f.event.payload["path"] == path
+        })
+        .map(|f| f.event.source.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_code_a_write_served_while_a_system_lambda_waits_is_the_writers_not_the_lambdas() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([Turn::text("Finally."), Turn::text("Finally.")]);
+    mock.hold_until(2);
+    let slow = json!({ "scope": "system", "lambda": "lib/slow.ts:main", "filter": { "watch": "inbox/**" } });
+    let (h, agent) = ticking_agent_with(
+        &mock,
+        &[("lib/slow.ts", SLOW_WRITER), ("lib/sees.ts", SEES)],
+        &[(
+            "triggers.on_file_change",
+            json!({ "enabled": true, "targets": [
+                slow,
+                { "scope": "system", "lambda": "lib/sees.ts:main", "filter": { "watch": "watched/**" } }
+            ] }),
+        )],
+    )
+    .await;
+    let put = |path: &'static str| {
+        let h = &h;
+        let id = agent.id.clone();
+        async move {
+            let (status, body) = call(
+                h,
+                Method::PUT,
+                &format!(
+                    "/agents/{id}/files/content?path={}",
+                    path.replace('/', "%2F")
+                ),
+                Some(json!({ "content": path })),
+            )
+            .await;
+            assert!(status < 300, "{status} {body}");
+        }
+    };
+    put("inbox/go.md").await;
+    tokio::time::timeout(Duration::from_secs(30), mock.requests_arrived(1))
+        .await
+        .expect("the lambda asks the model");
+    let cursor = newest_cursor(&h);
+    // The owner's write is a job the waiting lambda serves (the answer comes while it waits).
+    put("watched/x.md").await;
+    assert_eq!(
+        completed_after(&h, &agent, cursor, "lib/slow.ts"),
+        0,
+        "the lambda still waits: the write was served during its run"
+    );
+    assert_eq!(mock.request_count(), 1);
+    release(&mock).await;
+    wait_for("the lambda ends and reports its own write", || async {
+        !written_sources(&h, &agent, cursor, "zz/done.md").is_empty()
+    })
+    .await;
+    assert_eq!(
+        written_sources(&h, &agent, cursor, "zz/done.md"),
+        ["lambda:lib/slow.ts:main"]
+    );
+    // The owner's write is reported once, as the owner's; the lambda did not count it.
+    assert_eq!(
+        written_sources(&h, &agent, cursor, "watched/x.md"),
+        ["system:daemon"]
+    );
+    // Its on_file_change target ran (deliveries of the agent wait for the lambda's).
+    wait_for(
+        "the owner's write reaches its on_file_change target",
+        || async { completed_after(&h, &agent, cursor, "lib/sees.ts") >= 1 },
+    )
     .await;
 }

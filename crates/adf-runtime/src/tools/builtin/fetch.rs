@@ -9,15 +9,17 @@
 //! bytes for code (a `Uint8Array` that `fs_write` stores as binary) and base64 with
 //! `_body_encoding: "base64"` for the model.
 //!
-//! `security.fetch_middleware` (§12.3, SRV-30) runs in [`DetachedTool::prepare`], before the engine:
-//! its `data` is the call's parameters, a rejection is the call's error, and what the chain
-//! lets through (checked against the schema again) is the request; a changed URL still meets
-//! the address rules in the engine. `prepare` hands the request on as
+//! `security.fetch_middleware` (§12.3, SRV-30) runs in [`DetachedTool::prepare_outside`], before
+//! the engine and outside the call's transaction (its lambdas may wait while the agent's other
+//! work goes on): its `data` is the call's parameters, a rejection is the call's error, and
+//! what the chain lets through (checked against the schema again) is the request; a changed
+//! URL still meets the address rules in the engine. `prepare_outside` hands the request on as
 //! `{"request": params, "middleware_applied": true}`, and only such arguments make `detach`
 //! send while fetch middleware is configured; any other path to the engine still refuses.
 
 use std::sync::Arc;
 
+use adf_store::AdfFile;
 use serde_json::{Map, Value, json};
 
 use crate::fetch::{self, FetchSettings, Policy};
@@ -27,7 +29,7 @@ use crate::tools::{
     ToolError,
 };
 
-/// The marker `prepare` sets on the arguments it hands to `detach`.
+/// The marker `prepare_outside` sets on the arguments it hands to `detach`.
 const MIDDLEWARE_APPLIED: &str = "middleware_applied";
 
 /// The tools of this family.
@@ -88,8 +90,17 @@ impl Tool for SysFetch {
 }
 
 impl DetachedTool for SysFetch {
-    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        let request = middleware::run_chain(cx.file, Point::Fetch, args, Map::new())
+    /// The fetch middleware chain, outside the call's transaction: its lambdas may wait (for a
+    /// server, a model, a timer), and a waiting holder of the file lends it to the agent's
+    /// queued jobs meanwhile, which a transaction would forbid. Its log rows stay when it
+    /// refuses, as the inbox chain's do.
+    fn prepare_outside(
+        &self,
+        file: &mut AdfFile,
+        _caller: &ToolCaller,
+        args: Value,
+    ) -> Result<Value, ToolError> {
+        let request = middleware::run_chain(file, Point::Fetch, args, Map::new())
             .map_err(|rejection| ToolError::new(ErrorCode::ToolError, rejection.to_string()))?
             .data;
         crate::tools::validate::validate(&self.parameters(), &request).map_err(|why| {
