@@ -27,8 +27,8 @@ pub(crate) struct LambdaReport {
     pub(crate) started_at: i64,
     pub(crate) duration_ms: f64,
     pub(crate) error: Option<String>,
-    /// Files the run created or changed (path, size), for `on_file_change`.
-    pub(crate) written: Vec<(String, i64)>,
+    /// Files the run created, changed or deleted, for `on_file_change`.
+    pub(crate) written: crate::support::FileChanges,
     /// The run's `adf.emit_event` events, published with `lambda.started`/`completed`.
     pub(crate) custom: Vec<crate::custom_events::CustomEvent>,
     /// `on_tool_call` / `on_llm_call` events of the run's `adf.*` calls, produced by the

@@ -56,18 +56,38 @@ pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
     file.file_stamps().unwrap_or_default()
 }
 
-/// Runs `work` and returns, beside its result, the files it created or changed (path, size).
+/// Files a job created, changed or deleted, in path order: `(path, Some(size))` for a file
+/// created or written, `(path, None)` for one deleted.
+pub(crate) type FileChanges = Vec<(String, Option<i64>)>;
+
+/// Runs `work` and returns, beside its result, the files it created, changed or deleted.
 pub(crate) fn with_written_files<R>(
     file: &mut AdfFile,
     work: impl FnOnce(&mut AdfFile) -> R,
-) -> (R, Vec<(String, i64)>) {
+) -> (R, FileChanges) {
     let before = file_stamps(file);
     let result = work(file);
-    let mut written: Vec<(String, i64)> = file_stamps(file)
-        .into_iter()
-        .filter(|(path, (stamp, _))| before.get(path).is_none_or(|(old, _)| old != stamp))
-        .map(|(path, (_, size))| (path, size))
+    let after = file_stamps(file);
+    (result, changed_files(&before, after))
+}
+
+/// The files whose stamp moved from `before` to `after` (size) or that are gone (`None`), in
+/// path order.
+pub(crate) fn changed_files(
+    before: &HashMap<String, (String, i64)>,
+    after: HashMap<String, (String, i64)>,
+) -> FileChanges {
+    let mut changes: FileChanges = before
+        .keys()
+        .filter(|path| !after.contains_key(*path))
+        .map(|path| (path.clone(), None))
         .collect();
-    written.sort();
-    (result, written)
+    changes.extend(
+        after
+            .into_iter()
+            .filter(|(path, (stamp, _))| before.get(path).is_none_or(|(old, _)| old != stamp))
+            .map(|(path, (_, size))| (path, Some(size))),
+    );
+    changes.sort();
+    changes
 }

@@ -179,14 +179,14 @@ pub(crate) async fn run_trigger_turn(
 }
 
 /// An agent-scope turn of a timer fire or the hibernate nudge (`scheduler`, after the fire
-/// job): returns its writes, and its tool and model calls and new rows, for their triggers.
+/// job): returns its writes and deletes, and its tool and model calls and new rows, for their triggers.
 /// The outcome itself is in the file (transcript or a warn row).
 pub(crate) async fn run_observed_turn(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
     loop_name: String,
     trigger: Trigger,
-) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
+) -> (crate::support::FileChanges, Vec<TriggerEvent>) {
     match run_turn_job(hub, agent, vec![(loop_name, trigger)], false).await {
         Ok(job) => (job.written, job.events),
         Err(error) => {
@@ -200,8 +200,8 @@ pub(crate) async fn run_observed_turn(
 pub(crate) struct TurnJob {
     /// Each turn's reply, or why it failed.
     pub(crate) results: Vec<(String, Result<String, String>)>,
-    /// Files the turn created or changed (path, size).
-    pub(crate) written: Vec<(String, i64)>,
+    /// Files the turn created, changed or deleted.
+    pub(crate) written: crate::support::FileChanges,
     /// Its tool and model calls and the rows it added, as trigger events.
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer wake after the turn (`None`: unreadable).
@@ -413,7 +413,8 @@ pub(crate) struct TurnObserver {
 #[derive(Debug, Default)]
 struct Observed {
     stamps: Option<HashMap<String, (String, i64)>>,
-    written: BTreeMap<String, i64>,
+    /// Path → size of a file the turn wrote, `None` for one it deleted.
+    written: BTreeMap<String, Option<i64>>,
     events: Vec<TriggerEvent>,
 }
 
@@ -429,8 +430,9 @@ impl TurnObserver {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The files the turn wrote (path order) and the row events it produced, in order.
-    fn take(&self) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
+    /// The files the turn wrote or deleted (path order) and the row events it produced, in
+    /// order.
+    fn take(&self) -> (crate::support::FileChanges, Vec<TriggerEvent>) {
         let mut state = self.lock();
         let written = std::mem::take(&mut state.written).into_iter().collect();
         (written, std::mem::take(&mut state.events))
@@ -456,11 +458,9 @@ impl LeaseHooks for TurnObserver {
         let (Some(before), Some(after)) = (before, after) else {
             return;
         };
-        for (path, (stamp, size)) in after {
-            if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
-                state.written.insert(path, size);
-            }
-        }
+        state
+            .written
+            .extend(crate::support::changed_files(&before, after));
     }
 }
 
