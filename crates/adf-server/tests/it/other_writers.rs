@@ -1,7 +1,8 @@
 //! One file, two writers: a daemon on 127.0.0.1 holds an agent file while the test, as `adf put`,
 //! `adf config set`, `adf tool … sys_set_timer` and `adf authorize` do, opens the same file with
 //! adf-store's own API (another connection, as another process would be) and writes it. Each
-//! change takes effect in the daemon without a reload, within a few seconds.
+//! change takes effect in the daemon without a reload, within a few seconds. Deletes, by any
+//! writer (owner API, a lambda, a turn, another writer), fire `on_file_change` like writes.
 use crate::common;
 
 use std::future::Future;
@@ -280,12 +281,14 @@ export async function main(event) {
 "#;
 
 /// An agent whose `lib/seen.ts` records each `on_file_change` under `docs/**` (`include_self`:
-/// its other lambdas' changes count too), holding `files` besides.
+/// its other lambdas' and its turns' changes count too), holding `files` besides, with
+/// `fs_delete` enabled and `config` set.
 fn recording_agent(
     dir: &Path,
     name: &str,
     files: &[(&str, &str)],
     more_targets: &[serde_json::Value],
+    config: Vec<(&'static str, serde_json::Value)>,
 ) -> std::path::PathBuf {
     let mut all = vec![("lib/seen.ts", SEEN_OPERATION)];
     all.extend_from_slice(files);
@@ -294,18 +297,16 @@ fn recording_agent(
         "filter": { "watch": "docs/**", "include_self": true }
     })];
     targets.extend_from_slice(more_targets);
-    agent_file(
-        dir,
-        name,
-        &all,
-        &[
-            (
-                "triggers",
-                json!({ "on_file_change": { "enabled": true, "targets": targets } }),
-            ),
-            ("tools.fs_delete.enabled", json!(true)),
-        ],
-    )
+    let mut config = config;
+    config.extend([
+        (
+            "triggers",
+            json!({ "on_file_change": { "enabled": true, "targets": targets } }),
+        ),
+        ("tools.fs_delete.enabled", json!(true)),
+        ("tools.fs_delete.visible", json!(true)),
+    ]);
+    agent_file(dir, name, &all, &config)
 }
 
 /// What `lib/seen.ts` recorded, once everything before now has been dispatched: another
@@ -331,6 +332,7 @@ async fn fil_20_an_owner_delete_fires_on_file_change_once_and_an_unwatched_one_n
         "owner-deletes",
         &[("docs/plan.md", "plan"), ("notes/scratch.md", "scratch")],
         &[],
+        Vec::new(),
     );
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     for file in ["docs%2Fplan.md", "notes%2Fscratch.md"] {
@@ -372,6 +374,7 @@ async fn fil_20_trg_03_a_lambda_delete_fires_on_file_change_once_and_never_for_t
                 "filter": { "watch": "docs/doomed.md", "include_self": true }
             }),
         ],
+        Vec::new(),
     );
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     put_file(&h, &agent, "cmd/go.md", "delete it").await;
@@ -403,6 +406,7 @@ async fn fil_20_a_delete_by_another_writer_fires_on_file_change_once_released_or
             ("notes/unwatched.md", "three"),
         ],
         &[],
+        Vec::new(),
     );
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
     // The daemon releases the file right after loading: the first delete finds it closed.
@@ -437,6 +441,38 @@ async fn fil_20_a_delete_by_another_writer_fires_on_file_change_once_released_or
             "delete docs/released.md",
             "write docs/zz-barrier.md"
         ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_a_models_fs_delete_in_a_turn_fires_on_file_change_once() {
+    use adf_testkit::{MockProvider, Turn, Wire};
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("fs_delete", json!({ "path": "docs/doomed.md" })),
+        Turn::text("deleted it"),
+    ]);
+    let h = Harness::start().await;
+    let path = recording_agent(
+        h.dir.path(),
+        "turn-deletes",
+        &[("docs/doomed.md", "doomed")],
+        &[],
+        common::model_config(&mock),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    common::chat(&h, &agent, "delete docs/doomed.md").await;
+    within("the turn's delete fires on_file_change", || async {
+        contents(&agent, "seen/")
+            .await
+            .contains(&"delete docs/doomed.md".to_owned())
+    })
+    .await;
+    assert!(common::paths(&agent, "docs/doomed.md").await.is_empty());
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        ["delete docs/doomed.md", "write docs/zz-barrier.md"]
     );
     h.stop().await;
 }
