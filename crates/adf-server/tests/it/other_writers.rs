@@ -263,11 +263,13 @@ async fn a_lambda_authorized_by_another_writer_runs_authorized_on_its_put() {
 
 // ------------------------------------------------------------------------------------ deletes
 
-/// Writes `seen/<random>.md` holding `<operation> <path>` of the event.
+/// Writes `seen/<random>.md` holding `<operation> <path>` of the event (of each event of a
+/// batch, sorted, comma-separated).
 const SEEN_OPERATION: &str = r#"
 export async function main(event) {
   const tag = Math.floor(Math.random() * 1e12).toString(36);
-  await adf.fs_write({ path: `seen/${tag}.md`, content: `${event.data.operation} ${event.data.path}`, mode: 'write' });
+  const seen = (event.events || [event]).map(e => `${e.data.operation} ${e.data.path}`).sort();
+  await adf.fs_write({ path: `seen/${tag}.md`, content: seen.join(','), mode: 'write' });
 }
 "#;
 
@@ -473,6 +475,40 @@ async fn fil_20_a_models_fs_delete_in_a_turn_fires_on_file_change_once() {
     assert_eq!(
         recorded_when_settled(&path, &agent).await,
         ["delete docs/doomed.md", "write docs/zz-barrier.md"]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_trg_07_outside_deletes_and_writes_share_a_debounced_targets_one_fire() {
+    let h = Harness::start().await;
+    // A quiet period long enough that one outside session's changes, dispatched together,
+    // always fall in one window.
+    let path = recording_agent(
+        h.dir.path(),
+        "debounced-deletes",
+        &[("batched/a.md", "a"), ("batched/b.md", "b")],
+        &[json!({
+            "scope": "system", "lambda": "lib/seen.ts:main", "debounce_ms": 2500,
+            "filter": { "watch": "batched/**" }
+        })],
+        Vec::new(),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    outside(&path, |file| {
+        file.file_delete_as_owner("batched/a.md", false).unwrap();
+        file.file_delete_as_owner("batched/b.md", false).unwrap();
+        write(file, "batched/c.md", "c");
+    })
+    .await;
+    let batch = "delete batched/a.md,delete batched/b.md,write batched/c.md";
+    within("the debounced target fires", || async {
+        contents(&agent, "seen/").await.contains(&batch.to_owned())
+    })
+    .await;
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        [batch, "write docs/zz-barrier.md"]
     );
     h.stop().await;
 }
