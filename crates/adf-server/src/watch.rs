@@ -13,9 +13,9 @@
 //! for all agents that every [`WATCH_TICK`] asks each handle (a lock, no job) and `stat`s its two
 //! files, and runs one short job on an agent only when its count of other writers' changes moved
 //! or its files' stamp did. An idle agent costs two `stat`s per tick, 24 bytes here and about
-//! 150 bytes plus 32 and the path per file in its handle; with very many agents a pass grows (two `stat`s
-//! each), so the tick stretches to twenty times the last pass and the watcher never takes more
-//! than a twentieth of a core.
+//! 150 bytes plus 32 and the path per file in its handle; with very many agents a pass grows
+//! (two `stat`s each), so the tick stretches to twenty times the last pass and the watcher
+//! never takes more than a twentieth of a core.
 //!
 //! The in-process guest connections (the serving lane's route requests, the mesh's ingress) are
 //! other connections too: their commits count as other writers' changes (their rows were
