@@ -20,8 +20,8 @@
 //! while it has any, so a turn waiting for its owner or its model holds up neither the system
 //! deliveries behind it nor another loop's turns (the lanes count against the queue's bound).
 //!
-//! Events produced by agent code: after a lambda or a turn, the files it wrote (an `updated_at`
-//! snapshot diff, taken in the same job) become `on_file_change` events with
+//! Events produced by agent code: after a lambda or a turn, the files it wrote or deleted (an
+//! `updated_at` snapshot diff, taken in the same job) become `on_file_change` events with
 //! `Producer::Lambda { source }` (or `Producer::Agent` for a turn), so `filter::accepts` keeps
 //! a handler from receiving its own writes and `include_self` works.
 //!
@@ -517,12 +517,12 @@ pub(crate) async fn publish_lambda(
 
 /// What follows every handler job (trigger delivery, tap, turn): the scheduler takes the
 /// wake the job computed (it may have set a timer or changed the state), then the files it
-/// wrote and the events it produced are dispatched.
+/// wrote or deleted and the events it produced are dispatched.
 pub(crate) async fn dispatch_handled(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
     wake: Option<crate::scheduler::WakeRead>,
-    written: Vec<(String, i64)>,
+    written: crate::support::FileChanges,
     producer: Producer,
     events: Vec<TriggerEvent>,
 ) {
@@ -533,12 +533,12 @@ pub(crate) async fn dispatch_handled(
     dispatch_all(hub, agent, events).await;
 }
 
-/// Files written by agent code become `file.written` events and `on_file_change`
-/// triggers carrying who wrote them.
+/// Files written or deleted by agent code become `file.written` / `file.deleted` events and
+/// `on_file_change` triggers carrying who wrote them.
 pub(crate) async fn dispatch_writes(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
-    written: Vec<(String, i64)>,
+    written: crate::support::FileChanges,
     producer: Producer,
 ) {
     let source = match &producer {
@@ -546,20 +546,35 @@ pub(crate) async fn dispatch_writes(
         Producer::Agent => "agent".to_owned(),
         Producer::External => "system:daemon".to_owned(),
     };
-    for (path, bytes) in written {
-        hub.emit(
-            agent,
-            "file.written",
-            &source,
-            json!({ "path": path, "bytes": bytes }),
-        )
-        .await;
-        let event = TriggerEvent::new(
-            TriggerKind::OnFileChange,
-            adf_store::time::now_ms(),
-            json!({ "path": path, "operation": "write", "size": bytes }),
-        )
-        .produced_by(producer.clone());
+    dispatch_file_changes(hub, agent, written, &source, &producer).await;
+}
+
+/// Each of `changes` as a `file.written` (`file.deleted`) event from `source` and an
+/// `on_file_change` trigger of `producer` with operation `write` (`delete`): every writer's
+/// file changes take this one shape (FIL-20).
+pub(crate) async fn dispatch_file_changes(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    changes: crate::support::FileChanges,
+    source: &str,
+    producer: &Producer,
+) {
+    for (path, size) in changes {
+        let (event_type, payload, data) = match size {
+            Some(bytes) => (
+                "file.written",
+                json!({ "path": path, "bytes": bytes }),
+                json!({ "path": path, "operation": "write", "size": bytes }),
+            ),
+            None => (
+                "file.deleted",
+                json!({ "path": path }),
+                json!({ "path": path, "operation": "delete" }),
+            ),
+        };
+        hub.emit(agent, event_type, source, payload).await;
+        let event = TriggerEvent::new(TriggerKind::OnFileChange, adf_store::time::now_ms(), data)
+            .produced_by(producer.clone());
         crate::dispatch::dispatch(hub, agent, event).await;
     }
 }

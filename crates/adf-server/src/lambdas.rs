@@ -33,12 +33,12 @@ use crate::support::{TURN_EVENT_LIMIT, current_thread, file_stamps, log_from};
 /// lambdas of this module).
 pub(crate) type Sweep = Arc<dyn Fn(&AdfFile, &Producer) -> Vec<TriggerEvent> + Send + Sync>;
 
-/// What a run observed with [`observe_serving`] left: its result, the files it created or
-/// changed (path order) and its row events (rows of other processes found at a hand-over
+/// What a run observed with [`observe_serving`] left: its result, the files it created,
+/// changed or deleted (path order) and its row events (rows of other processes found at a hand-over
 /// first, as `External`).
 pub(crate) struct Observed<R> {
     pub(crate) result: R,
-    pub(crate) written: Vec<(String, i64)>,
+    pub(crate) written: crate::support::FileChanges,
     pub(crate) events: Vec<TriggerEvent>,
 }
 
@@ -79,7 +79,8 @@ struct RunWatch {
 struct Watched {
     /// Each file's stamp when the run last (re)took the file.
     stamps: Option<HashMap<String, (String, i64)>>,
-    written: BTreeMap<String, i64>,
+    /// Path → size of a file the run wrote, `None` for one it deleted.
+    written: BTreeMap<String, Option<i64>>,
     events: Vec<TriggerEvent>,
 }
 
@@ -110,11 +111,9 @@ impl LeaseHooks for RunWatch {
         let (Some(before), Some(after)) = (before, after) else {
             return;
         };
-        for (path, (stamp, size)) in after {
-            if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
-                state.written.insert(path, size);
-            }
-        }
+        state
+            .written
+            .extend(crate::support::changed_files(&before, after));
     }
 }
 
@@ -124,8 +123,8 @@ pub(crate) struct LambdaReport {
     pub(crate) started_at: i64,
     pub(crate) duration_ms: f64,
     pub(crate) error: Option<String>,
-    /// Files the run created or changed (path, size), for `on_file_change`.
-    pub(crate) written: Vec<(String, i64)>,
+    /// Files the run created, changed or deleted, for `on_file_change`.
+    pub(crate) written: crate::support::FileChanges,
     /// The run's `adf.emit_event` events, published with `lambda.started`/`completed`.
     pub(crate) custom: Vec<crate::custom_events::CustomEvent>,
     /// The run's row events (as [`Observed::events`]), then `on_tool_call` / `on_llm_call`

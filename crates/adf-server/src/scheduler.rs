@@ -90,8 +90,8 @@ struct FireReport {
     run_count: i64,
     scheduled_at: i64,
     lambda: Option<LambdaReport>,
-    /// Files an agent-scope turn wrote (a lambda's are in its report).
-    written: Vec<(String, i64)>,
+    /// Files an agent-scope turn wrote or deleted (a lambda's are in its report).
+    written: crate::support::FileChanges,
     /// Tool calls, model calls and new rows the delivery produced, for their triggers.
     events: Vec<TriggerEvent>,
     /// The queue was full: the fire was recorded but not delivered (TRG-29).

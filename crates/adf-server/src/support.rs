@@ -55,3 +55,28 @@ pub(crate) const TURN_EVENT_LIMIT: usize = 1024;
 pub(crate) fn file_stamps(file: &AdfFile) -> HashMap<String, (String, i64)> {
     file.file_stamps().unwrap_or_default()
 }
+
+/// Files a job created, changed or deleted, in path order: `(path, Some(size))` for a file
+/// created or written, `(path, None)` for one deleted.
+pub(crate) type FileChanges = Vec<(String, Option<i64>)>;
+
+/// The files whose stamp moved from `before` to `after` (size) or that are gone (`None`), in
+/// path order.
+pub(crate) fn changed_files(
+    before: &HashMap<String, (String, i64)>,
+    after: HashMap<String, (String, i64)>,
+) -> FileChanges {
+    let mut changes: FileChanges = before
+        .keys()
+        .filter(|path| !after.contains_key(*path))
+        .map(|path| (path.clone(), None))
+        .collect();
+    changes.extend(
+        after
+            .into_iter()
+            .filter(|(path, (stamp, _))| before.get(path).is_none_or(|(old, _)| old != stamp))
+            .map(|(path, (_, size))| (path, Some(size))),
+    );
+    changes.sort();
+    changes
+}

@@ -183,14 +183,14 @@ pub(crate) async fn run_trigger_turn(
 }
 
 /// An agent-scope turn of a timer fire or the hibernate nudge (`scheduler`, after the fire
-/// job): returns its writes, and its tool and model calls and new rows, for their triggers.
+/// job): returns its writes and deletes, and its tool and model calls and new rows, for their triggers.
 /// The outcome itself is in the file (transcript or a warn row).
 pub(crate) async fn run_observed_turn(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
     loop_name: String,
     trigger: Trigger,
-) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
+) -> (crate::support::FileChanges, Vec<TriggerEvent>) {
     match run_turn_job(hub, agent, vec![(loop_name, trigger)], false).await {
         Ok(job) => (job.written, job.events),
         Err(error) => {
@@ -204,8 +204,8 @@ pub(crate) async fn run_observed_turn(
 pub(crate) struct TurnJob {
     /// Each turn's reply, or why it failed.
     pub(crate) results: Vec<(String, Result<String, String>)>,
-    /// Files the turn created or changed (path, size).
-    pub(crate) written: Vec<(String, i64)>,
+    /// Files the turn created, changed or deleted.
+    pub(crate) written: crate::support::FileChanges,
     /// Its tool and model calls and the rows it added, as trigger events.
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer wake after the turn (`None`: unreadable).

@@ -2,8 +2,9 @@
 //! `adf authorize` — any other process, or another connection of this one — writing the file
 //! the daemon holds. The daemon notices within about a tick ([`WATCH_TICK`]) and re-reads what
 //! it caches: the config (the dispatch's trigger targets, the taps, the list fields), the timers
-//! (the scheduler's wake) and the rows of the trigger sources; files written outside become
-//! `file.written` events and `on_file_change` triggers of [`Producer::External`].
+//! (the scheduler's wake) and the rows of the trigger sources; files written (deleted) outside
+//! become `file.written` (`file.deleted`) events and `on_file_change` triggers of
+//! [`Producer::External`] with operation `write` (`delete`).
 //!
 //! Detection is adf-store's (`adf_store::other_writers`): the agent's [`StoreHandle`] is opened
 //! watched, so its worker compares `PRAGMA data_version` between jobs (another connection's
@@ -12,9 +13,9 @@
 //! for all agents that every [`WATCH_TICK`] asks each handle (a lock, no job) and `stat`s its two
 //! files, and runs one short job on an agent only when its count of other writers' changes moved
 //! or its files' stamp did. An idle agent costs two `stat`s per tick, 24 bytes here and about
-//! 150 bytes plus 16 per file in its handle; with very many agents a pass grows (two `stat`s
-//! each), so the tick stretches to twenty times the last pass and the watcher never takes more
-//! than a twentieth of a core.
+//! 150 bytes plus 32 and the path per file in its handle; with very many agents a pass grows
+//! (two `stat`s each), so the tick stretches to twenty times the last pass and the watcher
+//! never takes more than a twentieth of a core.
 //!
 //! The in-process guest connections (the serving lane's route requests, the mesh's ingress) are
 //! other connections too: their commits count as other writers' changes (their rows were
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use adf_runtime::triggers::{Producer, TriggerEvent, TriggerKind};
+use adf_runtime::triggers::{Producer, TriggerEvent};
 use adf_store::other_writers::DiskStamp;
 
 use crate::dispatch::{dispatch_all, sweep};
@@ -142,7 +143,7 @@ struct Reread {
     handle_meta: Option<String>,
     did: Option<String>,
     wake: Option<crate::scheduler::WakeRead>,
-    written: Vec<(String, i64)>,
+    changed: crate::support::FileChanges,
     unreported: u64,
     events: Vec<TriggerEvent>,
 }
@@ -160,7 +161,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
                 return Ok(None);
             };
             let seen = observer.watch().seen.swap(writes.changes, Ordering::SeqCst);
-            if seen == writes.changes && writes.written.is_empty() {
+            if seen == writes.changes && writes.written.is_empty() && writes.deleted.is_empty() {
                 return Ok(None);
             }
             let config = file.config()?;
@@ -172,8 +173,8 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
                 handle_meta,
                 did,
                 wake: crate::scheduler::wake_of(file),
-                written: writes.written,
                 unreported: writes.unreported,
+                changed: file_changes(writes),
                 events,
             }))
         })
@@ -212,7 +213,7 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
     if let Some(wake) = found.wake {
         hub.timer_wakes().set(agent, wake);
     }
-    let files = found.written.len() as u64 + found.unreported;
+    let files = found.changed.len() as u64 + found.unreported;
     if config_changed || files > 0 {
         tracing::info!(
             agent = %agent.id,
@@ -220,57 +221,66 @@ async fn reread(hub: &Arc<Hub>, agent: &Arc<Agent>) {
             files,
             "another writer changed the file; config, timers and triggers re-read"
         );
-        let paths: Vec<&str> = found.written.iter().map(|(p, _)| p.as_str()).collect();
+        let paths = |deleted: bool| -> Vec<&str> {
+            found
+                .changed
+                .iter()
+                .filter(|(_, size)| size.is_none() == deleted)
+                .map(|(path, _)| path.as_str())
+                .collect()
+        };
         hub.emit(
             agent,
             "agent.changed_outside",
             "system:watch",
             json!({
                 "config_changed": config_changed,
-                "files": paths,
+                "files": paths(false),
+                "files_deleted": paths(true),
                 "files_unnamed": found.unreported,
             }),
         )
         .await;
     }
-    dispatch_outside_writes(hub, agent, found.written).await;
+    dispatch_outside_writes(hub, agent, found.changed).await;
     crate::dispatch::dispatch_all(hub, agent, found.events).await;
 }
 
-/// Inside a job of the agent: the files other connections wrote that no one has reported yet
-/// (the worker checked right before the job). Taking them here leaves the change count, so
-/// the watcher still re-reads the config and timers, but never reports these files again:
-/// each outside write is one `on_file_change`, whoever notices it first.
-pub(crate) fn take_outside_writes(agent: &Agent, file: &adf_store::AdfFile) -> Vec<(String, i64)> {
+/// Inside a job of the agent: the files other connections wrote or deleted that no one has
+/// reported yet (the worker checked right before the job). Taking them here leaves the change
+/// count, so the watcher still re-reads the config and timers, but never reports these files
+/// again: each outside write or delete is one `on_file_change`, whoever notices it first.
+pub(crate) fn take_outside_writes(
+    agent: &Agent,
+    file: &adf_store::AdfFile,
+) -> crate::support::FileChanges {
     agent.store().notice_other_writers(file);
     agent
         .store()
         .take_other_writes()
-        .map(|writes| writes.written)
+        .map(file_changes)
         .unwrap_or_default()
 }
 
-/// Files written outside the daemon's own jobs become `file.written` events and
-/// `on_file_change` triggers of [`Producer::External`].
+/// The files of `writes`, written and deleted, in path order.
+fn file_changes(writes: adf_store::other_writers::OtherWrites) -> crate::support::FileChanges {
+    let mut changes: crate::support::FileChanges = writes
+        .written
+        .into_iter()
+        .map(|(path, size)| (path, Some(size)))
+        .chain(writes.deleted.into_iter().map(|path| (path, None)))
+        .collect();
+    changes.sort();
+    changes
+}
+
+/// Files written or deleted outside the daemon's own jobs become `file.written` /
+/// `file.deleted` events and `on_file_change` triggers of [`Producer::External`].
 pub(crate) async fn dispatch_outside_writes(
     hub: &Arc<Hub>,
     agent: &Arc<Agent>,
-    written: Vec<(String, i64)>,
+    changes: crate::support::FileChanges,
 ) {
-    for (path, bytes) in written {
-        hub.emit(
-            agent,
-            "file.written",
-            "external",
-            json!({ "path": path, "bytes": bytes }),
-        )
+    crate::dispatch::dispatch_file_changes(hub, agent, changes, "external", &Producer::External)
         .await;
-        let event = TriggerEvent::new(
-            TriggerKind::OnFileChange,
-            adf_store::time::now_ms(),
-            json!({ "path": path, "operation": "write", "size": bytes }),
-        )
-        .produced_by(Producer::External);
-        crate::dispatch::dispatch(hub, agent, event).await;
-    }
 }

@@ -173,7 +173,7 @@ impl StoreHandle {
 
     /// [`StoreHandle::open_with`], also watching for other writers of the file (another
     /// process, another connection): see [`crate::other_writers`]. Costs two `PRAGMA
-    /// data_version` reads per job, two `stat`s per release and a 16-byte pair per file.
+    /// data_version` reads per job, two `stat`s per release and 32 bytes plus the path per file.
     pub fn open_watched(path: impl AsRef<Path>, idle: IdleRelease) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let opener = path.clone();

@@ -15,14 +15,17 @@
 //!   that lands while the worker closes (after its last `data_version` check, before its stamp)
 //!   is in the stamp it leaves, so only the contents can tell.
 //!
-//! Which files another writer changed is a diff of `adf_files`' `(updated_at, size)` stamps
-//! against the stamps as this handle last knew them (`Watch` keeps one 16-byte hash pair per
-//! file across releases). Those are refreshed after every job that wrote a file, and the rows
-//! this connection changed meanwhile (its update hook keeps their rowids) are left out of a
-//! diff, so this handle's own writes never show as someone else's, also when another writer
-//! commits while a job of this handle writes files. Only past 1,024 own file rows between two
-//! checks can the two not be told apart: the change is still counted (the daemon re-reads
-//! config and timers) but its files are not named.
+//! Which files another writer created, changed or deleted is a diff of `adf_files`'
+//! `(updated_at, size)` stamps against the files as this handle last knew them (`Watch` keeps
+//! each file's path, rowid and a stamp hash across releases: 32 bytes plus the path per file,
+//! so a deleted file can still be named). Those are refreshed after every job that wrote or
+//! deleted a file, and the rows this connection changed meanwhile (its update hook keeps their
+//! rowids, deleted rows included) are left out of a diff, so this handle's own writes and
+//! deletes never show as someone else's, also when another writer commits while a job of this
+//! handle writes files. Only past 1,024 own file rows between two checks can the two not be
+//! told apart: the change is still counted (the daemon re-reads config and timers) but its
+//! files are not named. A file renamed by another writer shows as its old path deleted and its
+//! new path written.
 //!
 //! Blind spot: a write that lands while the worker closes, or a released file written within
 //! the same `stat` clock tick as this handle's close to the same size with no `-wal` left
@@ -38,7 +41,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use crate::error::Result;
 use crate::file::AdfFile;
 
-/// Most changed paths kept for the daemon between two takes; beyond it they are counted.
+/// Most changed (written or deleted) paths kept for the daemon between two takes; beyond it
+/// they are counted.
 pub const MAX_REPORTED_WRITES: usize = 256;
 
 /// `stat` of one file: what another writer's commit or checkpoint moves.
@@ -103,7 +107,10 @@ pub struct OtherWrites {
     pub changes: u64,
     /// Files another writer created or changed, with their size, in path order.
     pub written: Vec<(String, i64)>,
-    /// Changed files beyond [`MAX_REPORTED_WRITES`], not named.
+    /// Files another writer deleted, in path order (a file deleted and then written again
+    /// before the take is in `written` only; one written and then deleted, here only).
+    pub deleted: Vec<String>,
+    /// Changed or deleted files beyond [`MAX_REPORTED_WRITES`], not named.
     pub unreported: u64,
 }
 
@@ -111,14 +118,23 @@ pub struct OtherWrites {
 /// `adf_files` row changes (`None` when its update hook was refused).
 type Version = (i64, Option<u64>);
 
+/// One file as this handle last knew it.
+#[derive(Debug)]
+struct KnownFile {
+    path: Box<str>,
+    rowid: i64,
+    /// `hash(updated_at, size)`.
+    stamp: u64,
+}
+
 #[derive(Debug, Default)]
 struct WatchState {
     changes: u64,
-    written: BTreeMap<String, i64>,
+    /// Path → size of a file another writer wrote, `None` for one it deleted.
+    changed: BTreeMap<String, Option<i64>>,
     unreported: u64,
-    /// `(hash(path), hash(updated_at, size))` of every file, sorted: the files as this handle
-    /// last knew them. `None` until the first open.
-    known: Option<Vec<(u64, u64)>>,
+    /// Every file as this handle last knew it, in path order. `None` until the first open.
+    known: Option<Vec<KnownFile>>,
     /// The open connection's last [`Version`]; `None` while released.
     connection: Option<Version>,
     released: Option<DiskStamp>,
@@ -173,13 +189,22 @@ fn stamps(file: &AdfFile) -> Result<Vec<Stamp>> {
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
-fn known_of(stamps: &[Stamp]) -> Vec<(u64, u64)> {
-    let mut known: Vec<(u64, u64)> = stamps
+fn known_of(stamps: &[Stamp]) -> Vec<KnownFile> {
+    let mut known: Vec<KnownFile> = stamps
         .iter()
-        .map(|stamp| (hash_of(&stamp.path), stamp.hash()))
+        .map(|stamp| KnownFile {
+            path: stamp.path.as_str().into(),
+            rowid: stamp.rowid,
+            stamp: stamp.hash(),
+        })
         .collect();
-    known.sort_unstable();
+    known.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     known
+}
+
+/// Where `path` is in `known` (sorted by path).
+fn find(known: &[KnownFile], path: &str) -> Option<usize> {
+    known.binary_search_by(|file| (*file.path).cmp(path)).ok()
 }
 
 impl Watch {
@@ -260,40 +285,68 @@ impl Watch {
 
     pub(crate) fn take(&self) -> OtherWrites {
         let mut state = self.lock();
-        OtherWrites {
+        let mut taken = OtherWrites {
             changes: state.changes,
-            written: std::mem::take(&mut state.written).into_iter().collect(),
             unreported: std::mem::take(&mut state.unreported),
+            ..OtherWrites::default()
+        };
+        for (path, size) in std::mem::take(&mut state.changed) {
+            match size {
+                Some(size) => taken.written.push((path, size)),
+                None => taken.deleted.push(path),
+            }
         }
+        taken
     }
 }
 
-/// Adds the files whose stamps differ from the known ones, except the rows `own` (this
-/// connection's writes) names, to the report, and makes the current stamps the known ones.
-/// `own` is `None` when this connection's writes are not known: nothing is named then.
+/// Adds the files whose stamps differ from the known ones, and the known files that are gone,
+/// except the rows `own` (this connection's writes and deletes) names, to the report, and makes
+/// the current files the known ones. `own` is `None` when this connection's writes are not
+/// known: nothing is named then.
 fn record_files(state: &mut WatchState, file: &AdfFile, own: Option<&HashSet<i64>>) {
     let Ok(stamps) = stamps(file) else {
         state.known = None;
         return;
     };
+    let now = known_of(&stamps);
     if let (Some(known), Some(own)) = (&state.known, own) {
         for stamp in &stamps {
-            let key = hash_of(&stamp.path);
-            let unchanged = known
-                .binary_search_by_key(&key, |(path, _)| *path)
-                .is_ok_and(|at| known[at].1 == stamp.hash());
-            if unchanged || own.contains(&stamp.rowid) {
-                continue;
+            let unchanged =
+                find(known, &stamp.path).is_some_and(|at| known[at].stamp == stamp.hash());
+            if !unchanged && !own.contains(&stamp.rowid) {
+                report(
+                    &mut state.changed,
+                    &mut state.unreported,
+                    &stamp.path,
+                    Some(stamp.size),
+                );
             }
-            if state.written.len() < MAX_REPORTED_WRITES || state.written.contains_key(&stamp.path)
-            {
-                state.written.insert(stamp.path.clone(), stamp.size);
-            } else {
-                state.unreported += 1;
+        }
+        for gone in known {
+            if find(&now, &gone.path).is_none() && !own.contains(&gone.rowid) {
+                report(&mut state.changed, &mut state.unreported, &gone.path, None);
             }
         }
     }
-    state.known = Some(known_of(&stamps));
+    state.known = Some(now);
+}
+
+/// Keeps `path`'s latest change (`None`: deleted) while fewer than [`MAX_REPORTED_WRITES`]
+/// paths are kept, else counts it.
+fn report(
+    changed: &mut BTreeMap<String, Option<i64>>,
+    unreported: &mut u64,
+    path: &str,
+    size: Option<i64>,
+) {
+    if let Some(kept) = changed.get_mut(path) {
+        *kept = size;
+    } else if changed.len() < MAX_REPORTED_WRITES {
+        changed.insert(path.to_owned(), size);
+    } else {
+        *unreported += 1;
+    }
 }
 
 #[cfg(test)]
@@ -407,6 +460,124 @@ mod tests {
         let seen = watch.take();
         assert_eq!(seen.changes, 1);
         assert_eq!(seen.written, vec![("timer-set.md".to_owned(), 7)]);
+    }
+
+    fn delete(file: &mut AdfFile, path: &str) {
+        file.file_delete_as_owner(path, false).unwrap();
+    }
+
+    #[test]
+    fn anothers_delete_is_named_and_own_deletes_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle = StoreHandle::open_watched(&path, IdleRelease::Never).unwrap();
+        handle
+            .call(|file| {
+                write(file, "own.md", "ours");
+                write(file, "docs/theirs.md", "to be deleted outside");
+                Ok(())
+            })
+            .unwrap();
+        handle
+            .call(|file| {
+                delete(file, "own.md");
+                Ok(())
+            })
+            .unwrap();
+        let seen = taken_in_a_job(&handle);
+        assert_eq!(seen.changes, 0);
+        assert!(seen.deleted.is_empty() && seen.written.is_empty());
+
+        let mut other = AdfFile::open(&path).unwrap();
+        delete(&mut other, "docs/theirs.md");
+        let seen = taken_in_a_job(&handle);
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.deleted, vec!["docs/theirs.md".to_owned()]);
+        assert!(seen.written.is_empty());
+        // Taken once.
+        assert!(taken_in_a_job(&handle).deleted.is_empty());
+        drop(other);
+        handle.close().unwrap();
+    }
+
+    #[test]
+    fn anothers_delete_during_a_job_that_deletes_files_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle = StoreHandle::open_watched(&path, IdleRelease::Never).unwrap();
+        handle
+            .call(|file| {
+                for name in ["own/a.md", "own/b.md", "theirs.md"] {
+                    write(file, name, "x");
+                }
+                Ok(())
+            })
+            .unwrap();
+        let outside = path.clone();
+        handle
+            .call(move |file| {
+                delete(file, "own/a.md");
+                let mut other = AdfFile::open(&outside).unwrap();
+                delete(&mut other, "theirs.md");
+                drop(other);
+                delete(file, "own/b.md");
+                Ok(())
+            })
+            .unwrap();
+        let seen = taken_in_a_job(&handle);
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.deleted, vec!["theirs.md".to_owned()]);
+        handle.close().unwrap();
+    }
+
+    #[test]
+    fn a_file_written_and_deleted_outside_between_takes_is_one_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle = StoreHandle::open_watched(&path, IdleRelease::Never).unwrap();
+        handle.call(|_| Ok(())).unwrap();
+        let mut other = AdfFile::open(&path).unwrap();
+        write(&mut other, "brief.md", "here");
+        handle.call(|_| Ok(())).unwrap();
+        delete(&mut other, "brief.md");
+        write(&mut other, "back.md", "gone");
+        handle.call(|_| Ok(())).unwrap();
+        delete(&mut other, "back.md");
+        write(&mut other, "back.md", "and back");
+        let seen = taken_in_a_job(&handle);
+        assert_eq!(seen.changes, 3);
+        assert_eq!(seen.deleted, vec!["brief.md".to_owned()]);
+        assert_eq!(seen.written, vec![("back.md".to_owned(), 8)]);
+        drop(other);
+        handle.close().unwrap();
+    }
+
+    #[test]
+    fn a_delete_while_released_is_found_when_the_file_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = created(&dir);
+        let handle =
+            StoreHandle::open_watched(&path, IdleRelease::After(Duration::from_millis(20)))
+                .unwrap();
+        handle
+            .call(|file| {
+                write(file, "notes/rm.md", "to go");
+                Ok(())
+            })
+            .unwrap();
+        assert!(handle.wait_until_released(Duration::from_secs(5)));
+        let stamp = handle.other_writers().unwrap().released.unwrap();
+
+        let mut other = AdfFile::open(&path).unwrap();
+        delete(&mut other, "notes/rm.md");
+        other.close().unwrap();
+        assert_ne!(stamp, super::DiskStamp::of(&path));
+
+        let seen = taken_in_a_job(&handle);
+        assert_eq!(seen.changes, 1);
+        assert_eq!(seen.deleted, vec!["notes/rm.md".to_owned()]);
+        assert!(seen.written.is_empty());
+        handle.close().unwrap();
     }
 
     #[test]

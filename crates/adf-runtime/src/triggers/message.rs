@@ -43,9 +43,10 @@ fn line(event: &TriggerEvent) -> String {
             format!("[Trigger: {kind}] A new message arrived{from}. Use msg_read to read it.")
         }
         TriggerKind::OnFileChange => {
-            let change = match text(event, "change") {
-                "" => "changed",
-                change => change,
+            let change = match (text(event, "change"), text(event, "operation")) {
+                ("", "delete") => "deleted",
+                ("", _) => "changed",
+                (change, _) => change,
             };
             format!("[Trigger: {kind}] {} was {change}.", text(event, "path"))
         }

@@ -382,6 +382,16 @@ fn trg_13_trg_14_trg_34_agent_messages_and_system_payloads() {
         .map(|i| event(TriggerKind::OnInbox, i, json!({})))
         .collect();
     assert!(format(&many).contains("3 new messages"));
+    let deleted = event(
+        TriggerKind::OnFileChange,
+        0,
+        json!({ "path": "docs/plan.md", "operation": "delete" }),
+    );
+    let text = format(&[deleted]);
+    assert!(
+        text.contains("docs/plan.md") && text.contains("deleted"),
+        "a delete says so: {text}"
+    );
 }
 
 #[test]

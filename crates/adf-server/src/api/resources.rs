@@ -258,7 +258,9 @@ pub(super) fn flag(params: &HashMap<String, String>, name: &str) -> ApiResult<bo
 
 /// Deletes a file as the owner. A `read_only` or `no_delete` file is kept unless the request
 /// says `force=true` (409 otherwise, with `success: false` as the reference answers); the
-/// store makes that decision (`file_delete_as_owner`), in the delete's own transaction.
+/// store makes that decision (`file_delete_as_owner`), in the delete's own transaction. A
+/// delete is a file change like a write: `file.deleted` and `on_file_change` with operation
+/// `delete` (FIL-20).
 pub(super) async fn file_delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -268,8 +270,12 @@ pub(super) async fn file_delete(
     let path = required_path(&params)?;
     let force = flag(&params, "force")?;
     let target = path.clone();
-    let deleted = agent
-        .job(move |file| file.file_delete_as_owner(&target, force))
+    // Observed, as a put: rows other writers added since the agent's last job become events.
+    let deleted = state
+        .daemon
+        .run_observed(&agent, move |file| {
+            file.file_delete_as_owner(&target, force)
+        })
         .await;
     match deleted {
         Ok(_) => {}
@@ -299,9 +305,15 @@ pub(super) async fn file_delete(
             &agent,
             "file.deleted",
             "system:daemon",
-            json!({ "path": path }),
+            json!({ "path": path.clone() }),
         )
         .await;
+    let change = adf_runtime::triggers::TriggerEvent::new(
+        adf_runtime::triggers::TriggerKind::OnFileChange,
+        adf_store::time::now_ms(),
+        json!({ "path": path, "operation": "delete" }),
+    );
+    state.daemon.dispatch(&agent, change).await;
     Ok(success(&agent))
 }
 

@@ -10,7 +10,7 @@ use crate::lambdas::LambdaReport;
 /// What one delivery job did, reported back to the async side.
 pub(crate) struct Handled {
     pub(crate) report: Option<LambdaReport>,
-    pub(crate) written: Vec<(String, i64)>,
+    pub(crate) written: crate::support::FileChanges,
     pub(crate) producer: Producer,
     pub(crate) events: Vec<TriggerEvent>,
     /// The agent's next timer or nudge wake after the handler ran (it may have set a timer

@@ -27,7 +27,8 @@ pub(crate) struct TurnObserver {
 #[derive(Debug, Default)]
 struct Observed {
     stamps: Option<HashMap<String, (String, i64)>>,
-    written: BTreeMap<String, i64>,
+    /// Path → size of a file the turn wrote, `None` for one it deleted.
+    written: BTreeMap<String, Option<i64>>,
     events: Vec<TriggerEvent>,
 }
 
@@ -43,8 +44,9 @@ impl TurnObserver {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The files the turn wrote (path order) and the row events it produced, in order.
-    pub(super) fn take(&self) -> (Vec<(String, i64)>, Vec<TriggerEvent>) {
+    /// The files the turn wrote or deleted (path order) and the row events it produced, in
+    /// order.
+    pub(super) fn take(&self) -> (crate::support::FileChanges, Vec<TriggerEvent>) {
         let mut state = self.lock();
         let written = std::mem::take(&mut state.written).into_iter().collect();
         (written, std::mem::take(&mut state.events))
@@ -70,10 +72,8 @@ impl LeaseHooks for TurnObserver {
         let (Some(before), Some(after)) = (before, after) else {
             return;
         };
-        for (path, (stamp, size)) in after {
-            if before.get(&path).is_none_or(|(old, _)| *old != stamp) {
-                state.written.insert(path, size);
-            }
-        }
+        state
+            .written
+            .extend(crate::support::changed_files(&before, after));
     }
 }

@@ -1,7 +1,8 @@
 //! One file, two writers: a daemon on 127.0.0.1 holds an agent file while the test, as `adf put`,
 //! `adf config set`, `adf tool … sys_set_timer` and `adf authorize` do, opens the same file with
 //! adf-store's own API (another connection, as another process would be) and writes it. Each
-//! change takes effect in the daemon without a reload, within a few seconds.
+//! change takes effect in the daemon without a reload, within a few seconds. Deletes, by any
+//! writer (owner API, a lambda, a turn, another writer), fire `on_file_change` like writes.
 use crate::common;
 
 use std::future::Future;
@@ -257,5 +258,257 @@ async fn a_lambda_authorized_by_another_writer_runs_authorized_on_its_put() {
         || async { contents(&agent, "locked.md").await == ["by the lambda"] },
     )
     .await;
+    h.stop().await;
+}
+
+// ------------------------------------------------------------------------------------ deletes
+
+/// Writes `seen/<random>.md` holding `<operation> <path>` of the event (of each event of a
+/// batch, sorted, comma-separated).
+const SEEN_OPERATION: &str = r#"
+export async function main(event) {
+  const tag = Math.floor(Math.random() * 1e12).toString(36);
+  const seen = (event.events || [event]).map(e => `${e.data.operation} ${e.data.path}`).sort();
+  await adf.fs_write({ path: `seen/${tag}.md`, content: seen.join(','), mode: 'write' });
+}
+"#;
+
+/// Records its run in `rm-runs/`, then deletes `docs/doomed.md`.
+const REMOVER: &str = r#"
+export async function main(event) {
+  const tag = Math.floor(Math.random() * 1e12).toString(36);
+  await adf.fs_write({ path: `rm-runs/${tag}.md`, content: event.data.path, mode: 'write' });
+  await adf.fs_delete({ path: 'docs/doomed.md' });
+}
+"#;
+
+/// An agent whose `lib/seen.ts` records each `on_file_change` under `docs/**` (`include_self`:
+/// its other lambdas' and its turns' changes count too), holding `files` besides, with
+/// `fs_delete` enabled and `config` set.
+fn recording_agent(
+    dir: &Path,
+    name: &str,
+    files: &[(&str, &str)],
+    more_targets: &[serde_json::Value],
+    config: Vec<(&'static str, serde_json::Value)>,
+) -> std::path::PathBuf {
+    let mut all = vec![("lib/seen.ts", SEEN_OPERATION)];
+    all.extend_from_slice(files);
+    let mut targets = vec![json!({
+        "scope": "system", "lambda": "lib/seen.ts:main",
+        "filter": { "watch": "docs/**", "include_self": true }
+    })];
+    targets.extend_from_slice(more_targets);
+    let mut config = config;
+    config.extend([
+        (
+            "triggers",
+            json!({ "on_file_change": { "enabled": true, "targets": targets } }),
+        ),
+        ("tools.fs_delete.enabled", json!(true)),
+        ("tools.fs_delete.visible", json!(true)),
+    ]);
+    agent_file(dir, name, &all, &config)
+}
+
+/// What `lib/seen.ts` recorded, once everything before now has been dispatched: another
+/// writer's `docs/zz-barrier.md` goes through the watcher after any change made before it
+/// (a change reported twice would show up by then), and the queue drains.
+async fn recorded_when_settled(path: &Path, agent: &Arc<Agent>) -> Vec<String> {
+    outside(path, |file| write(file, "docs/zz-barrier.md", "barrier")).await;
+    within("the barrier write fires on_file_change", || async {
+        contents(agent, "seen/")
+            .await
+            .contains(&"write docs/zz-barrier.md".to_owned())
+    })
+    .await;
+    drained(agent).await;
+    contents(agent, "seen/").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_an_owner_delete_fires_on_file_change_once_and_an_unwatched_one_nothing() {
+    let h = Harness::start().await;
+    let path = recording_agent(
+        h.dir.path(),
+        "owner-deletes",
+        &[("docs/plan.md", "plan"), ("notes/scratch.md", "scratch")],
+        &[],
+        Vec::new(),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    for file in ["docs%2Fplan.md", "notes%2Fscratch.md"] {
+        h.client
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/agents/{}/files/content?path={file}", agent.id),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    within("the owner's delete fires on_file_change", || async {
+        contents(&agent, "seen/")
+            .await
+            .contains(&"delete docs/plan.md".to_owned())
+    })
+    .await;
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        ["delete docs/plan.md", "write docs/zz-barrier.md"]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_trg_03_a_lambda_delete_fires_on_file_change_once_and_never_for_the_lambda_itself() {
+    let h = Harness::start().await;
+    // The remover reacts to `cmd/**` and also watches the file it deletes, with include_self,
+    // so only TRG-03 keeps it from receiving its own delete.
+    let path = recording_agent(
+        h.dir.path(),
+        "lambda-deletes",
+        &[("lib/rm.ts", REMOVER), ("docs/doomed.md", "doomed")],
+        &[
+            json!({ "scope": "system", "lambda": "lib/rm.ts:main", "filter": { "watch": "cmd/**" } }),
+            json!({
+                "scope": "system", "lambda": "lib/rm.ts:main",
+                "filter": { "watch": "docs/doomed.md", "include_self": true }
+            }),
+        ],
+        Vec::new(),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    put_file(&h, &agent, "cmd/go.md", "delete it").await;
+    within("the lambda's delete fires on_file_change", || async {
+        contents(&agent, "seen/")
+            .await
+            .contains(&"delete docs/doomed.md".to_owned())
+    })
+    .await;
+    assert!(common::paths(&agent, "docs/doomed.md").await.is_empty());
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        ["delete docs/doomed.md", "write docs/zz-barrier.md"]
+    );
+    // The remover ran once, for the owner's put.
+    assert_eq!(contents(&agent, "rm-runs/").await, ["cmd/go.md"]);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_a_delete_by_another_writer_fires_on_file_change_once_released_or_open() {
+    let h = Harness::start().await;
+    let path = recording_agent(
+        h.dir.path(),
+        "outside-deletes",
+        &[
+            ("docs/released.md", "one"),
+            ("docs/open.md", "two"),
+            ("notes/unwatched.md", "three"),
+        ],
+        &[],
+        Vec::new(),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    // The daemon releases the file right after loading: the first delete finds it closed.
+    assert!(released(&agent).await);
+    // `adf rm FILE docs/released.md` while the daemon holds the file.
+    outside(&path, |file| {
+        file.file_delete_as_owner("docs/released.md", false)
+            .unwrap();
+    })
+    .await;
+    within("the delete while released fires on_file_change", || async {
+        contents(&agent, "seen/").await == ["delete docs/released.md"]
+    })
+    .await;
+    assert!(agent.store().is_open());
+    outside(&path, |file| {
+        file.file_delete_as_owner("docs/open.md", false).unwrap();
+        file.file_delete_as_owner("notes/unwatched.md", false)
+            .unwrap();
+    })
+    .await;
+    within("the delete while open fires on_file_change", || async {
+        contents(&agent, "seen/")
+            .await
+            .contains(&"delete docs/open.md".to_owned())
+    })
+    .await;
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        [
+            "delete docs/open.md",
+            "delete docs/released.md",
+            "write docs/zz-barrier.md"
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_a_models_fs_delete_in_a_turn_fires_on_file_change_once() {
+    use adf_testkit::{MockProvider, Turn, Wire};
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("fs_delete", json!({ "path": "docs/doomed.md" })),
+        Turn::text("deleted it"),
+    ]);
+    let h = Harness::start().await;
+    let path = recording_agent(
+        h.dir.path(),
+        "turn-deletes",
+        &[("docs/doomed.md", "doomed")],
+        &[],
+        common::model_config(&mock),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    common::chat(&h, &agent, "delete docs/doomed.md").await;
+    within("the turn's delete fires on_file_change", || async {
+        contents(&agent, "seen/")
+            .await
+            .contains(&"delete docs/doomed.md".to_owned())
+    })
+    .await;
+    assert!(common::paths(&agent, "docs/doomed.md").await.is_empty());
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        ["delete docs/doomed.md", "write docs/zz-barrier.md"]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fil_20_trg_07_outside_deletes_and_writes_share_a_debounced_targets_one_fire() {
+    let h = Harness::start().await;
+    // A quiet period long enough that one outside session's changes, dispatched together,
+    // always fall in one window.
+    let path = recording_agent(
+        h.dir.path(),
+        "debounced-deletes",
+        &[("batched/a.md", "a"), ("batched/b.md", "b")],
+        &[json!({
+            "scope": "system", "lambda": "lib/seen.ts:main", "debounce_ms": 2500,
+            "filter": { "watch": "batched/**" }
+        })],
+        Vec::new(),
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    outside(&path, |file| {
+        file.file_delete_as_owner("batched/a.md", false).unwrap();
+        file.file_delete_as_owner("batched/b.md", false).unwrap();
+        write(file, "batched/c.md", "c");
+    })
+    .await;
+    let batch = "delete batched/a.md,delete batched/b.md,write batched/c.md";
+    within("the debounced target fires", || async {
+        contents(&agent, "seen/").await.contains(&batch.to_owned())
+    })
+    .await;
+    assert_eq!(
+        recorded_when_settled(&path, &agent).await,
+        [batch, "write docs/zz-barrier.md"]
+    );
     h.stop().await;
 }
