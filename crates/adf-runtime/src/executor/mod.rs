@@ -1910,11 +1910,7 @@ const NO_ANSWER: &str =
 /// and the effect on the loop (`say` reaches the owner, `loop_compact`, `loop_clear`, an
 /// ending state and a woken loop change what happens after this step; `ask` is awaited in
 /// `Executor::run_tool`).
-fn tool_effect(
-    host: &dyn TurnHost,
-    name: &str,
-    value: &Value,
-) -> (String, bool, Effect) {
+fn tool_effect(host: &dyn TurnHost, name: &str, value: &Value) -> (String, bool, Effect) {
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
     match name {
         "say" => {

@@ -219,8 +219,7 @@ impl ToolRegistry {
         }
         // The owner may approve with modified arguments (`modified_args`, written on the
         // row): the call runs with those, checked like the model's.
-        let Some(changed) = approval::approved_args(file, &task_id, &pending.request.args)?
-        else {
+        let Some(changed) = approval::approved_args(file, &task_id, &pending.request.args)? else {
             return self.run_call(file, &pending.invocation(), Some(task_id));
         };
         if let Err(message) = validate::validate(&pending.tool.parameters(), &changed) {

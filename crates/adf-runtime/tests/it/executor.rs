@@ -1086,7 +1086,10 @@ async fn stl_32_a_loop_waiting_for_an_ask_answer_lets_the_other_loops_of_its_poo
         event_type: "test".into(),
         text: "pick a colour".into(),
     };
-    let turns = vec![("main".to_owned(), trigger()), ("side".to_owned(), trigger())];
+    let turns = vec![
+        ("main".to_owned(), trigger()),
+        ("side".to_owned(), trigger()),
+    ];
     let results = tokio::time::timeout(
         std::time::Duration::from_secs(20),
         LoopPool::new().run_many(&ex, &mut file, turns, &host),

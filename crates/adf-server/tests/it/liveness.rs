@@ -375,9 +375,10 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     chat_on(h, agent, "side", "anything new?").await;
-    wait_for("the side loop's turn while main waits for the owner", || async {
-        common::has_text(agent, "side", "Side loop done.").await
-    })
+    wait_for(
+        "the side loop's turn while main waits for the owner",
+        || async { common::has_text(agent, "side", "Side loop done.").await },
+    )
     .await;
     assert!(
         still_waiting().await,
@@ -434,10 +435,8 @@ async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits_for_an_a
     let (h, agent, _) = two_loop_agent(&mock).await;
     chat(&h, &agent, "pick a colour with me").await;
     wait_for("main's ask", || async { !agent.hil().asks().is_empty() }).await;
-    side_turn_completes_while_main_waits(&h, &agent, || async {
-        !agent.hil().asks().is_empty()
-    })
-    .await;
+    side_turn_completes_while_main_waits(&h, &agent, || async { !agent.hil().asks().is_empty() })
+        .await;
     let (request_id, _) = agent.hil().asks().remove(0);
     let (status, body) = call(
         &h,
