@@ -6,15 +6,18 @@
 //!
 //! A turn job never holds the agent's store worker while it waits. [`run_turn_job`] passes the
 //! gates of its loops (one per loop, `LoopPasses`: a loop never runs two turns at once, while
-//! turn jobs of different loops run side by side, §6.4), then runs on a thread of its own — a current-thread runtime, since an approval or
-//! `ask` wait blocks inside the tool pipeline — over a `SharedFile::leased` file: each store
-//! step and each tool call leases the file from the worker and gives it back, and the model's
-//! answer (its retries and backoff included) and a network tool's work (fetch, MCP, delivery)
-//! are awaited with the file back on the worker. So timer fires, trigger deliveries, owner
-//! reads and writes and inbox handling run between the turn's steps, each one job; while the
-//! turn waits for an approval or an answer, it runs them itself (`hil`). Code a tool call runs
-//! (`sys_code`, `sys_lambda`, `adf_shell`) holds the lease for its run, bounded by its time
-//! limit.
+//! turn jobs of different loops run side by side, §6.4), then runs on a thread of its own — a
+//! current-thread runtime, since tool calls and code runs are synchronous work on the file
+//! (and a code run's approval waits inside the pipeline) — over a `SharedFile::leased` file:
+//! each store step and each tool call leases the file from the worker and gives it back, and
+//! the model's answer (its retries and backoff included), a network tool's work (fetch, MCP,
+//! delivery) and the owner's decision on an approval or an `ask` are awaited with the file
+//! back on the worker (for the owner's waits, with the shared file unlocked too, so the job's
+//! other loops step meanwhile). So timer fires, trigger deliveries, owner reads and writes,
+//! inbox handling and other loops' turns run between the turn's steps and while it waits for
+//! the owner, each one job or lease. Code a tool call runs (`sys_code`, `sys_lambda`,
+//! `adf_shell`) holds the lease for its run, bounded by its time limit; when it waits for an
+//! approval, it runs the queued jobs itself (`hil`).
 //!
 //! Each hand-over of the lease is observed ([`TurnObserver`]): rows and files that changed
 //! while the turn held the file are the turn's (`Producer::Agent`), those that changed while
@@ -23,7 +26,8 @@
 //! `TurnHost`: approvals and `ask` answers go to the owner through `hil`). Aborting is `hil`'s
 //! abort signal, raced against the pool here and reported to the executor, which ends a turn
 //! whose wait the abort cut short at that call; the dropped lease rolls back a transaction
-//! left open. After the job, the caller publishes `turn.completed`, re-arms timers and
+//! left open, and the approvals an abort left pending are denied here
+//! (`TurnScope::settle_aborted_approvals`). After the job, the caller publishes `turn.completed`, re-arms timers and
 //! dispatches the files written and the events recorded.
 
 use std::collections::BTreeMap;
@@ -35,7 +39,7 @@ use adf_runtime::executor::{
     Executor, ExecutorError, LeaseHooks, LoopPool, SharedFile, Trigger, TurnEnd, TurnEvent,
     TurnHost, WireCaches,
 };
-use adf_runtime::tools::{Approver, ToolRegistry};
+use adf_runtime::tools::{ApprovalRequest, Approver, Decision, OwnerWait, ToolError, ToolRegistry};
 use adf_runtime::triggers::{Producer, Target, TriggerEvent, TriggerKind, message};
 use adf_store::{AdfFile, StoreError};
 
@@ -523,13 +527,21 @@ impl TurnHost for Recorder<'_> {
         &self.owner
     }
 
-    /// Without the file (a caller that cannot lend it) nobody can answer.
+    /// Only awaited ([`TurnHost::ask`]): the owner answers over the API.
     fn answer(&self, _question: &str) -> Option<String> {
         None
     }
 
-    fn answer_holding(&self, file: &mut AdfFile, question: &str) -> Option<String> {
-        self.owner.ask(file, question)
+    fn await_approval<'h>(
+        &'h self,
+        file: &mut AdfFile,
+        request: &ApprovalRequest,
+    ) -> OwnerWait<'h, Result<Decision, ToolError>> {
+        self.owner.await_approval(file, request)
+    }
+
+    fn ask<'h>(&'h self, question: &str) -> OwnerWait<'h, Option<String>> {
+        self.owner.ask(question)
     }
 
     fn aborted(&self) -> bool {
@@ -643,6 +655,7 @@ async fn run_agent_turns(
             // the abort at an approval or ask wait).
             match shared.lock().await {
                 Ok(mut file) => {
+                    scope.settle_aborted_approvals(&mut file);
                     for (loop_name, _) in &turns {
                         if let Err(error) =
                             adf_runtime::executor::record_turn_aborted(&mut file, loop_name)

@@ -18,8 +18,9 @@
 //!    tools, and for this request only the media blocks of `fs_read` calls, media.rs),
 //!    streamed to the host; the assistant row with `model` and `tokens`, together with
 //!    the checkpoint's `updated_at`;
-//! 5. each tool call through the registry (access, approvals through the host's approver), and
-//!    its `tool_result` row — capped per `limits.max_tool_result_tokens` — before the next call;
+//! 5. each tool call through the registry (access; an approval is awaited through the host's
+//!    `TurnHost::await_approval` with the file given back and other loops free), and its
+//!    `tool_result` row — capped per `limits.max_tool_result_tokens` — before the next call;
 //! 6. repeat until the turn ends (§6.3): a text-only reply in an interactive loop, the fourth
 //!    text-only reply in a row in an autonomous one (the loop goes idle), `sys_set_state`, or
 //!    `max_active_turns` (the agent is suspended);
@@ -28,8 +29,8 @@
 //! How turn tools reach the executor: the registry decides access and approval for `say`,
 //! `ask`, `loop_compact` and `loop_clear` like any tool, and their results carry the data
 //! (`{"message"}`, `{"question"}`, `{"instructions"}`); the executor, which knows the name of
-//! every call it makes, then shows the message, asks the owner (the answer becomes the tool
-//! result), compacts after the step, or resets the session after a clear. No marker values
+//! every call it makes, then shows the message, asks the owner (`TurnHost::ask`, awaited
+//! without the file; the answer becomes the tool result), compacts after the step, or resets the session after a clear. No marker values
 //! travel through the model's transcript.
 //!
 //! Stored state (§6.1, §6.2): the executor reads `config.state` and refuses to run an agent that
@@ -61,7 +62,10 @@ use serde_json::{Value, json};
 
 use crate::prompt::{self, LoopView, PromptTexts, SystemPrompt, TurnFacts};
 use crate::tools::builtin::loops::{effective_loop_tools, loop_config};
-use crate::tools::{Approver, ToolCaller, ToolError, ToolRegistry, render};
+use crate::tools::{
+    ApprovalRequest, Approver, CallStep, Decision, OwnerWait, ToolCaller, ToolError, ToolRegistry,
+    render,
+};
 
 pub use checkpoint::{Checkpoint, Recovered, key as checkpoint_key, recover};
 pub use compact::{COMPACTION_PROMPT, CompactOutcome};
@@ -137,7 +141,10 @@ impl<'a> SharedFile<'a> {
     pub async fn lock(&self) -> Result<FileGuard<'_, 'a>, StoreError> {
         let mut slot = self.file.lock().await;
         acquire(&mut slot).await?;
-        Ok(FileGuard { slot })
+        Ok(FileGuard {
+            mutex: &self.file,
+            slot: Some(slot),
+        })
     }
 
     /// Publishes the config a tool batch left, waking the loops that wait on their model.
@@ -215,18 +222,20 @@ fn give_back(slot: &mut Slot<'_>) {
 /// the guard drops.
 #[derive(Debug)]
 pub struct FileGuard<'g, 'a> {
-    slot: tokio::sync::MutexGuard<'g, Slot<'a>>,
+    mutex: &'g tokio::sync::Mutex<Slot<'a>>,
+    /// `None` only inside [`FileGuard::unlocked_while`].
+    slot: Option<tokio::sync::MutexGuard<'g, Slot<'a>>>,
 }
 
 impl FileGuard<'_, '_> {
     /// For code run on this guard's file: the worker's queue a leased file came from, whose
     /// jobs the run serves while it waits (`code::FileQueue`); `None` for a borrowed file.
     pub fn file_queue(&self) -> Option<crate::code::FileQueue> {
-        match &*self.slot {
-            Slot::Leased { handle, hooks, .. } => {
+        match self.slot.as_deref() {
+            Some(Slot::Leased { handle, hooks, .. }) => {
                 Some(crate::code::FileQueue::new(handle.clone(), hooks.clone()))
             }
-            Slot::Borrowed(_) => None,
+            _ => None,
         }
     }
 
@@ -237,9 +246,31 @@ impl FileGuard<'_, '_> {
         &mut self,
         work: impl std::future::Future<Output = T>,
     ) -> Result<T, StoreError> {
-        give_back(&mut self.slot);
+        if let Some(slot) = self.slot.as_mut() {
+            give_back(slot);
+        }
         let output = work.await;
-        acquire(&mut self.slot).await?;
+        if let Some(slot) = self.slot.as_mut() {
+            acquire(slot).await?;
+        }
+        Ok(output)
+    }
+
+    /// Awaits `work`, which does not touch the file, with the file given back to its worker
+    /// and the shared file unlocked: other loops' steps run meanwhile, and so do the worker's
+    /// jobs. For the owner's waits (an approval, an `ask` answer), which may take hours; the
+    /// guard then locks the file and takes it again.
+    pub async fn unlocked_while<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, StoreError> {
+        if let Some(mut slot) = self.slot.take() {
+            give_back(&mut slot);
+        }
+        let output = work.await;
+        let mutex = self.mutex;
+        let slot = self.slot.insert(mutex.lock().await);
+        acquire(slot).await?;
         Ok(output)
     }
 }
@@ -248,35 +279,33 @@ impl std::ops::Deref for FileGuard<'_, '_> {
     type Target = AdfFile;
 
     fn deref(&self) -> &AdfFile {
-        match &*self.slot {
-            Slot::Borrowed(file) => file,
-            Slot::Leased {
+        match self.slot.as_deref() {
+            Some(Slot::Borrowed(file)) => file,
+            Some(Slot::Leased {
                 lease: Some(lease), ..
-            } => lease,
-            Slot::Leased { lease: None, .. } => {
-                unreachable!("a guard holds its lease until it drops or releases it")
-            }
+            }) => lease,
+            _ => unreachable!("a guard holds its file until it drops or releases it"),
         }
     }
 }
 
 impl std::ops::DerefMut for FileGuard<'_, '_> {
     fn deref_mut(&mut self) -> &mut AdfFile {
-        match &mut *self.slot {
-            Slot::Borrowed(file) => file,
-            Slot::Leased {
+        match self.slot.as_deref_mut() {
+            Some(Slot::Borrowed(file)) => file,
+            Some(Slot::Leased {
                 lease: Some(lease), ..
-            } => lease,
-            Slot::Leased { lease: None, .. } => {
-                unreachable!("a guard holds its lease until it drops or releases it")
-            }
+            }) => lease,
+            _ => unreachable!("a guard holds its file until it drops or releases it"),
         }
     }
 }
 
 impl Drop for FileGuard<'_, '_> {
     fn drop(&mut self) {
-        give_back(&mut self.slot);
+        if let Some(slot) = self.slot.as_mut() {
+            give_back(slot);
+        }
     }
 }
 
@@ -383,12 +412,24 @@ pub trait TurnHost: Sync {
     fn approver(&self) -> &dyn Approver;
     /// Answers an `ask`; `None` when no one can (the model is told so).
     fn answer(&self, question: &str) -> Option<String>;
-    /// [`TurnHost::answer`] with the file the turn holds (no transaction open), for a host
-    /// that lets other work use the file while the owner thinks (the daemon). The default
-    /// just asks.
-    fn answer_holding(&self, file: &mut AdfFile, question: &str) -> Option<String> {
-        let _ = file;
-        self.answer(question)
+    /// The owner's decision on `request`, whose task row (`pending_approval`) exists. Called
+    /// with the file held and no transaction open, so a host can register the wait before
+    /// anyone could answer it; the executor then awaits the returned wait with the file given
+    /// back to its worker and other loops free to step (the daemon). The default asks
+    /// [`TurnHost::approver`] right here, holding the file (a terminal prompt, a test).
+    fn await_approval<'h>(
+        &'h self,
+        file: &mut AdfFile,
+        request: &ApprovalRequest,
+    ) -> OwnerWait<'h, Result<Decision, ToolError>> {
+        let decision = self.approver().decide(file, request);
+        Box::pin(std::future::ready(decision))
+    }
+    /// The owner's answer to an `ask`, awaited like [`TurnHost::await_approval`]'s wait
+    /// (the file given back meanwhile); `None` when no one can answer. The default asks
+    /// [`TurnHost::answer`] right here.
+    fn ask<'h>(&'h self, question: &str) -> OwnerWait<'h, Option<String>> {
+        Box::pin(std::future::ready(self.answer(question)))
     }
     /// Observes progress.
     fn event(&self, _event: &TurnEvent<'_>) {}
@@ -870,7 +911,8 @@ impl Executor {
     /// polled together on one task, run side by side (§6.4). Tool calls keep the lock for
     /// their whole run (one transaction each; code runs hold it too); a leased file goes back
     /// to its worker while a detached tool's network work runs ([`FileGuard::release_while`]),
-    /// the loop keeping the lock.
+    /// the loop keeping the lock; while the owner decides an approval or answers an `ask`,
+    /// the loop gives back both ([`FileGuard::unlocked_while`]).
     pub async fn run_turn_shared(
         &self,
         shared: &SharedFile<'_>,
@@ -1756,13 +1798,7 @@ impl Executor {
         let caller = ToolCaller::Model {
             loop_name: session.loop_name.clone(),
         };
-        let outcome = self.registry.call(
-            guard,
-            &caller,
-            &call.name,
-            call.input.clone(),
-            &HostApprover(host),
-        );
+        let outcome = self.call_awaiting_owner(guard, &caller, call, host).await?;
         let value = match outcome {
             Ok(crate::tools::CallOutcome::Deferred(deferred)) => {
                 // A network tool (fetch, MCP, delivery) never touches the file while it
@@ -1812,43 +1848,75 @@ impl Executor {
             Ok(outcome) => outcome.into_value(),
             Err(error) => return Ok(((error.to_string(), true), Effect::None)),
         };
-        let file: &mut AdfFile = guard;
-        let (content, is_error, effect) = tool_effect(file, session, host, &call.name, &value);
+        if call.name == "ask" {
+            // The owner may take hours: the file goes back meanwhile, other loops step.
+            let question = value
+                .get("question")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            session.set_state(ExecState::AwaitingAsk, host);
+            let answer = guard.unlocked_while(host.ask(question)).await?;
+            session.set_state(ExecState::ToolUse, host);
+            let (content, is_error) = match answer {
+                Some(answer) => (answer, false),
+                None => (NO_ANSWER.to_owned(), true),
+            };
+            let content =
+                request::cap_result(content, facts.max_result_tokens, facts.preview_chars);
+            return Ok(((content, is_error), Effect::None));
+        }
+        let (content, is_error, effect) = tool_effect(host, &call.name, &value);
         let content = request::cap_result(content, facts.max_result_tokens, facts.preview_chars);
         Ok(((content, is_error), effect))
     }
+
+    /// One call through the pipeline, its approvals awaited with the host's
+    /// [`TurnHost::await_approval`]: the file is given back and the shared file unlocked
+    /// while the owner decides, and observers see the loop in `awaiting_approval` (§6.1),
+    /// then back in `tool_use`. The outer error is the store's (taking the file back).
+    async fn call_awaiting_owner(
+        &self,
+        guard: &mut FileGuard<'_, '_>,
+        caller: &ToolCaller,
+        call: &ToolCall,
+        host: &dyn TurnHost,
+    ) -> Result<Result<crate::tools::CallOutcome, ToolError>, ExecutorError> {
+        let mut step = self
+            .registry
+            .call_step(guard, caller, &call.name, call.input.clone());
+        loop {
+            let pending = match step {
+                Ok(CallStep::Done(outcome)) => return Ok(Ok(outcome)),
+                Ok(CallStep::NeedsApproval(pending)) => pending,
+                Err(error) => return Ok(Err(error)),
+            };
+            host.event(&TurnEvent::State(ExecState::AwaitingApproval));
+            let wait = host.await_approval(guard, &pending.request);
+            let decision = guard.unlocked_while(wait).await?;
+            host.event(&TurnEvent::State(ExecState::ToolUse));
+            step = match decision {
+                Ok(decision) => self.registry.resume(guard, *pending, decision),
+                Err(error) => Err(error),
+            };
+        }
+    }
 }
 
+/// The result of an `ask` no one answered.
+const NO_ANSWER: &str =
+    "No one is available to answer right now. Continue without the answer, or ask again later.";
+
 /// What a call's result means for the turn: the text the model reads, whether it is an error,
-/// and the effect on the loop (`say` and `ask` reach the owner, `loop_compact`, `loop_clear`,
-/// an ending state and a woken loop change what happens after this step).
-fn tool_effect(
-    file: &mut AdfFile,
-    session: &mut Session,
-    host: &dyn TurnHost,
-    name: &str,
-    value: &Value,
-) -> (String, bool, Effect) {
+/// and the effect on the loop (`say` reaches the owner, `loop_compact`, `loop_clear`, an
+/// ending state and a woken loop change what happens after this step; `ask` is awaited in
+/// `Executor::run_tool`).
+fn tool_effect(host: &dyn TurnHost, name: &str, value: &Value) -> (String, bool, Effect) {
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
     match name {
         "say" => {
             let message = text(value, "message").unwrap_or_default();
             host.event(&TurnEvent::Say(&message));
             ("Shown to the owner.".to_owned(), false, Effect::None)
-        }
-        "ask" => {
-            let question = text(value, "question").unwrap_or_default();
-            session.set_state(ExecState::AwaitingAsk, host);
-            let answer = host.answer_holding(file, &question);
-            session.set_state(ExecState::ToolUse, host);
-            match answer {
-                Some(answer) => (answer, false, Effect::None),
-                None => (
-                    "No one is available to answer right now. Continue without the answer, or ask again later.".to_owned(),
-                    true,
-                    Effect::None,
-                ),
-            }
         }
         "loop_compact" => (
             "Compaction runs after this step.".to_owned(),
@@ -1870,9 +1938,10 @@ fn tool_effect(
     }
 }
 
-/// The host's approver as the executor uses it (`Sync`, because code runs span awaits and
-/// what they hold must be shareable): while the owner decides, observers see the
-/// loop in `awaiting_approval` (§6.1), then back in `tool_use`.
+/// The host's approver as the model's code runs use it, holding the file (`Sync`, because
+/// code runs span awaits and what they hold must be shareable): while the owner decides,
+/// observers see the loop in `awaiting_approval` (§6.1), then back in `tool_use`. The
+/// model's own calls await the owner without the file instead (`call_awaiting_owner`).
 struct HostApprover<'h>(&'h dyn TurnHost);
 
 impl Approver for HostApprover<'_> {

@@ -40,6 +40,11 @@ pub trait Approver {
     fn decide(&self, file: &mut AdfFile, request: &ApprovalRequest) -> Result<Decision, ToolError>;
 }
 
+/// A wait for the owner (a decision, an `ask` answer) that needs neither the file nor a
+/// thread of its own: the executor awaits it with a leased file given back to its worker
+/// (`TurnHost::await_approval`, `TurnHost::ask`).
+pub type OwnerWait<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 /// Approves everything (`--approve-all`, scripted tests).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApproveAll;
@@ -90,8 +95,10 @@ impl Approver for WaitForResolution {
 
 /// Creates the `pending_approval` task for a blocking call, asks `approver`, and leaves the
 /// task `running` (approved) or `denied`. Returns the decision and the task id, so the caller
-/// can record the call's outcome on the task. The pipeline uses it for restricted calls and
-/// protection overrides; code runners use it for a model's `sys_lambda` on an authorized file.
+/// can record the call's outcome on the task. Code runners use it for a model's `sys_lambda`
+/// on an authorized file; the pipeline does the same in two halves ([`open`], then
+/// [`settle`] once its caller has the decision), so a turn can await the owner without the
+/// file.
 pub fn request(
     file: &mut AdfFile,
     approver: &dyn Approver,
@@ -100,6 +107,20 @@ pub fn request(
     args: &Value,
     approval_meta: &Value,
 ) -> Result<(Decision, String), ToolError> {
+    let request = open(file, caller, tool, args, approval_meta)?;
+    let decision = approver.decide(file, &request)?;
+    settle(file, &request.task_id, &decision)?;
+    Ok((decision, request.task_id))
+}
+
+/// Creates the `pending_approval` task that asks the owner about `tool` with `args`.
+pub fn open(
+    file: &mut AdfFile,
+    caller: &ToolCaller,
+    tool: &str,
+    args: &Value,
+    approval_meta: &Value,
+) -> Result<ApprovalRequest, ToolError> {
     let config = file.config()?;
     let origin = format!(
         "hil:{}:{}",
@@ -119,21 +140,25 @@ pub fn request(
         approval_meta: Some(approval_meta),
         r#loop: caller.loop_name(),
     })?;
-    let request = ApprovalRequest {
-        task_id: task_id.clone(),
+    Ok(ApprovalRequest {
+        task_id,
         tool: tool.to_owned(),
         args: args.clone(),
         approval_meta: approval_meta.clone(),
-    };
-    let decision = approver.decide(file, &request)?;
-    let current = file.task(&task_id)?.map(|t| t.status).unwrap_or_default();
+    })
+}
+
+/// Records `decision` on the task of an approval: `running` (approved) or `denied` with the
+/// reason, unless whoever decided already moved the row on (`task_resolve`, another process).
+pub fn settle(file: &mut AdfFile, task_id: &str, decision: &Decision) -> Result<(), ToolError> {
+    let current = file.task(task_id)?.map(|t| t.status).unwrap_or_default();
     if current == "pending_approval" || current == "pending" {
-        match &decision {
-            Decision::Approved => file.task_update(&task_id, "running", None, None)?,
-            Decision::Denied(reason) => file.task_update(&task_id, "denied", None, Some(reason))?,
+        match decision {
+            Decision::Approved => file.task_update(task_id, "running", None, None)?,
+            Decision::Denied(reason) => file.task_update(task_id, "denied", None, Some(reason))?,
         }
     }
-    Ok((decision, task_id))
+    Ok(())
 }
 
 /// The arguments an approved task now holds when the approver changed them from `asked`

@@ -23,13 +23,13 @@ mod tool;
 pub mod validate;
 
 pub use access::{Access, Declaration, ToolCaller};
-pub use approval::{ApprovalRequest, Approver, Decision};
+pub use approval::{ApprovalRequest, Approver, Decision, OwnerWait};
 pub use error::{ErrorCode, ProtectionHit, ToolError};
 pub use outcome::{
     CallOutcome, DeferredCall, DeliveryRecord, Detached, DetachedOutcome, HostedFuture, LogRow,
     TaskRun, render, write_logs,
 };
-pub use pipeline::MESH_TOOLS;
+pub use pipeline::{CallStep, MESH_TOOLS, PendingCall};
 pub use tool::{
     DeferredDriver, DetachedTool, Execution, HostedContext, HostedTool, Tool, ToolContext,
     ToolRegistry, ToolSource,

@@ -6,6 +6,12 @@
 //! access (allowed / needs approval / refused) → for a call that needs approval, the tool's
 //! read-only [`Tool::check`] and then the owner's decision → run inside one store transaction.
 //! A model call refused by a protection the owner may lift becomes a one-time approval request.
+//!
+//! The owner's decision is taken outside the pipeline: [`ToolRegistry::call_step`] stops at
+//! an approval with the task row created and no transaction open ([`CallStep::NeedsApproval`]),
+//! and [`ToolRegistry::resume`] goes on with the decision. So a caller may await the owner
+//! with the file given back to its worker (the executor); [`ToolRegistry::call`] asks a
+//! synchronous [`Approver`] in between, holding the file (the CLI, code runs).
 
 use std::sync::Arc;
 
@@ -14,7 +20,7 @@ use adf_store::tasks::NewTask;
 use serde_json::{Map, Value, json};
 
 use super::access::{self, Access, ToolCaller};
-use super::approval::{self, Approver, Decision, Resolution};
+use super::approval::{self, ApprovalRequest, Approver, Decision, Resolution};
 use super::error::{ErrorCode, ToolError};
 use super::outcome::{CallOutcome, DeferredCall, Detached, DetachedOutcome, TaskRun, render};
 use super::tool::{DeferredDriver, Execution, HostedContext, Tool, ToolContext, ToolRegistry};
@@ -42,9 +48,65 @@ fn missing_tool(name: &str) -> ToolError {
     ToolError::not_found(format!("unknown tool '{name}'"))
 }
 
+/// Where a call stands after [`ToolRegistry::call_step`] or [`ToolRegistry::resume`].
+#[derive(Debug)]
+pub enum CallStep {
+    /// The call is over: the same outcome [`ToolRegistry::call`] returns.
+    Done(CallOutcome),
+    /// The call waits for the owner's decision; its `pending_approval` task exists and no
+    /// transaction is open. Hand the decision to [`ToolRegistry::resume`].
+    NeedsApproval(Box<PendingCall>),
+}
+
+/// A call waiting for the owner: what to ask ([`PendingCall::request`]) and what to run once
+/// the owner answered. It holds no borrow of the file, so its caller may give the file back
+/// while the owner thinks and take it again to resume.
+pub struct PendingCall {
+    /// What the owner is asked; its task row records the same.
+    pub request: ApprovalRequest,
+    tool: Arc<dyn Tool>,
+    caller: ToolCaller,
+    name: String,
+    config: Arc<Value>,
+    args: Value,
+    cross: CrossCutting,
+    stage: Stage,
+}
+
+impl std::fmt::Debug for PendingCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCall")
+            .field("request", &self.request)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which approval a [`PendingCall`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// A restricted tool: the call has not run yet.
+    Restricted,
+    /// A protection blocked the call (its writes rolled back): the owner may lift it once.
+    ProtectionOverride,
+}
+
+impl PendingCall {
+    fn invocation(&self) -> Invocation<'_> {
+        Invocation {
+            tool: &self.tool,
+            caller: &self.caller,
+            name: &self.name,
+            config: &self.config,
+            args: &self.args,
+            cross: &self.cross,
+        }
+    }
+}
+
 impl ToolRegistry {
     /// Calls `name` with `args` for `caller`: the whole pipeline (see the module docs).
-    /// Approvals are asked of `approver` and waited for.
+    /// Approvals are asked of `approver` and waited for, holding the file.
     pub fn call(
         &self,
         file: &mut AdfFile,
@@ -53,6 +115,29 @@ impl ToolRegistry {
         args: Value,
         approver: &dyn Approver,
     ) -> Result<CallOutcome, ToolError> {
+        let mut step = self.call_step(file, caller, name, args)?;
+        loop {
+            match step {
+                CallStep::Done(outcome) => return Ok(outcome),
+                CallStep::NeedsApproval(pending) => {
+                    let decision = approver.decide(file, &pending.request)?;
+                    step = self.resume(file, *pending, decision)?;
+                }
+            }
+        }
+    }
+
+    /// [`ToolRegistry::call`] up to the first approval it needs: the approval task is
+    /// created and the call handed back ([`CallStep::NeedsApproval`]) before its
+    /// transaction, so the caller can wait for the owner without holding the file (the
+    /// executor does) and then [`ToolRegistry::resume`] it.
+    pub fn call_step(
+        &self,
+        file: &mut AdfFile,
+        caller: &ToolCaller,
+        name: &str,
+        args: Value,
+    ) -> Result<CallStep, ToolError> {
         let config = file.config_shared()?;
         let tool = self
             .resolve(&config, name)
@@ -73,7 +158,7 @@ impl ToolRegistry {
             return Err(ToolError::invalid("tool arguments must be a JSON object"));
         };
         let cross = CrossCutting::strip(&mut args, caller);
-        let mut args = Value::Object(args);
+        let args = Value::Object(args);
         validate::validate(&tool.parameters(), &args).map_err(ToolError::invalid)?;
 
         let decision = access::access(caller, name, declaration);
@@ -85,15 +170,22 @@ impl ToolRegistry {
             check_before_approval(self, file, &tool, caller, &config, &args, cross.full)?;
         }
         if cross.run_async {
-            return queue_async(file, caller, name, &cross, &args, needs_approval);
+            return queue_async(file, caller, name, &cross, &args, needs_approval)
+                .map(CallStep::Done);
         }
-
-        let mut approved_task = None;
         if needs_approval {
-            let (approved_args, task_id) =
-                approve_restricted(file, approver, caller, &tool, name, &cross, args)?;
-            args = approved_args;
-            approved_task = Some(task_id);
+            let meta = json!({ "reason": "restricted" });
+            let request = approval::open(file, caller, name, &cross.with_reason(&args), &meta)?;
+            return Ok(CallStep::NeedsApproval(Box::new(PendingCall {
+                request,
+                tool,
+                caller: caller.clone(),
+                name: name.to_owned(),
+                config,
+                args,
+                cross,
+                stage: Stage::Restricted,
+            })));
         }
         let call = Invocation {
             tool: &tool,
@@ -103,19 +195,107 @@ impl ToolRegistry {
             args: &args,
             cross: &cross,
         };
-        if tool.execution().is_deferred() {
-            return self.defer(file, &call, approved_task);
+        self.run_call(file, &call, None)
+    }
+
+    /// Goes on with a call the owner decided on: records `decision` on its task (unless
+    /// the decider did), then a denial is the call's error (`DENIED`), an approval runs it
+    /// (with the arguments the owner approved, checked like the model's). The run may need
+    /// one more approval (a protection override), handed back like the first.
+    pub fn resume(
+        &self,
+        file: &mut AdfFile,
+        pending: PendingCall,
+        decision: Decision,
+    ) -> Result<CallStep, ToolError> {
+        let task_id = pending.request.task_id.clone();
+        approval::settle(file, &task_id, &decision)?;
+        if let Decision::Denied(reason) = decision {
+            return Err(denied(&pending.name, &reason));
         }
-        let result = self.execute_or_ask_override(file, &call, approver, &mut approved_task)?;
-        if let Some(task_id) = approved_task {
-            match &result {
-                Ok(value) => file.task_update(&task_id, "completed", Some(&render(value)), None)?,
-                Err(error) => {
-                    file.task_update(&task_id, "failed", None, Some(&error.to_string()))?
-                }
+        if pending.stage == Stage::ProtectionOverride {
+            let result = self.execute(file, &pending.invocation(), true);
+            return record_on_task(file, Some(task_id), result);
+        }
+        // The owner may approve with modified arguments (`modified_args`, written on the
+        // row): the call runs with those, checked like the model's.
+        let Some(changed) = approval::approved_args(file, &task_id, &pending.request.args)? else {
+            return self.run_call(file, &pending.invocation(), Some(task_id));
+        };
+        if let Err(message) = validate::validate(&pending.tool.parameters(), &changed) {
+            let error =
+                ToolError::invalid(format!("the approved arguments are invalid: {message}"));
+            file.task_update(&task_id, "failed", None, Some(&error.to_string()))?;
+            return Err(error);
+        }
+        let call = Invocation {
+            args: &changed,
+            ..pending.invocation()
+        };
+        self.run_call(file, &call, Some(task_id))
+    }
+
+    /// Runs a call that passed access and any approval: a deferred tool is prepared and
+    /// handed back, any other runs in its transaction and its outcome goes on
+    /// `approved_task`. When a protection blocks a model's call, the owner is asked to lift
+    /// it once (any earlier approval task is failed, the new one replaces it): the call is
+    /// handed back as [`CallStep::NeedsApproval`] and reruns with the override on resume.
+    fn run_call(
+        &self,
+        file: &mut AdfFile,
+        call: &Invocation<'_>,
+        mut approved_task: Option<String>,
+    ) -> Result<CallStep, ToolError> {
+        if call.tool.execution().is_deferred() {
+            return self.defer(file, call, approved_task).map(CallStep::Done);
+        }
+        let Invocation {
+            tool,
+            caller,
+            name,
+            config,
+            args,
+            cross,
+        } = *call;
+        let result = self.execute(file, call, false);
+        let Err(ToolError {
+            protection: Some(hit),
+            ..
+        }) = &result
+        else {
+            return record_on_task(file, approved_task, result);
+        };
+        if !caller.is_model() {
+            return record_on_task(file, approved_task, result);
+        }
+        let meta = json!({
+            "reason": "protection",
+            "protection": {
+                "kind": hit.kind,
+                "target": hit.target,
+                "level": hit.level,
+                "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
             }
+        });
+        if let Some(task_id) = approved_task.take() {
+            file.task_update(
+                &task_id,
+                "failed",
+                None,
+                Some(&format!("blocked by protection of {}", hit.target)),
+            )?;
         }
-        result.map(CallOutcome::Done)
+        let request = approval::open(file, caller, name, &cross.with_reason(args), &meta)?;
+        Ok(CallStep::NeedsApproval(Box::new(PendingCall {
+            request,
+            tool: Arc::clone(tool),
+            caller: caller.clone(),
+            name: name.to_owned(),
+            config: Arc::clone(config),
+            args: args.clone(),
+            cross: cross.clone(),
+            stage: Stage::ProtectionOverride,
+        })))
     }
 
     /// A deferred tool's call: its `prepare` step runs now, inside the call's transaction,
@@ -149,67 +329,6 @@ impl ToolRegistry {
             full: cross.full,
             approval_task: approved_task,
         }))
-    }
-
-    /// Runs the call. When a protection blocks a model's call, the owner is asked once to
-    /// override it (any earlier approval task is failed, the new one replaces it) and the
-    /// call reruns with the override. The outer error ends the pipeline (a store error, a
-    /// denial); the inner result is the tool's.
-    fn execute_or_ask_override(
-        &self,
-        file: &mut AdfFile,
-        call: &Invocation<'_>,
-        approver: &dyn Approver,
-        approved_task: &mut Option<String>,
-    ) -> Result<Result<Value, ToolError>, ToolError> {
-        let Invocation {
-            caller,
-            name,
-            args,
-            cross,
-            ..
-        } = *call;
-        let result = self.execute(file, call, false);
-        let Err(ToolError {
-            protection: Some(hit),
-            ..
-        }) = &result
-        else {
-            return Ok(result);
-        };
-        if !caller.is_model() {
-            return Ok(result);
-        }
-        let meta = json!({
-            "reason": "protection",
-            "protection": {
-                "kind": hit.kind,
-                "target": hit.target,
-                "level": hit.level,
-                "description": format!("{name} is blocked because {} '{}' is {}", hit.kind, hit.target, hit.level),
-            }
-        });
-        if let Some(task_id) = approved_task.take() {
-            file.task_update(
-                &task_id,
-                "failed",
-                None,
-                Some(&format!("blocked by protection of {}", hit.target)),
-            )?;
-        }
-        let (decision, task_id) = approval::request(
-            file,
-            approver,
-            caller,
-            name,
-            &cross.with_reason(args),
-            &meta,
-        )?;
-        if let Decision::Denied(reason) = decision {
-            return Err(denied(name, &reason));
-        }
-        *approved_task = Some(task_id);
-        Ok(self.execute(file, call, true))
     }
 
     /// The future that carries out a deferred call of a [`DetachedTool::detach`](super::DetachedTool::detach) tool, or `None` when
@@ -545,7 +664,7 @@ struct Invocation<'a> {
     tool: &'a Arc<dyn Tool>,
     caller: &'a ToolCaller,
     name: &'a str,
-    config: &'a Value,
+    config: &'a Arc<Value>,
     args: &'a Value,
     cross: &'a CrossCutting,
 }
@@ -585,40 +704,19 @@ fn queue_async(
     })
 }
 
-/// Asks the owner to approve a restricted call and waits; returns the arguments to run with
-/// (the owner may approve modified ones, checked like the model's) and the approval task.
-fn approve_restricted(
+/// Records a call's outcome on its approval task, if it has one, and ends the call.
+fn record_on_task(
     file: &mut AdfFile,
-    approver: &dyn Approver,
-    caller: &ToolCaller,
-    tool: &Arc<dyn Tool>,
-    name: &str,
-    cross: &CrossCutting,
-    args: Value,
-) -> Result<(Value, String), ToolError> {
-    let meta = json!({ "reason": "restricted" });
-    let (decision, task_id) = approval::request(
-        file,
-        approver,
-        caller,
-        name,
-        &cross.with_reason(&args),
-        &meta,
-    )?;
-    if let Decision::Denied(reason) = decision {
-        return Err(denied(name, &reason));
+    approved_task: Option<String>,
+    result: Result<Value, ToolError>,
+) -> Result<CallStep, ToolError> {
+    if let Some(task_id) = approved_task {
+        match &result {
+            Ok(value) => file.task_update(&task_id, "completed", Some(&render(value)), None)?,
+            Err(error) => file.task_update(&task_id, "failed", None, Some(&error.to_string()))?,
+        }
     }
-    // The owner may approve with modified arguments (`modified_args`, written on the
-    // row): the call runs with those, checked like the model's.
-    let Some(changed) = approval::approved_args(file, &task_id, &cross.with_reason(&args))? else {
-        return Ok((args, task_id));
-    };
-    if let Err(message) = validate::validate(&tool.parameters(), &changed) {
-        let error = ToolError::invalid(format!("the approved arguments are invalid: {message}"));
-        file.task_update(&task_id, "failed", None, Some(&error.to_string()))?;
-        return Err(error);
-    }
-    Ok((changed, task_id))
+    result.map(|value| CallStep::Done(CallOutcome::Done(value)))
 }
 
 fn denied(name: &str, reason: &str) -> ToolError {
@@ -630,7 +728,7 @@ fn denied(name: &str, reason: &str) -> ToolError {
 
 /// The cross-cutting parameters of the tools guide, taken off the arguments before the tool
 /// sees them.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct CrossCutting {
     reason: Option<String>,
     run_async: bool,

@@ -12,7 +12,7 @@ use adf_runtime::executor::{
     ExecState, Executor, ExecutorError, LoopPool, RetryLog, Session, Trigger, TurnEnd, TurnEvent,
     TurnHost, TurnOutcome,
 };
-use adf_runtime::tools::{ApprovalRequest, Approver, Decision, ToolError};
+use adf_runtime::tools::{ApprovalRequest, Approver, Decision, OwnerWait, ToolError};
 use adf_store::{AdfFile, ConfigAction, LoopRow};
 use adf_testkit::{MockProvider, Turn, Wire};
 use serde_json::{Value, json};
@@ -1037,6 +1037,76 @@ async fn stl_32_stl_46_stl_48_stl_50_stl_52_loop_send_wakes_an_inner_loop_with_i
             .unwrap()
             .is_some()
     );
+}
+
+/// A host whose owner answers every `ask` only once two have been asked: a loop waiting for
+/// the answer must let the other loop of its pool step meanwhile.
+struct AnswersWhenBothAsked {
+    asked: tokio::sync::watch::Sender<usize>,
+}
+
+impl TurnHost for AnswersWhenBothAsked {
+    fn approver(&self) -> &dyn Approver {
+        &adf_runtime::tools::approval::DenyAll
+    }
+    fn answer(&self, _question: &str) -> Option<String> {
+        None
+    }
+    fn ask<'h>(&'h self, _question: &str) -> OwnerWait<'h, Option<String>> {
+        self.asked.send_modify(|asked| *asked += 1);
+        let mut asked = self.asked.subscribe();
+        Box::pin(async move {
+            asked.wait_for(|asked| *asked >= 2).await.ok()?;
+            Some("teal".to_owned())
+        })
+    }
+}
+
+/// §6.4: the owner's wait holds no lock on the shared file. Two loops of one pool each call
+/// `ask`, and the owner answers only once both have asked: the second loop can only get
+/// there (its reply recorded, its call made) while the first waits. Holding the file
+/// through the wait deadlocks here, which the timeout turns into a failure.
+#[tokio::test]
+async fn stl_32_a_loop_waiting_for_an_ask_answer_lets_the_other_loops_of_its_pool_step() {
+    let (_dir, mut file, mock) = setup(Wire::OpenAi).await;
+    with_loops(
+        &mut file,
+        json!([{"name": "side", "goal": "Ask too.", "enabled": true, "tools": ["ask"]}]),
+    );
+    mock.push_all([
+        Turn::tool_call("ask", json!({"question": "Which colour?"})),
+        Turn::tool_call("ask", json!({"question": "Which colour?"})),
+    ]);
+    mock.repeat(Turn::text("done"));
+    let ex = executor(&file);
+    let host = AnswersWhenBothAsked {
+        asked: tokio::sync::watch::channel(0).0,
+    };
+    let trigger = || Trigger::Event {
+        event_type: "test".into(),
+        text: "pick a colour".into(),
+    };
+    let turns = vec![
+        ("main".to_owned(), trigger()),
+        ("side".to_owned(), trigger()),
+    ];
+    let results = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        LoopPool::new().run_many(&ex, &mut file, turns, &host),
+    )
+    .await
+    .expect("a loop waiting for the owner held the other loop back")
+    .unwrap();
+    for (name, result) in results {
+        assert_eq!(result.unwrap().end, TurnEnd::Replied, "{name}");
+        let rows = file.loop_rows(&name).unwrap();
+        assert!(
+            rows.iter()
+                .any(|r| r.content.to_string().contains(r#""content":"teal""#)),
+            "{name} read the answer"
+        );
+    }
+    assert_eq!(*host.asked.borrow(), 2);
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc as tmpsc};
 
 use adf_store::{AdfFile, StoreError, TaskRow};
 
@@ -39,16 +39,33 @@ pub(super) enum Wake {
     Abort,
 }
 
+/// Where a waiting approval's wakes go: a wait that blocks its thread (a code run's call,
+/// which holds the file) or one the executor awaits without the file.
+pub(super) enum Bell {
+    Blocking(mpsc::Sender<Wake>),
+    Awaited(tmpsc::UnboundedSender<Wake>),
+}
+
+impl Bell {
+    /// False when the waiter is gone.
+    pub(super) fn ring(&self, wake: Wake) -> bool {
+        match self {
+            Bell::Blocking(sender) => sender.send(wake).is_ok(),
+            Bell::Awaited(sender) => sender.send(wake).is_ok(),
+        }
+    }
+}
+
 pub(super) struct ApprovalWait {
     /// The row as created, for the resolve answer (the row itself is out of reach).
     pub(super) task: TaskRow,
-    pub(super) sender: mpsc::Sender<Wake>,
+    pub(super) sender: Bell,
 }
 
 pub(super) struct AskWait {
     pub(super) request_id: String,
     pub(super) question: String,
-    pub(super) sender: mpsc::Sender<Wake>,
+    pub(super) sender: tmpsc::UnboundedSender<Wake>,
 }
 
 /// The abort signal of one turn job in flight.
@@ -154,7 +171,7 @@ impl Hil {
             abort.notify.notify_one();
         }
         for wait in state.approvals.values() {
-            let _gone = wait.sender.send(Wake::Abort);
+            let _gone = wait.sender.ring(Wake::Abort);
         }
         for wait in &state.asks {
             let _gone = wait.sender.send(Wake::Abort);
@@ -184,7 +201,7 @@ impl Hil {
                 json!({ "task_id": task_id, "status": "denied", "reason": reason })
             }
         };
-        if wait.sender.send(Wake::Decision(verdict)).is_err() {
+        if !wait.sender.ring(Wake::Decision(verdict)) {
             return None;
         }
         // Answered once: a second resolve goes to the row (409 once it left pending).

@@ -353,6 +353,171 @@ async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits() {
     turn_ended(&h, &agent).await;
 }
 
+/// A daemon with an agent pointed at `mock` that has an inner loop `side` (no tools), and
+/// the agent's file.
+async fn two_loop_agent(mock: &MockProvider) -> (Harness, Arc<Agent>, std::path::PathBuf) {
+    let h = Harness::start().await;
+    let mut config = model_config(mock);
+    config.push((
+        "loops",
+        json!([{ "name": "side", "goal": "Answer on the side.", "enabled": true, "autostart": false, "tools": [] }]),
+    ));
+    let path = agent_file(h.dir.path(), "twoloops", &[], &config);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    (h, agent, path)
+}
+
+/// While main waits for the owner (`still_waiting` holds before and after), a chat on
+/// `side` runs a whole turn: the owner's wait holds neither the file nor main's loop.
+async fn side_turn_completes_while_main_waits<F, Fut>(h: &Harness, agent: &Agent, still_waiting: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    chat_on(h, agent, "side", "anything new?").await;
+    wait_for(
+        "the side loop's turn while main waits for the owner",
+        || async { common::has_text(agent, "side", "Side loop done.").await },
+    )
+    .await;
+    assert!(
+        still_waiting().await,
+        "main's wait ended before the side turn: it proves nothing"
+    );
+}
+
+/// §6.4 with the owner's approval: main's turn waits for the owner to approve a restricted
+/// call; meanwhile a turn on another loop of the same agent runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits_for_approval() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "approved" }),
+        ),
+        Turn::text("Side loop done."),
+        Turn::text("Done."),
+    ]);
+    let (h, agent, _) = two_loop_agent(&mock).await;
+    chat(&h, &agent, "update your description").await;
+    wait_for("main's approval wait", || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+    })
+    .await;
+    side_turn_completes_while_main_waits(&h, &agent, || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+            && !common::has_text(&agent, "main", "Done.").await
+    })
+    .await;
+    approve_pending_and_end_turn(&h, &agent).await;
+    assert!(common::has_text(&agent, "main", "Done.").await);
+    let (_, config) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/config", agent.id),
+        None,
+    )
+    .await;
+    assert_eq!(config["config"]["description"], "approved");
+}
+
+/// The same with an `ask`: main waits for the owner's answer while a turn on another loop
+/// runs to its end; the answer then reaches main's model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_stl_a_turn_on_another_loop_completes_while_main_waits_for_an_ask_answer() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call("ask", json!({ "question": "Which colour?" })),
+        Turn::text("Side loop done."),
+        Turn::text("Teal it is."),
+    ]);
+    let (h, agent, _) = two_loop_agent(&mock).await;
+    chat(&h, &agent, "pick a colour with me").await;
+    wait_for("main's ask", || async { !agent.hil().asks().is_empty() }).await;
+    side_turn_completes_while_main_waits(&h, &agent, || async { !agent.hil().asks().is_empty() })
+        .await;
+    let (request_id, _) = agent.hil().asks().remove(0);
+    let (status, body) = call(
+        &h,
+        Method::POST,
+        &format!("/agents/{}/asks/{request_id}/respond", agent.id),
+        Some(json!({ "answer": "teal" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    wait_for("main's turn goes on with the answer", || async {
+        common::has_text(&agent, "main", "Teal it is.").await
+    })
+    .await;
+    turn_ended(&h, &agent).await;
+    let last = mock.requests().last().cloned().unwrap().body.to_string();
+    assert!(
+        last.contains("teal"),
+        "main's model reads the answer: {last}"
+    );
+}
+
+/// An approval a daemon turn waits for, resolved by another process (`adf approve FILE …`
+/// writes the row through its own connection): the waiting turn notices, runs the call and
+/// goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_an_approval_resolved_by_another_process_lets_the_waiting_turn_go_on() {
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    mock.push_all([
+        Turn::tool_call(
+            "sys_update_config",
+            json!({ "path": "description", "value": "approved elsewhere" }),
+        ),
+        Turn::text("Done."),
+    ]);
+    let (h, agent, path) = two_loop_agent(&mock).await;
+    chat(&h, &agent, "update your description").await;
+    wait_for("main's approval wait", || async {
+        runtime_state(&h, &agent).await == "awaiting_approval"
+    })
+    .await;
+    let (_, tasks) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/tasks?status=pending_approval", agent.id),
+        None,
+    )
+    .await;
+    let task_id = tasks["tasks"][0]["id"].as_str().unwrap().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut file = adf_store::AdfFile::open(&path).unwrap();
+        let registry = adf_runtime::tools::ToolRegistry::with_builtins();
+        adf_runtime::tools::approval::resolve_task(
+            &registry,
+            &mut file,
+            &task_id,
+            adf_runtime::tools::approval::Resolution::Approve {
+                modified_args: None,
+            },
+            &adf_runtime::tools::ToolCaller::Owner,
+            false,
+        )
+        .unwrap();
+        file.close().unwrap();
+    })
+    .await
+    .unwrap();
+    wait_for("the waiting turn goes on", || async {
+        common::has_text(&agent, "main", "Done.").await
+    })
+    .await;
+    turn_ended(&h, &agent).await;
+    let (_, config) = call(
+        &h,
+        Method::GET,
+        &format!("/agents/{}/config", agent.id),
+        None,
+    )
+    .await;
+    assert_eq!(config["config"]["description"], "approved elsewhere");
+}
+
 /// A system lambda that records which file change it was handed.
 const MARK: &str = r#"
 export async function main(event) {
