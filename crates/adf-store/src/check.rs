@@ -559,14 +559,14 @@ fn check_rows(conn: &Connection, report: &mut CheckReport) -> Result<()> {
         ("adf_tasks", "executor_managed"),
     ];
     // Each rule: its columns, the condition a bad value meets, and the finding.
-    let rules: [(&[(&str, &str)], &str, &str); 2] = [
+    let rules = [
         (
-            &json_columns,
+            &json_columns[..],
             "{c} IS NOT NULL AND json_valid({c}) = 0",
             "do not hold valid JSON",
         ),
         (
-            &flags,
+            &flags[..],
             "{c} NOT IN (0, 1) OR typeof({c}) != 'integer'",
             "are not integer 0/1",
         ),
