@@ -213,32 +213,43 @@ impl OwnerIdentity {
             .map_err(|_| Error::InvalidMnemonic("entropy rejected".into()))?;
         Ok(Zeroizing::new(m.to_string()))
     }
-
-    /// Rebuild from a keystore document written by [`IdentityKeys::to_keystore_json`].
-    pub fn from_keystore_json(json: &str) -> Result<Self> {
-        Ok(OwnerIdentity {
-            keys: IdentityKeys::from_keystore_json(json, KeystoreKind::Owner)?,
-        })
-    }
-
-    /// Keystore JSON (secret).
-    pub fn to_keystore_json(&self) -> Zeroizing<String> {
-        self.keys.to_keystore_json(KeystoreKind::Owner)
-    }
-
-    /// The key material.
-    pub fn keys(&self) -> &IdentityKeys {
-        &self.keys
-    }
-    /// Owner DID.
-    pub fn did(&self) -> String {
-        self.keys.did()
-    }
-    /// Public half (DID + encryption public key).
-    pub fn public(&self) -> OwnerPublic {
-        self.keys.public()
-    }
 }
+
+/// What the owner and the runtime identity share: their keys and how they are kept.
+macro_rules! identity_keys_access {
+    ($identity:ident, $kind:expr, $public:ty, $who:literal) => {
+        impl $identity {
+            /// Rebuild from a keystore document written by [`Self::to_keystore_json`].
+            pub fn from_keystore_json(json: &str) -> Result<Self> {
+                Ok($identity {
+                    keys: IdentityKeys::from_keystore_json(json, $kind)?,
+                })
+            }
+
+            /// Keystore JSON (secret).
+            pub fn to_keystore_json(&self) -> Zeroizing<String> {
+                self.keys.to_keystore_json($kind)
+            }
+
+            /// The key material.
+            pub fn keys(&self) -> &IdentityKeys {
+                &self.keys
+            }
+
+            #[doc = concat!($who, " DID.")]
+            pub fn did(&self) -> String {
+                self.keys.did()
+            }
+
+            /// Public half (DID + encryption public key).
+            pub fn public(&self) -> $public {
+                self.keys.public()
+            }
+        }
+    };
+}
+
+identity_keys_access!(OwnerIdentity, KeystoreKind::Owner, OwnerPublic, "Owner");
 
 /// The runtime (one installation): random Ed25519 + independent random X25519 key.
 #[derive(Debug)]
@@ -268,29 +279,14 @@ impl RuntimeIdentity {
             keys: IdentityKeys::from_keys(signing, encryption),
         }
     }
-    /// Rebuild from a keystore document.
-    pub fn from_keystore_json(json: &str) -> Result<Self> {
-        Ok(RuntimeIdentity {
-            keys: IdentityKeys::from_keystore_json(json, KeystoreKind::Runtime)?,
-        })
-    }
-    /// Keystore JSON (secret).
-    pub fn to_keystore_json(&self) -> Zeroizing<String> {
-        self.keys.to_keystore_json(KeystoreKind::Runtime)
-    }
-    /// The key material.
-    pub fn keys(&self) -> &IdentityKeys {
-        &self.keys
-    }
-    /// Runtime DID.
-    pub fn did(&self) -> String {
-        self.keys.did()
-    }
-    /// Public half.
-    pub fn public(&self) -> RuntimePublic {
-        self.keys.public()
-    }
 }
+
+identity_keys_access!(
+    RuntimeIdentity,
+    KeystoreKind::Runtime,
+    RuntimePublic,
+    "Runtime"
+);
 
 /// Validate a mnemonic as the reference does (normalized, English word list, checksum).
 pub fn validate_mnemonic(mnemonic: &str) -> Result<()> {

@@ -75,10 +75,9 @@ pub(crate) async fn dispatch(hub: &Arc<Hub>, agent: &Arc<Agent>, event: TriggerE
         return;
     };
     let now = adf_store::time::now_ms();
+    let state = event.observed_in.as_deref().unwrap_or(&cached.state);
     for target in cached.targets.iter().filter(|t| t.kind == event.kind) {
-        if !gating::allows(&cached.state, target.scope, event.kind)
-            || !filter::accepts(target, &event)
-        {
+        if !gating::allows(state, target.scope, event.kind) || !filter::accepts(target, &event) {
             continue;
         }
         let key = (target.kind, target.index);
@@ -145,11 +144,7 @@ async fn cached_targets(agent: &Arc<Agent>) -> Option<Arc<Cached>> {
     };
     let cached = Arc::new(Cached {
         targets: triggers::targets(&config).0,
-        state: config
-            .get("state")
-            .and_then(Value::as_str)
-            .unwrap_or("active")
-            .to_owned(),
+        state: stored_state(&config),
     });
     agent.triggers().lock().cached = Some(Arc::clone(&cached));
     Some(cached)
@@ -644,7 +639,24 @@ pub(crate) fn sweep(file: &AdfFile, agent: &Agent, producer: &Producer) -> Vec<T
     if skipped > 0 {
         agent.triggers().count_dropped(skipped);
     }
+    if !events.is_empty() {
+        // Another sweeper (the watcher, a turn's lease) may dispatch these after a state
+        // change; they are gated by the state they were written in.
+        let state = file.config().ok().map(|config| stored_state(&config));
+        for event in &mut events {
+            event.observed_in.clone_from(&state);
+        }
+    }
     events
+}
+
+/// The config's `state` (a missing one is `active`).
+fn stored_state(config: &Value) -> String {
+    config
+        .get("state")
+        .and_then(Value::as_str)
+        .unwrap_or("active")
+        .to_owned()
 }
 
 /// Moves the agent's row marks to `through` (never back) instead of sweeping, when no new

@@ -103,6 +103,9 @@ async fn watch_loop(hub: &Arc<Hub>) {
         tick = WATCH_TICK.max(started.elapsed() * PASS_SHARE);
         for agent in due {
             if agent.watch().in_flight.swap(true, Ordering::SeqCst) {
+                // The running re-read may have read the file before the change this look saw:
+                // forget the stamp, so the next tick looks again rather than take it as seen.
+                agent.watch().disk.store(0, Ordering::SeqCst);
                 continue;
             }
             let hub = Arc::clone(hub);

@@ -31,6 +31,17 @@ impl Caller {
         matches!(self, Self::AuthorizedCode | Self::Owner)
     }
 
+    /// [`Self::may_grant_trust`] as a result: `action` names what was refused.
+    pub(crate) fn grant_trust(self, action: &str) -> crate::error::Result<()> {
+        if self.may_grant_trust() {
+            Ok(())
+        } else {
+            Err(crate::error::StoreError::RequiresAuthorizedCode {
+                action: action.into(),
+            })
+        }
+    }
+
     /// Whether a write by this caller is the agent changing content, which withdraws the
     /// owner's trust in it as code (§4.3).
     pub fn clears_authorization(self) -> bool {

@@ -549,19 +549,6 @@ fn check_rows(conn: &Connection, report: &mut CheckReport) -> Result<()> {
         ("adf_loop", "content_json"),
         ("adf_logs", "data"),
     ];
-    for (table, column) in json_columns {
-        let bad: i64 = conn.query_row(
-            &format!("SELECT COUNT(*) FROM {table} WHERE {column} IS NOT NULL AND json_valid({column}) = 0"),
-            [],
-            |row| row.get(0),
-        )?;
-        if bad > 0 {
-            report.error(
-                "§0.2",
-                format!("{bad} row(s) of {table}.{column} do not hold valid JSON"),
-            );
-        }
-    }
     let flags = [
         ("adf_files", "authorized"),
         ("adf_timers", "locked"),
@@ -571,17 +558,33 @@ fn check_rows(conn: &Connection, report: &mut CheckReport) -> Result<()> {
         ("adf_tasks", "requires_authorization"),
         ("adf_tasks", "executor_managed"),
     ];
-    for (table, column) in flags {
-        let bad: i64 = conn.query_row(
-            &format!("SELECT COUNT(*) FROM {table} WHERE {column} NOT IN (0, 1) OR typeof({column}) != 'integer'"),
-            [],
-            |row| row.get(0),
-        )?;
-        if bad > 0 {
-            report.error(
-                "§0.2",
-                format!("{bad} row(s) of {table}.{column} are not integer 0/1"),
-            );
+    // Each rule: its columns, the condition a bad value meets, and the finding.
+    let rules = [
+        (
+            &json_columns[..],
+            "{c} IS NOT NULL AND json_valid({c}) = 0",
+            "do not hold valid JSON",
+        ),
+        (
+            &flags[..],
+            "{c} NOT IN (0, 1) OR typeof({c}) != 'integer'",
+            "are not integer 0/1",
+        ),
+    ];
+    for (columns, bad_when, finding) in rules {
+        for (table, column) in columns {
+            let condition = bad_when.replace("{c}", column);
+            let bad: i64 = conn.query_row(
+                &format!("SELECT COUNT(*) FROM {table} WHERE {condition}"),
+                [],
+                |row| row.get(0),
+            )?;
+            if bad > 0 {
+                report.error(
+                    "§0.2",
+                    format!("{bad} row(s) of {table}.{column} {finding}"),
+                );
+            }
         }
     }
     let roles: i64 = conn.query_row(

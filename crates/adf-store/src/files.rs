@@ -349,20 +349,9 @@ impl AdfFile {
         path: &str,
         protection: FileProtection,
     ) -> Result<()> {
-        if !caller.may_grant_trust() {
-            return Err(StoreError::RequiresAuthorizedCode {
-                action: "change file protection".into(),
-            });
-        }
-        let path = self.resolve_path(path)?;
-        let changed = self.update_existing(
-            "UPDATE adf_files SET protection = ?2 WHERE path = ?1",
-            params![path, protection.as_str()],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::not_found("file", path));
-        }
-        Ok(())
+        let sql = "UPDATE adf_files SET protection = ?2 WHERE path = ?1";
+        let value = protection.as_str();
+        self.grant_on_file(caller, "change file protection", sql, path, value)
     }
 
     /// Marks a file as trusted code or withdraws that trust (§4.3): owner and authorized code only.
@@ -372,17 +361,23 @@ impl AdfFile {
         path: &str,
         authorized: bool,
     ) -> Result<()> {
-        if !caller.may_grant_trust() {
-            return Err(StoreError::RequiresAuthorizedCode {
-                action: "authorize files".into(),
-            });
-        }
+        let sql = "UPDATE adf_files SET authorized = ?2 WHERE path = ?1";
+        self.grant_on_file(caller, "authorize files", sql, path, authorized)
+    }
+
+    /// As a caller that may grant trust (else `action` is refused), runs `sql` (`?1` the path,
+    /// `?2` the value) on the existing file at `path`.
+    fn grant_on_file(
+        &mut self,
+        caller: Caller,
+        action: &str,
+        sql: &str,
+        path: &str,
+        value: impl rusqlite::ToSql,
+    ) -> Result<()> {
+        caller.grant_trust(action)?;
         let path = self.resolve_path(path)?;
-        let changed = self.update_existing(
-            "UPDATE adf_files SET authorized = ?2 WHERE path = ?1",
-            params![path, authorized],
-        )?;
-        if changed == 0 {
+        if self.update_existing(sql, params![path, value])? == 0 {
             return Err(StoreError::not_found("file", path));
         }
         Ok(())

@@ -278,11 +278,7 @@ impl AdfFile {
         key: &str,
         protection: MetaProtection,
     ) -> Result<()> {
-        if !caller.may_grant_trust() {
-            return Err(StoreError::RequiresAuthorizedCode {
-                action: "change meta protection".into(),
-            });
-        }
+        caller.grant_trust("change meta protection")?;
         if registry_protection(key).is_some() && key.starts_with("adf_") {
             return Err(StoreError::invalid(format!(
                 "'{key}' keeps its registry protection"

@@ -297,6 +297,22 @@ pub struct AttestationRow {
     pub raw_json: String,
 }
 
+impl LoopRow {
+    /// The row of a `SELECT seq, role, content_json, model, tokens, created_at, ord, loop`.
+    pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(LoopRow {
+            seq: row.get(0)?,
+            role: row.get(1)?,
+            content: parse_json_text(row.get(2)?).unwrap_or(Value::Null),
+            model: row.get(3)?,
+            tokens: parse_json_text(row.get(4)?),
+            created_at: row.get(5)?,
+            ord: row.get(6)?,
+            r#loop: row.get(7)?,
+        })
+    }
+}
+
 fn parse_json_text(text: Option<String>) -> Option<Value> {
     text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
 }
@@ -357,18 +373,7 @@ impl AdfFile {
             "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
              WHERE loop = ?1 ORDER BY COALESCE(ord, seq), seq",
         )?;
-        let rows = stmt.query_map([loop_name], |row| {
-            Ok(LoopRow {
-                seq: row.get(0)?,
-                role: row.get(1)?,
-                content: parse_json_text(row.get(2)?).unwrap_or(Value::Null),
-                model: row.get(3)?,
-                tokens: parse_json_text(row.get(4)?),
-                created_at: row.get(5)?,
-                ord: row.get(6)?,
-                r#loop: row.get(7)?,
-            })
-        })?;
+        let rows = stmt.query_map([loop_name], LoopRow::from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -133,21 +133,7 @@ impl AdfFile {
             "SELECT seq, role, content_json, model, tokens, created_at, ord, loop FROM adf_loop
              WHERE loop = ?1 AND seq > ?2",
         )?;
-        let parse = |text: Option<String>| {
-            text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
-        };
-        let rows = stmt.query_map(params![loop_name, after], |row| {
-            Ok(LoopRow {
-                seq: row.get(0)?,
-                role: row.get(1)?,
-                content: parse(row.get(2)?).unwrap_or(Value::Null),
-                model: row.get(3)?,
-                tokens: parse(row.get(4)?),
-                created_at: row.get(5)?,
-                ord: row.get(6)?,
-                r#loop: row.get(7)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![loop_name, after], LoopRow::from_row)?;
         let mut rows: Vec<LoopRow> = rows.collect::<rusqlite::Result<_>>()?;
         rows.sort_by_key(|row| (row.ord.unwrap_or(row.seq), row.seq));
         Ok(rows)

@@ -92,17 +92,13 @@ fn bool_at(config: &Value, pointer: &str, default: bool) -> bool {
 }
 
 fn list_at(config: &Value, pointer: &str) -> Vec<String> {
-    config
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    let items = config.pointer(pointer).and_then(Value::as_array);
+    items
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `messaging.allow_list` / `block_list`: with either set, the sender must name a DID that the

@@ -126,6 +126,12 @@ pub struct TriggerEvent {
     pub data: Value,
     /// Who caused the event, so a handler is not woken by its own writes.
     pub producer: Producer,
+    /// The agent's stored state when the event was observed, where that is known: state
+    /// gating (§7.5) then decides by it rather than by the state the dispatch finds, which
+    /// may have changed since (a row written while `off` stays undelivered even when another
+    /// task dispatches it after the agent is back on).
+    #[serde(skip)]
+    pub observed_in: Option<String>,
 }
 
 impl TriggerEvent {
@@ -136,6 +142,7 @@ impl TriggerEvent {
             timestamp,
             data,
             producer: Producer::External,
+            observed_in: None,
         }
     }
 

@@ -27,32 +27,23 @@ fn agent() -> (tempfile::TempDir, PathBuf, AdfFile) {
     (dir, path, file)
 }
 
-fn exec(
+/// One db tool call by `caller`: `tool` is `db_execute` or `db_query`.
+fn db_tool(
+    tool: &str,
     file: &mut AdfFile,
     caller: &ToolCaller,
     sql: &str,
     params: Value,
 ) -> Result<Value, ToolError> {
-    call(
-        file,
-        caller,
-        "db_execute",
-        json!({ "sql": sql, "params": params }),
-    )
+    call(file, caller, tool, json!({ "sql": sql, "params": params }))
 }
 
-fn query(
-    file: &mut AdfFile,
-    caller: &ToolCaller,
-    sql: &str,
-    params: Value,
-) -> Result<Value, ToolError> {
-    call(
-        file,
-        caller,
-        "db_query",
-        json!({ "sql": sql, "params": params }),
-    )
+fn exec(file: &mut AdfFile, caller: &ToolCaller, sql: &str, p: Value) -> Result<Value, ToolError> {
+    db_tool("db_execute", file, caller, sql, p)
+}
+
+fn query(file: &mut AdfFile, caller: &ToolCaller, sql: &str, p: Value) -> Result<Value, ToolError> {
+    db_tool("db_query", file, caller, sql, p)
 }
 /// The model runs `sql` through db_execute, without parameters.
 fn model_exec(file: &mut AdfFile, sql: &str) -> Result<Value, ToolError> {
@@ -589,22 +580,21 @@ const HOSTILE: &[(Tool, &str, ErrorCode, &str)] = &[
     ),
 ];
 
-/// Every statement form against every system table: none of them may change it.
-fn writes_to_every_system_table() -> Vec<String> {
-    let tables = [
-        "adf_meta",
-        "adf_config",
-        "adf_loop",
-        "adf_inbox",
-        "adf_outbox",
-        "adf_timers",
-        "adf_files",
-        "adf_audit",
-        "adf_identity",
-        "adf_attestations",
-        "adf_tasks",
-        "adf_logs",
-    ];
+/// Every statement form against every system table of `file` (as its schema lists them, which
+/// the model may read): none of them may change it.
+fn writes_to_every_system_table(file: &mut AdfFile) -> Vec<String> {
+    let listed = model_query(
+        file,
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'adf\\_%' ESCAPE '\\'",
+    )
+    .unwrap();
+    let tables: Vec<String> = listed["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(tables.len() >= 12, "the twelve system tables: {tables:?}");
     tables
         .iter()
         .flat_map(|t| {
@@ -644,7 +634,7 @@ fn tol_26_tol_29_met_22_sto_23_hostile_sql_is_refused_and_leaves_the_file_unchan
             assert_eq!(digest(&file), before, "{tool:?} `{sql}` changed the file");
             attempts += 1;
         }
-        for sql in writes_to_every_system_table() {
+        for sql in writes_to_every_system_table(&mut file) {
             let error = exec(&mut file, &caller, &sql, json!([])).expect_err(&sql);
             // Refused as a write, or earlier as a read of a table the statement also reads.
             assert!(

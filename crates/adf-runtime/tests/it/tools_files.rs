@@ -6,7 +6,9 @@ use adf_runtime::tools::approval::{ApproveAll, DenyAll};
 use adf_runtime::tools::{Approver, ErrorCode, ToolCaller};
 use adf_store::{AdfFile, ConfigAction, FileProtection, FileWrite};
 use base64::Engine as _;
-use common::{authorized, call, call_approved, code, digest, model, new_agent, refused};
+use common::{
+    authorized, call, call_approved, code, digest, model, new_agent, refused, refused_write,
+};
 use serde_json::{Value, json};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -277,19 +279,10 @@ fn fil_06_read_only_and_no_delete_files_refuse_agent_delete() {
     owner_put(&mut file, "nd.txt", b"n", FileProtection::NoDelete);
     owner_put(&mut file, "free.txt", b"f", FileProtection::None);
     for (path, level) in [("ro.txt", "read_only"), ("nd.txt", "no_delete")] {
-        let error = refused(&mut file, &code(), "fs_delete", json!({ "path": path }));
-        assert_eq!(error.code, ErrorCode::WriteError);
-        assert_eq!(
-            error.message,
-            format!("Cannot delete \"{path}\": file is {level}.")
-        );
-        let result = call(
-            &mut file,
-            &authorized(),
-            "fs_delete",
-            json!({ "path": path }),
-        )
-        .unwrap();
+        let args = json!({ "path": path });
+        let message = format!("Cannot delete \"{path}\": file is {level}.");
+        refused_write(&mut file, &code(), "fs_delete", args.clone(), &message);
+        let result = call(&mut file, &authorized(), "fs_delete", args).unwrap();
         assert_eq!(
             result,
             json!(format!(

@@ -4,7 +4,9 @@ use crate::common;
 
 use adf_runtime::tools::ErrorCode;
 use adf_store::{AdfFile, MetaProtection};
-use common::{authorized, call, call_approved, code, digest, model, new_agent, refused};
+use common::{
+    authorized, call, call_approved, code, digest, model, new_agent, refused, refused_write,
+};
 use serde_json::{Value, json};
 
 fn owner_meta(file: &mut AdfFile, key: &str, value: &str, protection: MetaProtection) {
@@ -190,19 +192,16 @@ fn met_10_readonly_and_increment_keys_cannot_be_deleted_by_the_agent() {
     owner_meta(&mut file, "counter", "1", MetaProtection::Increment);
     owner_meta(&mut file, "free", "1", MetaProtection::None);
     for (key, level) in [("ro", "readonly"), ("counter", "increment")] {
-        let error = refused(&mut file, &code(), "sys_delete_meta", json!({ "key": key }));
-        assert_eq!(error.code, ErrorCode::WriteError);
-        assert_eq!(
-            error.message,
-            format!("Cannot delete \"{key}\": key is {level}.")
-        );
-        let error = call(
+        let args = json!({ "key": key });
+        let message = format!("Cannot delete \"{key}\": key is {level}.");
+        refused_write(
             &mut file,
-            &model(),
+            &code(),
             "sys_delete_meta",
-            json!({ "key": key }),
-        )
-        .unwrap_err();
+            args.clone(),
+            &message,
+        );
+        let error = call(&mut file, &model(), "sys_delete_meta", args).unwrap_err();
         assert_eq!(error.code, ErrorCode::Denied);
         assert!(value_of(&file, key).is_some());
     }

@@ -23,9 +23,24 @@ use crate::error::{ApiError, ApiResult};
 
 type Params = Query<HashMap<String, String>>;
 
-/// The primary document (§1: `README.md`) and the working memory (`mind.md`).
-const DOCUMENT_PATH: &str = "README.md";
-const MIND_PATH: &str = "mind.md";
+/// A text file with routes of its own (`GET`/`PUT /agents/{id}/document`, `/mind`).
+pub(super) trait NamedText {
+    const PATH: &'static str;
+}
+
+/// The primary document (§1).
+pub(super) struct Document;
+
+impl NamedText for Document {
+    const PATH: &'static str = "README.md";
+}
+
+/// The working memory.
+pub(super) struct Mind;
+
+impl NamedText for Mind {
+    const PATH: &'static str = "mind.md";
+}
 
 async fn read_text(state: &AppState, id: &str, path: &'static str) -> ApiResult<Response> {
     let agent = find(state, id)?;
@@ -87,34 +102,19 @@ async fn file_changed(
     state.daemon.dispatch(agent, change).await;
 }
 
-pub(super) async fn document_get(
+pub(super) async fn text_get<T: NamedText>(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    read_text(&state, &id, DOCUMENT_PATH).await
+    read_text(&state, &id, T::PATH).await
 }
 
-pub(super) async fn document_put(
+pub(super) async fn text_put<T: NamedText>(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    write_text(&state, &id, DOCUMENT_PATH, &body).await
-}
-
-pub(super) async fn mind_get(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    read_text(&state, &id, MIND_PATH).await
-}
-
-pub(super) async fn mind_put(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody,
-) -> ApiResult<Response> {
-    write_text(&state, &id, MIND_PATH, &body).await
+    write_text(&state, &id, T::PATH, &body).await
 }
 
 // ---------------------------------------------------------------------------------- renames

@@ -469,14 +469,36 @@ pub(super) async fn provider_credentials(
     .into_response())
 }
 
+/// The credentials of one kind of attachment: `{namespace}:{name}:{envKey}` purposes, the
+/// name given as the `key` field (`mcp`: `npmPackage`, `adapter`: `adapterType`).
+pub(super) trait CredentialNamespace {
+    const NAMESPACE: &'static str;
+    const KEY: &'static str;
+}
+
+/// MCP servers' credentials, by npm package.
+pub(super) struct McpCredentials;
+
+impl CredentialNamespace for McpCredentials {
+    const NAMESPACE: &'static str = "mcp";
+    const KEY: &'static str = "npmPackage";
+}
+
+/// Channel adapters' credentials, by adapter type.
+pub(super) struct AdapterCredentials;
+
+impl CredentialNamespace for AdapterCredentials {
+    const NAMESPACE: &'static str = "adapter";
+    const KEY: &'static str = "adapterType";
+}
+
 /// `GET /agents/{id}/mcp/credentials?npmPackage=` and `/adapters/credentials?adapterType=`.
-pub(super) async fn namespaced_credentials(
-    state: AppState,
-    id: String,
-    params: HashMap<String, String>,
-    namespace: &'static str,
-    key: &'static str,
+pub(super) async fn namespaced_credentials<N: CredentialNamespace>(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(params): Params,
 ) -> ApiResult<Response> {
+    let (namespace, key) = (N::NAMESPACE, N::KEY);
     let agent = find(&state, &id)?;
     let Some(name) = params.get(key).filter(|n| !n.is_empty()).cloned() else {
         return Err(ApiError::bad_request(format!("{key} is required")));
@@ -489,31 +511,14 @@ pub(super) async fn namespaced_credentials(
     Ok(Json(Value::Object(body)).into_response())
 }
 
-pub(super) async fn mcp_credentials(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(params): Params,
-) -> ApiResult<Response> {
-    namespaced_credentials(state, id, params, "mcp", "npmPackage").await
-}
-
-pub(super) async fn adapter_credentials(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(params): Params,
-) -> ApiResult<Response> {
-    namespaced_credentials(state, id, params, "adapter", "adapterType").await
-}
-
 /// `PUT /agents/{id}/mcp/credentials {npmPackage, envKey, value}` and the adapters' twin
 /// `{adapterType, envKey, value}`.
-async fn namespaced_put(
-    state: AppState,
-    id: String,
-    body: Value,
-    namespace: &'static str,
-    key: &'static str,
+pub(super) async fn namespaced_put<N: CredentialNamespace>(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
+    let (namespace, key) = (N::NAMESPACE, N::KEY);
     let agent = find(&state, &id)?;
     let (Some(name), Some(env_key), Some(value)) = (
         text_field(&body, key),
@@ -536,20 +541,4 @@ async fn namespaced_put(
     })
     .await?;
     Ok(Json(Value::Object(answer)).into_response())
-}
-
-pub(super) async fn mcp_credential_put(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody,
-) -> ApiResult<Response> {
-    namespaced_put(state, id, body, "mcp", "npmPackage").await
-}
-
-pub(super) async fn adapter_credential_put(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody,
-) -> ApiResult<Response> {
-    namespaced_put(state, id, body, "adapter", "adapterType").await
 }

@@ -225,11 +225,12 @@ fn more_routes() -> Router<AppState> {
     Router::new()
         .route(
             "/agents/{id}/document",
-            get(contents::document_get).put(contents::document_put),
+            get(contents::text_get::<contents::Document>)
+                .put(contents::text_put::<contents::Document>),
         )
         .route(
             "/agents/{id}/mind",
-            get(contents::mind_get).put(contents::mind_put),
+            get(contents::text_get::<contents::Mind>).put(contents::text_put::<contents::Mind>),
         )
         .route("/agents/{id}/files/rename", post(contents::file_rename))
         .route(
@@ -269,7 +270,8 @@ fn more_routes() -> Router<AppState> {
         )
         .route(
             "/agents/{id}/mcp/credentials",
-            get(identity::mcp_credentials).put(identity::mcp_credential_put),
+            get(identity::namespaced_credentials::<identity::McpCredentials>)
+                .put(identity::namespaced_put::<identity::McpCredentials>),
         )
         .route("/agents/{id}/mcp/servers", post(attach::mcp_attach))
         .route(
@@ -278,7 +280,8 @@ fn more_routes() -> Router<AppState> {
         )
         .route(
             "/agents/{id}/adapters/credentials",
-            get(identity::adapter_credentials).put(identity::adapter_credential_put),
+            get(identity::namespaced_credentials::<identity::AdapterCredentials>)
+                .put(identity::namespaced_put::<identity::AdapterCredentials>),
         )
         .route("/runtime", get(runtime::runtime))
         .route("/runtime/settings", get(runtime::settings))

@@ -8,7 +8,7 @@
 //! turns run against the testkit's OpenAI-compatible mock.
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -173,23 +173,19 @@ export async function warnings(event) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aud_24_trg_05_on_logs_filters_by_level_origin_and_event_and_never_returns_a_handlers_own_rows()
  {
-    let h = Harness::start().await;
-    let path = agent_file(
-        h.dir.path(),
+    let (h, path) = with_triggers(
         "logger",
         &[("lib/emit.ts", EMITTER), ("lib/logs.ts", LOG_WATCHER)],
-        &[(
-            "triggers",
-            json!({
-                "on_startup": { "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/emit.ts:main" }] },
-                "on_logs": { "enabled": true, "targets": [
-                    { "scope": "system", "lambda": "lib/logs.ts:watch",
-                      "filter": { "level": ["info"], "origin": ["emit_*"], "event": ["custom.*"] } },
-                    { "scope": "system", "lambda": "lib/logs.ts:warnings", "filter": { "level": ["warn"] } }
-                ] },
-            }),
-        )],
-    );
+        json!({
+            "on_startup": { "enabled": true, "targets": [{ "scope": "system", "lambda": "lib/emit.ts:main" }] },
+            "on_logs": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/logs.ts:watch",
+                  "filter": { "level": ["info"], "origin": ["emit_*"], "event": ["custom.*"] } },
+                { "scope": "system", "lambda": "lib/logs.ts:warnings", "filter": { "level": ["warn"] } }
+            ] },
+        }),
+    )
+    .await;
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     wait_for("the startup row seen", || async {
         paths(&agent, "seen/log-").await.len() == 1
@@ -227,6 +223,13 @@ export async function outbox(event) {
   await adf.fs_write({ path: `seen/out-${event.data.id}.md`, content: event.data.to, mode: 'write' });
 }
 "#;
+
+/// A daemon and a new agent file configured with just `triggers` (not loaded yet).
+async fn with_triggers(name: &str, files: &[(&str, &str)], triggers: Value) -> (Harness, PathBuf) {
+    let h = Harness::start().await;
+    let path = agent_file(h.dir.path(), name, files, &[("triggers", triggers)]);
+    (h, path)
+}
 
 /// Another process (a mesh server, `adf` in a shell) adds a row to the loaded agent's file.
 fn insert_external(path: &Path, sql: &str) {
@@ -441,21 +444,17 @@ async fn timer_row(agent: &Agent, id: i64) -> adf_store::TimerRow {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_29_a_once_timer_fire_that_finds_the_queue_full_is_rearmed_and_fires_later() {
-    let h = Harness::start().await;
-    let path = agent_file(
-        h.dir.path(),
+    let (h, path) = with_triggers(
         "saturated",
         &[("lib/timer.ts", TIMER_LAMBDA), ("lib/idle.ts", IDLE)],
-        &[(
-            "triggers",
-            json!({
-                "on_timer": { "enabled": true, "targets": [{ "scope": "system" }] },
-                "on_file_change": { "enabled": true, "targets": [
-                    { "scope": "system", "lambda": "lib/idle.ts:main", "filter": { "watch": "docs/**" } }
-                ] },
-            }),
-        )],
-    );
+        json!({
+            "on_timer": { "enabled": true, "targets": [{ "scope": "system" }] },
+            "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/idle.ts:main", "filter": { "watch": "docs/**" } }
+            ] },
+        }),
+    )
+    .await;
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     let created = h
         .client
@@ -643,24 +642,20 @@ export async function main(event) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_17_trg_02_a_system_lambdas_tool_calls_raise_on_tool_call_but_never_for_their_own_handler()
  {
-    let h = Harness::start().await;
-    let path = agent_file(
-        h.dir.path(),
+    let (h, path) = with_triggers(
         "worker",
         &[("lib/work.ts", WORKER), ("lib/seen.ts", SEEN)],
-        &[(
-            "triggers",
-            json!({
-                "on_file_change": { "enabled": true, "targets": [
-                    { "scope": "system", "lambda": "lib/work.ts:main", "filter": { "watch": "docs/**" } }
-                ] },
-                // Watches every tool, its own fs_write included: that one must never come back.
-                "on_tool_call": { "enabled": true, "targets": [
-                    { "scope": "system", "lambda": "lib/seen.ts:tool", "filter": { "tools": ["*"] } }
-                ] },
-            }),
-        )],
-    );
+        json!({
+            "on_file_change": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/work.ts:main", "filter": { "watch": "docs/**" } }
+            ] },
+            // Watches every tool, its own fs_write included: that one must never come back.
+            "on_tool_call": { "enabled": true, "targets": [
+                { "scope": "system", "lambda": "lib/seen.ts:tool", "filter": { "tools": ["*"] } }
+            ] },
+        }),
+    )
+    .await;
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     put_file(&h, &agent, "docs/brief.md", "go").await;
     let expected = [

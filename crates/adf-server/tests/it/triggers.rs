@@ -18,14 +18,20 @@ fn new_agent(dir: &Path, name: &str, files: &[(&str, &str)], triggers: Value) ->
     agent_file(dir, name, files, &[("triggers", triggers)])
 }
 
+/// A daemon and the agent file `new_agent(name, files, triggers)`, not loaded yet.
+async fn unloaded_agent(name: &str, files: &[(&str, &str)], triggers: Value) -> (Harness, PathBuf) {
+    let h = Harness::start().await;
+    let path = new_agent(h.dir.path(), name, files, triggers);
+    (h, path)
+}
+
 /// A daemon with one loaded agent whose file is `new_agent(name, files, triggers)`.
 async fn loaded_agent(
     name: &str,
     files: &[(&str, &str)],
     triggers: Value,
 ) -> (Harness, PathBuf, Arc<Agent>) {
-    let h = Harness::start().await;
-    let path = new_agent(h.dir.path(), name, files, triggers);
+    let (h, path) = unloaded_agent(name, files, triggers).await;
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     (h, path, agent)
 }
@@ -226,9 +232,7 @@ export async function main(event) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_18_a_denied_async_task_fires_on_task_complete_with_its_tool_and_status() {
-    let h = Harness::start().await;
-    let path = new_agent(
-        h.dir.path(),
+    let (h, path) = unloaded_agent(
         "tasks",
         &[("lib/task.ts", TASK_WATCHER)],
         json!({
@@ -236,7 +240,8 @@ async fn trg_18_a_denied_async_task_fires_on_task_complete_with_its_tool_and_sta
                 { "scope": "system", "lambda": "lib/task.ts:main", "filter": { "tools": ["fs_*"], "status": ["denied"] } }
             ] },
         }),
-    );
+    )
+    .await;
     let task_id = {
         let mut file = AdfFile::open(&path).unwrap();
         let id = file
@@ -279,9 +284,7 @@ export async function main(event) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trg_11_system_targets_run_when_suspended_and_never_when_off() {
-    let h = Harness::start().await;
-    let path = new_agent(
-        h.dir.path(),
+    let (h, path) = unloaded_agent(
         "gated",
         &[("lib/seer.ts", SEER)],
         json!({
@@ -289,7 +292,8 @@ async fn trg_11_system_targets_run_when_suspended_and_never_when_off() {
                 { "scope": "system", "lambda": "lib/seer.ts:main", "filter": { "watch": "docs/**" } }
             ] },
         }),
-    );
+    )
+    .await;
     {
         let mut file = AdfFile::open(&path).unwrap();
         file.config_set_path(Caller::Owner, "state", ConfigAction::Set, json!("off"))

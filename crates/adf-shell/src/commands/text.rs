@@ -47,22 +47,22 @@ pub(crate) fn unescape(text: &str) -> (String, bool) {
             out.push(c);
             continue;
         }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('a') => out.push('\u{7}'),
-            Some('b') => out.push('\u{8}'),
-            Some('e') => out.push('\u{1b}'),
-            Some('f') => out.push('\u{c}'),
-            Some('v') => out.push('\u{b}'),
-            Some('\\') => out.push('\\'),
-            Some('c') => return (out, true),
-            Some('0') => {
+        let Some(letter) = chars.next() else {
+            out.push('\\');
+            continue;
+        };
+        if let Some(escaped) = c_escape(letter) {
+            out.push(escaped);
+            continue;
+        }
+        match letter {
+            'e' => out.push('\u{1b}'),
+            'c' => return (out, true),
+            '0' => {
                 let (value, _) = digits(&mut chars, 8, 3, 0);
                 out.push(char::from_u32(value).unwrap_or('\u{fffd}'));
             }
-            Some('x') => {
+            'x' => {
                 let (value, digits) = digits(&mut chars, 16, 2, 0);
                 if digits == 0 {
                     out.push_str("\\x");
@@ -70,14 +70,28 @@ pub(crate) fn unescape(text: &str) -> (String, bool) {
                     out.push(char::from_u32(value).unwrap_or('\u{fffd}'));
                 }
             }
-            Some(other) => {
+            other => {
                 out.push('\\');
                 out.push(other);
             }
-            None => out.push('\\'),
         }
     }
     (out, false)
+}
+
+/// The one-letter C escapes `echo -e` and `tr` both read (`\n`, `\t`, `\\`, ...).
+fn c_escape(letter: char) -> Option<char> {
+    Some(match letter {
+        'a' => '\u{7}',
+        'b' => '\u{8}',
+        'f' => '\u{c}',
+        'n' => '\n',
+        'r' => '\r',
+        't' => '\t',
+        'v' => '\u{b}',
+        '\\' => '\\',
+        _ => return None,
+    })
 }
 
 /// A number argument of a flag: `-n5`, `-n 5`.
@@ -1814,10 +1828,9 @@ fn unescape_tr(spec: &str) -> Vec<char> {
             continue;
         }
         match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('\\') => out.push('\\'),
+            Some(letter) if c_escape(letter).is_some() => {
+                out.extend(c_escape(letter));
+            }
             Some(d @ '0'..='7') => {
                 let (value, _) = digits(&mut chars, 8, 2, d.to_digit(8).unwrap_or(0));
                 out.push(char::from_u32(value).unwrap_or('\u{fffd}'));

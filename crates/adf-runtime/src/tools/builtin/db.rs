@@ -68,12 +68,8 @@ impl Tool for DbQuery {
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        let (sql, params) = sql_and_params(&args)?;
-        let limits = SqlLimits {
-            max_rows: (!cx.full).then_some(MAX_QUERY_ROWS),
-            timeout: Some(timeout(cx)),
-            ..SqlLimits::default()
-        };
+        let max_rows = (!cx.full).then_some(MAX_QUERY_ROWS);
+        let (sql, params, limits) = sql_request(cx, &args, max_rows)?;
         let output = cx
             .file
             .sql_query(sql, &params, &limits)
@@ -121,13 +117,8 @@ impl Tool for DbExecute {
     }
 
     fn run(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
-        let (sql, params) = sql_and_params(&args)?;
-        let limits = SqlLimits {
-            max_rows: None,
-            timeout: Some(timeout(cx)),
-            ..SqlLimits::default()
-        };
         let caller = cx.store_caller();
+        let (sql, params, limits) = sql_request(cx, &args, None)?;
         let output = cx
             .file
             .sql_execute(caller, sql, &params, &limits)
@@ -139,8 +130,22 @@ impl Tool for DbExecute {
     }
 }
 
-fn timeout(cx: &ToolContext<'_>) -> Duration {
-    Duration::from_millis(cx.limit("execution_timeout_ms", DEFAULT_TIMEOUT_MS))
+/// The statement, its parameters and the limits it runs under (`max_rows`, and the agent's
+/// `execution_timeout_ms`).
+fn sql_request<'a>(
+    cx: &ToolContext<'_>,
+    args: &'a Value,
+    max_rows: Option<usize>,
+) -> Result<(&'a str, Vec<SqlValue>, SqlLimits), ToolError> {
+    let (sql, params) = sql_and_params(args)?;
+    let limits = SqlLimits {
+        max_rows,
+        timeout: Some(Duration::from_millis(
+            cx.limit("execution_timeout_ms", DEFAULT_TIMEOUT_MS),
+        )),
+        ..SqlLimits::default()
+    };
+    Ok((sql, params, limits))
 }
 
 fn sql_and_params(args: &Value) -> Result<(&str, Vec<SqlValue>), ToolError> {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use adf_runtime::tools::approval::{ApproveAll, DenyAll};
-use adf_runtime::tools::{Approver, CallOutcome, ToolCaller, ToolError, ToolRegistry};
+use adf_runtime::tools::{Approver, CallOutcome, ErrorCode, ToolCaller, ToolError, ToolRegistry};
 use adf_store::{AdfFile, CreateOptions};
 use serde_json::Value;
 
@@ -52,6 +52,21 @@ pub fn refused(file: &mut AdfFile, caller: &ToolCaller, name: &str, args: Value)
     let error = call(file, caller, name, args).unwrap_err();
     assert_eq!(digest(file), before, "a refused {name} changed the file");
     error
+}
+
+/// [`refused`] as a `WRITE_ERROR` that says `message`.
+pub fn refused_write(
+    file: &mut AdfFile,
+    caller: &ToolCaller,
+    name: &str,
+    args: Value,
+    message: &str,
+) {
+    let error = refused(file, caller, name, args);
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (ErrorCode::WriteError, message)
+    );
 }
 
 /// Calls a tool with every approval granted.

@@ -58,6 +58,7 @@ impl Harness {
     /// A daemon whose front door `adjust` configures (starting from the home's token); the
     /// client sends the token in the end.
     pub async fn start_with(dir: TempDir, adjust: impl FnOnce(&mut FrontDoor)) -> Self {
+        capture_daemon_warnings();
         let home = RuntimeHome::at(dir.path().join("home"));
         let mut front = FrontDoor::for_home(&home, None).unwrap();
         adjust(&mut front);
@@ -83,6 +84,15 @@ impl Harness {
         self.server.shutdown().await.unwrap();
         self.dir
     }
+}
+
+/// The daemon's warnings go to the output of the test that caused them, shown when it fails:
+/// a warning such as "ws_connections entry not opened" says why a test waited in vain.
+fn capture_daemon_warnings() {
+    let _set_by_an_earlier_test = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .try_init();
 }
 
 /// A temporary folder with empty `home/` and `agents/`.
