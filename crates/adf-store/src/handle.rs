@@ -477,21 +477,26 @@ impl StoreHandle {
     /// Closes the file cleanly after every job submitted before this call; jobs submitted
     /// after it (through other clones) fail with [`StoreError::WorkerGone`].
     pub fn close(self) -> Result<()> {
-        let previous = std::mem::replace(&mut self.shared.lock().state, State::Closed);
-        self.shared.released.notify_all();
+        let mut slot = self.shared.lock();
+        let previous = std::mem::replace(&mut slot.state, State::Closed);
         match previous {
             State::Open { sender, .. } => {
                 let (reply, receiver) = oneshot::channel();
-                sender
-                    .send(Command::Close(reply))
-                    .map_err(|_| StoreError::WorkerGone)?;
+                // Sent under the slot lock, like every job: a worker going idle takes that lock
+                // before it looks at its queue for the last time, so it either finds this
+                // command there or released the file before this call took the state. Sent
+                // after the lock, the command could reach a worker that had already left.
+                let sent = sender.send(Command::Close(reply));
+                drop(slot);
+                self.shared.released.notify_all();
+                sent.map_err(|_| StoreError::WorkerGone)?;
                 receiver
                     .blocking_recv()
                     .map_err(|_| StoreError::WorkerGone)?
             }
             State::Released { error, .. } => {
+                self.shared.released.notify_all();
                 // A worker still closing the file: return once it has.
-                let mut slot = self.shared.lock();
                 while slot.closing {
                     slot = self
                         .shared

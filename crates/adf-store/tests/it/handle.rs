@@ -467,3 +467,26 @@ fn a_lease_lends_the_file_and_its_holder_serves_the_jobs_queued_meanwhile() {
     handle.close().unwrap();
     assert_cleanly_closed(&path);
 }
+
+/// A close that lands while the worker releases the idle file (the daemon unloading an agent
+/// whose worker just went idle) returns: the release either sees the close's command or has
+/// already given the file back, never leaving the command in a queue nobody reads.
+#[test]
+fn a_close_racing_the_idle_release_returns() {
+    for round in 0..300 {
+        let (_dir, path) = closed_file("close-race");
+        // Zero: the worker releases the moment its queue is empty, racing the close below.
+        let handle = StoreHandle::open_with(&path, IdleRelease::After(Duration::ZERO)).unwrap();
+        let (done, closed) = mpsc::channel();
+        // The job and the close on one thread, back to back: the close meets the worker as it
+        // goes idle. On a thread of its own so that a hung close fails the test.
+        std::thread::spawn(move || {
+            let _gone = done.send(handle.call(|_| Ok(())).and_then(|()| handle.close()));
+        });
+        let outcome = closed
+            .recv_timeout(GUARD)
+            .unwrap_or_else(|_| panic!("close never returned (round {round})"));
+        outcome.unwrap();
+        assert_cleanly_closed(&path);
+    }
+}
