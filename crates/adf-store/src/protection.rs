@@ -446,9 +446,13 @@ impl TableProtection {
 /// A write of agent SQL to one of the agent's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableWrite {
+    /// `INSERT` (or `REPLACE`) of rows.
     Insert,
+    /// `UPDATE` of rows.
     Update,
+    /// `DELETE` of rows.
     Delete,
+    /// `DROP TABLE`.
     Drop,
 }
 

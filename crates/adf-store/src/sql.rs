@@ -52,7 +52,6 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Batch, Connection, ErrorCode};
-use serde_json::Value;
 
 use crate::access::log_bypass;
 use crate::protection::{self, TableDecision, TableWrite};
@@ -535,7 +534,7 @@ impl Policy {
         })
     }
 
-    fn write_rows(&mut self, table_name: &str, database: &str, kind: WriteKind) -> Authorization {
+    fn write_rows(&mut self, table_name: &str, database: &str, kind: TableWrite) -> Authorization {
         let table = table_name.to_ascii_lowercase();
         if self.mode == Mode::Query {
             return self.refuse_write(&table);

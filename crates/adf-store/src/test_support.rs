@@ -29,14 +29,21 @@ pub type Snapshot = BTreeMap<String, Vec<BTreeMap<String, String>>>;
 /// One `adf_logs` row with every column, `loop` included.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRow {
+    /// The row id: increasing in write order.
     pub id: i64,
+    /// Severity as written (`debug`, `info`, `warn`, `error`).
     pub level: String,
+    /// The subsystem that wrote the row.
     pub origin: Option<String>,
+    /// A machine-readable event name within the origin.
     pub event: Option<String>,
+    /// What the row concerns, such as a tool name or file path.
     pub target: Option<String>,
+    /// The human-readable text.
     pub message: String,
     /// Extra structured detail as JSON text, when the writer gave any.
     pub data: Option<String>,
+    /// When the row was written, in epoch milliseconds.
     pub created_at: i64,
     /// The loop the row was written for; `None` for main and for rows outside a turn.
     pub loop_name: Option<String>,
@@ -45,11 +52,14 @@ pub struct LogRow {
 /// The rows a change applies to: those whose `column` equals `value`.
 #[derive(Debug, Clone)]
 pub struct RowsWhere<'a> {
+    /// The column compared.
     pub column: &'a str,
+    /// The value it must equal (bound as [`Tables::set_column`] binds values).
     pub value: Value,
 }
 
 impl<'a> RowsWhere<'a> {
+    /// The rows whose `column` equals `value`.
     pub fn new(column: &'a str, value: impl Into<Value>) -> Self {
         Self {
             column,
@@ -102,6 +112,7 @@ impl OtherConnection {
         Ok(Self { conn })
     }
 
+    /// The tables as this connection sees them.
     pub fn tables(&self) -> Tables<'_> {
         Tables { conn: &self.conn }
     }
