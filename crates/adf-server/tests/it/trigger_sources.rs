@@ -10,7 +10,6 @@ use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_server::Agent;
