@@ -131,7 +131,7 @@ impl Tables<'_> {
         let mut stmt = self
             .conn
             .prepare(&format!("SELECT * FROM {} ORDER BY rowid", quoted(&table)))?;
-        let names: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
+        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
         let mut rows = stmt.query([])?;
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {
@@ -219,7 +219,7 @@ impl Tables<'_> {
             let mut stmt = self
                 .conn
                 .prepare(&format!("SELECT * FROM {} ORDER BY rowid", quoted(&table)))?;
-            let names: Vec<String> = stmt.column_names().into_iter().map(str::to_owned).collect();
+            let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
             let mut rows = stmt.query([])?;
             let mut result = Vec::new();
             while let Some(row) = rows.next()? {
