@@ -138,14 +138,11 @@ async fn line(file: &mut AdfFile, line: &str) -> Run {
 
 /// `(event, message)` of the `sys_fetch` log rows.
 fn fetch_logs(file: &AdfFile) -> Vec<(String, String)> {
-    let mut stmt = file
-        .connection()
-        .prepare("SELECT event, message FROM adf_logs WHERE origin = 'sys_fetch' ORDER BY id")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.into_iter()
+        .filter(|l| l.origin.as_deref() == Some("sys_fetch"))
+        .map(|l| (l.event.unwrap(), l.message))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

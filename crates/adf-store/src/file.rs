@@ -418,10 +418,11 @@ impl AdfFile {
         !self.conn.is_autocommit()
     }
 
-    /// The raw connection, for this crate and for tests that check a file's rows directly
-    /// (the `test-sql` feature, enabled only by dev-dependencies). Everything else goes through
-    /// the typed API, so protection rules apply and no other crate holds SQL.
-    #[cfg(any(test, feature = "test-sql"))]
+    /// The raw connection, for this crate's own tests (the `self-test-sql` feature, which only
+    /// adf-store's dev-dependency on itself names). Every other crate goes through the typed
+    /// API (its tests through `test_support`), so protection rules apply and no other crate
+    /// holds SQL.
+    #[cfg(any(test, feature = "self-test-sql"))]
     pub fn connection(&self) -> &Connection {
         &self.conn
     }

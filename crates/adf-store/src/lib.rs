@@ -15,7 +15,9 @@
 //! - [`StoreError`]: the one error type.
 //!
 //! Only this crate runs SQL: no other crate reaches the connection (`AdfFile::connection` exists
-//! for tests only, behind the `test-sql` feature) or holds SQL text (the `closed_api` test).
+//! for this crate's own tests only, behind the `self-test-sql` feature) or holds SQL text, its
+//! tests included (the `closed_api` test); their fixtures and whole-table reads go through
+//! [`test_support`] (the `test-support` feature).
 
 mod access;
 pub mod audit;
@@ -47,6 +49,8 @@ pub mod skills;
 pub mod sql;
 pub mod tables;
 pub mod tasks;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 pub mod time;
 pub mod timers;
 pub mod transcript;

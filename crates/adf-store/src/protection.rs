@@ -1,14 +1,21 @@
 //! Protection: what each level guards against and whom it binds, decided here only (§4.2 file
-//! protection, §4.4 meta protection, §5.17 step 9 config locks, locked timers). Store writes
-//! ask [`decide`] and act on its [`Decision`]; the runtime's tools ask [`config_lock`] and
-//! [`decide`] before planning a config change, so no other crate compares protection levels.
+//! protection, §4.4 meta protection, §5.17 step 9 config locks, locked timers, and which tables
+//! agent SQL may read and write under `security.table_protections`, §10.3 and §5.6). Store
+//! writes ask [`decide`] and act on its [`Decision`]; the runtime's tools ask [`config_lock`]
+//! and [`decide`] before planning a config change; agent SQL's authorizer (`sql.rs`) asks
+//! [`agent_sql_may_read`], [`is_agent_table`] and [`decide_table_write`]; so no other module
+//! or crate compares protection levels.
 //!
-//! Principal types: [`Protection`], [`FileProtection`], [`MetaProtection`], [`Decision`].
+//! Principal types: [`Protection`], [`FileProtection`], [`MetaProtection`], [`Decision`],
+//! [`TableProtection`], [`TableDecision`].
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use serde::Serialize;
 use serde_json::Value;
 
+use std::collections::BTreeMap;
+
+use crate::AdfFile;
 use crate::access::Caller;
 use crate::config::{ConfigAction, Segment};
 use crate::error::{Result, StoreError};
@@ -360,6 +367,161 @@ pub fn config_lock(config: &Value, resolved: &[Segment], action: &ConfigAction) 
     ConfigLock::Free
 }
 
+// ---------------------------------------------------------------------------------------------
+// Agent SQL's tables (§10.3, §5.6).
+// ---------------------------------------------------------------------------------------------
+
+/// System tables the tools guide lets `db_query` read.
+pub const READABLE_SYSTEM_TABLES: [&str; 8] = [
+    "adf_loop",
+    "adf_inbox",
+    "adf_outbox",
+    "adf_timers",
+    "adf_files",
+    "adf_audit",
+    "adf_logs",
+    "adf_tasks",
+];
+
+/// SQLite's own schema tables: names and DDL only, so the schema stays visible.
+pub(crate) const SCHEMA_TABLES: [&str; 4] = [
+    "sqlite_master",
+    "sqlite_schema",
+    "sqlite_temp_master",
+    "sqlite_temp_schema",
+];
+
+/// Bookkeeping tables that hold no agent data.
+const BOOKKEEPING_TABLES: [&str; 3] = ["sqlite_sequence", "sqlite_stat1", "sqlite_stat4"];
+
+/// Whether `table` (lowercased) is the agent's own (`local_*`): the only tables agent SQL
+/// creates, writes and drops.
+pub fn is_agent_table(table: &str) -> bool {
+    table.starts_with("local_")
+}
+
+/// Whether agent SQL may read the table `table` (lowercased): the agent's own, the
+/// [`READABLE_SYSTEM_TABLES`], and SQLite's schema and bookkeeping tables. Everything else is
+/// refused: `adf_meta`, `adf_config`, `adf_identity`, and also `adf_attestations`, which the
+/// tools guide's list of queryable tables omits. (Table-valued functions are `sql.rs`'s.)
+pub fn agent_sql_may_read(table: &str) -> bool {
+    is_agent_table(table)
+        || READABLE_SYSTEM_TABLES.contains(&table)
+        || SCHEMA_TABLES.contains(&table)
+        || BOOKKEEPING_TABLES.contains(&table)
+}
+
+/// A `security.table_protections` level (§5.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableProtection {
+    /// Agent statements may read and write the table freely.
+    None,
+    /// Rows may be inserted but never updated, deleted or replaced.
+    AppendOnly,
+    /// Only authorized code may write the table.
+    Authorized,
+}
+
+impl TableProtection {
+    /// The level a config value names; anything unknown protects the most.
+    pub(crate) fn from_config(value: &Value) -> Self {
+        match value {
+            Value::Null => Self::None,
+            Value::String(level) if level == "none" => Self::None,
+            Value::String(level) if level == "append_only" => Self::AppendOnly,
+            _ => Self::Authorized,
+        }
+    }
+
+    /// The level as `security.table_protections` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::AppendOnly => "append_only",
+            Self::Authorized => "authorized",
+        }
+    }
+}
+
+/// A write of agent SQL to one of the agent's tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableWrite {
+    /// `INSERT` (or `REPLACE`) of rows.
+    Insert,
+    /// `UPDATE` of rows.
+    Update,
+    /// `DELETE` of rows.
+    Delete,
+    /// `DROP TABLE`.
+    Drop,
+}
+
+impl TableWrite {
+    /// The write as a refusal names it ("update", "delete from").
+    pub fn verb(self) -> &'static str {
+        match self {
+            Self::Insert => "insert into",
+            Self::Update => "update",
+            Self::Delete => "delete from",
+            Self::Drop => "drop",
+        }
+    }
+}
+
+/// What a table's protection does to one agent SQL write by one caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableDecision {
+    /// The write goes ahead.
+    Allow,
+    /// An insert into an `append_only` table: it goes ahead, and is refused after all if it
+    /// replaced a row (conflict resolution, caught by counting rows).
+    AllowUnlessRowsReplaced,
+    /// Authorized code writes an `authorized` table: it goes ahead and the bypass is logged.
+    Bypass,
+    /// An `append_only` table refuses an update, delete or drop.
+    RefuseAppendOnly,
+    /// An `authorized` table refuses every caller but authorized code and the owner.
+    RequiresAuthorizedCode,
+}
+
+/// Whether `caller`'s agent SQL may make `write` to a table protected at `level`. The owner
+/// passes every level.
+pub fn decide_table_write(
+    caller: Caller,
+    level: TableProtection,
+    write: TableWrite,
+) -> TableDecision {
+    match level {
+        TableProtection::None => TableDecision::Allow,
+        _ if caller == Caller::Owner => TableDecision::Allow,
+        TableProtection::AppendOnly if write == TableWrite::Insert => {
+            TableDecision::AllowUnlessRowsReplaced
+        }
+        TableProtection::AppendOnly => TableDecision::RefuseAppendOnly,
+        TableProtection::Authorized if caller == Caller::AuthorizedCode => TableDecision::Bypass,
+        TableProtection::Authorized => TableDecision::RequiresAuthorizedCode,
+    }
+}
+
+impl AdfFile {
+    /// The `security.table_protections` map of the config, names lowercased.
+    pub fn table_protections(&self) -> Result<BTreeMap<String, TableProtection>> {
+        let config = self.config()?;
+        Ok(config
+            .pointer("/security/table_protections")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(table, level)| {
+                (
+                    table.to_ascii_lowercase(),
+                    TableProtection::from_config(level),
+                )
+            })
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,5 +637,81 @@ mod tests {
             serde_json::to_value(Protection::Meta(MetaProtection::Increment)).ok(),
             Some(Value::from("increment"))
         );
+    }
+
+    #[test]
+    fn protection_levels_from_config_fail_closed() {
+        assert_eq!(
+            TableProtection::from_config(&Value::Null),
+            TableProtection::None
+        );
+        assert_eq!(
+            TableProtection::from_config(&"none".into()),
+            TableProtection::None
+        );
+        assert_eq!(
+            TableProtection::from_config(&"append_only".into()),
+            TableProtection::AppendOnly
+        );
+        assert_eq!(
+            TableProtection::from_config(&"authorized".into()),
+            TableProtection::Authorized
+        );
+        assert_eq!(
+            TableProtection::from_config(&"bogus".into()),
+            TableProtection::Authorized
+        );
+    }
+
+    #[test]
+    fn table_protections_bind_everyone_but_the_owner() {
+        use TableDecision::*;
+        for write in [TableWrite::Insert, TableWrite::Update, TableWrite::Drop] {
+            for caller in [Caller::Agent, Caller::AuthorizedCode, Caller::Owner] {
+                assert_eq!(
+                    decide_table_write(caller, TableProtection::None, write),
+                    Allow
+                );
+            }
+            let owner = decide_table_write(Caller::Owner, TableProtection::Authorized, write);
+            assert_eq!(owner, Allow);
+            let code =
+                decide_table_write(Caller::AuthorizedCode, TableProtection::Authorized, write);
+            assert_eq!(code, Bypass);
+            let agent = decide_table_write(Caller::Agent, TableProtection::Authorized, write);
+            assert_eq!(agent, RequiresAuthorizedCode);
+        }
+        let append = |caller, write| decide_table_write(caller, TableProtection::AppendOnly, write);
+        assert_eq!(
+            append(Caller::Agent, TableWrite::Insert),
+            AllowUnlessRowsReplaced
+        );
+        assert_eq!(
+            append(Caller::AuthorizedCode, TableWrite::Delete),
+            RefuseAppendOnly
+        );
+        assert_eq!(append(Caller::Owner, TableWrite::Delete), Allow);
+    }
+
+    #[test]
+    fn agent_sql_reads_its_own_tables_and_the_listed_system_tables_only() {
+        for table in [
+            "local_x",
+            "adf_loop",
+            "adf_tasks",
+            "sqlite_master",
+            "sqlite_sequence",
+        ] {
+            assert!(agent_sql_may_read(table), "{table}");
+        }
+        for table in [
+            "adf_meta",
+            "adf_config",
+            "adf_identity",
+            "adf_attestations",
+            "foo",
+        ] {
+            assert!(!agent_sql_may_read(table), "{table}");
+        }
     }
 }

@@ -8,7 +8,9 @@
 //! (a `pragma_table_info(...)` argument, `vec0`'s reads and writes of its shadow tables) go
 //! through the same callback, so nothing reaches a table the policy did not allow.
 //!
-//! The rules:
+//! The rules (which tables agent SQL may read and write, and what `security.table_protections`
+//! lets each caller do, are decided in [`crate::protection`] beside file, meta and config
+//! protection; this module maps SQLite's authorizer reports onto those decisions):
 //! - Readable: `local_*` tables (shadow tables of `local_*` virtual tables included), the
 //!   [`READABLE_SYSTEM_TABLES`] of the tools guide, the schema tables (`sqlite_master`, so the
 //!   schema is visible; data is not), and the table-valued functions in [`READABLE_FUNCTIONS`].
@@ -50,33 +52,12 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Batch, Connection, ErrorCode};
-use serde_json::Value;
 
 use crate::access::log_bypass;
+use crate::protection::{self, TableDecision, TableWrite};
 use crate::{AdfFile, Caller, ProtectedKind, StoreError};
 
-/// System tables the tools guide lets `db_query` read.
-pub const READABLE_SYSTEM_TABLES: [&str; 8] = [
-    "adf_loop",
-    "adf_inbox",
-    "adf_outbox",
-    "adf_timers",
-    "adf_files",
-    "adf_audit",
-    "adf_logs",
-    "adf_tasks",
-];
-
-/// SQLite's own schema tables: names and DDL only, so the schema stays visible.
-const SCHEMA_TABLES: [&str; 4] = [
-    "sqlite_master",
-    "sqlite_schema",
-    "sqlite_temp_master",
-    "sqlite_temp_schema",
-];
-
-/// Bookkeeping tables that hold no agent data.
-const BOOKKEEPING_TABLES: [&str; 3] = ["sqlite_sequence", "sqlite_stat1", "sqlite_stat4"];
+pub use crate::protection::{READABLE_SYSTEM_TABLES, TableProtection};
 
 /// Table-valued functions over their arguments only (never over the file's pages or other
 /// tables: `dbstat` is not here).
@@ -251,38 +232,6 @@ pub struct ExecuteOutput {
     pub last_insert_rowid: i64,
 }
 
-/// A `security.table_protections` level (§5.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TableProtection {
-    /// Agent statements may read and write the table freely.
-    None,
-    /// Rows may be inserted but never updated, deleted or replaced.
-    AppendOnly,
-    /// Only authorized code may write the table.
-    Authorized,
-}
-
-impl TableProtection {
-    /// The level a config value names; anything unknown protects the most.
-    fn from_config(value: &Value) -> Self {
-        match value {
-            Value::Null => Self::None,
-            Value::String(level) if level == "none" => Self::None,
-            Value::String(level) if level == "append_only" => Self::AppendOnly,
-            _ => Self::Authorized,
-        }
-    }
-
-    /// The level as `security.table_protections` spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::AppendOnly => "append_only",
-            Self::Authorized => "authorized",
-        }
-    }
-}
-
 /// Why an agent statement did not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -360,25 +309,6 @@ enum Phase {
     Internal,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WriteKind {
-    Insert,
-    Update,
-    Delete,
-    Drop,
-}
-
-impl WriteKind {
-    fn verb(self) -> &'static str {
-        match self {
-            Self::Insert => "insert into",
-            Self::Update => "update",
-            Self::Delete => "delete from",
-            Self::Drop => "drop",
-        }
-    }
-}
-
 /// What the compiled statement does, as the authorizer saw it.
 #[derive(Debug, Default)]
 struct Shape {
@@ -408,15 +338,8 @@ struct Policy {
     refusal: Option<SqlError>,
 }
 
-fn is_local(table: &str) -> bool {
-    table.starts_with("local_")
-}
-
 fn is_readable(table: &str) -> bool {
-    is_local(table)
-        || READABLE_SYSTEM_TABLES.contains(&table)
-        || SCHEMA_TABLES.contains(&table)
-        || BOOKKEEPING_TABLES.contains(&table)
+    protection::agent_sql_may_read(table)
         || READABLE_FUNCTIONS.contains(&table)
         // Pragma functions are readable; the pragma each one runs is decided on its own.
         || table.starts_with("pragma_")
@@ -480,13 +403,13 @@ impl Policy {
                 pragma_value,
             } => self.pragma(pragma_name, pragma_value),
             AuthAction::Insert { table_name } => {
-                self.write_rows(table_name, database, WriteKind::Insert)
+                self.write_rows(table_name, database, TableWrite::Insert)
             }
             AuthAction::Update { table_name, .. } => {
-                self.write_rows(table_name, database, WriteKind::Update)
+                self.write_rows(table_name, database, TableWrite::Update)
             }
             AuthAction::Delete { table_name } => {
-                self.write_rows(table_name, database, WriteKind::Delete)
+                self.write_rows(table_name, database, TableWrite::Delete)
             }
             AuthAction::CreateTable { table_name } => {
                 self.create(table_name, table_name, database, "CREATE TABLE")
@@ -513,7 +436,10 @@ impl Policy {
             }
             AuthAction::DropIndex { table_name, .. } => {
                 let table = table_name.to_ascii_lowercase();
-                if self.mode == Mode::Execute && database == "main" && is_local(&table) {
+                if self.mode == Mode::Execute
+                    && database == "main"
+                    && protection::is_agent_table(&table)
+                {
                     self.shape.changes_schema = true;
                     Authorization::Allow
                 } else {
@@ -564,7 +490,7 @@ impl Policy {
         table_name: &str,
         database: &str,
     ) -> Authorization {
-        if !is_local(&table_name.to_ascii_lowercase()) {
+        if !protection::is_agent_table(&table_name.to_ascii_lowercase()) {
             return self.refuse_write(&table_name.to_ascii_lowercase());
         }
         let decision = self.create(table_name, "", database, "CREATE INDEX");
@@ -608,12 +534,12 @@ impl Policy {
         })
     }
 
-    fn write_rows(&mut self, table_name: &str, database: &str, kind: WriteKind) -> Authorization {
+    fn write_rows(&mut self, table_name: &str, database: &str, kind: TableWrite) -> Authorization {
         let table = table_name.to_ascii_lowercase();
         if self.mode == Mode::Query {
             return self.refuse_write(&table);
         }
-        if SCHEMA_TABLES.contains(&table.as_str()) {
+        if protection::SCHEMA_TABLES.contains(&table.as_str()) {
             // SQLite writes its schema table for every CREATE and DROP and refuses direct
             // writes itself (defensive mode, writable_schema refused); a statement that writes
             // it without a schema change is refused after preparing.
@@ -624,7 +550,7 @@ impl Policy {
             // Dropping an AUTOINCREMENT table removes its counter row.
             return Authorization::Allow;
         }
-        if database != "main" || !is_local(&table) {
+        if database != "main" || !protection::is_agent_table(&table) {
             return self.refuse_write(&table);
         }
         if self.phase == Phase::Prepare {
@@ -641,7 +567,7 @@ impl Policy {
         what: &str,
     ) -> Authorization {
         let table = table_name.to_ascii_lowercase();
-        if self.mode == Mode::Execute && database == "main" && is_local(&table) {
+        if self.mode == Mode::Execute && database == "main" && protection::is_agent_table(&table) {
             self.shape.changes_schema = true;
             if !created.is_empty() && self.phase == Phase::Prepare {
                 self.shape.created_tables.insert(created.to_owned());
@@ -660,48 +586,43 @@ impl Policy {
 
     fn drop_table(&mut self, table_name: &str, database: &str) -> Authorization {
         let table = table_name.to_ascii_lowercase();
-        if self.mode != Mode::Execute || database != "main" || !is_local(&table) {
+        if self.mode != Mode::Execute || database != "main" || !protection::is_agent_table(&table) {
             return self.refuse_write(&table);
         }
         self.shape.changes_schema = true;
-        let decision = self.check_protection(&table, WriteKind::Drop);
+        let decision = self.check_protection(&table, TableWrite::Drop);
         if decision == Authorization::Allow {
             self.shape.dropped_local_table = true;
         }
         decision
     }
 
-    fn check_protection(&mut self, table: &str, kind: WriteKind) -> Authorization {
+    fn check_protection(&mut self, table: &str, kind: TableWrite) -> Authorization {
         let level = self
             .protections
             .get(table)
             .copied()
             .unwrap_or(TableProtection::None);
-        match level {
-            TableProtection::None => Authorization::Allow,
-            _ if self.caller == Caller::Owner => Authorization::Allow,
-            TableProtection::AppendOnly => {
-                if kind == WriteKind::Insert {
-                    self.shape.append_only_inserts.insert(table.to_owned());
-                    Authorization::Allow
-                } else {
-                    self.refuse(SqlError::Protected {
-                        table: table.to_owned(),
-                        level,
-                        action: kind.verb(),
-                    })
-                }
+        match protection::decide_table_write(self.caller, level, kind) {
+            TableDecision::Allow => Authorization::Allow,
+            TableDecision::AllowUnlessRowsReplaced => {
+                self.shape.append_only_inserts.insert(table.to_owned());
+                Authorization::Allow
             }
-            TableProtection::Authorized => {
-                if self.caller == Caller::AuthorizedCode {
-                    self.shape.authorized_bypasses.insert(table.to_owned());
-                    Authorization::Allow
-                } else {
-                    self.refuse(SqlError::RequiresAuthorizedCode {
-                        table: table.to_owned(),
-                        action: kind.verb(),
-                    })
-                }
+            TableDecision::Bypass => {
+                self.shape.authorized_bypasses.insert(table.to_owned());
+                Authorization::Allow
+            }
+            TableDecision::RefuseAppendOnly => self.refuse(SqlError::Protected {
+                table: table.to_owned(),
+                level,
+                action: kind.verb(),
+            }),
+            TableDecision::RequiresAuthorizedCode => {
+                self.refuse(SqlError::RequiresAuthorizedCode {
+                    table: table.to_owned(),
+                    action: kind.verb(),
+                })
             }
         }
     }
@@ -945,23 +866,6 @@ fn count_rows(conn: &Connection, table: &str) -> Result<i64, SqlError> {
 }
 
 impl AdfFile {
-    /// The `security.table_protections` map of the config, names lowercased.
-    pub fn table_protections(&self) -> crate::Result<BTreeMap<String, TableProtection>> {
-        let config = self.config()?;
-        Ok(config
-            .pointer("/security/table_protections")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .map(|(table, level)| {
-                (
-                    table.to_ascii_lowercase(),
-                    TableProtection::from_config(level),
-                )
-            })
-            .collect())
-    }
-
     /// Runs one read-only statement written by an agent (`db_query`). Rows beyond
     /// `limits.max_rows` are counted and dropped.
     pub fn sql_query(
@@ -1157,7 +1061,10 @@ fn execute_policed(
         let parents: Vec<String> = statement
             .query_map([table], |row| row.get(0))?
             .collect::<Result<_, _>>()?;
-        if let Some(parent) = parents.iter().find(|p| !is_local(&p.to_ascii_lowercase())) {
+        if let Some(parent) = parents
+            .iter()
+            .find(|p| !protection::is_agent_table(&p.to_ascii_lowercase()))
+        {
             return Err(SqlError::Refused {
                 message: format!(
                     "{table} declares a foreign key to {parent}; agent tables may reference local_* tables only"
@@ -1181,30 +1088,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    #[test]
-    fn protection_levels_from_config_fail_closed() {
-        assert_eq!(
-            TableProtection::from_config(&Value::Null),
-            TableProtection::None
-        );
-        assert_eq!(
-            TableProtection::from_config(&"none".into()),
-            TableProtection::None
-        );
-        assert_eq!(
-            TableProtection::from_config(&"append_only".into()),
-            TableProtection::AppendOnly
-        );
-        assert_eq!(
-            TableProtection::from_config(&"authorized".into()),
-            TableProtection::Authorized
-        );
-        assert_eq!(
-            TableProtection::from_config(&"bogus".into()),
-            TableProtection::Authorized
-        );
-    }
 
     #[test]
     fn readable_tables_are_an_allow_list() {

@@ -82,16 +82,14 @@ fn config_set_refuses_a_path_deeper_than_a_parser_reads_and_check_and_set_repair
 
     // A config stored that deep by an older adf: reported, and repairable by replacing the key.
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        let text: String = conn
-            .query_row("SELECT config_json FROM adf_config", [], |r| r.get(0))
-            .unwrap();
+        let other = adf_store::test_support::OtherConnection::open(&path).unwrap();
+        let rows = other.tables().rows("adf_config").unwrap();
+        let text = rows[0]["config_json"].as_str().unwrap();
         let nested = "{\"a\":".repeat(130) + "1" + &"}".repeat(130);
-        conn.execute(
-            "UPDATE adf_config SET config_json = ?1",
-            [format!("{{\"a\":{nested},{}", &text[1..])],
-        )
-        .unwrap();
+        other
+            .tables()
+            .set_config_text(&format!("{{\"a\":{nested},{}", &text[1..]))
+            .unwrap();
     }
     let (ok, stdout, stderr) = sandbox.run(&["check", "{}"], &path);
     assert!(!ok);
@@ -210,9 +208,10 @@ fn sto_27_damaged_files_are_reported_not_fatal() {
     let sandbox = Sandbox::new();
     // No adf_config at all: a finding of `adf check`.
     let path = sandbox.agent("noconfig");
-    rusqlite::Connection::open(&path)
+    adf_store::test_support::OtherConnection::open(&path)
         .unwrap()
-        .execute_batch("DROP TABLE adf_config")
+        .tables()
+        .drop_table("adf_config")
         .unwrap();
     let before = std::fs::read(&path).unwrap();
     let (ok, stdout, stderr) = sandbox.run(&["check", "{}"], &path);
@@ -222,13 +221,12 @@ fn sto_27_damaged_files_are_reported_not_fatal() {
 
     // A schema version far beyond ours is "newer", with the path, for every command.
     let path = sandbox.agent("future");
-    rusqlite::Connection::open(&path)
+    let version = adf_store::test_support::RowsWhere::new("key", "adf_schema_version");
+    let changed = adf_store::test_support::OtherConnection::open(&path)
         .unwrap()
-        .execute(
-            "UPDATE adf_meta SET value = ?1 WHERE key = 'adf_schema_version'",
-            [i64::MAX],
-        )
-        .unwrap();
+        .tables()
+        .set_column("adf_meta", &version, "value", &i64::MAX.into());
+    assert_eq!(changed.unwrap(), 1);
     let before = std::fs::read(&path).unwrap();
     for args in [
         &["info", "{}"][..],

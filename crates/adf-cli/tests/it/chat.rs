@@ -74,19 +74,24 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn rows(path: &Path) -> Vec<(String, Value)> {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut stmt = conn
-        .prepare("SELECT role, content_json FROM adf_loop WHERE loop = 'main' ORDER BY COALESCE(ord, seq), seq")
-        .unwrap();
-    stmt.query_map([], |r| {
-        let content: String = r.get(1)?;
-        Ok((r.get(0)?, serde_json::from_str(&content).unwrap()))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
+    let reader = adf_store::test_support::OtherConnection::open_read_only(path).unwrap();
+    let mut rows = reader.tables().rows("adf_loop").unwrap();
+    rows.retain(|row| row["loop"] == "main");
+    // Transcript order: `ord` where set, else `seq`; `seq` among equals.
+    let order = |row: &serde_json::Map<String, Value>| {
+        let seq = row["seq"].as_i64().unwrap();
+        (row["ord"].as_i64().unwrap_or(seq), seq)
+    };
+    rows.sort_by_key(order);
+    rows.into_iter()
+        .map(|row| {
+            let content = row["content_json"].as_str().unwrap();
+            (
+                row["role"].as_str().unwrap().to_owned(),
+                serde_json::from_str(content).unwrap(),
+            )
+        })
+        .collect()
 }
 
 fn first_text(content: &Value) -> String {
@@ -253,15 +258,14 @@ async fn stl_crash_kill_9_mid_turn_keeps_completed_steps_and_does_not_replay() {
     assert_eq!(stored(&file)["status"], "interrupted");
     assert_eq!(stored(&file)["replay"], "not_replayed");
     assert_eq!(stored(&file)["id"], killed_id);
-    let (level, count): (String, i64) = file
-        .connection()
-        .query_row(
-            "SELECT level, COUNT(*) FROM adf_logs WHERE event = 'turn_checkpoint_recovered'",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!((level.as_str(), count), ("warn", 1));
+    let recovered: Vec<String> = adf_store::test_support::tables(&file)
+        .logs()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.event.as_deref() == Some("turn_checkpoint_recovered"))
+        .map(|l| l.level)
+        .collect();
+    assert_eq!(recovered, ["warn"]);
     file.close().unwrap();
 
     // The next chat runs only the new message: exactly one more request, nothing replayed.
@@ -318,11 +322,12 @@ async fn chat_with_an_agent_name_sends_the_message_to_the_daemon() {
             let replied = loaded
                 .store()
                 .run(|file| {
-                    Ok(file.connection().query_row(
-                        "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%Hello from the daemon.%'",
-                        [],
-                        |r| r.get::<_, i64>(0),
-                    )?)
+                    let rows = adf_store::test_support::tables(file).rows("adf_loop")?;
+                    let replied = rows.iter().filter(|row| {
+                        let content = row["content_json"].as_str().unwrap_or_default();
+                        content.contains("Hello from the daemon.")
+                    });
+                    Ok(replied.count())
                 })
                 .await
                 .unwrap();

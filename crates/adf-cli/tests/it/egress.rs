@@ -49,16 +49,10 @@ fn assert_refused(out: &Output, why: &str, what: &str) {
 }
 
 fn outbox_statuses(file: &Path) -> Vec<String> {
-    let conn =
-        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut statement = conn
-        .prepare("SELECT status FROM adf_outbox ORDER BY rowid")
-        .unwrap();
-    statement
-        .query_map([], |row| row.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
+    let reader = adf_store::test_support::OtherConnection::open_read_only(file).unwrap();
+    let rows = reader.tables().rows("adf_outbox").unwrap();
+    rows.iter()
+        .map(|row| row["status"].as_str().unwrap().to_owned())
         .collect()
 }
 

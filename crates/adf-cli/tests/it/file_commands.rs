@@ -2,8 +2,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use adf_store::test_support::{OtherConnection, RowsWhere};
 use assert_cmd::Command;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// `adf` with its runtime home in `home`; each test makes `adf()` from its own fresh home.
 fn adf_in(home: &Path) -> Command {
@@ -27,44 +28,8 @@ fn json_of(output: &std::process::Output) -> Value {
 
 /// Every row of every table, keyed by table, each row as text cells, read without writing.
 fn rows(path: &Path) -> BTreeMap<String, Vec<BTreeMap<String, String>>> {
-    let uri = format!("file:{}?immutable=1", path.display());
-    let conn = rusqlite::Connection::open_with_flags(
-        uri,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
-    )
-    .unwrap();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut out = BTreeMap::new();
-    for table in tables {
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
-            .unwrap();
-        let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
-        let mut result = Vec::new();
-        let mut query = stmt.query([]).unwrap();
-        while let Some(row) = query.next().unwrap() {
-            let mut cells = BTreeMap::new();
-            for (i, name) in names.iter().enumerate() {
-                let cell = match row.get_ref(i).unwrap() {
-                    rusqlite::types::ValueRef::Null => "NULL".to_owned(),
-                    rusqlite::types::ValueRef::Integer(v) => v.to_string(),
-                    rusqlite::types::ValueRef::Real(v) => v.to_string(),
-                    rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
-                    rusqlite::types::ValueRef::Blob(b) => format!("{b:02x?}"),
-                };
-                cells.insert(name.clone(), cell);
-            }
-            result.push(cells);
-        }
-        out.insert(table, result);
-    }
-    out
+    let reader = OtherConnection::open_immutable(path).unwrap();
+    reader.tables().snapshot().unwrap()
 }
 
 /// Statement count of the reference `iterdump` per table, to tie our comparison to the dump.
@@ -168,14 +133,12 @@ fn check_exits_1_on_a_spec_violation() {
     adf().arg("migrate").arg(&path).assert().success();
     adf().arg("check").arg(&path).assert().success();
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute("DELETE FROM adf_files WHERE path = 'soul.md'", [])
-            .unwrap();
-        conn.execute(
-            "INSERT INTO adf_meta (key, value) VALUES ('adf_bogus', 'x')",
-            [],
-        )
-        .unwrap();
+        let other = OtherConnection::open(&path).unwrap();
+        let tables = other.tables();
+        let soul = RowsWhere::new("path", "soul.md");
+        assert_eq!(tables.delete_rows("adf_files", &soul).unwrap(), 1);
+        let bogus = [("key", json!("adf_bogus")), ("value", json!("x"))];
+        tables.insert_row("adf_meta", &bogus).unwrap();
     }
     let out = adf().args(["--json", "check"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -205,12 +168,12 @@ fn sto_29_every_command_refuses_a_newer_schema_and_leaves_it_byte_identical() {
     std::fs::copy(fixture("minimal-headless.adf"), &path).unwrap();
     adf().arg("migrate").arg(&path).assert().success();
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute(
-            "UPDATE adf_meta SET value = '33' WHERE key = 'adf_schema_version'",
-            [],
-        )
-        .unwrap();
+        let other = OtherConnection::open(&path).unwrap();
+        let version = RowsWhere::new("key", "adf_schema_version");
+        let changed = other
+            .tables()
+            .set_column("adf_meta", &version, "value", &json!("33"));
+        assert_eq!(changed.unwrap(), 1);
     }
     let before = std::fs::read(&path).unwrap();
     let p = path.to_str().unwrap();

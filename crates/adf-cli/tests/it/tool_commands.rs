@@ -63,14 +63,10 @@ fn pending_task(file: &Path, child: &mut Child) -> (String, BufReader<ChildStder
             break rest.split(')').next().unwrap_or_default().to_owned();
         }
     };
-    let conn =
-        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let status: String = conn
-        .query_row("SELECT status FROM adf_tasks WHERE id = ?1", [&id], |r| {
-            r.get(0)
-        })
-        .unwrap();
+    let reader = adf_store::test_support::OtherConnection::open_read_only(file).unwrap();
+    let tasks = reader.tables().rows("adf_tasks").unwrap();
+    let task = tasks.iter().find(|task| task["id"] == id.as_str()).unwrap();
+    let status = task["status"].as_str().unwrap();
     assert_eq!(status, "pending_approval", "{seen}");
     (id, stderr)
 }

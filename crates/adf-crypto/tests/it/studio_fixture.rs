@@ -8,8 +8,9 @@ use adf_crypto::keys::{b64, ed25519_from_pkcs8, x25519_from_pkcs8};
 use adf_crypto::provision::{agent_signing_key, identity_status, open_row, unlock_file};
 use adf_crypto::rows::AttestationRecord;
 use adf_crypto::{Attestation, IdentityRow, OwnerIdentity, RuntimeIdentity, did_from_public};
+use adf_store::test_support::OtherConnection;
 use common::*;
-use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -18,58 +19,63 @@ struct Fixture {
     attestations: Vec<AttestationRecord>,
 }
 
-/// Every row `sql` selects, each turned into a value by `map`.
-fn select<T, C: FromIterator<T>>(
-    conn: &Connection,
-    sql: &str,
-    map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> C {
-    conn.prepare(sql)
-        .unwrap()
-        .query_map([], map)
-        .unwrap()
-        .collect::<Result<C, _>>()
-        .unwrap()
+/// A blob (or text) cell's bytes.
+fn bytes(cell: &Value) -> Vec<u8> {
+    match cell {
+        Value::String(text) => text.as_bytes().to_vec(),
+        Value::Array(items) => items
+            .iter()
+            .map(|b| u8::try_from(b.as_u64().unwrap()).unwrap())
+            .collect(),
+        other => panic!("not bytes: {other}"),
+    }
+}
+
+fn text(cell: &Value) -> Option<String> {
+    cell.as_str().map(str::to_owned)
 }
 
 fn load() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("studio-identity.adf");
     std::fs::copy(fixtures_dir().join("studio-identity.adf"), &path).unwrap();
-    let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let identity = select(
-        &conn,
-        "SELECT purpose, value, encryption_algo, salt, kdf_params, code_access FROM adf_identity",
-        |r| {
-            Ok(IdentityRow {
-                purpose: r.get(0)?,
-                value: r.get(1)?,
-                encryption_algo: r.get(2)?,
-                salt: r.get(3)?,
-                kdf_params: r.get(4)?,
-                code_access: r.get::<_, i64>(5)? != 0,
-            })
-        },
-    );
-    let meta = select(&conn, "SELECT key, value FROM adf_meta", |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    });
-    let attestations = select(
-        &conn,
-        "SELECT issuer, subject, role, issued_at, expires_at, scope, signature, raw_json FROM adf_attestations ORDER BY id",
-        |r| {
-            Ok(AttestationRecord {
-                issuer: r.get(0)?,
-                subject: r.get(1)?,
-                role: r.get(2)?,
-                issued_at: r.get(3)?,
-                expires_at: r.get(4)?,
-                scope: r.get(5)?,
-                signature: r.get(6)?,
-                raw_json: r.get(7)?,
-            })
-        },
-    );
+    // Read as the reference wrote it: no migration, nothing written.
+    let reader = OtherConnection::open_read_only(&path).unwrap();
+    let tables = reader.tables();
+    let identity = tables
+        .rows("adf_identity")
+        .unwrap()
+        .iter()
+        .map(|r| IdentityRow {
+            purpose: text(&r["purpose"]).unwrap(),
+            value: bytes(&r["value"]),
+            encryption_algo: text(&r["encryption_algo"]).unwrap(),
+            salt: (!r["salt"].is_null()).then(|| bytes(&r["salt"])),
+            kdf_params: text(&r["kdf_params"]),
+            code_access: r["code_access"].as_i64().unwrap() != 0,
+        })
+        .collect();
+    let meta = tables
+        .rows("adf_meta")
+        .unwrap()
+        .iter()
+        .map(|r| (text(&r["key"]).unwrap(), text(&r["value"]).unwrap()))
+        .collect();
+    let mut attestation_rows = tables.rows("adf_attestations").unwrap();
+    attestation_rows.sort_by_key(|r| r["id"].as_i64());
+    let attestations = attestation_rows
+        .iter()
+        .map(|r| AttestationRecord {
+            issuer: text(&r["issuer"]).unwrap(),
+            subject: text(&r["subject"]).unwrap(),
+            role: text(&r["role"]).unwrap(),
+            issued_at: text(&r["issued_at"]).unwrap(),
+            expires_at: text(&r["expires_at"]),
+            scope: text(&r["scope"]),
+            signature: text(&r["signature"]).unwrap(),
+            raw_json: text(&r["raw_json"]).unwrap(),
+        })
+        .collect();
     Fixture {
         _dir: dir,
         identity,

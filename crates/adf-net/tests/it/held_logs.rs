@@ -133,19 +133,17 @@ impl Served {
     }
 
     /// The `api_response` rows in the file now.
-    fn responses_logged(&self) -> i64 {
+    fn responses_logged(&self) -> usize {
         let file = AdfFile::open_guest(&self.agent.path).unwrap();
-        file.connection()
-            .query_row(
-                "SELECT count(*) FROM adf_logs WHERE origin = 'serving' AND event = 'api_response'",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap()
+        let logs = adf_store::test_support::tables(&file).logs().unwrap();
+        logs.iter()
+            .filter(|l| l.origin.as_deref() == Some("serving"))
+            .filter(|l| l.event.as_deref() == Some("api_response"))
+            .count()
     }
 
     /// Waits, `lambda_ran` report by report, until `count` responses are logged.
-    async fn until_logged(&mut self, count: i64) {
+    async fn until_logged(&mut self, count: usize) {
         while self.responses_logged() < count {
             tokio::time::timeout(SAFETY, self.ran.recv())
                 .await

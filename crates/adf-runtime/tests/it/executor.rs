@@ -203,14 +203,11 @@ fn main_checkpoint(file: &AdfFile) -> Value {
 }
 
 fn logs(file: &AdfFile, event: &str) -> Vec<(String, String)> {
-    let mut stmt = file
-        .connection()
-        .prepare("SELECT level, message FROM adf_logs WHERE event = ?1 ORDER BY id")
-        .unwrap();
-    stmt.query_map([event], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.into_iter()
+        .filter(|l| l.event.as_deref() == Some(event))
+        .map(|l| (l.level, l.message))
+        .collect()
 }
 
 fn state(file: &AdfFile) -> String {
@@ -1751,14 +1748,11 @@ async fn closing_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUs
 
 /// The `loop` column of every `sys_fetch` log row, oldest first.
 fn fetch_log_loops(file: &AdfFile) -> Vec<(String, Option<String>)> {
-    let mut stmt = file
-        .connection()
-        .prepare("SELECT event, loop FROM adf_logs WHERE origin = 'sys_fetch' ORDER BY id")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.into_iter()
+        .filter(|l| l.origin.as_deref() == Some("sys_fetch"))
+        .map(|l| (l.event.unwrap(), l.loop_name))
+        .collect()
 }
 
 #[tokio::test]
@@ -1876,16 +1870,13 @@ async fn stl_42_deleting_a_loop_whose_model_answer_is_in_flight_succeeds_and_abo
             .iter()
             .any(|a| a.source == "loop:worker")
     );
-    let aborted: Vec<(String, Option<String>)> = {
-        let mut stmt = file
-            .connection()
-            .prepare("SELECT target, loop FROM adf_logs WHERE event = 'turn_aborted'")
-            .unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-    };
+    let aborted: Vec<(String, Option<String>)> = adf_store::test_support::tables(&file)
+        .logs()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.event.as_deref() == Some("turn_aborted"))
+        .map(|l| (l.target.unwrap(), l.loop_name))
+        .collect();
     assert_eq!(aborted, [("worker".to_owned(), Some("worker".to_owned()))]);
     let checkpoint: Value = serde_json::from_str(
         &file

@@ -262,27 +262,20 @@ fn ok(run: CodeRun) -> Value {
 
 /// `(event, level, target, message, data)` of every `sys_fetch` log row.
 fn fetch_logs(file: &AdfFile) -> Vec<(String, String, Option<String>, String, Value)> {
-    let mut stmt = file
-        .connection()
-        .prepare(
-            "SELECT event, level, target, message, data FROM adf_logs
-             WHERE origin = 'sys_fetch' ORDER BY id",
-        )
-        .unwrap();
-    stmt.query_map([], |r| {
-        let data: Option<String> = r.get(4)?;
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            r.get(2)?,
-            r.get(3)?,
-            data.and_then(|d| serde_json::from_str(&d).ok())
-                .unwrap_or(Value::Null),
-        ))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.into_iter()
+        .filter(|l| l.origin.as_deref() == Some("sys_fetch"))
+        .map(|l| {
+            let data = l.data.and_then(|d| serde_json::from_str(&d).ok());
+            (
+                l.event.unwrap(),
+                l.level,
+                l.target,
+                l.message,
+                data.unwrap_or(Value::Null),
+            )
+        })
+        .collect()
 }
 
 fn events(file: &AdfFile) -> Vec<String> {

@@ -9,6 +9,7 @@ use adf_crypto::{Attestation, AttestationRecord};
 use adf_runtime::home::{HomeError, RuntimeHome};
 use adf_runtime::identity::{self, IdentityError, LocalKeys, Provisioned};
 use adf_store::check::Severity;
+use adf_store::test_support::{OtherConnection, RowsWhere};
 use adf_store::{AdfFile, CreateOptions};
 use adf_testkit::fixtures::{
     MINIMAL_DID, STUDIO_DID, STUDIO_OWNER_DID, STUDIO_PROVIDER_KEY, TEST_MNEMONIC,
@@ -165,12 +166,10 @@ fn idn_25_envelope_rows_never_make_a_file_password_protected() {
 
     let mut file = AdfFile::open(&path).unwrap();
     let algos: Vec<String> = file
-        .connection()
-        .prepare("SELECT encryption_algo FROM adf_identity")
+        .identity_rows()
         .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+        .into_iter()
+        .map(|r| r.encryption_algo)
         .collect();
     assert!(algos.iter().any(|a| a.starts_with("env:")), "{algos:?}");
     let open = identity::open_identity(&mut file, &keys).unwrap();
@@ -181,12 +180,15 @@ fn idn_25_envelope_rows_never_make_a_file_password_protected() {
     );
 
     // One row sealed under the legacy whole-file password is what asks for it.
-    file.connection()
-        .execute(
-            "INSERT INTO adf_identity (purpose, value, encryption_algo) VALUES ('legacy:test', x'00', 'aes-256-gcm')",
-            [],
-        )
-        .unwrap();
+    file.identity_put(&[adf_store::IdentityRow {
+        purpose: "legacy:test".into(),
+        value: vec![0],
+        encryption_algo: "aes-256-gcm".into(),
+        salt: None,
+        kdf_params: None,
+        code_access: false,
+    }])
+    .unwrap();
     let open = identity::open_identity(&mut file, &keys).unwrap();
     assert!(
         identity::status(&file, &keys, &open)
@@ -626,20 +628,33 @@ fn idn_03_idn_35_verify_reports_tampering_without_secrets() {
     identity::provision_new(&mut file, &keys).unwrap();
     file.close().unwrap();
     {
-        let conn = rusqlite::Connection::open(&path).unwrap();
+        let other_writer = OtherConnection::open(&path).unwrap();
+        let tables = other_writer.tables();
         // A different public key row and a flipped attestation signature byte.
         let other = adf_crypto::RuntimeIdentity::generate();
         let spki = adf_crypto::keys::ed25519_to_spki(&other.keys().verifying_key());
-        conn.execute(
-            "UPDATE adf_identity SET value = ?1 WHERE purpose = 'crypto:signing:public_key'",
-            [spki],
-        )
-        .unwrap();
-        conn.execute(
-            "UPDATE adf_attestations SET raw_json = replace(raw_json, '\"role\":\"owner\"', '\"role\":\"admin\"') WHERE role = 'owner'",
-            [],
-        )
-        .unwrap();
+        let key_row = RowsWhere::new("purpose", "crypto:signing:public_key");
+        assert_eq!(
+            tables
+                .set_column("adf_identity", &key_row, "value", &Value::from(spki))
+                .unwrap(),
+            1
+        );
+        for row in tables.rows("adf_attestations").unwrap() {
+            if row["role"] == "owner" {
+                let raw = row["raw_json"].as_str().unwrap();
+                let flipped = raw.replace("\"role\":\"owner\"", "\"role\":\"admin\"");
+                let this_row = RowsWhere::new("id", row["id"].clone());
+                tables
+                    .set_column(
+                        "adf_attestations",
+                        &this_row,
+                        "raw_json",
+                        &Value::from(flipped),
+                    )
+                    .unwrap();
+            }
+        }
     }
     let file = AdfFile::inspect(&path).unwrap();
     let found = errors(&file, None);

@@ -111,14 +111,11 @@ fn contents(file: &AdfFile, mailbox: Mailbox) -> Vec<String> {
 
 /// `(event, target)` of every `middleware` log row, oldest first.
 fn middleware_logs(file: &AdfFile) -> Vec<(String, String)> {
-    let mut stmt = file
-        .connection()
-        .prepare("SELECT event, target FROM adf_logs WHERE origin = 'middleware' ORDER BY id")
-        .unwrap();
-    stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.into_iter()
+        .filter(|l| l.origin.as_deref() == Some("middleware"))
+        .map(|l| (l.event.unwrap(), l.target.unwrap()))
+        .collect()
 }
 
 #[test]
@@ -255,14 +252,15 @@ export async function badReject() { return { reject: { code: 'no', reason: 'x' }
         let refusal = deliver_text(&mut file, "x").expect_err(what);
         assert_eq!(refusal.status, 500, "{what}");
         assert!(contents(&file, Mailbox::Inbox).is_empty(), "{what}");
-        let message: String = file
-            .connection()
-            .query_row(
-                "SELECT message FROM adf_logs WHERE origin = 'middleware' AND event = 'middleware_failed'",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap();
+        let logs = adf_store::test_support::tables(&file).logs().unwrap();
+        let message = logs
+            .into_iter()
+            .find(|l| {
+                l.origin.as_deref() == Some("middleware")
+                    && l.event.as_deref() == Some("middleware_failed")
+            })
+            .unwrap()
+            .message;
         assert!(message.contains(logged), "{what}: {message}");
     }
 }

@@ -176,9 +176,13 @@ fn prm_35_conditional_sections_follow_enabled_features() {
 fn prm_15_prm_32_dynamic_instructions_ignore_bare_prompt() {
     let (_dir, _path, mut file) = common::new_agent();
     set(&mut file, "bare_prompt", json!(true));
-    file.connection()
-        .execute("INSERT INTO adf_inbox (id, \"from\", content, received_at) VALUES ('m1', 'did:key:z6Mkx', 'hi', 1)", [])
-        .unwrap();
+    let message = json!({ "id": "m1", "from": "did:key:z6Mkx", "content": "hi", "received_at": 1 });
+    file.message_insert(
+        adf_store::messages::Mailbox::Inbox,
+        message.as_object().unwrap(),
+        None,
+    )
+    .unwrap();
     let config = file.config().unwrap();
     let hints = dynamic_instructions(&file, &config, LoopView::main(), TurnFacts::default())
         .unwrap()

@@ -212,14 +212,11 @@ async fn prm_28_prompt_snapshot_covers_injected_files_and_refreshes_only_on_rese
 async fn cfg_33_thinking_budget_is_folded_into_reasoning() {
     let (_d, mut file, mock) = mocked_agent(Wire::Anthropic).await;
     // A config written by an older runtime: the deprecated field, no `reasoning`.
-    file.connection()
-        .execute(
-            "UPDATE adf_config SET config_json =
-               json_set(json_remove(config_json, '$.model.reasoning'), '$.model.thinking_budget', 2048)
-             WHERE id = 1",
-            [],
-        )
-        .unwrap();
+    common::tamper_config(&file, |config| {
+        let model = config["model"].as_object_mut().unwrap();
+        model.shift_remove("reasoning");
+        model.insert("thinking_budget".into(), json!(2048));
+    });
     let params = adf_providers::ModelParams::from_model_config(&file.config().unwrap()["model"]);
     let reasoning = params.reasoning.expect("reasoning is on");
     assert_eq!(reasoning.enabled, Some(true));
@@ -298,13 +295,7 @@ async fn cfg_44_an_explicit_restricted_methods_list_replaces_the_default() {
 // ---------- TRG-19 ----------
 
 fn config_text(file: &AdfFile) -> String {
-    file.connection()
-        .query_row(
-            "SELECT config_json FROM adf_config WHERE id = 1",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap()
+    file.config_text().unwrap()
 }
 
 #[test]
@@ -516,14 +507,11 @@ fn put_image(file: &mut AdfFile) -> String {
 
 /// Whether any stored transcript row holds `needle`.
 fn transcript_contains(file: &AdfFile, needle: &str) -> bool {
-    file.connection()
-        .query_row(
-            "SELECT COUNT(*) FROM adf_loop WHERE instr(content_json, ?1) > 0",
-            [needle],
-            |r| r.get::<_, i64>(0),
-        )
-        .unwrap()
-        > 0
+    let rows = adf_store::test_support::tables(file)
+        .rows("adf_loop")
+        .unwrap();
+    rows.iter()
+        .any(|row| row["content_json"].as_str().unwrap().contains(needle))
 }
 
 /// One turn where the model reads the image, then a second turn; returns the three request
@@ -600,14 +588,11 @@ async fn cfg_34_model_vision_is_honoured_as_multimodal_image() {
     let (_d, mut file, mock) = mocked_agent(Wire::OpenAi).await;
     let data = put_image(&mut file);
     // A config from before `multimodal`: only the deprecated flag.
-    file.connection()
-        .execute(
-            "UPDATE adf_config SET config_json =
-               json_set(json_remove(config_json, '$.model.multimodal'), '$.model.vision', json('true'))
-             WHERE id = 1",
-            [],
-        )
-        .unwrap();
+    common::tamper_config(&file, |config| {
+        let model = config["model"].as_object_mut().unwrap();
+        model.shift_remove("multimodal");
+        model.insert("vision".into(), json!(true));
+    });
     let bodies = read_image_turns(&mut file, &mock).await;
     assert!(
         bodies[1].contains(&format!("data:image/png;base64,{data}")),

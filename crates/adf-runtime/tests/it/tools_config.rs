@@ -41,13 +41,11 @@ fn owner_append(file: &mut AdfFile, path: &str, value: Value) {
 
 /// The stored config exactly as its bytes sit in the row.
 fn config_text(file: &AdfFile) -> String {
-    file.connection()
-        .query_row(
-            "SELECT config_json || '|' || updated_at FROM adf_config WHERE id = 1",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap()
+    let rows = adf_store::test_support::tables(file)
+        .rows("adf_config")
+        .unwrap();
+    let row = rows.iter().find(|row| row["id"] == 1).unwrap();
+    format!("{}|{}", row["config_json"], row["updated_at"])
 }
 
 fn tasks(file: &AdfFile) -> Vec<adf_store::TaskRow> {
@@ -106,16 +104,11 @@ fn assert_model_asks_owner(file: &mut AdfFile, args: Value) {
 }
 
 fn bypass_logs(file: &AdfFile) -> Vec<(String, String, String, String)> {
-    let mut stmt = file
-        .connection()
-        .prepare(
-            "SELECT level, target, message, data FROM adf_logs
-             WHERE origin = 'protection' AND event = 'bypass' ORDER BY id",
-        )
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .unwrap()
-        .map(Result::unwrap)
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.into_iter()
+        .filter(|l| l.origin.as_deref() == Some("protection"))
+        .filter(|l| l.event.as_deref() == Some("bypass"))
+        .map(|l| (l.level, l.target.unwrap(), l.message, l.data.unwrap()))
         .collect()
 }
 
@@ -1064,12 +1057,7 @@ fn cfg_01_cfg_03_a_new_schema_violation_is_refused_and_rolled_back() {
 #[test]
 fn cfg_02_an_already_invalid_config_stays_editable() {
     let (_dir, mut file) = free_agent();
-    file.connection()
-        .execute(
-            "UPDATE adf_config SET config_json = json_set(config_json, '$.handle', 'Bad Handle!') WHERE id = 1",
-            [],
-        )
-        .unwrap();
+    common::tamper_config(&file, |config| config["handle"] = json!("Bad Handle!"));
     update(
         &mut file,
         &model(),
@@ -1258,12 +1246,10 @@ fn cfg_25_cfg_26_model_calls_need_approval_and_may_toggle_unlocked_tools() {
 #[test]
 fn sto_12_unknown_fields_survive_an_update_in_place() {
     let (_dir, mut file) = free_agent();
-    file.connection()
-        .execute(
-            "UPDATE adf_config SET config_json = json_set(config_json, '$.future_field', json('{\"a\":1,\"b\":[true]}'), '$.model.future_knob', 7) WHERE id = 1",
-            [],
-        )
-        .unwrap();
+    common::tamper_config(&file, |config| {
+        config["future_field"] = json!({ "a": 1, "b": [true] });
+        config["model"]["future_knob"] = json!(7);
+    });
     let before = file.config().unwrap();
     let keys_before: Vec<String> = before.as_object().unwrap().keys().cloned().collect();
     update(
@@ -1330,13 +1316,10 @@ fn cfg_29_secrets_are_redacted_and_keys_kept() {
             "env_schema": [{ "key": "GITHUB_TOKEN", "scope": "agent" }]
         }),
     );
-    file.connection()
-        .execute(
-            "UPDATE adf_config SET config_json = json_set(config_json, '$.providers', json(?1)) WHERE id = 1",
-            [json!([{ "id": "p1", "type": "openai", "name": "P", "baseUrl": "https://api.test", "apiKey": "sk-SECRET4",
-                "params": [{ "key": "api_key", "value": "SECRET5" }, { "key": "seed", "value": "7" }] }]).to_string()],
-        )
-        .unwrap();
+    common::tamper_config(&file, |config| {
+        config["providers"] = json!([{ "id": "p1", "type": "openai", "name": "P", "baseUrl": "https://api.test", "apiKey": "sk-SECRET4",
+            "params": [{ "key": "api_key", "value": "SECRET5" }, { "key": "seed", "value": "7" }] }]);
+    });
     owner_set(
         &mut file,
         "model.params",

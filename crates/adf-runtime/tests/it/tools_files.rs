@@ -38,63 +38,37 @@ fn content_of(file: &AdfFile, path: &str) -> Option<Vec<u8>> {
 
 /// `(tool, status, approval_meta)` of every task, oldest first.
 fn tasks(file: &AdfFile) -> Vec<(String, String, Value)> {
-    let conn = file.connection();
-    let mut stmt = conn
-        .prepare("SELECT tool, status, COALESCE(approval_meta, 'null') FROM adf_tasks ORDER BY created_at, rowid")
+    let mut rows = adf_store::test_support::tables(file)
+        .rows("adf_tasks")
         .unwrap();
-    stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-        ))
-    })
-    .unwrap()
-    .map(|r| {
-        let (tool, status, meta) = r.unwrap();
-        (tool, status, serde_json::from_str(&meta).unwrap())
-    })
-    .collect()
+    // Rows come in rowid order; a stable sort by creation time keeps it among equals.
+    rows.sort_by_key(|row| row["created_at"].as_i64());
+    rows.into_iter()
+        .map(|row| {
+            let meta = match row["approval_meta"].as_str() {
+                Some(text) => serde_json::from_str(text).unwrap(),
+                None => Value::Null,
+            };
+            let text = |column: &str| row[column].as_str().unwrap().to_owned();
+            (text("tool"), text("status"), meta)
+        })
+        .collect()
 }
 
 /// Every table but `adf_tasks`: a denied model call leaves its approval task behind and
 /// nothing else.
 fn digest_without_tasks(file: &AdfFile) -> String {
-    let conn = file.connection();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name <> 'adf_tasks' ORDER BY name")
+    adf_store::test_support::tables(file)
+        .digest(&["adf_tasks"])
         .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut out = String::new();
-    for table in tables {
-        let Ok(mut stmt) = conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))
-        else {
-            continue;
-        };
-        let count = stmt.column_count();
-        let mut rows = stmt.query([]).unwrap();
-        out.push_str(&format!("\n#{table}"));
-        while let Some(row) = rows.next().unwrap() {
-            out.push('\n');
-            for i in 0..count {
-                out.push_str(&format!("{:?}|", row.get_ref(i).unwrap()));
-            }
-        }
-    }
-    out
 }
 
-fn bypass_logs(file: &AdfFile, target: &str) -> i64 {
-    file.connection()
-        .query_row(
-            "SELECT COUNT(*) FROM adf_logs WHERE origin = 'protection' AND event = 'bypass' AND target = ?1",
-            [target],
-            |r| r.get(0),
-        )
-        .unwrap()
+fn bypass_logs(file: &AdfFile, target: &str) -> usize {
+    let logs = adf_store::test_support::tables(file).logs().unwrap();
+    logs.iter()
+        .filter(|l| l.origin.as_deref() == Some("protection"))
+        .filter(|l| l.event.as_deref() == Some("bypass") && l.target.as_deref() == Some(target))
+        .count()
 }
 
 fn write(path: &str, content: &str) -> Value {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use adf_runtime::tools::ErrorCode;
 use adf_store::messages::{Mailbox, MessageFilter};
+use adf_store::test_support::{OtherConnection, RowsWhere, Tables, tables};
 use adf_store::{AdfFile, Caller as StoreCaller, ConfigAction};
 use common::{call, code, digest, enable, model, refused};
 use serde_json::{Value, json};
@@ -23,13 +24,11 @@ fn fixture() -> (tempfile::TempDir, PathBuf, AdfFile) {
     (dir, path, file)
 }
 
-/// Runs raw SQL on the closed file (test setup the tools cannot do), then reopens it.
-fn with_sql(path: &Path, file: AdfFile, sql: &str) -> AdfFile {
+/// Changes rows of the closed file as another writer (test setup the tools cannot do), then
+/// reopens it.
+fn with_other_writer(path: &Path, file: AdfFile, change: impl FnOnce(Tables<'_>)) -> AdfFile {
     file.close().unwrap();
-    rusqlite::Connection::open(path)
-        .unwrap()
-        .execute_batch(sql)
-        .unwrap();
+    change(OtherConnection::open(path).unwrap().tables());
     AdfFile::open(path).unwrap()
 }
 
@@ -51,19 +50,18 @@ fn ids(file: &AdfFile, mailbox: Mailbox) -> Vec<String> {
 }
 
 fn audit_rows(file: &AdfFile) -> i64 {
-    file.connection()
-        .query_row("SELECT COUNT(*) FROM adf_audit", [], |r| r.get(0))
-        .unwrap()
+    tables(file).count("adf_audit").unwrap()
 }
 
 #[test]
 fn msg_35_read_returns_unread_marks_them_read_and_strips_the_original() {
     let (_dir, path, file) = fixture();
-    let mut file = with_sql(
-        &path,
-        file,
-        "UPDATE adf_inbox SET original_message = '{\"platform\":\"telegram\",\"update_id\":7}' WHERE id = '3zR0SxkMOu';",
-    );
+    let mut file = with_other_writer(&path, file, |tables| {
+        let original = json!({"platform": "telegram", "update_id": 7}).to_string();
+        let row = RowsWhere::new("id", "3zR0SxkMOu");
+        let changed = tables.set_column("adf_inbox", &row, "original_message", &json!(original));
+        assert_eq!(changed.unwrap(), 1);
+    });
     let read = call(&mut file, &model(), "msg_read", json!({})).unwrap();
     let read = read.as_array().unwrap();
     assert_eq!(read.len(), 1);
@@ -286,18 +284,20 @@ fn msg_37_bad_ids_and_statuses_change_nothing() {
 #[test]
 fn sto_10_status_updates_preserve_unknown_columns() {
     let (_dir, path, file) = fixture();
-    let mut file = with_sql(
-        &path,
-        file,
-        "ALTER TABLE adf_inbox ADD COLUMN x_extra TEXT;
-         UPDATE adf_inbox SET x_extra = 'keep-' || id;",
-    );
+    let mut file = with_other_writer(&path, file, |tables| {
+        tables.add_text_column("adf_inbox", "x_extra").unwrap();
+        for row in tables.rows("adf_inbox").unwrap() {
+            let extra = json!(format!("keep-{}", row["id"].as_str().unwrap()));
+            let this_row = RowsWhere::new("id", row["id"].clone());
+            tables
+                .set_column("adf_inbox", &this_row, "x_extra", &extra)
+                .unwrap();
+        }
+    });
     let extra = |file: &AdfFile, id: &str| -> String {
-        file.connection()
-            .query_row("SELECT x_extra FROM adf_inbox WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .unwrap()
+        let rows = tables(file).rows("adf_inbox").unwrap();
+        let row = rows.iter().find(|row| row["id"] == id).unwrap();
+        row["x_extra"].as_str().unwrap().to_owned()
     };
     call(
         &mut file,

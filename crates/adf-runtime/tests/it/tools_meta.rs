@@ -23,8 +23,8 @@ fn protection_of(file: &AdfFile, key: &str) -> String {
 }
 
 fn task_count(file: &AdfFile) -> i64 {
-    file.connection()
-        .query_row("SELECT COUNT(*) FROM adf_tasks", [], |r| r.get(0))
+    adf_store::test_support::tables(file)
+        .count("adf_tasks")
         .unwrap()
 }
 
@@ -365,14 +365,12 @@ fn met_16_authorized_code_bypasses_every_meta_protection_visibly() {
     owner_meta(&mut file, "ro", "a", MetaProtection::Readonly);
     owner_meta(&mut file, "counter", "10", MetaProtection::Increment);
     owner_meta(&mut file, "plain", "p", MetaProtection::None);
-    let bypasses = |file: &AdfFile| -> i64 {
-        file.connection()
-            .query_row(
-                "SELECT COUNT(*) FROM adf_logs WHERE origin = 'protection' AND event = 'bypass'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap()
+    let bypasses = |file: &AdfFile| -> usize {
+        let logs = adf_store::test_support::tables(file).logs().unwrap();
+        logs.iter()
+            .filter(|l| l.origin.as_deref() == Some("protection"))
+            .filter(|l| l.event.as_deref() == Some("bypass"))
+            .count()
     };
 
     assert_eq!(

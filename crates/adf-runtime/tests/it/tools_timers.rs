@@ -538,13 +538,15 @@ fn trg_28_expired_timers_are_listed_only_on_request() {
     .unwrap();
     drop(file);
     // Mark one expired the way the scheduler will, with a plain connection.
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute(
-            "UPDATE adf_timers SET expired = 1, run_count = 1 WHERE id = 1",
-            [],
-        )
-        .unwrap();
+    let other_writer = adf_store::test_support::OtherConnection::open(&path).unwrap();
+    let first = adf_store::test_support::RowsWhere::new("id", 1);
+    for (column, value) in [("expired", 1), ("run_count", 1)] {
+        let changed = other_writer
+            .tables()
+            .set_column("adf_timers", &first, column, &json!(value));
+        assert_eq!(changed.unwrap(), 1);
+    }
+    drop(other_writer);
     let mut file = AdfFile::open(&path).unwrap();
     let active = call(&mut file, &model(), "sys_list_timers", json!({})).unwrap();
     assert_eq!(active.as_array().unwrap().len(), 1);

@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
-use common::{
-    Harness, agent_file, assert_status, provision_identity, status, text_column, wait_for,
-};
+use common::{Harness, agent_file, assert_status, provision_identity, status, wait_for};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -318,16 +316,20 @@ async fn api_usage_sums_the_tokens_of_every_loop_row() {
     let h = Harness::start().await;
     let path = h.copy_fixture("populated-runtime.adf", "usage.adf");
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
-    // The expected sums, computed by SQLite from the stored JSON.
-    let expected = text_column(
-        &agent,
-        "SELECT printf('%d %d %d', count(*),
-                COALESCE(sum(json_extract(tokens, '$.input')), 0),
-                COALESCE(sum(json_extract(tokens, '$.output')), 0))
-         FROM adf_loop WHERE tokens IS NOT NULL AND json_type(tokens) = 'object'",
-        Vec::new(),
-    )
-    .await;
+    // The expected sums, computed here from the stored JSON of every row.
+    let (mut rows, mut input, mut output) = (0, 0, 0);
+    for row in common::table_rows(&agent, "adf_loop").await {
+        let Some(text) = row["tokens"].as_str() else {
+            continue;
+        };
+        let Ok(Value::Object(tokens)) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        rows += 1;
+        input += tokens.get("input").and_then(Value::as_i64).unwrap_or(0);
+        output += tokens.get("output").and_then(Value::as_i64).unwrap_or(0);
+    }
+    let expected = vec![format!("{rows} {input} {output}")];
     let usage = h
         .client
         .get(&format!("/agents/{}/usage", agent.id))
@@ -374,21 +376,20 @@ async fn api_inbox_and_logs_clear_delete_every_row() {
 
     // The fixture's overdue system timer fires a lambda that may log after the clear: every
     // row that existed before the clear must be gone, newer ones may exist (ids only grow).
-    let newest_before = text_column(
-        &agent,
-        "SELECT coalesce(max(id), 0) || '' FROM adf_logs",
-        Vec::new(),
-    )
-    .await;
+    let newest_before = common::log_rows(&agent)
+        .await
+        .iter()
+        .map(|row| row.id)
+        .max()
+        .unwrap_or(0);
     let cleared = h.client.delete(&format!("{base}/logs")).await.unwrap();
     assert!(cleared["deleted"].as_u64().unwrap() > 0, "{cleared}");
-    let remaining = text_column(
-        &agent,
-        "SELECT count(*) || '' FROM adf_logs WHERE id <= CAST(?1 AS INTEGER)",
-        newest_before,
-    )
-    .await;
-    assert_eq!(remaining, vec!["0".to_owned()]);
+    let remaining = common::log_rows(&agent)
+        .await
+        .into_iter()
+        .filter(|row| row.id <= newest_before)
+        .count();
+    assert_eq!(remaining, 0);
     h.stop().await;
 }
 
@@ -678,13 +679,20 @@ async fn api_recent_tools_lists_the_tool_calls_of_the_transcript() {
     let h = Harness::start().await;
     let path = h.copy_fixture("populated-runtime.adf", "tools.adf");
     let agent = h.server.daemon.load(&path).await.unwrap().agent;
-    let names = text_column(
-        &agent,
-        "SELECT json_extract(b.value, '$.name') FROM adf_loop, json_each(adf_loop.content_json) b
-         WHERE adf_loop.loop = 'main' AND json_extract(b.value, '$.type') = 'tool_use' ORDER BY seq",
-        Vec::new(),
-    )
-    .await;
+    let mut names = Vec::new();
+    for text in common::loop_texts_in(&agent, "main").await {
+        let content: Value = serde_json::from_str(&text).unwrap();
+        let blocks: Vec<&Value> = match &content {
+            Value::Array(blocks) => blocks.iter().collect(),
+            Value::Object(members) => members.values().collect(),
+            other => vec![other],
+        };
+        for block in blocks {
+            if block["type"] == "tool_use" {
+                names.push(block["name"].as_str().unwrap().to_owned());
+            }
+        }
+    }
     let tools = h
         .client
         .get("/network/mesh/recent-tools?limit=50")

@@ -134,20 +134,10 @@ async fn outbox(agent: &adf_server::daemon::Agent) -> Vec<(String, String)> {
 
 /// Messages of the `mesh`/`delivery_failed` log rows of `agent`.
 async fn delivery_failures(agent: &adf_server::daemon::Agent) -> Vec<String> {
-    agent
-        .store()
-        .run(|file| {
-            let conn = file.connection();
-            let mut statement = conn.prepare(
-                "SELECT message FROM adf_logs WHERE origin = 'mesh' AND event = 'delivery_failed' ORDER BY id",
-            )?;
-            let rows = statement
-                .query_map([], |row| row.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
-        })
-        .await
-        .unwrap()
+    let rows = common::logs_of(agent, "mesh").await.into_iter();
+    rows.filter(|row| row.event.as_deref() == Some("delivery_failed"))
+        .map(|row| row.message)
+        .collect()
 }
 
 async fn did(agent: &adf_server::daemon::Agent) -> String {

@@ -612,10 +612,11 @@ async fn paths_that_are_not_adf_files_are_client_errors_and_stay_unchanged() {
     let empty = agents.join("empty.adf");
     std::fs::write(&empty, b"").unwrap();
     let sqlite = agents.join("plain.sqlite");
-    rusqlite::Connection::open(&sqlite)
-        .unwrap()
-        .execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
-        .unwrap();
+    {
+        let plain = adf_store::test_support::OtherConnection::open(&sqlite).unwrap();
+        plain.tables().create_table("t", &["x"]).unwrap();
+        plain.tables().insert_row("t", &[("x", json!(1))]).unwrap();
+    }
     let before: Vec<Vec<u8>> = [&text, &empty, &sqlite]
         .iter()
         .map(|p| std::fs::read(p).unwrap())
@@ -853,12 +854,9 @@ async fn a_file_whose_config_json_is_malformed_is_a_422_and_stays_unchanged() {
     let h = Harness::start().await;
     let path = common::agent_file(h.dir.path(), "broken", &[], &[]);
     {
-        let db = rusqlite::Connection::open(&path).unwrap();
-        db.execute(
-            "UPDATE adf_config SET config_json = '{\"id\": \"broken\", \"name\": ' WHERE id = 1",
-            [],
-        )
-        .unwrap();
+        let other = adf_store::test_support::OtherConnection::open(&path).unwrap();
+        let malformed = r#"{"id": "broken", "name": "#;
+        other.tables().set_config_text(malformed).unwrap();
     }
     let before = std::fs::read(&path).unwrap();
     let body = json!({ "filePath": path });

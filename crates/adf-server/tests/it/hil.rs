@@ -335,16 +335,8 @@ async fn checkpoint_status(agent: &Agent) -> String {
 }
 
 async fn log_events(agent: &Agent) -> Vec<String> {
-    agent
-        .job(|file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT COALESCE(event, '') FROM adf_logs ORDER BY id")?;
-            let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
+    let rows = common::log_rows(agent).await.into_iter();
+    rows.map(|row| row.event.unwrap_or_default()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -622,16 +614,10 @@ async fn aud_18_delete_chat_clears_the_transcript_with_an_audit_snapshot() {
     assert_eq!(body["removed"], rows);
     assert_eq!(body["audited"], true);
     assert!(loop_texts_in(&agent, "main").await.is_empty());
-    let (source, count): (String, i64) = agent
-        .job(|file| {
-            Ok(file.connection().query_row(
-                "SELECT source, entry_count FROM adf_audit ORDER BY id DESC LIMIT 1",
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )?)
-        })
-        .await
-        .unwrap();
+    let audits = common::table_rows(&agent, "adf_audit").await;
+    let newest = audits.iter().max_by_key(|row| row["id"].as_i64()).unwrap();
+    let source = newest["source"].as_str().unwrap();
+    let count = newest["entry_count"].as_i64().unwrap();
     assert_eq!(source, "loop:main");
     assert_eq!(count, rows);
     assert!(event_types(&h).iter().any(|(t, _)| t == "loop.cleared"));

@@ -5,7 +5,6 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use adf_server::Agent;
 use adf_testkit::{MockProvider, Turn, Wire};
@@ -40,13 +39,16 @@ async fn stl_33_an_inbox_trigger_wakes_main_and_the_loop_its_target_names() {
     let agent: Arc<Agent> = h.server.daemon.load(&path).await.unwrap().agent;
     {
         // Another process adds the message; the daemon notices it on the agent's next job.
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.busy_timeout(Duration::from_secs(10)).unwrap();
-        conn.execute_batch(
-            "INSERT INTO adf_inbox (id, message_id, \"from\", content, source, received_at)
-             VALUES ('in-1', 'alf-1', 'did:key:zPeer', 'hello', 'mesh', 1);",
-        )
-        .unwrap();
+        let other = adf_store::test_support::OtherConnection::open(&path).unwrap();
+        let message = [
+            ("id", json!("in-1")),
+            ("message_id", json!("alf-1")),
+            ("from", json!("did:key:zPeer")),
+            ("content", json!("hello")),
+            ("source", json!("mesh")),
+            ("received_at", json!(1)),
+        ];
+        other.tables().insert_row("adf_inbox", &message).unwrap();
     }
     h.server.daemon.notice_new_rows(&agent).await;
     wait_for("both loops woken", || async {

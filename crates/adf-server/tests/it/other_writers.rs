@@ -14,7 +14,7 @@ use adf_runtime::tools::approval::ApproveAll;
 use adf_runtime::tools::{ToolCaller, ToolRegistry};
 use adf_server::Agent;
 use adf_store::{AdfFile, Caller, ConfigAction, FileProtection, FileWrite};
-use common::{Harness, agent_file, drained, put_file, text_column};
+use common::{Harness, agent_file, drained, file_text, paths, put_file};
 use serde_json::json;
 
 /// Writes `seen/<random>.md` holding the path the event names.
@@ -85,12 +85,10 @@ fn write(file: &mut AdfFile, path: &str, content: &str) {
 
 /// The contents of the agent's files under `prefix`, sorted.
 async fn contents(agent: &Agent, prefix: &str) -> Vec<String> {
-    let mut texts = text_column(
-        agent,
-        "SELECT CAST(content AS TEXT) FROM adf_files WHERE path LIKE ?1",
-        vec![format!("{prefix}%")],
-    )
-    .await;
+    let mut texts = Vec::new();
+    for path in paths(agent, prefix).await {
+        texts.push(file_text(agent, &path).await.unwrap());
+    }
     texts.sort();
     texts
 }

@@ -199,16 +199,22 @@ async fn replay_reference_transcript_status_codes_and_shapes() {
     {
         let now = adf_store::time::now_ms();
         let file = adf_store::AdfFile::open(&e2e).unwrap();
-        file.connection()
-            .execute(
-                "UPDATE adf_timers SET next_wake_at = ?1 + id * 3600000,
-                        schedule_json = CASE WHEN id = 1
-                            THEN json_set(schedule_json, '$.at', ?1 + 3600000)
-                            ELSE schedule_json END
-                 WHERE id IN (1, 3)",
-                [now],
-            )
-            .unwrap();
+        let tables = adf_store::test_support::tables(&file);
+        for id in [1, 3] {
+            let timer = adf_store::test_support::RowsWhere::new("id", id);
+            let wake = serde_json::json!(now + id * 3_600_000);
+            let changed = tables.set_column("adf_timers", &timer, "next_wake_at", &wake);
+            assert_eq!(changed.unwrap(), 1);
+        }
+        let once = adf_store::test_support::RowsWhere::new("id", 1);
+        let rows = tables.rows("adf_timers").unwrap();
+        let row = rows.iter().find(|row| row["id"] == 1).unwrap();
+        let mut schedule: Value =
+            serde_json::from_str(row["schedule_json"].as_str().unwrap()).unwrap();
+        schedule["at"] = serde_json::json!(now + 3_600_000);
+        let schedule = Value::from(schedule.to_string());
+        let changed = tables.set_column("adf_timers", &once, "schedule_json", &schedule);
+        assert_eq!(changed.unwrap(), 1);
         file.close().unwrap();
     }
     let agents_dir = format!("{}/", harness.dir.path().join("agents").display());

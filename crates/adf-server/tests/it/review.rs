@@ -9,7 +9,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
-use common::{Harness, text_pairs};
+use common::Harness;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -418,11 +418,12 @@ async fn review_and_load_name_the_configured_sections_this_runtime_does_not_run(
     let (status, body) = load(&h, &path, false).await;
     assert_eq!(status, 200, "{body}");
     let agent = h.server.daemon.agents().remove(0);
-    let logged: Vec<(String, String)> = text_pairs(
-        &agent,
-        "SELECT level, message FROM adf_logs WHERE origin = 'runtime' AND event = 'config_not_run'",
-    )
-    .await;
+    let logged: Vec<(String, String)> = common::logs_of(&agent, "runtime")
+        .await
+        .into_iter()
+        .filter(|row| row.event.as_deref() == Some("config_not_run"))
+        .map(|row| (row.level, row.message))
+        .collect();
     assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!(logged[0].0, "warn");
     assert!(logged[0].1.contains("pre_llm_hook"), "{}", logged[0].1);

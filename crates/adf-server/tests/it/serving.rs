@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use adf_server::Agent;
-use common::{Harness, agent_file, text_column};
+use common::{
+    Harness, agent_file, column_texts, file_text, log_rows, logs_of, origin_event_levels, paths,
+};
 
 const ROUTES: &str = r#"
 export async function echo(req) {
@@ -385,12 +387,12 @@ async fn srv_08_cache_ttl_answers_from_the_cache_and_warm_keeps_the_context() {
         get(&h, "/agents/web/fresh").await.text(),
         get(&h, "/agents/web/fresh").await.text()
     );
-    let runs = text_column(
-        &agent,
-        "SELECT target FROM adf_logs WHERE origin = 'lambda' AND event = 'execute'",
-        Vec::new(),
-    )
-    .await;
+    let runs: Vec<String> = logs_of(&agent, "lambda")
+        .await
+        .into_iter()
+        .filter(|row| row.event.as_deref() == Some("execute"))
+        .map(|row| row.target.unwrap())
+        .collect();
     assert_eq!(
         runs.iter()
             .filter(|t| t.as_str() == "lib/routes.ts:random")
@@ -402,12 +404,12 @@ async fn srv_08_cache_ttl_answers_from_the_cache_and_warm_keeps_the_context() {
     assert_eq!(get(&h, "/agents/web/warm").await.text(), "2");
     assert_eq!(get(&h, "/agents/web/cold").await.text(), "1");
     assert_eq!(get(&h, "/agents/web/cold").await.text(), "1");
-    let logged = text_column(
-        &agent,
-        "SELECT message FROM adf_logs WHERE origin = 'serving' AND event = 'api_response'",
-        Vec::new(),
-    )
-    .await;
+    let logged: Vec<String> = logs_of(&agent, "serving")
+        .await
+        .into_iter()
+        .filter(|row| row.event.as_deref() == Some("api_response"))
+        .map(|row| row.message)
+        .collect();
     assert!(logged.iter().any(|m| m == "GET /warm → 200"), "{logged:?}");
     h.stop().await;
 }
@@ -473,12 +475,12 @@ async fn route_middleware_rejects_passes_changes_and_skips_unauthorized_files() 
     let through = get(&h, "/agents/web/skipped").await;
     assert_eq!(through.status, 200);
     assert!(through.json()["headers"].get("x-user").is_none());
-    let skips = text_column(
-        &agent,
-        "SELECT target FROM adf_logs WHERE origin = 'middleware' AND event = 'middleware_skipped'",
-        Vec::new(),
-    )
-    .await;
+    let skips: Vec<String> = logs_of(&agent, "middleware")
+        .await
+        .into_iter()
+        .filter(|row| row.event.as_deref() == Some("middleware_skipped"))
+        .map(|row| row.target.unwrap())
+        .collect();
     assert_eq!(skips, vec!["lib/unvetted.ts:check"]);
 
     // A chain that cannot run fails closed.
@@ -715,15 +717,8 @@ async fn srv_04_srv_13_a_ws_route_lambda_gets_open_message_and_close_events() {
         !common::paths(&agent, "ws/closed.json").await.is_empty()
     })
     .await;
-    let closed: Value = serde_json::from_str(
-        &text_column(
-            &agent,
-            "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = 'ws/closed.json'",
-            Vec::new(),
-        )
-        .await[0],
-    )
-    .unwrap();
+    let closed: Value =
+        serde_json::from_str(&file_text(&agent, "ws/closed.json").await.unwrap()).unwrap();
     assert_eq!(closed["type"], "close");
     assert_eq!(closed["connection_id"], id.as_str());
     assert!(serving.connections(&agent.id).is_empty());
@@ -844,19 +839,46 @@ fn alf_message(to: &str, content: &str) -> Value {
 
 /// Every inbox column but the ones a new message or arrival must change, ALF id removed.
 async fn comparable_rows(agent: &Agent) -> Vec<Value> {
-    let rows = text_column(
-        agent,
-        "SELECT json_object('from', \"from\", 'to', \"to\", 'reply_to', reply_to, 'network', network, \
-         'parent_id', parent_id, 'subject', subject, 'content', content, 'content_type', content_type, \
-         'attachments', attachments, 'meta', meta, 'sender_alias', sender_alias, \
-         'recipient_alias', recipient_alias, 'owner', owner, 'card', card, 'return_path', return_path, \
-         'source', source, 'source_context', source_context, 'sent_at', sent_at, 'status', status, \
-         'original_message', json_remove(original_message, '$.id')) FROM adf_inbox ORDER BY received_at",
-        Vec::new(),
-    )
-    .await;
-    rows.iter()
-        .map(|r| serde_json::from_str(r).unwrap())
+    const COMPARED: [&str; 20] = [
+        "from",
+        "to",
+        "reply_to",
+        "network",
+        "parent_id",
+        "subject",
+        "content",
+        "content_type",
+        "attachments",
+        "meta",
+        "sender_alias",
+        "recipient_alias",
+        "owner",
+        "card",
+        "return_path",
+        "source",
+        "source_context",
+        "sent_at",
+        "status",
+        "original_message",
+    ];
+    let mut rows = common::table_rows(agent, "adf_inbox").await;
+    rows.sort_by_key(|row| row["received_at"].as_i64());
+    rows.into_iter()
+        .map(|row| {
+            let mut compared = serde_json::Map::new();
+            for column in COMPARED {
+                compared.insert(column.to_owned(), row[column].clone());
+            }
+            // The original message without its id, which differs per delivery.
+            if let Some(text) = row["original_message"].as_str() {
+                let mut original: Value = serde_json::from_str(text).unwrap();
+                if let Some(object) = original.as_object_mut() {
+                    object.shift_remove("id");
+                }
+                compared.insert("original_message".to_owned(), original);
+            }
+            Value::Object(compared)
+        })
         .collect()
 }
 
@@ -1096,7 +1118,7 @@ async fn srv_34_outbound_ws_authenticates_delivers_alf_and_reconnects_without_du
     let (_, second_ack) = next_seen(&mut seen).await;
     assert_eq!(second_ack["type"], "ack", "{second_ack}");
     assert_eq!(second_ack["duplicate"], true);
-    let contents = text_column(&agent, "SELECT content FROM adf_inbox", Vec::new()).await;
+    let contents = column_texts(&agent, "adf_inbox", "content").await;
     assert_eq!(contents, vec!["over the socket"]);
     h.stop().await;
 }
@@ -1122,7 +1144,7 @@ async fn srv_34_an_outbound_ws_whose_server_proves_another_did_is_not_opened() {
     with_identity(&h, &path).await;
     let agent = load(&h, &path).await;
     assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
-    let rows = text_column(&agent, "SELECT content FROM adf_inbox", Vec::new()).await;
+    let rows = column_texts(&agent, "adf_inbox", "content").await;
     assert!(rows.is_empty());
     h.stop().await;
 }
@@ -1216,7 +1238,7 @@ async fn msg_send_prefers_an_open_websocket_to_the_recipient_over_http() {
         !common::paths(&agent, "sent/result.json").await.is_empty()
     })
     .await;
-    let statuses = text_column(&agent, "SELECT status FROM adf_outbox", Vec::new()).await;
+    let statuses = column_texts(&agent, "adf_outbox", "status").await;
     assert_eq!(statuses, vec!["delivered"]);
     h.stop().await;
 }
@@ -1305,7 +1327,7 @@ async fn srv_06_srv_09_srv_10_srv_11_srv_12_the_card_lists_routes_overrides_and_
             .any(|p| p["type"] == "owner_attestation"),
         "{published}"
     );
-    let stored = text_column(&agent, "SELECT subject FROM adf_attestations", Vec::new()).await;
+    let stored = column_texts(&agent, "adf_attestations", "subject").await;
     let did = agent.info().did.unwrap();
     assert!(
         stored.contains(&did),
@@ -1561,13 +1583,8 @@ async fn send_through(h: &Harness, agent: &Agent, name: &str, args: Value) -> Va
         !common::paths(agent, &outcome).await.is_empty()
     })
     .await;
-    let text = text_column(
-        agent,
-        "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = ?1",
-        vec![outcome],
-    )
-    .await;
-    serde_json::from_str(&text[0]).unwrap()
+    let text = file_text(agent, &outcome).await.unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
 /// Sends each `(agent, name, address, content)` to `recipient` through [`send_through`] and
@@ -1742,12 +1759,8 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
     assert_eq!(out["status"], "delivered", "{out}");
     assert_eq!(rows_with(&bee, "after the restart").await.len(), 1);
     // Nothing sent before the restart came again.
-    let contents = text_column(
-        &bee,
-        "SELECT content FROM adf_inbox ORDER BY content",
-        Vec::new(),
-    )
-    .await;
+    let mut contents = column_texts(&bee, "adf_inbox", "content").await;
+    contents.sort();
     assert_eq!(
         contents,
         vec![
@@ -1758,7 +1771,7 @@ async fn srv_34_msg_50_two_daemons_hold_an_agent_websocket_deliver_signed_and_en
             "level 2 over the socket",
         ]
     );
-    let statuses = text_column(&ay, "SELECT status FROM adf_outbox", Vec::new()).await;
+    let statuses = column_texts(&ay, "adf_outbox", "status").await;
     assert_eq!(statuses, vec!["delivered"; 3]);
     second.stop().await;
     first.stop().await;
@@ -1792,13 +1805,8 @@ async fn quiet_server() -> std::net::SocketAddr {
 }
 
 async fn ws_connections_of(agent: &Agent) -> Value {
-    let text = text_column(
-        agent,
-        "SELECT json_extract(config_json, '$.ws_connections') FROM adf_config",
-        Vec::new(),
-    )
-    .await;
-    serde_json::from_str(&text[0]).unwrap()
+    let config = agent.job(|file| file.config()).await.unwrap();
+    config["ws_connections"].clone()
 }
 
 #[tokio::test]
@@ -1942,13 +1950,8 @@ async fn srv_35_an_outbound_connection_with_a_lambda_delivers_its_events_to_the_
     assert_eq!(next_heard(&mut heard).await, "got ping from the server");
     let events_file = "ws/events.jsonl".to_owned();
     let read_events = || async {
-        let text = text_column(
-            &agent,
-            "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = ?1",
-            vec![events_file.clone()],
-        )
-        .await;
-        text.first()
+        let text = file_text(&agent, &events_file).await;
+        text.as_ref()
             .map(|t| {
                 t.lines()
                     .map(|line| serde_json::from_str::<Value>(line).unwrap())
@@ -1971,7 +1974,7 @@ async fn srv_35_an_outbound_connection_with_a_lambda_delivers_its_events_to_the_
     assert_eq!(events[2]["code"], 4000);
     assert_eq!(events[2]["reason"], "bye");
     // Without a lambda the frame would have been an ALF delivery: nothing reached the inbox.
-    let inbox = text_column(&agent, "SELECT id FROM adf_inbox", Vec::new()).await;
+    let inbox = column_texts(&agent, "adf_inbox", "id").await;
     assert!(inbox.is_empty(), "{inbox:?}");
     h.stop().await;
 }
@@ -2043,24 +2046,13 @@ async fn srv_05_a_route_request_commits_once_and_a_throwing_lambda_keeps_only_it
     assert_eq!(commits, vec![1, 1, 1], "one commit per route request");
     let thrown = get(&h, "/agents/web/throws").await;
     assert_eq!(thrown.status, 500, "{}", thrown.text());
-    let files = text_column(
-        &agent,
-        "SELECT path FROM adf_files WHERE path LIKE 'data/%' ORDER BY path",
-        Vec::new(),
-    )
-    .await;
+    let files = paths(&agent, "data/").await;
     assert_eq!(
         files,
         vec!["data/kept.txt".to_owned()],
         "the throwing lambda's write is rolled back"
     );
-    let rows = text_column(
-        &agent,
-        "SELECT origin || ' ' || event || ' ' || level FROM adf_logs
-         WHERE origin IN ('lambda', 'serving', 'emit_event') ORDER BY id",
-        Vec::new(),
-    )
-    .await;
+    let rows = origin_event_levels(&agent, &["lambda", "serving", "emit_event"]).await;
     let throws_rows = &rows[rows.len() - 4..];
     assert_eq!(
         throws_rows,
@@ -2165,11 +2157,12 @@ async fn srv_05_read_only_requests_behind_a_busy_agent_commit_their_log_rows_tog
     .await;
     assert_eq!(get(&h, "/agents/web/hello").await.status, 200);
     let responses = || {
-        text_column(
-            &agent,
-            "SELECT message FROM adf_logs WHERE event = 'api_response' ORDER BY id",
-            Vec::new(),
-        )
+        let agent = &agent;
+        async move {
+            let rows = log_rows(agent).await.into_iter();
+            let responses = rows.filter(|row| row.event.as_deref() == Some("api_response"));
+            responses.map(|row| row.message).collect::<Vec<_>>()
+        }
     };
     let logged_before = responses().await.len();
     let (hold, open_tx) = hold_at_a_gate(&h).await;
@@ -2246,12 +2239,7 @@ async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_th
         commits < 5,
         "five queued requests should commit together, not one by one: {commits} commits"
     );
-    let files = text_column(
-        &agent,
-        "SELECT path FROM adf_files WHERE path LIKE 'data/%' ORDER BY path",
-        Vec::new(),
-    )
-    .await;
+    let files = paths(&agent, "data/").await;
     assert_eq!(
         files,
         [
@@ -2263,13 +2251,7 @@ async fn srv_05_requests_queued_behind_a_busy_agent_commit_as_one_batch_and_a_th
         ],
         "every kept write is there and the throwing lambda's write is rolled back"
     );
-    let rows = text_column(
-        &agent,
-        "SELECT origin || ' ' || event || ' ' || level FROM adf_logs
-         WHERE origin IN ('lambda', 'serving', 'emit_event') ORDER BY id",
-        Vec::new(),
-    )
-    .await;
+    let rows = origin_event_levels(&agent, &["lambda", "serving", "emit_event"]).await;
     // Requests arrive in any order; each one's rows stay together, in their own order.
     let kept = [
         "lambda execute info",
@@ -2338,11 +2320,11 @@ async fn srv_05_trg_05_route_rows_nothing_reacts_to_take_no_sweep_and_a_later_on
         "every run with known targets and no row source skips the sweep"
     );
     let responses = || {
-        text_column(
-            &agent,
-            "SELECT CAST(id AS TEXT) FROM adf_logs WHERE origin = 'serving' ORDER BY id",
-            Vec::new(),
-        )
+        let agent = &agent;
+        async move {
+            let rows = logs_of(agent, "serving").await.into_iter();
+            rows.map(|row| row.id.to_string()).collect::<Vec<_>>()
+        }
     };
     assert!(responses().await.len() >= 4);
 

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adf_server::Agent;
+use adf_store::test_support::tables;
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite};
-use common::{Harness, chat, text_pairs, wait_for};
+use common::{Harness, chat, wait_for};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -78,11 +79,8 @@ fn new_agent(dir: &Path, id: &str, taps: Value, startup: Option<&str>) -> PathBu
         )
         .unwrap();
     }
-    file.connection()
-        .execute_batch(
-            "CREATE TABLE local_seen (tap TEXT, event_type TEXT, path TEXT, source TEXT, lambda TEXT, envelope TEXT)",
-        )
-        .unwrap();
+    let seen = ["tap", "event_type", "path", "source", "lambda", "envelope"];
+    tables(&file).create_table("local_seen", &seen).unwrap();
     let mut config = vec![
         ("tools.db_execute.enabled", json!(true)),
         ("umbilical_taps", taps),
@@ -104,19 +102,26 @@ fn new_agent(dir: &Path, id: &str, taps: Value, startup: Option<&str>) -> PathBu
 type Seen = Vec<(String, String, Option<String>, String, Option<String>)>;
 
 async fn seen(agent: &Agent) -> Seen {
-    agent
+    let rows = agent
         .store()
-        .run(|file| {
-            let mut stmt = file.connection().prepare(
-                "SELECT tap, event_type, path, source, lambda FROM local_seen ORDER BY rowid",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        .run(|file| tables(file).rows("local_seen"))
+        .await;
+    let text = |cell: &Value| cell.as_str().map(str::to_owned);
+    rows.unwrap()
+        .iter()
+        .map(|r| {
+            let tap = text(&r["tap"]).unwrap();
+            let event_type = text(&r["event_type"]).unwrap();
+            let source = text(&r["source"]).unwrap();
+            (
+                tap,
+                event_type,
+                text(&r["path"]),
+                source,
+                text(&r["lambda"]),
+            )
         })
-        .await
-        .unwrap()
+        .collect()
 }
 
 async fn seen_by(agent: &Agent, tap: &str) -> Seen {
@@ -164,18 +169,13 @@ async fn srv_43_cod_46_cfg_41_taps_receive_what_their_filters_select_and_emit_ev
     assert_eq!(hello[0].1, "custom.hello");
     assert_eq!(hello[0].3, "lambda:lib/emit.ts:main");
     // The tap's input is the whole envelope.
-    let envelope: Value = agent
+    let rows = agent
         .store()
-        .run(|file| {
-            Ok(file.connection().query_row(
-                "SELECT envelope FROM local_seen WHERE tap = 'hello'",
-                [],
-                |r| r.get::<_, String>(0),
-            )?)
-        })
-        .await
-        .map(|text| serde_json::from_str(&text).unwrap())
-        .unwrap();
+        .run(|file| tables(file).rows("local_seen"))
+        .await;
+    let rows = rows.unwrap();
+    let hello = rows.iter().find(|row| row["tap"] == "hello").unwrap();
+    let envelope: Value = serde_json::from_str(hello["envelope"].as_str().unwrap()).unwrap();
     assert_eq!(envelope["agent_id"], "tapped01");
     assert_eq!(envelope["payload"], json!({ "n": 1, "note": "hi" }));
     assert!(envelope["seq"].as_u64().unwrap() > 0);
@@ -305,11 +305,12 @@ async fn srv_43_max_rate_per_sec_drops_a_bursts_excess_and_logs_it_once() {
         seen_by(&agent, "burst").await.len() as u64 == stats.delivered
     })
     .await;
-    let rows: Vec<(String, String)> = text_pairs(
-        &agent,
-        "SELECT level, data FROM adf_logs WHERE origin = 'umbilical_tap' AND event = 'tap_rate_limited'",
-    )
-    .await;
+    let rows: Vec<(String, String)> = common::logs_of(&agent, "umbilical_tap")
+        .await
+        .into_iter()
+        .filter(|row| row.event.as_deref() == Some("tap_rate_limited"))
+        .map(|row| (row.level, row.data.unwrap()))
+        .collect();
     // One row per burst (a burst ends when the tap queue drains), not one per drop.
     assert!(
         !rows.is_empty() && (rows.len() as u64) < stats.rate_dropped,

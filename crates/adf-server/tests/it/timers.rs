@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use adf_server::Agent;
+use adf_store::test_support::{RowsWhere, tables};
 use adf_store::{AdfFile, Caller, ConfigAction, CreateOptions, FileWrite, TimerRow};
 use common::{Harness, wait_for};
 use serde_json::{Value, json};
@@ -77,17 +78,8 @@ async fn timer(agent: &Agent, id: i64) -> TimerRow {
 }
 
 async fn reports(agent: &Agent) -> Vec<String> {
-    agent
-        .store()
-        .run(|file| {
-            let mut stmt = file
-                .connection()
-                .prepare("SELECT path FROM adf_files WHERE path LIKE 'reports/%' ORDER BY path")?;
-            let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
-        .unwrap()
+    let files = agent.store().run(|file| file.file_list("reports/")).await;
+    files.unwrap().into_iter().map(|info| info.path).collect()
 }
 
 async fn add_timer(h: &Harness, agent: &Agent, body: Value) -> i64 {
@@ -218,12 +210,10 @@ async fn trg_26_trg_30_a_cron_timer_arms_the_next_minute_and_fires_across_a_rest
     let dir = h.stop().await;
     {
         let file = AdfFile::open(&path).unwrap();
-        file.connection()
-            .execute(
-                "UPDATE adf_timers SET next_wake_at = ?1 WHERE id = ?2",
-                rusqlite::params![row.next_wake_at - 120_000, id],
-            )
-            .unwrap();
+        let passed = json!(row.next_wake_at - 120_000);
+        let this_timer = RowsWhere::new("id", id);
+        let changed = tables(&file).set_column("adf_timers", &this_timer, "next_wake_at", &passed);
+        assert_eq!(changed.unwrap(), 1);
         file.close().unwrap();
     }
     let h = Harness::start_in(dir, None).await;
@@ -261,11 +251,7 @@ async fn trg_25_trg_28_a_scope_is_delivered_only_with_a_target_and_a_once_timer_
     assert_eq!(row.run_count, 1);
     let loop_rows = agent
         .store()
-        .run(|file| {
-            Ok(file
-                .connection()
-                .query_row("SELECT count(*) FROM adf_loop", [], |r| r.get::<_, i64>(0))?)
-        })
+        .run(|file| file.loop_row_count())
         .await
         .unwrap();
     assert_eq!(loop_rows, 0, "TRG-25: no agent target, no turn");
@@ -292,18 +278,12 @@ async fn trg_25_trg_28_a_scope_is_delivered_only_with_a_target_and_a_once_timer_
     )
     .await;
     wait_for("the skipped turn", || async {
-        agent
-            .store()
-            .run(|file| {
-                Ok(file.connection().query_row(
-                    "SELECT count(*) FROM adf_logs WHERE origin = 'executor' AND level = 'warn'
-                     AND event IN ('turn_skipped', 'trigger_turn_failed')",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )?)
-            })
-            .await
-            .unwrap()
+        let warned = ["turn_skipped", "trigger_turn_failed"];
+        let rows = agent.store().run(|file| tables(file).logs()).await.unwrap();
+        rows.iter()
+            .filter(|row| row.origin.as_deref() == Some("executor") && row.level == "warn")
+            .filter(|row| row.event.as_deref().is_some_and(|e| warned.contains(&e)))
+            .count()
             == 1
     })
     .await;

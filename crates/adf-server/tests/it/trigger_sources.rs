@@ -10,7 +10,6 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use adf_runtime::triggers::{TriggerEvent, TriggerKind};
 use adf_server::Agent;
@@ -196,17 +195,11 @@ async fn aud_24_trg_05_on_logs_filters_by_level_origin_and_event_and_never_retur
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].ends_with("-custom.ping.md"), "{seen:?}");
     // The watcher did log its echo; it just never received it.
-    let echoes: i64 = agent
-        .store()
-        .run(|file| {
-            Ok(file.connection().query_row(
-                "SELECT count(*) FROM adf_logs WHERE event = 'custom.echo'",
-                [],
-                |r| r.get(0),
-            )?)
-        })
+    let echoes = common::log_rows(&agent)
         .await
-        .unwrap();
+        .iter()
+        .filter(|row| row.event.as_deref() == Some("custom.echo"))
+        .count();
     assert_eq!(echoes, 1, "one echo, from the one event it received");
     h.stop().await;
 }
@@ -231,11 +224,29 @@ async fn with_triggers(name: &str, files: &[(&str, &str)], triggers: Value) -> (
     (h, path)
 }
 
-/// Another process (a mesh server, `adf` in a shell) adds a row to the loaded agent's file.
-fn insert_external(path: &Path, sql: &str) {
-    let conn = rusqlite::Connection::open(path).unwrap();
-    conn.busy_timeout(Duration::from_secs(10)).unwrap();
-    conn.execute_batch(sql).unwrap();
+/// A row of `table` as (column, value) cells.
+type ExternalRow = (&'static str, Vec<(&'static str, Value)>);
+
+/// Another process (a mesh server, `adf` in a shell) adds rows to the loaded agent's file,
+/// each in its own transaction.
+fn insert_external(path: &Path, rows: &[ExternalRow]) {
+    let other = adf_store::test_support::OtherConnection::open(path).unwrap();
+    for (table, cells) in rows {
+        other.tables().insert_row(table, cells).unwrap();
+    }
+}
+
+/// An inbox row another process wrote: a message from `from` through `source`.
+fn inbox_row(n: u32, from: &str, content: &str, source: &str) -> ExternalRow {
+    let cells = vec![
+        ("id", json!(format!("in-{n}"))),
+        ("message_id", json!(format!("alf-{n}"))),
+        ("from", json!(from)),
+        ("content", json!(content)),
+        ("source", json!(source)),
+        ("received_at", json!(n)),
+    ];
+    ("adf_inbox", cells)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,11 +275,11 @@ async fn trg_36_trg_14_on_inbox_and_on_outbox_from_new_rows_with_their_filters_a
     // so no turn runs (TRG-36).
     insert_external(
         &path,
-        "INSERT INTO adf_inbox (id, message_id, \"from\", content, source, received_at)
-         VALUES ('in-1', 'alf-1', 'did:key:zPeer', 'secret body one', 'mesh', 1);
-         INSERT INTO adf_outbox (id, message_id, \"from\", \"to\", content, created_at)
-         VALUES ('out-1', 'alf-o1', 'did:key:zMe', 'did:key:zNear', 'hi', 1),
-                ('out-2', 'alf-o2', 'did:key:zMe', 'did:key:zFar', 'hi', 1);",
+        &[
+            inbox_row(1, "did:key:zPeer", "secret body one", "mesh"),
+            outbox_row_to("out-1", "alf-o1", "did:key:zNear"),
+            outbox_row_to("out-2", "alf-o2", "did:key:zFar"),
+        ],
     );
     // Any job of the agent notices them; the owner writing a file is one.
     put_file(&h, &agent, "docs/poke.md", "1").await;
@@ -294,8 +305,7 @@ async fn trg_36_trg_14_on_inbox_and_on_outbox_from_new_rows_with_their_filters_a
     mock.push(Turn::text("Seen the inbox."));
     insert_external(
         &path,
-        "INSERT INTO adf_inbox (id, message_id, \"from\", content, source, received_at)
-         VALUES ('in-2', 'alf-2', 'did:key:zVip', 'secret body two', 'telegram', 2);",
+        &[inbox_row(2, "did:key:zVip", "secret body two", "telegram")],
     );
     h.server.daemon.notice_new_rows(&agent).await;
     wait_for("the inbox turn", || async {
@@ -410,13 +420,11 @@ async fn trg_35_a_hibernating_agent_with_on_timer_gets_a_nudge_turn_and_one_with
             .any(|t| t.contains("[System] You have been hibernating")),
         "{texts:?}"
     );
-    let first_turn = common::text_column(
-        &agent,
-        "SELECT CAST(MIN(created_at) AS TEXT) FROM adf_loop",
-        Vec::new(),
-    )
-    .await;
-    let first_turn: i64 = first_turn[0].parse().unwrap();
+    let loop_rows = common::table_rows(&agent, "adf_loop").await;
+    let created = loop_rows
+        .iter()
+        .map(|row| row["created_at"].as_i64().unwrap());
+    let first_turn: i64 = created.min().unwrap();
     assert!(
         first_turn >= before + 300,
         "the first nudge comes one interval after the count starts"
@@ -549,11 +557,21 @@ export async function main(event) {
 }
 "#;
 
-fn outbox_row(id: &str) -> String {
-    format!(
-        "INSERT INTO adf_outbox (id, message_id, \"from\", \"to\", content, created_at)
-         VALUES ('{id}', 'alf-{id}', 'did:key:zMe', 'did:key:zFar', 'hi', 1);"
-    )
+fn outbox_row(id: &str) -> [ExternalRow; 1] {
+    [outbox_row_to(id, &format!("alf-{id}"), "did:key:zFar")]
+}
+
+/// An outbox row another process wrote: a message from the agent to `to`.
+fn outbox_row_to(id: &str, message_id: &str, to: &str) -> ExternalRow {
+    let cells = vec![
+        ("id", json!(id)),
+        ("message_id", json!(message_id)),
+        ("from", json!("did:key:zMe")),
+        ("to", json!(to)),
+        ("content", json!("hi")),
+        ("created_at", json!(1)),
+    ];
+    ("adf_outbox", cells)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,10 @@
 //! The store's API stays closed: every crate but `adf-store` asks it through named methods and
-//! the transaction types it hands out, so no other crate's source holds SQL text, reaches the
-//! raw connection (`connection()`, `rusqlite::Connection`) or runs transaction control. This
-//! scans the source of every crate (and the transaction control of every crate's tests) and
-//! names every file:line that breaks the rule.
+//! the transaction types it hands out (tests through `adf_store::test_support`), so no other
+//! crate's Rust file — source, benches, tests, examples alike — holds SQL text, reaches the
+//! raw connection (`connection()`, `rusqlite::Connection`) or runs transaction control, and
+//! no other crate's manifest names `rusqlite` or the store's `self-test-sql` feature. This
+//! scans every Rust file and manifest outside `adf-store` and names every file:line that
+//! breaks the rule.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +35,15 @@ const RAW_ACCESS: &[&str] = &[
     "execute_batch(",
     "prepare_cached(",
 ];
+
+/// Files whose string literals are agent SQL, the input under test of the agent's own SQL
+/// tools (run by `adf_store::sql` under its authorizer), not SQL the crate runs: their
+/// SELECT/INSERT/UPDATE/DELETE/PRAGMA literals are allowed; transaction control still needs an
+/// entry of [`ALLOWED_LITERALS`], and raw access is found as anywhere else.
+const AGENT_SQL_FILES: &[(&str, &str)] = &[(
+    "crates/adf-runtime/tests/it/tools_db.rs",
+    "db_query/db_execute's own tests: every statement is agent SQL sent through the tools",
+)];
 
 /// String literals outside `adf-store` that hold SQL words without the crate running SQL on
 /// the file: (path, how the literal starts, why it is allowed). Exact, so a new literal in
@@ -97,6 +108,61 @@ const ALLOWED_LITERALS: &[(&str, &str, &str)] = &[
         "crates/adf-runtime/benches/code.rs",
         "adf.sys_get_meta (read: pipeline + one SELECT)",
         "a benchmark's label",
+    ),
+    (
+        "crates/adf-runtime/tests/it/code.rs",
+        "await adf.db_execute({",
+        "a lambda's agent SQL, sent through db_execute",
+    ),
+    (
+        "crates/adf-runtime/tests/it/code.rs",
+        "const task = await adf.fs_write({ mode: 'write', path: 'big.txt'",
+        "a lambda's agent SQL, sent through db_query",
+    ),
+    (
+        "crates/adf-runtime/tests/it/code.rs",
+        "const out = []",
+        "a lambda's agent SQL the db tools must refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/code.rs",
+        "return await adf.db_execute({ sql: \\\"UPDATE adf_files SET authorized = 1",
+        "a lambda's agent SQL the db tools must refuse",
+    ),
+    (
+        "crates/adf-runtime/tests/it/code.rs",
+        "return await adf.db_query({ sql: 'SELECT * FROM adf_identity' })",
+        "a lambda's agent SQL the db tools must refuse",
+    ),
+    (
+        "crates/adf-server/tests/it/taps.rs",
+        "async function record(tap, event) {",
+        "a tap lambda's agent SQL, sent through db_execute",
+    ),
+    (
+        "crates/adf-shell/tests/shell.rs",
+        "sqlite3 'CREATE TABLE local_",
+        "shell lines whose sqlite3 sends agent SQL to the db tools",
+    ),
+    (
+        "crates/adf-shell/tests/bounds.rs",
+        "sqlite3 \\\"SELECT json_valid(",
+        "a shell line whose sqlite3 sends agent SQL to db_query",
+    ),
+    (
+        "crates/adf-cli/tests/it/file_commands.rs",
+        "INSERT INTO \\\"",
+        "the prefix of the reference dump's lines, counted as text; no SQL runs",
+    ),
+    (
+        "crates/adf-server/tests/it/replay.rs",
+        "DELETE /files/content",
+        "an HTTP route in the reference transcript's notes",
+    ),
+    (
+        "crates/adf-egress/tests/it/policy.rs",
+        "DELETE",
+        "an HTTP method",
     ),
     (
         "crates/adf-runtime/tests/it/tools_db.rs",
@@ -192,6 +258,10 @@ fn allowed(path: &str, literal: &str) -> bool {
         .any(|(file, start, _)| *file == path && literal.trim_start().starts_with(start))
 }
 
+fn holds_agent_sql(path: &str) -> bool {
+    AGENT_SQL_FILES.iter().any(|(file, _)| *file == path)
+}
+
 /// `file:line: what` for every SQL literal (`keywords`) and every raw access in `code` in
 /// one file's source.
 fn findings_in(path: &str, source: &str, keywords: &[&str], check_code: bool) -> Vec<String> {
@@ -202,7 +272,8 @@ fn findings_in(path: &str, source: &str, keywords: &[&str], check_code: bool) ->
             continue;
         }
         for keyword in sql_keywords_in(&literal.text) {
-            if keywords.contains(&keyword) {
+            let agent_sql = holds_agent_sql(path) && !TRANSACTION_KEYWORDS.contains(&keyword);
+            if keywords.contains(&keyword) && !agent_sql {
                 findings.push(format!("{path}:{}: {keyword} in a string", literal.line));
             }
         }
@@ -238,7 +309,7 @@ fn other_crates(root: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn no_crate_but_the_store_holds_sql_text_or_the_raw_connection() {
+fn no_file_outside_the_store_holds_sql_text_or_the_raw_connection() {
     let root = workspace_root();
     let crates = other_crates(&root);
     assert!(
@@ -247,52 +318,84 @@ fn no_crate_but_the_store_holds_sql_text_or_the_raw_connection() {
         crates.len()
     );
     let mut findings = Vec::new();
-    let mut scanned = 0;
-    for krate in &crates {
-        for part in ["src", "benches"] {
-            let dir = krate.join(part);
-            if !dir.is_dir() {
-                continue;
-            }
-            for (path, source) in rust_files(&root, &dir) {
-                scanned += 1;
-                findings.extend(findings_in(&path, &source, SQL_KEYWORDS, true));
-            }
+    let (mut scanned, mut tests) = (0, 0);
+    for dir in crates.iter().chain([&root.join("xtask")]) {
+        for (path, source) in rust_files(&root, dir) {
+            scanned += 1;
+            tests += usize::from(path.contains("/tests/"));
+            findings.extend(findings_in(&path, &source, SQL_KEYWORDS, true));
         }
     }
-    for (path, source) in rust_files(&root, &root.join("xtask")) {
-        scanned += 1;
-        findings.extend(findings_in(&path, &source, SQL_KEYWORDS, true));
-    }
     assert!(scanned > 100, "scanned only {scanned} source files");
+    assert!(tests > 50, "scanned only {tests} test files");
     assert!(
         findings.is_empty(),
         "SQL text or raw connection access outside adf-store; add a named method to adf-store \
-         (views.rs, held.rs) instead:\n{}",
+         (views.rs, held.rs), or for a test's fixture or whole-table read use \
+         adf_store::test_support (feature `test-support`):\n{}",
         findings.join("\n")
     );
 }
 
-/// Tests may read rows through `connection()` (the `test-sql` feature) and arrange fixtures
-/// the typed API refuses, but transactions are the store's: a test that runs one by hand
-/// tests a path no caller takes.
+/// `file: what` for every manifest line that would let a crate reach SQLite past the store:
+/// a dependency on `rusqlite`, or the store's `self-test-sql` feature (`connection()`).
+fn manifest_findings(path: &str, manifest: &str) -> Vec<String> {
+    manifest
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with('#'))
+        .filter_map(|(index, line)| {
+            let what = if line.trim_start().starts_with("rusqlite") {
+                "depends on rusqlite"
+            } else if line.contains("self-test-sql") {
+                "enables adf-store/self-test-sql"
+            } else {
+                return None;
+            };
+            Some(format!("{path}:{}: {what}", index + 1))
+        })
+        .collect()
+}
+
 #[test]
-fn no_test_outside_the_store_runs_transaction_control() {
+fn no_manifest_outside_the_store_reaches_sqlite() {
     let root = workspace_root();
     let mut findings = Vec::new();
-    for krate in other_crates(&root) {
-        let dir = krate.join("tests");
-        if dir.is_dir() {
-            for (path, source) in rust_files(&root, &dir) {
-                findings.extend(findings_in(&path, &source, TRANSACTION_KEYWORDS, false));
-            }
-        }
+    let mut manifests = 0;
+    for dir in other_crates(&root).iter().chain([&root.join("xtask")]) {
+        let path = dir.join("Cargo.toml");
+        let Ok(manifest) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        manifests += 1;
+        let shown = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        findings.extend(manifest_findings(&shown, &manifest));
     }
+    assert!(manifests >= 10, "read only {manifests} manifests");
     assert!(
         findings.is_empty(),
-        "transaction control in tests outside adf-store; use AdfFile::atomically or \
-         begin_held_transaction:\n{}",
+        "only adf-store reaches SQLite; tests use adf_store::test_support:\n{}",
         findings.join("\n")
+    );
+}
+
+#[test]
+fn the_manifest_scan_finds_rusqlite_and_the_raw_connection_feature() {
+    let manifest = "[dev-dependencies]\n\
+                    # rusqlite, mentioned in a comment\n\
+                    rusqlite.workspace = true\n\
+                    adf-store = { workspace = true, features = [\"self-test-sql\"] }\n\
+                    adf-store-two = { workspace = true, features = [\"test-support\"] }\n";
+    assert_eq!(
+        manifest_findings("x/Cargo.toml", manifest),
+        vec![
+            "x/Cargo.toml:3: depends on rusqlite".to_owned(),
+            "x/Cargo.toml:4: enables adf-store/self-test-sql".to_owned()
+        ]
     );
 }
 
@@ -318,6 +421,16 @@ fn the_scan_finds_raw_access_in_code_and_not_in_comments_or_strings() {
             false
         ),
         vec!["x.rs:1: BEGIN in a string".to_owned()]
+    );
+    assert_eq!(
+        findings_in(
+            "crates/adf-runtime/tests/it/tools_db.rs",
+            "let q = \"SELECT * FROM local_t\"; let t = \"ROLLBACK\";\n",
+            SQL_KEYWORDS,
+            true
+        ),
+        vec!["crates/adf-runtime/tests/it/tools_db.rs:1: ROLLBACK in a string".to_owned()],
+        "a file of agent SQL still may not hold transaction control"
     );
     assert!(
         findings_in(

@@ -18,5 +18,6 @@ mod open;
 mod owner_views;
 mod protection;
 mod row_keys;
+mod test_support;
 mod turn_path;
 mod unsupported;

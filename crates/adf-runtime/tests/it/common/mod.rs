@@ -128,39 +128,20 @@ pub fn digest_except_logs(file: &AdfFile) -> String {
     digest_skipping(file, &["adf_logs"])
 }
 
+/// Edits the stored config as a hand edit or an older runtime would: past every check the
+/// config tools and the store's writers make.
+pub fn tamper_config(file: &AdfFile, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut config: serde_json::Value = serde_json::from_str(&file.config_text().unwrap()).unwrap();
+    edit(&mut config);
+    adf_store::test_support::tables(file)
+        .set_config_text(&config.to_string())
+        .unwrap();
+}
+
 fn digest_skipping(file: &AdfFile, skipped: &[&str]) -> String {
-    let conn = file.connection();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type IN ('table') AND name NOT LIKE 'sqlite_%' ORDER BY name")
+    adf_store::test_support::tables(file)
+        .digest(skipped)
         .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let schema: Vec<String> = conn
-        .prepare("SELECT type || ' ' || name || ' ' || COALESCE(sql, '') FROM sqlite_master ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut out = schema.join("\n");
-    for table in tables.iter().filter(|t| !skipped.contains(&t.as_str())) {
-        let mut stmt = match conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid")) {
-            Ok(stmt) => stmt,
-            // Virtual tables without rowid order are compared by schema only.
-            Err(_) => continue,
-        };
-        let count = stmt.column_count();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            out.push('\n');
-            for i in 0..count {
-                out.push_str(&format!("{:?}|", row.get_ref(i).unwrap()));
-            }
-        }
-    }
-    out
 }
 
 pub fn fixture(name: &str) -> PathBuf {

@@ -9,6 +9,7 @@ use adf_runtime::home::RuntimeHome;
 use adf_server::Agent;
 use adf_server::client::Client;
 use adf_server::{Daemon, FrontDoor, RunningServer};
+use adf_store::test_support::{LogRow, Row, tables};
 use tempfile::TempDir;
 
 /// The reference runtime's fixtures, kept in the repository.
@@ -173,59 +174,85 @@ pub fn agent_file(
 
 /// The paths of an agent's files under `prefix`, sorted.
 pub async fn paths(agent: &Agent, prefix: &str) -> Vec<String> {
-    text_column(
-        agent,
-        "SELECT path FROM adf_files WHERE path LIKE ?1 ORDER BY path",
-        vec![format!("{prefix}%")],
-    )
-    .await
+    let prefix = prefix.to_owned();
+    agent
+        .job(move |file| file.file_list(&prefix))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| info.path)
+        .collect()
 }
 
-/// The one text column `sql` selects from the agent's file, row by row; `params` bind ?1, ?2...
-/// Read through `Agent::job`, so it also answers while a turn waits for the owner.
-pub async fn text_column(agent: &Agent, sql: &'static str, params: Vec<String>) -> Vec<String> {
+/// Every row of `table` in the agent's file, in rowid order. Read through `Agent::job`, so it
+/// also answers while a turn waits for the owner.
+pub async fn table_rows(agent: &Agent, table: &'static str) -> Vec<Row> {
     agent
-        .job(move |file| {
-            let mut stmt = file.connection().prepare(sql)?;
-            let rows = stmt.query_map(rusqlite::params_from_iter(params), |row| {
-                row.get::<_, String>(0)
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
+        .job(move |file| tables(file).rows(table))
         .await
         .unwrap()
 }
 
-/// The two text columns `sql` selects from the agent's file, row by row.
-pub async fn text_pairs(agent: &Agent, sql: &'static str) -> Vec<(String, String)> {
-    agent
-        .job(move |file| {
-            let mut stmt = file.connection().prepare(sql)?;
-            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+/// The text column `column` of every row of `table`, in rowid order.
+pub async fn column_texts(agent: &Agent, table: &'static str, column: &str) -> Vec<String> {
+    table_rows(agent, table)
+        .await
+        .iter()
+        .map(|row| row[column].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every log row of the agent's file, oldest first.
+pub async fn log_rows(agent: &Agent) -> Vec<LogRow> {
+    agent.job(|file| tables(file).logs()).await.unwrap()
+}
+
+/// The log rows of one `origin`, oldest first.
+pub async fn logs_of(agent: &Agent, origin: &str) -> Vec<LogRow> {
+    let mut rows = log_rows(agent).await;
+    rows.retain(|row| row.origin.as_deref() == Some(origin));
+    rows
+}
+
+/// `origin event level` of every log row of `origins`, oldest first.
+pub async fn origin_event_levels(agent: &Agent, origins: &[&str]) -> Vec<String> {
+    let rows = log_rows(agent).await.into_iter();
+    rows.filter(|row| row.origin.as_deref().is_some_and(|o| origins.contains(&o)))
+        .map(|row| {
+            let event = row.event.unwrap_or_default();
+            format!("{} {event} {}", row.origin.unwrap_or_default(), row.level)
         })
+        .collect()
+}
+
+/// The content of the agent's file at `path` as text, if it exists.
+pub async fn file_text(agent: &Agent, path: &str) -> Option<String> {
+    let path = path.to_owned();
+    agent
+        .job(move |file| file.file_read(&path))
         .await
         .unwrap()
+        .map(|entry| String::from_utf8(entry.content).unwrap())
 }
 
 /// The text of every transcript row, in order, all loops together.
 pub async fn loop_texts(agent: &Agent) -> Vec<String> {
-    text_column(
-        agent,
-        "SELECT content_json FROM adf_loop ORDER BY seq",
-        Vec::new(),
-    )
-    .await
+    transcript(agent, None).await
 }
 
 /// The text of every transcript row of `loop_name`, in order.
 pub async fn loop_texts_in(agent: &Agent, loop_name: &str) -> Vec<String> {
-    text_column(
-        agent,
-        "SELECT content_json FROM adf_loop WHERE loop = ?1 ORDER BY seq",
-        vec![loop_name.to_owned()],
-    )
-    .await
+    transcript(agent, Some(loop_name)).await
+}
+
+/// The stored `content_json` of every transcript row (of one loop, or all), in `seq` order.
+async fn transcript(agent: &Agent, loop_name: Option<&str>) -> Vec<String> {
+    let mut rows = table_rows(agent, "adf_loop").await;
+    rows.retain(|row| loop_name.is_none_or(|name| row["loop"] == name));
+    rows.sort_by_key(|row| row["seq"].as_i64());
+    rows.iter()
+        .map(|row| row["content_json"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Whether a transcript row of `loop_name` contains `needle`.
