@@ -255,10 +255,10 @@ impl Hub {
         self.streams.release(id);
         self.umbilical.release(id);
         self.mark_network_released(id);
-        if let Ok(agent) = self.agent(id) {
+        if let (Ok(agent), Ok(runtime)) = (self.agent(id), tokio::runtime::Handle::try_current()) {
             // Its channel adapters stop too; not waited for (the caller may be a request
             // handler or a state change's event), they end once told.
-            tokio::spawn(async move { agent.adapters().stop().await });
+            runtime.spawn(async move { agent.adapters().stop().await });
         }
     }
 
