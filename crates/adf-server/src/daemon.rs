@@ -66,6 +66,12 @@ impl Daemon {
         self.hub.release_network(id);
     }
 
+    /// Stops and starts the agent's channel adapters again (after a change of its `adapters`
+    /// config or of an `adapter:*` credential); an agent that is `off` stays stopped.
+    pub async fn restart_adapters(&self, agent: &Arc<Agent>) {
+        crate::adapters::restart(&self.hub, agent).await;
+    }
+
     /// The agent's umbilical replay log after `since`; `None` when `umbilical.log` is off.
     pub fn umbilical_events(
         &self,
@@ -208,6 +214,7 @@ impl Daemon {
             self.hub.mark_network_released(&agent.id);
         } else {
             crate::network::open_configured_connections(&self.hub, agent).await;
+            crate::adapters::start(&self.hub, agent).await;
         }
         crate::turns::kick_autostart(&self.hub, agent).await;
     }
@@ -225,6 +232,8 @@ impl Daemon {
         self.hub.registry().remove(&agent);
         crate::scheduler::forget(&self.hub, &agent.id);
         self.release_network(&agent.id);
+        // Before the close: a stopping adapter may still log its last state.
+        crate::adapters::stop(&agent).await;
         // A turn waiting for the owner would hold the worker, and the close behind it, forever.
         agent.hil().abort_all();
         self.hub
@@ -259,6 +268,7 @@ impl Daemon {
             self.release_network(&agent.id);
             agent.hil().abort_all();
         }
+        futures::future::join_all(agents.iter().map(|agent| crate::adapters::stop(agent))).await;
         // Busy agents' held route log rows are written by their request threads on release.
         if let Some(serving) = self.hub.serving() {
             serving
@@ -386,7 +396,10 @@ impl Subsystems for DaemonSubsystems {
         hub: &'a Arc<Hub>,
         agent: &'a Arc<Agent>,
     ) -> BoxFuture<'a, ()> {
-        Box::pin(crate::network::open_configured_connections(hub, agent))
+        Box::pin(async move {
+            crate::network::open_configured_connections(hub, agent).await;
+            crate::adapters::start(hub, agent).await;
+        })
     }
 
     fn run_trigger_turn<'a>(

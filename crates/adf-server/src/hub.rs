@@ -245,7 +245,8 @@ impl Hub {
     /// Stream bindings of every agent.
     /// Releases what the network holds for the agent `id` (STL-04, whoever turned it `off`):
     /// its served routes' sandbox and cache, its inbound WebSockets (closed with 1001), its
-    /// outbound ones, its stream bindings and its umbilical replay log. Idempotent.
+    /// outbound ones, its stream bindings, its umbilical replay log and its channel adapters.
+    /// Idempotent.
     pub(crate) fn release_network(&self, id: &str) {
         if let Some(serving) = self.serving() {
             serving.release(id);
@@ -254,6 +255,11 @@ impl Hub {
         self.streams.release(id);
         self.umbilical.release(id);
         self.mark_network_released(id);
+        if let (Ok(agent), Ok(runtime)) = (self.agent(id), tokio::runtime::Handle::try_current()) {
+            // Its channel adapters stop too; not waited for (the caller may be a request
+            // handler or a state change's event), they end once told.
+            runtime.spawn(async move { agent.adapters().stop().await });
+        }
     }
 
     /// Notes that the agent `id` holds no network resources now (see `network_released`).

@@ -43,6 +43,7 @@
 //! `POST /agents/{id}/trigger` dispatches an event (202); turns run through the executor's
 //! `LoopPool`, so `loop_send` wakes and autostart loops are served.
 
+mod adapters;
 pub mod api;
 mod budget;
 pub mod client;

@@ -23,7 +23,9 @@ use serde_json::Value;
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::LocalKeys;
 use adf_runtime::messaging::receive::{self, Arrival, Refusal};
-use adf_runtime::messaging::{self, Delivery, LocalAgent, Mesh, Origin, Tier, card};
+use adf_runtime::messaging::{
+    self, AdapterMessage, Delivery, LocalAgent, Mesh, Origin, Tier, card,
+};
 use adf_store::AdfFile;
 
 use crate::error::ServerError;
@@ -224,6 +226,38 @@ impl Mesh for DaemonMesh {
 
     fn roster_version(&self) -> Option<u64> {
         Some(self.hub.upgrade()?.registry().roster_version())
+    }
+
+    fn hosts_adapters(&self) -> bool {
+        true
+    }
+
+    fn deliver_to_adapter(
+        &self,
+        sender: &Path,
+        message: AdapterMessage,
+    ) -> BoxFuture<'static, Delivery> {
+        let hub = self.hub.upgrade();
+        let sender = sender.to_path_buf();
+        Box::pin(async move {
+            let Some(hub) = hub else {
+                return Delivery::failed(Some(503), "the daemon is shutting down");
+            };
+            let Some(agent) = hub.agents().into_iter().find(|a| a.path == sender) else {
+                return Delivery::failed(None, "the sending agent is no longer loaded");
+            };
+            let outbound = adf_adapters::OutboundMessage {
+                outbox_id: message.outbox_id,
+                recipient: message.recipient,
+                content: message.content,
+                content_type: message.content_type,
+                source_context: message.source_context,
+            };
+            match agent.adapters().deliver(&outbound).await {
+                Ok(delivered) => Delivery::accepted(delivered.status_code),
+                Err(error) => Delivery::failed(error.status_code(), error.to_string()),
+            }
+        })
     }
 
     fn deliver_over_socket(

@@ -97,6 +97,8 @@ pub struct Agent {
     /// The number of the latest read of its timers the scheduler took (see
     /// `scheduler::WakeRead`).
     wake_read: std::sync::atomic::AtomicU64,
+    /// Its running channel adapters (see `adapters`).
+    adapters: crate::adapters::AgentAdapters,
 }
 
 impl Agent {
@@ -131,6 +133,12 @@ impl Agent {
     /// The gates of its loops (see `turns`).
     pub(crate) fn loop_gates(&self) -> &LoopGates {
         &self.loop_gates
+    }
+
+    /// Its channel adapters (see `adapters`): their statuses, and where a `type:id`
+    /// recipient is delivered.
+    pub(crate) fn adapters(&self) -> &crate::adapters::AgentAdapters {
+        &self.adapters
     }
 
     /// The agent's turns in flight and the approvals and asks they wait for.
@@ -464,6 +472,7 @@ fn build_agent(id: String, canonical: PathBuf, store: StoreHandle, facts: LoadFa
         loop_gates: LoopGates::default(),
         watch: crate::watch::AgentWatch::seeded(&facts.config),
         wake_read: std::sync::atomic::AtomicU64::new(0),
+        adapters: crate::adapters::AgentAdapters::default(),
     });
     // The config is at hand: an agent without taps costs its events no config read.
     agent

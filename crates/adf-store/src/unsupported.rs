@@ -21,6 +21,9 @@ use serde_json::Value;
 /// Calling one fails with "unknown tool".
 pub const UNIMPLEMENTED_TOOLS: [&str; 3] = ["chat_info", "fs_transfer", "compute_exec"];
 
+/// The channel adapter types the daemon runs (`adf-adapters`); other enabled types are listed.
+pub const RUN_ADAPTERS: [&str; 1] = ["telegram"];
+
 /// One declared section the runtime does not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnsupportedSection {
@@ -77,12 +80,16 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
     if is_true(config, "/compute/enabled") {
         add("compute", "compute environments are not run");
     }
+    // The daemon runs the Telegram adapter (adf-adapters); the other types are not supported
+    // yet and stay listed.
     if let Some(adapters) = config.get("adapters").and_then(Value::as_object) {
         for (name, adapter) in adapters {
-            if adapter.get("enabled").and_then(Value::as_bool) != Some(false) {
+            if adapter.get("enabled").and_then(Value::as_bool) != Some(false)
+                && !RUN_ADAPTERS.contains(&name.as_str())
+            {
                 add(
                     &format!("adapters.{name}"),
-                    "channel adapters are not started",
+                    "this channel adapter type is not supported yet",
                 );
             }
         }

@@ -32,7 +32,8 @@ pub(crate) enum RuntimeCommand {
     Usage { agent: Option<String> },
     /// List a daemon agent's identity purposes (never their values).
     Identities { agent: String },
-    /// List channel adapter registrations, or the adapters an agent configures.
+    /// List channel adapter registrations, or an agent's adapters (FILE or AGENT) and their
+    /// states.
     Adapters { agent: Option<String> },
     /// List a daemon agent's configured triggers.
     Triggers { agent: String },
@@ -181,13 +182,8 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             let columns = ["purpose", "encrypted", "code_access"];
             super::list_table(client, out, &path, "identities", &columns, &columns).await?;
         }
-        RuntimeCommand::Adapters { agent } => {
-            let path = agent.map_or_else(
-                || "/runtime/adapters".to_owned(),
-                |a| format!("/agents/{}/adapters", encode(&a)),
-            );
-            pretty(&client.get(&path).await?);
-        }
+        RuntimeCommand::Adapters { agent: None } => pretty(&client.get("/runtime/adapters").await?),
+        RuntimeCommand::Adapters { agent: Some(agent) } => adapters(client, &agent, out).await?,
         RuntimeCommand::Triggers { agent } => {
             let path = format!("/agents/{}/triggers", encode(&agent));
             let (header, keys) = (
@@ -228,5 +224,37 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             });
         }
     }
+    Ok(())
+}
+
+/// `adf adapters FILE|AGENT`: the agent's adapters and their live states; a FILE is the agent
+/// the daemon loaded from it (found by its path).
+async fn adapters(client: &Client, agent: &str, out: Output) -> Result<()> {
+    let key = match std::fs::canonicalize(agent) {
+        Ok(path) => {
+            let loaded = client.get("/agents").await?;
+            let wanted = path.to_string_lossy();
+            loaded
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| a["filePath"].as_str() == Some(&*wanted))
+                .and_then(|a| a["id"].as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{agent} is not loaded by the daemon: load it (adf load {agent}) to run its adapters"
+                    )
+                })?
+        }
+        Err(_) => agent.to_owned(),
+    };
+    let body = client
+        .get(&format!("/agents/{}/runtime/adapters", encode(&key)))
+        .await?;
+    let columns = ["type", "state", "error", "restarts"];
+    print_json_or(out, &body, || {
+        table(&columns, &rows(&body["states"], &columns))
+    });
     Ok(())
 }

@@ -15,7 +15,9 @@
 //! ([`crate::tools::DetachedOutcome`]'s delivery records). Transport order (§12.2): same
 //! runtime, then a WebSocket the sender holds open to the recipient
 //! ([`Mesh::deliver_over_socket`], the daemon's outbound connections), then HTTP POST;
-//! adapter recipients (`telegram:…`) answer that no channel adapter runs here.
+//! adapter recipients (`telegram:…`) go to the sending agent's channel adapter through
+//! [`Mesh::deliver_to_adapter`] where the runtime runs adapters (the daemon), and are refused
+//! elsewhere.
 //!
 //! Ingress (`receive::accept`) is the reverse pipeline of Appendix A.7 — receive flag,
 //! visibility, sender lists, message signature, decryption, payload signature, trust-key
@@ -185,6 +187,21 @@ pub struct LocalAgent {
     pub card: Value,
 }
 
+/// One outbox row on its way to a channel adapter (`type:id` recipient).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterMessage {
+    /// The `adf_outbox` row id.
+    pub outbox_id: String,
+    /// `type:id`, e.g. `telegram:123`.
+    pub recipient: String,
+    /// The text (or the form JSON).
+    pub content: String,
+    /// `content_type`.
+    pub content_type: Option<String>,
+    /// The `source_context` of the inbox row a reply answers (MSG-43), copied as is.
+    pub source_context: Option<Value>,
+}
+
 /// How a delivery ended (§11.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Delivery {
@@ -253,6 +270,25 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
     /// keeps none, and then every caller lists.
     fn roster_version(&self) -> Option<u64> {
         None
+    }
+
+    /// Whether this runtime runs channel adapters: only then is a `type:id` recipient
+    /// (`telegram:123`, MSG-22) routed to [`Mesh::deliver_to_adapter`]. The default is a
+    /// runtime that runs none.
+    fn hosts_adapters(&self) -> bool {
+        false
+    }
+
+    /// Delivers `message` through the channel adapter of the agent whose file is `sender`
+    /// (its type is the recipient's prefix). `delivered` when the platform accepted it; a
+    /// failure carries the platform's reason (§11.2).
+    fn deliver_to_adapter(
+        &self,
+        sender: &Path,
+        message: AdapterMessage,
+    ) -> BoxFuture<'static, Delivery> {
+        let _ = (sender, message);
+        Box::pin(async { Delivery::failed(None, "this runtime runs no channel adapters") })
     }
 
     /// Delivers `message` over a WebSocket the agent `sender_id` (its config id) holds open

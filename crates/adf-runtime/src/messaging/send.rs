@@ -5,7 +5,9 @@
 //! - Addressing (tools guide): a DID recipient needs `address` (or is hosted here); a reply by
 //!   `parent_id` takes recipient, address and thread from the inbox row; a bare handle is
 //!   resolved only against this runtime's agents, visibility applied; `type:id` recipients
-//!   need a channel adapter, and none runs here yet: the call fails saying so.
+//!   (and replies to rows an adapter wrote) go to the sender's channel adapter where the
+//!   runtime runs adapters ([`Mesh::hosts_adapters`]), copying the parent's `source_context`
+//!   (MSG-43); elsewhere the call fails saying no adapter runs here.
 //! - The wire `payload.parent_id` of a reply is the parent's ALF `message_id` (what the
 //!   original sender knows it by), not our local row id.
 //! - `content` is required; `payload` (the adf-object guide's name) is accepted as an alias
@@ -24,7 +26,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::{Delivery, LocalAgent, Mesh};
+use super::{AdapterMessage, Delivery, LocalAgent, Mesh};
 use crate::identity::LocalKeys;
 use crate::tools::{ErrorCode, ToolError};
 
@@ -79,6 +81,15 @@ pub enum Route {
         /// The recipient's inbox URL.
         url: String,
     },
+    /// The sending agent's channel adapter (`type:id` recipients).
+    Adapter {
+        /// `type:id`, e.g. `telegram:123`.
+        recipient: String,
+        /// The sending agent's `.adf` file, whose adapter delivers.
+        sender: PathBuf,
+        /// The `source_context` of the message this replies to (MSG-43).
+        source_context: Option<Value>,
+    },
 }
 
 impl Route {
@@ -86,6 +97,7 @@ impl Route {
         match self {
             Route::Local { handle, .. } => format!("local:{handle}"),
             Route::Http { url } => url.clone(),
+            Route::Adapter { recipient, .. } => recipient.clone(),
         }
     }
 }
@@ -103,6 +115,8 @@ struct SendArgs {
     attachments: Vec<String>,
     meta: Map<String, Value>,
     message_meta: Map<String, Value>,
+    /// The parent's `source_context`, when the parent came through a channel adapter.
+    source_context: Option<Value>,
 }
 
 fn text_arg(args: &Value, key: &str) -> Result<Option<String>, ToolError> {
@@ -171,6 +185,7 @@ impl SendArgs {
             attachments,
             meta: object_arg(args, "meta")?,
             message_meta: object_arg(args, "message_meta")?,
+            source_context: None,
         })
     }
 }
@@ -229,7 +244,8 @@ pub fn prepare(
 ) -> Result<Prepared, ToolError> {
     let mut send = SendArgs::parse(args)?;
     let mode = sending_mode(config)?;
-    let parent_alf_id = adopt_parent(file, &mut send, mode)?;
+    let hosts_adapters = cx.mesh.is_some_and(Mesh::hosts_adapters);
+    let parent_alf_id = adopt_parent(file, &mut send, mode, hosts_adapters)?;
     let recipient = send.recipient.clone().ok_or_else(|| {
         ToolError::invalid("msg_send needs 'recipient' (a DID or a local handle) or 'parent_id'")
     })?;
@@ -268,11 +284,14 @@ fn sending_mode(config: &Value) -> Result<&str, ToolError> {
 }
 
 /// A reply takes what it lacks from the message it answers (§11.3); returns the parent's ALF
-/// id. Without a parent, `respond_only` refuses the send.
+/// id. Without a parent, `respond_only` refuses the send. A parent a channel adapter wrote
+/// is answered through that adapter (when the runtime runs adapters), with its
+/// `source_context` (MSG-43).
 fn adopt_parent(
     file: &AdfFile,
     send: &mut SendArgs,
     mode: &str,
+    hosts_adapters: bool,
 ) -> Result<Option<String>, ToolError> {
     let Some(parent_id) = send.parent_id.clone() else {
         if mode == "respond_only" {
@@ -298,7 +317,21 @@ fn adopt_parent(
     if let Some(source) = column("source")
         && source != "mesh"
     {
-        return Err(not_supported_adapter(&source));
+        if !hosts_adapters {
+            return Err(not_supported_adapter(&source));
+        }
+        send.source_context = match parent.get("source_context") {
+            Some(Value::String(text)) => serde_json::from_str(text).ok(),
+            Some(Value::Null) | None => None,
+            Some(other) => Some(other.clone()),
+        };
+        if send.recipient.is_none() {
+            send.recipient = column("from");
+        }
+        if send.thread_id.is_none() {
+            send.thread_id = column("thread_id").or_else(|| Some(parent_id.clone()));
+        }
+        return Ok(column("message_id").or(Some(parent_id)));
     }
     if send.recipient.is_none() {
         send.recipient = column("from").or_else(|| column("sender_alias"));
@@ -329,6 +362,17 @@ fn resolve_route(
     let is_did = recipient.starts_with("did:");
     if !is_did && recipient.contains(':') && send.address.is_none() {
         let adapter = recipient.split(':').next().unwrap_or_default();
+        if cx.mesh.is_some_and(Mesh::hosts_adapters) && !adapter.is_empty() {
+            return Ok(Addressed {
+                route: Route::Adapter {
+                    recipient: recipient.to_owned(),
+                    sender: file.path().to_path_buf(),
+                    source_context: send.source_context.clone(),
+                },
+                to: recipient.to_owned(),
+                recipient_alias: None,
+            });
+        }
         return Err(not_supported_adapter(adapter));
     }
     let local = cx
@@ -668,6 +712,7 @@ fn outbox_middleware(
     let method = match route {
         Route::Local { .. } => "local",
         Route::Http { .. } => "http",
+        Route::Adapter { .. } => "adapter",
     };
     let transport = json!({ "address": route.address(), "method": method });
     let context =
@@ -700,7 +745,7 @@ fn not_supported_adapter(adapter: &str) -> ToolError {
     ToolError::new(
         ErrorCode::Disabled,
         format!(
-            "'{adapter}' recipients go through a channel adapter, and channel adapters are not supported by this runtime yet"
+            "'{adapter}' recipients go through a channel adapter, and this runtime runs none (the daemon runs an agent's adapters)"
         ),
     )
 }
@@ -787,6 +832,36 @@ pub async fn deliver(
             }
         }
         Route::Http { url } => post(url, &prepared.message, policy).await,
+        Route::Adapter {
+            recipient,
+            sender,
+            source_context,
+        } => {
+            let Some(mesh) = mesh else {
+                return Delivery::failed(None, "this runtime runs no channel adapters");
+            };
+            let payload = prepared.message.get("payload");
+            let content = match payload.and_then(|p| p.get("content")) {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let content_type = payload
+                .and_then(|p| p.get("content_type"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            mesh.deliver_to_adapter(
+                sender,
+                AdapterMessage {
+                    outbox_id: prepared.outbox_id.clone(),
+                    recipient: recipient.clone(),
+                    content,
+                    content_type,
+                    source_context: source_context.clone(),
+                },
+            )
+            .await
+        }
     }
 }
 

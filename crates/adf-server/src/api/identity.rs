@@ -7,6 +7,7 @@
 //! value there) answers 403 `SECRET_NOT_EXPORTED`, and credential listings show purposes only.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -174,7 +175,15 @@ pub(super) async fn value_put(
         identity::set_credential(file, open, &name, &value, code_access)
     })
     .await?;
+    restart_adapters_for(&state, &agent, &purpose).await;
     Ok(Json(json!({ "agentId": agent.id, "purpose": purpose, "success": true })).into_response())
+}
+
+/// A changed `adapter:*` credential restarts the agent's adapters, so they read it again.
+async fn restart_adapters_for(state: &AppState, agent: &Arc<Agent>, purpose: &str) {
+    if purpose.starts_with("adapter:") {
+        state.daemon.restart_adapters(agent).await;
+    }
 }
 
 fn deletable(purpose: &str) -> ApiResult<()> {
@@ -202,6 +211,7 @@ pub(super) async fn value_delete(
             "Unknown identity purpose \"{purpose}\""
         )));
     }
+    restart_adapters_for(&state, &agent, &purpose).await;
     Ok(Json(json!({ "agentId": agent.id, "purpose": purpose, "success": true })).into_response())
 }
 
@@ -536,9 +546,11 @@ pub(super) async fn namespaced_put<N: CredentialNamespace>(
     answer.insert(key.into(), json!(name));
     answer.insert("envKey".into(), json!(env_key));
     answer.insert("success".into(), json!(true));
+    let name = purpose.clone();
     with_identity(&state, &agent, move |file, _, open| {
-        identity::set_credential(file, open, &purpose, &value, false)
+        identity::set_credential(file, open, &name, &value, false)
     })
     .await?;
+    restart_adapters_for(&state, &agent, &purpose).await;
     Ok(Json(Value::Object(answer)).into_response())
 }

@@ -68,6 +68,9 @@ pub(super) async fn config_put(
         if declared.iter().any(|key| before.get(key) != after.get(key)) {
             state.daemon.reconcile_network(&agent).await;
         }
+        if before.get("adapters") != after.get("adapters") {
+            state.daemon.restart_adapters(&agent).await;
+        }
     }
     // A stored state of hibernate (or leaving it) moves the hibernate nudge's wake.
     state.daemon.rearm_timers(&agent).await;

@@ -2,9 +2,9 @@
 //! (`/agents/{id}/runtime`, `/triggers`, `/adapters`): what this daemon runs, read from the
 //! settings file and the loaded agents. No read returns a provider key (`hasApiKey` instead).
 //!
-//! Channel adapters and ChatGPT/Grok subscription logins are later capabilities: their
-//! listings say so (`supported: false`) and their writes answer `NOT_SUPPORTED` (see
-//! `unsupported.rs`).
+//! Channel adapters run per agent (`adapters`): their listings carry each adapter's live state.
+//! ChatGPT/Grok subscription logins are a later capability: their listings say so
+//! (`supported: false`) and their writes answer `NOT_SUPPORTED` (see `unsupported.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -207,15 +207,26 @@ fn adapters_value(values: &Map<String, Value>) -> Value {
         .collect();
     json!({
         "adapters": adapters,
-        "supported": false,
-        "note": "channel adapters are not run by this runtime yet: registrations are listed, none is started",
+        "supported": true,
+        "builtin": adf_adapters::KNOWN_ADAPTERS,
+        "note": "each agent runs the adapters its config enables (telegram; email, slack, discord and whatsapp are not supported yet)",
     })
 }
 
-/// `GET /runtime/adapters`: the adapter registrations of the settings (none runs here yet).
+/// `GET /runtime/adapters`: the adapter registrations of the settings, and the live state of
+/// every loaded agent's adapters.
 pub(super) async fn adapters(State(state): State<AppState>) -> ApiResult<Response> {
     let (_, values) = read_settings(&state)?;
-    Ok(Json(adapters_value(&values)).into_response())
+    let mut value = adapters_value(&values);
+    let mut agents = Vec::new();
+    for (agent, config) in configs(&state.daemon.agents()).await {
+        if configured_adapters(&config).is_empty() {
+            continue;
+        }
+        agents.push(agent_adapters_value(&agent, &config).await);
+    }
+    value["agents"] = Value::Array(agents);
+    Ok(Json(value).into_response())
 }
 
 // ---------------------------------------------------------------------------------- usage
@@ -544,12 +555,34 @@ fn triggers_value(agent: &Agent, config: &Value) -> Value {
     })
 }
 
-fn agent_adapters_value(agent: &Agent, config: &Value) -> Value {
+/// The agent's configured adapters and their states: the running host's, else (the agent is
+/// `off` or none started) `disabled` or `stopped` from the config.
+async fn agent_adapters_value(agent: &Agent, config: &Value) -> Value {
+    let configured = configured_adapters(config);
+    let running = agent.adapters().statuses().await;
+    let states: Vec<Value> = match &running {
+        Some(statuses) => statuses
+            .iter()
+            .map(adf_adapters::AdapterStatus::to_json)
+            .collect(),
+        None => configured
+            .iter()
+            .map(|c| {
+                let state = if c["enabled"] == true {
+                    "stopped"
+                } else {
+                    "disabled"
+                };
+                json!({ "type": c["type"], "state": state, "error": null, "restarts": 0 })
+            })
+            .collect(),
+    };
     json!({
         "agentId": agent.id,
-        "configured": configured_adapters(config),
-        "states": [],
-        "supported": false,
+        "configured": configured,
+        "states": states,
+        "running": running.is_some(),
+        "supported": true,
     })
 }
 
@@ -568,15 +601,15 @@ pub(super) async fn agent_triggers(
     Ok(Json(triggers_value(&agent, &config)).into_response())
 }
 
-/// `GET /agents/{id}/adapters` and `/runtime/adapters`: adapters configured in the file (none
-/// is started by this runtime yet).
+/// `GET /agents/{id}/adapters` and `/runtime/adapters`: adapters configured in the file and
+/// their live states.
 pub(super) async fn agent_adapters(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let agent = find(&state, &id)?;
     let config = config_of(&agent).await?;
-    Ok(Json(agent_adapters_value(&agent, &config)).into_response())
+    Ok(Json(agent_adapters_value(&agent, &config).await).into_response())
 }
 
 /// `GET /agents/{id}/runtime`: status, adapters, MCP servers (as configured), triggers, WebSocket
@@ -590,7 +623,7 @@ pub(super) async fn agent_runtime(
     Ok(Json(json!({
         "agentId": agent.id,
         "status": status_value(&agent).await?,
-        "adapters": agent_adapters_value(&agent, &config),
+        "adapters": agent_adapters_value(&agent, &config).await,
         "mcp": { "agentId": agent.id, "configured": configured_mcp(&config) },
         "triggers": triggers_value(&agent, &config),
         "ws": { "configured": list_of(&config, "ws_connections") },

@@ -601,7 +601,12 @@ async fn api_runtime_reads_describe_settings_agents_and_triggers() {
     let diagnostics = h.client.get("/diagnostics").await.unwrap();
     assert_eq!(diagnostics["agents"][0]["id"], agent.id.as_str());
     let adapters = h.client.get("/runtime/adapters").await.unwrap();
-    assert_eq!(adapters["supported"], false);
+    assert_eq!(adapters["supported"], true);
+    assert_eq!(
+        adapters["agents"],
+        json!([]),
+        "no agent configures an adapter"
+    );
     h.stop().await;
 }
 
@@ -654,7 +659,7 @@ async fn api_network_mesh_disable_closes_the_inbound_door_and_enable_reopens_it(
             adapters["configured"].clone(),
             adapters["supported"].clone()
         ),
-        (json!([]), json!(false))
+        (json!([]), json!(true))
     );
 
     let runtimes = h

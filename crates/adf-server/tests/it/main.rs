@@ -5,6 +5,7 @@
 // A test or bench crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
 
+mod adapters;
 mod api_gaps;
 mod api_ops;
 mod chat;

@@ -36,7 +36,7 @@ fn each_declared_section_is_named() {
         "code_execution": { "packages": [{ "name": "vega-lite", "version": "^5" }] },
         "mcp": { "servers": [{ "name": "github", "transport": "stdio", "command": "node" }] },
         "compute": { "enabled": true },
-        "adapters": { "telegram": { "enabled": true }, "email": { "enabled": false } },
+        "adapters": { "telegram": { "enabled": true }, "slack": { "enabled": true }, "email": { "enabled": false } },
         "serving": {
             "public": { "enabled": true },
             "shared": { "enabled": true, "patterns": ["*.html"] },
@@ -62,7 +62,7 @@ fn each_declared_section_is_named() {
         [
             "code_execution.packages",
             "compute",
-            "adapters.telegram",
+            "adapters.slack",
             "pre_llm_hook",
             "tools.fs_transfer",
         ]
@@ -70,6 +70,10 @@ fn each_declared_section_is_named() {
     let line = warning_line(&config).unwrap();
     assert!(line.contains("code_execution.packages"), "{line}");
     assert!(!line.contains("mcp"), "MCP servers run: {line}");
+    assert!(
+        !line.contains("telegram"),
+        "the daemon runs Telegram: {line}"
+    );
     assert!(
         !line.contains("stream"),
         "stream bindings and deltas run: {line}"

@@ -1,0 +1,217 @@
+//! Channel adapters run by the daemon (§5.13, §11.6), end to end against the testkit's Bot API
+//! server on 127.0.0.1: a Telegram DM becomes an inbox row, the agent's `on_inbox` lambda
+//! answers it with `msg_send` by `parent_id`, the reply reaches the platform as a
+//! `sendMessage` to the right chat replying to the right message, and turning the agent off
+//! stops polling. The credential is sealed in the agent's file for the daemon home's owner.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use adf_server::daemon::Agent;
+use adf_store::messages::{Mailbox, MessageFilter};
+use adf_store::views::LogFilter;
+use adf_testkit::telegram::TelegramServer;
+use serde_json::{Map, Value, json};
+
+use crate::common::{Harness, agent_file, owner_keys, set_state, wait_for};
+
+const TOKEN: &str = "123456:DAEMON-test-token";
+const PURPOSE: &str = "adapter:telegram:TELEGRAM_BOT_TOKEN";
+
+/// Answers every inbox row through the channel it came from: a reply by `parent_id`, so the
+/// runtime finds the recipient and the `source_context` itself. Records the outcome.
+const REPLIER: &str = r#"
+export async function main(event) {
+  let out;
+  try { out = await adf.msg_send({ parent_id: event.data.id, content: 'pong: ' + event.data.id }) }
+  catch (e) { out = { code: e.code, message: e.message } }
+  await adf.fs_write({ path: `replied/${event.data.id}.json`, content: JSON.stringify(out), mode: 'write' });
+}
+"#;
+
+/// A Telegram agent whose adapter polls `server`, with an identity sealed for the harness's
+/// owner and, when `token` is given, the bot token sealed under its purpose.
+fn telegram_agent(h: &Harness, server: &TelegramServer, token: Option<&str>) -> PathBuf {
+    let path = agent_file(
+        h.dir.path(),
+        "bot",
+        &[("lib/reply.ts", REPLIER)],
+        &[
+            (
+                "adapters",
+                json!({ "telegram": {
+                    "enabled": true,
+                    "config": { "api_root": server.api_root(), "poll_timeout": 1 },
+                } }),
+            ),
+            ("security.allow_local_fetch", json!(true)),
+            (
+                "triggers",
+                json!({ "on_inbox": { "enabled": true, "targets": [
+                    { "scope": "system", "lambda": "lib/reply.ts:main" }
+                ] } }),
+            ),
+        ],
+    );
+    let keys = owner_keys(h);
+    let mut file = adf_store::AdfFile::open(&path).unwrap();
+    let open = adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+    if let Some(token) = token {
+        adf_runtime::identity::set_credential(&mut file, &open, PURPOSE, token.as_bytes(), false)
+            .unwrap();
+    }
+    file.close().unwrap();
+    path
+}
+
+async fn inbox(agent: &Arc<Agent>) -> Vec<Map<String, Value>> {
+    agent
+        .store()
+        .run(|file| file.messages(Mailbox::Inbox, &MessageFilter::default(), None))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|row| row.get("source").and_then(Value::as_str) == Some("telegram"))
+        .collect()
+}
+
+async fn outbox(agent: &Arc<Agent>) -> Vec<Map<String, Value>> {
+    agent
+        .store()
+        .run(|file| file.messages(Mailbox::Outbox, &MessageFilter::default(), None))
+        .await
+        .unwrap()
+}
+
+/// The adapter's state as `GET /agents/{id}/runtime/adapters` reports it.
+async fn adapter_state(h: &Harness, agent: &Agent) -> Value {
+    let body = h
+        .client
+        .get(&format!("/agents/{}/runtime/adapters", agent.id))
+        .await
+        .unwrap();
+    body["states"]
+        .as_array()
+        .and_then(|states| states.iter().find(|s| s["type"] == "telegram"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn json_column(row: &Map<String, Value>, column: &str) -> Value {
+    match row.get(column) {
+        Some(Value::String(text)) => serde_json::from_str(text).unwrap_or(Value::Null),
+        Some(other) => other.clone(),
+        None => Value::Null,
+    }
+}
+
+/// MSG-22, MSG-43, STL-04: a DM in, the lambda's reply out through the adapter (to the DM's
+/// chat, replying to its message), the outbox row `delivered`; `off` stops polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_22_msg_43_stl_04_a_telegram_dm_is_answered_through_the_daemon_and_off_stops_polling() {
+    let server = TelegramServer::start(TOKEN, "adf_daemon_bot").await;
+    let h = Harness::start().await;
+    let path = telegram_agent(&h, &server, Some(TOKEN));
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    wait_for("the adapter runs", || async {
+        adapter_state(&h, &agent).await["state"] == "running"
+    })
+    .await;
+
+    let chat = json!({ "id": 4242, "type": "private", "first_name": "Ann" });
+    let from = json!({ "id": 4242, "is_bot": false, "first_name": "Ann", "username": "ann" });
+    server.push_message(chat, from, "ping");
+    wait_for("the DM is an inbox row", || async {
+        !inbox(&agent).await.is_empty()
+    })
+    .await;
+    let row = inbox(&agent).await.remove(0);
+    assert_eq!(row["from"], "telegram:4242", "{row:?}");
+    assert_eq!(row["content"], "ping");
+    let context = json_column(&row, "source_context");
+    assert_eq!(context["chat_id"], 4242, "{context}");
+    let replied_to = context["message_id"].clone();
+    assert!(replied_to.is_i64(), "{context}");
+
+    wait_for("the reply reached the platform", || async {
+        !server.calls_of("sendMessage").is_empty()
+    })
+    .await;
+    let sent = server.calls_of("sendMessage").remove(0).params;
+    assert_eq!(
+        sent["chat_id"].to_string().trim_matches('"'),
+        "4242",
+        "{sent:?}"
+    );
+    let row_id = row["id"].as_str().unwrap();
+    assert_eq!(sent["text"], format!("pong: {row_id}"), "{sent:?}");
+    assert_eq!(
+        sent["reply_to_message_id"].to_string().trim_matches('"'),
+        replied_to.to_string(),
+        "MSG-43: the reply carries the parent's source_context: {sent:?}"
+    );
+    wait_for("the outbox row is delivered", || async {
+        outbox(&agent)
+            .await
+            .iter()
+            .any(|r| r["to"] == "telegram:4242" && r["status"] == "delivered")
+    })
+    .await;
+
+    // STL-04: off stops the adapter; no poll reaches the platform any more.
+    set_state(&h, &agent, "off").await;
+    wait_for("the adapter stopped", || async {
+        adapter_state(&h, &agent).await["state"] == "stopped"
+    })
+    .await;
+    // `stopped` is reported after the adapter's task ended: nothing polls any more. Proved
+    // over more than two long polls (poll_timeout 1 s), which a running adapter would make.
+    let polls = server.calls_of("getUpdates").len();
+    let polled_again = tokio::time::timeout(std::time::Duration::from_millis(2_500), async {
+        while server.calls_of("getUpdates").len() == polls {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(polled_again.is_err(), "an agent that is off does not poll");
+    h.stop().await;
+}
+
+/// IDN-37: without the credential the agent runs on, the adapter is `failed` with an error
+/// naming the purpose key; no request reached the platform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idn_37_a_missing_telegram_credential_fails_the_adapter_and_names_the_purpose_key() {
+    let server = TelegramServer::start(TOKEN, "adf_daemon_bot").await;
+    let h = Harness::start().await;
+    let path = telegram_agent(&h, &server, None);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    wait_for("the adapter failed", || async {
+        adapter_state(&h, &agent).await["state"] == "failed"
+    })
+    .await;
+    let state = adapter_state(&h, &agent).await;
+    let error = state["error"].as_str().unwrap_or_default();
+    assert!(error.contains(PURPOSE), "{state}");
+    assert!(
+        h.server.daemon.agent(&agent.id).is_ok(),
+        "the agent runs on"
+    );
+    assert!(server.calls().is_empty(), "{:?}", server.calls());
+    let filter = LogFilter {
+        origin: Some("adapter".into()),
+        ..LogFilter::default()
+    };
+    let logged = agent
+        .store()
+        .run(move |file| file.logs_recent(&filter, 50))
+        .await
+        .unwrap();
+    assert!(
+        logged
+            .iter()
+            .any(|r| r.message.as_deref().is_some_and(|m| m.contains(PURPOSE))),
+        "a log row (origin adapter) names the key: {logged:?}"
+    );
+    h.stop().await;
+}
