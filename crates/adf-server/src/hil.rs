@@ -12,8 +12,8 @@
 //! reason, edited arguments) before `hil.resolved` goes out.
 //!
 //! Waiting holds nothing: a model's call that needs approval stops in the pipeline before its
-//! transaction (`ToolRegistry::call_step`), and the executor awaits [`Owner::await_approval`]
-//! (an `ask`: [`Owner::ask`]) with the leased file given back to the agent's store worker and
+//! transaction (`ToolRegistry::call_step`), and the executor awaits `Owner::await_approval`
+//! (an `ask`: `Owner::ask`) with the leased file given back to the agent's store worker and
 //! the turn's lock on the shared file released (`FileGuard::unlocked_while`). So while main
 //! waits, the worker runs every other job itself — owner reads and writes, timer fires,
 //! system lambdas, trigger deliveries — and a turn of another loop leases the file and

@@ -17,7 +17,7 @@
 //! Only this crate runs SQL: no other crate reaches the connection (`AdfFile::connection` exists
 //! for this crate's own tests only, behind the `self-test-sql` feature) or holds SQL text, its
 //! tests included (the `closed_api` test); their fixtures and whole-table reads go through
-//! [`test_support`] (the `test-support` feature).
+//! `test_support` (the `test-support` feature).
 
 mod access;
 pub mod audit;
