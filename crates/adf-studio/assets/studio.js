@@ -376,6 +376,9 @@ async function loopTab(panel, id, base, status) {
   panel.append(transcript, usage, h('p', {}, fill, fillText), timing, pending, form, diffBox);
 
   let streaming = null;
+  // The running turn's latest retry line: a transcript reload during the turn (another event's)
+  // keeps it, since the stored transcript has no row for it until the turn ends.
+  let retryLine = null;
   // Beyond the reference: where a turn's time went, from the executor's state changes as the
   // daemon stamped them (model = waiting on the provider, tools = running calls, owner =
   // waiting for an approval or an answer).
@@ -399,6 +402,7 @@ async function loopTab(panel, id, base, status) {
     clear(transcript);
     streaming = null;
     const last = renderTranscript(transcript, r.data.chatHistory.uiLog, usage);
+    if (retryLine) transcript.append(retryLine);
     if (last) {
       const t = typeof last === 'string' ? JSON.parse(last) : last;
       showFill((t.input ?? t.input_tokens ?? 0) + (t.cache_read ?? 0) + (t.cache_write ?? 0));
@@ -430,7 +434,8 @@ async function loopTab(panel, id, base, status) {
         // The model request failed and waits to be retried: said in the chat, where the owner
         // is looking (the transcript reload at the turn's end replaces it).
         streaming = null;
-        transcript.append(h('div', { class: 'msg retry', role: 'status', 'data-retry': String(frame.attempt), text: frame.message }));
+        retryLine = h('div', { class: 'msg retry', role: 'status', 'data-retry': String(frame.attempt), text: frame.message });
+        transcript.append(retryLine);
         transcript.scrollTop = transcript.scrollHeight;
       } else if (frame.kind === 'reply' && frame.usage) {
         usage.textContent = `last reply: ${tokenText(frame.usage, frame.model)}`;
@@ -441,7 +446,10 @@ async function loopTab(panel, id, base, status) {
         // Idle is the executor's rest; the badge then shows the agent's display state.
         const shown = frame.state === 'Idle' ? status.display : frame.state.replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
         if (badge) badge.replaceChildren(stateBadge(shown));
-        if (frame.state === 'Idle') laterReload();
+        if (frame.state === 'Idle') {
+          retryLine = null;
+          laterReload();
+        }
         reloadPending();
       }
     },

@@ -601,6 +601,8 @@ async fn por_03_por_04_a_copied_file_carries_its_credential_but_not_its_adapter_
     let elsewhere = tempfile::tempdir().unwrap();
     let copy = elsewhere.path().join("bot.adf");
     std::fs::copy(&rig.path, &copy).unwrap();
+    // Checked before the copy's host runs: once it polls, it keeps state of its own.
+    assert!(!state_root_for(&copy).exists());
     let sink = FileSink::open(&copy);
     let polls_before = rig.server.calls_of("getUpdates").len();
     let host = AdapterHost::start(
@@ -629,6 +631,5 @@ async fn por_03_por_04_a_copied_file_carries_its_credential_but_not_its_adapter_
         "the state directory stayed behind, so the copy starts without an offset: {:?}",
         first_poll.params
     );
-    assert!(!state_root_for(&copy).exists());
     host.stop().await;
 }
