@@ -259,7 +259,7 @@ impl TurnScope {
                 }),
                 turn,
                 abort,
-                observer: Arc::new(crate::turns::TurnObserver::new(Arc::clone(agent))),
+                observer: Arc::new(crate::turns::turn_observer(Arc::clone(agent))),
                 asked: Mutex::new(Vec::new()),
             },
             task,

@@ -50,29 +50,38 @@ pub(crate) fn observe_serving<R>(
     sweep: Sweep,
     work: impl FnOnce(&mut AdfFile, Option<FileQueue>) -> R,
 ) -> Observed<R> {
-    let watch = Arc::new(RunWatch {
-        producer,
-        sweep,
-        state: Mutex::new(Watched::default()),
-    });
+    let watch = Arc::new(LeaseObserver::new(producer, sweep));
     watch.acquired(file);
     let hooks: Arc<dyn LeaseHooks> = watch.clone();
     let queue = StoreHandle::of_this_worker().map(|handle| FileQueue::new(handle, Some(hooks)));
     let result = work(file, queue);
     watch.releasing(file);
-    let mut state = watch.lock();
+    let (written, events) = watch.take();
     Observed {
         result,
-        written: std::mem::take(&mut state.written).into_iter().collect(),
-        events: std::mem::take(&mut state.events),
+        written,
+        events,
     }
 }
 
-/// The run's side of each hand-over of the file to the jobs it serves ([`LeaseHooks`]).
-struct RunWatch {
+/// One job's side of each hand-over of the agent's file ([`LeaseHooks`]) — a system run's to
+/// the jobs it serves, a turn's to its worker (`turns::TurnObserver`): when the file comes
+/// back, rows that appeared since are another writer's (`External`) and the file stamps are
+/// taken; when it goes, the rows since are the producer's and the files whose stamp moved
+/// (or that are gone) are its changes. Jobs that ran in between sweep their own rows, so none
+/// of this job's rows is another's and the other way round.
+pub(crate) struct LeaseObserver {
     producer: Producer,
     sweep: Sweep,
     state: Mutex<Watched>,
+}
+
+impl std::fmt::Debug for LeaseObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseObserver")
+            .field("producer", &self.producer)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Default)]
@@ -84,13 +93,29 @@ struct Watched {
     events: Vec<TriggerEvent>,
 }
 
-impl RunWatch {
+impl LeaseObserver {
+    pub(crate) fn new(producer: Producer, sweep: Sweep) -> Self {
+        Self {
+            producer,
+            sweep,
+            state: Mutex::new(Watched::default()),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The files changed (path order) and the row events observed so far, in order; the
+    /// observation goes on empty.
+    pub(crate) fn take(&self) -> (crate::support::FileChanges, Vec<TriggerEvent>) {
+        let mut state = self.lock();
+        let written = std::mem::take(&mut state.written).into_iter().collect();
+        (written, std::mem::take(&mut state.events))
+    }
 }
 
-impl LeaseHooks for RunWatch {
+impl LeaseHooks for LeaseObserver {
     fn acquired(&self, file: &mut AdfFile) {
         // Rows no job swept (another process wrote them) are outside events, as they would
         // have been at the start of a job.

@@ -52,7 +52,7 @@ use crate::support::{TURN_EVENT_LIMIT, current_thread, log_from};
 
 mod observer;
 
-pub(crate) use observer::TurnObserver;
+pub(crate) use observer::{TurnObserver, turn_observer};
 
 /// Starts an owner chat turn on `loop_name` in the background (`POST /agents/{id}/chat`).
 /// The model is decided first ([`TurnModel`]), so a missing provider or key is reported to the
