@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::config::AdapterSettings;
 use crate::error::AdapterError;
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
+use crate::platform::Building;
 use crate::sink::{AdapterSink, StateChange};
 use crate::{Adapter, Session, Sleeper, StopHandle, StopSignal, TokioSleeper, stop_pair};
 
@@ -164,31 +165,17 @@ async fn build(
     sink: &Arc<dyn AdapterSink>,
     sleeper: &Arc<dyn Sleeper>,
 ) -> Result<Arc<dyn Adapter>, AdapterError> {
+    let building = Building {
+        settings,
+        sink,
+        sleeper,
+    };
     match settings.kind.as_str() {
-        "telegram" => {
-            let purpose = crate::telegram::CREDENTIAL_PURPOSE;
-            let credential = sink
-                .credential(purpose)
-                .await
-                .map_err(|e| AdapterError::Sink {
-                    adapter: settings.kind.clone(),
-                    reason: e.to_string(),
-                })?;
-            let Some(token) = credential.filter(|t| !t.expose().trim().is_empty()) else {
-                return Err(AdapterError::MissingCredential {
-                    adapter: settings.kind.clone(),
-                    purpose: purpose.to_owned(),
-                    file: sink.agent_file().display().to_string(),
-                });
-            };
-            let adapter = crate::telegram::TelegramAdapter::new(
-                settings,
-                token,
-                sink.clone(),
-                sleeper.clone(),
-            )?;
-            Ok(Arc::new(adapter))
-        }
+        crate::telegram::KIND => crate::telegram::build(&building).await,
+        crate::email::KIND => crate::email::build(&building).await,
+        crate::slack::KIND => crate::slack::build(&building).await,
+        crate::discord::KIND => crate::discord::build(&building).await,
+        crate::whatsapp::KIND => crate::whatsapp::build(&building).await,
         other => Err(AdapterError::NotSupported {
             what: format!("the {other} adapter"),
         }),

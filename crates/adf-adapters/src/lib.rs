@@ -18,8 +18,9 @@
 //!   forms as inline keyboards, 429 `retry_after`), speaking HTTP only through an
 //!   `adf_egress` client after `Policy::admit`.
 //!
-//! Email, Slack, Discord and WhatsApp are not supported yet: the host reports them as failed
-//! with an error that says so.
+//! - `email/`, `slack/`, `discord/`, `whatsapp/`: one module per platform, each with its `KIND`
+//!   and a `build` the host calls with a `platform::Building` (settings, sink, sleeper, the
+//!   credential reader). A platform not run yet fails to build with an error that says so.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,13 +30,18 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod config;
+pub mod discord;
+pub mod email;
 mod error;
 mod forms;
 mod host;
 mod message;
+mod platform;
 mod sink;
+pub mod slack;
 mod state_dir;
 pub mod telegram;
+pub mod whatsapp;
 
 pub use config::{
     AdapterSettings, DEFAULT_MAX_ATTACHMENT_SIZE, DmPolicy, GroupPolicy, InboundPolicy, Sender,

@@ -46,14 +46,18 @@
 //! [`telegram::TelegramServer`] is a local Telegram Bot API server (long polling, scripted 429,
 //! 401 and dropped connections) for the channel adapters' tests.
 
+pub mod discord;
 pub mod fixtures;
+pub mod mail;
 pub mod processes;
 mod scan;
 mod server;
+pub mod slack;
 pub mod snapshot;
 pub mod sockets;
 pub mod telegram;
 mod turn;
+pub mod whatsapp;
 mod wire;
 
 pub use server::{MockProvider, RecordedRequest, Wire, refused_base_url};

@@ -33,6 +33,7 @@ use crate::config::AdapterSettings;
 use crate::error::AdapterError;
 use crate::forms::{FORM_CONTENT_TYPE, Form};
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
+use crate::platform::Building;
 use crate::sink::{AdapterSink, Secret};
 use crate::state_dir::StateDir;
 use crate::{Adapter, BoxFuture, Session, Sleeper};
@@ -103,6 +104,18 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Builds the Telegram adapter for one agent: the bot token is required.
+pub(crate) async fn build(building: &Building<'_>) -> Result<Arc<dyn Adapter>, AdapterError> {
+    let token = building.required_credential(CREDENTIAL_PURPOSE).await?;
+    let adapter = TelegramAdapter::new(
+        building.settings,
+        token,
+        building.sink.clone(),
+        building.sleeper.clone(),
+    )?;
+    Ok(Arc::new(adapter))
 }
 
 impl TelegramAdapter {

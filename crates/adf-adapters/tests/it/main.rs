@@ -4,4 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod discord;
+mod email;
+mod slack;
 mod telegram;
+mod whatsapp;

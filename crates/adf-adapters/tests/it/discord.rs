@@ -1,0 +1,1 @@
+//! The Discord adapter's tests.

@@ -1,0 +1,1 @@
+//! The Email (real IMAP/SMTP servers) adapter's tests.

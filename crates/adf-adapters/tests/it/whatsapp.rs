@@ -1,0 +1,1 @@
+//! The Whatsapp adapter's tests.

@@ -1,0 +1,1 @@
+//! A local Discord API server (Gateway WebSocket + REST) for adapter tests.

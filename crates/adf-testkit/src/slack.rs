@@ -1,0 +1,1 @@
+//! A local Slack API server (Socket Mode WebSocket + Web API) for adapter tests.

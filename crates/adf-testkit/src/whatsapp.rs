@@ -1,0 +1,1 @@
+//! A local WhatsApp Business Cloud API (Graph API) server for adapter tests.
