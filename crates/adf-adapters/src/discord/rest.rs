@@ -190,7 +190,12 @@ impl RestApi {
                     return Err(AdapterError::CredentialRefused {
                         adapter: kind(),
                         purpose: super::CREDENTIAL_PURPOSE.into(),
-                        reason: format!("401 {message}"),
+                        // Discord's own text already reads "401: Unauthorized".
+                        reason: if message.starts_with("401") {
+                            message
+                        } else {
+                            format!("401 {message}")
+                        },
                         file: self.file.clone(),
                     });
                 }
