@@ -18,7 +18,12 @@
 //!   forms as inline keyboards, 429 `retry_after`), speaking HTTP only through an
 //!   `adf_egress` client after `Policy::admit`.
 //!
-//! - `email/`, `slack/`, `discord/`, `whatsapp/`: one module per platform, each with its `KIND`
+//! - `discord/` is the Discord adapter: the Gateway WebSocket in (through
+//!   `adf_egress::connect_websocket`; heartbeats with an ACK check, IDENTIFY, RESUME with the
+//!   session and sequence kept in the state directory), the HTTP API out (replies with a
+//!   `message_reference`, forms as message components, 429 `retry_after`).
+//!
+//! - `email/`, `slack/`, `whatsapp/`: one module per platform, each with its `KIND`
 //!   and a `build` the host calls with a `platform::Building` (settings, sink, sleeper, the
 //!   credential reader). A platform not run yet fails to build with an error that says so.
 

@@ -283,8 +283,7 @@ impl DiscordServer {
         let id = self.next_id();
         let mut mentions = Vec::new();
         let bot_id = self.bot_id();
-        if content.contains(&format!("<@{bot_id}>")) || content.contains(&format!("<@!{bot_id}>"))
-        {
+        if content.contains(&format!("<@{bot_id}>")) || content.contains(&format!("<@!{bot_id}>")) {
             mentions.push(self.inner.bot.clone());
         }
         let mut message = json!({
@@ -303,8 +302,15 @@ impl DiscordServer {
         let channel_id = channel["id"].as_str().unwrap_or_default().to_owned();
         {
             let mut state = self.inner.lock();
-            state.channels.entry(channel_id.clone()).or_insert_with(|| channel.clone());
-            state.history.entry(channel_id).or_default().push(message.clone());
+            state
+                .channels
+                .entry(channel_id.clone())
+                .or_insert_with(|| channel.clone());
+            state
+                .history
+                .entry(channel_id)
+                .or_default()
+                .push(message.clone());
         }
         self.dispatch("MESSAGE_CREATE", message);
         id
@@ -323,7 +329,9 @@ impl DiscordServer {
     ) -> String {
         let id = self.next_id();
         let data = match values {
-            Some(values) => json!({ "custom_id": custom_id, "component_type": 3, "values": values }),
+            Some(values) => {
+                json!({ "custom_id": custom_id, "component_type": 3, "values": values })
+            }
             None => json!({ "custom_id": custom_id, "component_type": 2 }),
         };
         let mut interaction = json!({
@@ -415,7 +423,10 @@ impl DiscordServer {
 
     /// The requests of one route.
     pub fn calls_to(&self, route: &str) -> Vec<DiscordCall> {
-        self.calls().into_iter().filter(|c| c.route == route).collect()
+        self.calls()
+            .into_iter()
+            .filter(|c| c.route == route)
+            .collect()
     }
 
     /// Every payload clients sent on the Gateway, in order.
@@ -521,7 +532,14 @@ fn admit(
 
 async fn gateway_bot(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
     let path = "/gateway/bot".to_owned();
-    if let Some(r) = admit(&inner, "GET", "gateway_bot", path, Some(&headers), &Bytes::new()) {
+    if let Some(r) = admit(
+        &inner,
+        "GET",
+        "gateway_bot",
+        path,
+        Some(&headers),
+        &Bytes::new(),
+    ) {
         return r;
     }
     json_response(
@@ -536,7 +554,14 @@ async fn gateway_bot(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Res
 
 async fn users_me(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
     let path = "/users/@me".to_owned();
-    if let Some(r) = admit(&inner, "GET", "users_me", path, Some(&headers), &Bytes::new()) {
+    if let Some(r) = admit(
+        &inner,
+        "GET",
+        "users_me",
+        path,
+        Some(&headers),
+        &Bytes::new(),
+    ) {
         return r;
     }
     json_response(StatusCode::OK, &inner.bot)
@@ -548,7 +573,14 @@ async fn get_channel(
     headers: HeaderMap,
 ) -> Response {
     let path = format!("/channels/{id}");
-    if let Some(r) = admit(&inner, "GET", "get_channel", path, Some(&headers), &Bytes::new()) {
+    if let Some(r) = admit(
+        &inner,
+        "GET",
+        "get_channel",
+        path,
+        Some(&headers),
+        &Bytes::new(),
+    ) {
         return r;
     }
     match inner.lock().channels.get(&id) {
@@ -603,7 +635,14 @@ async fn create_message(
     body: Bytes,
 ) -> Response {
     let path = format!("/channels/{id}/messages");
-    if let Some(r) = admit(&inner, "POST", "create_message", path, Some(&headers), &body) {
+    if let Some(r) = admit(
+        &inner,
+        "POST",
+        "create_message",
+        path,
+        Some(&headers),
+        &body,
+    ) {
         return r;
     }
     let Ok(Value::Object(params)) = serde_json::from_slice::<Value>(&body) else {

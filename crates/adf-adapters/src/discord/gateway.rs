@@ -146,20 +146,16 @@ impl DiscordAdapter {
         let mut url = Url::parse(base)
             .map_err(|e| transport(format!("the Gateway URL '{base}' is not a URL: {e}")))?;
         url.query_pairs_mut().clear().extend_pairs(GATEWAY_QUERY);
-        let (socket, _addr) = adf_egress::connect_websocket(
-            self.rest.policy(),
-            &url,
-            &SystemLookup,
-            CONNECT_TIMEOUT,
-        )
-        .await
-        .map_err(|e| match e.kind {
-            EgressErrorKind::Failed => transport(self.rest.scrub(&e.to_string())),
-            _ => AdapterError::Egress {
-                adapter: KIND.into(),
-                reason: self.rest.scrub(&e.to_string()),
-            },
-        })?;
+        let (socket, _addr) =
+            adf_egress::connect_websocket(self.rest.policy(), &url, &SystemLookup, CONNECT_TIMEOUT)
+                .await
+                .map_err(|e| match e.kind {
+                    EgressErrorKind::Failed => transport(self.rest.scrub(&e.to_string())),
+                    _ => AdapterError::Egress {
+                        adapter: KIND.into(),
+                        reason: self.rest.scrub(&e.to_string()),
+                    },
+                })?;
         Ok(socket)
     }
 
@@ -370,7 +366,11 @@ impl DiscordAdapter {
 /// failed connection.
 fn dropped(ready: bool, reason: &str) -> Result<Ended, AdapterError> {
     if ready {
-        tracing::info!(adapter = KIND, reason, "gateway connection dropped; resuming");
+        tracing::info!(
+            adapter = KIND,
+            reason,
+            "gateway connection dropped; resuming"
+        );
         Ok(Ended::Reconnect {
             resume: true,
             wait: RECONNECT_WAIT,
@@ -391,12 +391,15 @@ async fn next_payload(rx: &mut SplitStream<Socket>) -> Result<Value, AdapterErro
     loop {
         match rx.next().await {
             Some(Ok(Message::Text(text))) => {
-                return serde_json::from_str(text.as_str())
-                    .map_err(|e| transport(format!("the Gateway sent a payload that is not JSON: {e}")));
+                return serde_json::from_str(text.as_str()).map_err(|e| {
+                    transport(format!("the Gateway sent a payload that is not JSON: {e}"))
+                });
             }
             Some(Ok(Message::Close(frame))) => {
                 let code = frame.map(|f| u16::from(f.code)).unwrap_or_default();
-                return Err(transport(format!("the Gateway closed the connection ({code})")));
+                return Err(transport(format!(
+                    "the Gateway closed the connection ({code})"
+                )));
             }
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(transport(format!("the Gateway connection failed: {e}"))),

@@ -87,10 +87,10 @@ fn mentions(message: &Value, bot: &Bot) -> bool {
         .get("content")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let in_text = content.contains(&format!("<@{}>", bot.id))
-        || content.contains(&format!("<@!{}>", bot.id));
-    let replies_to_bot = text(message.pointer("/referenced_message/author/id")).as_deref()
-        == Some(bot.id.as_str());
+    let in_text =
+        content.contains(&format!("<@{}>", bot.id)) || content.contains(&format!("<@!{}>", bot.id));
+    let replies_to_bot =
+        text(message.pointer("/referenced_message/author/id")).as_deref() == Some(bot.id.as_str());
     listed || in_text || replies_to_bot
 }
 
@@ -139,7 +139,10 @@ fn attachments(message: &Value, limit: u64) -> Vec<Value> {
         );
         record.insert("size_bytes".into(), json!(size));
         record.insert("platform_file_id".into(), json!(text(item.get("id"))));
-        record.insert("url".into(), item.get("url").cloned().unwrap_or(Value::Null));
+        record.insert(
+            "url".into(),
+            item.get("url").cloned().unwrap_or(Value::Null),
+        );
         if size.is_some_and(|s| s > limit) {
             record.insert("transfer".into(), json!("skipped"));
             record.insert(
@@ -268,10 +271,8 @@ pub(crate) fn convert_interaction(
     if interaction.get("type").and_then(Value::as_u64) != Some(MESSAGE_COMPONENT) {
         return Converted::Dropped("an interaction that is not a component click");
     }
-    let (Some(id), Some(token)) = (
-        text(interaction.get("id")),
-        text(interaction.get("token")),
-    ) else {
+    let (Some(id), Some(token)) = (text(interaction.get("id")), text(interaction.get("token")))
+    else {
         return Converted::Dropped("an interaction without id or token");
     };
     let data = interaction.get("data").cloned().unwrap_or(Value::Null);

@@ -359,10 +359,7 @@ impl DiscordAdapter {
     }
 
     /// The channel to post to and the message to reference (the first part of a reply).
-    fn target(
-        &self,
-        message: &OutboundMessage,
-    ) -> Result<(String, Option<String>), AdapterError> {
+    fn target(&self, message: &OutboundMessage) -> Result<(String, Option<String>), AdapterError> {
         let (kind, id) = parse_recipient(&message.recipient).ok_or_else(|| {
             AdapterError::Invalid(format!(
                 "'{}' is not a discord:<channel id> recipient",
@@ -409,7 +406,10 @@ impl DiscordAdapter {
         }
         let sent = self
             .rest
-            .post(&format!("/channels/{channel}/messages"), &Value::Object(body))
+            .post(
+                &format!("/channels/{channel}/messages"),
+                &Value::Object(body),
+            )
             .await?;
         Ok(id_of(&sent))
     }
@@ -456,7 +456,13 @@ impl DiscordAdapter {
             let mut body = Map::new();
             body.insert(
                 "content".into(),
-                json!(heading.join("\n").chars().take(MAX_MESSAGE_CHARS).collect::<String>()),
+                json!(
+                    heading
+                        .join("\n")
+                        .chars()
+                        .take(MAX_MESSAGE_CHARS)
+                        .collect::<String>()
+                ),
             );
             ids.push(self.send(&channel, body, &mut reply_to).await?);
         }

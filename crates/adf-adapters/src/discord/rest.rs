@@ -148,12 +148,11 @@ impl RestApi {
         route: &str,
         body: Option<&Value>,
     ) -> Result<Value, AdapterError> {
-        let url = Url::parse(&format!("{}{route}", self.root)).map_err(|e| {
-            AdapterError::Config {
+        let url =
+            Url::parse(&format!("{}{route}", self.root)).map_err(|e| AdapterError::Config {
                 adapter: kind(),
                 message: format!("config.api_root '{}' does not make a URL: {e}", self.root),
-            }
-        })?;
+            })?;
         let mut attempt = 0;
         loop {
             attempt += 1;

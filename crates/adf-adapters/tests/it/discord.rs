@@ -95,7 +95,11 @@ impl Rig {
     }
 
     fn contents(&self) -> Vec<String> {
-        self.sink.inbox().iter().map(|r| text(r, "content")).collect()
+        self.sink
+            .inbox()
+            .iter()
+            .map(|r| text(r, "content"))
+            .collect()
     }
 
     fn state_file(&self, name: &str) -> Option<Value> {
@@ -143,7 +147,11 @@ async fn msg_43_discord_dms_and_guild_mentions_become_inbox_rows_and_own_message
     let identify = rig.server.gateway_ops(2);
     assert_eq!(identify.len(), 1);
     assert_eq!(identify[0]["d"]["intents"], json!(INTENTS));
-    assert_eq!(INTENTS, 512 | 4096 | 32768, "guild messages, DMs, message content");
+    assert_eq!(
+        INTENTS,
+        512 | 4096 | 32768,
+        "guild messages, DMs, message content"
+    );
     assert_eq!(rig.server.calls_to("gateway_bot").len(), 1);
 
     let dm = rig.server.dm_channel("400000000000000001", &ann());
@@ -181,12 +189,18 @@ async fn msg_43_discord_dms_and_guild_mentions_become_inbox_rows_and_own_message
     assert_eq!(first["source_context"]["channel_id"], json!(dm["id"]));
     assert_eq!(first["source_context"]["message_id"], json!(dm_id));
     assert_eq!(first["original_message"]["id"], json!(dm_id));
-    assert!(first.get("meta").is_none_or(Value::is_null), "a DM has no meta.group");
+    assert!(
+        first.get("meta").is_none_or(Value::is_null),
+        "a DM has no meta.group"
+    );
 
     let second = &rows[1];
     assert_eq!(text(second, "content"), mention);
     assert_eq!(second["source_context"]["message_id"], json!(mention_id));
-    assert_eq!(second["source_context"]["guild_id"], json!("500000000000000001"));
+    assert_eq!(
+        second["source_context"]["guild_id"],
+        json!("500000000000000001")
+    );
     let group = &second["meta"]["group"];
     assert_eq!(group["platform"], json!("discord"));
     assert_eq!(group["chat_id"], json!("400000000000000002"));
@@ -226,7 +240,7 @@ async fn cfg_49_discord_policy_allowlist_and_groups_apply_before_anything_is_sto
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_47_discord_a_restart_resumes_the_stored_session_and_a_redelivery_is_not_stored_twice()
- {
+{
     let rig = rig(json!({}), Some(TOKEN)).await;
     let host = rig.running().await;
     let dm = rig.server.dm_channel("410", &ann());
@@ -295,7 +309,11 @@ async fn discord_a_gateway_dropped_mid_stream_is_resumed_and_loses_or_doubles_no
     assert_eq!(rig.contents(), ["before", "in the drop", "after"]);
     let resume = rig.server.gateway_ops(6);
     assert_eq!(resume.len(), 1);
-    assert_eq!(resume[0]["d"]["seq"], json!(2), "resumed after the last stored dispatch");
+    assert_eq!(
+        resume[0]["d"]["seq"],
+        json!(2),
+        "resumed after the last stored dispatch"
+    );
     assert_eq!(rig.server.connections(), 2);
     assert_eq!(rig.server.sessions_started(), 1);
     let status = host.status("discord").unwrap();
@@ -320,7 +338,10 @@ async fn discord_a_heartbeat_without_ack_is_a_zombie_connection_and_is_resumed()
         .iter()
         .filter(|p| p["op"] == json!(1))
         .count();
-    assert_eq!(beats_before, 1, "one unanswered beat, then a new connection");
+    assert_eq!(
+        beats_before, 1,
+        "one unanswered beat, then a new connection"
+    );
     assert_eq!(payloads[0]["op"], json!(2), "IDENTIFY first");
     assert_eq!(payloads[1]["op"], json!(1), "then the first heartbeat");
     assert_eq!(
@@ -390,13 +411,26 @@ async fn msg_22_msg_43_discord_replies_reference_the_message_and_long_texts_are_
     );
     let delivered = host.deliver(&reply).await.unwrap();
     assert_eq!(delivered.status_code, 200);
-    assert_eq!(delivered.platform_message_ids.len(), 3, "4500 chars: 2000+2000+500");
+    assert_eq!(
+        delivered.platform_message_ids.len(),
+        3,
+        "4500 chars: 2000+2000+500"
+    );
     let sent = rig.server.calls_to("create_message");
     assert_eq!(sent.len(), 3);
     assert_eq!(sent[0].path, "/channels/450/messages");
-    assert_eq!(sent[0].body["message_reference"]["message_id"], json!(asked));
-    assert_eq!(sent[0].body["content"].as_str().unwrap().chars().count(), 2000);
-    assert!(sent[1].body.get("message_reference").is_none(), "only the first part replies");
+    assert_eq!(
+        sent[0].body["message_reference"]["message_id"],
+        json!(asked)
+    );
+    assert_eq!(
+        sent[0].body["content"].as_str().unwrap().chars().count(),
+        2000
+    );
+    assert!(
+        sent[1].body.get("message_reference").is_none(),
+        "only the first part replies"
+    );
     assert_eq!(sent[2].body["content"].as_str().unwrap().len(), 500);
 
     // A bare `discord:<channel>` recipient replies to nothing.
@@ -405,7 +439,10 @@ async fn msg_22_msg_43_discord_replies_reference_the_message_and_long_texts_are_
         .await
         .unwrap();
     let last = rig.server.calls_to("create_message").pop().unwrap();
-    assert_eq!(last.path, format!("/channels/{}/messages", general["id"].as_str().unwrap()));
+    assert_eq!(
+        last.path,
+        format!("/channels/{}/messages", general["id"].as_str().unwrap())
+    );
     assert!(last.body.get("message_reference").is_none());
 
     // Discord's refusal is the failed row's reason, with its status.
@@ -430,7 +467,11 @@ async fn discord_429_waits_the_retry_after_of_the_body_or_the_headers() {
     host.deliver(&outbound("discord:460", "after the waits", None))
         .await
         .unwrap();
-    assert_eq!(rig.server.calls_to("create_message").len(), 3, "refused twice, then sent");
+    assert_eq!(
+        rig.server.calls_to("create_message").len(),
+        3,
+        "refused twice, then sent"
+    );
     let waits = rig.sleeper.waits();
     assert!(waits.contains(&Duration::from_millis(2500)), "{waits:?}");
     assert!(waits.contains(&Duration::from_secs(3)), "{waits:?}");
@@ -457,9 +498,16 @@ async fn idn_37_discord_a_refused_token_is_a_clear_error_naming_the_purpose_and_
     assert!(error.contains("401"), "{error}");
     assert!(error.contains(CREDENTIAL_PURPOSE), "{error}");
     assert!(error.contains("adf identity set"), "{error}");
-    assert!(!error.contains("wrong.discord-token"), "the token never shows: {error}");
+    assert!(
+        !error.contains("wrong.discord-token"),
+        "the token never shows: {error}"
+    );
     assert_eq!(status.restarts, 0);
-    assert_eq!(rig.server.connections(), 0, "no Gateway with a refused token");
+    assert_eq!(
+        rig.server.connections(),
+        0,
+        "no Gateway with a refused token"
+    );
     let tested = AdapterHost::test_credential(
         &adapters_config(&rig.sink),
         "discord",
@@ -533,27 +581,33 @@ async fn msg_46_discord_a_form_goes_out_as_components_and_clicks_come_back_threa
         source_context: None,
     };
     let delivered = host.deliver(&message).await.unwrap();
-    assert_eq!(delivered.platform_message_ids.len(), 4, "the title, then one per question");
+    assert_eq!(
+        delivered.platform_message_ids.len(),
+        4,
+        "the title, then one per question"
+    );
     let sent = rig.server.calls_to("create_message");
     let buttons = &sent[1].body["components"][0];
     assert_eq!(buttons["type"], json!(1), "an action row");
     assert_eq!(buttons["components"][1]["type"], json!(2));
     assert_eq!(buttons["components"][1]["label"], json!("Vegetables"));
-    let veg = buttons["components"][1]["custom_id"].as_str().unwrap().to_owned();
+    let veg = buttons["components"][1]["custom_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(veg.len() <= 100, "custom_id fits Discord's 100 characters");
     let select = &sent[2].body["components"][0]["components"][0];
-    assert_eq!(select["type"], json!(3), "seven choices are a string select");
+    assert_eq!(
+        select["type"],
+        json!(3),
+        "seven choices are a string select"
+    );
     assert_eq!(select["options"].as_array().unwrap().len(), 7);
     let day3 = select["options"][2]["value"].as_str().unwrap().to_owned();
     assert!(sent[3].body.get("components").is_none());
 
-    rig.server.push_interaction(
-        &dm,
-        &ann(),
-        &delivered.platform_message_ids[1],
-        &veg,
-        None,
-    );
+    rig.server
+        .push_interaction(&dm, &ann(), &delivered.platform_message_ids[1], &veg, None);
     wait_until("the click is stored", || rig.sink.inbox().len() == 1).await;
     let answer = &rig.sink.inbox()[0];
     assert_eq!(text(answer, "parent_id"), "out-form");
@@ -604,7 +658,11 @@ async fn msg_46_discord_a_form_goes_out_as_components_and_clicks_come_back_threa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_42_discord_attachments_are_imported_and_ones_over_the_limit_skipped() {
-    let rig = rig(json!({ "limits": { "max_attachment_size": 1000 } }), Some(TOKEN)).await;
+    let rig = rig(
+        json!({ "limits": { "max_attachment_size": 1000 } }),
+        Some(TOKEN),
+    )
+    .await;
     let host = rig.running().await;
     let dm = rig.server.dm_channel("480", &ann());
     let small = vec![7u8; 999];
@@ -673,6 +731,10 @@ async fn msg_48_discord_chat_info_answers_the_channel_and_its_recent_messages() 
     assert_eq!(info["chat"]["type"], json!(1));
     assert_eq!(info["member_count"], json!(2), "the recipient and the bot");
     assert_eq!(dm["id"], json!("491"));
-    assert!(host.chat_info("discord", "../users/@me", None).await.is_err());
+    assert!(
+        host.chat_info("discord", "../users/@me", None)
+            .await
+            .is_err()
+    );
     host.stop().await;
 }
