@@ -743,6 +743,117 @@ enum Next {
     Wait,
 }
 
+/// The connection's view of the session: which one it serves and the last sequence it sent.
+#[derive(Default)]
+struct Serving {
+    session: Option<(String, i64)>,
+    resumed_pending: bool,
+}
+
+impl Serving {
+    /// The next thing to send: a scripted control, the next dispatch, RESUMED after a replay.
+    fn next(&mut self, inner: &Inner) -> Next {
+        let mut state = inner.lock();
+        let Some((id, sent)) = &self.session else {
+            return Next::Wait;
+        };
+        match state.controls.pop_front() {
+            Some(Control::Reconnect) => return Next::Send(json!({ "op": 7, "d": Value::Null })),
+            Some(Control::InvalidSession(resumable)) => {
+                if !resumable && let Some(session) = state.session.as_mut() {
+                    session.invalid = true;
+                }
+                return Next::Send(json!({ "op": 9, "d": resumable }));
+            }
+            Some(Control::Close(code, reason)) => return Next::Close(code, reason),
+            None => {}
+        }
+        let event = state
+            .session
+            .as_ref()
+            .filter(|s| &s.id == id)
+            .and_then(|s| s.events.get(usize::try_from(*sent).unwrap_or(usize::MAX)))
+            .cloned();
+        match event {
+            Some(_) if state.drop_before_next_dispatch => {
+                state.drop_before_next_dispatch = false;
+                Next::Drop
+            }
+            Some(event) => Next::Send(event),
+            None if self.resumed_pending => {
+                self.resumed_pending = false;
+                Next::Send(json!({ "op": 0, "t": "RESUMED", "s": Value::Null, "d": {} }))
+            }
+            None => Next::Wait,
+        }
+    }
+
+    fn sent(&mut self, payload: &Value) {
+        if let (Some((_, sent)), Some(s)) = (self.session.as_mut(), payload["s"].as_i64()) {
+            *sent = s;
+        }
+    }
+}
+
+/// What the server answers a client payload with.
+enum Answer {
+    Send(Value),
+    Close(u16, &'static str),
+    Nothing,
+}
+
+/// Handles one client payload: heartbeat, IDENTIFY, RESUME.
+fn on_payload(inner: &Inner, payload: &Value, serving: &mut Serving) -> Answer {
+    inner.lock().payloads.push(payload.clone());
+    let authenticated = payload["d"]["token"].as_str() == Some(inner.token.as_str());
+    match payload["op"].as_u64() {
+        Some(1) => {
+            let mut state = inner.lock();
+            if state.unanswered_heartbeats > 0 {
+                state.unanswered_heartbeats -= 1;
+                Answer::Nothing
+            } else {
+                Answer::Send(json!({ "op": 11 }))
+            }
+        }
+        Some(2 | 6) if !authenticated => Answer::Close(4004, "Authentication failed."),
+        Some(2) => {
+            let mut state = inner.lock();
+            state.sessions_started += 1;
+            let id = format!("session-{}", state.sessions_started);
+            let ready = json!({ "op": 0, "t": "READY", "s": 1, "d": {
+                "v": 10, "user": inner.bot, "guilds": [], "session_id": id,
+                "resume_gateway_url": format!("ws://{}/gateway", inner.base()),
+                "application": { "id": inner.bot["id"], "flags": 0 },
+            }});
+            state.session = Some(GatewaySession {
+                id: id.clone(),
+                events: vec![ready],
+                invalid: false,
+            });
+            serving.session = Some((id, 0));
+            Answer::Nothing
+        }
+        Some(6) => {
+            let wanted = payload["d"]["session_id"].as_str().unwrap_or_default();
+            let seq = payload["d"]["seq"].as_i64().unwrap_or(0);
+            let resumable = inner
+                .lock()
+                .session
+                .as_ref()
+                .is_some_and(|s| s.id == wanted && !s.invalid);
+            if resumable {
+                serving.session = Some((wanted.to_owned(), seq));
+                serving.resumed_pending = true;
+                Answer::Nothing
+            } else {
+                Answer::Send(json!({ "op": 9, "d": false }))
+            }
+        }
+        _ => Answer::Nothing,
+    }
+}
+
 /// One client connection: HELLO, then the client's payloads and the session's dispatches.
 async fn serve_gateway(inner: Arc<Inner>, mut socket: WebSocket) {
     let heartbeat_ms = {
@@ -751,66 +862,15 @@ async fn serve_gateway(inner: Arc<Inner>, mut socket: WebSocket) {
         state.heartbeat_ms
     };
     let mut changed = inner.changed.subscribe();
-    if !send(
-        &mut socket,
-        &json!({ "op": 10, "d": { "heartbeat_interval": heartbeat_ms }, "s": Value::Null, "t": Value::Null }),
-    )
-    .await
-    {
+    let hello = json!({ "op": 10, "d": { "heartbeat_interval": heartbeat_ms }, "s": Value::Null, "t": Value::Null });
+    if !send(&mut socket, &hello).await {
         return;
     }
-    // The session this connection serves and the last sequence it sent.
-    let mut serving: Option<(String, i64)> = None;
-    let mut resumed_pending = false;
+    let mut serving = Serving::default();
     loop {
-        let next = {
-            let mut state = inner.lock();
-            let control = if serving.is_some() {
-                state.controls.pop_front()
-            } else {
-                None
-            };
-            match control {
-                Some(Control::Reconnect) => Next::Send(json!({ "op": 7, "d": Value::Null })),
-                Some(Control::InvalidSession(resumable)) => {
-                    if !resumable && let Some(session) = state.session.as_mut() {
-                        session.invalid = true;
-                    }
-                    Next::Send(json!({ "op": 9, "d": resumable }))
-                }
-                Some(Control::Close(code, reason)) => Next::Close(code, reason),
-                None => match &serving {
-                    Some((id, sent)) => {
-                        let event = state
-                            .session
-                            .as_ref()
-                            .filter(|s| &s.id == id)
-                            .and_then(|s| s.events.get(*sent as usize))
-                            .cloned();
-                        match event {
-                            Some(_) if state.drop_before_next_dispatch => {
-                                state.drop_before_next_dispatch = false;
-                                Next::Drop
-                            }
-                            Some(event) => Next::Send(event),
-                            None if resumed_pending => {
-                                resumed_pending = false;
-                                Next::Send(
-                                    json!({ "op": 0, "t": "RESUMED", "s": Value::Null, "d": {} }),
-                                )
-                            }
-                            None => Next::Wait,
-                        }
-                    }
-                    None => Next::Wait,
-                },
-            }
-        };
-        match next {
+        match serving.next(&inner) {
             Next::Send(payload) => {
-                if let (Some((_, sent)), Some(s)) = (serving.as_mut(), payload["s"].as_i64()) {
-                    *sent = s;
-                }
+                serving.sent(&payload);
                 if !send(&mut socket, &payload).await {
                     return;
                 }
@@ -828,72 +888,24 @@ async fn serve_gateway(inner: Arc<Inner>, mut socket: WebSocket) {
             frame = socket.recv() => {
                 let text = match frame {
                     Some(Ok(Message::Text(text))) => text,
-                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => return,
                     Some(Ok(_)) => continue,
                 };
                 let Ok(payload) = serde_json::from_str::<Value>(text.as_str()) else {
                     close(&mut socket, 4002, "Decode error").await;
                     return;
                 };
-                inner.lock().payloads.push(payload.clone());
-                match payload["op"].as_u64() {
-                    Some(1) => {
-                        let answer = {
-                            let mut state = inner.lock();
-                            if state.unanswered_heartbeats > 0 {
-                                state.unanswered_heartbeats -= 1;
-                                false
-                            } else {
-                                true
-                            }
-                        };
-                        if answer && !send(&mut socket, &json!({ "op": 11 })).await {
+                match on_payload(&inner, &payload, &mut serving) {
+                    Answer::Send(answer) => {
+                        if !send(&mut socket, &answer).await {
                             return;
                         }
                     }
-                    Some(2) => {
-                        if payload["d"]["token"].as_str() != Some(inner.token.as_str()) {
-                            close(&mut socket, 4004, "Authentication failed.").await;
-                            return;
-                        }
-                        let session_id = {
-                            let mut state = inner.lock();
-                            state.sessions_started += 1;
-                            let id = format!("session-{}", state.sessions_started);
-                            let ready = json!({ "op": 0, "t": "READY", "s": 1, "d": {
-                                "v": 10, "user": inner.bot, "guilds": [], "session_id": id,
-                                "resume_gateway_url": format!("ws://{}/gateway", inner.base()),
-                                "application": { "id": inner.bot["id"], "flags": 0 },
-                            }});
-                            state.session = Some(GatewaySession {
-                                id: id.clone(),
-                                events: vec![ready],
-                                invalid: false,
-                            });
-                            id
-                        };
-                        serving = Some((session_id, 0));
+                    Answer::Close(code, reason) => {
+                        close(&mut socket, code, reason).await;
+                        return;
                     }
-                    Some(6) => {
-                        if payload["d"]["token"].as_str() != Some(inner.token.as_str()) {
-                            close(&mut socket, 4004, "Authentication failed.").await;
-                            return;
-                        }
-                        let wanted = payload["d"]["session_id"].as_str().unwrap_or_default();
-                        let seq = payload["d"]["seq"].as_i64().unwrap_or(0);
-                        let resumable = inner
-                            .lock()
-                            .session
-                            .as_ref()
-                            .is_some_and(|s| s.id == wanted && !s.invalid);
-                        if resumable {
-                            serving = Some((wanted.to_owned(), seq));
-                            resumed_pending = true;
-                        } else if !send(&mut socket, &json!({ "op": 9, "d": false })).await {
-                            return;
-                        }
-                    }
-                    _ => {}
+                    Answer::Nothing => {}
                 }
             }
             _ = changed.changed() => {}
