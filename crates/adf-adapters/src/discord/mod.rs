@@ -648,21 +648,31 @@ impl Adapter for DiscordAdapter {
             let history = self
                 .rest
                 .get(&format!("/channels/{chat_id}/messages?limit={limit}"))
-                .await?;
-            let messages: Vec<Value> = history
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|m| {
-                    json!({
-                        "id": m.get("id"),
-                        "author": m.pointer("/author/username"),
-                        "author_id": m.pointer("/author/id"),
-                        "content": m.get("content"),
-                        "timestamp": m.get("timestamp"),
-                    })
-                })
-                .collect();
+                .await;
+            let messages = match history {
+                Ok(history) => Value::Array(
+                    history
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|m| {
+                            json!({
+                                "id": m.get("id"),
+                                "author": m.pointer("/author/username"),
+                                "author_id": m.pointer("/author/id"),
+                                "content": m.get("content"),
+                                "timestamp": m.get("timestamp"),
+                            })
+                        })
+                        .collect(),
+                ),
+                // Reading history needs the Read Message History permission; the channel's
+                // metadata is still an answer without it.
+                Err(e @ AdapterError::Platform { .. }) => {
+                    json!({ "supported": false, "reason": e.to_string() })
+                }
+                Err(e) => return Err(e),
+            };
             // A DM's members are its recipients and the bot.
             let member_count = channel
                 .get("member_count")

@@ -168,18 +168,29 @@ async fn msg_43_discord_dms_and_guild_mentions_become_inbox_rows_and_own_message
     rig.server.push_message(&general, &from_bot, "another bot");
     let mention = format!("<@{}> status?", rig.server.bot_id());
     let mention_id = rig.server.push_message(&general, &bob(), &mention);
-    wait_until("both admitted messages are stored", || {
-        rig.sink.inbox().len() == 2
+    // A reply to one of the bot's messages addresses the bot too.
+    let mut reply = Map::new();
+    reply.insert("type".into(), json!(19));
+    reply.insert(
+        "referenced_message".into(),
+        json!({ "id": "1", "author": bot }),
+    );
+    reply.insert("message_reference".into(), json!({ "message_id": "1" }));
+    rig.server
+        .push_message_with(&general, &bob(), "replying to the bot", reply);
+    wait_until("the three admitted messages are stored", || {
+        rig.sink.inbox().len() == 3
     })
     .await;
     // The last dispatch's sequence is stored only after it was handled: nothing is pending.
     wait_until("the sequence passes the last dispatch", || {
         rig.state_file("session.json")
-            .is_some_and(|s| s["seq"] == json!(6))
+            .is_some_and(|s| s["seq"] == json!(7))
     })
     .await;
     let rows = rig.sink.inbox();
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(text(&rows[2], "content"), "replying to the bot");
 
     let first = &rows[0];
     assert_eq!(text(first, "source"), "discord");
@@ -328,6 +339,9 @@ async fn discord_a_heartbeat_without_ack_is_a_zombie_connection_and_is_resumed()
     rig.server.set_heartbeat_interval_ms(300);
     rig.server.leave_heartbeats_unanswered(1);
     let host = rig.running().await;
+    // The replacement connection beats slower, so a loaded machine cannot make an answered
+    // beat look late.
+    rig.server.set_heartbeat_interval_ms(1000);
     wait_until("the zombie connection is replaced", || {
         rig.server.connections() == 2 && rig.server.gateway_ops(6).len() == 1
     })
@@ -736,5 +750,46 @@ async fn msg_48_discord_chat_info_answers_the_channel_and_its_recent_messages() 
             .await
             .is_err()
     );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cfg_49_discord_config_gateway_url_is_used_as_given_and_a_bad_one_is_refused() {
+    let server = DiscordServer::start(TOKEN, "adf-test-bot").await;
+    let config = json!({ "config": {
+        "api_root": server.api_root(), "gateway_url": server.gateway_url(),
+    }});
+    let rig = rig(config, Some(TOKEN)).await;
+    let host = rig.host();
+    wait_state(&host, AdapterState::Running).await;
+    assert_eq!(
+        server.sessions_started(),
+        1,
+        "the configured Gateway is used"
+    );
+    assert!(server.calls_to("gateway_bot").is_empty(), "no lookup");
+    host.stop().await;
+
+    let rig = self::rig(
+        json!({ "config": {
+            "api_root": server.api_root(), "gateway_url": "http://127.0.0.1:1/gateway",
+        }}),
+        Some(TOKEN),
+    )
+    .await;
+    let host = rig.host();
+    wait_state(&host, AdapterState::Failed).await;
+    let error = host.status("discord").unwrap().error.unwrap();
+    assert!(
+        error.contains("config.gateway_url is a ws/wss URL"),
+        "{error}"
+    );
+    assert!(rig.server.calls().is_empty());
+    assert_eq!(
+        server.calls_to("users_me").len(),
+        1,
+        "the bad entry called nothing"
+    );
+    assert_eq!(server.calls().len(), 1);
     host.stop().await;
 }
