@@ -16,7 +16,8 @@
 //! Sending: `POST /channels/{id}/messages` to the channel of the reply's `source_context`
 //! (else the recipient's id), with a `message_reference` to its `message_id`; texts over
 //! [`MAX_MESSAGE_CHARS`] go as several messages. A form is one message per question: up to
-//! [`MAX_BUTTONS`] choices as buttons, more (up to [`MAX_SELECT_OPTIONS`]) as a string select;
+//! [`MAX_BUTTONS`] choices as buttons, more (up to [`MAX_SELECT_OPTIONS`]) as a string select,
+//! still more listed in the text and answered in words;
 //! the components' `custom_id`s (and select values) map, in `forms.json`, to the answer they
 //! stand for; a click is acknowledged with a deferred update on the interaction callback.
 //! Questions without choices ask for a reply in words.
@@ -436,16 +437,6 @@ impl DiscordAdapter {
 
     async fn deliver_form(&self, message: &OutboundMessage) -> Result<Delivered, AdapterError> {
         let form = Form::parse(&message.content, &message.outbox_id)?;
-        if let Some(q) = form
-            .questions
-            .iter()
-            .position(|q| q.options.len() > MAX_SELECT_OPTIONS)
-        {
-            return Err(AdapterError::Invalid(format!(
-                "form question {} has more than {MAX_SELECT_OPTIONS} choices, the most a Discord select menu holds",
-                q + 1
-            )));
-        }
         let (channel, mut reply_to) = self.target(message)?;
         let mut ids = Vec::new();
         let heading: Vec<&str> = [form.title.as_deref(), form.description.as_deref()]
@@ -468,12 +459,20 @@ impl DiscordAdapter {
         }
         for (q, question) in form.questions.iter().enumerate() {
             let mut body = Map::new();
-            let content = if question.options.is_empty() {
-                format!(
+            // More choices than a select menu holds are listed and answered in words (MSG-45).
+            let in_words =
+                question.options.is_empty() || question.options.len() > MAX_SELECT_OPTIONS;
+            let content = if in_words {
+                let mut content = format!(
                     "{}. {}\n(Reply to this message with your answer.)",
                     q + 1,
                     question.text
-                )
+                );
+                for option in &question.options {
+                    content.push_str("\n- ");
+                    content.push_str(&option.label);
+                }
+                content
             } else {
                 body.insert(
                     "components".into(),
@@ -486,7 +485,7 @@ impl DiscordAdapter {
                 json!(content.chars().take(MAX_MESSAGE_CHARS).collect::<String>()),
             );
             let sent = self.send(&channel, body, &mut reply_to).await?;
-            if question.options.is_empty() {
+            if in_words {
                 // A reply to this message is the answer to this question.
                 let key = format!("reply:{channel}:{sent}");
                 self.remember_answers(|_| {

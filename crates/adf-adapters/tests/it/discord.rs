@@ -793,3 +793,47 @@ async fn cfg_49_discord_config_gateway_url_is_used_as_given_and_a_bad_one_is_ref
     assert_eq!(server.calls().len(), 1);
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_45_discord_more_choices_than_a_select_holds_are_listed_and_answered_in_words() {
+    let rig = rig(json!({}), Some(TOKEN)).await;
+    let host = rig.running().await;
+    let dm = rig.server.dm_channel("475", &ann());
+    let options: Vec<String> = (1..=30).map(|n| format!("Seat {n}")).collect();
+    let form =
+        json!({ "questions": [{ "id": "seat", "text": "Which seat?", "options": options }] });
+    let message = OutboundMessage {
+        outbox_id: "out-seats".into(),
+        recipient: "discord:475".into(),
+        content: form.to_string(),
+        content_type: Some(FORM_CONTENT_TYPE.into()),
+        source_context: None,
+    };
+    let delivered = host.deliver(&message).await.unwrap();
+    let sent = rig.server.calls_to("create_message");
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0].body.get("components").is_none(),
+        "{:?}",
+        sent[0].body
+    );
+    let content = sent[0].body["content"].as_str().unwrap();
+    assert!(
+        content.contains("Which seat?") && content.contains("Seat 30"),
+        "{content}"
+    );
+
+    let mut reply = Map::new();
+    reply.insert(
+        "message_reference".into(),
+        json!({ "message_id": delivered.platform_message_ids[0] }),
+    );
+    rig.server.push_message_with(&dm, &ann(), "Seat 12", reply);
+    wait_until("the answer is stored", || rig.sink.inbox().len() == 1).await;
+    let answer = &rig.sink.inbox()[0];
+    assert_eq!(text(answer, "parent_id"), "out-seats");
+    assert_eq!(answer["source_context"]["form_id"], json!("out-seats"));
+    assert_eq!(answer["source_context"]["question_id"], json!("seat"));
+    assert_eq!(answer["source_context"]["answer_value"], json!("Seat 12"));
+    host.stop().await;
+}
