@@ -165,12 +165,16 @@ impl DiscordAdapter {
         let bot = self.bot().await?;
         let mut announced = false;
         let mut failures = 0;
+        // A resume URL that failed (gone after a long downtime) is not tried again in this
+        // run: the session is resumed on the main Gateway URL, which says if it is stale.
+        let mut resume_url_failed = false;
         loop {
             let resume = self.stored_session()?;
             let base = match &resume {
-                Some(r) => r.resume_url.clone(),
-                None => self.gateway_url().await?,
+                Some(r) if !resume_url_failed => r.resume_url.clone(),
+                _ => self.gateway_url().await?,
             };
+            let resuming = resume.is_some();
             let wait = match self
                 .connection(&base, resume, &bot, session, &mut announced)
                 .await
@@ -185,6 +189,7 @@ impl DiscordAdapter {
                 }
                 Err(e) if e.is_transient() && failures + 1 < MAX_FAILED_CONNECTIONS => {
                     failures += 1;
+                    resume_url_failed |= resuming;
                     tracing::info!(adapter = KIND, error = %e, "gateway connection failed; reconnecting");
                     RECONNECT_WAIT
                 }

@@ -837,3 +837,36 @@ async fn msg_45_discord_more_choices_than_a_select_holds_are_listed_and_answered
     assert_eq!(answer["source_context"]["answer_value"], json!("Seat 12"));
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_47_discord_a_stale_stored_session_falls_back_to_the_gateway_and_identifies() {
+    let rig = rig(json!({}), Some(TOKEN)).await;
+    // A session kept from long ago: its resume URL refuses connections (loopback port 1) and
+    // the Gateway no longer knows it.
+    let dir = state_root_for(&rig.path).join("discord");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("session.json"),
+        json!({ "session_id": "session-old", "resume_gateway_url": "ws://127.0.0.1:1/gateway", "seq": 40 })
+            .to_string(),
+    )
+    .unwrap();
+    let host = rig.running().await;
+    let resume = rig.server.gateway_ops(6);
+    assert_eq!(resume.len(), 1, "tried on the main Gateway URL");
+    assert_eq!(resume[0]["d"]["session_id"], json!("session-old"));
+    assert_eq!(rig.server.sessions_started(), 1, "then identified anew");
+    assert_eq!(
+        rig.server.calls_to("gateway_bot").len(),
+        2,
+        "looked up to resume there, then for the new session"
+    );
+    let dm = rig.server.dm_channel("495", &ann());
+    rig.server.push_message(&dm, &ann(), "on the new session");
+    wait_until("stored", || rig.sink.inbox().len() == 1).await;
+    assert_eq!(
+        rig.state_file("session.json").unwrap()["session_id"],
+        json!("session-1")
+    );
+    host.stop().await;
+}
