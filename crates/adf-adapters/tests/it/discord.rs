@@ -389,6 +389,13 @@ async fn discord_reconnect_resumes_and_an_invalid_session_identifies_anew() {
     .await;
     rig.server.push_message(&dm, &ann(), "after reconnect");
     wait_until("stored", || rig.sink.inbox().len() == 1).await;
+    // A resumable INVALID_SESSION resumes too.
+    rig.server.invalidate_session(true);
+    wait_until("INVALID_SESSION true is followed by RESUME", || {
+        rig.server.gateway_ops(6).len() == 2
+    })
+    .await;
+    assert_eq!(rig.server.sessions_started(), 1);
     rig.server.invalidate_session(false);
     wait_until("a new session is identified", || {
         rig.server.sessions_started() == 2
