@@ -93,6 +93,7 @@ struct State_ {
     members: HashMap<String, Vec<String>>,
     files: HashMap<String, Vec<u8>>,
     posted: Vec<Value>,
+    socket_url: Option<String>,
 }
 
 impl State_ {
@@ -413,6 +414,12 @@ impl SlackServer {
         self.inner.arrived.notify_waiters();
     }
 
+    /// `apps.connections.open` answers `url` from now on instead of this server's own
+    /// WebSocket URL (to see what a client does with an address it must not reach).
+    pub fn answer_socket_url(&self, url: &str) {
+        self.inner.lock().socket_url = Some(url.to_owned());
+    }
+
     /// Every Web API call so far, in arrival order.
     pub fn calls(&self) -> Vec<SlackCall> {
         self.inner.lock().calls.clone()
@@ -589,15 +596,15 @@ async fn web_api(
         if token != "app" {
             return error("not_allowed_token_type");
         }
-        let ticket = {
+        let url = {
             let mut state = inner.lock();
             let ticket = format!("ticket-{}", state.next());
             state.tickets.insert(ticket.clone());
-            ticket
+            state.socket_url.clone().unwrap_or_else(|| {
+                format!("ws://{}/link/?ticket={ticket}&app_id={APP_ID}", inner.addr)
+            })
         };
-        return ok(
-            json!({ "url": format!("ws://{}/link/?ticket={ticket}&app_id={APP_ID}", inner.addr) }),
-        );
+        return ok(json!({ "url": url }));
     }
     if token != "bot" {
         return error("not_allowed_token_type");

@@ -283,7 +283,16 @@ async fn msg_47_slack_dedup_across_a_host_restart_keeps_seen_events_in_the_state
     let rig = rig(json!({})).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    let first = rig.server.push_message(DM, "im", ANN, "one");
+    let file = rig
+        .server
+        .add_file("notes.txt", "text/plain", b"notes", None);
+    let first = rig.server.push_message_with(
+        DM,
+        "im",
+        ANN,
+        "one",
+        extra(json!({ "subtype": "file_share", "files": [file.clone()] })),
+    );
     rig.server.push_message(DM, "im", ANN, "two");
     rig.wait_acknowledged().await;
     host.stop().await;
@@ -297,8 +306,8 @@ async fn msg_47_slack_dedup_across_a_host_restart_keeps_seen_events_in_the_state
     // After a restart Slack delivers the first message again (its acknowledgement was lost)
     // and a new one; only the new one is a new row.
     rig.server.push_event(json!({
-        "type": "message", "channel": DM, "user": ANN, "text": "one",
-        "ts": first, "event_ts": first, "channel_type": "im",
+        "type": "message", "subtype": "file_share", "channel": DM, "user": ANN, "text": "one",
+        "ts": first, "event_ts": first, "channel_type": "im", "files": [file],
     }));
     rig.server.push_message(DM, "im", ANN, "three");
     let sink = FileSink::open(&rig.path);
@@ -306,6 +315,15 @@ async fn msg_47_slack_dedup_across_a_host_restart_keeps_seen_events_in_the_state
     rig.wait_acknowledged().await;
     assert_eq!(contents(&sink), ["one", "two", "three"]);
     assert!(rig.server.connections() >= 2);
+    let second_copy = sink.with_file(|file| file.file_read("imported/slack/1-notes.txt").unwrap());
+    assert!(
+        second_copy.is_none(),
+        "the redelivered message's file is not fetched and stored again"
+    );
+    assert!(
+        sink.with_file(|file| file.file_read("imported/slack/notes.txt").unwrap())
+            .is_some()
+    );
     host.stop().await;
 }
 
@@ -642,5 +660,44 @@ async fn msg_48_slack_chat_info_answers_conversations_info_with_capped_members()
         missing.to_string().contains("channel_not_found"),
         "{missing}"
     );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_socket_and_file_urls_go_through_the_egress_policy() {
+    // Addresses the policy refuses are decided by `Policy::admit` before any connection, so
+    // nothing is ever sent to them.
+    const METADATA: &str = "169.254.169.254";
+    let rig = rig(json!({})).await;
+    let host = rig.host();
+    rig.wait_state(&host, AdapterState::Running).await;
+    let file = json!({
+        "id": "F0OUT", "name": "x.txt", "mimetype": "text/plain", "size": 3,
+        "url_private": format!("http://{METADATA}/latest/meta-data/"),
+    });
+    rig.server.push_message_with(
+        DM,
+        "im",
+        ANN,
+        "a file elsewhere",
+        extra(json!({ "subtype": "file_share", "files": [file] })),
+    );
+    rig.wait_acknowledged().await;
+    let attachment = &inbox(&rig.sink)[0]["attachments"][0];
+    assert_eq!(attachment["transfer"], json!("failed"), "{attachment}");
+    assert!(
+        attachment["reason"].as_str().unwrap().contains(METADATA),
+        "{attachment}"
+    );
+
+    // The next Socket Mode URL points at the metadata address: refused, and not retried.
+    rig.server
+        .answer_socket_url(&format!("ws://{METADATA}/link/?ticket=t"));
+    rig.server
+        .socket_fault(SocketFault::Disconnect("refresh_requested".into()));
+    rig.wait_state(&host, AdapterState::Failed).await;
+    let error = host.status("slack").unwrap().error.unwrap();
+    assert!(error.contains(METADATA), "{error}");
+    assert_eq!(rig.server.connections(), 1);
     host.stop().await;
 }
