@@ -12,7 +12,8 @@
 //! the adapter running, `disconnect` reconnects at once (`link_disabled`: Socket Mode is off,
 //! a permanent failure), `events_api` `message`/`app_mention` and `interactive`
 //! `block_actions` are converted (`inbound.rs`, policy first) and written through the sink. A
-//! dropped socket ends the run and the host restarts it with backoff. Event ids and message
+//! dropped socket (or one that answers nothing, not even a ping, for twice
+//! `QUIET_BEFORE_PING`) ends the run and the host restarts it with backoff. Event ids and message
 //! keys (`slack:<channel>:<ts>`) stored or dropped are kept in
 //! `<agent>.adf.adapters/slack/seen.json` (the newest [`MAX_SEEN`]), so a redelivery, the
 //! second event of one message and a restart store nothing twice. Files within
@@ -32,7 +33,7 @@ mod inbound;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Map, Value, json};
@@ -81,6 +82,9 @@ const MAX_FORM_BUTTONS: usize = 2000;
 
 /// Block Kit's limit on a button's or option's text.
 const MAX_LABEL_CHARS: usize = 75;
+
+/// A Socket Mode connection quiet this long is pinged; quiet twice as long, it is given up.
+const QUIET_BEFORE_PING: Duration = Duration::from_secs(60);
 
 const SEEN_FILE: &str = "seen.json";
 const FORMS_FILE: &str = "forms.json";
@@ -329,10 +333,33 @@ impl SlackAdapter {
         bot: &Bot,
         seen: &mut Seen,
     ) -> Result<Ended, AdapterError> {
+        // A connection that died without a FIN shows nothing: after a quiet spell a ping must
+        // get an answer (any frame) within another one, else the run ends and restarts.
+        let mut pinged = false;
         loop {
             let frame = tokio::select! {
                 () = session.stop().stopped() => return Ok(Ended::Stopped),
-                frame = socket.next() => frame,
+                frame = tokio::time::timeout(QUIET_BEFORE_PING, socket.next()) => frame,
+            };
+            let frame = match frame {
+                Err(_quiet) if pinged => {
+                    return Err(transport(format!(
+                        "Slack answered nothing for {} s, not even a ping with a pong",
+                        2 * QUIET_BEFORE_PING.as_secs()
+                    )));
+                }
+                Err(_quiet) => {
+                    pinged = true;
+                    socket
+                        .send(Message::Ping(Default::default()))
+                        .await
+                        .map_err(|e| transport(format!("cannot ping Slack: {e}")))?;
+                    continue;
+                }
+                Ok(frame) => {
+                    pinged = false;
+                    frame
+                }
             };
             let text = match frame {
                 None => return Err(transport("the Socket Mode connection closed")),

@@ -701,3 +701,25 @@ async fn slack_socket_and_file_urls_go_through_the_egress_policy() {
     assert_eq!(rig.server.connections(), 1);
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_socket_mode_turned_off_is_a_failure_that_says_so() {
+    let rig = rig(json!({})).await;
+    let host = rig.host();
+    rig.wait_state(&host, AdapterState::Running).await;
+    rig.server
+        .socket_fault(SocketFault::Disconnect("link_disabled".into()));
+    rig.wait_state(&host, AdapterState::Failed).await;
+    let status = host.status("slack").unwrap();
+    assert!(
+        status
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("Socket Mode is turned off"),
+        "{status:?}"
+    );
+    assert_eq!(status.restarts, 0);
+    assert_eq!(rig.server.calls_of("apps.connections.open").len(), 1);
+    host.stop().await;
+}
