@@ -3,10 +3,12 @@
 //! An Events API `message` (plain, `file_share` or `thread_broadcast`) or `app_mention`
 //! becomes a row `from` `slack:<channel>`, `source_context` `{channel, ts, thread_ts?,
 //! channel_type?}` (a reply goes into `thread_ts`: the message's thread in channels, and in a
-//! DM only when the message was itself in a thread), the raw event callback as
+//! DM only when the message was itself in a thread), the text unescaped (Slack writes `&`, `<`
+//! and `>` as entities), the raw event callback as
 //! `original_message` and, outside DMs, `meta.group` (§11.6; only the sender is known from one
 //! event, so the scope is `message`). Its `message_id` is `slack:<channel>:<ts>`: the
-//! `message` and the `app_mention` event of one message make one row. A `block_actions`
+//! `message` and the `app_mention` event of one message make one row. For `groups: mention`,
+//! a reply in a thread the bot started counts as a mention. A `block_actions`
 //! payload on a form control becomes the answer row, threaded by `parent_id` to the form's
 //! outbox row, with `form_id`, `question_id`, `answer_id` and `answer_value` in
 //! `source_context` (MSG-46); a thread reply under a question asked in words is that
@@ -97,6 +99,14 @@ fn is_dm(channel: &str, channel_type: Option<&str>) -> bool {
         Some(kind) => kind == "im",
         None => channel.starts_with('D'),
     }
+}
+
+/// Message text as written: Slack escapes `&`, `<` and `>` in it (<https://api.slack.com/reference/surfaces/formatting#escaping>);
+/// `<@U…>` mentions and `<url|label>` links stay as Slack writes them.
+pub(crate) fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }
 
 fn mentions(text: &str, bot: &Bot) -> bool {
@@ -231,25 +241,33 @@ pub(crate) fn convert_event(
     };
     let channel_type = event.get("channel_type").and_then(Value::as_str);
     let in_group = !is_dm(channel, channel_type);
-    let text = event
+    let raw_text = event
         .get("text")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+        .unwrap_or_default();
+    let text = unescape(raw_text);
+    let in_thread = event
+        .get("thread_ts")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty());
+    // A thread reply under a form question asked in words is that question's answer (MSG-46).
+    let answered = in_thread
+        .filter(|thread| *thread != ts)
+        .and_then(|thread| button(&format!("reply:{channel}:{thread}")));
+    // Answering in a thread the bot started addresses the bot, as a mention does.
+    let in_bot_thread = answered.is_some()
+        || event.get("parent_user_id").and_then(Value::as_str) == Some(bot.user_id.as_str());
     let (username, display) = sender_names(event);
     let sender = Sender {
         id: user.to_owned(),
         username,
         in_group,
-        mentions_bot: in_group && (kind == "app_mention" || mentions(&text, bot)),
+        mentions_bot: in_group
+            && (kind == "app_mention" || mentions(raw_text, bot) || in_bot_thread),
     };
     if let Err(reason) = settings.policy.admits(&sender) {
         return Converted::Dropped(reason);
     }
-    let in_thread = event
-        .get("thread_ts")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty());
     let mut context = Map::new();
     context.insert("channel".into(), json!(channel));
     context.insert("ts".into(), json!(ts));
@@ -264,10 +282,6 @@ pub(crate) fn convert_event(
     if let Some(team) = payload.get("team_id").filter(|t| t.is_string()) {
         context.insert("team".into(), team.clone());
     }
-    // A thread reply under a form question asked in words is that question's answer (MSG-46).
-    let answered = in_thread
-        .filter(|thread| *thread != ts)
-        .and_then(|thread| button(&format!("reply:{channel}:{thread}")));
     let parent_id = answered.map(|question| {
         context.insert("form_id".into(), json!(question.form_id));
         context.insert("question_id".into(), json!(question.question_id));
@@ -387,4 +401,18 @@ pub(crate) fn convert_action(
         sent_at: ts_ms(action_ts),
         received_at,
     }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_text_is_unescaped_once() {
+        assert_eq!(
+            unescape("a &lt; b &amp;&amp; c &gt; d, &amp;lt; stays, <@U1>"),
+            "a < b && c > d, &lt; stays, <@U1>"
+        );
+    }
 }

@@ -139,6 +139,40 @@ fn sink_error(e: impl std::fmt::Display) -> AdapterError {
     }
 }
 
+/// Text for a message's `text` or a mrkdwn field: `&`, `<` and `>` escaped as Slack asks
+/// (<https://api.slack.com/reference/surfaces/formatting#escaping>), except Slack's own
+/// control sequences an agent may write on purpose (`<@U…>`, `<#C…>`, `<!here>`,
+/// `<https://…|label>`, `<mailto:…>`).
+pub(crate) fn escape(text: &str) -> String {
+    const CONTROLS: &[&str] = &["@", "#", "!", "http://", "https://", "mailto:"];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if c == '<'
+            && let Some(end) = rest.find('>')
+        {
+            let inside = &rest[1..end];
+            let target = inside.split('|').next().unwrap_or_default();
+            if CONTROLS.iter().any(|p| target.starts_with(p))
+                && !inside.contains('<')
+                && !target.contains(char::is_whitespace)
+            {
+                out.push_str(&rest[..=end]);
+                rest = &rest[end + 1..];
+                continue;
+            }
+        }
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            other => out.push(other),
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
 /// Builds the Slack adapter for one agent: both tokens are required.
 pub(crate) async fn build(building: &Building<'_>) -> Result<Arc<dyn Adapter>, AdapterError> {
     let bot_token = building.required_credential(BOT_TOKEN_PURPOSE).await?;
@@ -575,7 +609,10 @@ impl SlackAdapter {
         let mut ids = Vec::new();
         for chunk in chars.chunks(MAX_MESSAGE_CHARS) {
             let text: String = chunk.iter().collect();
-            ids.push(self.post(&channel, thread.as_deref(), &text, None).await?);
+            ids.push(
+                self.post(&channel, thread.as_deref(), &escape(&text), None)
+                    .await?,
+            );
         }
         Ok(Delivered {
             platform_message_ids: ids,
@@ -592,7 +629,7 @@ impl SlackAdapter {
             .flatten()
             .collect();
         if !heading.is_empty() {
-            let text = heading.join("\n");
+            let text = escape(&heading.join("\n"));
             let blocks = json!([{ "type": "section", "text": { "type": "mrkdwn", "text": text } }]);
             ids.push(
                 self.post(&channel, thread.as_deref(), &text, Some(blocks))
@@ -600,7 +637,7 @@ impl SlackAdapter {
             );
         }
         for (q, question) in form.questions.iter().enumerate() {
-            let text = format!("{}. {}", q + 1, question.text);
+            let text = escape(&format!("{}. {}", q + 1, question.text));
             let mut blocks = vec![json!({
                 "type": "section",
                 "block_id": format!("adf_q{}", q + 1),
@@ -859,5 +896,24 @@ impl Adapter for SlackAdapter {
                 "socket_mode": "ok",
             }))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbound_text_escapes_what_slack_would_read_as_markup_but_keeps_mentions_and_links() {
+        assert_eq!(
+            escape("if a < b && c > d"),
+            "if a &lt; b &amp;&amp; c &gt; d"
+        );
+        assert_eq!(
+            escape("hi <@U0ANN>, see <https://example.org/x|the doc> or <!here>"),
+            "hi <@U0ANN>, see <https://example.org/x|the doc> or <!here>"
+        );
+        assert_eq!(escape("<not a link> é"), "&lt;not a link&gt; é");
+        assert_eq!(escape("<https://a b>"), "&lt;https://a b&gt;");
     }
 }

@@ -174,7 +174,10 @@ async fn msg_43_slack_dm_becomes_an_inbox_row_with_source_context_and_original_m
     let rig = rig(json!({})).await;
     let host = rig.host();
     rig.wait_state(&host, AdapterState::Running).await;
-    let ts = rig.server.push_message(DM, "im", ANN, "hello bot");
+    // Slack escapes `&`, `<` and `>` in message text; the row has the text as written.
+    let ts = rig
+        .server
+        .push_message(DM, "im", ANN, "hello bot, 1 &lt; 2 &amp; 3");
     // Neither the bot's own post nor an edit is a new message for the agent.
     rig.server.push_message_with(
         DM,
@@ -192,7 +195,7 @@ async fn msg_43_slack_dm_becomes_an_inbox_row_with_source_context_and_original_m
     );
     rig.wait_acknowledged().await;
     let rows = inbox(&rig.sink);
-    assert_eq!(contents(&rig.sink), ["hello bot"]);
+    assert_eq!(contents(&rig.sink), ["hello bot, 1 < 2 & 3"]);
     let row = &rows[0];
     assert_eq!(text(row, "source"), "slack");
     assert_eq!(text(row, "from"), format!("slack:{DM}"));
@@ -203,7 +206,10 @@ async fn msg_43_slack_dm_becomes_an_inbox_row_with_source_context_and_original_m
         row["source_context"].get("thread_ts").is_none(),
         "a DM outside a thread is answered in the conversation: {row:?}"
     );
-    assert_eq!(row["original_message"]["event"]["text"], json!("hello bot"));
+    assert_eq!(
+        row["original_message"]["event"]["text"],
+        json!("hello bot, 1 &lt; 2 &amp; 3")
+    );
     assert!(row["original_message"]["event_id"].is_string(), "{row:?}");
     assert!(
         row.get("meta").is_none_or(Value::is_null),
@@ -232,8 +238,23 @@ async fn cfg_49_slack_policy_allowlist_and_group_mentions_apply_before_anything_
     let mention = format!("<@{BOT_USER_ID}> status?");
     // Slack sends a `message` and an `app_mention` event for it: one row.
     let ts = rig.server.push_mention(CHANNEL, BOB, &mention);
+    // A reply in a thread the bot started addresses the bot; one in someone else's does not.
+    let thread =
+        |parent: &str| extra(json!({ "thread_ts": "1767225500.000001", "parent_user_id": parent }));
+    rig.server.push_message_with(
+        CHANNEL,
+        "channel",
+        ANN,
+        "in the bot's thread",
+        thread(BOT_USER_ID),
+    );
+    rig.server
+        .push_message_with(CHANNEL, "channel", ANN, "in bob's thread", thread(BOB));
     rig.wait_acknowledged().await;
-    assert_eq!(contents(&rig.sink), ["from ann", mention.as_str()]);
+    assert_eq!(
+        contents(&rig.sink),
+        ["from ann", mention.as_str(), "in the bot's thread"]
+    );
     let row = &inbox(&rig.sink)[1];
     let group = &row["meta"]["group"];
     assert_eq!(group["platform"], json!("slack"));
@@ -451,11 +472,20 @@ async fn msg_22_msg_43_slack_replies_go_into_the_thread_of_the_copied_source_con
     );
 
     // A bare `slack:<channel>` recipient needs no address and starts no thread.
-    host.deliver(&outbound(&format!("slack:{DM}"), "hi", None))
-        .await
-        .unwrap();
+    host.deliver(&outbound(
+        &format!("slack:{DM}"),
+        &format!("hi <@{ANN}>, a<b"),
+        None,
+    ))
+    .await
+    .unwrap();
     let posted = rig.server.posted();
     assert_eq!(posted[1]["channel"], json!(DM));
+    assert_eq!(
+        posted[1]["text"],
+        json!(format!("hi <@{ANN}>, a&lt;b")),
+        "a mention stays, a bare < is escaped"
+    );
     assert!(posted[1].get("thread_ts").is_none(), "{}", posted[1]);
 
     // Slack's `ok: false` is a failed delivery carrying Slack's error code.
