@@ -6,7 +6,7 @@
 //! argument), arguments from the query string, a JSON body or a form body; every answer is
 //! `{"ok": true, …}` or `{"ok": false, "error": "<code>"}` (HTTP 200), a rate limit HTTP 429
 //! with `Retry-After`. Methods: `auth.test` and `chat.postMessage` / `conversations.info` /
-//! `conversations.members` (bot token), `apps.connections.open` (app token: a bot token is
+//! `conversations.members` / `users.info` (bot token), `apps.connections.open` (app token: a bot token is
 //! `not_allowed_token_type`, an unknown one `invalid_auth`), answering a one-use `ws://` URL.
 //! Files pushed with [`SlackServer::add_file`] are served at their `url_private` to the bot
 //! token only.
@@ -94,6 +94,7 @@ struct State_ {
     files: HashMap<String, Vec<u8>>,
     posted: Vec<Value>,
     socket_url: Option<String>,
+    users: HashMap<String, Value>,
 }
 
 impl State_ {
@@ -199,6 +200,19 @@ impl SlackServer {
         state.members.insert(
             id.to_owned(),
             members.iter().map(|m| (*m).to_owned()).collect(),
+        );
+    }
+
+    /// Makes a user known to `users.info`: `name` is the handle, `display_name` what Slack
+    /// shows.
+    pub fn add_user(&self, id: &str, name: &str, display_name: &str) {
+        self.inner.lock().users.insert(
+            id.to_owned(),
+            json!({
+                "id": id, "team_id": TEAM_ID, "name": name, "real_name": display_name,
+                "is_bot": false,
+                "profile": { "display_name": display_name, "real_name": display_name },
+            }),
         );
     }
 
@@ -621,6 +635,13 @@ async fn web_api(
             match text_param(&params, "channel").and_then(|c| state.channels.get(c)) {
                 Some(channel) => ok(json!({ "channel": channel })),
                 None => error("channel_not_found"),
+            }
+        }
+        "users.info" => {
+            let state = inner.lock();
+            match text_param(&params, "user").and_then(|u| state.users.get(u)) {
+                Some(user) => ok(json!({ "user": user })),
+                None => error("user_not_found"),
             }
         }
         "conversations.members" => {

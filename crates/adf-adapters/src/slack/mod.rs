@@ -16,7 +16,9 @@
 //! `QUIET_BEFORE_PING`) ends the run and the host restarts it with backoff. Event ids and message
 //! keys (`slack:<channel>:<ts>`) stored or dropped are kept in
 //! `<agent>.adf.adapters/slack/seen.json` (the newest [`MAX_SEEN`]), so a redelivery, the
-//! second event of one message and a restart store nothing twice. Files within
+//! second event of one message and a restart store nothing twice. The sender's display name
+//! (`users.info`) and a channel's name (`conversations.info`, `meta.group.title`) are looked
+//! up once and cached; without the scope they stay ids. Files within
 //! `limits.max_attachment_size` are fetched from `url_private` with the bot token and stored
 //! under `imported/slack/` before the row is written.
 //!
@@ -31,7 +33,7 @@
 mod api;
 mod inbound;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -77,6 +79,9 @@ const MAX_SELECT_OPTIONS: usize = 100;
 /// Event ids and message keys remembered for dedup; older ones are forgotten first.
 pub const MAX_SEEN: usize = 5000;
 
+/// User and channel names cached; the cache starts over when full.
+const MAX_NAMES: usize = 1000;
+
 /// Form answers remembered; older ones are forgotten first.
 const MAX_FORM_BUTTONS: usize = 2000;
 
@@ -100,6 +105,9 @@ pub struct SlackAdapter {
     sink: Arc<dyn AdapterSink>,
     state: StateDir,
     bot: Mutex<Option<Bot>>,
+    /// Names learnt from `users.info` and `conversations.info`, by id (`None`: asked, no
+    /// answer — a missing scope is not asked again and again).
+    names: Mutex<HashMap<String, Option<String>>>,
     // Serializes writes of forms.json (deliveries may run side by side).
     forms: tokio::sync::Mutex<()>,
 }
@@ -289,6 +297,7 @@ impl SlackAdapter {
             state: StateDir::new(&file, KIND),
             sink,
             bot: Mutex::new(None),
+            names: Mutex::new(HashMap::new()),
             forms: tokio::sync::Mutex::new(()),
         })
     }
@@ -481,6 +490,7 @@ impl SlackAdapter {
                 tracing::debug!(adapter = KIND, id = %message.message_id, "already stored");
             }
             Converted::Message(mut message) => {
+                self.add_names(&mut message).await;
                 self.download_attachments(&mut message.attachments).await;
                 let key = message.message_id.clone();
                 self.write(*message).await?;
@@ -491,6 +501,91 @@ impl SlackAdapter {
             seen.insert(&key);
         }
         seen.save(&self.state)
+    }
+
+    /// The name of user or channel `id` (`users.info` / `conversations.info`, cached), or
+    /// `None` when Slack does not say (a missing scope, an unknown id): names are a courtesy
+    /// and never stop a message.
+    async fn name_of(&self, id: &str, of_user: bool) -> Option<String> {
+        if let Some(known) = lock(&self.names).get(id) {
+            return known.clone();
+        }
+        let (method, argument) = if of_user {
+            ("users.info", "user")
+        } else {
+            ("conversations.info", "channel")
+        };
+        let name = match self
+            .api
+            .call(
+                method,
+                &self.bot_token,
+                Args::Query(&[(argument, id.to_owned())]),
+            )
+            .await
+        {
+            Ok(answer) => {
+                let candidates: &[&str] = if of_user {
+                    &[
+                        "/user/profile/display_name",
+                        "/user/profile/real_name",
+                        "/user/real_name",
+                        "/user/name",
+                    ]
+                } else {
+                    &["/channel/name"]
+                };
+                candidates
+                    .iter()
+                    .filter_map(|pointer| answer.pointer(pointer).and_then(Value::as_str))
+                    .find(|name| !name.is_empty())
+                    .map(str::to_owned)
+            }
+            Err(e) => {
+                tracing::debug!(adapter = KIND, method, error = %e, "no name");
+                None
+            }
+        };
+        let mut names = lock(&self.names);
+        if names.len() >= MAX_NAMES {
+            names.clear();
+        }
+        names.insert(id.to_owned(), name.clone());
+        name
+    }
+
+    /// Puts the sender's display name (when the event carried only the id) and the channel's
+    /// name (`meta.group.title`) on a message.
+    async fn add_names(&self, message: &mut InboundMessage) {
+        let user = message
+            .original_message
+            .pointer("/event/user")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(user) = user
+            && message.sender_alias.as_deref() == Some(user.as_str())
+            && let Some(name) = self.name_of(&user, true).await
+        {
+            if let Some(participant) = message
+                .meta
+                .as_mut()
+                .and_then(|m| m.pointer_mut("/group/participants/0/name"))
+            {
+                *participant = json!(name);
+            }
+            message.sender_alias = Some(name);
+        }
+        let Some(group) = message.meta.as_mut().and_then(|m| m.get_mut("group")) else {
+            return;
+        };
+        let chat = group
+            .get("chat_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let (Some(chat), Some(group)) = (chat, group.as_object_mut()) {
+            let title = self.name_of(&chat, false).await;
+            group.insert("title".into(), json!(title));
+        }
     }
 
     /// Downloads every attachment marked for it into `imported/slack/` through the sink; one

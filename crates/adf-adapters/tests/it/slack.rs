@@ -86,6 +86,8 @@ async fn rig_with(extra: Value, bot: Option<&str>, app: Option<&str>) -> Rig {
         "team",
         &[ANN, BOB, BOT_USER_ID, "U0C", "U0D"],
     );
+    server.add_user(ANN, "ann", "Ann");
+    server.add_user(BOB, "bob", "Bob");
     let path = agent_file(dir.path(), &server.api_root(), extra, bot, app);
     Rig {
         sink: FileSink::open(&path),
@@ -200,6 +202,11 @@ async fn msg_43_slack_dm_becomes_an_inbox_row_with_source_context_and_original_m
     assert_eq!(text(row, "source"), "slack");
     assert_eq!(text(row, "from"), format!("slack:{DM}"));
     assert_eq!(text(row, "status"), "unread");
+    assert_eq!(
+        text(row, "sender_alias"),
+        "Ann",
+        "the name users.info gives"
+    );
     assert_eq!(row["source_context"]["channel"], json!(DM));
     assert_eq!(row["source_context"]["ts"], json!(ts));
     assert!(
@@ -260,6 +267,8 @@ async fn cfg_49_slack_policy_allowlist_and_group_mentions_apply_before_anything_
     assert_eq!(group["platform"], json!("slack"));
     assert_eq!(group["chat_id"], json!(CHANNEL));
     assert_eq!(group["participants"][0]["id"], json!(BOB));
+    assert_eq!(group["participants"][0]["name"], json!("Bob"));
+    assert_eq!(group["title"], json!("team"), "the channel's name");
     assert_eq!(group["participants_truncated"], json!(false));
     assert_eq!(
         row["source_context"]["thread_ts"],
