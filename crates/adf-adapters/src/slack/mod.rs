@@ -91,6 +91,9 @@ const MAX_LABEL_CHARS: usize = 75;
 /// A Socket Mode connection quiet this long is pinged; quiet twice as long, it is given up.
 const QUIET_BEFORE_PING: Duration = Duration::from_secs(60);
 
+/// How long closing a Socket Mode connection may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 const SEEN_FILE: &str = "seen.json";
 const FORMS_FILE: &str = "forms.json";
 /// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
@@ -346,10 +349,13 @@ impl SlackAdapter {
         let bot = self.bot().await?;
         let mut seen = Seen::load(&self.state)?;
         loop {
-            let opened = self
+            let open = self
                 .api
-                .call("apps.connections.open", &self.app_token, Args::Json(None))
-                .await?;
+                .call("apps.connections.open", &self.app_token, Args::Json(None));
+            let opened = tokio::select! {
+                () = session.stop().stopped() => return Ok(()),
+                opened = open => opened?,
+            };
             let url = opened
                 .get("url")
                 .and_then(Value::as_str)
@@ -359,8 +365,9 @@ impl SlackAdapter {
                 socket = self.api.connect_socket(url) => socket?,
             };
             let ended = self.pump(&mut socket, session, &bot, &mut seen).await;
-            // Closing is a courtesy to the server; the socket is dropped either way.
-            let _closed = socket.close(None).await;
+            // Closing is a courtesy to the server (bounded: the peer may be gone); the socket
+            // is dropped either way.
+            let _closed = tokio::time::timeout(CLOSE_TIMEOUT, socket.close(None)).await;
             match ended? {
                 Ended::Stopped => return Ok(()),
                 Ended::Reconnect => tracing::debug!(adapter = KIND, "slack asked to reconnect"),
