@@ -394,7 +394,7 @@ impl SlackAdapter {
             let frame = match frame {
                 Err(_quiet) if pinged => {
                     return Err(transport(format!(
-                        "Slack answered nothing for {} s, not even a ping with a pong",
+                        "Slack sent nothing for {} s and did not answer a ping",
                         2 * QUIET_BEFORE_PING.as_secs()
                     )));
                 }
