@@ -10,7 +10,7 @@
 //! envelope is acknowledged with its `envelope_id` once what it carries is stored (Slack
 //! sends an envelope not acknowledged again, on this or the next connection): `hello` marks
 //! the adapter running, `disconnect` reconnects at once (`link_disabled`: Socket Mode is off,
-//! a permanent failure), `events_api` `message`/`app_mention` and `interactive`
+//! a permanent failure; `too_many_websockets`: after the host's backoff), `events_api` `message`/`app_mention` and `interactive`
 //! `block_actions` are converted (`inbound.rs`, policy first) and written through the sink. A
 //! dropped socket (or one that answers nothing, not even a ping, for twice
 //! `QUIET_BEFORE_PING`) ends the run and the host restarts it with backoff. Event ids and message
@@ -93,7 +93,7 @@ const MAX_LABEL_CHARS: usize = 75;
 const QUIET_BEFORE_PING: Duration = Duration::from_secs(60);
 
 /// How long closing a Socket Mode connection may take.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 const SEEN_FILE: &str = "seen.json";
 const FORMS_FILE: &str = "forms.json";
@@ -399,13 +399,19 @@ impl SlackAdapter {
             match envelope.get("type").and_then(Value::as_str) {
                 Some("hello") => session.running(),
                 Some("disconnect") => {
-                    if envelope.get("reason").and_then(Value::as_str) == Some("link_disabled") {
-                        return Err(AdapterError::Config {
+                    return match envelope.get("reason").and_then(Value::as_str) {
+                        Some("link_disabled") => Err(AdapterError::Config {
                             adapter: KIND.into(),
                             message: "Socket Mode is turned off for this Slack app (disconnect: link_disabled); turn it on in the app's settings".into(),
-                        });
-                    }
-                    return Ok(Ended::Reconnect);
+                        }),
+                        // The connection's time is up: a new one, at once.
+                        Some("warning" | "refresh_requested") | None => Ok(Ended::Reconnect),
+                        // `too_many_websockets` and anything new: reconnecting at once could
+                        // stampede, so the host's backoff paces it.
+                        Some(other) => Err(transport(format!(
+                            "Slack closed the Socket Mode connection ({other})"
+                        ))),
+                    };
                 }
                 kind => {
                     let payload = envelope.get("payload").unwrap_or(&Value::Null);

@@ -397,6 +397,17 @@ async fn slack_a_socket_dropped_mid_stream_reconnects_losing_and_duplicating_not
         "no backoff for a disconnect"
     );
     assert_eq!(host.status("slack").unwrap().state, AdapterState::Running);
+
+    // Too many connections: the next one waits the host's backoff.
+    rig.server
+        .socket_fault(SocketFault::Disconnect("too_many_websockets".into()));
+    wait_until("a fourth connection", || rig.server.connections() == 4).await;
+    assert_eq!(
+        rig.sleeper.waits().len(),
+        backoffs + 1,
+        "{:?}",
+        rig.sleeper.waits()
+    );
     host.stop().await;
 }
 
