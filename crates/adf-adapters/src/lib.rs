@@ -18,7 +18,10 @@
 //!   forms as inline keyboards, 429 `retry_after`), speaking HTTP only through an
 //!   `adf_egress` client after `Policy::admit`.
 //!
-//! - `email/`, `slack/`, `discord/`, `whatsapp/`: one module per platform, each with its `KIND`
+//! - `email/` is the email adapter: IMAP in (IDLE or polling, UID/UIDVALIDITY persisted, MIME
+//!   parsed by mail-parser), SMTP submission out (lettre, threaded replies, questionnaire
+//!   forms), every connection from `adf_egress::connect_tcp`.
+//! - `slack/`, `discord/`, `whatsapp/`: one module per platform, each with its `KIND`
 //!   and a `build` the host calls with a `platform::Building` (settings, sink, sleeper, the
 //!   credential reader). A platform not run yet fails to build with an error that says so.
 

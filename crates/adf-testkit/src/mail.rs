@@ -208,7 +208,8 @@ impl MailServers {
 
     /// Both servers' logs, for failure messages.
     pub fn logs(&self) -> String {
-        let read = |name: &str| std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+        let read =
+            |name: &str| std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
         format!(
             "--- dovecot ---\n{}\n--- postfix ---\n{}",
             read("dovecot.log"),

@@ -120,7 +120,10 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, AdapterError> {
     ))
 }
 
-async fn tls_wrap<S>(stream: S, host: &str) -> Result<tokio_rustls::client::TlsStream<S>, AdapterError>
+async fn tls_wrap<S>(
+    stream: S,
+    host: &str,
+) -> Result<tokio_rustls::client::TlsStream<S>, AdapterError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -192,7 +195,10 @@ where
     match tokio::time::timeout(CONNECT_TIMEOUT, client.read_response()).await {
         Err(_) => Err(transport("IMAP greeting", "timed out")),
         Ok(Err(e)) => Err(transport("IMAP greeting", e)),
-        Ok(Ok(None)) => Err(transport("IMAP greeting", "the server closed the connection")),
+        Ok(Ok(None)) => Err(transport(
+            "IMAP greeting",
+            "the server closed the connection",
+        )),
         Ok(Ok(Some(_))) => Ok(()),
     }
 }
@@ -280,10 +286,7 @@ pub(crate) async fn smtp_connect(
                         .await
                         .map_err(smtp)?;
                 let parameters = TlsParameters::new(endpoint.host.clone()).map_err(smtp)?;
-                connection
-                    .starttls(parameters, hello)
-                    .await
-                    .map_err(smtp)?;
+                connection.starttls(parameters, hello).await.map_err(smtp)?;
                 Ok(connection)
             }
         }

@@ -107,8 +107,14 @@ mod tests {
         assert_eq!(answers[1].answer_value, json!("no nuts please"));
         let by_label = parse_answers(&form, "1. fish\n");
         assert_eq!(by_label[0].answer_value, json!("Fish"));
-        let single = Form::parse(r#"{"questions":[{"text":"Ok?","options":["yes","no"]}]}"#, "f")
-            .unwrap();
-        assert_eq!(parse_answers(&single, "no\n> 1. Ok?")[0].answer_value, json!("no"));
+        let single = Form::parse(
+            r#"{"questions":[{"text":"Ok?","options":["yes","no"]}]}"#,
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            parse_answers(&single, "no\n> 1. Ok?")[0].answer_value,
+            json!("no")
+        );
     }
 }

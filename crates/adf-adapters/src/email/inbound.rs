@@ -392,16 +392,27 @@ mod tests {
             format!("From: {from}\r\nTo: agent@example.test\r\nSubject: s\r\n{extra}\r\nbody\r\n")
         };
         let open = settings(json!({}));
-        let listed = settings(json!({"policy": {"dm": "allowlist", "allow_from": ["Alice@example.test"]}}));
+        let listed =
+            settings(json!({"policy": {"dm": "allowlist", "allow_from": ["Alice@example.test"]}}));
         let run = |raw: String, s: &AdapterSettings| {
-            convert(raw.as_bytes(), POSITION, s, "agent@example.test", 1, &|_| None)
+            convert(
+                raw.as_bytes(),
+                POSITION,
+                s,
+                "agent@example.test",
+                1,
+                &|_| None,
+            )
         };
         assert!(matches!(
             run(mail("agent@example.test", ""), &open),
             Converted::Dropped(_)
         ));
         assert!(matches!(
-            run(mail("bob@example.test", "Auto-Submitted: auto-replied\r\n"), &open),
+            run(
+                mail("bob@example.test", "Auto-Submitted: auto-replied\r\n"),
+                &open
+            ),
             Converted::Dropped(_)
         ));
         assert!(matches!(

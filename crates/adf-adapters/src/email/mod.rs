@@ -114,13 +114,17 @@ impl EmailConfig {
             match settings.config.get(name) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_owned())),
-                Some(other) => Err(bad(format!("config.{name} is a non-empty string, not {other}"))),
+                Some(other) => Err(bad(format!(
+                    "config.{name} is a non-empty string, not {other}"
+                ))),
             }
         };
         let address = text("address")?
             .ok_or_else(|| bad("config.address (the agent's email address) is required".into()))?;
         if lettre::Address::from_str(&address).is_err() {
-            return Err(bad(format!("config.address '{address}' is not an email address")));
+            return Err(bad(format!(
+                "config.address '{address}' is not an email address"
+            )));
         }
         let endpoint = |prefix: &str,
                         host: Option<String>,
@@ -130,7 +134,9 @@ impl EmailConfig {
             let security = match text(&format!("{prefix}_security"))? {
                 None => default_security,
                 Some(s) => Security::parse(&s).ok_or_else(|| {
-                    bad(format!("config.{prefix}_security is tls, starttls or none, not '{s}'"))
+                    bad(format!(
+                        "config.{prefix}_security is tls, starttls or none, not '{s}'"
+                    ))
                 })?,
             };
             if security == Security::None && !connect::is_loopback_host(&host) {
@@ -151,7 +157,9 @@ impl EmailConfig {
                     .as_u64()
                     .and_then(|p| u16::try_from(p).ok())
                     .filter(|p| *p > 0)
-                    .ok_or_else(|| bad(format!("config.{prefix}_port is a port number, not {v}")))?,
+                    .ok_or_else(|| {
+                        bad(format!("config.{prefix}_port is a port number, not {v}"))
+                    })?,
             };
             Ok(Endpoint {
                 host,
@@ -450,7 +458,12 @@ impl EmailAdapter {
                 for file in files {
                     let outcome = self
                         .sink
-                        .write_file(ATTACHMENT_DIR, &file.filename, file.bytes, file.content_type)
+                        .write_file(
+                            ATTACHMENT_DIR,
+                            &file.filename,
+                            file.bytes,
+                            file.content_type,
+                        )
                         .await;
                     if let Some(record) = message
                         .attachments
@@ -566,13 +579,19 @@ impl EmailAdapter {
         if body.trim().is_empty() {
             return Err(AdapterError::Invalid("an email needs some text".into()));
         }
-        let subject = match (field("subject"), form.as_ref().and_then(|f| f.title.as_deref())) {
+        let subject = match (
+            field("subject"),
+            form.as_ref().and_then(|f| f.title.as_deref()),
+        ) {
             (Some(subject), _) if subject.to_lowercase().starts_with("re:") => subject.to_owned(),
             (Some(subject), _) => format!("Re: {subject}"),
             (None, Some(title)) => title.to_owned(),
             (None, None) => format!(
                 "Message from {}",
-                self.config.display_name.as_deref().unwrap_or(&self.config.address)
+                self.config
+                    .display_name
+                    .as_deref()
+                    .unwrap_or(&self.config.address)
             ),
         };
         let unique: String = message
@@ -619,7 +638,10 @@ impl EmailAdapter {
             connect::smtp_connect(&self.sink.egress_policy(), &self.config.smtp, &self.hello())
                 .await?;
         let mechanisms = [Mechanism::Plain, Mechanism::Login];
-        let offered = connection.server_info().get_auth_mechanism(&mechanisms).is_some();
+        let offered = connection
+            .server_info()
+            .get_auth_mechanism(&mechanisms)
+            .is_some();
         if offered {
             let credentials = Credentials::new(
                 self.config.username.clone(),
@@ -628,7 +650,9 @@ impl EmailAdapter {
             connection
                 .auth(&mechanisms, &credentials)
                 .await
-                .map_err(|e| self.refused(format!("SMTP AUTH refused: {}", connect::smtp_reason(&e))))?;
+                .map_err(|e| {
+                    self.refused(format!("SMTP AUTH refused: {}", connect::smtp_reason(&e)))
+                })?;
         }
         Ok((connection, offered))
     }
@@ -752,16 +776,18 @@ mod tests {
 
     #[test]
     fn config_defaults_follow_the_security_and_plain_text_is_for_loopback_only() {
-        let c = parse(json!({"address": "Bot@Example.com", "imap_host": "mail.example.com"}))
-            .unwrap();
+        let c =
+            parse(json!({"address": "Bot@Example.com", "imap_host": "mail.example.com"})).unwrap();
         assert_eq!(c.address, "bot@example.com");
         assert_eq!(c.username, "Bot@Example.com");
         assert_eq!((c.imap.port, c.imap.security), (993, Security::Tls));
         assert_eq!(c.smtp.host, "mail.example.com");
         assert_eq!((c.smtp.port, c.smtp.security), (587, Security::StartTls));
         assert_eq!(c.mailbox, "INBOX");
-        let err = parse(json!({"address": "a@b.c", "imap_host": "mail.example.com", "imap_security": "none"}))
-            .unwrap_err();
+        let err = parse(
+            json!({"address": "a@b.c", "imap_host": "mail.example.com", "imap_security": "none"}),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("loopback"), "{err}");
         assert!(parse(json!({"address": "a@b.c", "imap_host": "127.0.0.1", "imap_security": "none", "smtp_security": "none"})).is_ok());
         let err = parse(json!({"imap_host": "x"})).unwrap_err();

@@ -276,9 +276,10 @@ async fn msg_22_msg_43_an_email_is_answered_by_the_agents_model_through_real_mai
             .get(&format!("/agents/{}/runtime/adapters", agent.id))
             .await
             .unwrap();
-        body["states"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["type"] == "email" && s["state"] == "running"))
+        body["states"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["type"] == "email" && s["state"] == "running")
+        })
     })
     .await;
 
