@@ -36,6 +36,15 @@ pub struct MailServers {
     postfix: Child,
     imap_port: u16,
     smtp_port: u16,
+    tls: Option<Tls>,
+}
+
+/// The TLS side of servers started with [`MailServers::start_tls`].
+#[derive(Debug)]
+struct Tls {
+    imaps_port: u16,
+    smtps_port: u16,
+    ca_der: Vec<u8>,
 }
 
 fn free_ports(n: usize) -> Vec<u16> {
@@ -85,6 +94,18 @@ impl MailServers {
     /// Starts both servers with `users` (`(local part, password)` at [`DOMAIN`]) and waits until
     /// they accept connections. Panics, naming [`SETUP_SCRIPT`], when the servers are missing.
     pub async fn start(users: &[(&str, &str)]) -> MailServers {
+        Self::start_with(users, false).await
+    }
+
+    /// Like [`start`](Self::start), and TLS too: STARTTLS on the IMAP and SMTP ports, implicit
+    /// TLS on [`imaps_port`](Self::imaps_port) and [`smtps_port`](Self::smtps_port), with a
+    /// certificate for `127.0.0.1` issued by a test CA made for this instance
+    /// ([`ca_certificate_der`](Self::ca_certificate_der)).
+    pub async fn start_tls(users: &[(&str, &str)]) -> MailServers {
+        Self::start_with(users, true).await
+    }
+
+    async fn start_with(users: &[(&str, &str)], tls: bool) -> MailServers {
         for binary in [DOVECOT, POSTFIX] {
             assert!(
                 Path::new(binary).exists(),
@@ -120,9 +141,31 @@ impl MailServers {
             .map(|(user, password)| format!("{user}@{DOMAIN}:{{PLAIN}}{password}::::::\n"))
             .collect();
         write(&d.join("users"), &passwd);
-        let ports = free_ports(4);
+        let ports = free_ports(6);
         let (imap_port, lmtp_port, auth_port, smtp_port) = (ports[0], ports[1], ports[2], ports[3]);
-        let dovecot_conf = dovecot_config(&d, imap_port, lmtp_port, auth_port);
+        let tls = tls.then(|| Tls {
+            imaps_port: ports[4],
+            smtps_port: ports[5],
+            ca_der: issue_certificates(&d),
+        });
+        let mut dovecot_conf = dovecot_config(&d, imap_port, lmtp_port, auth_port);
+        if let Some(tls) = &tls {
+            dovecot_conf = dovecot_conf
+                .replace(
+                    "ssl = no\n",
+                    &format!(
+                        "ssl = yes\nssl_cert = <{dir}/server.pem\nssl_key = <{dir}/server.key\nssl_dh = </usr/share/dovecot/dh.pem\n",
+                        dir = d.display()
+                    ),
+                )
+                .replace(
+                    "  inet_listener imaps {\n    port = 0\n",
+                    &format!(
+                        "  inet_listener imaps {{\n    address = 127.0.0.1\n    port = {}\n",
+                        tls.imaps_port
+                    ),
+                );
+        }
         write(&d.join("dovecot.conf"), &dovecot_conf);
         let mailboxes: Vec<String> = users
             .iter()
@@ -132,7 +175,20 @@ impl MailServers {
             &d.join("postfix/main.cf"),
             &postfix_main(&d, lmtp_port, auth_port, &mailboxes.join(", ")),
         );
-        write(&d.join("postfix/master.cf"), &postfix_master(smtp_port));
+        let mut master = postfix_master(smtp_port);
+        if let Some(tls) = &tls {
+            let mut main = std::fs::read_to_string(d.join("postfix/main.cf")).unwrap_or_default();
+            main.push_str(&format!(
+                "smtpd_tls_cert_file = {dir}/server.pem\nsmtpd_tls_key_file = {dir}/server.key\nsmtpd_tls_security_level = may\n",
+                dir = d.display()
+            ));
+            write(&d.join("postfix/main.cf"), &main);
+            master.push_str(&format!(
+                "127.0.0.1:{} inet n - n - - smtpd -o smtpd_tls_wrappermode=yes\n",
+                tls.smtps_port
+            ));
+        }
+        write(&d.join("postfix/master.cf"), &master);
 
         let dovecot = match Command::new(DOVECOT)
             .arg("-F")
@@ -164,13 +220,20 @@ impl MailServers {
             postfix,
             imap_port,
             smtp_port,
+            tls,
         };
-        for (port, what) in [
+        let tls_ports = servers.tls.as_ref().map(|t| {
+            [
+                (t.imaps_port, "dovecot IMAPS"),
+                (t.smtps_port, "postfix SMTPS"),
+            ]
+        });
+        for (port, what) in tls_ports.into_iter().flatten().chain([
             (imap_port, "dovecot IMAP"),
             (lmtp_port, "dovecot LMTP"),
             (auth_port, "dovecot auth"),
             (smtp_port, "postfix SMTP"),
-        ] {
+        ]) {
             servers.wait_listening(port, what).await;
         }
         servers
@@ -199,6 +262,22 @@ impl MailServers {
     /// The SMTP port (plain text with AUTH, loopback).
     pub fn smtp_port(&self) -> u16 {
         self.smtp_port
+    }
+
+    /// The implicit-TLS IMAP port, for servers started with [`start_tls`](Self::start_tls).
+    pub fn imaps_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|t| t.imaps_port)
+    }
+
+    /// The implicit-TLS SMTP port, for servers started with [`start_tls`](Self::start_tls).
+    pub fn smtps_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|t| t.smtps_port)
+    }
+
+    /// The test CA's certificate (DER) that issued the servers' certificate, for servers
+    /// started with [`start_tls`](Self::start_tls).
+    pub fn ca_certificate_der(&self) -> Option<Vec<u8>> {
+        self.tls.as_ref().map(|t| t.ca_der.clone())
     }
 
     /// `user@example.test`.
@@ -339,6 +418,70 @@ impl Drop for MailServers {
             .status();
         terminate(&mut self.postfix);
         terminate(&mut self.dovecot);
+    }
+}
+
+/// Makes a test CA and a certificate for `127.0.0.1` it issued (`server.pem`, `server.key`
+/// in `d`) with openssl; returns the CA certificate as DER.
+fn issue_certificates(d: &Path) -> Vec<u8> {
+    let openssl = |args: &[&str]| {
+        run(
+            Command::new("openssl").current_dir(d).args(args),
+            &format!("openssl {}", args.first().copied().unwrap_or_default()),
+        );
+    };
+    write(
+        &d.join("server.ext"),
+        "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1, DNS:localhost\n",
+    );
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=adf test mail CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]);
+    openssl(&["x509", "-in", "ca.pem", "-outform", "DER", "-out", "ca.der"]);
+    match std::fs::read(d.join("ca.der")) {
+        Ok(der) => der,
+        Err(e) => panic!("cannot read the test CA: {e}"),
     }
 }
 

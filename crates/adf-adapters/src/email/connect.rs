@@ -11,7 +11,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use adf_egress::{EgressErrorKind, SystemLookup};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters};
+use lettre::transport::smtp::client::{
+    AsyncSmtpConnection, AsyncTokioStream, Certificate, CertificateStore, TlsParameters,
+};
 use lettre::transport::smtp::extension::ClientId;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -98,13 +100,31 @@ async fn tcp(
     })
 }
 
-/// The TLS client configuration: the system's roots (what every agent connection trusts).
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, AdapterError> {
+/// Which certificates TLS connections to the mail servers trust. Verification is never off.
+#[derive(Debug, Clone, Default)]
+pub enum MailTrust {
+    /// The system's root certificates (what the daemon's adapters use).
+    #[default]
+    System,
+    /// Exactly these root certificates (DER): for a host whose mail servers use a private CA
+    /// it was given explicitly, and for tests against a local server with a test CA. Never
+    /// read from an agent's config.
+    Certificates(Vec<Vec<u8>>),
+}
+
+/// The TLS client configuration over `trust`'s roots.
+fn tls_config(trust: &MailTrust) -> Result<Arc<rustls::ClientConfig>, AdapterError> {
     adf_egress::client::ensure_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
-    let found = rustls_native_certs::load_native_certs();
-    for cert in found.certs {
-        // One unreadable system certificate is no reason to refuse the others.
+    let certs: Vec<rustls::pki_types::CertificateDer<'static>> = match trust {
+        MailTrust::System => rustls_native_certs::load_native_certs().certs,
+        MailTrust::Certificates(ders) => ders
+            .iter()
+            .map(|der| rustls::pki_types::CertificateDer::from(der.clone()))
+            .collect(),
+    };
+    for cert in certs {
+        // One unreadable certificate is no reason to refuse the others.
         let _skipped = roots.add(cert);
     }
     if roots.is_empty() {
@@ -123,13 +143,14 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, AdapterError> {
 async fn tls_wrap<S>(
     stream: S,
     host: &str,
+    trust: &MailTrust,
 ) -> Result<tokio_rustls::client::TlsStream<S>, AdapterError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let name = rustls::pki_types::ServerName::try_from(host.to_owned())
         .map_err(|e| transport("TLS server name", e))?;
-    let connector = tokio_rustls::TlsConnector::from(tls_config()?);
+    let connector = tokio_rustls::TlsConnector::from(tls_config(trust)?);
     tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(name, stream))
         .await
         .map_err(|_| transport("TLS handshake", "timed out"))?
@@ -157,10 +178,11 @@ pub(crate) async fn imap_login(
     endpoint: &Endpoint,
     username: &str,
     password: &str,
+    trust: &MailTrust,
 ) -> Result<ImapSession, Result<String, AdapterError>> {
     let (stream, _) = tcp(policy, endpoint).await.map_err(Err)?;
     let stream: ImapStream = match endpoint.security {
-        Security::Tls => Box::new(tls_wrap(stream, &endpoint.host).await.map_err(Err)?),
+        Security::Tls => Box::new(tls_wrap(stream, &endpoint.host, trust).await.map_err(Err)?),
         Security::None => Box::new(stream),
         Security::StartTls => {
             let mut client = async_imap::Client::new(stream);
@@ -170,7 +192,7 @@ pub(crate) async fn imap_login(
                 .await
                 .map_err(|e| Err(imap_error("STARTTLS", e)))?;
             let plain = client.into_inner();
-            Box::new(tls_wrap(plain, &endpoint.host).await.map_err(Err)?)
+            Box::new(tls_wrap(plain, &endpoint.host, trust).await.map_err(Err)?)
         }
     };
     let mut client = async_imap::Client::new(stream);
@@ -262,13 +284,14 @@ pub(crate) async fn smtp_connect(
     policy: &adf_egress::Policy,
     endpoint: &Endpoint,
     hello: &ClientId,
+    trust: &MailTrust,
 ) -> Result<AsyncSmtpConnection, AdapterError> {
     let (stream, peer) = tcp(policy, endpoint).await?;
     let smtp = |e: lettre::transport::smtp::Error| transport("SMTP", smtp_reason(&e));
     let opened = async {
         match endpoint.security {
             Security::Tls => {
-                let stream = tls_wrap(stream, &endpoint.host).await?;
+                let stream = tls_wrap(stream, &endpoint.host, trust).await?;
                 AsyncSmtpConnection::connect_with_transport(
                     Box::new(SmtpTls { stream, peer }),
                     hello,
@@ -285,7 +308,16 @@ pub(crate) async fn smtp_connect(
                     AsyncSmtpConnection::connect_with_transport(Box::new(stream), hello)
                         .await
                         .map_err(smtp)?;
-                let parameters = TlsParameters::new(endpoint.host.clone()).map_err(smtp)?;
+                let mut builder = TlsParameters::builder(endpoint.host.clone());
+                if let MailTrust::Certificates(ders) = trust {
+                    builder = builder.certificate_store(CertificateStore::None);
+                    for der in ders {
+                        builder = builder.add_root_certificate(
+                            Certificate::from_der(der.clone()).map_err(smtp)?,
+                        );
+                    }
+                }
+                let parameters = builder.build().map_err(smtp)?;
                 connection.starttls(parameters, hello).await.map_err(smtp)?;
                 Ok(connection)
             }

@@ -16,14 +16,17 @@ pub(crate) struct Answer {
     pub(crate) answer_value: Value,
 }
 
+/// The line a mail client puts above the quoted original.
+fn is_quote_intro(line: &str) -> bool {
+    (line.starts_with("On ") && line.ends_with("wrote:"))
+        || line.starts_with("-----Original Message")
+}
+
 /// The reply's own lines: not quoted, before the quoted original.
 fn own_lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
         .map(str::trim)
-        .take_while(|line| {
-            !(line.starts_with("On ") && line.ends_with("wrote:"))
-                && !line.starts_with("-----Original Message")
-        })
+        .take_while(|line| !is_quote_intro(line))
         .filter(|line| !line.is_empty() && !line.starts_with('>'))
 }
 

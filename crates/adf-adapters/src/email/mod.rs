@@ -59,6 +59,7 @@ use crate::sink::{AdapterSink, Secret};
 use crate::state_dir::StateDir;
 use crate::{Adapter, BoxFuture, Session};
 
+pub use connect::MailTrust;
 use connect::{Endpoint, ImapSession, Security};
 use inbound::{Converted, MailboxPosition, SentForm};
 
@@ -199,6 +200,7 @@ pub struct EmailAdapter {
     settings: AdapterSettings,
     config: EmailConfig,
     password: Secret,
+    trust: MailTrust,
     sink: Arc<dyn AdapterSink>,
     state: StateDir,
     // Serializes writes of forms.json (deliveries may run side by side).
@@ -214,19 +216,17 @@ impl std::fmt::Debug for EmailAdapter {
     }
 }
 
-/// Builds the Email adapter for one agent: the password is required.
+/// Builds the Email adapter for one agent: the password is required. The daemon's adapters
+/// trust the system's roots.
 pub(crate) async fn build(building: &Building<'_>) -> Result<Arc<dyn Adapter>, AdapterError> {
-    let config = EmailConfig::parse(building.settings)?;
     let password = building.required_credential(CREDENTIAL_PURPOSE).await?;
-    let file = building.sink.agent_file();
-    Ok(Arc::new(EmailAdapter {
-        settings: building.settings.clone(),
-        config,
+    let adapter = EmailAdapter::new(
+        building.settings,
         password,
-        sink: building.sink.clone(),
-        state: StateDir::new(&file, KIND),
-        forms: tokio::sync::Mutex::new(()),
-    }))
+        building.sink.clone(),
+        MailTrust::System,
+    )?;
+    Ok(Arc::new(adapter))
 }
 
 fn sink_error(e: impl std::fmt::Display) -> AdapterError {
@@ -251,6 +251,27 @@ async fn fetch_one(
 }
 
 impl EmailAdapter {
+    /// The adapter for `settings` (validated here), logging in with `password` and trusting
+    /// `trust`'s certificates for TLS.
+    pub fn new(
+        settings: &AdapterSettings,
+        password: Secret,
+        sink: Arc<dyn AdapterSink>,
+        trust: MailTrust,
+    ) -> Result<Self, AdapterError> {
+        let config = EmailConfig::parse(settings)?;
+        let file = sink.agent_file();
+        Ok(EmailAdapter {
+            settings: settings.clone(),
+            config,
+            password,
+            trust,
+            sink,
+            state: StateDir::new(&file, KIND),
+            forms: tokio::sync::Mutex::new(()),
+        })
+    }
+
     fn refused(&self, reason: String) -> AdapterError {
         AdapterError::CredentialRefused {
             adapter: KIND.into(),
@@ -266,6 +287,7 @@ impl EmailAdapter {
             &self.config.imap,
             &self.config.username,
             self.password.expose(),
+            &self.trust,
         )
         .await
         .map_err(|e| match e {
@@ -634,9 +656,13 @@ impl EmailAdapter {
     async fn smtp(
         &self,
     ) -> Result<(lettre::transport::smtp::client::AsyncSmtpConnection, bool), AdapterError> {
-        let mut connection =
-            connect::smtp_connect(&self.sink.egress_policy(), &self.config.smtp, &self.hello())
-                .await?;
+        let mut connection = connect::smtp_connect(
+            &self.sink.egress_policy(),
+            &self.config.smtp,
+            &self.hello(),
+            &self.trust,
+        )
+        .await?;
         let mechanisms = [Mechanism::Plain, Mechanism::Login];
         let offered = connection
             .server_info()

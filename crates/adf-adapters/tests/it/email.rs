@@ -437,3 +437,100 @@ async fn idn_37_a_refused_password_fails_naming_the_purpose_key_and_a_valid_one_
     assert_eq!(info["mailbox"]["messages"], json!(0), "{info}");
     host.stop().await;
 }
+
+/// An adapter built directly (as a host with a private CA would) for `servers`' TLS ports.
+fn tls_adapter(
+    rig: &Rig,
+    imap: (u16, &str),
+    smtp: (u16, &str),
+    trust: adf_adapters::email::MailTrust,
+) -> adf_adapters::email::EmailAdapter {
+    let settings = adf_adapters::AdapterSettings::parse(
+        "email",
+        &json!({ "config": {
+            "address": agent(),
+            "imap_host": "127.0.0.1",
+            "imap_port": imap.0,
+            "imap_security": imap.1,
+            "smtp_host": "127.0.0.1",
+            "smtp_port": smtp.0,
+            "smtp_security": smtp.1,
+        } }),
+    )
+    .unwrap();
+    adf_adapters::email::EmailAdapter::new(
+        &settings,
+        adf_adapters::Secret::new(AGENT_PASSWORD),
+        rig.sink.clone(),
+        trust,
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_42_starttls_and_implicit_tls_carry_login_and_mail_and_verify_the_certificate() {
+    use adf_adapters::Adapter as _;
+    use adf_adapters::email::MailTrust;
+
+    let servers =
+        MailServers::start_tls(&[("agent", AGENT_PASSWORD), ("alice", "alice-secret")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = email_agent_file(dir.path(), &servers, json!({}), AGENT_PASSWORD);
+    let rig = Rig {
+        sink: FileSink::open(&path),
+        _dir: dir,
+        servers,
+        path,
+    };
+    let ca = MailTrust::Certificates(vec![rig.servers.ca_certificate_der().unwrap()]);
+    let starttls = tls_adapter(
+        &rig,
+        (rig.servers.imap_port(), "starttls"),
+        (rig.servers.smtp_port(), "starttls"),
+        ca.clone(),
+    );
+    let implicit = tls_adapter(
+        &rig,
+        (rig.servers.imaps_port().unwrap(), "tls"),
+        (rig.servers.smtps_port().unwrap(), "tls"),
+        ca,
+    );
+    for (n, adapter) in [&starttls, &implicit].into_iter().enumerate() {
+        let tested = adapter.test_credential().await.unwrap();
+        assert_eq!(tested["imap"]["login"], json!("ok"), "{tested}");
+        assert_eq!(tested["smtp"]["auth"], json!("ok"), "{tested}");
+        adapter
+            .deliver(&OutboundMessage {
+                outbox_id: format!("out-tls-{n}"),
+                recipient: format!("email:{}", alice()),
+                content: format!("over TLS #{n}"),
+                content_type: None,
+                source_context: None,
+            })
+            .await
+            .unwrap();
+        let mails = rig.servers.wait_delivered(&alice(), n + 1).await;
+        assert!(
+            mails.iter().any(|m| m.contains(&format!("over TLS #{n}"))),
+            "{mails:?}"
+        );
+    }
+    // The test CA is not among the system's roots: both ways refuse the certificate.
+    for (imap, smtp) in [
+        (
+            (rig.servers.imap_port(), "starttls"),
+            (rig.servers.smtp_port(), "starttls"),
+        ),
+        (
+            (rig.servers.imaps_port().unwrap(), "tls"),
+            (rig.servers.smtps_port().unwrap(), "tls"),
+        ),
+    ] {
+        let untrusted = tls_adapter(&rig, imap, smtp, MailTrust::System);
+        let error = untrusted.test_credential().await.unwrap_err();
+        assert!(
+            error.to_string().to_lowercase().contains("certificate"),
+            "{error}"
+        );
+    }
+}
