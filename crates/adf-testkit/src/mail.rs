@@ -116,31 +116,8 @@ impl MailServers {
             is_root(),
             "the email tests start private Dovecot and Postfix instances, which must run as root (as {SETUP_SCRIPT} and .ci/run do)"
         );
-        let dir = match tempfile::Builder::new().prefix("adf-mail-").tempdir() {
-            Ok(dir) => dir,
-            Err(e) => panic!("no temporary directory: {e}"),
-        };
+        let dir = prepare_dir(users);
         let d = dir.path().to_owned();
-        // The servers' unprivileged users (mail, postfix) must reach their parts of it.
-        run(Command::new("chmod").arg("755").arg(&d), "chmod");
-        for sub in ["run", "state", "mail", "postfix", "queue", "data"] {
-            if let Err(e) = std::fs::create_dir_all(d.join(sub)) {
-                panic!("cannot create {sub}: {e}");
-            }
-        }
-        run(
-            Command::new("chown").arg("mail:mail").arg(d.join("mail")),
-            "chown mail",
-        );
-        run(
-            Command::new("chown").arg("postfix").arg(d.join("data")),
-            "chown data",
-        );
-        let passwd: String = users
-            .iter()
-            .map(|(user, password)| format!("{user}@{DOMAIN}:{{PLAIN}}{password}::::::\n"))
-            .collect();
-        write(&d.join("users"), &passwd);
         let ports = free_ports(6);
         let (imap_port, lmtp_port, auth_port, smtp_port) = (ports[0], ports[1], ports[2], ports[3]);
         let tls = tls.then(|| Tls {
@@ -148,47 +125,7 @@ impl MailServers {
             smtps_port: ports[5],
             ca_der: issue_certificates(&d),
         });
-        let mut dovecot_conf = dovecot_config(&d, imap_port, lmtp_port, auth_port);
-        if let Some(tls) = &tls {
-            dovecot_conf = dovecot_conf
-                .replace(
-                    "ssl = no\n",
-                    &format!(
-                        "ssl = yes\nssl_cert = <{dir}/server.pem\nssl_key = <{dir}/server.key\nssl_dh = </usr/share/dovecot/dh.pem\n",
-                        dir = d.display()
-                    ),
-                )
-                .replace(
-                    "  inet_listener imaps {\n    port = 0\n",
-                    &format!(
-                        "  inet_listener imaps {{\n    address = 127.0.0.1\n    port = {}\n",
-                        tls.imaps_port
-                    ),
-                );
-        }
-        write(&d.join("dovecot.conf"), &dovecot_conf);
-        let mailboxes: Vec<String> = users
-            .iter()
-            .map(|(user, _)| format!("{user}@{DOMAIN}=ok"))
-            .collect();
-        write(
-            &d.join("postfix/main.cf"),
-            &postfix_main(&d, lmtp_port, auth_port, &mailboxes.join(", ")),
-        );
-        let mut master = postfix_master(smtp_port);
-        if let Some(tls) = &tls {
-            let mut main = std::fs::read_to_string(d.join("postfix/main.cf")).unwrap_or_default();
-            main.push_str(&format!(
-                "smtpd_tls_cert_file = {dir}/server.pem\nsmtpd_tls_key_file = {dir}/server.key\nsmtpd_tls_security_level = may\n",
-                dir = d.display()
-            ));
-            write(&d.join("postfix/main.cf"), &main);
-            master.push_str(&format!(
-                "127.0.0.1:{} inet n - n - - smtpd -o smtpd_tls_wrappermode=yes\n",
-                tls.smtps_port
-            ));
-        }
-        write(&d.join("postfix/master.cf"), &master);
+        write_configs(&d, users, &ports, tls.as_ref());
 
         let dovecot = match Command::new(DOVECOT)
             .arg("-F")
@@ -419,6 +356,84 @@ impl Drop for MailServers {
         terminate(&mut self.postfix);
         terminate(&mut self.dovecot);
     }
+}
+
+/// The instance's directory: writable by the servers' unprivileged users where they write,
+/// with the users' passwd-file.
+fn prepare_dir(users: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = match tempfile::Builder::new().prefix("adf-mail-").tempdir() {
+        Ok(dir) => dir,
+        Err(e) => panic!("no temporary directory: {e}"),
+    };
+    let d = dir.path().to_owned();
+    // The servers' unprivileged users (mail, postfix) must reach their parts of it.
+    run(Command::new("chmod").arg("755").arg(&d), "chmod");
+    for sub in ["run", "state", "mail", "postfix", "queue", "data"] {
+        if let Err(e) = std::fs::create_dir_all(d.join(sub)) {
+            panic!("cannot create {sub}: {e}");
+        }
+    }
+    run(
+        Command::new("chown").arg("mail:mail").arg(d.join("mail")),
+        "chown mail",
+    );
+    run(
+        Command::new("chown").arg("postfix").arg(d.join("data")),
+        "chown data",
+    );
+    let passwd: String = users
+        .iter()
+        .map(|(user, password)| format!("{user}@{DOMAIN}:{{PLAIN}}{password}::::::\n"))
+        .collect();
+    write(&d.join("users"), &passwd);
+    dir
+}
+
+/// Writes Dovecot's and Postfix's configuration for `ports` (IMAP, LMTP, auth, SMTP) and,
+/// with `tls`, the TLS listeners.
+fn write_configs(d: &Path, users: &[(&str, &str)], ports: &[u16], tls: Option<&Tls>) {
+    let (imap_port, lmtp_port, auth_port, smtp_port) = (ports[0], ports[1], ports[2], ports[3]);
+    let mut dovecot_conf = dovecot_config(d, imap_port, lmtp_port, auth_port);
+    if let Some(tls) = tls {
+        dovecot_conf = dovecot_conf
+                .replace(
+                    "ssl = no\n",
+                    &format!(
+                        "ssl = yes\nssl_cert = <{dir}/server.pem\nssl_key = <{dir}/server.key\nssl_dh = </usr/share/dovecot/dh.pem\n",
+                        dir = d.display()
+                    ),
+                )
+                .replace(
+                    "  inet_listener imaps {\n    port = 0\n",
+                    &format!(
+                        "  inet_listener imaps {{\n    address = 127.0.0.1\n    port = {}\n",
+                        tls.imaps_port
+                    ),
+                );
+    }
+    write(&d.join("dovecot.conf"), &dovecot_conf);
+    let mailboxes: Vec<String> = users
+        .iter()
+        .map(|(user, _)| format!("{user}@{DOMAIN}=ok"))
+        .collect();
+    write(
+        &d.join("postfix/main.cf"),
+        &postfix_main(d, lmtp_port, auth_port, &mailboxes.join(", ")),
+    );
+    let mut master = postfix_master(smtp_port);
+    if let Some(tls) = tls {
+        let mut main = std::fs::read_to_string(d.join("postfix/main.cf")).unwrap_or_default();
+        main.push_str(&format!(
+                "smtpd_tls_cert_file = {dir}/server.pem\nsmtpd_tls_key_file = {dir}/server.key\nsmtpd_tls_security_level = may\n",
+                dir = d.display()
+            ));
+        write(&d.join("postfix/main.cf"), &main);
+        master.push_str(&format!(
+            "127.0.0.1:{} inet n - n - - smtpd -o smtpd_tls_wrappermode=yes\n",
+            tls.smtps_port
+        ));
+    }
+    write(&d.join("postfix/master.cf"), &master);
 }
 
 /// Makes a test CA and a certificate for `127.0.0.1` it issued (`server.pem`, `server.key`

@@ -217,52 +217,8 @@ pub(crate) fn convert(
         .iter()
         .chain(references.iter().rev())
         .find_map(|id| sent_form(id));
-    let parent_id = form.map(|sent| {
-        let answers = super::forms::parse_answers(&sent.form, &content);
-        context.insert("form_id".into(), json!(sent.form.form_id));
-        if let Some(first) = answers.first() {
-            context.insert("question_id".into(), json!(first.question_id));
-            context.insert("answer_id".into(), json!(first.answer_id));
-            context.insert("answer_value".into(), first.answer_value.clone());
-        }
-        context.insert(
-            "answers".into(),
-            Value::Array(
-                answers
-                    .iter()
-                    .map(|a| {
-                        json!({
-                            "question_id": a.question_id,
-                            "answer_id": a.answer_id,
-                            "answer_value": a.answer_value,
-                        })
-                    })
-                    .collect(),
-            ),
-        );
-        sent.outbox_id
-    });
-
-    let parts: Vec<Value> = message
-        .parts
-        .iter()
-        .map(|part| {
-            json!({
-                "content_type": content_type_of(part),
-                "filename": part.attachment_name(),
-                "size_bytes": part.contents().len(),
-            })
-        })
-        .collect();
-    let original = json!({
-        "headers": raw_headers(raw),
-        "parts": parts,
-        "size_bytes": position.size,
-        "truncated": position.truncated,
-        "mailbox": position.mailbox,
-        "uid": position.uid,
-        "uid_validity": position.uid_validity,
-    });
+    let parent_id = form.map(|sent| answer_context(&mut context, sent, &content));
+    let original = original_message(raw, &message, position);
     let message_id = match &own_id {
         Some(id) => format!("email:{id}"),
         None => format!(
@@ -289,6 +245,54 @@ pub(crate) fn convert(
         }),
         files,
     )
+}
+
+/// Adds a questionnaire reply's answers to `context` (MSG-46) and returns the form's outbox
+/// row id, the answer row's parent.
+fn answer_context(context: &mut Map<String, Value>, sent: SentForm, content: &str) -> String {
+    let answers = super::forms::parse_answers(&sent.form, content);
+    context.insert("form_id".into(), json!(sent.form.form_id));
+    if let Some(first) = answers.first() {
+        context.insert("question_id".into(), json!(first.question_id));
+        context.insert("answer_id".into(), json!(first.answer_id));
+        context.insert("answer_value".into(), first.answer_value.clone());
+    }
+    let all: Vec<Value> = answers
+        .iter()
+        .map(|a| {
+            json!({
+                "question_id": a.question_id,
+                "answer_id": a.answer_id,
+                "answer_value": a.answer_value,
+            })
+        })
+        .collect();
+    context.insert("answers".into(), Value::Array(all));
+    sent.outbox_id
+}
+
+/// `original_message`: the raw headers and a summary of the MIME parts.
+fn original_message(raw: &[u8], message: &Message<'_>, position: MailboxPosition<'_>) -> Value {
+    let parts: Vec<Value> = message
+        .parts
+        .iter()
+        .map(|part| {
+            json!({
+                "content_type": content_type_of(part),
+                "filename": part.attachment_name(),
+                "size_bytes": part.contents().len(),
+            })
+        })
+        .collect();
+    json!({
+        "headers": raw_headers(raw),
+        "parts": parts,
+        "size_bytes": position.size,
+        "truncated": position.truncated,
+        "mailbox": position.mailbox,
+        "uid": position.uid,
+        "uid_validity": position.uid_validity,
+    })
 }
 
 fn attachments(
