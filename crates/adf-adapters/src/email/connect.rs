@@ -273,10 +273,8 @@ pub(crate) fn smtp_reason(e: &lettre::transport::smtp::Error) -> String {
 
 /// The SMTP status code of a server's refusal, when the error carries one.
 pub(crate) fn smtp_code(e: &lettre::transport::smtp::Error) -> Option<u16> {
-    e.status().map(|code| {
-        let code = code.to_string();
-        code.parse::<u16>().unwrap_or_default()
-    })
+    e.status()
+        .and_then(|code| code.to_string().parse::<u16>().ok())
 }
 
 /// Connects to the SMTP server (EHLO, STARTTLS when asked).

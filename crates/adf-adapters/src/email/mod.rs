@@ -673,12 +673,19 @@ impl EmailAdapter {
                 self.config.username.clone(),
                 self.password.expose().to_owned(),
             );
-            connection
-                .auth(&mechanisms, &credentials)
-                .await
-                .map_err(|e| {
-                    self.refused(format!("SMTP AUTH refused: {}", connect::smtp_reason(&e)))
-                })?;
+            connection.auth(&mechanisms, &credentials).await.map_err(
+                |e| match connect::smtp_code(&e) {
+                    // A permanent refusal is the credential's; a temporary one (454) or a
+                    // dropped connection may pass on a retry.
+                    Some(code) if code >= 500 => {
+                        self.refused(format!("SMTP AUTH refused: {}", connect::smtp_reason(&e)))
+                    }
+                    _ => AdapterError::Transport {
+                        adapter: KIND.into(),
+                        reason: format!("SMTP AUTH: {}", connect::smtp_reason(&e)),
+                    },
+                },
+            )?;
         }
         Ok((connection, offered))
     }
@@ -689,10 +696,18 @@ impl EmailAdapter {
         let sent = connection.send(mail.envelope(), &mail.formatted()).await;
         // The mail is accepted or refused by now; a failed QUIT changes neither.
         let _quit = connection.quit().await;
-        let response = sent.map_err(|e| AdapterError::Platform {
-            adapter: KIND.into(),
-            status: connect::smtp_code(&e).unwrap_or(0),
-            reason: connect::smtp_reason(&e),
+        // A reply code is the server's refusal (a failed row with its words); without one the
+        // connection failed mid-way.
+        let response = sent.map_err(|e| match connect::smtp_code(&e) {
+            Some(status) => AdapterError::Platform {
+                adapter: KIND.into(),
+                status,
+                reason: connect::smtp_reason(&e),
+            },
+            None => AdapterError::Transport {
+                adapter: KIND.into(),
+                reason: format!("SMTP: {}", connect::smtp_reason(&e)),
+            },
         })?;
         if message.content_type.as_deref() == Some(FORM_CONTENT_TYPE) {
             self.remember_form(&message_id, message).await?;

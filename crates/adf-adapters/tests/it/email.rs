@@ -415,6 +415,31 @@ async fn idn_37_a_refused_password_fails_naming_the_purpose_key_and_a_valid_one_
     let tested = test_credential(&rig).await.unwrap_err();
     assert!(tested.to_string().contains(PURPOSE), "{tested}");
     host.stop().await;
+    // SMTP refuses it too when a delivery tries: the error names the purpose key.
+    let sender = direct_adapter(
+        &rig,
+        (rig.servers.imap_port(), "none"),
+        (rig.servers.smtp_port(), "none"),
+        adf_adapters::email::MailTrust::System,
+        "not-the-password",
+    );
+    let refused = adf_adapters::Adapter::deliver(
+        &sender,
+        &OutboundMessage {
+            outbox_id: "out-refused".into(),
+            recipient: format!("email:{}", alice()),
+            content: "hello".into(),
+            content_type: None,
+            source_context: None,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("SMTP AUTH refused") && refused.to_string().contains(PURPOSE),
+        "{refused}"
+    );
+    assert_eq!(refused.status_code(), Some(401));
 
     // The same servers with the right password: IMAP login and SMTP AUTH both pass.
     rig.sink.with_file(|file| {
@@ -445,6 +470,17 @@ fn tls_adapter(
     smtp: (u16, &str),
     trust: adf_adapters::email::MailTrust,
 ) -> adf_adapters::email::EmailAdapter {
+    direct_adapter(rig, imap, smtp, trust, AGENT_PASSWORD)
+}
+
+/// An adapter built directly, outside a host, logging in with `password`.
+fn direct_adapter(
+    rig: &Rig,
+    imap: (u16, &str),
+    smtp: (u16, &str),
+    trust: adf_adapters::email::MailTrust,
+    password: &str,
+) -> adf_adapters::email::EmailAdapter {
     let settings = adf_adapters::AdapterSettings::parse(
         "email",
         &json!({ "config": {
@@ -460,7 +496,7 @@ fn tls_adapter(
     .unwrap();
     adf_adapters::email::EmailAdapter::new(
         &settings,
-        adf_adapters::Secret::new(AGENT_PASSWORD),
+        adf_adapters::Secret::new(password),
         rig.sink.clone(),
         trust,
     )
