@@ -291,6 +291,42 @@ async fn msg_47_attachments_over_the_size_limit_are_recorded_as_skipped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_47_a_mail_far_over_the_limit_keeps_its_text_and_skips_its_attachments() {
+    let rig = rig(
+        json!({ "limits": { "max_attachment_size": 1000 } }),
+        AGENT_PASSWORD,
+    )
+    .await;
+    let host = rig.running().await;
+    // Past the limit plus the text allowance (1 MiB), only the mail's start is fetched.
+    let huge = "y".repeat(1_200_000);
+    let raw = format!(
+        "From: {a}\nTo: {agent}\nSubject: Huge\nMessage-ID: <h1@example.test>\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"hh\"\n\n--hh\nContent-Type: text/plain\n\nThe text survives.\n--hh\nContent-Type: application/octet-stream; name=\"huge.bin\"\nContent-Disposition: attachment; filename=\"huge.bin\"\n\n{huge}\n--hh--\n",
+        a = alice(),
+        agent = agent(),
+    );
+    rig.servers.send(&alice(), &agent(), &raw).await.unwrap();
+    wait_until("the mail is stored", || rig.sink.inbox().len() == 1).await;
+    host.stop().await;
+    let row = &rig.sink.inbox()[0];
+    assert_eq!(text(row, "content"), "The text survives.");
+    assert_eq!(row["original_message"]["truncated"], json!(true), "{row:?}");
+    let attachment = &row["attachments"][0];
+    assert_eq!(attachment["filename"], json!("huge.bin"), "{attachment}");
+    assert_eq!(attachment["transfer"], json!("skipped"), "{attachment}");
+    assert!(
+        attachment["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("max_attachment_size")),
+        "{attachment}"
+    );
+    let stored = rig
+        .sink
+        .with_file(|file| file.file_read("imported/email/huge.bin").unwrap().is_some());
+    assert!(!stored, "nothing of the skipped file is stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_43_a_reply_arrives_in_the_senders_mailbox_threaded() {
     let rig = rig(json!({}), AGENT_PASSWORD).await;
     let host = rig.running().await;
