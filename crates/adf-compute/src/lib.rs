@@ -42,3 +42,22 @@ pub fn tools(home: Option<RuntimeHome>) -> Vec<Arc<dyn Tool>> {
         Arc::new(FsTransfer { home }),
     ]
 }
+
+/// What `adf check` warns about in the agent's `compute` config on this machine: each allowed
+/// target that could not run now (not enabled, not installed, a host gate shut) and pip
+/// packages with nothing to install them from. Empty when compute is off or runnable.
+pub fn check(config: &serde_json::Value, home: &RuntimeHome) -> Vec<String> {
+    let targets = Targets::new(config, home);
+    let mut problems: Vec<String> = targets
+        .allowed()
+        .iter()
+        .filter_map(|name| targets.resolve(Some(name)).err())
+        .map(|error| error.to_string())
+        .collect();
+    if !targets.pip_packages().is_empty() && targets.pip_find_links().is_none() {
+        problems.push(
+            "compute.packages.pip cannot be installed: set the runtime setting compute.pipFindLinks to a directory of wheels (installing from an index is not supported yet)".into(),
+        );
+    }
+    problems
+}

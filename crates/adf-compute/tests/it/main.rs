@@ -7,5 +7,6 @@
 
 mod common;
 mod exec;
+mod pip;
 mod targets;
 mod transfer;
