@@ -223,6 +223,8 @@ impl Sandbox {
                 _ => {}
             }
         }
+        // Directories bwrap creates as root would be 0700, closed to the sandbox user.
+        arg(&["--perms", "0755", "--dir", "/etc"]);
         for entry in ETC_ENTRIES {
             let path = format!("/etc/{entry}");
             arg(&["--ro-bind-try", &path, &path]);

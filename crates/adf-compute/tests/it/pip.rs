@@ -45,24 +45,46 @@ async fn compute_packages_pip_installs_from_a_local_wheel_directory_into_the_age
     std::fs::create_dir(&wheels).unwrap();
     build_wheel(&wheels);
     // The sandbox user reads the directory.
-    for path in [world.dir.path().to_path_buf(), wheels.clone(), wheels.join("demo_pkg-0.1-py3-none-any.whl")] {
+    for path in [
+        world.dir.path().to_path_buf(),
+        wheels.clone(),
+        wheels.join("demo_pkg-0.1-py3-none-any.whl"),
+    ] {
         let mode = if path.is_dir() { 0o755 } else { 0o644 };
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
-    let mut file = world.agent("pip", json!({"enabled": true, "packages": {"pip": ["demo-pkg==0.1"]}}));
+    let mut file = world.agent(
+        "pip",
+        json!({"enabled": true, "packages": {"pip": ["demo-pkg==0.1"]}}),
+    );
     let check = "python3 -c 'import demo_pkg; print(demo_pkg.answer())'";
 
     // Without a wheel directory there is nothing to install from: not supported, not PyPI.
-    let error = owner(&registry, &mut file, "compute_exec", json!({"command": check}))
-        .await
-        .unwrap_err();
+    let error = owner(
+        &registry,
+        &mut file,
+        "compute_exec",
+        json!({"command": check}),
+    )
+    .await
+    .unwrap_err();
     assert!(error.message.contains("not supported yet"), "{error:?}");
     assert!(error.message.contains("compute.pipFindLinks"), "{error:?}");
 
     world.settings(json!({"compute": {"pipFindLinks": wheels}}));
-    let result = exec(&registry, &mut file, json!({"command": check, "timeout_ms": 120000})).await;
+    let result = exec(
+        &registry,
+        &mut file,
+        json!({"command": check, "timeout_ms": 120000}),
+    )
+    .await;
     assert_eq!(result["stdout"], "42\n", "{result}");
-    assert!(world.isolated_workspace(&file).join(".venv/bin/python3").exists());
+    assert!(
+        world
+            .isolated_workspace(&file)
+            .join(".venv/bin/python3")
+            .exists()
+    );
     // The venv is the agent's: the system python3 does not have the package.
     let system = exec(
         &registry,
@@ -70,5 +92,11 @@ async fn compute_packages_pip_installs_from_a_local_wheel_directory_into_the_age
         json!({"command": "/usr/bin/python3 -c 'import demo_pkg' 2>&1; echo rc=$?"}),
     )
     .await;
-    assert!(system["stdout"].as_str().unwrap().contains("ModuleNotFoundError"), "{system}");
+    assert!(
+        system["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("ModuleNotFoundError"),
+        "{system}"
+    );
 }

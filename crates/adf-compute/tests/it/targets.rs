@@ -187,3 +187,26 @@ async fn shared_is_one_workspace_for_the_agents_that_allow_it() {
     assert_ne!(isolated["exit_code"], 0, "{isolated}");
     let _ = enabled();
 }
+
+#[test]
+fn status_names_the_isolation_tool_this_machine_has() {
+    let status = adf_compute::status();
+    // scripts/setup.d/40-compute-bubblewrap.sh installs bubblewrap wherever the tests run.
+    assert_eq!(status["isolation"], "bubblewrap", "{status}");
+    assert_eq!(status["bubblewrap"]["available"], true);
+    assert!(
+        status["bubblewrap"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/bwrap")
+    );
+    assert_eq!(
+        status["limits"]["processes"],
+        adf_compute::run::MAX_PROCESSES
+    );
+    let podman = &status["podman"];
+    assert!(
+        podman["available"] == true || podman["install"].as_str().unwrap().contains("podman"),
+        "{podman}"
+    );
+}
