@@ -145,7 +145,7 @@ impl<'a> Targets<'a> {
             Some(name) => name.to_owned(),
             None => return Err(ComputeError::NoTarget),
         };
-        if !allowed.iter().any(|a| *a == name) {
+        if !allowed.contains(&name) {
             return Err(ComputeError::NotAllowed {
                 target: name,
                 allowed,

@@ -2,7 +2,6 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
 
 use adf_runtime::home::RuntimeHome;
 use adf_runtime::tools::approval::DenyAll;
@@ -13,12 +12,10 @@ use serde_json::{Value, json};
 /// When the tests run as root every sandbox runs as the same unprivileged user, whose
 /// process-count limit the sandboxes share: one sandboxed test at a time, so the fork bomb
 /// test cannot starve another test's `fork`.
-static SANDBOXES: Mutex<()> = Mutex::new(());
+static SANDBOXES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-pub(crate) fn one_sandbox_at_a_time() -> MutexGuard<'static, ()> {
-    SANDBOXES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+pub(crate) async fn one_sandbox_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    SANDBOXES.lock().await
 }
 
 /// A temporary runtime home (mode 0700, like a real one) and directory for agent files.

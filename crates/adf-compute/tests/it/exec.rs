@@ -9,7 +9,7 @@ use crate::common::{World, agent_id, call, enabled, exec, no_process_with, one_s
 
 #[tokio::test]
 async fn tol_42_python3_runs_in_isolated_and_returns_stdout_stderr_exit_code() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("py", enabled());
@@ -50,7 +50,7 @@ async fn tol_42_python3_runs_in_isolated_and_returns_stdout_stderr_exit_code() {
 
 #[tokio::test]
 async fn isolated_cannot_read_a_host_file_adf_home_or_another_agents_workspace() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let host_file = world.dir.path().join("host-secret.txt");
@@ -106,7 +106,7 @@ async fn isolated_cannot_read_a_host_file_adf_home_or_another_agents_workspace()
 
 #[tokio::test]
 async fn isolated_has_no_network_even_to_a_loopback_port() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -134,7 +134,7 @@ async fn isolated_has_no_network_even_to_a_loopback_port() {
 
 #[tokio::test]
 async fn a_fork_bomb_is_bounded() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("bomb", enabled());
@@ -180,7 +180,7 @@ async fn a_fork_bomb_is_bounded() {
 
 #[tokio::test]
 async fn a_process_that_outlives_its_timeout_is_killed_with_its_whole_tree() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("slow", enabled());
@@ -200,7 +200,7 @@ async fn a_process_that_outlives_its_timeout_is_killed_with_its_whole_tree() {
 
 #[tokio::test]
 async fn output_is_capped() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("loud", enabled());
@@ -221,7 +221,7 @@ async fn output_is_capped() {
 
 #[tokio::test]
 async fn tol_42_compute_exec_is_restricted_so_the_model_needs_approval() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("hil", enabled());

@@ -38,7 +38,7 @@ with zipfile.ZipFile(os.path.join(out, "demo_pkg-0.1-py3-none-any.whl"), "w") as
 
 #[tokio::test]
 async fn compute_packages_pip_installs_from_a_local_wheel_directory_into_the_agents_venv() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let wheels = world.dir.path().join("wheels");

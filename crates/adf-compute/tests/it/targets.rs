@@ -11,7 +11,7 @@ use crate::common::{
 
 #[tokio::test]
 async fn cfg_37_host_target_is_closed_unless_both_gates_are_open() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let host_only = json!({"enabled": false, "host_access": true, "allowed_targets": ["host"]});
@@ -161,7 +161,7 @@ async fn adf_runtime_owner_exec(
 
 #[tokio::test]
 async fn shared_is_one_workspace_for_the_agents_that_allow_it() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let both = json!({"enabled": true, "allowed_targets": ["isolated", "shared"]});

@@ -7,7 +7,7 @@ use crate::common::{World, enabled, exec, one_sandbox_at_a_time, owner};
 
 #[tokio::test]
 async fn fs_transfer_round_trips_between_the_vfs_and_the_isolated_workspace() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("rt", enabled());
@@ -82,7 +82,7 @@ async fn fs_transfer_round_trips_between_the_vfs_and_the_isolated_workspace() {
 
 #[tokio::test]
 async fn fs_transfer_refuses_files_over_the_size_limit_and_bad_paths() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let mut file = world.agent("limits", enabled());
@@ -138,7 +138,7 @@ async fn fs_transfer_refuses_files_over_the_size_limit_and_bad_paths() {
 
 #[tokio::test]
 async fn fs_transfer_never_follows_a_link_the_sandbox_planted() {
-    let _one = one_sandbox_at_a_time();
+    let _one = one_sandbox_at_a_time().await;
     let world = World::new();
     let registry = world.registry();
     let host_file = world.dir.path().join("host-only.txt");
