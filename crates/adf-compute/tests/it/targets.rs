@@ -210,3 +210,21 @@ fn status_names_the_isolation_tool_this_machine_has() {
         "{podman}"
     );
 }
+
+#[test]
+fn adf_check_warns_only_about_targets_that_cannot_run_here() {
+    let world = World::new();
+    let id = json!("agentcheck");
+    let runnable = json!({"id": id, "compute": {"enabled": true}});
+    assert_eq!(adf_compute::check(&runnable, &world.home), Vec::<String>::new());
+    let off = json!({"id": id, "compute": {"enabled": false}});
+    assert_eq!(adf_compute::check(&off, &world.home), Vec::<String>::new());
+
+    let host = json!({"id": id, "compute": {"enabled": true, "host_access": true, "allowed_targets": ["isolated", "host"], "packages": {"pip": ["requests"]}}});
+    let problems = adf_compute::check(&host, &world.home);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].contains("compute.hostAccess"), "{problems:?}");
+    assert!(problems[1].contains("compute.pipFindLinks"), "{problems:?}");
+    world.settings(json!({"compute": {"hostAccess": true, "pipFindLinks": "/nonexistent-wheels"}}));
+    assert_eq!(adf_compute::check(&host, &world.home), Vec::<String>::new());
+}
