@@ -216,7 +216,10 @@ fn adf_check_warns_only_about_targets_that_cannot_run_here() {
     let world = World::new();
     let id = json!("agentcheck");
     let runnable = json!({"id": id, "compute": {"enabled": true}});
-    assert_eq!(adf_compute::check(&runnable, &world.home), Vec::<String>::new());
+    assert_eq!(
+        adf_compute::check(&runnable, &world.home),
+        Vec::<String>::new()
+    );
     let off = json!({"id": id, "compute": {"enabled": false}});
     assert_eq!(adf_compute::check(&off, &world.home), Vec::<String>::new());
 

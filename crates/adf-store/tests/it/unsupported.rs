@@ -59,11 +59,7 @@ fn each_declared_section_is_named() {
     });
     assert_eq!(
         paths(&config),
-        [
-            "code_execution.packages",
-            "adapters.slack",
-            "pre_llm_hook",
-        ]
+        ["code_execution.packages", "adapters.slack", "pre_llm_hook",]
     );
     let line = warning_line(&config).unwrap();
     assert!(line.contains("code_execution.packages"), "{line}");
