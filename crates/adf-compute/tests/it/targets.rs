@@ -5,9 +5,7 @@ use adf_runtime::tools::ToolCaller;
 use adf_runtime::tools::approval::DenyAll;
 use serde_json::json;
 
-use crate::common::{
-    World, agent_id, call, enabled, exec, no_process_with, one_sandbox_at_a_time, owner,
-};
+use crate::common::{World, agent_id, call, exec, no_process_with, one_sandbox_at_a_time, owner};
 
 #[tokio::test]
 async fn cfg_37_host_target_is_closed_unless_both_gates_are_open() {
@@ -107,7 +105,7 @@ async fn tol_42_a_target_that_is_not_available_fails_closed_without_an_approval_
         "list",
         json!({"enabled": true, "allowed_targets": ["isolated"]}),
     );
-    let error = adf_runtime_owner_exec(
+    let error = refusal(
         &registry,
         &mut file,
         json!({"command": "true", "target": "shared"}),
@@ -123,7 +121,7 @@ async fn tol_42_a_target_that_is_not_available_fails_closed_without_an_approval_
     );
     let podman_installed = adf_compute::status()["podman"]["available"] == true;
     if !podman_installed {
-        let error = adf_runtime_owner_exec(
+        let error = refusal(
             &registry,
             &mut containers,
             json!({"command": "true", "target": "py-tools"}),
@@ -131,7 +129,7 @@ async fn tol_42_a_target_that_is_not_available_fails_closed_without_an_approval_
         .await;
         assert!(error.contains("podman is not installed"), "{error}");
     }
-    let error = adf_runtime_owner_exec(
+    let error = refusal(
         &registry,
         &mut containers,
         json!({"command": "true", "target": "ghost"}),
@@ -144,11 +142,11 @@ async fn tol_42_a_target_that_is_not_available_fails_closed_without_an_approval_
         "default",
         json!({"enabled": true, "allowed_targets": ["isolated", "host"], "default_target": "host"}),
     );
-    let error = adf_runtime_owner_exec(&registry, &mut default, json!({"command": "true"})).await;
+    let error = refusal(&registry, &mut default, json!({"command": "true"})).await;
     assert!(error.contains("host compute target is closed"), "{error}");
 }
 
-async fn adf_runtime_owner_exec(
+async fn refusal(
     registry: &adf_runtime::tools::ToolRegistry,
     file: &mut adf_store::AdfFile,
     args: serde_json::Value,
@@ -185,7 +183,6 @@ async fn shared_is_one_workspace_for_the_agents_that_allow_it() {
     // The isolated workspace of the same agent is another place.
     let isolated = exec(&registry, &mut a, json!({"command": "cat note.txt"})).await;
     assert_ne!(isolated["exit_code"], 0, "{isolated}");
-    let _ = enabled();
 }
 
 #[test]
