@@ -189,6 +189,18 @@ pub(crate) fn check(path: &Path, out: Output) -> Result<ExitCode> {
     report
         .findings
         .extend(crate::identity_cmds::check_findings(&file)?);
+    if let Ok(home) = adf_runtime::home::RuntimeHome::from_env() {
+        let config = file.config()?;
+        report.findings.extend(
+            adf_compute::check(&config, &home)
+                .into_iter()
+                .map(|message| adf_store::check::Finding {
+                    severity: Severity::Warning,
+                    rule: "§5.12",
+                    message,
+                }),
+        );
+    }
     let errors = report.errors().count();
     let warnings = report.warnings().count();
     let body = json!({ "path": path.display().to_string(), "ok": report.is_ok(), "errors": errors, "warnings": warnings, "findings": report.findings });

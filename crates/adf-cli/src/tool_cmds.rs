@@ -137,11 +137,15 @@ fn args_without_reason(args: &Value) -> String {
     shown.to_string()
 }
 
-/// The tools this binary runs: the built-ins plus the capability crates (`adf_shell`, and the
-/// MCP tools the agent declares, whose servers start on first call).
+/// The tools this binary runs: the built-ins plus the capability crates (`adf_shell`,
+/// `compute_exec` and `fs_transfer` over the runtime home's workspaces, and the MCP tools the
+/// agent declares, whose servers start on first call).
 pub(crate) fn registry() -> ToolRegistry {
     let mut registry = ToolRegistry::with_builtins();
     registry.register(adf_shell::tool());
+    for tool in adf_compute::tools(adf_runtime::home::RuntimeHome::from_env().ok()) {
+        registry.register(tool);
+    }
     registry.add_source(std::sync::Arc::new(adf_mcp::McpSource::new(
         adf_mcp::Supervisor::default(),
         None,

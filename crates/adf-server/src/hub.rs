@@ -119,6 +119,9 @@ impl Hub {
                 Some(home.clone()),
             );
             tools.register(adf_shell::tool());
+            for tool in adf_compute::tools(Some(home.clone())) {
+                tools.register(tool);
+            }
             let directory = subsystems.directory(weak.clone());
             let serving = adf_net::tools::ServingCell::default();
             let outbound = adf_net::outbound::Outbound::new(

@@ -528,7 +528,6 @@ const OPS: &[Op] = &[
 /// `NOT_SUPPORTED` (the package installs of adapters and sandbox share their path with a
 /// listing, so `api/admin.rs` routes those).
 pub const UNSUPPORTED_OPERATIONS: &[(&str, &str, &str, &str)] = &[
-    ("get", "/compute/status", "compute", "compute environments"),
     (
         "get",
         "/compute/containers",
@@ -1102,9 +1101,17 @@ const MORE_OPS: &[Op] = &[
     op(
         "get",
         "/runtime",
-        "Runtime diagnostics: daemon, settings, providers, auth, MCP, adapters, network, agents",
+        "Runtime diagnostics: daemon, settings, providers, auth, MCP, adapters, network, compute, agents",
         "Runtime",
         &[200, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/compute/status",
+        "Compute: which isolation tool is installed (bubblewrap, Podman), the sandbox's network and limits",
+        "Runtime",
+        &[200],
         &[],
     ),
     op(

@@ -19,7 +19,7 @@ use serde_json::Value;
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
 /// the model to have it); `chat_info` is enabled but invisible by default, which is not.
 /// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 3] = ["chat_info", "fs_transfer", "compute_exec"];
+pub const UNIMPLEMENTED_TOOLS: [&str; 1] = ["chat_info"];
 
 /// The channel adapter types the daemon runs (`adf-adapters`); other enabled types are listed.
 pub const RUN_ADAPTERS: [&str; 4] = ["telegram", "discord", "slack", "email"];
@@ -44,10 +44,6 @@ fn non_empty_array(config: &Value, pointer: &str) -> bool {
         .pointer(pointer)
         .and_then(Value::as_array)
         .is_some_and(|items| !items.is_empty())
-}
-
-fn is_true(config: &Value, pointer: &str) -> bool {
-    config.pointer(pointer).and_then(Value::as_bool) == Some(true)
 }
 
 /// A value that says something: not absent, null, `false`, `""`, `[]` or `{}`.
@@ -77,9 +73,8 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             "npm packages are not installed; code can import only the agent's own files",
         );
     }
-    if is_true(config, "/compute/enabled") {
-        add("compute", "compute environments are not run");
-    }
+    // `compute` is run by adf-compute (`compute_exec`, `fs_transfer`), so it is not listed;
+    // a target this machine lacks fails its call with what to install.
     // The daemon runs the Telegram adapter (adf-adapters); the other types are not supported
     // yet and stay listed.
     if let Some(adapters) = config.get("adapters").and_then(Value::as_object) {

@@ -20,9 +20,12 @@ fn the_unimplemented_tool_list_matches_the_registry() {
     for (name, ..) in DEFAULT_TOOLS {
         // agent_discover exists only with a mesh, and the ws_* and stream_* tools only with
         // the daemon's sockets (adf-net): all are in the daemon's registry. adf_shell is a
-        // capability crate the binaries register (adf-runtime cannot name it).
+        // capability crate the binaries register (adf-runtime cannot name it), and so are
+        // compute_exec and fs_transfer (adf-compute).
         if name == "agent_discover"
             || name == "adf_shell"
+            || name == "compute_exec"
+            || name == "fs_transfer"
             || name.starts_with("ws_")
             || name.starts_with("stream_")
         {

@@ -284,6 +284,7 @@ fn more_routes() -> Router<AppState> {
                 .put(identity::namespaced_put::<identity::AdapterCredentials>),
         )
         .route("/runtime", get(runtime::runtime))
+        .route("/compute/status", get(runtime::compute_status))
         .route("/runtime/settings", get(runtime::settings))
         .route("/runtime/providers", get(runtime::providers))
         .route("/runtime/auth", get(runtime::auth))

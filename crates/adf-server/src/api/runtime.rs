@@ -468,10 +468,15 @@ pub(super) async fn runtime(State(state): State<AppState>) -> ApiResult<Response
         "mcp": { "servers": mcp },
         "adapters": adapters_value(&values),
         "network": network_value(&state, &values).await,
-        "compute": { "supported": false },
+        "compute": adf_compute::status(),
         "agents": agents,
     }))
     .into_response())
+}
+
+/// `GET /compute/status`: what `compute_exec` can run in on this machine (adf-compute).
+pub(super) async fn compute_status() -> Response {
+    Json(adf_compute::status()).into_response()
 }
 
 /// `GET /diagnostics`: the daemon and, per agent, its status and configured adapters and MCP

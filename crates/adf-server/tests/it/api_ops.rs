@@ -598,6 +598,14 @@ async fn api_runtime_reads_describe_settings_agents_and_triggers() {
     let whole = h.client.get("/runtime").await.unwrap();
     assert_eq!(whole["agents"][0]["id"], agent.id.as_str());
     assert_eq!(whole["daemon"]["pid"], std::process::id());
+    // Compute: the isolation tool scripts/setup.d installs, and the same answer on its own route.
+    assert_eq!(
+        whole["compute"]["isolation"], "bubblewrap",
+        "{}",
+        whole["compute"]
+    );
+    let compute = h.client.get("/compute/status").await.unwrap();
+    assert_eq!(compute, whole["compute"]);
     let diagnostics = h.client.get("/diagnostics").await.unwrap();
     assert_eq!(diagnostics["agents"][0]["id"], agent.id.as_str());
     let adapters = h.client.get("/runtime/adapters").await.unwrap();
