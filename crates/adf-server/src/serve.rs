@@ -119,7 +119,9 @@ pub struct RunningServer {
     slots: ConnectionSlots,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
-    /// Rule 2's records of the control API; dropping the server removes them.
+    /// Rule 2's records of the control API: [`RunningServer::shutdown`] releases them once the
+    /// listener is closed (dropping the server unreleased removes the records but keeps this
+    /// process refusing the address).
     registration: adf_egress::control::Registration,
     stop_serving: Option<oneshot::Sender<()>>,
     serving_task: JoinHandle<()>,
