@@ -2,7 +2,7 @@
 //!
 //! Three sources, all consulted by every [`crate::Policy`] ([`known`]):
 //! - the addresses this process serves its control API on ([`protect_control_api`], or
-//!   [`register`] until [`Registration::release`]);
+//!   [`register`] while its [`Registration`] lives);
 //! - the machine-wide record ([`crate::machine`]): every daemon of every runtime home and
 //!   every user on this machine publishes its control API there, so an agent of one install
 //!   never reaches another install's daemon;
@@ -41,7 +41,7 @@ static IN_PROCESS: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
 
 /// Control API addresses of this process's [`Registration`]s, one entry per registration
 /// (two daemons of one process may have held the same address one after the other); each
-/// leaves with its registration's [`Registration::release`].
+/// leaves when its registration is released or dropped.
 static REGISTERED: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
 
 /// Registers an address this process serves its control API on: from now on no policy
@@ -80,10 +80,8 @@ pub fn known(extra: &[SocketAddr]) -> Vec<SocketAddr> {
 }
 
 /// A daemon's registration of its control API: this process's registry, the runtime home's
-/// record and the machine-wide record. [`Registration::release`], once the API no longer
-/// listens, removes all three. Dropping it unreleased removes both records but keeps the
-/// addresses in this process's registry: the API may still be listening (a server dropped
-/// without its shutdown), and only this process's agents would then reach it.
+/// record and the machine-wide record. Releasing or dropping it removes all three: keep it
+/// exactly as long as the listener accepts (the daemon holds it in the task that accepts).
 #[derive(Debug)]
 pub struct Registration {
     home_record: PathBuf,
@@ -100,15 +98,8 @@ impl Registration {
 
     /// The control API stopped listening: removes both records and its addresses from this
     /// process's registry (the kernel may give the port to anyone now, and that listener is
-    /// no control API). Call it only after the listener is closed.
+    /// no control API). Dropping the registration does the same.
     pub fn release(mut self) {
-        let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
-        for addr in &self.addrs {
-            if let Some(at) = registered.iter().position(|held| held == addr) {
-                registered.swap_remove(at);
-            }
-        }
-        drop(registered);
         self.remove();
     }
 
@@ -116,6 +107,13 @@ impl Registration {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
+        let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
+        for addr in &self.addrs {
+            if let Some(at) = registered.iter().position(|held| held == addr) {
+                registered.swap_remove(at);
+            }
+        }
+        drop(registered);
         self.machine = None;
         if let Err(error) = remove_record(&self.home_record) {
             tracing::warn!(%error, "cannot remove the control API record (a stale one is harmless)");

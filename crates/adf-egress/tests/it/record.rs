@@ -96,11 +96,12 @@ fn refused_here(api: SocketAddr) -> bool {
 }
 
 /// A stopped daemon's port goes back to the kernel's pool, and the next listener given it is
-/// no control API: rule 2 forgets an address with its released registration (a test process
-/// refused every earlier daemon's port for good, and a later test's own server that drew one
-/// of them was never reached — the stl_04/srv_35 "WebSocket never connects" flake).
+/// no control API: rule 2 forgets an address with its released (or dropped) registration (a
+/// test process refused every earlier daemon's port for good, and a later test's own server
+/// that drew one of them was never reached — the stl_04/srv_35 "WebSocket never connects"
+/// flake).
 #[test]
-fn srv_22_a_released_registration_leaves_every_registry_and_an_unreleased_one_stays_refused() {
+fn srv_22_a_released_or_dropped_registration_leaves_every_registry() {
     let home = tempfile::tempdir().unwrap();
     // Ports this test holds, so no other process serves on them meanwhile.
     let held_a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -132,7 +133,12 @@ fn srv_22_a_released_registration_leaves_every_registry_and_an_unreleased_one_st
         assert!(!path.exists(), "{} outlived its release", path.display());
     }
 
-    // Dropped without a release the listener may still be open: this process keeps refusing.
+    let home_record = home.path().join("other.json");
+    assert!(!read_record(&home_record).unwrap().is_empty());
     drop(dropped);
-    assert!(refused_here(api_b));
+    assert!(
+        !refused_here(api_b),
+        "dropped: no registry refuses the port"
+    );
+    assert!(read_record(&home_record).unwrap().is_empty());
 }

@@ -429,6 +429,29 @@ async fn srv_22_stl_04_a_stopped_daemons_control_port_serves_the_next_listener_t
     h.stop().await;
 }
 
+/// The same for a daemon never stopped: the test that started it ended (and its runtime with
+/// it) while it still served. Its control port leaves rule 2 with the task that accepted on it.
+#[test]
+fn srv_22_a_daemon_whose_runtime_ended_without_a_shutdown_frees_its_control_port() {
+    let (freed, still_refused) = std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let earlier = runtime.block_on(Harness::start());
+        let addr = earlier.server.addr;
+        let refused = adf_egress::Policy::default().is_control_api(addr.ip(), addr.port());
+        drop(runtime);
+        drop(earlier);
+        (addr, refused)
+    })
+    .join()
+    .unwrap();
+    assert!(still_refused, "refused while it served");
+    let _reused = std::net::TcpListener::bind(freed).unwrap();
+    assert!(!adf_egress::Policy::default().is_control_api(freed.ip(), freed.port()));
+}
+
 /// Issue 15 (b): an agent whose file says `state: off` opens nothing at load, and
 /// `POST /state active` materializes its declared binding and `ws_connections` entry
 /// (the live state decides; `POST /state` is not written to the file).
