@@ -1,7 +1,8 @@
 //! Rule 2's registry: the control APIs no agent may reach.
 //!
 //! Three sources, all consulted by every [`crate::Policy`] ([`known`]):
-//! - the addresses this process serves its control API on ([`protect_control_api`]);
+//! - the addresses this process serves its control API on ([`protect_control_api`], or
+//!   [`register`] while its [`Registration`] lives);
 //! - the machine-wide record ([`crate::machine`]): every daemon of every runtime home and
 //!   every user on this machine publishes its control API there, so an agent of one install
 //!   never reaches another install's daemon;
@@ -12,7 +13,14 @@
 //!
 //! A daemon does all three at once with [`register`].
 //!
-//! A record left behind by a daemon that died is harmless: refusing a dead port costs nothing.
+//! A closed control port does not stay closed: the kernel hands it to the next listener that
+//! asks for any free port, and that listener is no control API. So a daemon that stops
+//! ([`Registration::release`]) takes its addresses out of all three, this process's registry
+//! too (a test process runs hundreds of daemons one after another, and a port refused for the
+//! life of the process left a later test's own server unreachable now and then). A record
+//! left behind by a daemon that died is ignored once its pid is gone (machine-wide) or
+//! refuses a port that may be reused (the home's; rare, and only for that home).
+//!
 //! A control API bound to `0.0.0.0`/`::` is reached through every address of this machine, so
 //! each of them is refused on its port.
 
@@ -28,11 +36,17 @@ use crate::rules::{canonical, is_this_machine};
 /// File name of the record in the runtime home.
 pub const RECORD_FILE: &str = "daemon.json";
 
-/// Control API addresses of this process.
+/// Control API addresses of this process, protected for the life of the process.
 static IN_PROCESS: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
 
+/// Control API addresses of this process's [`Registration`]s, one entry per registration
+/// (two daemons of one process may have held the same address one after the other); each
+/// leaves when its registration is released or dropped.
+static REGISTERED: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
+
 /// Registers an address this process serves its control API on: from now on no policy
-/// allows it (on any loopback, unspecified or local spelling of its port).
+/// allows it (on any loopback, unspecified or local spelling of its port). For the life of
+/// the process; a daemon that stops uses [`register`] instead.
 pub fn protect_control_api(addr: SocketAddr) {
     let mut apis = IN_PROCESS.lock().unwrap_or_else(PoisonError::into_inner);
     if !apis.contains(&addr) {
@@ -40,12 +54,20 @@ pub fn protect_control_api(addr: SocketAddr) {
     }
 }
 
-/// The control APIs this process registered.
+/// The control APIs this process registered and has not released.
 pub fn in_process() -> Vec<SocketAddr> {
-    IN_PROCESS
+    let mut apis = IN_PROCESS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .clone()
+        .clone();
+    apis.extend(
+        REGISTERED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .copied(),
+    );
+    apis
 }
 
 /// Every control API rule 2 refuses: `extra` (a runtime home's record, read by the caller),
@@ -58,13 +80,13 @@ pub fn known(extra: &[SocketAddr]) -> Vec<SocketAddr> {
 }
 
 /// A daemon's registration of its control API: this process's registry, the runtime home's
-/// record and the machine-wide record. Dropping it (or [`Registration::release`]) removes
-/// both records; the in-process registry keeps the addresses (refusing a closed port costs
-/// nothing).
+/// record and the machine-wide record. Releasing or dropping it removes all three: keep it
+/// exactly as long as the listener accepts (the daemon holds it in the task that accepts).
 #[derive(Debug)]
 pub struct Registration {
     home_record: PathBuf,
     machine: Option<crate::machine::MachineRecord>,
+    addrs: Vec<SocketAddr>,
     released: bool,
 }
 
@@ -74,7 +96,9 @@ impl Registration {
         self.machine.as_ref().map(|record| record.path())
     }
 
-    /// Removes both records now.
+    /// The control API stopped listening: removes both records and its addresses from this
+    /// process's registry (the kernel may give the port to anyone now, and that listener is
+    /// no control API). Dropping the registration does the same.
     pub fn release(mut self) {
         self.remove();
     }
@@ -83,6 +107,13 @@ impl Registration {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
+        let mut registered = REGISTERED.lock().unwrap_or_else(PoisonError::into_inner);
+        for addr in &self.addrs {
+            if let Some(at) = registered.iter().position(|held| held == addr) {
+                registered.swap_remove(at);
+            }
+        }
+        drop(registered);
         self.machine = None;
         if let Err(error) = remove_record(&self.home_record) {
             tracing::warn!(%error, "cannot remove the control API record (a stale one is harmless)");
@@ -101,9 +132,10 @@ impl Drop for Registration {
 /// reachable), with all three sources of rule 2. A record that cannot be written is reported
 /// (the daemon's own agents stay covered by the in-process registry).
 pub fn register(home_record: &Path, addrs: &[SocketAddr]) -> Registration {
-    for addr in addrs {
-        protect_control_api(*addr);
-    }
+    REGISTERED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend_from_slice(addrs);
     if let Err(error) = write_record(home_record, addrs) {
         tracing::warn!(%error, "cannot record the control API address in the runtime home; `adf code`, `adf tool` and `adf run` of this home rely on the machine-wide record");
     }
@@ -117,6 +149,7 @@ pub fn register(home_record: &Path, addrs: &[SocketAddr]) -> Registration {
     Registration {
         home_record: home_record.to_path_buf(),
         machine,
+        addrs: addrs.to_vec(),
         released: false,
     }
 }

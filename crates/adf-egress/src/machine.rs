@@ -300,15 +300,20 @@ pub fn is_live(entry: &MachineEntry) -> bool {
 }
 
 /// The start time of process `pid` (Linux: `/proc/<pid>/stat` field 22); `None` when it does
-/// not run or the system does not say.
+/// not run or the system does not say. A process that exited and waits for its parent to reap
+/// it (a zombie, state `Z` or `X`) does not run: it holds no socket any more, and its port
+/// may already be someone else's.
 pub fn start_time(pid: u32) -> Option<u64> {
     if !cfg!(target_os = "linux") {
         return None;
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next()?, "Z" | "X" | "x") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// This process's pid namespace (Linux), e.g. `pid:[4026531836]`.

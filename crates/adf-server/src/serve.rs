@@ -119,8 +119,6 @@ pub struct RunningServer {
     slots: ConnectionSlots,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
-    /// Rule 2's records of the control API; dropping the server removes them.
-    registration: adf_egress::control::Registration,
     stop_serving: Option<oneshot::Sender<()>>,
     serving_task: JoinHandle<()>,
 }
@@ -221,17 +219,19 @@ impl RunningServer {
         let slots = ConnectionSlots::new(limits.cap());
         // The peer address (each request's `ConnectInfo`) decides which visibility tiers a
         // mesh request may reach.
-        let task = tokio::spawn(connections::serve(
-            listener,
-            app,
-            limits,
-            slots.clone(),
-            async move {
-                let _ = stopped.await;
-                // End the event streams, or graceful shutdown would wait on them forever.
-                signal_daemon.begin_shutdown();
-            },
-        ));
+        let served = connections::serve(listener, app, limits, slots.clone(), async move {
+            let _ = stopped.await;
+            // End the event streams, or graceful shutdown would wait on them forever.
+            signal_daemon.begin_shutdown();
+        });
+        // Rule 2's registration lives exactly as long as the task that accepts on the control
+        // listener: released when the listener is closed (shutdown), or dropped with the task
+        // (a server dropped without shutdown, whose runtime ends) — never while it accepts,
+        // and never after, when the kernel may give the port to an ordinary listener.
+        let task = tokio::spawn(async move {
+            served.await;
+            registration.release();
+        });
         let serving_app = serving_router(ServingDoor {
             daemon: daemon.clone(),
             gate: serving_gate,
@@ -263,7 +263,6 @@ impl RunningServer {
             slots,
             stop: Some(stop),
             task,
-            registration,
             stop_serving: Some(stop_serving),
             serving_task,
         })
@@ -333,7 +332,6 @@ impl RunningServer {
             .await
             .map_err(|e| ServerError::Io(std::io::Error::other(e)));
         self.daemon.shutdown().await;
-        self.registration.release();
         served?;
         served_agents?;
         Ok(())

@@ -133,6 +133,49 @@ fn a_record_of_a_dead_or_reused_pid_is_ignored_and_its_owner_cleans_it_up() {
     assert!(live.exists());
 }
 
+/// A daemon that was killed but not yet reaped by its parent (a zombie) holds no socket: its
+/// port may already be another listener's, so its record no longer counts.
+#[test]
+#[cfg(target_os = "linux")]
+fn srv_22_a_record_of_a_killed_daemon_not_yet_reaped_is_ignored() {
+    let dir = private_dir();
+    let mut daemon = Sleeper::start(None);
+    let pid = daemon.0.id();
+    let started = start_time(pid);
+    assert!(started.is_some(), "a running process has a start time");
+    let record = write_entry(
+        dir.path(),
+        "zombie",
+        &MachineEntry {
+            pid,
+            started,
+            pid_namespace: pid_namespace(),
+            addrs: vec![addr("127.0.0.1:4005")],
+        },
+    );
+    assert_eq!(
+        live_in(&[dir.path().to_path_buf()]),
+        vec![addr("127.0.0.1:4005")]
+    );
+    daemon.0.kill().unwrap();
+    // Not reaped: /proc still lists the pid, in state Z, until `Sleeper` waits for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} never became a zombie"
+        );
+        std::thread::yield_now();
+    }
+    assert!(live_in(&[dir.path().to_path_buf()]).is_empty());
+    assert!(!record.exists(), "a stale record of this user is deleted");
+}
+
 #[test]
 #[cfg(target_os = "linux")]
 fn another_users_record_is_honoured_and_only_removed_by_that_user() {

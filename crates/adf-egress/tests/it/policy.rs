@@ -45,6 +45,16 @@ fn fresh_port() -> (std::net::TcpListener, u16) {
     (listener, port)
 }
 
+/// A port registered as a control API for the life of the process (`protect_control_api` has
+/// no undo): its listener stays bound as long, or another test's server could draw the port
+/// and be refused.
+fn protected_port() -> u16 {
+    let (held, port) = fresh_port();
+    adf_egress::protect_control_api(SocketAddr::from(([127, 0, 0, 1], port)));
+    Box::leak(Box::new(held));
+    port
+}
+
 fn refused(policy: &Policy, address: &str) -> bool {
     let ip: IpAddr = address.parse().unwrap();
     policy
@@ -188,8 +198,7 @@ async fn srv_27_only_web_schemes_are_destinations() {
 
 #[tokio::test]
 async fn srv_22_a_control_api_is_refused_on_every_local_spelling_but_its_mesh_routes() {
-    let (_held, port) = fresh_port();
-    adf_egress::protect_control_api(SocketAddr::from(([127, 0, 0, 1], port)));
+    let port = protected_port();
     let names = table(&[("localhost", &["127.0.0.1", "::1"])]);
     let permissive = policy(true);
     for (method, text) in [
@@ -314,8 +323,7 @@ async fn srv_22_a_recorded_control_api_is_refused_without_registering_it_here() 
 
 #[tokio::test]
 async fn srv_22_srv_26_a_websocket_upgrade_reaches_another_daemons_agent_routes_only() {
-    let (_held, port) = fresh_port();
-    adf_egress::protect_control_api(SocketAddr::from(([127, 0, 0, 1], port)));
+    let port = protected_port();
     let names = table(&[("localhost", &["127.0.0.1"])]);
     for text in [
         format!("ws://127.0.0.1:{port}/agents/other/ws"),

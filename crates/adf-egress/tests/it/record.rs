@@ -89,3 +89,56 @@ fn the_cached_read_follows_every_rewrite_of_the_record() {
         "a damaged record counts as empty"
     );
 }
+
+/// Whether every policy of this process refuses `api`'s port as a control API.
+fn refused_here(api: SocketAddr) -> bool {
+    adf_egress::Policy::default().is_control_api(api.ip(), api.port())
+}
+
+/// A stopped daemon's port goes back to the kernel's pool, and the next listener given it is
+/// no control API: rule 2 forgets an address with its released (or dropped) registration (a
+/// test process refused every earlier daemon's port for good, and a later test's own server
+/// that drew one of them was never reached — the stl_04/srv_35 "WebSocket never connects"
+/// flake).
+#[test]
+fn srv_22_a_released_or_dropped_registration_leaves_every_registry() {
+    let home = tempfile::tempdir().unwrap();
+    // Ports this test holds, so no other process serves on them meanwhile.
+    let held_a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (api_a, api_b) = (held_a.local_addr().unwrap(), held_b.local_addr().unwrap());
+    assert!(!refused_here(api_a) && !refused_here(api_b));
+
+    let record = home.path().join(RECORD_FILE);
+    let released = adf_egress::control::register(&record, &[api_a]);
+    // Two registrations of one address (a daemon that stopped, then another that got the same
+    // port): releasing the first leaves the second's protection in place.
+    let second = adf_egress::control::register(&record, &[api_a]);
+    let dropped = adf_egress::control::register(&home.path().join("other.json"), &[api_b]);
+    assert!(refused_here(api_a) && refused_here(api_b));
+    let machine_record = released.machine_record().map(|p| p.to_path_buf());
+
+    released.release();
+    assert!(
+        refused_here(api_a),
+        "the second registration still holds it"
+    );
+    second.release();
+    assert!(
+        !refused_here(api_a),
+        "released: no registry refuses the port"
+    );
+    assert!(read_record(&record).unwrap().is_empty());
+    if let Some(path) = machine_record {
+        assert!(!path.exists(), "{} outlived its release", path.display());
+    }
+
+    let home_record = home.path().join("other.json");
+    assert!(!read_record(&home_record).unwrap().is_empty());
+    drop(dropped);
+    assert!(
+        !refused_here(api_b),
+        "dropped: no registry refuses the port"
+    );
+    assert!(read_record(&home_record).unwrap().is_empty());
+}

@@ -68,8 +68,11 @@ fn chain(error: &reqwest::Error) -> String {
 
 #[tokio::test]
 async fn srv_22_a_redirect_into_a_control_api_is_refused_before_connecting() {
-    // The control API: a listener nobody serves; a connection would wait in its backlog.
-    let api = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // The control API: a listener nobody serves; a connection would wait in its backlog. It
+    // stays bound for the life of the test binary: its port stays registered.
+    let api: &'static std::net::TcpListener = Box::leak(Box::new(
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    ));
     api.set_nonblocking(true).unwrap();
     let port = api.local_addr().unwrap().port();
     adf_egress::protect_control_api(api.local_addr().unwrap());
@@ -130,11 +133,15 @@ async fn a_redirect_elsewhere_or_within_a_daemons_own_origin_is_followed() {
         }
     })
     .await;
-    adf_egress::protect_control_api(daemon);
+    // Registered, then released when the stand-in daemon stops: a port refused beyond its
+    // listener's life could be the next test's server.
+    let home = tempfile::tempdir().unwrap();
+    let registration = adf_egress::control::register(&home.path().join("daemon.json"), &[daemon]);
     let page = client()
         .get(format!("http://{daemon}/start"))
         .send()
         .await
         .unwrap();
     assert_eq!(page.text().await.unwrap(), "studio");
+    registration.release();
 }

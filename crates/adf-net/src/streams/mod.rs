@@ -458,6 +458,12 @@ impl Streams {
             let (a, b) = match pair {
                 Ok(pair) => pair,
                 Err(error) => {
+                    // The daemon's log says it too (once per run of failed attempts): a
+                    // binding that never connects is otherwise explained only by an event
+                    // nobody may be reading.
+                    if backoff == RECONNECT_FIRST {
+                        tracing::warn!(agent = %binding.agent_id, binding = %binding.id, %error, "stream binding endpoints not opened");
+                    }
                     let mut event = binding.counters();
                     event["error"] = json!(error.to_string());
                     emit(&binding, "binding.error", event);

@@ -212,8 +212,19 @@ async fn watched_ws_server() -> (
     tokio::sync::mpsc::UnboundedReceiver<()>,
     tokio::sync::mpsc::UnboundedReceiver<()>,
 ) {
-    use futures::StreamExt as _;
     let (listener, port) = listener().await;
+    let (seen, ended) = ws_server_on(listener);
+    (port, seen, ended)
+}
+
+/// [`watched_ws_server`] on a listener the caller bound.
+fn ws_server_on(
+    listener: tokio::net::TcpListener,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
+    use futures::StreamExt as _;
     let (accepted, seen) = tokio::sync::mpsc::unbounded_channel();
     let (closed, ended) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -229,7 +240,7 @@ async fn watched_ws_server() -> (
             });
         }
     });
-    (port, seen, ended)
+    (seen, ended)
 }
 
 async fn next_signal(signals: &mut tokio::sync::mpsc::UnboundedReceiver<()>, what: &str) {
@@ -378,6 +389,67 @@ async fn stl_04_a_turn_that_turns_its_agent_off_releases_websockets_bindings_and
     assert!(h.server.daemon.outbound_connections(&agent.id).is_empty());
     assert_eq!(agent.info().display_state, "off");
     h.stop().await;
+}
+
+/// A daemon that stopped earlier in this process gave its control port back to the kernel,
+/// which hands it to the next listener asking for a free one: an agent's declared WebSocket
+/// to that listener opens. The port used to stay refused as a control API for the life of
+/// the process, so now and then (a few hundred daemons into a full run) a test's own server
+/// drew such a port and its agent's connection was refused at load: the "declared
+/// WebSocket never connects" flake of stl_04 and srv_35.
+#[tokio::test]
+async fn srv_22_stl_04_a_stopped_daemons_control_port_serves_the_next_listener_that_gets_it() {
+    let earlier = Harness::start().await;
+    let freed = earlier.server.addr;
+    earlier.stop().await;
+    // What the kernel does now and then, done on purpose: the next listener gets that port.
+    let reused = tokio::net::TcpListener::bind(freed).await.unwrap();
+    let (mut ws_accepted, _closed) = ws_server_on(reused);
+
+    let h = Harness::start().await;
+    let path = agent_file(
+        h.dir.path(),
+        "reuser",
+        &[],
+        &[
+            ("handle", json!("reuser")),
+            (
+                "ws_connections",
+                json!([{ "id": "peer", "url": format!("ws://{freed}/ws"), "auth": "none", "auto_reconnect": false }]),
+            ),
+        ],
+    );
+    let agent = load(&h, &path).await;
+    next_signal(&mut ws_accepted, "the WebSocket to the reused port opened").await;
+    assert_eq!(h.server.daemon.outbound_connections(&agent.id).len(), 1);
+    // The daemon still running keeps its own port refused.
+    let policy = adf_egress::Policy::default();
+    assert!(policy.is_control_api(h.server.addr.ip(), h.server.addr.port()));
+    assert!(!policy.is_control_api(freed.ip(), freed.port()));
+    h.stop().await;
+}
+
+/// The same for a daemon never stopped: the test that started it ended (and its runtime with
+/// it) while it still served. Its control port leaves rule 2 with the task that accepted on it.
+#[test]
+fn srv_22_a_daemon_whose_runtime_ended_without_a_shutdown_frees_its_control_port() {
+    let (freed, still_refused) = std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let earlier = runtime.block_on(Harness::start());
+        let addr = earlier.server.addr;
+        let refused = adf_egress::Policy::default().is_control_api(addr.ip(), addr.port());
+        drop(runtime);
+        drop(earlier);
+        (addr, refused)
+    })
+    .join()
+    .unwrap();
+    assert!(still_refused, "refused while it served");
+    let _reused = std::net::TcpListener::bind(freed).unwrap();
+    assert!(!adf_egress::Policy::default().is_control_api(freed.ip(), freed.port()));
 }
 
 /// Issue 15 (b): an agent whose file says `state: off` opens nothing at load, and
