@@ -619,7 +619,10 @@ fn did_format(s: &Subject) -> Outcome {
         return Outcome::pass();
     }
     let Ok(public) = adf_crypto::did::public_bytes_from_did(&did.value) else {
-        return Outcome::fail(format!("adf_did '{}' is not a did:key Ed25519 DID", did.value));
+        return Outcome::fail(format!(
+            "adf_did '{}' is not a did:key Ed25519 DID",
+            did.value
+        ));
     };
     let stored = s
         .facts

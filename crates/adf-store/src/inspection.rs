@@ -268,7 +268,13 @@ impl FileFacts {
                     "SELECT rowid, typeof(\"{column}\") FROM \"{table}\"
                      WHERE typeof(\"{column}\") <> 'integer' OR \"{column}\" NOT IN (0, 1)"
                 ),
-                |r| Ok(format!("{table}.{column}#{}={}", text(r.get_ref(0)?), text(r.get_ref(1)?))),
+                |r| {
+                    Ok(format!(
+                        "{table}.{column}#{}={}",
+                        text(r.get_ref(0)?),
+                        text(r.get_ref(1)?)
+                    ))
+                },
             );
             facts.non_integer_flags.extend(bad.unwrap_or_default());
         }
@@ -341,7 +347,9 @@ fn schema_of(conn: &Connection) -> Result<Schema> {
         match kind.as_str() {
             "table" => {
                 let columns = conn
-                    .prepare("SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1)")?
+                    .prepare(
+                        "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1)",
+                    )?
                     .query_map([&name], |r| {
                         Ok(ColumnFacts {
                             name: r.get(0)?,
