@@ -117,6 +117,17 @@ impl Report {
             .collect()
     }
 
+    /// Section names in order of first appearance.
+    fn sections(&self) -> Vec<&'static str> {
+        let mut sections: Vec<&'static str> = Vec::new();
+        for result in &self.results {
+            if !sections.contains(&result.section) {
+                sections.push(result.section);
+            }
+        }
+        sections
+    }
+
     fn count(&self, status: Status) -> usize {
         self.results.iter().filter(|r| r.status == status).count()
     }
@@ -142,28 +153,26 @@ impl Report {
     /// A summary by section for a terminal.
     pub fn to_human(&self) -> String {
         let mut out = format!("adf conform {} {}\n", self.subject, self.target);
-        let mut section = "";
-        for result in &self.results {
-            if result.section != section {
-                section = result.section;
-                let _ = writeln!(out, "\n[{section}]");
+        for section in self.sections() {
+            let _ = writeln!(out, "\n[{section}]");
+            for result in self.results.iter().filter(|r| r.section == section) {
+                let mark = match result.status {
+                    Status::Pass => "pass",
+                    Status::Fail => "FAIL",
+                    Status::Skip => "skip",
+                };
+                let _ = write!(
+                    out,
+                    "  {mark}  {} ({}) {}",
+                    result.name,
+                    result.ids.join(", "),
+                    result.description
+                );
+                if !result.detail.is_empty() {
+                    let _ = write!(out, "\n        {}", result.detail);
+                }
+                out.push('\n');
             }
-            let mark = match result.status {
-                Status::Pass => "pass",
-                Status::Fail => "FAIL",
-                Status::Skip => "skip",
-            };
-            let _ = write!(
-                out,
-                "  {mark}  {} ({}) {}",
-                result.name,
-                result.ids.join(", "),
-                result.description
-            );
-            if !result.detail.is_empty() {
-                let _ = write!(out, "\n        {}", result.detail);
-            }
-            out.push('\n');
         }
         let _ = writeln!(
             out,
@@ -177,12 +186,6 @@ impl Report {
 
     /// JUnit XML: one `testsuite` per section, one `testcase` per check.
     pub fn to_junit(&self) -> String {
-        let mut sections: Vec<&str> = Vec::new();
-        for result in &self.results {
-            if !sections.contains(&result.section) {
-                sections.push(result.section);
-            }
-        }
         let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
         let _ = writeln!(
             out,
@@ -192,7 +195,7 @@ impl Report {
             self.count(Status::Fail),
             self.count(Status::Skip)
         );
-        for section in sections {
+        for section in self.sections() {
             let rows: Vec<&CheckResult> = self
                 .results
                 .iter()
