@@ -3,4 +3,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(unreachable_pub, missing_docs)]
 
+mod daemon_checks;
 mod file_checks;
