@@ -8,6 +8,7 @@
 mod bad_input;
 mod chat;
 mod code_commands;
+mod conform;
 mod common;
 mod cross_home;
 mod daemon_clients;
