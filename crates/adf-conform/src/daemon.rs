@@ -404,12 +404,10 @@ fn judge(session: &Session, check: &DaemonCheck, id: &str) -> Outcome {
                 Ok(answer) => judge_exchange(&answer, expect, shape),
             }
         }
-        Probe::EventStream => {
-            match session.stream(&format!("/events?agentId={id}&since=0")) {
-                Err(e) => Outcome::fail(format!("GET /events: {e}")),
-                Ok(answer) => judge_event_stream(&answer),
-            }
-        }
+        Probe::EventStream => match session.stream(&format!("/events?agentId={id}&since=0")) {
+            Err(e) => Outcome::fail(format!("GET /events: {e}")),
+            Ok(answer) => judge_event_stream(&answer),
+        },
     }
 }
 
@@ -442,7 +440,9 @@ fn judge_exchange(answer: &Answer, expect: Expect, shape: &str) -> Outcome {
         return Outcome::fail(format!("body is not JSON: {}", truncate(&answer.body)));
     };
     let Ok(skeleton) = serde_json::from_str::<Value>(shape) else {
-        return Outcome::fail(format!("the kit's own shape for this row is not JSON: {shape}"));
+        return Outcome::fail(format!(
+            "the kit's own shape for this row is not JSON: {shape}"
+        ));
     };
     let mut problems = Vec::new();
     shape_problems(&value, &skeleton, "$", &mut problems);

@@ -25,13 +25,20 @@ fn conform_daemon_passes_against_our_daemon_and_leaves_only_its_agents_loaded() 
     let home = dir.path().join("home");
     let agent = dir.path().join("resident.adf");
     let made = adf(&home, &["new", agent.to_str().unwrap()]);
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let daemon = DaemonProcess::start(&home, &[], &agent);
     let token = std::fs::read_to_string(home.join("daemon-token")).unwrap();
     let token = token.trim();
     let before = std::fs::read(&agent).unwrap();
 
-    let out = adf(&home, &["conform", "daemon", &daemon.url, "--token", token, "--json"]);
+    let out = adf(
+        &home,
+        &["conform", "daemon", &daemon.url, "--token", token, "--json"],
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         out.status.success(),
@@ -59,9 +66,16 @@ fn conform_daemon_without_the_token_fails_with_a_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let agent = dir.path().join("resident.adf");
-    assert!(adf(&home, &["new", agent.to_str().unwrap()]).status.success());
+    assert!(
+        adf(&home, &["new", agent.to_str().unwrap()])
+            .status
+            .success()
+    );
     let daemon = DaemonProcess::start(&home, &[], &agent);
-    let out = adf(&home, &["conform", "daemon", &daemon.url, "--format", "junit"]);
+    let out = adf(
+        &home,
+        &["conform", "daemon", &daemon.url, "--format", "junit"],
+    );
     assert_eq!(out.status.code(), Some(1));
     let junit = String::from_utf8(out.stdout).unwrap();
     assert!(junit.starts_with("<?xml"), "{junit}");
@@ -73,14 +87,28 @@ fn conform_file_exit_codes_and_formats() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let file = dir.path().join("a.adf");
-    assert!(adf(&home, &["new", file.to_str().unwrap()]).status.success());
+    assert!(
+        adf(&home, &["new", file.to_str().unwrap()])
+            .status
+            .success()
+    );
     let out = adf(&home, &["conform", "file", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let human = String::from_utf8(out.stdout).unwrap();
-    assert!(human.contains("[storage]") && human.contains(" 0 failed"), "{human}");
+    assert!(
+        human.contains("[storage]") && human.contains(" 0 failed"),
+        "{human}"
+    );
 
     let fixture = fixture("populated-runtime.adf");
-    let out = adf(&home, &["--json", "conform", "file", fixture.to_str().unwrap()]);
+    let out = adf(
+        &home,
+        &["--json", "conform", "file", fixture.to_str().unwrap()],
+    );
     assert!(out.status.success());
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["schema"], 1);

@@ -8,8 +8,8 @@
 mod bad_input;
 mod chat;
 mod code_commands;
-mod conform;
 mod common;
+mod conform;
 mod cross_home;
 mod daemon_clients;
 mod egress;

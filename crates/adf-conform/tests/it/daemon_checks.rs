@@ -44,11 +44,17 @@ fn answer(method: &str, path: &str, wrong: bool) -> (u16, &'static str, String) 
         ("GET", "/openapi.json") => ok(r#"{"openapi":"3.0.0","paths":{}}"#),
         ("GET", "/diagnostics") => ok(r#"{"daemon":{"uptime":1.5,"pid":1},"agents":[]}"#),
         ("GET", "/runtime/providers") => ok(r#"{"providers":[]}"#),
-        ("GET", "/runtime/auth") => ok(r#"{"chatgpt":{"authenticated":false},"grok":{"authenticated":false},"providers":[]}"#),
+        ("GET", "/runtime/auth") => ok(
+            r#"{"chatgpt":{"authenticated":false},"grok":{"authenticated":false},"providers":[]}"#,
+        ),
         ("GET", "/runtime/usage") => ok(r#"{"source":"x","note":"y"}"#),
-        ("GET", "/runtime/settings") => ok(r#"{"configured":true,"trackedDirectories":[],"maxDirectoryScanDepth":5}"#),
+        ("GET", "/runtime/settings") => {
+            ok(r#"{"configured":true,"trackedDirectories":[],"maxDirectoryScanDepth":5}"#)
+        }
         ("GET", p) if p.starts_with("/settings/") => ok(r#"{"key":"k","value":null}"#),
-        ("GET", "/agents") => ok(r#"[{"id":"scratch123","filePath":"/x","name":"n","handle":"h","autostart":false}]"#),
+        ("GET", "/agents") => {
+            ok(r#"[{"id":"scratch123","filePath":"/x","name":"n","handle":"h","autostart":false}]"#)
+        }
         ("POST", "/agents/load") if path == "/agents/load" => (0, json, String::new()),
         (_, p) if p.starts_with(&agent) => scratch_answer(method, &p[agent.len()..], wrong),
         _ => err(404),
@@ -61,27 +67,43 @@ fn scratch_answer(method: &str, rest: &str, wrong: bool) -> (u16, &'static str, 
     let err = |code: u16| (code, json, r#"{"error":"nope"}"#.to_owned());
     let success = r#"{"agentId":"scratch123","success":true}"#;
     match (method, rest) {
-        ("GET", "/status") => ok(r#"{"id":"scratch123","filePath":"/x","name":"n","handle":"h","autostart":false,"loopCount":0,"runtimeState":"idle","targetState":null}"#),
+        ("GET", "/status") => ok(
+            r#"{"id":"scratch123","filePath":"/x","name":"n","handle":"h","autostart":false,"loopCount":0,"runtimeState":"idle","targetState":null}"#,
+        ),
         ("GET", "/runtime") => ok(r#"{"agentId":"scratch123","status":{}}"#),
-        ("GET", "/triggers") => ok(r#"{"agentId":"scratch123","displayState":"idle","configured":[{"type":"on_chat","enabled":true,"targetCount":1}]}"#),
-        ("GET", "/loop") => ok(r#"{"agentId":"scratch123","total":0,"limit":3,"offset":0,"entries":[]}"#),
+        ("GET", "/triggers") => ok(
+            r#"{"agentId":"scratch123","displayState":"idle","configured":[{"type":"on_chat","enabled":true,"targetCount":1}]}"#,
+        ),
+        ("GET", "/loop") => {
+            ok(r#"{"agentId":"scratch123","total":0,"limit":3,"offset":0,"entries":[]}"#)
+        }
         ("GET", "/chat") => ok(r#"{"agentId":"scratch123","chatHistory":{}}"#),
         ("POST", "/chat" | "/trigger" | "/state") => err(400),
         ("PUT", "/files/content") => ok(success),
         // A conforming daemon answers 404 for a missing file; the wrong stub answers 200.
         ("GET", "/files/content") if rest.is_empty() => err(404),
-        ("GET", "/files") if wrong => ok(r#"{"agentId":"scratch123","files":[{"path":"a","size":"12","mime_type":"text/plain","protection":"none","authorized":false}]}"#),
-        ("GET", "/files") => ok(r#"{"agentId":"scratch123","files":[{"path":"a","size":12,"mime_type":"text/plain","protection":"none","authorized":false}]}"#),
+        ("GET", "/files") if wrong => ok(
+            r#"{"agentId":"scratch123","files":[{"path":"a","size":"12","mime_type":"text/plain","protection":"none","authorized":false}]}"#,
+        ),
+        ("GET", "/files") => ok(
+            r#"{"agentId":"scratch123","files":[{"path":"a","size":12,"mime_type":"text/plain","protection":"none","authorized":false}]}"#,
+        ),
         ("POST", "/files/rename") => ok(success),
         ("PATCH", "/files/protection") => err(400),
         ("GET", "/document" | "/mind") => ok(r#"{"agentId":"scratch123","content":"x"}"#),
         ("GET", "/inbox" | "/outbox") => ok(r#"{"agentId":"scratch123","messages":[]}"#),
         ("POST", "/timers") => ok(r#"{"agentId":"scratch123","success":true,"id":1}"#),
-        ("GET", "/timers") => ok(r#"{"agentId":"scratch123","timers":[{"id":1,"schedule":{},"next_wake_at":5}]}"#),
+        ("GET", "/timers") => {
+            ok(r#"{"agentId":"scratch123","timers":[{"id":1,"schedule":{},"next_wake_at":5}]}"#)
+        }
         ("PUT" | "DELETE", "/meta/conform_color") => ok(success),
-        ("GET", "/meta") => ok(r#"{"agentId":"scratch123","entries":[{"key":"k","value":"v","protection":"none"}]}"#),
+        ("GET", "/meta") => ok(
+            r#"{"agentId":"scratch123","entries":[{"key":"k","value":"v","protection":"none"}]}"#,
+        ),
         ("GET", "/tasks") => ok(r#"{"agentId":"scratch123","tasks":[]}"#),
-        ("GET", "/tasks/adf-conform-nope") if wrong => ok(r#"{"agentId":"scratch123","task":null}"#),
+        ("GET", "/tasks/adf-conform-nope") if wrong => {
+            ok(r#"{"agentId":"scratch123","task":null}"#)
+        }
         ("GET", "/tasks/adf-conform-nope") => err(404),
         ("GET", "/asks") => ok(r#"{"agentId":"scratch123","asks":[]}"#),
         ("GET", "/logs" | "/logs/after") => ok(r#"{"agentId":"scratch123","logs":[]}"#),
@@ -90,7 +112,9 @@ fn scratch_answer(method: &str, rest: &str, wrong: bool) -> (u16, &'static str, 
         ("GET", "/identities") => ok(r#"{"agentId":"scratch123","identities":[]}"#),
         ("GET", "/identity") => ok(r#"{"agentId":"scratch123","purposes":[]}"#),
         ("GET", "/identity/did") => ok(r#"{"agentId":"scratch123","did":""}"#),
-        ("GET", "/identity/password") => ok(r#"{"agentId":"scratch123","needsPassword":false,"unlocked":false}"#),
+        ("GET", "/identity/password") => {
+            ok(r#"{"agentId":"scratch123","needsPassword":false,"unlocked":false}"#)
+        }
         ("GET", "/usage") => ok(r#"{"agentId":"scratch123","source":"adf_loop"}"#),
         ("POST", "/unload") => ok(r#"{"success":true}"#),
         _ => err(404),
@@ -108,7 +132,9 @@ fn file_content(path: &str) -> Option<String> {
 }
 
 fn serve(stream: TcpStream, wrong: bool, seen: &Mutex<Vec<String>>) {
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -137,18 +163,36 @@ fn serve(stream: TcpStream, wrong: bool, seen: &Mutex<Vec<String>>) {
     if method == "POST" && path == "/agents/load" {
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         (status, kind, text) = match body.get("filePath") {
-            Some(_) => (200, "application/json", format!(r#"{{"id":"{SCRATCH_ID}"}}"#)),
-            None => (400, "application/json", r#"{"error":"filePath is required"}"#.to_owned()),
+            Some(_) => (
+                200,
+                "application/json",
+                format!(r#"{{"id":"{SCRATCH_ID}"}}"#),
+            ),
+            None => (
+                400,
+                "application/json",
+                r#"{"error":"filePath is required"}"#.to_owned(),
+            ),
         };
     }
     // Bad input the kit sends on purpose: a bogus inbox filter, a bogus timer mode.
-    if path.contains("status=bogus") || (method == "POST" && String::from_utf8_lossy(&body).contains("\"bogus\"")) {
-        (status, kind, text) = (400, "application/json", r#"{"error":"bad input"}"#.to_owned());
+    if path.contains("status=bogus")
+        || (method == "POST" && String::from_utf8_lossy(&body).contains("\"bogus\""))
+    {
+        (status, kind, text) = (
+            400,
+            "application/json",
+            r#"{"error":"bad input"}"#.to_owned(),
+        );
     }
     if method == "GET" && path.starts_with(&format!("/agents/{SCRATCH_ID}/files/content")) {
         (status, kind, text) = match file_content(&path) {
             Some(found) => (200, "application/json", found),
-            None => (404, "application/json", r#"{"error":"Unknown file"}"#.to_owned()),
+            None => (
+                404,
+                "application/json",
+                r#"{"error":"Unknown file"}"#.to_owned(),
+            ),
         };
     }
     let mut stream = stream;
@@ -179,7 +223,12 @@ fn stub(wrong: bool) -> Stub {
 fn a_stub_answering_like_the_reference_passes_every_row() {
     let stub = stub(false);
     let report = check_daemon(&stub.url, None).unwrap();
-    assert_eq!(report.failures(), Vec::<&str>::new(), "{}", report.to_human());
+    assert_eq!(
+        report.failures(),
+        Vec::<&str>::new(),
+        "{}",
+        report.to_human()
+    );
     assert_eq!(report.results.len(), DAEMON_CHECKS.len());
     assert!(report.results.iter().all(|r| r.status == Status::Pass));
 }
@@ -190,7 +239,12 @@ fn a_stub_answering_wrong_shapes_fails_exactly_the_rows_judging_them() {
     let report = check_daemon(&stub.url, None).unwrap();
     assert_eq!(
         report.failures(),
-        ["daemon.health", "files.list", "tasks.unknown", "events.sse_framing"],
+        [
+            "daemon.health",
+            "files.list",
+            "tasks.unknown",
+            "events.sse_framing"
+        ],
         "{}",
         report.to_human()
     );
@@ -219,11 +273,16 @@ fn agent_scoped_requests_name_only_the_scratch_agent_and_it_is_unloaded() {
         BTreeSet::from([SCRATCH_ID, "adf-conform-no-such-agent"])
     );
     assert_eq!(
-        seen.iter().filter(|l| l.starts_with("POST /agents/load")).count(),
+        seen.iter()
+            .filter(|l| l.starts_with("POST /agents/load"))
+            .count(),
         2,
         "the scratch load and the missing-filePath row"
     );
-    assert_eq!(seen.last().unwrap(), &format!("POST /agents/{SCRATCH_ID}/unload"));
+    assert_eq!(
+        seen.last().unwrap(),
+        &format!("POST /agents/{SCRATCH_ID}/unload")
+    );
 }
 
 #[test]
@@ -244,7 +303,11 @@ fn a_daemon_refusing_the_scratch_agent_skips_the_agent_rows_with_the_reason() {
     for row in &scratch_rows {
         let result = report.result(row.name).unwrap();
         assert_eq!(result.status, Status::Skip, "{}", row.name);
-        assert!(result.detail.contains("POST /agents/load of the scratch agent answered 404"));
+        assert!(
+            result
+                .detail
+                .contains("POST /agents/load of the scratch agent answered 404")
+        );
     }
     assert_eq!(report.result("daemon.health").unwrap().status, Status::Fail);
     assert!(report.failed());

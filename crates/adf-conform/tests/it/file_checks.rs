@@ -377,7 +377,7 @@ fn sto_48_an_uncompressed_audit_blob_fails_only_the_audit_check() {
 }
 
 #[test]
-fn sto_06_a_hot_wal_is_read_from_a_copy_and_neither_file_changes() {
+fn a_hot_wal_is_read_from_a_copy_and_neither_file_nor_sidecar_changes() {
     let dir = tempfile::tempdir().unwrap();
     let path = fresh(dir.path());
     // A writer still holds the file: its committed frame sits in the -wal sidecar.
