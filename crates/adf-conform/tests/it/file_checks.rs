@@ -439,3 +439,30 @@ fn the_report_renders_as_stable_json_and_junit() {
     assert_eq!(junit.matches("<failure ").count(), 1);
     assert!(junit.contains("name=\"files.core_files [FIL-01,FIL-02,FIL-03]\""));
 }
+
+#[test]
+fn sto_26_the_reference_fixtures_migrated_by_us_pass_every_schema_32_row() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "minimal-headless.adf",
+        "populated-runtime.adf",
+        "studio-identity.adf",
+    ] {
+        let path = fixture_copy(dir.path(), name);
+        AdfFile::open(&path).unwrap().close().unwrap();
+        let report = check_file(&path).unwrap();
+        assert!(!report.failed(), "{name}: {}", report.to_human());
+        for row in [
+            "storage.system_tables",
+            "storage.system_indexes",
+            "meta.registry",
+            "config.schema",
+        ] {
+            assert_eq!(
+                report.result(row).unwrap().status,
+                Status::Pass,
+                "{name} {row}"
+            );
+        }
+    }
+}
