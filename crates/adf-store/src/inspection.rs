@@ -189,115 +189,127 @@ impl FileFacts {
             facts.reference_table_sql,
             facts.reference_indexes,
         ) = schema_of(&reference)?;
-        let has = |table: &str| facts.tables.contains_key(table);
-        if has("adf_meta") {
-            facts.meta = read_rows(&conn, "SELECT key, value, protection FROM adf_meta", |r| {
-                Ok(MetaFacts {
-                    key: r.get(0)?,
-                    value: text(r.get_ref(1)?),
-                    protection: text(r.get_ref(2)?),
-                })
-            });
-        }
-        if has("adf_config") {
-            facts.config_rows = read_rows(&conn, "SELECT id, config_json FROM adf_config", |r| {
-                Ok((text(r.get_ref(0)?), text(r.get_ref(1)?)))
-            });
-        }
-        if has("adf_identity") {
-            facts.identity = read_rows(
-                &conn,
-                "SELECT purpose, encryption_algo, value, salt IS NOT NULL, kdf_params IS NOT NULL,
-                        typeof(code_access) || ':' || code_access FROM adf_identity",
-                |r| {
-                    let purpose: String = r.get(0)?;
-                    let value: &[u8] = match r.get_ref(2)? {
-                        ValueRef::Blob(b) | ValueRef::Text(b) => b,
-                        _ => &[],
-                    };
-                    let value_len = value.len();
-                    let public_value = is_public_purpose(&purpose).then(|| value.to_vec());
-                    Ok(IdentityFacts {
-                        algo: r.get(1)?,
-                        value_len,
-                        has_salt: r.get(3)?,
-                        has_kdf_params: r.get(4)?,
-                        code_access: r.get(5)?,
-                        public_value,
-                        purpose,
-                    })
-                },
-            );
-        }
-        if has("adf_files") {
-            facts.files = read_rows(
-                &conn,
-                "SELECT path, protection, typeof(authorized), size, length(CAST(content AS BLOB))
-                 FROM adf_files",
-                |r| {
-                    Ok(FileRowFacts {
-                        path: r.get(0)?,
-                        protection: text(r.get_ref(1)?),
-                        authorized_type: r.get(2)?,
-                        size: r.get(3)?,
-                        content_len: r.get(4)?,
-                    })
-                },
-            );
-        }
-        if has("adf_audit") {
-            facts.audit = read_rows(&conn, "SELECT id, source, data FROM adf_audit", |r| {
-                let decodes = match r.get_ref(2)? {
-                    ValueRef::Blob(b) => crate::audit::decompress_json(b).is_ok(),
-                    _ => false,
-                };
-                Ok(AuditFacts {
-                    id: r.get(0)?,
-                    source: text(r.get_ref(1)?),
-                    decodes,
-                })
-            });
-        }
-        for (table, column) in FLAG_COLUMNS {
-            if !has_column(&facts, table, column) {
-                continue;
-            }
-            let bad = read_rows(
-                &conn,
-                &format!(
-                    "SELECT rowid, typeof(\"{column}\") FROM \"{table}\"
-                     WHERE typeof(\"{column}\") <> 'integer' OR \"{column}\" NOT IN (0, 1)"
-                ),
-                |r| {
-                    Ok(format!(
-                        "{table}.{column}#{}={}",
-                        text(r.get_ref(0)?),
-                        text(r.get_ref(1)?)
-                    ))
-                },
-            );
-            facts.non_integer_flags.extend(bad.unwrap_or_default());
-        }
-        for (table, column) in JSON_COLUMNS {
-            if !has_column(&facts, table, column) {
-                continue;
-            }
-            let bad = read_rows(
-                &conn,
-                &format!(
-                    "SELECT rowid FROM \"{table}\"
-                     WHERE \"{column}\" IS NOT NULL AND NOT json_valid(\"{column}\")"
-                ),
-                |r| Ok(format!("{table}.{column}#{}", text(r.get_ref(0)?))),
-            );
-            facts.invalid_json_cells.extend(bad.unwrap_or_default());
-        }
+        read_rows_of_tables(&conn, &mut facts);
+        read_cell_types(&conn, &mut facts);
         Ok(facts)
     }
 
     /// The value of meta `key`, if the file has one.
     pub fn meta_value(&self, key: &str) -> Option<&MetaFacts> {
         self.meta.as_ref()?.iter().find(|m| m.key == key)
+    }
+}
+
+/// The rows of the system tables the judges read, each `None` when the table (or a column the
+/// read needs) is not there.
+fn read_rows_of_tables(conn: &Connection, facts: &mut FileFacts) {
+    let present: Vec<String> = facts.tables.keys().cloned().collect();
+    let has = |table: &str| present.iter().any(|t| t == table);
+    if has("adf_meta") {
+        facts.meta = read_rows(conn, "SELECT key, value, protection FROM adf_meta", |r| {
+            Ok(MetaFacts {
+                key: r.get(0)?,
+                value: text(r.get_ref(1)?),
+                protection: text(r.get_ref(2)?),
+            })
+        });
+    }
+    if has("adf_config") {
+        facts.config_rows = read_rows(conn, "SELECT id, config_json FROM adf_config", |r| {
+            Ok((text(r.get_ref(0)?), text(r.get_ref(1)?)))
+        });
+    }
+    if has("adf_identity") {
+        facts.identity = read_rows(
+            conn,
+            "SELECT purpose, encryption_algo, value, salt IS NOT NULL, kdf_params IS NOT NULL,
+                    typeof(code_access) || ':' || code_access FROM adf_identity",
+            |r| {
+                let purpose: String = r.get(0)?;
+                let value: &[u8] = match r.get_ref(2)? {
+                    ValueRef::Blob(b) | ValueRef::Text(b) => b,
+                    _ => &[],
+                };
+                let value_len = value.len();
+                let public_value = is_public_purpose(&purpose).then(|| value.to_vec());
+                Ok(IdentityFacts {
+                    algo: r.get(1)?,
+                    value_len,
+                    has_salt: r.get(3)?,
+                    has_kdf_params: r.get(4)?,
+                    code_access: r.get(5)?,
+                    public_value,
+                    purpose,
+                })
+            },
+        );
+    }
+    if has("adf_files") {
+        facts.files = read_rows(
+            conn,
+            "SELECT path, protection, typeof(authorized), size, length(CAST(content AS BLOB))
+             FROM adf_files",
+            |r| {
+                Ok(FileRowFacts {
+                    path: r.get(0)?,
+                    protection: text(r.get_ref(1)?),
+                    authorized_type: r.get(2)?,
+                    size: r.get(3)?,
+                    content_len: r.get(4)?,
+                })
+            },
+        );
+    }
+    if has("adf_audit") {
+        facts.audit = read_rows(conn, "SELECT id, source, data FROM adf_audit", |r| {
+            let decodes = match r.get_ref(2)? {
+                ValueRef::Blob(b) => crate::audit::decompress_json(b).is_ok(),
+                _ => false,
+            };
+            Ok(AuditFacts {
+                id: r.get(0)?,
+                source: text(r.get_ref(1)?),
+                decodes,
+            })
+        });
+    }
+}
+
+/// Cells whose stored type breaks §0.2 (flags not INTEGER 0/1, structured text not JSON).
+fn read_cell_types(conn: &Connection, facts: &mut FileFacts) {
+    for (table, column) in FLAG_COLUMNS {
+        if !has_column(facts, table, column) {
+            continue;
+        }
+        let bad = read_rows(
+            conn,
+            &format!(
+                "SELECT rowid, typeof(\"{column}\") FROM \"{table}\"
+                 WHERE typeof(\"{column}\") <> 'integer' OR \"{column}\" NOT IN (0, 1)"
+            ),
+            |r| {
+                Ok(format!(
+                    "{table}.{column}#{}={}",
+                    text(r.get_ref(0)?),
+                    text(r.get_ref(1)?)
+                ))
+            },
+        );
+        facts.non_integer_flags.extend(bad.unwrap_or_default());
+    }
+    for (table, column) in JSON_COLUMNS {
+        if !has_column(facts, table, column) {
+            continue;
+        }
+        let bad = read_rows(
+            conn,
+            &format!(
+                "SELECT rowid FROM \"{table}\"
+                 WHERE \"{column}\" IS NOT NULL AND NOT json_valid(\"{column}\")"
+            ),
+            |r| Ok(format!("{table}.{column}#{}", text(r.get_ref(0)?))),
+        );
+        facts.invalid_json_cells.extend(bad.unwrap_or_default());
     }
 }
 
