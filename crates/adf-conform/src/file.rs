@@ -72,7 +72,7 @@ pub const FILE_CHECKS: &[FileCheck] = &[
         name: "storage.integrity",
         ids: &["STO-01", "STO-46"],
         section: "storage",
-        description: "PRAGMA integrity_check answers ok",
+        description: "SQLite's integrity check answers ok",
         judge: integrity,
     },
     FileCheck {
