@@ -104,6 +104,7 @@ fn run_command(command: Command, out: Output) -> Result<ExitCode> {
         } => file::new(&file, name, description, handle, out),
         Command::Info { file } => file::info(&file, out),
         Command::Check { file } => file::check(&file, out),
+        Command::Conform(command) => crate::conform_cmds::run(command, out),
         Command::Migrate { file } => file::migrate(&file, out),
         Command::Files { file, prefix } => file::files(&file, prefix.as_deref().unwrap_or(""), out),
         Command::Cat { file, path } => file::cat(&file, &path),

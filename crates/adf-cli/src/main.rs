@@ -10,6 +10,7 @@
 mod chat_cmds;
 mod client_cmds;
 mod code_cmds;
+mod conform_cmds;
 mod demo;
 mod dispatch;
 mod file_cmds;
@@ -86,6 +87,10 @@ pub(crate) enum Command {
     Info { file: PathBuf },
     /// Validate a file against the spec; exits 1 when it finds an error.
     Check { file: PathBuf },
+    /// The conformance kit: judge any runtime's file, daemon or mesh peer against the
+    /// checklist (docs/conformance.md); exits 1 when a check fails.
+    #[command(subcommand)]
+    Conform(conform_cmds::ConformCommand),
     /// Migrate a file to the current storage schema (32), keeping a backup until it succeeds.
     Migrate { file: PathBuf },
     /// List the files inside an agent file (or, if FILE is not a file, of the daemon agent

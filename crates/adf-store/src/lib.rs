@@ -36,6 +36,7 @@ pub mod glob;
 mod handle;
 mod held;
 pub mod identity;
+pub mod inspection;
 pub mod messages;
 pub mod meta;
 pub mod migrate;

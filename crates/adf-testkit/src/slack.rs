@@ -625,7 +625,7 @@ async fn web_api(
     }
     match method.as_str() {
         "auth.test" => ok(json!({
-            "url": "https://adf-test.slack.com/", "team": "ADF Test", "user": "adf_bot",
+            "url": "https://adf-test.slack.com/", "team": "ADF Test", "user": "agent_bot",
             "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": BOT_ID,
             "is_enterprise_install": false,
         })),

@@ -290,7 +290,7 @@ impl SlackAdapter {
                 "block_id": block_id,
                 "elements": [{
                     "type": "static_select",
-                    "action_id": "adf_select",
+                    "action_id": "form_select",
                     "placeholder": { "type": "plain_text", "text": "Choose" },
                     "options": elements,
                 }],

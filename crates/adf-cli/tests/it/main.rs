@@ -9,6 +9,7 @@ mod bad_input;
 mod chat;
 mod code_commands;
 mod common;
+mod conform;
 mod cross_home;
 mod daemon_clients;
 mod egress;
