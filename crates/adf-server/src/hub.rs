@@ -119,6 +119,7 @@ impl Hub {
                 Some(home.clone()),
             );
             tools.register(adf_shell::tool());
+            adf_packages::attach(&mut tools, adf_packages::PackageStore::for_home(home.dir()));
             let directory = subsystems.directory(weak.clone());
             let serving = adf_net::tools::ServingCell::default();
             let outbound = adf_net::outbound::Outbound::new(

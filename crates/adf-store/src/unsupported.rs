@@ -39,13 +39,6 @@ impl std::fmt::Display for UnsupportedSection {
     }
 }
 
-fn non_empty_array(config: &Value, pointer: &str) -> bool {
-    config
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .is_some_and(|items| !items.is_empty())
-}
-
 fn is_true(config: &Value, pointer: &str) -> bool {
     config.pointer(pointer).and_then(Value::as_bool) == Some(true)
 }
@@ -71,12 +64,8 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             what,
         });
     };
-    if non_empty_array(config, "/code_execution/packages") {
-        add(
-            "code_execution.packages",
-            "npm packages are not installed; code can import only the agent's own files",
-        );
-    }
+    // `code_execution.packages` are installed by `npm_install` and imported by agent code
+    // (adf-packages), so they are not listed.
     if is_true(config, "/compute/enabled") {
         add("compute", "compute environments are not run");
     }

@@ -60,7 +60,6 @@ fn each_declared_section_is_named() {
     assert_eq!(
         paths(&config),
         [
-            "code_execution.packages",
             "compute",
             "adapters.slack",
             "pre_llm_hook",
@@ -68,7 +67,11 @@ fn each_declared_section_is_named() {
         ]
     );
     let line = warning_line(&config).unwrap();
-    assert!(line.contains("code_execution.packages"), "{line}");
+    assert!(line.contains("pre_llm_hook"), "{line}");
+    assert!(
+        !line.contains("code_execution.packages"),
+        "packages are installed and imported (adf-packages): {line}"
+    );
     assert!(!line.contains("mcp"), "MCP servers run: {line}");
     assert!(
         !line.contains("telegram"),
