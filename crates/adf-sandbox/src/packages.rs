@@ -278,7 +278,7 @@ pub(crate) fn cjs_wrapper(name: &str, source: &str, deps: &[(String, String)]) -
          __adf_cjs_load.m = module;\n\
          const require = (s) => {{\n\
            const d = __adf_deps[s];\n\
-           if (d === undefined) {{ const e = new Error(\"Cannot find module '\" + s + \"' (only packages this package depends on, and its own files, can be required)\"); e.code = 'MODULE_NOT_FOUND'; throw e; }}\n\
+           if (d === undefined) {{ const e = new Error(\"Cannot find module '\" + s + \"' (only packages this package depends on, and its own files, can be required)\"); Object.defineProperty(e, 'code', {{ value: 'MODULE_NOT_FOUND' }}); throw e; }}\n\
            return typeof d.__adf_cjs_load === 'function' ? d.__adf_cjs_load() : d;\n\
          }};\n\
          const body = new Function('exports', 'require', 'module', '__filename', '__dirname', {src});\n\

@@ -23,6 +23,8 @@ use crate::transpile::{self, Kind, Prepared};
 use crate::{HostError, SandboxError};
 
 const PRELUDE: &str = include_str!("prelude.js");
+/// The web/Node globals packages expect (`URL`, `Buffer`, `crypto`, ...), after the prelude.
+const GLOBALS: &str = include_str!("globals.js");
 /// Script name of inline code: its imports resolve against the agent's root.
 const INLINE_NAME: &str = "<sys_code>";
 /// Inline snippets kept transpiled (keyed by exact text); cleared wholesale when full.
@@ -1547,5 +1549,50 @@ fn install<'js>(
         }),
     )?;
     let opts = ctx.json_parse(format!(r#"{{"network":{network},"harden":{harden}}}"#))?;
+    install_globals(ctx)?;
     prelude.call::<_, ()>((host, log, b64e, b64d, sleep, fetch, opts))
+}
+
+/// `URL` parsing and random bytes for the globals script (globals.js); installed before the
+/// prelude so hardening freezes what the globals' classes extend only after they exist.
+fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
+    let mut options = EvalOptions::default();
+    options.filename = Some("adf-globals".to_string());
+    let globals: Function<'js> = ctx.eval_with_options(GLOBALS, options)?;
+    let url_parse = Function::new(ctx.clone(), |input: String, base: Option<String>| -> String {
+        let parsed = match base {
+            Some(base) => url::Url::parse(&base).and_then(|b| b.join(&input)),
+            None => url::Url::parse(&input),
+        };
+        match parsed {
+            Ok(u) => {
+                let host = u.host_str().unwrap_or_default().to_string();
+                let port = u.port().map(|p| p.to_string()).unwrap_or_default();
+                serde_json::json!({
+                    "href": u.as_str(),
+                    "origin": u.origin().ascii_serialization(),
+                    "protocol": format!("{}:", u.scheme()),
+                    "username": u.username(),
+                    "password": u.password().unwrap_or_default(),
+                    "host": if port.is_empty() { host.clone() } else { format!("{host}:{port}") },
+                    "hostname": host,
+                    "port": port,
+                    "pathname": u.path(),
+                    "search": u.query().filter(|q| !q.is_empty()).map(|q| format!("?{q}")).unwrap_or_default(),
+                    "hash": u.fragment().filter(|f| !f.is_empty()).map(|f| format!("#{f}")).unwrap_or_default(),
+                })
+                .to_string()
+            }
+            Err(e) => e.to_string(),
+        }
+    })?;
+    let random = Function::new(
+        ctx.clone(),
+        |ctx: Ctx<'js>, n: usize| -> rquickjs::Result<TypedArray<'js, u8>> {
+            let mut bytes = vec![0u8; n.min(65_536)];
+            rand::fill(&mut bytes[..]);
+            TypedArray::new(ctx, bytes)
+        },
+    )?;
+    globals.call::<_, ()>((url_parse, random))
 }
