@@ -1559,16 +1559,18 @@ fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
     let mut options = EvalOptions::default();
     options.filename = Some("adf-globals".to_string());
     let globals: Function<'js> = ctx.eval_with_options(GLOBALS, options)?;
-    let url_parse = Function::new(ctx.clone(), |input: String, base: Option<String>| -> String {
-        let parsed = match base {
-            Some(base) => url::Url::parse(&base).and_then(|b| b.join(&input)),
-            None => url::Url::parse(&input),
-        };
-        match parsed {
-            Ok(u) => {
-                let host = u.host_str().unwrap_or_default().to_string();
-                let port = u.port().map(|p| p.to_string()).unwrap_or_default();
-                serde_json::json!({
+    let url_parse = Function::new(
+        ctx.clone(),
+        |input: String, base: Option<String>| -> String {
+            let parsed = match base {
+                Some(base) => url::Url::parse(&base).and_then(|b| b.join(&input)),
+                None => url::Url::parse(&input),
+            };
+            match parsed {
+                Ok(u) => {
+                    let host = u.host_str().unwrap_or_default().to_string();
+                    let port = u.port().map(|p| p.to_string()).unwrap_or_default();
+                    serde_json::json!({
                     "href": u.as_str(),
                     "origin": u.origin().ascii_serialization(),
                     "protocol": format!("{}:", u.scheme()),
@@ -1582,10 +1584,11 @@ fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
                     "hash": u.fragment().filter(|f| !f.is_empty()).map(|f| format!("#{f}")).unwrap_or_default(),
                 })
                 .to_string()
+                }
+                Err(e) => e.to_string(),
             }
-            Err(e) => e.to_string(),
-        }
-    })?;
+        },
+    )?;
     let random = Function::new(
         ctx.clone(),
         |ctx: Ctx<'js>, n: usize| -> rquickjs::Result<TypedArray<'js, u8>> {
