@@ -35,126 +35,132 @@ pub(crate) fn run(file: &Path, action: Option<PackagesAction>, out: Output) -> R
     let home = RuntimeHome::from_env()?;
     let store = PackageStore::for_home(home.dir());
     match action.unwrap_or(PackagesAction::List) {
-        PackagesAction::List => {
-            let handle = crate::session::open_read(file)?;
-            let packages = packages_of(&handle.config()?);
-            let rows: Vec<Value> = agent_entries(&packages)
-                .into_iter()
-                .map(|(name, version)| {
-                    let id = package_id(&name, &version);
-                    let installed = store.record(&id).is_some();
-                    let size = store.closure_size([id]);
-                    json!({ "name": name, "version": version, "installed": installed, "size_bytes": size })
-                })
-                .collect();
-            out.emit(&rows, || {
-                if rows.is_empty() {
-                    println!("no npm packages in {}", file.display());
-                    return;
+        PackagesAction::List => list(file, &store, out),
+        PackagesAction::Install { spec } => install(file, &store, &spec, out),
+        PackagesAction::Remove { name } => remove(file, &name, out),
+    }
+}
+
+fn list(file: &Path, store: &PackageStore, out: Output) -> Result<ExitCode> {
+    let handle = crate::session::open_read(file)?;
+    let packages = packages_of(&handle.config()?);
+    let rows: Vec<Value> = agent_entries(&packages)
+        .into_iter()
+        .map(|(name, version)| {
+            let id = package_id(&name, &version);
+            let installed = store.record(&id).is_some();
+            let size = store.closure_size([id]);
+            json!({ "name": name, "version": version, "installed": installed, "size_bytes": size })
+        })
+        .collect();
+    out.emit(&rows, || {
+        if rows.is_empty() {
+            println!("no npm packages in {}", file.display());
+            return;
+        }
+        let mut table = Table::new(&["NAME", "VERSION", "IN STORE", "SIZE"]);
+        for row in &rows {
+            table.row(vec![
+                row["name"].as_str().unwrap_or_default().to_owned(),
+                row["version"].as_str().unwrap_or_default().to_owned(),
+                if row["installed"] == true {
+                    "yes"
+                } else {
+                    "no (npm_install it again)"
                 }
-                let mut table = Table::new(&["NAME", "VERSION", "IN STORE", "SIZE"]);
-                for row in &rows {
-                    table.row(vec![
-                        row["name"].as_str().unwrap_or_default().to_owned(),
-                        row["version"].as_str().unwrap_or_default().to_owned(),
-                        if row["installed"] == true {
-                            "yes"
-                        } else {
-                            "no (npm_install it again)"
-                        }
-                        .to_owned(),
-                        format!(
-                            "{:.1} MB",
-                            row["size_bytes"].as_f64().unwrap_or(0.0) / 1_048_576.0
-                        ),
-                    ]);
+                .to_owned(),
+                format!(
+                    "{:.1} MB",
+                    row["size_bytes"].as_f64().unwrap_or(0.0) / 1_048_576.0
+                ),
+            ]);
+        }
+        table.print();
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn install(file: &Path, store: &PackageStore, spec: &str, out: Output) -> Result<ExitCode> {
+    let (name, range) = split_spec(spec);
+    let mut handle = crate::session::open(file)?;
+    let packages = packages_of(&handle.config()?);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let quiet = out.json;
+    let progress = move |line: &str| {
+        if !quiet {
+            eprintln!("  {line}");
+        }
+    };
+    let outcome = runtime.block_on(adf_packages::install(
+        store, &packages, name, range, &progress,
+    ));
+    match outcome {
+        Ok(outcome) => {
+            if !outcome.already_installed {
+                handle.config_set_path(
+                    Caller::Owner,
+                    "code_execution.packages",
+                    ConfigAction::Set,
+                    outcome.packages.clone(),
+                )?;
+            }
+            handle.close()?;
+            out.emit(&outcome.to_json(), || {
+                if outcome.already_installed {
+                    println!("{}@{} is already installed", outcome.name, outcome.version);
+                } else {
+                    println!(
+                        "installed {}@{} ({} MB with its dependencies); agent code imports it from its next run",
+                        outcome.name, outcome.version, outcome.size_mb
+                    );
                 }
-                table.print();
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        PackagesAction::Install { spec } => {
-            let (name, range) = split_spec(&spec);
-            let mut handle = crate::session::open(file)?;
-            let packages = packages_of(&handle.config()?);
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let quiet = out.json;
-            let progress = move |line: &str| {
-                if !quiet {
-                    eprintln!("  {line}");
-                }
-            };
-            let outcome = runtime.block_on(adf_packages::install(
-                &store, &packages, name, range, &progress,
-            ));
-            match outcome {
-                Ok(outcome) => {
-                    if !outcome.already_installed {
-                        handle.config_set_path(
-                            Caller::Owner,
-                            "code_execution.packages",
-                            ConfigAction::Set,
-                            outcome.packages.clone(),
-                        )?;
-                    }
-                    handle.close()?;
-                    out.emit(&outcome.to_json(), || {
-                        if outcome.already_installed {
-                            println!("{}@{} is already installed", outcome.name, outcome.version);
-                        } else {
-                            println!(
-                                "installed {}@{} ({} MB with its dependencies); agent code imports it from its next run",
-                                outcome.name, outcome.version, outcome.size_mb
-                            );
-                        }
-                    })?;
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(refusal) => {
-                    handle.close()?;
-                    if out.json {
-                        out.emit(&refusal.to_json(), || {})?;
-                        return Ok(ExitCode::FAILURE);
-                    }
-                    bail!(
-                        "{name} was not installed ({}): {}",
-                        refusal.error,
-                        refusal.message
-                    )
-                }
-            }
-        }
-        PackagesAction::Remove { name } => {
-            let mut handle = crate::session::open(file)?;
-            let packages = packages_of(&handle.config()?);
-            let Some(next) = adf_packages::uninstall(&packages, &name) else {
-                handle.close()?;
-                bail!(
-                    "'{name}' is not in code_execution.packages of {}",
-                    file.display()
-                );
-            };
-            handle.config_set_path(
-                Caller::Owner,
-                "code_execution.packages",
-                ConfigAction::Set,
-                next,
-            )?;
+        Err(refusal) => {
             handle.close()?;
-            out.emit(
-                &json!({ "success": true, "name": name, "removed": true }),
-                || {
-                    println!(
-                        "removed {name} from {} (the shared store keeps its files)",
-                        file.display()
-                    );
-                },
-            )?;
-            Ok(ExitCode::SUCCESS)
+            if out.json {
+                out.emit(&refusal.to_json(), || {})?;
+                return Ok(ExitCode::FAILURE);
+            }
+            bail!(
+                "{name} was not installed ({}): {}",
+                refusal.error,
+                refusal.message
+            )
         }
     }
+}
+
+fn remove(file: &Path, name: &str, out: Output) -> Result<ExitCode> {
+    let mut handle = crate::session::open(file)?;
+    let packages = packages_of(&handle.config()?);
+    let Some(next) = adf_packages::uninstall(&packages, name) else {
+        handle.close()?;
+        bail!(
+            "'{name}' is not in code_execution.packages of {}",
+            file.display()
+        );
+    };
+    handle.config_set_path(
+        Caller::Owner,
+        "code_execution.packages",
+        ConfigAction::Set,
+        next,
+    )?;
+    handle.close()?;
+    out.emit(
+        &json!({ "success": true, "name": name, "removed": true }),
+        || {
+            println!(
+                "removed {name} from {} (the shared store keeps its files)",
+                file.display()
+            );
+        },
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
