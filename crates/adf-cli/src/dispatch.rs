@@ -96,6 +96,7 @@ fn run_command(command: Command, out: Output) -> Result<ExitCode> {
             crate::identity_cmds::run(command, out)
         }
         Command::Mcp(command) => crate::mcp_cmds::run(*command, out),
+        Command::Packages { file, action } => crate::package_cmds::run(&file, action, out),
         Command::New {
             file,
             name,

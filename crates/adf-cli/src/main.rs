@@ -19,6 +19,7 @@ mod http_load;
 mod identity_cmds;
 mod mcp_cmds;
 mod output;
+mod package_cmds;
 mod session;
 mod tool_cmds;
 
@@ -182,6 +183,14 @@ pub(crate) enum Command {
     /// An agent's MCP servers: add (install and discover), list, restart, remove, review.
     #[command(subcommand)]
     Mcp(Box<McpCommand>),
+    /// An agent's npm packages (code_execution.packages): list (default), install NAME[@RANGE]
+    /// into the shared store under $ADF_HOME/packages, remove NAME. Pure JavaScript only;
+    /// native addons are refused and no package script ever runs.
+    Packages {
+        file: PathBuf,
+        #[command(subcommand)]
+        action: Option<PackagesAction>,
+    },
     /// Run a tool against the file as the model, agent code, authorized code or the owner,
     /// with the same access rules and approvals the runtime applies.
     Tool {
@@ -287,6 +296,21 @@ pub(crate) enum OwnerCommand {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// `adf packages FILE …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum PackagesAction {
+    /// The agent's packages with their installed size.
+    List,
+    /// Resolve NAME[@RANGE] against the npm registry (the runtime setting npmRegistry) and add
+    /// it to the agent.
+    Install {
+        /// `lodash`, `lodash@^4.17.0`, `@scope/pkg@latest`.
+        spec: String,
+    },
+    /// Remove NAME from the agent (the shared store keeps its files).
+    Remove { name: String },
 }
 
 /// `adf mcp …`.

@@ -138,8 +138,8 @@ fn args_without_reason(args: &Value) -> String {
 }
 
 /// The tools this binary runs: the built-ins plus the capability crates (`adf_shell`,
-/// `compute_exec` and `fs_transfer` over the runtime home's workspaces, and the MCP tools the
-/// agent declares, whose servers start on first call).
+/// `compute_exec` and `fs_transfer` over the runtime home's workspaces, the npm package tools
+/// and store, and the MCP tools the agent declares, whose servers start on first call).
 pub(crate) fn registry() -> ToolRegistry {
     let mut registry = ToolRegistry::with_builtins();
     registry.register(adf_shell::tool());
@@ -150,6 +150,12 @@ pub(crate) fn registry() -> ToolRegistry {
         adf_mcp::Supervisor::default(),
         None,
     )));
+    if let Ok(home) = adf_runtime::home::RuntimeHome::from_env() {
+        adf_packages::attach(
+            &mut registry,
+            adf_packages::PackageStore::for_home(home.dir()),
+        );
+    }
     registry
 }
 

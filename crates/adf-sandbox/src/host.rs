@@ -31,6 +31,26 @@ pub trait Host: Send + Sync {
     /// Called before execution for every module the code imports (probing extensions).
     fn load_module(&self, path: &str) -> BoxFuture<'static, Option<String>>;
 
+    /// The installed package a bare import of `name` resolves to, as its id
+    /// (`name@version`): from the agent's own code when `from` is `None`, from inside the
+    /// package `from` (its declared dependencies) otherwise. `None` when there is none; the
+    /// default has no packages.
+    fn resolve_package(
+        &self,
+        from: Option<&str>,
+        name: &str,
+    ) -> BoxFuture<'static, Option<String>> {
+        let _ = (from, name);
+        Box::pin(async { None })
+    }
+
+    /// The text of `path` (`lib/index.js`, `package.json`) inside the installed package `id`,
+    /// or `None`. Only ids [`Host::resolve_package`] answered are asked for.
+    fn package_file(&self, id: &str, path: &str) -> BoxFuture<'static, Option<String>> {
+        let _ = (id, path);
+        Box::pin(async { None })
+    }
+
     /// Native `fetch` when the request has `network: true`. `request` is
     /// `{url, method, headers: {name: value}, body: null | string | bytes}`; answer
     /// `{status, statusText?, headers?: {name: value}, body: string | bytes, url?}`.

@@ -57,6 +57,7 @@
 mod error;
 mod host;
 mod modules;
+mod packages;
 mod sandbox;
 mod transpile;
 

@@ -23,16 +23,19 @@ fn dirname(path: &str) -> &str {
 }
 
 /// Join and normalise a specifier against an importer. Absolute specifiers (`/lib/x.ts`) are
-/// relative to the agent's root; bare specifiers (`fs`, `lodash`) are refused.
+/// relative to the agent's root; bare specifiers (`fs`, `lodash`) are not paths (packages.rs).
 pub(crate) fn join(importer: &str, specifier: &str) -> Result<String, String> {
     let base = if let Some(abs) = specifier.strip_prefix('/') {
         return normalize(abs);
     } else if specifier.starts_with("./") || specifier.starts_with("../") {
         dirname(importer)
     } else {
+        // Bare specifiers are packages, resolved while preloading (sandbox.rs); one that
+        // reaches here was not found then.
         return Err(format!(
-            "module '{specifier}' is not available: the sandbox has no packages or built-in \
-             modules; import the agent's own files with a relative path such as './util.ts'"
+            "module '{specifier}' is not available: it is not installed for this agent as an \
+             npm package (npm_install it) and the sandbox has no Node built-in modules; import \
+             the agent's own files with a relative path such as './util.ts'"
         ));
     };
     normalize(&format!("{base}/{specifier}"))

@@ -18,10 +18,13 @@ use tokio::sync::watch;
 
 use crate::host::Host;
 use crate::modules::{self, AgentResolver, PreparedLoader, ResolutionMap};
+use crate::packages;
 use crate::transpile::{self, Kind, Prepared};
 use crate::{HostError, SandboxError};
 
 const PRELUDE: &str = include_str!("prelude.js");
+/// The web/Node globals packages expect (`URL`, `Buffer`, `crypto`, ...), after the prelude.
+const GLOBALS: &str = include_str!("globals.js");
 /// Script name of inline code: its imports resolve against the agent's root.
 const INLINE_NAME: &str = "<sys_code>";
 /// Inline snippets kept transpiled (keyed by exact text); cleared wholesale when full.
@@ -1124,9 +1127,10 @@ impl Sandbox {
         Ok(c)
     }
 
-    /// Breadth-first load of everything the roots import. Static imports that cannot be
-    /// found fail the execution up front ([`SandboxError::Module`]); `import("…")` of a
-    /// missing module is left to reject at run time.
+    /// Breadth-first load of everything the roots import: agent files by path, packages by
+    /// bare specifier (packages.rs). Static imports that cannot be found fail the execution
+    /// up front ([`SandboxError::Module`]); `import("…")` of a missing module is left to reject
+    /// at run time.
     async fn preload(
         &self,
         roots: Vec<(String, Arc<Prepared>)>,
@@ -1135,32 +1139,40 @@ impl Sandbox {
         let mut graph: Graph = Vec::new();
         let mut seen: HashSet<String> = roots.iter().map(|(n, _)| n.clone()).collect();
         let mut queue: VecDeque<(String, Arc<Prepared>)> = roots.into();
+        let mut packages = PackageFiles::default();
         while let Some((importer, prepared)) = queue.pop_front() {
             for import in &prepared.imports {
-                let joined = match modules::join(&importer, &import.specifier) {
-                    Ok(j) => j,
-                    Err(message) if !import.dynamic => {
+                let key = (importer.clone(), import.specifier.clone());
+                let known = lock(&self.inner.resolutions).get(&key).cloned();
+                if known.as_ref().is_some_and(|path| seen.contains(path)) {
+                    continue;
+                }
+                let found = packages
+                    .locate(
+                        self,
+                        &importer,
+                        &import.specifier,
+                        packages::Condition::Import,
+                        host,
+                    )
+                    .await;
+                let (path, source, format) = match found {
+                    Ok(Some(found)) => found,
+                    Ok(None) | Err(_) if import.dynamic => continue,
+                    Ok(None) => {
+                        let path = modules::join(&importer, &import.specifier)
+                            .unwrap_or_else(|_| import.specifier.clone());
+                        return Err(SandboxError::Module {
+                            path,
+                            message: format!("not found (imported by {importer})"),
+                        });
+                    }
+                    Err(message) => {
                         return Err(SandboxError::Module {
                             path: import.specifier.clone(),
                             message: format!("{message} (imported by {importer})"),
                         });
                     }
-                    Err(_) => continue,
-                };
-                let key = (importer.clone(), import.specifier.clone());
-                let known = lock(&self.inner.resolutions).get(&key).cloned();
-                let found = match known {
-                    Some(path) if seen.contains(&path) => continue,
-                    _ => self.find(&joined, host).await,
-                };
-                let Some((path, source)) = found else {
-                    if import.dynamic {
-                        continue;
-                    }
-                    return Err(SandboxError::Module {
-                        path: joined,
-                        message: format!("not found (imported by {importer})"),
-                    });
                 };
                 lock(&self.inner.resolutions).insert(key, path.clone());
                 if !seen.insert(path.clone()) {
@@ -1175,12 +1187,202 @@ impl Sandbox {
                         ),
                     });
                 }
+                let source = match format {
+                    packages::Format::Esm => source,
+                    packages::Format::Json => {
+                        packages::json_module(&source).map_err(|message| SandboxError::Module {
+                            path: path.clone(),
+                            message,
+                        })?
+                    }
+                    packages::Format::Cjs => {
+                        let mut deps = Vec::new();
+                        for specifier in packages::requires(&source) {
+                            // A require that names nothing installed is left to throw if it
+                            // ever runs (optional dependencies are often guarded so).
+                            if let Ok(Some((dep, _, _))) = packages
+                                .locate(self, &path, &specifier, packages::Condition::Require, host)
+                                .await
+                            {
+                                deps.push((specifier, dep));
+                            }
+                        }
+                        packages::cjs_wrapper(&path, &source, &deps)
+                    }
+                };
                 let compiled = self.compile(&path, source).await?;
                 queue.push_back((path.clone(), Arc::new(compiled.prepared.clone())));
                 graph.push((path, compiled));
             }
         }
         Ok(graph)
+    }
+}
+
+/// What one preload learned about packages: manifests and the `type` of directories.
+#[derive(Default)]
+struct PackageFiles {
+    manifests: HashMap<String, Option<Json>>,
+}
+
+/// A located module: its name, source and format.
+type Located = (String, String, packages::Format);
+
+impl PackageFiles {
+    async fn manifest(&mut self, host: &dyn Host, id: &str, dir: &str) -> Option<Json> {
+        let key = format!("{id}/{dir}");
+        if let Some(known) = self.manifests.get(&key) {
+            return known.clone();
+        }
+        let file = if dir.is_empty() {
+            "package.json".to_string()
+        } else {
+            format!("{dir}/package.json")
+        };
+        let parsed = host
+            .package_file(id, &file)
+            .await
+            .and_then(|text| serde_json::from_str::<Json>(&text).ok());
+        self.manifests.insert(key, parsed.clone());
+        parsed
+    }
+
+    /// Whether `.js` files at `path` are ES modules: the nearest `package.json` with a
+    /// `type` says so (Node's rule; the package root's decides otherwise).
+    async fn type_module(&mut self, host: &dyn Host, id: &str, path: &str) -> bool {
+        let mut dir = path.rfind('/').map_or("", |i| &path[..i]).to_string();
+        loop {
+            if let Some(manifest) = self.manifest(host, id, &dir).await {
+                return manifest.get("type").and_then(Json::as_str) == Some("module");
+            }
+            if dir.is_empty() {
+                return false;
+            }
+            dir = dir.rfind('/').map_or("", |i| &dir[..i]).to_string();
+        }
+    }
+
+    /// The first existing file among `candidates` of package `id`, with its format.
+    async fn first_file(
+        &mut self,
+        host: &dyn Host,
+        id: &str,
+        candidates: Vec<String>,
+    ) -> Option<Located> {
+        for path in candidates {
+            if let Some(source) = host.package_file(id, &path).await {
+                let module = self.type_module(host, id, &path).await;
+                return Some((
+                    packages::module_name(id, &path),
+                    source,
+                    packages::format_of(&path, module),
+                ));
+            }
+        }
+        None
+    }
+
+    /// Where `specifier` imported by `importer` leads: `Ok(None)` when nothing is there,
+    /// `Err` with the reason when the specifier cannot name a module at all.
+    async fn locate(
+        &mut self,
+        sandbox: &Sandbox,
+        importer: &str,
+        specifier: &str,
+        condition: packages::Condition,
+        host: &dyn Host,
+    ) -> Result<Option<Located>, String> {
+        let relative = specifier.starts_with("./") || specifier.starts_with("../");
+        if let Some((id, importer_path)) = packages::split_name(importer) {
+            if let Some((target_id, path)) = packages::split_name(specifier) {
+                // A CommonJS wrapper names the files it resolved; it stays in its package or
+                // goes to a package resolve_package answered for it.
+                let id = target_id.to_string();
+                return Ok(self.first_file(host, &id, vec![path.to_string()]).await);
+            }
+            if relative {
+                let joined = packages::join_in_package(importer_path, specifier)?;
+                return Ok(self
+                    .first_file(host, id, packages::candidates(&joined))
+                    .await);
+            }
+            if specifier.starts_with('/') {
+                return Err(format!(
+                    "'{specifier}': a package cannot import by absolute path"
+                ));
+            }
+            let id = id.to_string();
+            return self
+                .package_entry(host, Some(&id), specifier, condition)
+                .await;
+        }
+        if relative || specifier.starts_with('/') {
+            let joined = modules::join(importer, specifier)?;
+            return Ok(sandbox
+                .find(&joined, host)
+                .await
+                .map(|(path, source)| (path, source, packages::Format::Esm)));
+        }
+        self.package_entry(host, None, specifier, condition).await
+    }
+
+    /// The entry file of a bare specifier: the package the host resolves, then its
+    /// `exports`, or the subpath, or `main`, or `index.js`.
+    async fn package_entry(
+        &mut self,
+        host: &dyn Host,
+        from: Option<&str>,
+        specifier: &str,
+        condition: packages::Condition,
+    ) -> Result<Option<Located>, String> {
+        let Some((name, subpath)) = packages::split_bare(specifier) else {
+            return Err(format!(
+                "module '{specifier}' is not available: the sandbox has no Node built-in \
+                 modules; import the agent's own files with a relative path such as \
+                 './util.ts', or an installed npm package by name"
+            ));
+        };
+        let Some(id) = host.resolve_package(from, name).await else {
+            return Err(match from {
+                None => format!(
+                    "package '{name}' is not installed for this agent (npm_install it, or \
+                     check code_execution.packages)"
+                ),
+                Some(from) => format!("package '{name}' is not a dependency of {from}"),
+            });
+        };
+        let manifest = self.manifest(host, &id, "").await.unwrap_or(Json::Null);
+        if let Some(exports) = manifest.get("exports").filter(|e| !e.is_null()) {
+            let wanted = if subpath.is_empty() {
+                ".".to_string()
+            } else {
+                format!("./{subpath}")
+            };
+            let Some(target) = packages::exports_target(exports, &wanted, condition) else {
+                return Err(format!(
+                    "'{wanted}' is not exported by package '{name}' (its package.json exports)"
+                ));
+            };
+            let target = modules::normalize(&target)?;
+            return Ok(self.first_file(host, &id, vec![target]).await);
+        }
+        let path = if subpath.is_empty() {
+            manifest
+                .get("main")
+                .and_then(Json::as_str)
+                .map(|m| m.trim_start_matches("./").trim_end_matches('/').to_string())
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| "index".to_string())
+        } else {
+            subpath.to_string()
+        };
+        let path =
+            modules::normalize(&path).map_err(|_| format!("'{specifier}' leaves its package"))?;
+        let mut candidates = packages::candidates(&path);
+        if subpath.is_empty() && path != "index" {
+            candidates.extend(packages::candidates("index"));
+        }
+        Ok(self.first_file(host, &id, candidates).await)
     }
 }
 
@@ -1347,5 +1549,53 @@ fn install<'js>(
         }),
     )?;
     let opts = ctx.json_parse(format!(r#"{{"network":{network},"harden":{harden}}}"#))?;
+    install_globals(ctx)?;
     prelude.call::<_, ()>((host, log, b64e, b64d, sleep, fetch, opts))
+}
+
+/// `URL` parsing and random bytes for the globals script (globals.js); installed before the
+/// prelude so hardening freezes what the globals' classes extend only after they exist.
+fn install_globals<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<()> {
+    let mut options = EvalOptions::default();
+    options.filename = Some("adf-globals".to_string());
+    let globals: Function<'js> = ctx.eval_with_options(GLOBALS, options)?;
+    let url_parse = Function::new(
+        ctx.clone(),
+        |input: String, base: Option<String>| -> String {
+            let parsed = match base {
+                Some(base) => url::Url::parse(&base).and_then(|b| b.join(&input)),
+                None => url::Url::parse(&input),
+            };
+            match parsed {
+                Ok(u) => {
+                    let host = u.host_str().unwrap_or_default().to_string();
+                    let port = u.port().map(|p| p.to_string()).unwrap_or_default();
+                    serde_json::json!({
+                    "href": u.as_str(),
+                    "origin": u.origin().ascii_serialization(),
+                    "protocol": format!("{}:", u.scheme()),
+                    "username": u.username(),
+                    "password": u.password().unwrap_or_default(),
+                    "host": if port.is_empty() { host.clone() } else { format!("{host}:{port}") },
+                    "hostname": host,
+                    "port": port,
+                    "pathname": u.path(),
+                    "search": u.query().filter(|q| !q.is_empty()).map(|q| format!("?{q}")).unwrap_or_default(),
+                    "hash": u.fragment().filter(|f| !f.is_empty()).map(|f| format!("#{f}")).unwrap_or_default(),
+                })
+                .to_string()
+                }
+                Err(e) => e.to_string(),
+            }
+        },
+    )?;
+    let random = Function::new(
+        ctx.clone(),
+        |ctx: Ctx<'js>, n: usize| -> rquickjs::Result<TypedArray<'js, u8>> {
+            let mut bytes = vec![0u8; n.min(65_536)];
+            rand::fill(&mut bytes[..]);
+            TypedArray::new(ctx, bytes)
+        },
+    )?;
+    globals.call::<_, ()>((url_parse, random))
 }

@@ -122,6 +122,7 @@ impl Hub {
             for tool in adf_compute::tools(Some(home.clone())) {
                 tools.register(tool);
             }
+            adf_packages::attach(&mut tools, adf_packages::PackageStore::for_home(home.dir()));
             let directory = subsystems.directory(weak.clone());
             let serving = adf_net::tools::ServingCell::default();
             let outbound = adf_net::outbound::Outbound::new(

@@ -28,6 +28,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "meshLan",
     "meshManualPeers",
     "meshPort",
+    "npmRegistry",
     "providers",
     "reviewedAgents",
     "sandboxMaxWorkers",
@@ -56,6 +57,10 @@ pub fn check_value(key: &str, value: &Value) -> Option<String> {
         "meshPort" => value.as_u64().is_some_and(|p| p <= u64::from(u16::MAX)),
         "meshEnabled" | "meshLan" | "tailnetDiscovery" => value.is_boolean(),
         "providers" | "mcpServers" | "adapters" | "sandboxPackages" => value.is_array(),
+        // Where `npm_install` resolves packages (adf-packages reads it at each install).
+        "npmRegistry" => value
+            .as_str()
+            .is_some_and(|url| url.starts_with("http://") || url.starts_with("https://")),
         // `compute.hostAccess` is the runtime-level host-access switch adf-mcp reads (CFG-37).
         "compute" => value.is_object() && value.get("hostAccess").is_none_or(Value::is_boolean),
         _ => true,

@@ -116,6 +116,30 @@ pub fn resolve_segments(config: &Value, segments: &[Segment]) -> Result<Vec<Segm
     Ok(resolved)
 }
 
+/// An owner edit of `tools.NAME.…` for a tool new files leave undeclared
+/// ([`crate::defaults::DECLARED_ON_DEMAND`]) declares it first.
+fn declare_on_demand(config: &mut Value, path: &str) {
+    let mut parts = path.split('.');
+    let (Some("tools"), Some(name), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+        return;
+    };
+    let Some(default) = crate::defaults::DECLARED_ON_DEMAND
+        .iter()
+        .find(|t| t.0 == name)
+    else {
+        return;
+    };
+    let Some(tools) = config.get_mut("tools").and_then(Value::as_array_mut) else {
+        return;
+    };
+    if !tools
+        .iter()
+        .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+    {
+        tools.push(crate::defaults::tool_declaration(default));
+    }
+}
+
 /// The value at a dot path, if present.
 pub fn get_path<'a>(config: &'a Value, path: &str) -> Result<Option<&'a Value>> {
     let segments = resolve_segments(config, &parse_path(path)?)?;
@@ -870,6 +894,7 @@ impl AdfFile {
         }
         let before = parse_config(&text)?;
         let mut after = before.clone();
+        declare_on_demand(&mut after, path);
         apply_path(&mut after, path, action, value)?;
         crate::config_depth::check_depth(&after)?;
         let added = new_violations(&before, &after);

@@ -57,6 +57,13 @@ pub const DEFAULT_TOOLS: [ToolDefault; 46] = [
     ("mcp_uninstall", false, false, false),
 ];
 
+/// Tools a new file does not declare (§14.3: templates may) but an owner may switch on with
+/// `tools.NAME.…`: the edit declares them with these defaults first.
+pub const DECLARED_ON_DEMAND: [ToolDefault; 2] = [
+    ("npm_install", false, false, false),
+    ("npm_uninstall", false, false, false),
+];
+
 /// The eleven trigger types (§7.1) in the order new files list them.
 pub const TRIGGER_TYPES: [&str; 11] = [
     "on_inbox",

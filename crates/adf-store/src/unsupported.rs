@@ -39,13 +39,6 @@ impl std::fmt::Display for UnsupportedSection {
     }
 }
 
-fn non_empty_array(config: &Value, pointer: &str) -> bool {
-    config
-        .pointer(pointer)
-        .and_then(Value::as_array)
-        .is_some_and(|items| !items.is_empty())
-}
-
 /// A value that says something: not absent, null, `false`, `""`, `[]` or `{}`.
 fn is_set(value: Option<&Value>) -> bool {
     match value {
@@ -67,16 +60,12 @@ pub fn unsupported_sections(config: &Value) -> Vec<UnsupportedSection> {
             what,
         });
     };
-    if non_empty_array(config, "/code_execution/packages") {
-        add(
-            "code_execution.packages",
-            "npm packages are not installed; code can import only the agent's own files",
-        );
-    }
+    // `code_execution.packages` are installed by `npm_install` and imported by agent code
+    // (adf-packages), so they are not listed.
     // `compute` is run by adf-compute (`compute_exec`, `fs_transfer`), so it is not listed;
     // a target this machine lacks fails its call with what to install.
-    // The daemon runs the Telegram adapter (adf-adapters); the other types are not supported
-    // yet and stay listed.
+    // The daemon runs the adapter types of `RUN_ADAPTERS` (adf-adapters); other types stay
+    // listed.
     if let Some(adapters) = config.get("adapters").and_then(Value::as_object) {
         for (name, adapter) in adapters {
             if adapter.get("enabled").and_then(Value::as_bool) != Some(false)

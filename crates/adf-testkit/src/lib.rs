@@ -51,6 +51,7 @@
 pub mod discord;
 pub mod fixtures;
 pub mod mail;
+pub mod npm;
 pub mod processes;
 mod scan;
 mod server;

@@ -194,10 +194,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
     adf(&agent)
         .args(["config", "set"])
         .arg(&agent.file)
-        .args([
-            "code_execution.packages",
-            r#"[{"name":"vega-lite","version":"^5.21.0"}]"#,
-        ])
+        .args(["pre_llm_hook", "lib/hook.ts:pre"])
         .assert()
         .success();
     let warned = adf(&agent)
@@ -209,7 +206,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
     assert!(warned.status.success());
     let stderr = String::from_utf8_lossy(&warned.stderr);
     assert!(stderr.contains("warning:"), "{stderr}");
-    assert!(stderr.contains("code_execution.packages"), "{stderr}");
+    assert!(stderr.contains("pre_llm_hook"), "{stderr}");
 
     // `adf chat` warns before it reaches for a model (none is configured here).
     let chat = adf(&agent)
@@ -223,7 +220,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&chat.stderr);
     assert!(
-        stderr.contains("warning:") && stderr.contains("code_execution.packages"),
+        stderr.contains("warning:") && stderr.contains("pre_llm_hook"),
         "{stderr}"
     );
 
@@ -231,7 +228,7 @@ fn adf_run_and_adf_check_name_configured_sections_this_runtime_does_not_run() {
     assert!(
         report
             .to_string()
-            .contains("config code_execution.packages is declared"),
+            .contains("config pre_llm_hook is declared"),
         "{report}"
     );
 }

@@ -17,6 +17,7 @@ mod file_commands;
 mod hermetic_home;
 mod identity_commands;
 mod mcp_commands;
+mod package_commands;
 mod review_cli;
 mod studio_cli;
 mod tool_commands;

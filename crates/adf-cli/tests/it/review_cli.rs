@@ -127,9 +127,9 @@ fn adf_review_accept_lets_daemon_track_start_the_reviewed_autostart_agent_only()
         let mut file = AdfFile::open(&declared).unwrap();
         file.config_set_path(
             adf_store::Caller::Owner,
-            "code_execution.packages",
+            "pre_llm_hook",
             ConfigAction::Set,
-            json!([{ "name": "vega-lite", "version": "^5.21.0" }]),
+            json!("lib/hook.ts:pre"),
         )
         .unwrap();
         file.close().unwrap();
@@ -140,8 +140,7 @@ fn adf_review_accept_lets_daemon_track_start_the_reviewed_autostart_agent_only()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout
-                .contains("not run by this runtime yet: code_execution.packages (npm packages are not installed"),
+            stdout.contains("not run by this runtime yet: pre_llm_hook (the hook is not called"),
             "{stdout}"
         );
         // Nothing was loaded by reviewing.

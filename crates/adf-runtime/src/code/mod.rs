@@ -50,6 +50,7 @@
 
 mod env;
 mod methods;
+mod packages;
 mod runner;
 mod waiting;
 
@@ -67,6 +68,7 @@ use crate::tools::{
 };
 
 use env::Frame;
+pub use packages::PackageModules;
 use runner::Runner;
 pub(crate) use runner::lambda_file;
 pub(crate) use waiting::current_queue as serving_queue;

@@ -49,6 +49,13 @@ enum HostMsg {
         path: String,
         reply: oneshot::Sender<Option<String>>,
     },
+    /// A bare import's package, or a file of one (`id` set).
+    Package {
+        from: Option<String>,
+        name: String,
+        id: Option<String>,
+        reply: oneshot::Sender<Option<String>>,
+    },
     /// Native `fetch` (`code_execution.network`): the `sys_fetch` engine and egress policy.
     Fetch {
         request: Value,
@@ -98,6 +105,18 @@ impl Host for ChannelHost {
         })
     }
 
+    fn resolve_package(
+        &self,
+        from: Option<&str>,
+        name: &str,
+    ) -> BoxFuture<'static, Option<String>> {
+        self.ask_package(from.map(str::to_owned), name.to_owned(), None)
+    }
+
+    fn package_file(&self, id: &str, path: &str) -> BoxFuture<'static, Option<String>> {
+        self.ask_package(None, path.to_owned(), Some(id.to_owned()))
+    }
+
     fn fetch(&self, request: Value) -> BoxFuture<'static, Result<Value, HostError>> {
         let (reply, answer) = oneshot::channel();
         let sent = self.tx.send(HostMsg::Fetch { request, reply });
@@ -106,6 +125,29 @@ impl Host for ChannelHost {
                 return Err(stopped());
             }
             answer.await.unwrap_or_else(|_| Err(stopped()))
+        })
+    }
+}
+
+impl ChannelHost {
+    fn ask_package(
+        &self,
+        from: Option<String>,
+        name: String,
+        id: Option<String>,
+    ) -> BoxFuture<'static, Option<String>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(HostMsg::Package {
+            from,
+            name,
+            id,
+            reply,
+        });
+        Box::pin(async move {
+            if sent.is_err() {
+                return None;
+            }
+            answer.await.ok().flatten()
         })
     }
 }
@@ -302,6 +344,14 @@ impl<'a> Runner<'a> {
         match msg {
             HostMsg::Load { frame, path, reply } => {
                 let _ = reply.send(self.load(&frame, &path));
+            }
+            HostMsg::Package {
+                from,
+                name,
+                id,
+                reply,
+            } => {
+                let _ = reply.send(self.package(from.as_deref(), &name, id.as_deref()));
             }
             HostMsg::Fetch { request, reply } => match self.code_config() {
                 // The sandbox installs `fetch` only with the network on; checked again here
@@ -600,6 +650,23 @@ impl<'a> Runner<'a> {
             super::env::CodeProfile::Agent => config,
             super::env::CodeProfile::InnerLoop => Arc::new(super::env::inner_loop_view(&config)),
         })
+    }
+
+    /// A package id (`id: None`) or a package file's text, from the attached package modules
+    /// and the run's `code_execution.packages`. Package files do not demote an authorized
+    /// run: they are not the agent's files, and the store keeps them as their registry's
+    /// integrity hash says.
+    fn package(&self, from: Option<&str>, name: &str, id: Option<&str>) -> Option<String> {
+        let modules = self.env.registry.packages()?;
+        let config = self.code_config().ok()?;
+        let packages = config
+            .pointer("/code_execution/packages")
+            .cloned()
+            .unwrap_or(Value::Array(Vec::new()));
+        match id {
+            None => modules.resolve(&packages, from, name),
+            Some(id) => modules.read(&packages, id, name),
+        }
     }
 
     /// A module source for the sandbox; an unauthorized file demotes the execution.

@@ -238,6 +238,8 @@ pub trait ToolSource: Send + Sync + 'static {
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
     sources: Vec<Arc<dyn ToolSource>>,
+    /// Where agent code's npm packages come from (none: bare imports fail).
+    packages: Option<Arc<dyn crate::code::PackageModules>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -258,6 +260,17 @@ impl ToolRegistry {
     /// Adds a source asked for the names no registered tool has (in the order added).
     pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
         self.sources.push(source);
+    }
+
+    /// Agent code resolves bare imports through `packages` (adf-packages' store): every
+    /// runner of this registry's tools and code asks it.
+    pub fn attach_packages(&mut self, packages: Arc<dyn crate::code::PackageModules>) {
+        self.packages = Some(packages);
+    }
+
+    /// The attached package modules, if any.
+    pub fn packages(&self) -> Option<&Arc<dyn crate::code::PackageModules>> {
+        self.packages.as_ref()
     }
 
     /// The registered tool with this name (built in or registered; not a source's).

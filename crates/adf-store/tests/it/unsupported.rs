@@ -59,10 +59,14 @@ fn each_declared_section_is_named() {
     });
     assert_eq!(
         paths(&config),
-        ["code_execution.packages", "adapters.matrix", "pre_llm_hook"]
+        ["adapters.matrix", "pre_llm_hook"]
     );
     let line = warning_line(&config).unwrap();
-    assert!(line.contains("code_execution.packages"), "{line}");
+    assert!(line.contains("pre_llm_hook"), "{line}");
+    assert!(
+        !line.contains("code_execution.packages"),
+        "packages are installed and imported (adf-packages): {line}"
+    );
     assert!(!line.contains("mcp"), "MCP servers run: {line}");
     assert!(
         !line.contains("telegram"),
@@ -119,9 +123,10 @@ fn check_reports_each_unsupported_section_and_stays_read_only() {
         .filter(|f| f.message.contains("does not run it yet"))
         .map(|f| f.message.as_str())
         .collect();
-    assert_eq!(named.len(), 2, "{named:?}");
+    // Packages are installed and imported now (adf-packages): declared, but not listed.
+    assert_eq!(named.len(), 1, "{named:?}");
     assert!(
-        named
+        !named
             .iter()
             .any(|m| m.contains("config code_execution.packages")),
         "{named:?}"
