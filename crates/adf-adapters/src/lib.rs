@@ -18,7 +18,10 @@
 //!   forms as inline keyboards, 429 `retry_after`), speaking HTTP only through an
 //!   `adf_egress` client after `Policy::admit`.
 //!
-//! - `email/`, `slack/`, `discord/`, `whatsapp/`: one module per platform, each with its `KIND`
+//! - `whatsapp/` is the WhatsApp Business Cloud API adapter: inbound through the daemon's
+//!   webhook route ([`Adapter::webhook`], `webhook.rs`: signature checked first), outbound
+//!   through the Graph API.
+//! - `email/`, `slack/`, `discord/`: one module per platform, each with its `KIND`
 //!   and a `build` the host calls with a `platform::Building` (settings, sink, sleeper, the
 //!   credential reader). A platform not run yet fails to build with an error that says so.
 
@@ -41,6 +44,7 @@ mod sink;
 pub mod slack;
 mod state_dir;
 pub mod telegram;
+mod webhook;
 pub mod whatsapp;
 
 pub use config::{
@@ -52,6 +56,7 @@ pub use host::{AdapterHost, AdapterState, AdapterStatus, Backoff, HostOptions};
 pub use message::{Delivered, InboundMessage, OutboundMessage, parse_recipient};
 pub use sink::{AdapterSink, Secret, SinkError, StateChange};
 pub use state_dir::{StateDir, state_root_for};
+pub use webhook::{WebhookRequest, WebhookResponse};
 
 /// A boxed, sendable future: the trait methods' return type, so the traits stay object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -84,6 +89,19 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Checks the credential against the platform and says who it belongs to.
     fn test_credential(&self) -> BoxFuture<'_, Result<Value, AdapterError>>;
+
+    /// Answers one request of the platform to the agent's webhook route (a platform that
+    /// pushes rather than being polled). The adapter authenticates it before storing anything;
+    /// the default is the answer of an adapter that takes no webhooks.
+    fn webhook<'a>(&'a self, request: &'a WebhookRequest) -> BoxFuture<'a, WebhookResponse> {
+        let _unused = request;
+        Box::pin(async move {
+            WebhookResponse::error(
+                404,
+                &format!("the {} adapter takes no webhooks", self.kind()),
+            )
+        })
+    }
 }
 
 /// Waits without holding a thread; tests replace it to record waits instead of sleeping.
