@@ -207,7 +207,13 @@ impl GraphApi {
                     attempts: attempt,
                 });
             }
-            tracing::info!(adapter = super::KIND, path, wait_secs, reason, "rate limited; waiting");
+            tracing::info!(
+                adapter = super::KIND,
+                path,
+                wait_secs,
+                reason,
+                "rate limited; waiting"
+            );
             self.sleeper.sleep(delay).await;
         }
     }

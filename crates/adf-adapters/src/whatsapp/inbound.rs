@@ -202,7 +202,9 @@ pub(crate) fn convert(
     let mut attachments = Vec::new();
     let mut form_answer: Option<(FormAnswer, String)> = None;
     let content = match kind {
-        "text" => text_at(message, "/text/body").unwrap_or_default().to_owned(),
+        "text" => text_at(message, "/text/body")
+            .unwrap_or_default()
+            .to_owned(),
         "interactive" => {
             let reply = message
                 .pointer("/interactive/button_reply")
@@ -221,7 +223,9 @@ pub(crate) fn convert(
             }
         }
         // A template's quick-reply button.
-        "button" => text_at(message, "/button/text").unwrap_or_default().to_owned(),
+        "button" => text_at(message, "/button/text")
+            .unwrap_or_default()
+            .to_owned(),
         "location" => {
             let place = |name: &str| message.pointer(&format!("/location/{name}")).cloned();
             let mut text = format!(
@@ -280,7 +284,11 @@ pub(crate) fn convert(
         original_message: message.clone(),
         sent_at: message
             .get("timestamp")
-            .and_then(|t| t.as_str().and_then(|s| s.parse::<i64>().ok()).or(t.as_i64()))
+            .and_then(|t| {
+                t.as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .or(t.as_i64())
+            })
             .map(|s| s * 1000),
         received_at,
     }))
@@ -307,6 +315,10 @@ mod tests {
         assert!(!signature_valid("other", b"{\"a\":1}", Some(&header)));
         assert!(!signature_valid("app-secret", b"{\"a\":1}", None));
         assert!(!signature_valid("app-secret", b"{\"a\":1}", Some(&hex)));
-        assert!(!signature_valid("app-secret", b"{\"a\":1}", Some("sha256=zz")));
+        assert!(!signature_valid(
+            "app-secret",
+            b"{\"a\":1}",
+            Some("sha256=zz")
+        ));
     }
 }

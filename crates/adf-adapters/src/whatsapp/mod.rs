@@ -357,7 +357,11 @@ impl WhatsAppAdapter {
                 .pointer("/metadata/phone_number_id")
                 .and_then(Value::as_str);
             if number != Some(self.phone_number_id.as_str()) {
-                tracing::debug!(adapter = KIND, ?number, "webhook for another phone number ignored");
+                tracing::debug!(
+                    adapter = KIND,
+                    ?number,
+                    "webhook for another phone number ignored"
+                );
                 continue;
             }
             for message in value
