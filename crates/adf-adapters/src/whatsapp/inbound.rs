@@ -199,53 +199,9 @@ pub(crate) fn convert(
     if let Some(number) = text_at(value, "/metadata/phone_number_id") {
         context.insert("phone_number_id".into(), json!(number));
     }
-    let mut attachments = Vec::new();
-    let mut form_answer: Option<(FormAnswer, String)> = None;
-    let content = match kind {
-        "text" => text_at(message, "/text/body")
-            .unwrap_or_default()
-            .to_owned(),
-        "interactive" => {
-            let reply = message
-                .pointer("/interactive/button_reply")
-                .or_else(|| message.pointer("/interactive/list_reply"));
-            let Some(reply) = reply else {
-                return Converted::Dropped("interactive message of a kind not handled");
-            };
-            let id = reply.get("id").and_then(Value::as_str).unwrap_or_default();
-            let title = text_at(reply, "/title").unwrap_or_default().to_owned();
-            if let Some(found) = answer(id) {
-                let label = found.label.clone();
-                form_answer = Some((found, label.clone()));
-                label
-            } else {
-                title
-            }
-        }
-        // A template's quick-reply button.
-        "button" => text_at(message, "/button/text")
-            .unwrap_or_default()
-            .to_owned(),
-        "location" => {
-            let place = |name: &str| message.pointer(&format!("/location/{name}")).cloned();
-            let mut text = format!(
-                "Location: {}, {}",
-                place("latitude").unwrap_or(Value::Null),
-                place("longitude").unwrap_or(Value::Null)
-            );
-            for name in ["name", "address"] {
-                if let Some(part) = text_at(message, &format!("/location/{name}")) {
-                    text.push_str(&format!(" — {part}"));
-                }
-            }
-            text
-        }
-        media if MEDIA_TYPES.contains(&media) => {
-            let object = message.get(media).cloned().unwrap_or(Value::Null);
-            attachments.push(attachment(media, &object));
-            text_at(&object, "/caption").unwrap_or_default().to_owned()
-        }
-        _ => return Converted::Dropped("message type not handled"),
+    let (content, attachments, mut form_answer) = match content_of(message, kind, answer) {
+        Ok(parts) => parts,
+        Err(reason) => return Converted::Dropped(reason),
     };
     // A quote of a question asked in words answers it (MSG-46).
     if form_answer.is_none()
@@ -260,9 +216,9 @@ pub(crate) fn convert(
         } else {
             found.answer_value = json!(content);
         }
-        form_answer = Some((found, content.clone()));
+        form_answer = Some(found);
     }
-    let parent_id = form_answer.map(|(found, _)| {
+    let parent_id = form_answer.map(|found| {
         context.insert("form_id".into(), json!(found.form_id));
         context.insert("question_id".into(), json!(found.question_id));
         context.insert("answer_id".into(), json!(found.answer_id));
@@ -292,6 +248,64 @@ pub(crate) fn convert(
             .map(|s| s * 1000),
         received_at,
     }))
+}
+
+/// The text of a message of type `kind`, its attachments (marked for download) and, for a
+/// button or list reply to a form, the answer it stands for; `Err` names why it is not stored.
+fn content_of(
+    message: &Value,
+    kind: &str,
+    answer: &dyn Fn(&str) -> Option<FormAnswer>,
+) -> Result<(String, Vec<Value>, Option<FormAnswer>), &'static str> {
+    let mut attachments = Vec::new();
+    let mut form_answer = None;
+    let content = match kind {
+        "text" => text_at(message, "/text/body")
+            .unwrap_or_default()
+            .to_owned(),
+        "interactive" => {
+            let reply = message
+                .pointer("/interactive/button_reply")
+                .or_else(|| message.pointer("/interactive/list_reply"));
+            let Some(reply) = reply else {
+                return Err("interactive message of a kind not handled");
+            };
+            let id = reply.get("id").and_then(Value::as_str).unwrap_or_default();
+            let title = text_at(reply, "/title").unwrap_or_default().to_owned();
+            if let Some(found) = answer(id) {
+                let label = found.label.clone();
+                form_answer = Some(found);
+                label
+            } else {
+                title
+            }
+        }
+        // A template's quick-reply button.
+        "button" => text_at(message, "/button/text")
+            .unwrap_or_default()
+            .to_owned(),
+        "location" => {
+            let place = |name: &str| message.pointer(&format!("/location/{name}")).cloned();
+            let mut text = format!(
+                "Location: {}, {}",
+                place("latitude").unwrap_or(Value::Null),
+                place("longitude").unwrap_or(Value::Null)
+            );
+            for name in ["name", "address"] {
+                if let Some(part) = text_at(message, &format!("/location/{name}")) {
+                    text.push_str(&format!(" — {part}"));
+                }
+            }
+            text
+        }
+        media if MEDIA_TYPES.contains(&media) => {
+            let object = message.get(media).cloned().unwrap_or(Value::Null);
+            attachments.push(attachment(media, &object));
+            text_at(&object, "/caption").unwrap_or_default().to_owned()
+        }
+        _ => return Err("message type not handled"),
+    };
+    Ok((content, attachments, form_answer))
 }
 
 #[cfg(test)]
