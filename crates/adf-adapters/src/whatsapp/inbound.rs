@@ -42,7 +42,7 @@ pub(crate) fn signature_valid(app_secret: &str, body: &[u8], header: Option<&str
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |b: u8| char::from(b).to_digit(16);
