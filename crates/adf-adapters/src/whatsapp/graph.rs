@@ -218,9 +218,13 @@ impl GraphApi {
         }
     }
 
-    /// Downloads a media `url` (from `GET /<media id>`) with the token, refusing more than
-    /// `limit` bytes whatever the platform announced.
-    pub(crate) async fn download(&self, url: &str, limit: u64) -> Result<Vec<u8>, AdapterError> {
+    /// Downloads a media `url` (from `GET /<media id>`) with the token; `None` once more than
+    /// `limit` bytes arrive, whatever the platform announced.
+    pub(crate) async fn download(
+        &self,
+        url: &str,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, AdapterError> {
         let url = Url::parse(url)
             .map_err(|e| AdapterError::Invalid(format!("the media URL does not parse: {e}")))?;
         self.policy
@@ -247,11 +251,9 @@ impl GraphApi {
         while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
             bytes.extend_from_slice(&chunk);
             if bytes.len() as u64 > limit {
-                return Err(AdapterError::Invalid(format!(
-                    "the media is larger than limits.max_attachment_size ({limit} bytes)"
-                )));
+                return Ok(None);
             }
         }
-        Ok(bytes)
+        Ok(Some(bytes))
     }
 }

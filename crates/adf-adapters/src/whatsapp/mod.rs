@@ -478,9 +478,8 @@ impl WhatsAppAdapter {
             .get("url")
             .and_then(Value::as_str)
             .ok_or_else(|| AdapterError::Invalid("the media answer has no url".into()))?;
-        let bytes = match self.graph.download(url, limit).await {
-            Err(AdapterError::Invalid(_)) if limit > 0 => return Ok(Fetched::TooLarge),
-            other => other?,
+        let Some(bytes) = self.graph.download(url, limit).await? else {
+            return Ok(Fetched::TooLarge);
         };
         attachment.insert("size_bytes".into(), json!(bytes.len()));
         let filename = attachment
