@@ -46,5 +46,4 @@ impl Building<'_> {
             })?;
         Ok(credential.filter(|secret| !secret.expose().trim().is_empty()))
     }
-    }
 }
