@@ -20,6 +20,7 @@ use crate::error::AdapterError;
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
 use crate::platform::Building;
 use crate::sink::{AdapterSink, StateChange};
+use crate::webhook::{WebhookRequest, WebhookResponse};
 use crate::{Adapter, Session, Sleeper, StopHandle, StopSignal, TokioSleeper, stop_pair};
 
 /// Where an adapter is in its life.
@@ -375,6 +376,21 @@ impl AdapterHost {
             ))
         })?;
         self.adapter(kind)?.deliver(message).await
+    }
+
+    /// Hands a request of the agent's webhook route to adapter `kind`. Only a `running`
+    /// adapter takes one (a platform retries a 503 later); the answers name no file, no
+    /// credential and no error detail, since anyone may call the route.
+    pub async fn webhook(&self, kind: &str, request: &WebhookRequest) -> WebhookResponse {
+        let Some(slot) = self.slots.get(kind) else {
+            return WebhookResponse::error(404, &format!("no {kind} adapter is configured"));
+        };
+        let running = lock(&slot.status).state == AdapterState::Running;
+        let adapter = lock(&slot.adapter).clone();
+        match adapter {
+            Some(adapter) if running => adapter.webhook(request).await,
+            _ => WebhookResponse::error(503, &format!("the {kind} adapter is not running")),
+        }
     }
 
     /// `chat_info` (MSG-48): the chat's metadata, or `{supported: false, reason}` when this

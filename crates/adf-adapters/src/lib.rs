@@ -25,10 +25,12 @@
 //! - `email/` is the email adapter: IMAP in (IDLE or polling, UID/UIDVALIDITY persisted, MIME
 //!   parsed by mail-parser), SMTP submission out (lettre, threaded replies, questionnaire
 //!   forms), every connection from `adf_egress::connect_tcp`.
+//! - `whatsapp/` is the WhatsApp Business Cloud API adapter: inbound through the daemon's
+//!   webhook route ([`Adapter::webhook`], `webhook.rs`: signature checked first), outbound
+//!   through the Graph API.
 //!
 //! Each platform is one module with its `KIND` and a `build` the host calls with a
-//! `platform::Building` (settings, sink, sleeper, the credential reader);
-//! `whatsapp/` is not run yet and fails to build with an error that says so.
+//! `platform::Building` (settings, sink, sleeper, the credential reader).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -49,6 +51,7 @@ mod sink;
 pub mod slack;
 mod state_dir;
 pub mod telegram;
+mod webhook;
 pub mod whatsapp;
 
 pub use config::{
@@ -60,6 +63,7 @@ pub use host::{AdapterHost, AdapterState, AdapterStatus, Backoff, HostOptions};
 pub use message::{Delivered, InboundMessage, OutboundMessage, parse_recipient};
 pub use sink::{AdapterSink, Secret, SinkError, StateChange};
 pub use state_dir::{StateDir, state_root_for};
+pub use webhook::{WebhookRequest, WebhookResponse};
 
 /// A boxed, sendable future: the trait methods' return type, so the traits stay object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -92,6 +96,19 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Checks the credential against the platform and says who it belongs to.
     fn test_credential(&self) -> BoxFuture<'_, Result<Value, AdapterError>>;
+
+    /// Answers one request of the platform to the agent's webhook route (a platform that
+    /// pushes rather than being polled). The adapter authenticates it before storing anything;
+    /// the default is the answer of an adapter that takes no webhooks.
+    fn webhook<'a>(&'a self, request: &'a WebhookRequest) -> BoxFuture<'a, WebhookResponse> {
+        let _unused = request;
+        Box::pin(async move {
+            WebhookResponse::error(
+                404,
+                &format!("the {} adapter takes no webhooks", self.kind()),
+            )
+        })
+    }
 }
 
 /// Waits without holding a thread; tests replace it to record waits instead of sleeping.

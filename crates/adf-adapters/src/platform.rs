@@ -46,11 +46,4 @@ impl Building<'_> {
             })?;
         Ok(credential.filter(|secret| !secret.expose().trim().is_empty()))
     }
-
-    /// The error of a platform this build does not run yet.
-    pub(crate) fn not_supported(&self) -> AdapterError {
-        AdapterError::NotSupported {
-            what: format!("the {} adapter", self.settings.kind),
-        }
-    }
 }

@@ -13,7 +13,8 @@
 //!   APIs recorded in the runtime home).
 //!
 //! The running host lives in the agent record (`adapters/state.rs`), where the mesh routes a
-//! `type:id` recipient to it.
+//! `type:id` recipient to it, and the public webhook route (`adapters/webhook.rs`,
+//! `api/webhooks.rs`) hands a platform's push to it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -30,6 +31,7 @@ use crate::hub::Hub;
 use crate::registry::Agent;
 
 pub(crate) mod state;
+pub(crate) mod webhook;
 
 pub(crate) use state::AgentAdapters;
 

@@ -10,8 +10,9 @@
 //! 2. **Browser cross-origin**: an `Origin` that is not the daemon's own
 //!    (`http://<the Host of the request>`), or `Sec-Fetch-Site: cross-site`/`same-site`, is a
 //!    403 on every route. Other runtimes posting to a public inbox send neither.
-//! 3. **Token**, on control routes (everything but `/health`, `/login` and the mesh routes
-//!    `POST inbox`, `GET card`, `GET health`): `Authorization: Bearer <token>` or the
+//! 3. **Token**, on control routes (everything but `/health`, `/login`, the mesh routes
+//!    `POST inbox`, `GET card`, `GET health`, and the adapters' `GET`/`POST
+//!    adapters/{type}/webhook`): `Authorization: Bearer <token>` or the
 //!    `adf_session` cookie of a live session (`sessions.rs`: `/login?code=` opens one); else
 //!    401. `--insecure-loopback` skips this step only.
 //!    Paths under `/agents/{handle}/` that are neither a control route (the OpenAPI table) nor
@@ -157,12 +158,14 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(json!({ "error": message }))).into_response()
 }
 
-/// Routes served without the token: probes, the login exchange, and the mesh endpoints
-/// (messages carry their own signatures; visibility applies).
+/// Routes served without the token: probes, the login exchange, the mesh endpoints
+/// (messages carry their own signatures; visibility applies) and the adapters' webhooks (the
+/// adapter checks the platform's signature before storing anything).
 fn is_public(method: &Method, path: &str) -> bool {
     path == "/health"
         || (path == "/login" && method == Method::GET)
         || crate::mesh::is_mesh_route(method, path)
+        || crate::adapters::webhook::is_webhook_route(method, path)
 }
 
 fn is_mutating(method: &Method) -> bool {

@@ -380,6 +380,22 @@ const OPS: &[Op] = &[
     ),
     op(
         "get",
+        "/agents/{id}/adapters/{adapterType}/webhook",
+        "A platform's webhook verification for a channel adapter that is pushed to (WhatsApp: hub.challenge echoed for the right hub.verify_token; public: no token)",
+        "Mesh",
+        &[200, 403, 404, 503],
+        &["hub.mode", "hub.verify_token", "hub.challenge"],
+    ),
+    op(
+        "post",
+        "/agents/{id}/adapters/{adapterType}/webhook",
+        "A platform's push to a channel adapter (WhatsApp Cloud API notifications; public: no token, the adapter checks X-Hub-Signature-256 before storing anything: 401 otherwise). 503 while the adapter is not running (the platform retries)",
+        "Mesh",
+        &[200, 400, 401, 404, 408, 413, 503],
+        &[],
+    ),
+    op(
+        "get",
         "/agents/{id}/card",
         "The agent's signed card, for requesters its visibility admits (public)",
         "Mesh",

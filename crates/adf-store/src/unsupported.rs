@@ -22,7 +22,7 @@ use serde_json::Value;
 pub const UNIMPLEMENTED_TOOLS: [&str; 1] = ["chat_info"];
 
 /// The channel adapter types the daemon runs (`adf-adapters`); other enabled types are listed.
-pub const RUN_ADAPTERS: [&str; 4] = ["telegram", "discord", "slack", "email"];
+pub const RUN_ADAPTERS: [&str; 5] = ["telegram", "discord", "slack", "email", "whatsapp"];
 
 /// One declared section the runtime does not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

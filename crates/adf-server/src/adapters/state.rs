@@ -1,7 +1,10 @@
 //! An agent's channel adapters as its record holds them (see `adapters`): the running
 //! [`AdapterHost`], if any. A leaf: it imports nothing of the daemon.
 
-use adf_adapters::{AdapterError, AdapterHost, AdapterStatus, Delivered, OutboundMessage};
+use adf_adapters::{
+    AdapterError, AdapterHost, AdapterStatus, Delivered, OutboundMessage, WebhookRequest,
+    WebhookResponse,
+};
 
 /// The adapter host of one loaded agent; empty while the agent is `off`, before its first
 /// start and after unload.
@@ -52,6 +55,15 @@ impl AgentAdapters {
                 "the agent runs no channel adapters now (it is off, or its config enables none)"
                     .to_owned(),
             )),
+        }
+    }
+
+    /// Hands a webhook request to adapter `kind` of the running host; 503 while none runs (a
+    /// platform retries later).
+    pub(crate) async fn webhook(&self, kind: &str, request: &WebhookRequest) -> WebhookResponse {
+        match self.host.read().await.as_ref() {
+            Some(host) => host.webhook(kind, request).await,
+            None => WebhookResponse::error(503, "the agent runs no channel adapters now"),
         }
     }
 }

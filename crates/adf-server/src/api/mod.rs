@@ -23,6 +23,7 @@ mod sse;
 mod state;
 mod studio;
 pub mod unsupported;
+mod webhooks;
 
 pub use state::AppState;
 pub(crate) use state::{JsonBody, find, success, text_field};
@@ -108,6 +109,10 @@ pub fn router(state: AppState) -> Router {
             get(resources::inbox)
                 .post(network::inbox_post)
                 .delete(contents::inbox_clear),
+        )
+        .route(
+            "/agents/{id}/adapters/{adapter}/webhook",
+            get(webhooks::webhook).post(webhooks::webhook),
         )
         .route("/agents/{id}/card", get(mesh_routes::card_get))
         .route("/agents/{id}/health", get(mesh_routes::health_get))

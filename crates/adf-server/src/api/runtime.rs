@@ -209,7 +209,7 @@ fn adapters_value(values: &Map<String, Value>) -> Value {
         "adapters": adapters,
         "supported": true,
         "builtin": adf_adapters::KNOWN_ADAPTERS,
-        "note": "each agent runs the adapters its config enables (telegram; email, slack, discord and whatsapp are not supported yet)",
+        "note": "each agent runs the adapters its config enables (telegram, discord, slack, email, whatsapp)",
     })
 }
 

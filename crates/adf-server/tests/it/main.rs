@@ -33,3 +33,4 @@ mod taps;
 mod timers;
 mod trigger_sources;
 mod triggers;
+mod whatsapp;
