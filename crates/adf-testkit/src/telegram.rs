@@ -10,8 +10,9 @@
 //! (chats learnt from pushed updates), `getFile` and the file download
 //! `/file/bot<token>/<file_path>` ([`TelegramServer::add_file`]). A test pushes updates ([`TelegramServer::push_message`],
 //! [`TelegramServer::push_callback_query`]) and scripts one-shot faults per method
-//! ([`TelegramFault`]: 429 with `retry_after`, 401, a connection dropped mid-answer). A request
-//! with a token other than the server's is answered 401 `Unauthorized`, as the platform does.
+//! ([`TelegramFault`]: 429 with `retry_after`, 401, a connection dropped mid-answer, any other
+//! error answer). A request with a token other than the server's is answered 401
+//! `Unauthorized`, as the platform does.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -42,6 +43,14 @@ pub enum TelegramFault {
     /// Headers and part of the body, then the connection is aborted (for `getUpdates`, after
     /// the long poll found updates: they stay pending, as on the platform).
     DropConnection,
+    /// Any other error answer, e.g. `400` `Bad Request: chat not found` for a chat the bot
+    /// cannot reach.
+    Error {
+        /// The HTTP status and `error_code`.
+        code: u16,
+        /// The `description`.
+        description: String,
+    },
 }
 
 /// One request the server answered (or dropped).
@@ -334,6 +343,9 @@ async fn handle(
         }
         Some(TelegramFault::Unauthorized) => return error(401, "Unauthorized", None),
         Some(TelegramFault::DropConnection) if method != "getUpdates" => return dropped(),
+        Some(TelegramFault::Error { code, description }) => {
+            return error(code, &description, None);
+        }
         _ => {}
     }
     let drop_after_poll = fault == Some(TelegramFault::DropConnection);
