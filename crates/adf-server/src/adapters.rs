@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 use adf_adapters::{
-    AdapterError, AdapterHost, AdapterSink, BoxFuture, HostOptions, InboundMessage, Secret, SinkError,
-    StateChange,
+    AdapterError, AdapterHost, AdapterSink, BoxFuture, HostOptions, InboundMessage, Secret,
+    SinkError, StateChange,
 };
 use adf_store::messages::Mailbox;
 use adf_store::{AdfFile, Caller, FileWrite, NewLog};

@@ -44,7 +44,10 @@ fn telegram_agent(dir: &Path, home: &Path, server: &TelegramServer) -> PathBuf {
     let mut file = AdfFile::create(&path, &CreateOptions::default()).unwrap();
     for (p, v) in [
         ("handle", json!("bot")),
-        ("adapters", json!({ "telegram": telegram_entry(&server.api_root()) })),
+        (
+            "adapters",
+            json!({ "telegram": telegram_entry(&server.api_root()) }),
+        ),
         ("security.allow_local_fetch", json!(true)),
     ] {
         file.config_set_path(adf_store::Caller::Owner, p, ConfigAction::Set, v)
@@ -133,7 +136,10 @@ async fn adapters_lists_like_the_reference_cli_and_test_says_what_is_wrong_with_
     // Without its token the adapter fails; the agent runs on.
     let failed = wait_for_state(&daemon, &home, "failed");
     assert!(
-        failed["error"].as_str().unwrap_or_default().contains(PURPOSE),
+        failed["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(PURPOSE),
         "{failed}"
     );
 
@@ -177,8 +183,16 @@ async fn adapters_lists_like_the_reference_cli_and_test_says_what_is_wrong_with_
     assert_eq!(by_file["states"][0]["state"], "failed", "{by_file}");
 
     // Missing: the check names the command that fixes it, and never reached the platform.
-    let out = adf(&daemon, &home, &["adapters", "test", "bot", "telegram"], false);
-    assert!(!out.status.success(), "a missing credential is a failed check");
+    let out = adf(
+        &daemon,
+        &home,
+        &["adapters", "test", "bot", "telegram"],
+        false,
+    );
+    assert!(
+        !out.status.success(),
+        "a missing credential is a failed check"
+    );
     let said = stderr(&out);
     assert!(
         said.contains(&format!("adf identity set {}", file.display())) && said.contains(PURPOSE),
@@ -194,12 +208,23 @@ async fn adapters_lists_like_the_reference_cli_and_test_says_what_is_wrong_with_
     )
     .await
     .unwrap();
-    let out = adf(&daemon, &home, &["adapters", "test", "bot", "telegram"], true);
-    assert!(!out.status.success(), "a refused credential is a failed check");
+    let out = adf(
+        &daemon,
+        &home,
+        &["adapters", "test", "bot", "telegram"],
+        true,
+    );
+    assert!(
+        !out.status.success(),
+        "a refused credential is a failed check"
+    );
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["problem"], "credential_refused", "{answer}");
     assert!(stderr(&out).contains(PURPOSE), "{}", stderr(&out));
-    assert!(!stdout(&out).contains("not-the-bot"), "the token never comes back");
+    assert!(
+        !stdout(&out).contains("not-the-bot"),
+        "the token never comes back"
+    );
     let listed = api
         .get("/agents/bot/adapters/credentials?adapterType=telegram")
         .await
@@ -221,8 +246,16 @@ async fn adapters_lists_like_the_reference_cli_and_test_says_what_is_wrong_with_
     )
     .await
     .unwrap();
-    let out = adf(&daemon, &home, &["adapters", "test", "bot", "telegram"], true);
-    assert!(!out.status.success(), "an unreachable platform is a failed check");
+    let out = adf(
+        &daemon,
+        &home,
+        &["adapters", "test", "bot", "telegram"],
+        true,
+    );
+    assert!(
+        !out.status.success(),
+        "an unreachable platform is a failed check"
+    );
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["problem"], "unreachable", "{answer}");
 
@@ -241,16 +274,18 @@ async fn adapters_lists_like_the_reference_cli_and_test_says_what_is_wrong_with_
     )
     .await
     .unwrap();
-    let out = adf(&daemon, &home, &["adapters", "test", "bot", "telegram"], false);
+    let out = adf(
+        &daemon,
+        &home,
+        &["adapters", "test", "bot", "telegram"],
+        false,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("@adf_cli_bot"), "{}", stdout(&out));
     wait_for_state(&daemon, &home, "running");
 
     // Detached: config entry and credential gone; the reference's empty listing.
-    let detached = api
-        .delete("/agents/bot/adapters/telegram")
-        .await
-        .unwrap();
+    let detached = api.delete("/agents/bot/adapters/telegram").await.unwrap();
     assert_eq!(detached["removed"], true, "{detached}");
     assert_eq!(detached["deletedCredentials"], 1, "{detached}");
     let out = adf(&daemon, &home, &["adapters", "bot"], false);

@@ -394,7 +394,11 @@ async fn idn_37_a_credential_set_through_the_api_restarts_the_adapter_with_the_n
             .is_some_and(|e| e.contains(PURPOSE)),
         "{refused}"
     );
-    assert!(server.calls_of("getUpdates").is_empty(), "{:?}", server.calls());
+    assert!(
+        server.calls_of("getUpdates").is_empty(),
+        "{:?}",
+        server.calls()
+    );
 
     h.client
         .call(

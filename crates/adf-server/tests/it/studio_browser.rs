@@ -1007,7 +1007,8 @@ async fn studio_shows_adapter_states_live_and_sets_the_adapter_credential_write_
     c.goto(&format!("{}/#/agent/{}/adapters", h.server.url(), agent.id))
         .await
         .unwrap();
-    let state = "document.querySelector('tr[data-adapter=\"telegram\"] .adapter-state')?.textContent";
+    let state =
+        "document.querySelector('tr[data-adapter=\"telegram\"] .adapter-state')?.textContent";
     until(
         &c,
         "the missing credential's failure with its key",

@@ -27,7 +27,10 @@ use crate::tools::{
 
 /// The tools of this family every runtime has.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(MsgSend::default()), Arc::new(ChatInfo { mesh: None })]
+    vec![
+        Arc::new(MsgSend::default()),
+        Arc::new(ChatInfo { mesh: None }),
+    ]
 }
 
 /// The tools of this family connected to a runtime's mesh (the daemon's).
