@@ -195,15 +195,14 @@ pub(super) async fn mcp_detach(
 }
 
 /// The adapter type of a path or body, refused unless it is one this runtime knows.
-fn adapter_kind(kind: &str) -> Result<String, Response> {
+fn adapter_kind(kind: &str) -> ApiResult<String> {
     if adf_adapters::KNOWN_ADAPTERS.contains(&kind) {
         Ok(kind.to_owned())
     } else {
         Err(ApiError::bad_request(format!(
             "'{kind}' is not a channel adapter type (one of {})",
             adf_adapters::KNOWN_ADAPTERS.join(", ")
-        ))
-        .into_response())
+        )))
     }
 }
 
@@ -216,8 +215,9 @@ pub(super) async fn adapter_attach(
     JsonBody(body): JsonBody,
 ) -> Result<Response, Response> {
     let kind = text_field(&body, "adapterType")
-        .ok_or_else(|| ApiError::bad_request("adapterType is required").into_response())
-        .and_then(adapter_kind)?;
+        .ok_or_else(|| ApiError::bad_request("adapterType is required"))
+        .and_then(adapter_kind)
+        .map_err(IntoResponse::into_response)?;
     let Some(entry) = body.get("config").filter(|c| c.is_object()).cloned() else {
         return Err(ApiError::bad_request("config is required (an object)").into_response());
     };
@@ -252,7 +252,7 @@ pub(super) async fn adapter_detach(
     State(state): State<AppState>,
     Path((id, kind)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    let kind = adapter_kind(&kind)?;
+    let kind = adapter_kind(&kind).map_err(IntoResponse::into_response)?;
     let (agent_id, mut config) = config_of(&state, &id)
         .await
         .map_err(IntoResponse::into_response)?;
@@ -301,7 +301,7 @@ pub(super) async fn adapter_test(
     State(state): State<AppState>,
     Path((id, kind)): Path<(String, String)>,
 ) -> Result<Response, Response> {
-    let kind = adapter_kind(&kind)?;
+    let kind = adapter_kind(&kind).map_err(IntoResponse::into_response)?;
     let agent = find(&state, &id).map_err(IntoResponse::into_response)?;
     let answer = match state.daemon.test_adapter(&agent, &kind).await {
         Ok(Value::Object(mut answer)) => {
