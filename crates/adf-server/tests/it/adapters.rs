@@ -38,6 +38,7 @@ const CHAT_INFO_ASKER: &str = r#"
 export async function main(event) {
   const out = {};
   out.telegram = await adf.chat_info({ adapter: 'telegram', chat_id: '-100777' });
+  out.one = await adf.chat_info({ adapter: 'telegram', chat_id: '-100777', limit: 1 });
   out.slack = await adf.chat_info({ adapter: 'slack', chat_id: 'C1' });
   try { out.limit = await adf.chat_info({ adapter: 'telegram', chat_id: '-100777', limit: 0 }) }
   catch (e) { out.limit = { code: e.code, message: e.message } }
@@ -284,7 +285,21 @@ async fn msg_48_chat_info_reaches_the_running_telegram_adapter_through_the_daemo
     .await;
     let out = file_json(&agent, &written).await.unwrap();
     assert_eq!(out["telegram"]["supported"], true, "{out}");
-    assert_eq!(out["telegram"]["chat"]["title"], "Team", "{out}");
+    assert_eq!(out["telegram"]["title"], "Team", "{out}");
+    assert_eq!(out["telegram"]["chat_type"], "supergroup", "{out}");
+    assert_eq!(out["telegram"]["participants_scope"], "admins", "{out}");
+    assert!(
+        out["telegram"]["participants"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["name"] == "ann" && p["role"] == "creator")),
+        "{out}"
+    );
+    assert_eq!(
+        out["one"]["participants"].as_array().map(Vec::len),
+        Some(1),
+        "{out}"
+    );
+    assert_eq!(out["one"]["participants_truncated"], true, "{out}");
     assert!(
         server
             .calls_of("getChat")
