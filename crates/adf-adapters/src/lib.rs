@@ -17,10 +17,18 @@
 //! - `telegram/` is the Telegram Bot API adapter (long polling with a persisted offset, replies,
 //!   forms as inline keyboards, 429 `retry_after`), speaking HTTP only through an
 //!   `adf_egress` client after `Policy::admit`.
+//! - `discord/` is the Discord adapter: the Gateway WebSocket in (through
+//!   `adf_egress::connect_websocket`; heartbeats with an ACK check, IDENTIFY, RESUME with the
+//!   session and sequence kept in the state directory), the HTTP API out (replies with a
+//!   `message_reference`, forms as message components, 429 `retry_after`).
+//! - `slack/` is the Slack adapter (Socket Mode in, Web API out, Block Kit forms).
+//! - `email/` is the email adapter: IMAP in (IDLE or polling, UID/UIDVALIDITY persisted, MIME
+//!   parsed by mail-parser), SMTP submission out (lettre, threaded replies, questionnaire
+//!   forms), every connection from `adf_egress::connect_tcp`.
 //!
-//! - `email/`, `slack/`, `discord/`, `whatsapp/`: one module per platform, each with its `KIND`
-//!   and a `build` the host calls with a `platform::Building` (settings, sink, sleeper, the
-//!   credential reader). A platform not run yet fails to build with an error that says so.
+//! Each platform is one module with its `KIND` and a `build` the host calls with a
+//! `platform::Building` (settings, sink, sleeper, the credential reader);
+//! `whatsapp/` is not run yet and fails to build with an error that says so.
 
 use std::future::Future;
 use std::pin::Pin;

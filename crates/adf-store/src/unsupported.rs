@@ -21,7 +21,7 @@ use serde_json::Value;
 pub const UNIMPLEMENTED_TOOLS: [&str; 2] = ["fs_transfer", "compute_exec"];
 
 /// The channel adapter types the daemon runs (`adf-adapters`); other enabled types are listed.
-pub const RUN_ADAPTERS: [&str; 1] = ["telegram"];
+pub const RUN_ADAPTERS: [&str; 4] = ["telegram", "discord", "slack", "email"];
 
 /// One declared section the runtime does not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

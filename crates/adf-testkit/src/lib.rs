@@ -44,7 +44,9 @@
 //! (tool declarations before and after a refactor); [`sockets`] holds bounded TCP helpers on
 //! 127.0.0.1 and [`processes`] the child-process helpers several crates' tests share.
 //! [`telegram::TelegramServer`] is a local Telegram Bot API server (long polling, scripted 429,
-//! 401 and dropped connections) for the channel adapters' tests.
+//! 401 and dropped connections) for the channel adapters' tests; [`discord::DiscordServer`] a
+//! local Discord HTTP API and Gateway WebSocket server (RESUME replay, scripted drops, missed
+//! heartbeat ACKs, 429s).
 
 pub mod discord;
 pub mod fixtures;

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -93,6 +94,23 @@ struct Inner {
     connections: AtomicU64,
     /// Requests whose client went away before their answer was ready.
     abandoned: tokio::sync::watch::Sender<u64>,
+    /// See [`MockProvider::await_turns`].
+    await_turns: Mutex<Option<Duration>>,
+}
+
+/// The next scripted turn pushed within [`MockProvider::await_turns`]'s wait, if one is set.
+async fn awaited_turn(inner: &Inner) -> Option<Turn> {
+    let wait = (*lock(&inner.await_turns))?;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if let Some(turn) = lock(&inner.script).pop_front() {
+            return Some(turn);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The turn [`MockProvider::repeat`] set, how many times one was set (a rendering made from
@@ -308,6 +326,7 @@ impl MockProvider {
             seen: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
             abandoned: tokio::sync::watch::Sender::new(0),
+            await_turns: Mutex::new(None),
         });
         let app = Router::new()
             .fallback(handle)
@@ -399,6 +418,14 @@ impl MockProvider {
     /// by luck; put a timeout around the code under test.
     pub fn hold_until(&self, count: u64) -> &Self {
         *lock(&self.inner.hold_until) = Some(count);
+        self
+    }
+
+    /// A request that finds the script empty waits up to `wait` for a [`push`](Self::push)
+    /// before the "script exhausted" error: for a test that scripts a turn from something
+    /// only known once the request is on its way (an inbox row's id the model replies to).
+    pub fn await_turns(&self, wait: Duration) -> &Self {
+        *lock(&self.inner.await_turns) = Some(wait);
         self
     }
 
@@ -620,6 +647,10 @@ async fn answer(
         repeat_set = repeat.set;
         repeat.turn.clone()
     });
+    let next = match next {
+        Some(turn) => Some(turn),
+        None => awaited_turn(&inner).await,
+    };
     let turn = match next {
         Some(t) => t,
         None => {

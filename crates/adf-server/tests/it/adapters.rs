@@ -446,3 +446,130 @@ async fn idn_37_a_credential_set_through_the_api_restarts_the_adapter_with_the_n
     assert!(!listed.to_string().contains(TOKEN), "{listed}");
     h.stop().await;
 }
+
+/// The email agent's adapter entry for `servers` (plain text: loopback only).
+fn email_adapter(servers: &adf_testkit::mail::MailServers) -> Value {
+    json!({ "email": {
+        "enabled": true,
+        "config": {
+            "address": adf_testkit::mail::MailServers::address("agent"),
+            "imap_host": "127.0.0.1",
+            "imap_port": servers.imap_port(),
+            "imap_security": "none",
+            "smtp_host": "127.0.0.1",
+            "smtp_port": servers.smtp_port(),
+            "smtp_security": "none",
+        },
+    } })
+}
+
+/// MSG-22, MSG-43 over email, end to end: the password sealed in the agent's file, a mail to
+/// the agent's mailbox (real Postfix → Dovecot) becomes an inbox row, the agent's model
+/// (adf-testkit's mock) answers it with `msg_send` by `parent_id`, and the reply lands in the
+/// sender's mailbox threaded to the mail it answers. Fails, naming the setup script, where the
+/// mail servers are not installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_22_msg_43_an_email_is_answered_by_the_agents_model_through_real_mail_servers() {
+    use adf_testkit::mail::MailServers;
+    use adf_testkit::{MockProvider, Turn, Wire};
+
+    let servers = MailServers::start(&[("agent", "agent-secret"), ("alice", "alice-secret")]).await;
+    let mock = MockProvider::start(Wire::OpenAi).await;
+    // The model's reply names the inbox row, known only once the mail arrived.
+    mock.await_turns(std::time::Duration::from_secs(20));
+    let h = Harness::start().await;
+    let mut config = crate::common::model_config(&mock);
+    config.extend([
+        ("adapters", email_adapter(&servers)),
+        ("security.allow_local_fetch", json!(true)),
+        (
+            "triggers",
+            json!({ "on_inbox": { "enabled": true, "targets": [{ "scope": "agent" }] } }),
+        ),
+    ]);
+    let path = agent_file(h.dir.path(), "mailbot", &[], &config);
+    let keys = owner_keys(&h);
+    let mut file = adf_store::AdfFile::open(&path).unwrap();
+    let open = adf_runtime::identity::provision_new(&mut file, &keys).unwrap();
+    adf_runtime::identity::set_credential(
+        &mut file,
+        &open,
+        "adapter:email:EMAIL_PASSWORD",
+        b"agent-secret",
+        false,
+    )
+    .unwrap();
+    file.close().unwrap();
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    wait_for("the email adapter runs", || async {
+        let body = h
+            .client
+            .get(&format!("/agents/{}/runtime/adapters", agent.id))
+            .await
+            .unwrap();
+        body["states"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["type"] == "email" && s["state"] == "running")
+        })
+    })
+    .await;
+
+    let alice = MailServers::address("alice");
+    let mail = format!(
+        "From: Alice <{alice}>\nTo: {}\nSubject: Weekly report\nMessage-ID: <e2e-1@example.test>\n\nCould you send the weekly report?\n",
+        MailServers::address("agent")
+    );
+    servers
+        .send(&alice, &MailServers::address("agent"), &mail)
+        .await
+        .unwrap();
+    let email_rows = || async {
+        agent
+            .store()
+            .run(|file| file.messages(Mailbox::Inbox, &MessageFilter::default(), None))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|row| row.get("source").and_then(Value::as_str) == Some("email"))
+            .collect::<Vec<_>>()
+    };
+    wait_for("the mail is an inbox row", || async {
+        !email_rows().await.is_empty()
+    })
+    .await;
+    let row = email_rows().await.remove(0);
+    assert_eq!(row["from"], format!("email:{alice}"), "{row:?}");
+    assert_eq!(row["content"], "Could you send the weekly report?");
+    let row_id = row["id"].as_str().unwrap().to_owned();
+    mock.push_all([
+        Turn::tool_call(
+            "msg_send",
+            json!({ "parent_id": row_id, "content": "Here is the weekly report." }),
+        ),
+        Turn::text("Replied by email."),
+    ]);
+
+    let replies = servers.wait_delivered(&alice, 1).await;
+    let reply = &replies[0];
+    let head = reply.split("\n\n").next().unwrap_or_default();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.eq_ignore_ascii_case(name)
+                    .then(|| value.trim_end_matches('\r').trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(header("In-Reply-To"), "<e2e-1@example.test>", "{reply}");
+    assert_eq!(header("Subject"), "Re: Weekly report", "{reply}");
+    assert!(reply.contains("Here is the weekly report."), "{reply}");
+    wait_for("the outbox row is delivered", || async {
+        outbox(&agent)
+            .await
+            .iter()
+            .any(|r| r["to"] == format!("email:{alice}") && r["status"] == "delivered")
+    })
+    .await;
+    h.stop().await;
+}

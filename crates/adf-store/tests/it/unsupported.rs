@@ -36,7 +36,7 @@ fn each_declared_section_is_named() {
         "code_execution": { "packages": [{ "name": "vega-lite", "version": "^5" }] },
         "mcp": { "servers": [{ "name": "github", "transport": "stdio", "command": "node" }] },
         "compute": { "enabled": true },
-        "adapters": { "telegram": { "enabled": true }, "slack": { "enabled": true }, "email": { "enabled": false } },
+        "adapters": { "telegram": { "enabled": true }, "slack": { "enabled": true }, "matrix": { "enabled": true }, "email": { "enabled": false } },
         "serving": {
             "public": { "enabled": true },
             "shared": { "enabled": true, "patterns": ["*.html"] },
@@ -62,7 +62,7 @@ fn each_declared_section_is_named() {
         [
             "code_execution.packages",
             "compute",
-            "adapters.slack",
+            "adapters.matrix",
             "pre_llm_hook",
             "tools.fs_transfer",
         ]
@@ -74,6 +74,7 @@ fn each_declared_section_is_named() {
         !line.contains("telegram"),
         "the daemon runs Telegram: {line}"
     );
+    assert!(!line.contains("slack"), "the daemon runs Slack: {line}");
     assert!(
         !line.contains("stream"),
         "stream bindings and deltas run: {line}"
