@@ -20,8 +20,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 use adf_adapters::{
-    AdapterHost, AdapterSink, BoxFuture, HostOptions, InboundMessage, Secret, SinkError,
-    StateChange,
+    AdapterError, AdapterHost, AdapterSink, BoxFuture, HostOptions, InboundMessage, Secret,
+    SinkError, StateChange,
 };
 use adf_store::messages::Mailbox;
 use adf_store::{AdfFile, Caller, FileWrite, NewLog};
@@ -54,13 +54,7 @@ pub(crate) async fn start(hub: &Arc<Hub>, agent: &Arc<Agent>) {
     else {
         return;
     };
-    let sink = Arc::new(DaemonSink {
-        hub: Arc::downgrade(hub),
-        agent: Arc::downgrade(agent),
-        path: agent.path.clone(),
-        policy: egress_policy(hub, &config),
-    });
-    let host = AdapterHost::start(adapters, sink, HostOptions::default());
+    let host = AdapterHost::start(adapters, sink(hub, agent, &config), HostOptions::default());
     if let Some(earlier) = agent.adapters().install(host).await {
         // Two starts raced (a load and a state change): the later host wins.
         earlier.stop().await;
@@ -69,6 +63,37 @@ pub(crate) async fn start(hub: &Arc<Hub>, agent: &Arc<Agent>) {
         // Turned off while starting: the stop that came with it found nothing to stop.
         stop(agent).await;
     }
+}
+
+fn sink(hub: &Arc<Hub>, agent: &Arc<Agent>, config: &Value) -> Arc<DaemonSink> {
+    Arc::new(DaemonSink {
+        hub: Arc::downgrade(hub),
+        agent: Arc::downgrade(agent),
+        path: agent.path.clone(),
+        policy: egress_policy(hub, config),
+    })
+}
+
+/// Checks the credential of the agent's `kind` adapter against its platform (`adf adapters
+/// test`), without starting anything: the platform's answer (Telegram: the bot), or what is
+/// wrong in words an owner can act on.
+pub(crate) async fn test_credential(
+    hub: &Arc<Hub>,
+    agent: &Arc<Agent>,
+    kind: &str,
+) -> Result<Value, AdapterError> {
+    let config = agent
+        .job(|file| file.config())
+        .await
+        .map_err(|e| AdapterError::Invalid(format!("cannot read the agent's config: {e}")))?;
+    let adapters = config.get("adapters").cloned().unwrap_or(Value::Null);
+    AdapterHost::test_credential(
+        &adapters,
+        kind,
+        sink(hub, agent, &config),
+        HostOptions::default(),
+    )
+    .await
 }
 
 /// Stops the agent's adapters and waits for them (STL-04: `off`, unload, shutdown); each

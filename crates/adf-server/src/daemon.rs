@@ -72,6 +72,16 @@ impl Daemon {
         crate::adapters::restart(&self.hub, agent).await;
     }
 
+    /// Checks the credential of the agent's `kind` adapter against its platform, without
+    /// starting it (`adf adapters test`).
+    pub async fn test_adapter(
+        &self,
+        agent: &Arc<Agent>,
+        kind: &str,
+    ) -> Result<serde_json::Value, adf_adapters::AdapterError> {
+        crate::adapters::test_credential(&self.hub, agent, kind).await
+    }
+
     /// The agent's umbilical replay log after `since`; `None` when `umbilical.log` is off.
     pub fn umbilical_events(
         &self,

@@ -24,7 +24,7 @@ use adf_runtime::home::RuntimeHome;
 use adf_runtime::identity::LocalKeys;
 use adf_runtime::messaging::receive::{self, Arrival, Refusal};
 use adf_runtime::messaging::{
-    self, AdapterMessage, Delivery, LocalAgent, Mesh, Origin, Tier, card,
+    self, AdapterMessage, ChatInfoRequest, Delivery, LocalAgent, Mesh, Origin, Tier, card,
 };
 use adf_store::AdfFile;
 
@@ -257,6 +257,28 @@ impl Mesh for DaemonMesh {
                 Ok(delivered) => Delivery::accepted(delivered.status_code),
                 Err(error) => Delivery::failed(error.status_code(), error.to_string()),
             }
+        })
+    }
+
+    fn chat_info(
+        &self,
+        sender: &Path,
+        request: ChatInfoRequest,
+    ) -> BoxFuture<'static, Result<Value, String>> {
+        let hub = self.hub.upgrade();
+        let sender = sender.to_path_buf();
+        Box::pin(async move {
+            let Some(hub) = hub else {
+                return Err("the daemon is shutting down".to_owned());
+            };
+            let Some(agent) = hub.agents().into_iter().find(|a| a.path == sender) else {
+                return Err("the calling agent is no longer loaded".to_owned());
+            };
+            agent
+                .adapters()
+                .chat_info(&request.adapter, &request.chat_id, request.limit)
+                .await
+                .map_err(|error| error.to_string())
         })
     }
 

@@ -685,12 +685,6 @@ pub const UNSUPPORTED_OPERATIONS: &[(&str, &str, &str, &str)] = &[
         "lan",
         "listing LAN addresses",
     ),
-    (
-        "delete",
-        "/agents/{id}/adapters/{adapterType}",
-        "adapters",
-        "channel adapters",
-    ),
 ];
 
 /// Whether `path` is one of the daemon's own operations (any method): its segments match an
@@ -885,7 +879,7 @@ const MORE_OPS: &[Op] = &[
     op(
         "get",
         "/agents/{id}/adapters",
-        "Channel adapters configured in the file (none is started by this runtime yet)",
+        "Channel adapters configured in the file {configured} and their live states {states}",
         "Runtime",
         &[200, 404],
         &[],
@@ -893,7 +887,7 @@ const MORE_OPS: &[Op] = &[
     op(
         "get",
         "/agents/{id}/runtime/adapters",
-        "Channel adapters configured in the file (none is started by this runtime yet)",
+        "Channel adapters configured in the file {configured} and their live states {states}",
         "Runtime",
         &[200, 404],
         &[],
@@ -901,9 +895,25 @@ const MORE_OPS: &[Op] = &[
     op(
         "post",
         "/agents/{id}/runtime/adapters",
-        "Attach a channel adapter: 501 NOT_SUPPORTED (capability adapters)",
+        "Attach or update a channel adapter {adapterType, config}: sets adapters.<type> (checked); the adapters restart",
         "Credentials",
-        &[501],
+        &[200, 400, 403, 404],
+        &[],
+    ),
+    op(
+        "delete",
+        "/agents/{id}/adapters/{adapterType}",
+        "Detach a channel adapter: removes adapters.<type> and its adapter:<type>: credentials",
+        "Credentials",
+        &[200, 400, 403, 404],
+        &[],
+    ),
+    op(
+        "post",
+        "/agents/{id}/adapters/{adapterType}/test",
+        "Check an adapter's credential against its platform without starting it: {ok, …} or {ok: false, problem, error} (this daemon's own, for adf adapters test)",
+        "Runtime",
+        &[200, 400, 404],
         &[],
     ),
     op(
@@ -1165,7 +1175,7 @@ const MORE_OPS: &[Op] = &[
     op(
         "get",
         "/runtime/adapters",
-        "Adapter registrations of the settings (none runs here yet)",
+        "The built-in channel adapters {adapters: [{id, type, package, storage, env}]} and each loaded agent's adapter states",
         "Runtime",
         &[200, 500],
         &[],

@@ -17,9 +17,8 @@ use serde_json::Value;
 
 /// Tool names a config may declare (§14.3 defaults) for which this runtime has no
 /// implementation. A declaration with `enabled` and `visible` true is reported (the owner meant
-/// the model to have it); `chat_info` is enabled but invisible by default, which is not.
-/// Calling one fails with "unknown tool".
-pub const UNIMPLEMENTED_TOOLS: [&str; 1] = ["chat_info"];
+/// the model to have it). Calling one fails with "unknown tool".
+pub const UNIMPLEMENTED_TOOLS: [&str; 0] = [];
 
 /// The channel adapter types the daemon runs (`adf-adapters`); other enabled types are listed.
 pub const RUN_ADAPTERS: [&str; 5] = ["telegram", "discord", "slack", "email", "whatsapp"];

@@ -280,7 +280,7 @@ async function loadAgent(e) {
 
 const TABS = [['loop', 'Loop'], ['files', 'Files'], ['config', 'Config'], ['messages', 'Inbox & outbox'],
   ['timers', 'Timers'], ['tasks', 'Tasks'], ['logs', 'Logs'], ['events', 'Events'],
-  ['identity', 'Identity'], ['review', 'Review'], ['usage', 'Usage']];
+  ['identity', 'Identity'], ['adapters', 'Adapters'], ['review', 'Review'], ['usage', 'Usage']];
 
 async function agentView(main, id, tab) {
   const base = `/agents/${encodeURIComponent(id)}`;
@@ -315,7 +315,7 @@ async function agentView(main, id, tab) {
   panel.setAttribute('aria-labelledby', `tab-${tab}`);
   main.append(tablist, panel);
   const views = { loop: loopTab, files: filesTab, config: configTab, messages: messagesTab, timers: timersTab,
-    tasks: tasksTab, logs: logsTab, events: eventsTab, identity: identityTab, review: reviewTab, usage: usageTab };
+    tasks: tasksTab, logs: logsTab, events: eventsTab, identity: identityTab, adapters: adaptersTab, review: reviewTab, usage: usageTab };
   await (views[tab] || loopTab)(panel, id, base, s);
 }
 
@@ -968,6 +968,128 @@ async function identityTab(panel, id, base) {
     clear(panel); identityTab(panel, id, base);
   } }, h('div', { class: 'row' }, h('label', {}, 'Purpose', purpose), h('label', {}, 'Secret (write-only)', value),
     h('button', { type: 'submit', id: 'cred-submit' }, 'Set credential')), error));
+}
+
+// ---- channel adapters: live states, write-only credentials, a credential check
+
+function adapterBadge(state) {
+  const tone = { running: 'ok', starting: 'warn', backoff: 'warn', failed: 'bad', stopped: '', disabled: '' }[state] || '';
+  return h('span', { class: `badge ${tone}`, text: state || '—' });
+}
+
+// The credential key an adapter's error names (`adapter:<type>:<KEY>`), to suggest it.
+function namedKey(type, error) {
+  const m = new RegExp(`adapter:${type}:([A-Za-z0-9_]+)`).exec(error || '');
+  return m ? m[1] : null;
+}
+
+async function adaptersTab(panel, id, base) {
+  const table = h('table', { id: 'adapter-states' }, h('thead', {}, h('tr', {}, ['Adapter', 'State', 'Error', 'Restarts', 'Check'].map((t) => h('th', { text: t })))));
+  const rows = h('tbody');
+  table.append(rows);
+  const none = h('p', { class: 'muted', id: 'adapters-none', text: 'This agent configures no channel adapter (adapters in its config).' });
+  const types = h('select', { id: 'adapter-cred-type' });
+  const creds = h('div', { id: 'adapter-credentials' });
+  const errors = {};
+
+  // One row per adapter, updated in place so a live change never redraws the table.
+  const row = (type) => {
+    let tr = rows.querySelector(`tr[data-adapter="${CSS.escape(type)}"]`);
+    if (tr) return tr;
+    const result = h('span', { class: 'adapter-test-result', role: 'status' });
+    const test = h('button', { type: 'button', 'data-test-adapter': type, onclick: async () => {
+      result.textContent = 'checking…';
+      const r = await api('POST', `${base}/adapters/${encodeURIComponent(type)}/test`);
+      if (!r.ok) { result.textContent = errorText(r); result.className = 'adapter-test-result error'; return; }
+      const who = r.data.bot && r.data.bot.username ? ` as @${r.data.bot.username}` : '';
+      result.textContent = r.data.ok ? `the credential works${who}` : r.data.error;
+      result.className = `adapter-test-result ${r.data.ok ? 'ok' : 'error'}`;
+    } }, 'Test credential');
+    tr = h('tr', { 'data-adapter': type }, h('td', {}, h('code', { text: type })), h('td', { class: 'adapter-state' }),
+      h('td', { class: 'adapter-error' }), h('td', { class: 'adapter-restarts num' }), h('td', {}, test, ' ', result));
+    rows.append(tr);
+    types.append(h('option', { value: type, text: type }));
+    return tr;
+  };
+  const show = (s) => {
+    const tr = row(s.type);
+    tr.querySelector('.adapter-state').replaceChildren(adapterBadge(s.state));
+    tr.querySelector('.adapter-error').textContent = s.error || '';
+    if (s.restarts !== undefined) tr.querySelector('.adapter-restarts').textContent = String(s.restarts);
+    errors[s.type] = s.error;
+    suggestKey();
+  };
+  const load = async () => {
+    const r = await api('GET', `${base}/runtime/adapters`);
+    if (!r.ok) { toast(errorText(r), true); return; }
+    none.hidden = (r.data.states || []).length > 0;
+    for (const s of r.data.states || []) show(s);
+  };
+  const reload = debounce(load, 150);
+
+  // Which credentials of the chosen adapter are set (never their values), each deletable.
+  const loadCreds = async () => {
+    const type = types.value;
+    clear(creds);
+    if (!type) return;
+    const r = await api('GET', `${base}/adapters/credentials?adapterType=${encodeURIComponent(type)}`);
+    if (!r.ok) { creds.append(h('p', { class: 'error', text: errorText(r) })); return; }
+    const names = Object.keys(r.data.credentials || {});
+    if (!names.length) { creds.append(h('p', { class: 'muted', text: `no ${type} credential is set` })); return; }
+    const t = h('table', {}, h('thead', {}, h('tr', {}, ['Credential', 'Value', ''].map((x) => h('th', { text: x })))));
+    const b = h('tbody');
+    for (const name of names) {
+      b.append(h('tr', { 'data-credential': name }, h('td', {}, h('code', { text: `adapter:${type}:${name}` })),
+        h('td', {}, h('span', { class: 'badge ok', text: 'set' }), h('span', { class: 'muted', text: ' (never shown)' })),
+        h('td', {}, h('button', { type: 'button', class: 'danger', 'data-delete-credential': name, onclick: async () => {
+          const d = await api('DELETE', `${base}/identity/${encodeURIComponent(`adapter:${type}:${name}`)}`);
+          toast(d.ok ? `adapter:${type}:${name} deleted` : errorText(d), !d.ok);
+          loadCreds();
+        } }, 'Delete'))));
+    }
+    t.append(b);
+    creds.append(t);
+  };
+
+  const key = h('input', { type: 'text', id: 'adapter-cred-key', placeholder: 'e.g. TELEGRAM_BOT_TOKEN', required: true });
+  // The key a failed adapter's error names is the one to set: shown as the field's hint.
+  function suggestKey() {
+    const named = namedKey(types.value, errors[types.value]);
+    if (named) key.placeholder = named;
+  }
+  const value = h('input', { type: 'password', id: 'adapter-cred-value', autocomplete: 'off' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'adapter-cred-error' });
+  types.addEventListener('change', () => { suggestKey(); loadCreds(); });
+  const form = h('form', { class: 'card', id: 'adapter-cred-form', onsubmit: async (e) => {
+    e.preventDefault();
+    error.textContent = '';
+    const envKey = key.value.trim();
+    if (!types.value) { error.textContent = 'configure an adapter first'; return; }
+    if (!envKey) { error.textContent = 'the credential key is required'; return; }
+    const w = await api('PUT', `${base}/adapters/credentials`, { adapterType: types.value, envKey, value: value.value });
+    value.value = '';
+    if (!w.ok) { error.textContent = errorText(w); return; }
+    toast(`adapter:${types.value}:${envKey} set; the adapter restarts`);
+    key.value = '';
+    loadCreds();
+  } }, h('div', { class: 'row' }, h('label', {}, 'Adapter', types), h('label', {}, 'Credential key', key),
+    h('label', {}, 'Secret (write-only)', value), h('button', { type: 'submit', id: 'adapter-cred-submit' }, 'Set credential')), error);
+
+  panel.append(h('h3', { text: 'Channel adapters' }), none, table,
+    h('p', { class: 'muted', text: 'States change live as the daemon reports them; an adapter restarts when its config or credential changes.' }),
+    h('h3', { text: 'Adapter credentials' }),
+    h('p', { class: 'muted', text: 'Sealed in the agent\'s identity store as adapter:<type>:<KEY>. Values are never sent to this page: set, replace or delete them here.' }),
+    form, creds);
+  stream(`/events?agentId=${encodeURIComponent(id)}&since=${latestCursor}`, {
+    'adapter.status.changed': (frame) => {
+      const p = (frame.event || frame).payload || {};
+      if (p.adapter) { none.hidden = true; show({ type: p.adapter, state: p.state, error: p.error }); }
+      reload();
+    },
+    'config.changed': reload,
+  });
+  await load();
+  await loadCreds();
 }
 
 async function reviewTab(panel, id, base, status) {

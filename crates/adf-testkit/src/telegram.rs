@@ -6,12 +6,14 @@
 //!
 //! Methods: `getMe`, `getUpdates` (long polling: `offset` confirms every update below it,
 //! `timeout` seconds of waiting when nothing is pending, `limit`), `sendMessage` (records the
-//! call and answers a `Message`), `answerCallbackQuery`, `getChat` and `getChatMemberCount`
-//! (chats learnt from pushed updates), `getFile` and the file download
+//! call and answers a `Message`), `answerCallbackQuery`, `getChat`, `getChatMemberCount` and
+//! `getChatAdministrators` (chats learnt from pushed updates; the first sender seen in a group
+//! is its creator, the bot an administrator), `getFile` and the file download
 //! `/file/bot<token>/<file_path>` ([`TelegramServer::add_file`]). A test pushes updates ([`TelegramServer::push_message`],
 //! [`TelegramServer::push_callback_query`]) and scripts one-shot faults per method
-//! ([`TelegramFault`]: 429 with `retry_after`, 401, a connection dropped mid-answer). A request
-//! with a token other than the server's is answered 401 `Unauthorized`, as the platform does.
+//! ([`TelegramFault`]: 429 with `retry_after`, 401, a connection dropped mid-answer, any other
+//! error answer). A request with a token other than the server's is answered 401
+//! `Unauthorized`, as the platform does.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -42,6 +44,14 @@ pub enum TelegramFault {
     /// Headers and part of the body, then the connection is aborted (for `getUpdates`, after
     /// the long poll found updates: they stay pending, as on the platform).
     DropConnection,
+    /// Any other error answer, e.g. `400` `Bad Request: chat not found` for a chat the bot
+    /// cannot reach.
+    Error {
+        /// The HTTP status and `error_code`.
+        code: u16,
+        /// The `description`.
+        description: String,
+    },
 }
 
 /// One request the server answered (or dropped).
@@ -61,6 +71,8 @@ struct State_ {
     calls: Vec<TelegramCall>,
     faults: HashMap<String, VecDeque<TelegramFault>>,
     chats: HashMap<i64, Value>,
+    /// The senders seen in each chat, in order: the first is a group's creator.
+    senders: HashMap<i64, Vec<Value>>,
     files: HashMap<String, Vec<u8>>,
 }
 
@@ -166,6 +178,10 @@ impl TelegramServer {
         state.next_message_id += 1;
         if let Some(id) = chat.get("id").and_then(Value::as_i64) {
             state.chats.insert(id, chat.clone());
+            let senders = state.senders.entry(id).or_default();
+            if !senders.iter().any(|s| s.get("id") == from.get("id")) {
+                senders.push(from.clone());
+            }
         }
         let mut message = json!({
             "message_id": message_id, "from": from, "chat": chat,
@@ -334,6 +350,9 @@ async fn handle(
         }
         Some(TelegramFault::Unauthorized) => return error(401, "Unauthorized", None),
         Some(TelegramFault::DropConnection) if method != "getUpdates" => return dropped(),
+        Some(TelegramFault::Error { code, description }) => {
+            return error(code, &description, None);
+        }
         _ => {}
     }
     let drop_after_poll = fault == Some(TelegramFault::DropConnection);
@@ -357,6 +376,15 @@ async fn handle(
         }
         "getChat" => match chat_of(&inner, &params) {
             Some(chat) => ok(chat),
+            None => error(400, "Bad Request: chat not found", None),
+        },
+        "getChatAdministrators" => match chat_of(&inner, &params) {
+            Some(chat) if chat.get("type").and_then(Value::as_str) == Some("private") => error(
+                400,
+                "Bad Request: there are no administrators in the private chat",
+                None,
+            ),
+            Some(chat) => ok(administrators(&inner, &chat)),
             None => error(400, "Bad Request: chat not found", None),
         },
         "getChatMemberCount" => match chat_of(&inner, &params) {
@@ -388,6 +416,22 @@ async fn download(
         Some(bytes) => (StatusCode::OK, bytes).into_response(),
         None => error(404, "Not Found", None),
     }
+}
+
+/// A group's administrators as `ChatMember`s: the first sender seen in it is its creator,
+/// the bot an administrator.
+fn administrators(inner: &Inner, chat: &Value) -> Value {
+    let id = chat.get("id").and_then(Value::as_i64).unwrap_or_default();
+    let mut members: Vec<Value> = inner
+        .lock()
+        .senders
+        .get(&id)
+        .and_then(|senders| senders.first())
+        .map(|creator| json!({ "status": "creator", "user": creator, "is_anonymous": false }))
+        .into_iter()
+        .collect();
+    members.push(json!({ "status": "administrator", "user": inner.bot, "can_be_edited": false }));
+    Value::Array(members)
 }
 
 fn chat_of(inner: &Inner, params: &Map<String, Value>) -> Option<Value> {

@@ -570,7 +570,7 @@ impl Adapter for TelegramAdapter {
     fn chat_info<'a>(
         &'a self,
         chat_id: &'a str,
-        _limit: u32,
+        limit: u32,
     ) -> BoxFuture<'a, Result<Value, AdapterError>> {
         Box::pin(async move {
             let id = match chat_id.parse::<i64>() {
@@ -589,9 +589,50 @@ impl Adapter for TelegramAdapter {
                     Duration::ZERO,
                 )
                 .await?;
+            let chat_type = chat.get("type").and_then(Value::as_str).unwrap_or_default();
+            // The Bot API lists a group's administrators only, never its whole roster; a
+            // private chat's one participant is the chat itself.
+            let (members, scope) = if chat_type == "private" {
+                (vec![json!({ "status": "member", "user": chat })], "chat")
+            } else {
+                let admins = self
+                    .api
+                    .call(
+                        "getChatAdministrators",
+                        &json!({ "chat_id": id }),
+                        Duration::ZERO,
+                    )
+                    .await?;
+                (admins.as_array().cloned().unwrap_or_default(), "admins")
+            };
+            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+            let participants: Vec<Value> = members
+                .iter()
+                .take(limit)
+                .map(|member| {
+                    let user = member.get("user").unwrap_or(&Value::Null);
+                    let name = user
+                        .get("username")
+                        .or(user.get("first_name"))
+                        .or(user.get("title"))
+                        .cloned();
+                    json!({ "id": user.get("id"), "name": name, "role": member.get("status") })
+                })
+                .collect();
             Ok(json!({
                 "supported": true,
                 "adapter": KIND,
+                // The tools guide's fields (`chat_info`).
+                "platform": KIND,
+                "chat_id": chat_id,
+                "chat_type": chat_type,
+                "title": chat.get("title").or(chat.get("first_name")),
+                "description": chat.get("description"),
+                "participant_count": count,
+                "participants_truncated": members.len() > participants.len(),
+                "participants": participants,
+                "participants_scope": scope,
+                "fetched_at": now_ms(),
                 "chat": {
                     "id": chat.get("id"),
                     "type": chat.get("type"),

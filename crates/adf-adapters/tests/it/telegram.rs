@@ -489,6 +489,25 @@ async fn msg_48_chat_info_answers_metadata_or_supported_false() {
     assert_eq!(info["supported"], json!(true));
     assert_eq!(info["chat"]["title"], json!("Team"));
     assert!(info["member_count"].is_u64(), "{info}");
+    assert_eq!(info["chat_type"], json!("supergroup"), "{info}");
+    assert_eq!(info["participants_scope"], json!("admins"), "{info}");
+    let names: Vec<&Value> = info["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["name"])
+        .collect();
+    assert!(names.contains(&&json!("ann")), "the creator: {info}");
+    let one = host
+        .chat_info("telegram", "-100777", Some(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        one["participants"].as_array().map(Vec::len),
+        Some(1),
+        "{one}"
+    );
+    assert_eq!(one["participants_truncated"], json!(true), "{one}");
     let slack = host.chat_info("slack", "C1", None).await.unwrap();
     assert_eq!(slack["supported"], json!(false));
     assert!(

@@ -32,9 +32,13 @@ pub(crate) enum RuntimeCommand {
     Usage { agent: Option<String> },
     /// List a daemon agent's identity purposes (never their values).
     Identities { agent: String },
-    /// List channel adapter registrations, or an agent's adapters (FILE or AGENT) and their
-    /// states.
-    Adapters { agent: Option<String> },
+    /// List the channel adapters (`adf adapters`), an agent's adapters and their states
+    /// (`adf adapters AGENT|FILE`), or check an adapter's credential against its platform
+    /// (`adf adapters test AGENT|FILE TYPE`).
+    Adapters {
+        #[arg(num_args = 0..=3)]
+        args: Vec<String>,
+    },
     /// List a daemon agent's configured triggers.
     Triggers { agent: String },
     /// List a daemon agent's local tables, or show rows of one.
@@ -182,8 +186,17 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
             let columns = ["purpose", "encrypted", "code_access"];
             super::list_table(client, out, &path, "identities", &columns, &columns).await?;
         }
-        RuntimeCommand::Adapters { agent: None } => pretty(&client.get("/runtime/adapters").await?),
-        RuntimeCommand::Adapters { agent: Some(agent) } => adapters(client, &agent, out).await?,
+        RuntimeCommand::Adapters { args } => {
+            let words: Vec<&str> = args.iter().map(String::as_str).collect();
+            match words.as_slice() {
+                [] => all_adapters(client, out).await?,
+                [agent] => adapters(client, agent, out).await?,
+                ["test", agent, kind] => test_adapter(client, agent, kind, out).await?,
+                other => bail!(
+                    "unknown adapters command {other:?}: use `adf adapters`, `adf adapters AGENT|FILE` or `adf adapters test AGENT|FILE TYPE`"
+                ),
+            }
+        }
         RuntimeCommand::Triggers { agent } => {
             let path = format!("/agents/{}/triggers", encode(&agent));
             let (header, keys) = (
@@ -227,34 +240,128 @@ pub(super) async fn run(client: &Client, command: RuntimeCommand, out: Output) -
     Ok(())
 }
 
-/// `adf adapters FILE|AGENT`: the agent's adapters and their live states; a FILE is the agent
-/// the daemon loaded from it (found by its path).
-async fn adapters(client: &Client, agent: &str, out: Output) -> Result<()> {
-    let key = match std::fs::canonicalize(agent) {
-        Ok(path) => {
-            let loaded = client.get("/agents").await?;
-            let wanted = path.to_string_lossy();
-            loaded
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|a| a["filePath"].as_str() == Some(&*wanted))
-                .and_then(|a| a["id"].as_str())
-                .map(str::to_owned)
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "{agent} is not loaded by the daemon: load it (adf load {agent}) to run its adapters"
-                    )
-                })?
-        }
-        Err(_) => agent.to_owned(),
+/// The daemon's id of `agent`: a FILE is the agent the daemon loaded from it (found by its
+/// path), anything else is an id, handle or name as given.
+async fn agent_key(client: &Client, agent: &str) -> Result<String> {
+    let Ok(path) = std::fs::canonicalize(agent) else {
+        return Ok(agent.to_owned());
     };
+    let loaded = client.get("/agents").await?;
+    let wanted = path.to_string_lossy();
+    loaded
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["filePath"].as_str() == Some(&*wanted))
+        .and_then(|a| a["id"].as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{agent} is not loaded by the daemon: load it (adf load {agent}) to run its adapters"
+            )
+        })
+}
+
+/// `adf adapters`: the channel adapters as the reference CLI lists them (`id type package
+/// storage env`), then, when a loaded agent configures any, each agent's adapter states.
+async fn all_adapters(client: &Client, out: Output) -> Result<()> {
+    let body = client.get("/runtime/adapters").await?;
+    print_json_or(out, &body, || {
+        if body["adapters"].as_array().is_none_or(Vec::is_empty) {
+            super::say!("No adapters registered.");
+        } else {
+            table(
+                &["id", "type", "package", "storage", "env"],
+                &rows(
+                    &body["adapters"],
+                    &["id", "type", "package", "storage", "env"],
+                ),
+            );
+        }
+        let states: Vec<Vec<String>> = body["agents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|agent| {
+                let name = agent["handle"]
+                    .as_str()
+                    .or(agent["agentId"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                rows(&agent["states"], &["type", "state", "error", "restarts"])
+                    .into_iter()
+                    .map(move |row| std::iter::once(name.clone()).chain(row).collect())
+            })
+            .collect();
+        if !states.is_empty() {
+            super::say!("\nAgent adapters:");
+            table(&["agent", "type", "state", "error", "restarts"], &states);
+        }
+    });
+    Ok(())
+}
+
+/// `adf adapters AGENT|FILE`: the agent's configured adapters and their live states, in the
+/// reference CLI's two parts (`Configured adapters:` and `Runtime adapters:`).
+async fn adapters(client: &Client, agent: &str, out: Output) -> Result<()> {
+    let key = agent_key(client, agent).await?;
     let body = client
         .get(&format!("/agents/{}/runtime/adapters", encode(&key)))
         .await?;
-    let columns = ["type", "state", "error", "restarts"];
     print_json_or(out, &body, || {
-        table(&columns, &rows(&body["states"], &columns))
+        let part = |title: &str, list: &Value, header: &[&str], keys: &[&str]| {
+            if list.as_array().is_none_or(Vec::is_empty) {
+                super::say!("{title}: none");
+            } else {
+                super::say!("{title}:");
+                table(header, &rows(list, keys));
+            }
+        };
+        part(
+            "Configured adapters",
+            &body["configured"],
+            &["type", "enabled"],
+            &["type", "enabled"],
+        );
+        super::say!();
+        let columns = ["type", "state", "error", "restarts"];
+        part("Runtime adapters", &body["states"], &columns, &columns);
     });
+    Ok(())
+}
+
+/// `adf adapters test AGENT|FILE TYPE`: checks the credential against the platform and says
+/// what is wrong in plain words; a failed check exits non-zero.
+async fn test_adapter(client: &Client, agent: &str, kind: &str, out: Output) -> Result<()> {
+    let key = agent_key(client, agent).await?;
+    let body = client
+        .post(
+            &format!("/agents/{}/adapters/{}/test", encode(&key), encode(kind)),
+            None,
+        )
+        .await?;
+    let ok = body["ok"] == true;
+    print_json_or(out, &body, || {
+        if ok {
+            let who = body["bot"]["username"]
+                .as_str()
+                .map(|name| format!(" as @{name}"))
+                .unwrap_or_default();
+            super::say!("{kind}: the credential works: the platform accepted it{who}.");
+        }
+    });
+    if !ok {
+        let error = super::text(&body["error"]);
+        let hint = match body["problem"].as_str() {
+            Some("unreachable") => {
+                " (is the platform's address right — config.api_root — and reachable from this machine?)"
+            }
+            Some("egress_refused") => {
+                " (a local address needs security.allow_local_fetch in the agent's config)"
+            }
+            _ => "",
+        };
+        bail!("{kind}: {error}{hint}");
+    }
     Ok(())
 }

@@ -5,6 +5,7 @@
 // A test or bench crate: its shared modules are private to it, and docs are for library users.
 #![allow(unreachable_pub, missing_docs)]
 
+mod adapter_commands;
 mod bad_input;
 mod chat;
 mod code_commands;

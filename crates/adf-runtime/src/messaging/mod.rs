@@ -187,6 +187,17 @@ pub struct LocalAgent {
     pub card: Value,
 }
 
+/// A `chat_info` call (MSG-48), its arguments checked: `limit` is 1–100.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatInfoRequest {
+    /// The adapter type (`telegram`, …).
+    pub adapter: String,
+    /// The platform's chat id (`source_context.chat_id` of an inbox row).
+    pub chat_id: String,
+    /// Participants to return at most.
+    pub limit: u32,
+}
+
 /// One outbox row on its way to a channel adapter (`type:id` recipient).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdapterMessage {
@@ -289,6 +300,23 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'static, Delivery> {
         let _ = (sender, message);
         Box::pin(async { Delivery::failed(None, "this runtime runs no channel adapters") })
+    }
+
+    /// `chat_info` (MSG-48) through the running adapter `adapter` of the agent whose file is
+    /// `sender`: the chat's metadata, or `{supported: false, reason}` when no such adapter
+    /// runs. `Err` is the platform's refusal. The default is a runtime that runs no adapters.
+    fn chat_info(
+        &self,
+        sender: &Path,
+        request: ChatInfoRequest,
+    ) -> BoxFuture<'static, Result<Value, String>> {
+        let _ = (sender, request);
+        Box::pin(async {
+            Ok(serde_json::json!({
+                "supported": false,
+                "reason": "this runtime runs no channel adapters (only the daemon runs them)",
+            }))
+        })
     }
 
     /// Delivers `message` over a WebSocket the agent `sender_id` (its config id) holds open

@@ -5,6 +5,7 @@ use adf_adapters::{
     AdapterError, AdapterHost, AdapterStatus, Delivered, OutboundMessage, WebhookRequest,
     WebhookResponse,
 };
+use serde_json::{Value, json};
 
 /// The adapter host of one loaded agent; empty while the agent is `off`, before its first
 /// start and after unload.
@@ -64,6 +65,25 @@ impl AgentAdapters {
         match self.host.read().await.as_ref() {
             Some(host) => host.webhook(kind, request).await,
             None => WebhookResponse::error(503, "the agent runs no channel adapters now"),
+        }
+    }
+
+    /// `chat_info` (MSG-48) through the running host: the chat's metadata, or `{supported:
+    /// false, reason}` when no adapter of that type runs.
+    pub(crate) async fn chat_info(
+        &self,
+        adapter: &str,
+        chat_id: &str,
+        limit: u32,
+    ) -> Result<Value, AdapterError> {
+        match self.host.read().await.as_ref() {
+            Some(host) => host.chat_info(adapter, chat_id, Some(limit)).await,
+            None => Ok(json!({
+                "supported": false,
+                "reason": format!(
+                    "no {adapter} adapter runs for this agent now (it is off, or its config enables no adapter)"
+                ),
+            })),
         }
     }
 }

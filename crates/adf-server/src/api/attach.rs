@@ -1,7 +1,7 @@
-//! Attaching providers and MCP servers to an agent's config and detaching them (with the
-//! credentials sealed for them): config edits made through the same owner path as `PUT
-//! /config` (validation, `config.changed`, the live info refreshed). Channel adapters are a
-//! later capability (`unsupported.rs`).
+//! Attaching providers, MCP servers and channel adapters to an agent's config and detaching
+//! them (with the credentials sealed for them): config edits made through the same owner path
+//! as `PUT /config` (validation, `config.changed`, the live info refreshed; a changed
+//! `adapters` restarts the agent's adapters). Also `adf adapters test`'s credential check.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -192,4 +192,132 @@ pub(super) async fn mcp_detach(
         "deletedCredentials": deleted,
     }))
     .into_response())
+}
+
+/// The adapter type of a path or body, refused unless it is one this runtime knows.
+fn adapter_kind(kind: &str) -> ApiResult<String> {
+    if adf_adapters::KNOWN_ADAPTERS.contains(&kind) {
+        Ok(kind.to_owned())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "'{kind}' is not a channel adapter type (one of {})",
+            adf_adapters::KNOWN_ADAPTERS.join(", ")
+        )))
+    }
+}
+
+/// `POST /agents/{id}/runtime/adapters {adapterType, config}`: sets `adapters.<type>` to
+/// `config` (the entry: `enabled`, `config`, `policy`, `limits`), checked as the adapter host
+/// checks it. Credentials never go into the config: `PUT /adapters/credentials` seals them.
+pub(super) async fn adapter_attach(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, Response> {
+    let kind = text_field(&body, "adapterType")
+        .ok_or_else(|| ApiError::bad_request("adapterType is required"))
+        .and_then(adapter_kind)
+        .map_err(IntoResponse::into_response)?;
+    let Some(entry) = body.get("config").filter(|c| c.is_object()).cloned() else {
+        return Err(ApiError::bad_request("config is required (an object)").into_response());
+    };
+    adf_adapters::AdapterSettings::parse(&kind, &entry)
+        .map_err(|e| ApiError::bad_request(e.to_string()).into_response())?;
+    let (agent_id, mut config) = config_of(&state, &id)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let already = config.pointer(&format!("/adapters/{kind}")).is_some();
+    if let Some(object) = config.as_object_mut() {
+        let adapters = object.entry("adapters").or_insert_with(|| json!({}));
+        if !adapters.is_object() {
+            *adapters = json!({});
+        }
+        if let Some(adapters) = adapters.as_object_mut() {
+            adapters.insert(kind.clone(), entry);
+        }
+    }
+    replace(&state, &agent_id, config).await?;
+    Ok(Json(json!({
+        "agentId": agent_id,
+        "adapterType": kind,
+        "success": true,
+        "updated": already,
+    }))
+    .into_response())
+}
+
+/// `DELETE /agents/{id}/adapters/{adapterType}`: removes `adapters.<type>` (the adapter stops)
+/// and its `adapter:<type>:` credentials.
+pub(super) async fn adapter_detach(
+    State(state): State<AppState>,
+    Path((id, kind)): Path<(String, String)>,
+) -> Result<Response, Response> {
+    let kind = adapter_kind(&kind).map_err(IntoResponse::into_response)?;
+    let (agent_id, mut config) = config_of(&state, &id)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let removed = config
+        .get_mut("adapters")
+        .and_then(Value::as_object_mut)
+        .and_then(|adapters| adapters.remove(&kind))
+        .is_some();
+    if removed {
+        replace(&state, &agent_id, config).await?;
+    }
+    let deleted = delete_prefix(&state, &agent_id, format!("adapter:{kind}:"))
+        .await
+        .map_err(IntoResponse::into_response)?;
+    Ok(Json(json!({
+        "agentId": agent_id,
+        "adapterType": kind,
+        "success": true,
+        "removed": removed,
+        "deletedCredentials": deleted,
+    }))
+    .into_response())
+}
+
+/// What kind of problem a failed credential check found, for clients that act on it.
+fn problem(error: &adf_adapters::AdapterError) -> &'static str {
+    use adf_adapters::AdapterError as E;
+    match error {
+        E::MissingCredential { .. } => "missing_credential",
+        E::CredentialRefused { .. } => "credential_refused",
+        E::Transport { .. } => "unreachable",
+        E::Egress { .. } => "egress_refused",
+        E::RateLimited { .. } => "rate_limited",
+        E::Platform { .. } => "platform_error",
+        E::Config { .. } | E::Invalid(_) => "config",
+        E::NotSupported { .. } => "not_supported",
+        // The sink and state directory, and whatever comes later: the runtime's own trouble.
+        _ => "runtime",
+    }
+}
+
+/// `POST /agents/{id}/adapters/{adapterType}/test`: checks the adapter's credential against
+/// its platform without starting it (Telegram: `getMe`). `{ok: true, …the platform's answer}`,
+/// or `{ok: false, problem, error}` with the error in words an owner can act on.
+pub(super) async fn adapter_test(
+    State(state): State<AppState>,
+    Path((id, kind)): Path<(String, String)>,
+) -> Result<Response, Response> {
+    let kind = adapter_kind(&kind).map_err(IntoResponse::into_response)?;
+    let agent = find(&state, &id).map_err(IntoResponse::into_response)?;
+    let answer = match state.daemon.test_adapter(&agent, &kind).await {
+        Ok(Value::Object(mut answer)) => {
+            answer.insert("ok".into(), json!(true));
+            answer.insert("adapter".into(), json!(kind));
+            answer.insert("agentId".into(), json!(agent.id));
+            Value::Object(answer)
+        }
+        Ok(other) => json!({ "ok": true, "adapter": kind, "agentId": agent.id, "result": other }),
+        Err(error) => json!({
+            "ok": false,
+            "adapter": kind,
+            "agentId": agent.id,
+            "problem": problem(&error),
+            "error": error.to_string(),
+        }),
+    };
+    Ok(Json(answer).into_response())
 }

@@ -225,8 +225,6 @@ fn identity_routes() -> Router<AppState> {
 /// network reads, identity and credentials, admin listings, and the documented 501s of later
 /// capabilities (`unsupported`).
 fn more_routes() -> Router<AppState> {
-    let adapters_later =
-        || async { unsupported::not_supported("adapters", "attaching channel adapters") };
     Router::new()
         .route(
             "/agents/{id}/document",
@@ -257,7 +255,15 @@ fn more_routes() -> Router<AppState> {
         .route("/agents/{id}/adapters", get(runtime::agent_adapters))
         .route(
             "/agents/{id}/runtime/adapters",
-            get(runtime::agent_adapters).post(adapters_later),
+            get(runtime::agent_adapters).post(attach::adapter_attach),
+        )
+        .route(
+            "/agents/{id}/adapters/{adapter_type}",
+            delete(attach::adapter_detach),
+        )
+        .route(
+            "/agents/{id}/adapters/{adapter_type}/test",
+            post(attach::adapter_test),
         )
         .merge(identity_routes())
         .route("/agents/{id}/providers", post(attach::provider_attach))

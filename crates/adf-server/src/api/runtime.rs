@@ -190,26 +190,70 @@ pub(super) async fn auth(State(state): State<AppState>) -> ApiResult<Response> {
     Ok(Json(auth_value(&values)).into_response())
 }
 
+/// The reference CLI's order of the built-in adapters (`adf adapters`).
+const BUILTIN_ORDER: [&str; 5] = ["telegram", "email", "discord", "slack", "whatsapp"];
+
+/// The channel adapters in the reference's registration shape (`{id, type, package, storage,
+/// env}`): the built-in ones (each with whether this runtime runs it), then any registration
+/// of the settings' `adapters` list that is not one of them.
 fn adapters_value(values: &Map<String, Value>) -> Value {
-    let adapters: Vec<Value> = list(values, "adapters")
+    let runs = |kind: &str| adf_store::unsupported::RUN_ADAPTERS.contains(&kind);
+    let mut builtin: Vec<&str> = BUILTIN_ORDER.to_vec();
+    // A type added to the crate before this order knows it is still listed.
+    builtin.extend(
+        adf_adapters::KNOWN_ADAPTERS
+            .iter()
+            .filter(|k| !BUILTIN_ORDER.contains(k)),
+    );
+    let mut adapters: Vec<Value> = builtin
         .iter()
-        .map(|a| {
-            let id = text(a, "id").or(text(a, "type")).unwrap_or_default();
+        .map(|kind| {
             json!({
-                "id": id,
-                "type": text(a, "type").unwrap_or(id),
-                "managed": a.get("managed").and_then(Value::as_bool).unwrap_or(false),
-                "package": text(a, "package"),
+                "id": kind,
+                "type": kind,
+                "package": null,
+                "storage": "app",
                 "credentialStorage": "app",
-                "env": a.get("env").and_then(Value::as_array).map_or(0, Vec::len),
+                "env": 0,
+                "builtin": true,
+                "managed": false,
+                "supported": runs(kind),
             })
         })
         .collect();
+    for a in list(values, "adapters") {
+        let id = text(a, "id").or(text(a, "type")).unwrap_or_default();
+        if builtin.contains(&id) {
+            continue;
+        }
+        adapters.push(json!({
+            "id": id,
+            "type": text(a, "type").unwrap_or(id),
+            "package": text(a, "package"),
+            "storage": "app",
+            "credentialStorage": "app",
+            "env": a.get("env").and_then(Value::as_array).map_or(0, Vec::len),
+            "builtin": false,
+            "managed": a.get("managed").and_then(Value::as_bool).unwrap_or(false),
+            "supported": false,
+        }));
+    }
+    let (running, not_yet): (Vec<&str>, Vec<&str>) =
+        adf_adapters::KNOWN_ADAPTERS.iter().partition(|k| runs(k));
+    let note = if not_yet.is_empty() {
+        "each agent runs the adapters its config enables".to_owned()
+    } else {
+        format!(
+            "each agent runs the adapters its config enables ({}; {} not supported yet)",
+            running.join(", "),
+            not_yet.join(", ")
+        )
+    };
     json!({
         "adapters": adapters,
         "supported": true,
         "builtin": adf_adapters::KNOWN_ADAPTERS,
-        "note": "each agent runs the adapters its config enables (telegram, discord, slack, email, whatsapp)",
+        "note": note,
     })
 }
 
@@ -217,7 +261,13 @@ fn adapters_value(values: &Map<String, Value>) -> Value {
 /// every loaded agent's adapters.
 pub(super) async fn adapters(State(state): State<AppState>) -> ApiResult<Response> {
     let (_, values) = read_settings(&state)?;
-    let mut value = adapters_value(&values);
+    Ok(Json(adapters_with_states(&state, &values).await).into_response())
+}
+
+/// [`adapters_value`] with `agents`: each loaded agent that configures adapters, with their
+/// live states.
+async fn adapters_with_states(state: &AppState, values: &Map<String, Value>) -> Value {
+    let mut value = adapters_value(values);
     let mut agents = Vec::new();
     for (agent, config) in configs(&state.daemon.agents()).await {
         if configured_adapters(&config).is_empty() {
@@ -226,7 +276,7 @@ pub(super) async fn adapters(State(state): State<AppState>) -> ApiResult<Respons
         agents.push(agent_adapters_value(&agent, &config).await);
     }
     value["agents"] = Value::Array(agents);
-    Ok(Json(value).into_response())
+    value
 }
 
 // ---------------------------------------------------------------------------------- usage
@@ -466,7 +516,7 @@ pub(super) async fn runtime(State(state): State<AppState>) -> ApiResult<Response
         "providers": providers_value(&state, &values).await,
         "auth": auth_value(&values),
         "mcp": { "servers": mcp },
-        "adapters": adapters_value(&values),
+        "adapters": adapters_with_states(&state, &values).await,
         "network": network_value(&state, &values).await,
         "compute": adf_compute::status(),
         "agents": agents,
@@ -584,6 +634,7 @@ async fn agent_adapters_value(agent: &Agent, config: &Value) -> Value {
     };
     json!({
         "agentId": agent.id,
+        "handle": agent.info().handle,
         "configured": configured,
         "states": states,
         "running": running.is_some(),

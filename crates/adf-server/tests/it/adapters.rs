@@ -3,6 +3,9 @@
 //! answers it with `msg_send` by `parent_id`, the reply reaches the platform as a
 //! `sendMessage` to the right chat replying to the right message, and turning the agent off
 //! stops polling. The credential is sealed in the agent's file for the daemon home's owner.
+//! Also: `chat_info` from the agent's code through the running adapter (MSG-48), a platform
+//! error as a `failed` outbox row with the platform's reason, and a credential sealed through
+//! the API restarting the adapter with the new token.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +13,7 @@ use std::sync::Arc;
 use adf_server::daemon::Agent;
 use adf_store::messages::{Mailbox, MessageFilter};
 use adf_store::views::LogFilter;
-use adf_testkit::telegram::TelegramServer;
+use adf_testkit::telegram::{TelegramFault, TelegramServer};
 use serde_json::{Map, Value, json};
 
 use crate::common::{Harness, agent_file, owner_keys, set_state, wait_for};
@@ -29,13 +32,38 @@ export async function main(event) {
 }
 "#;
 
+/// Asks `chat_info` about the group the test's messages come from, about a platform the agent
+/// runs no adapter for, and with a limit out of range; records the three answers.
+const CHAT_INFO_ASKER: &str = r#"
+export async function main(event) {
+  const out = {};
+  out.telegram = await adf.chat_info({ adapter: 'telegram', chat_id: '-100777' });
+  out.one = await adf.chat_info({ adapter: 'telegram', chat_id: '-100777', limit: 1 });
+  out.slack = await adf.chat_info({ adapter: 'slack', chat_id: 'C1' });
+  try { out.limit = await adf.chat_info({ adapter: 'telegram', chat_id: '-100777', limit: 0 }) }
+  catch (e) { out.limit = { code: e.code, message: e.message } }
+  await adf.fs_write({ path: `info/${event.data.id}.json`, content: JSON.stringify(out), mode: 'write' });
+}
+"#;
+
 /// A Telegram agent whose adapter polls `server`, with an identity sealed for the harness's
-/// owner and, when `token` is given, the bot token sealed under its purpose.
+/// owner and, when `token` is given, the bot token sealed under its purpose; its `on_inbox`
+/// lambda replies ([`REPLIER`]).
 fn telegram_agent(h: &Harness, server: &TelegramServer, token: Option<&str>) -> PathBuf {
+    telegram_agent_with(h, server, token, REPLIER)
+}
+
+/// [`telegram_agent`] whose `on_inbox` lambda is `lambda`.
+fn telegram_agent_with(
+    h: &Harness,
+    server: &TelegramServer,
+    token: Option<&str>,
+    lambda: &str,
+) -> PathBuf {
     let path = agent_file(
         h.dir.path(),
         "bot",
-        &[("lib/reply.ts", REPLIER)],
+        &[("lib/reply.ts", lambda)],
         &[
             (
                 "adapters",
@@ -213,6 +241,209 @@ async fn idn_37_a_missing_telegram_credential_fails_the_adapter_and_names_the_pu
             .any(|r| r.message.as_deref().is_some_and(|m| m.contains(PURPOSE))),
         "a log row (origin adapter) names the key: {logged:?}"
     );
+    h.stop().await;
+}
+
+async fn file_json(agent: &Arc<Agent>, path: &str) -> Option<Value> {
+    let path = path.to_owned();
+    let bytes = agent
+        .store()
+        .run(move |file| file.file_read(&path))
+        .await
+        .unwrap()?;
+    Some(serde_json::from_slice(&bytes.content).unwrap_or(Value::Null))
+}
+
+/// MSG-48: `chat_info` from the agent's code reaches the running Telegram adapter through the
+/// daemon (`getChat` on the platform), answers `{supported: false, reason}` for a platform the
+/// agent runs no adapter for, and refuses a limit out of 1–100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_48_chat_info_reaches_the_running_telegram_adapter_through_the_daemon() {
+    let server = TelegramServer::start(TOKEN, "adf_daemon_bot").await;
+    let h = Harness::start().await;
+    let path = telegram_agent_with(&h, &server, Some(TOKEN), CHAT_INFO_ASKER);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    wait_for("the adapter runs", || async {
+        adapter_state(&h, &agent).await["state"] == "running"
+    })
+    .await;
+    let group = json!({ "id": -100_777, "type": "supergroup", "title": "Team" });
+    let from = json!({ "id": 5, "is_bot": false, "first_name": "Ann", "username": "ann" });
+    server.push_message(group, from, "@adf_daemon_bot who is here?");
+    wait_for("the group message is an inbox row", || async {
+        !inbox(&agent).await.is_empty()
+    })
+    .await;
+    let row_id = inbox(&agent).await.remove(0)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let written = format!("info/{row_id}.json");
+    wait_for("the lambda recorded the answers", || async {
+        file_json(&agent, &written).await.is_some()
+    })
+    .await;
+    let out = file_json(&agent, &written).await.unwrap();
+    assert_eq!(out["telegram"]["supported"], true, "{out}");
+    assert_eq!(out["telegram"]["title"], "Team", "{out}");
+    assert_eq!(out["telegram"]["chat_type"], "supergroup", "{out}");
+    assert_eq!(out["telegram"]["participants_scope"], "admins", "{out}");
+    assert!(
+        out["telegram"]["participants"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["name"] == "ann" && p["role"] == "creator")),
+        "{out}"
+    );
+    assert_eq!(
+        out["one"]["participants"].as_array().map(Vec::len),
+        Some(1),
+        "{out}"
+    );
+    assert_eq!(out["one"]["participants_truncated"], true, "{out}");
+    assert!(
+        server
+            .calls_of("getChat")
+            .iter()
+            .any(|c| c.params["chat_id"].to_string().trim_matches('"') == "-100777"),
+        "{:?}",
+        server.calls()
+    );
+    assert_eq!(out["slack"]["supported"], false, "{out}");
+    assert!(
+        out["slack"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("slack")),
+        "{out}"
+    );
+    assert_eq!(out["limit"]["code"], "INVALID_INPUT", "{out}");
+    h.stop().await;
+}
+
+/// §11.2: a platform error is a `failed` outbox row with the platform's status, and the
+/// platform's reason reaches the sender (the `msg_send` result) and the agent's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_22_a_platform_error_is_a_failed_outbox_row_with_the_platforms_reason() {
+    let server = TelegramServer::start(TOKEN, "adf_daemon_bot").await;
+    let h = Harness::start().await;
+    let path = telegram_agent(&h, &server, Some(TOKEN));
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    wait_for("the adapter runs", || async {
+        adapter_state(&h, &agent).await["state"] == "running"
+    })
+    .await;
+    server.fault(
+        "sendMessage",
+        TelegramFault::Error {
+            code: 400,
+            description: "Bad Request: chat not found".into(),
+        },
+    );
+    let chat = json!({ "id": 4343, "type": "private", "first_name": "Bo" });
+    let from = json!({ "id": 4343, "is_bot": false, "first_name": "Bo", "username": "bo" });
+    server.push_message(chat, from, "ping");
+    wait_for("the reply's outbox row failed", || async {
+        outbox(&agent)
+            .await
+            .iter()
+            .any(|r| r["to"] == "telegram:4343" && r["status"] == "failed")
+    })
+    .await;
+    let row = outbox(&agent)
+        .await
+        .into_iter()
+        .find(|r| r["to"] == "telegram:4343")
+        .unwrap();
+    assert_eq!(row["status_code"], 400, "{row:?}");
+    assert_eq!(
+        server.calls_of("sendMessage").len(),
+        1,
+        "the platform's refusal is final: no resend"
+    );
+    let inbound = inbox(&agent).await.remove(0);
+    let replied = format!("replied/{}.json", inbound["id"].as_str().unwrap());
+    wait_for("the lambda recorded msg_send's answer", || async {
+        file_json(&agent, &replied).await.is_some()
+    })
+    .await;
+    let answer = file_json(&agent, &replied).await.unwrap();
+    assert!(
+        answer.to_string().contains("chat not found"),
+        "the sender sees the platform's reason: {answer}"
+    );
+    let filter = LogFilter {
+        origin: Some("mesh".into()),
+        ..LogFilter::default()
+    };
+    let logged = agent
+        .store()
+        .run(move |file| file.logs_recent(&filter, 50))
+        .await
+        .unwrap();
+    assert!(
+        logged.iter().any(|r| r
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("chat not found"))),
+        "a delivery_failed log row carries the reason: {logged:?}"
+    );
+    h.stop().await;
+}
+
+/// A credential sealed through the API (`PUT /agents/{id}/adapters/credentials`) restarts the
+/// adapter, which reads it again: refused before, `running` with the new token after. The
+/// credential listing says it is set and never returns its value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idn_37_a_credential_set_through_the_api_restarts_the_adapter_with_the_new_token() {
+    let server = TelegramServer::start(TOKEN, "adf_daemon_bot").await;
+    let h = Harness::start().await;
+    let path = telegram_agent(&h, &server, Some("1:a-token-the-platform-refuses"));
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    wait_for("the refused adapter failed", || async {
+        adapter_state(&h, &agent).await["state"] == "failed"
+    })
+    .await;
+    let refused = adapter_state(&h, &agent).await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(PURPOSE)),
+        "{refused}"
+    );
+    assert!(
+        server.calls_of("getUpdates").is_empty(),
+        "{:?}",
+        server.calls()
+    );
+
+    h.client
+        .call(
+            reqwest::Method::PUT,
+            &format!("/agents/{}/adapters/credentials", agent.id),
+            Some(&json!({ "adapterType": "telegram", "envKey": "TELEGRAM_BOT_TOKEN", "value": TOKEN })),
+        )
+        .await
+        .unwrap();
+    wait_for("the adapter runs with the new token", || async {
+        adapter_state(&h, &agent).await["state"] == "running"
+    })
+    .await;
+    wait_for("it polls the platform", || async {
+        !server.calls_of("getUpdates").is_empty()
+    })
+    .await;
+    let listed = h
+        .client
+        .get(&format!(
+            "/agents/{}/adapters/credentials?adapterType=telegram",
+            agent.id
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["credentials"]["TELEGRAM_BOT_TOKEN"]["set"], true,
+        "{listed}"
+    );
+    assert!(!listed.to_string().contains(TOKEN), "{listed}");
     h.stop().await;
 }
 

@@ -967,3 +967,153 @@ async fn studio_first_paint_with_1000_agents() {
     c.close().await.unwrap();
     h.stop().await;
 }
+
+/// The agent page's Adapters tab: each adapter's state, error and restarts, changing live as
+/// the daemon publishes `adapter.status.changed` (the table is never redrawn), and a
+/// write-only credential form: set (the adapter restarts and runs), listed as set and never
+/// shown, deleted (the adapter fails again naming the key), and the credential check button.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn studio_shows_adapter_states_live_and_sets_the_adapter_credential_write_only() {
+    if !chromium_available() {
+        return;
+    }
+    const TOKEN: &str = "515151:STUDIO-test-token";
+    const PURPOSE: &str = "adapter:telegram:TELEGRAM_BOT_TOKEN";
+    let server = adf_testkit::telegram::TelegramServer::start(TOKEN, "adf_studio_bot").await;
+    let h = Harness::start().await;
+    let path = common::agent_file(
+        h.dir.path(),
+        "courier",
+        &[],
+        &[
+            (
+                "adapters",
+                json!({ "telegram": {
+                    "enabled": true,
+                    "config": { "api_root": server.api_root(), "poll_timeout": 1 },
+                } }),
+            ),
+            ("security.allow_local_fetch", json!(true)),
+        ],
+    );
+    common::provision_identity(&h, &path);
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    let driver = Driver::start().await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    let shots = screenshot_dir();
+    c.goto(&h.server.login_url()).await.unwrap();
+    css(&c, "#fleet tbody tr").await;
+    c.goto(&format!("{}/#/agent/{}/adapters", h.server.url(), agent.id))
+        .await
+        .unwrap();
+    let state =
+        "document.querySelector('tr[data-adapter=\"telegram\"] .adapter-state')?.textContent";
+    until(
+        &c,
+        "the missing credential's failure with its key",
+        &format!(
+            "{state} === 'failed' && document.querySelector('tr[data-adapter=\"telegram\"] .adapter-error').textContent.includes('{PURPOSE}')"
+        ),
+    )
+    .await;
+    until(
+        &c,
+        "the event stream",
+        "window.studioMetrics.connected['/events']",
+    )
+    .await;
+    shot(&c, &shots, "adapters-1-failed").await;
+    // Marks the table: a redraw would lose the mark, so the states below arrive live.
+    c.execute(
+        "document.getElementById('adapter-states').dataset.probe = 'kept'; return true;",
+        vec![],
+    )
+    .await
+    .unwrap();
+
+    fill(&c, "#adapter-cred-key", "TELEGRAM_BOT_TOKEN").await;
+    fill(&c, "#adapter-cred-value", TOKEN).await;
+    click(&c, "#adapter-cred-submit").await;
+    until(
+        &c,
+        "the adapter running with the new credential, live",
+        &format!("{state} === 'running' && document.getElementById('adapter-states').dataset.probe === 'kept'"),
+    )
+    .await;
+    until(
+        &c,
+        "the credential listed as set",
+        "document.querySelector('#adapter-credentials tr[data-credential=\"TELEGRAM_BOT_TOKEN\"]')",
+    )
+    .await;
+    let page = c
+        .execute("return document.documentElement.outerHTML", vec![])
+        .await
+        .unwrap();
+    assert!(
+        !page.as_str().unwrap().contains(TOKEN),
+        "the value never reaches the page"
+    );
+    click(&c, "button[data-test-adapter=\"telegram\"]").await;
+    until(
+        &c,
+        "the credential check's answer",
+        "document.querySelector('tr[data-adapter=\"telegram\"] .adapter-test-result.ok')?.textContent.includes('@adf_studio_bot')",
+    )
+    .await;
+    shot(&c, &shots, "adapters-2-running").await;
+
+    // A change the page did not make (the owner's API): the state follows live.
+    h.client
+        .call(
+            Method::POST,
+            &format!("/agents/{}/runtime/adapters", agent.id),
+            Some(&json!({ "adapterType": "telegram", "config": {
+                "enabled": false, "config": { "api_root": server.api_root() } } })),
+        )
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the disabled adapter, live",
+        &format!("{state} === 'disabled' || {state} === 'stopped'"),
+    )
+    .await;
+    h.client
+        .call(
+            Method::POST,
+            &format!("/agents/{}/runtime/adapters", agent.id),
+            Some(&json!({ "adapterType": "telegram", "config": {
+                "enabled": true, "config": { "api_root": server.api_root(), "poll_timeout": 1 } } })),
+        )
+        .await
+        .unwrap();
+    until(
+        &c,
+        "running again, live",
+        &format!("{state} === 'running' && document.getElementById('adapter-states').dataset.probe === 'kept'"),
+    )
+    .await;
+
+    // Deleting the credential restarts the adapter without it: failed, naming the key.
+    click(&c, "button[data-delete-credential=\"TELEGRAM_BOT_TOKEN\"]").await;
+    until(
+        &c,
+        "the failure after the delete, live",
+        &format!("{state} === 'failed' && document.getElementById('adapter-states').dataset.probe === 'kept'"),
+    )
+    .await;
+    let purposes = h
+        .client
+        .get(&format!("/agents/{}/identities", agent.id))
+        .await
+        .unwrap();
+    assert!(
+        !purposes.to_string().contains(PURPOSE),
+        "deleted: {purposes}"
+    );
+    shot(&c, &shots, "adapters-3-deleted").await;
+    c.close().await.unwrap();
+    h.stop().await;
+}

@@ -7,6 +7,8 @@
 //! runtime has it (direct sends to a DID and inbox URL need no daemon); the daemon registers a
 //! copy connected to its [`Mesh`] for same-runtime agents and bare handles.
 //! `agent_discover` exists only with a mesh: elsewhere it answers `MESH_NOT_ENABLED`.
+//! `chat_info` (MSG-48) asks the agent's running channel adapter through the mesh, outside any
+//! transaction; a runtime without a mesh runs no adapters and answers `{supported: false}`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use serde_json::{Value, json};
 use crate::home::RuntimeHome;
 use crate::identity::LocalKeys;
 use crate::messaging::send::{self, Prepared, SendContext};
-use crate::messaging::{Delivery, Mesh, Origin};
+use crate::messaging::{ChatInfoRequest, Delivery, Mesh, Origin};
 use crate::tools::{
     DeliveryRecord, Detached, DetachedOutcome, DetachedTool, ErrorCode, Execution, LogRow, Tool,
     ToolCaller, ToolContext, ToolError,
@@ -25,7 +27,10 @@ use crate::tools::{
 
 /// The tools of this family every runtime has.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(MsgSend::default())]
+    vec![
+        Arc::new(MsgSend::default()),
+        Arc::new(ChatInfo { mesh: None }),
+    ]
 }
 
 /// The tools of this family connected to a runtime's mesh (the daemon's).
@@ -39,6 +44,9 @@ pub fn with_mesh(mesh: Arc<dyn Mesh>, home: Option<RuntimeHome>) -> Vec<Arc<dyn 
             Arc::clone(&mesh),
             home.clone(),
         )),
+        Arc::new(ChatInfo {
+            mesh: Some(Arc::clone(&mesh)),
+        }),
         Arc::new(AgentDiscover { mesh }),
     ]
 }
@@ -255,5 +263,113 @@ impl Tool for AgentDiscover {
             cards.push(card);
         }
         Ok(Value::Array(cards))
+    }
+}
+
+/// `chat_info`: a chat's metadata through the agent's running channel adapter.
+#[derive(Debug, Clone)]
+pub struct ChatInfo {
+    mesh: Option<Arc<dyn Mesh>>,
+}
+
+/// The most participants `chat_info` returns, and its default (tools guide).
+const CHAT_INFO_MAX_LIMIT: u64 = 100;
+const CHAT_INFO_DEFAULT_LIMIT: u64 = 50;
+
+fn invalid(message: impl Into<String>) -> ToolError {
+    ToolError::new(ErrorCode::InvalidInput, message)
+}
+
+impl Tool for ChatInfo {
+    declare_tool! {
+        name: "chat_info",
+        description: "Read-only metadata of a chat through a running channel adapter: title, description, participants (truncated), counts. Answers {supported: false, reason} when no adapter of that type runs for you.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "adapter": { "type": "string", "description": "Adapter type: telegram, email, slack, discord, whatsapp." },
+                "chat_id": { "type": "string", "description": "The platform chat id (source_context.chat_id or channel_id of an inbox message)." },
+                "limit": { "type": "integer", "minimum": 1, "maximum": 100, "description": "Max participants to return (default 50)." }
+            },
+            "required": ["adapter", "chat_id"]
+        }),
+    }
+
+    fn run(&self, _cx: &mut ToolContext<'_>, _args: Value) -> Result<Value, ToolError> {
+        Err(ToolError::new(
+            ErrorCode::InternalError,
+            "chat_info asks its adapter outside the store transaction (ToolRegistry::detach)",
+        ))
+    }
+
+    fn execution(&self) -> Execution<'_> {
+        Execution::Detached(self)
+    }
+}
+
+impl DetachedTool for ChatInfo {
+    /// Checks the arguments and adds the sender's file, by which the mesh finds its adapters.
+    fn prepare(&self, cx: &mut ToolContext<'_>, args: Value) -> Result<Value, ToolError> {
+        let text = |key: &str| {
+            args.get(key)
+                .and_then(|v| match v {
+                    Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
+                    // Platform chat ids are often numbers (Telegram): take them as written.
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                })
+                .ok_or_else(|| invalid(format!("{key} is required (a string)")))
+        };
+        let adapter = text("adapter")?;
+        let chat_id = text("chat_id")?;
+        let limit = match args.get("limit") {
+            None | Some(Value::Null) => CHAT_INFO_DEFAULT_LIMIT,
+            Some(value) => value
+                .as_u64()
+                .filter(|n| (1..=CHAT_INFO_MAX_LIMIT).contains(n))
+                .ok_or_else(|| invalid(format!("limit is 1 to 100, not {value}")))?,
+        };
+        Ok(json!({
+            "sender": cx.file.path(),
+            "adapter": adapter,
+            "chat_id": chat_id,
+            "limit": limit,
+        }))
+    }
+
+    fn detach(&self, _config: &Value, _caller: &ToolCaller, args: Value) -> Option<Detached> {
+        let mesh = self.mesh.clone();
+        Some(Box::pin(async move {
+            let field = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
+            let (Some(sender), Some(adapter), Some(chat_id)) =
+                (field("sender"), field("adapter"), field("chat_id"))
+            else {
+                return DetachedOutcome::from(Err(ToolError::new(
+                    ErrorCode::InternalError,
+                    "chat_info was not prepared before it ran",
+                )));
+            };
+            let limit = args
+                .get("limit")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(50);
+            let Some(mesh) = mesh else {
+                return DetachedOutcome::from(Ok(json!({
+                    "supported": false,
+                    "reason": format!("no {adapter} adapter runs here: channel adapters run only in the daemon (adf daemon)"),
+                })));
+            };
+            let request = ChatInfoRequest {
+                adapter,
+                chat_id,
+                limit,
+            };
+            let answer = mesh
+                .chat_info(std::path::Path::new(&sender), request)
+                .await
+                .map_err(|why| ToolError::new(ErrorCode::ToolError, why));
+            DetachedOutcome::from(answer)
+        }))
     }
 }
