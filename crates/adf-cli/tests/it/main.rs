@@ -15,6 +15,7 @@ mod egress;
 mod file_commands;
 mod hermetic_home;
 mod identity_commands;
+mod lan;
 mod mcp_commands;
 mod review_cli;
 mod studio_cli;
