@@ -71,16 +71,27 @@ impl Drop for PeerEndpoint {
     }
 }
 
-/// Whether this process runs in a network namespace other than that of the machine's first
-/// process (`/proc/1/ns/net`): one a test created with `ip netns add` and joined through
-/// `ip netns exec`, whose only interfaces are those its creator gave it. `false` when either
-/// link cannot be read (not Linux, not allowed).
+/// Whether this process runs in a named network namespace, one `ip netns add` created (its
+/// handle is under `/run/netns/`) and `ip netns exec` joined: the LAN tests run their daemons
+/// in such namespaces, whose only interfaces are those the test gave them. The machine's own
+/// namespace is not named there. `false` when it cannot be told (not Linux, unreadable).
+#[cfg(unix)]
 pub fn in_separate_network_namespace() -> bool {
-    match (
-        std::fs::read_link("/proc/self/ns/net"),
-        std::fs::read_link("/proc/1/ns/net"),
-    ) {
-        (Ok(mine), Ok(first)) => mine != first,
-        _ => false,
-    }
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(own) = std::fs::metadata("/proc/self/ns/net") else {
+        return false;
+    };
+    let Ok(named) = std::fs::read_dir("/run/netns") else {
+        return false;
+    };
+    named.flatten().any(|entry| {
+        std::fs::metadata(entry.path())
+            .is_ok_and(|ns| ns.dev() == own.dev() && ns.ino() == own.ino())
+    })
+}
+
+/// Elsewhere no process runs in a named network namespace.
+#[cfg(not(unix))]
+pub fn in_separate_network_namespace() -> bool {
+    false
 }
