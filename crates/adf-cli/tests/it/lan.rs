@@ -337,11 +337,13 @@ fn msg_30_msg_31_two_daemons_on_a_lan_discover_lan_agents_and_exchange_signed_me
     }
 
     // `adf network lan` (GET /network/mesh/lan-addresses) on B lists A with alpha only.
+    let token = std::fs::read_to_string(home_b.join("daemon-token")).unwrap();
     let out = Command::new("ip")
         .args(["netns", "exec", &nets.names[1]])
         .arg(assert_cmd::cargo::cargo_bin("adf"))
         .env("ADF_HOME", &home_b)
-        .env_remove("ADF_DAEMON_TOKEN")
+        // A client sends the home's token to a loopback daemon only; this one is on the LAN.
+        .env("ADF_DAEMON_TOKEN", token.trim())
         .args(["--json", "--url", &daemon_b.url, "network", "lan"])
         .stdin(Stdio::null())
         .output()
