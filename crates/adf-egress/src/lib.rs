@@ -151,7 +151,7 @@ impl Policy {
         }
         // Rule 5's one exception: a discovered LAN peer's mesh endpoint, for the mesh routes
         // only (why exactly these: `lan.rs`).
-        if is_public_mesh_route(method, url) && lan::is_peer(ip, port) {
+        if is_lan_peer_route(method, url, ip, port) {
             return Ok(());
         }
         match local_kind(ip) {
@@ -206,8 +206,7 @@ impl Policy {
             && let Some(ip) = ips.iter().find(|ip| {
                 !(canonical(**ip).is_loopback()
                     || canonical(**ip).is_unspecified()
-                    || (lan::is_peer(**ip, port)
-                        && is_public_mesh_route(method, url)
+                    || (is_lan_peer_route(method, url, **ip, port)
                         && lan::in_separate_network_namespace()))
             })
         {
@@ -311,6 +310,14 @@ pub fn is_public_mesh_route(method: &str, url: &Url) -> bool {
             (method.to_ascii_uppercase().as_str(), *tail),
             ("POST", "inbox") | ("GET", "card") | ("GET", "health")
         )
+}
+
+/// Whether `method url` at `ip:port` is a mesh route (HTTP only: no WebSocket upgrade) of a
+/// discovered LAN peer's endpoint ([`lan`]).
+fn is_lan_peer_route(method: &str, url: &Url, ip: IpAddr, port: u16) -> bool {
+    matches!(url.scheme(), "http" | "https")
+        && is_public_mesh_route(method, url)
+        && lan::is_peer(ip, port)
 }
 
 /// The message of a caught panic's payload.

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::error::ServerError;
-use crate::lan_peers::{LanPeers, Peer};
+use crate::lan_peers::{Announced, LanPeers, Peer};
 use crate::mesh::DaemonMesh;
 
 /// The mDNS service type every ADF daemon announces.
@@ -227,7 +227,7 @@ impl Announcer {
 }
 
 /// The handles (with tier and DID) a resolved peer announced.
-fn announced_handles(service: &mdns_sd::ResolvedService) -> Vec<(String, String, String)> {
+fn announced_handles(service: &mdns_sd::ResolvedService) -> Vec<Announced> {
     service
         .get_properties()
         .iter()
@@ -303,7 +303,7 @@ async fn refresh_cards(peers: Arc<LanPeers>) {
 /// The verified cards of `announced` agents at `base_url`, each set up as `agent_discover`
 /// lists it. A card that does not come, does not verify or names another DID than the one
 /// announced is left out.
-async fn fetch_cards(base_url: &str, announced: &[(String, String, String)]) -> Vec<Value> {
+async fn fetch_cards(base_url: &str, announced: &[Announced]) -> Vec<Value> {
     let mut cards = Vec::new();
     for (handle, tier, did) in announced {
         match fetch_card(base_url, handle).await {

@@ -8,6 +8,9 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
+/// One agent a peer announced: (handle, tier, DID).
+pub(crate) type Announced = (String, String, String);
+
 /// One discovered peer daemon.
 #[derive(Debug)]
 pub(crate) struct Peer {
@@ -18,7 +21,7 @@ pub(crate) struct Peer {
     /// The handles it announced.
     pub(crate) handles: Vec<String>,
     /// Each announced agent as (handle, tier, DID).
-    pub(crate) announced: Vec<(String, String, String)>,
+    pub(crate) announced: Vec<Announced>,
     /// The verified cards fetched from it, each with `visibility`, `in_subdirectory` and
     /// `source` set as `agent_discover` lists them.
     pub(crate) cards: Vec<Value>,
@@ -74,8 +77,7 @@ impl LanPeers {
 
     /// The full names, base URLs and announced agents of the peers known now (for a refresh
     /// of their cards).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn known(&self) -> Vec<(String, String, Vec<(String, String, String)>)> {
+    pub(crate) fn known(&self) -> Vec<(String, String, Vec<Announced>)> {
         self.peers()
             .iter()
             .map(|(fullname, p)| (fullname.clone(), p.base_url.clone(), p.announced.clone()))

@@ -365,6 +365,8 @@ async fn srv_25_a_discovered_lan_peer_admits_its_mesh_routes_only() {
     assert!(agent.check_address(ip, 7385, "GET", &other_path).is_err());
     assert!(agent.check_address(ip, 7385, "GET", &inbox).is_err());
     assert!(agent.check_address(ip, 7386, "GET", &other_port).is_err());
+    let upgrade = url("ws://10.93.17.2:7385/agents/beta/socket");
+    assert!(agent.check_address(ip, 7385, "GET", &upgrade).is_err());
     let neighbour_ip: IpAddr = "10.93.17.3".parse().unwrap();
     assert!(
         agent
