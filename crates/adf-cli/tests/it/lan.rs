@@ -84,15 +84,14 @@ impl Namespaces {
         ip(&[
             "link", "add", &links[0], "type", "veth", "peer", "name", &links[1],
         ]);
-        for i in 0..2 {
-            let (ns, link) = (&made.names[i], &links[i]);
+        for ((ns, link), address) in made.names.iter().zip(&links).zip(&made.addresses) {
             ip(&["link", "set", link, "netns", ns]);
             ip(&[
                 "-n",
                 ns,
                 "addr",
                 "add",
-                &format!("{}/24", made.addresses[i]),
+                &format!("{address}/24"),
                 "dev",
                 link,
             ]);
