@@ -50,6 +50,9 @@ pub(crate) enum ClientCommand {
     /// ADF_DAEMON_TOKEN overrides it); `adf` client commands send it. The printed login link
     /// carries a one-time code (5 minutes), never the token; `adf studio` makes new ones.
     Daemon {
+        /// The address to listen on. Loopback by default; a LAN address (or 0.0.0.0) lets
+        /// other machines reach the mesh routes of `lan` and `public` agents, while the
+        /// control API still needs the token and a `localhost` agent still refuses them.
         #[arg(long, default_value = DEFAULT_HOST)]
         host: String,
         #[arg(long, default_value_t = DEFAULT_PORT)]
@@ -68,6 +71,11 @@ pub(crate) enum ClientCommand {
         /// agent serves must not share the Studio's origin.
         #[arg(long = "serve-port", value_name = "PORT")]
         serve_port: Option<u16>,
+        /// Announce the `lan` and `public` agents over mDNS and discover other daemons' on
+        /// the LAN (`agent_discover {scope: "all"}`, `adf network lan`). Needs --host with a
+        /// non-loopback address.
+        #[arg(long)]
+        lan: bool,
         /// Agent files to load at start.
         agents: Vec<PathBuf>,
         /// A tracked directory (repeatable; the settings' `trackedDirectories` too): at start,
@@ -341,6 +349,7 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
             insecure_loopback,
             allow_host,
             serve_port,
+            lan,
             agents,
             track,
             max_depth,
@@ -349,6 +358,7 @@ fn run_inner(command: ClientCommand, url: Option<&str>, out: Output) -> Result<E
                 insecure_loopback,
                 allow_host,
                 serve_port,
+                lan,
             };
             daemon(&host, port, &access, &agents, &track, max_depth)
         }
@@ -838,6 +848,8 @@ struct Access {
     allow_host: Vec<String>,
     /// `--serve-port`: where agents' content is served.
     serve_port: Option<u16>,
+    /// `--lan`: mDNS announcement and discovery.
+    lan: bool,
 }
 
 fn daemon(
@@ -858,6 +870,7 @@ fn daemon(
     front.insecure_loopback = access.insecure_loopback;
     front.allowed_hosts.clone_from(&access.allow_host);
     front.serve_port = access.serve_port;
+    front.lan = access.lan;
     runtime()?.block_on(async move {
         let daemon = Daemon::new(home);
         for path in agents {

@@ -18,17 +18,22 @@
 //! 3. the agent's own served origin ([`Policy::served_origins`]) is allowed;
 //! 4. `allow_local_fetch: true` allows everything else;
 //! 5. otherwise loopback is allowed and private, CGNAT, unspecified, multicast, reserved and
-//!    unique-local addresses are refused.
+//!    unique-local addresses are refused — except the exact mesh endpoint of a LAN peer the
+//!    daemon discovered ([`lan`]), for the public mesh routes only.
 //!
 //! A name that resolves to several addresses is refused when any one of them is refused; the
 //! admitted addresses are pinned, and an agent client connects to nothing else.
 //!
 //! With the `loopback-only` feature (test builds), an admitted destination off this machine's
 //! loopback is still refused, with an error naming what would have been dialed: tests prove
-//! "allowed" decisions without sending a packet anywhere.
+//! "allowed" decisions without sending a packet anywhere. The one exception is a discovered
+//! LAN peer's endpoint dialed from inside a network namespace of its own
+//! ([`lan::in_separate_network_namespace`]): the LAN tests' two daemons run in namespaces the
+//! test created, joined by one veth pair, so such a dial cannot leave them.
 
 pub mod client;
 pub mod control;
+pub mod lan;
 pub mod machine;
 pub mod resolve;
 pub mod rules;
@@ -144,6 +149,11 @@ impl Policy {
         if self.allow_local || ip.is_loopback() || self.serves(url) {
             return Ok(());
         }
+        // Rule 5's one exception: a discovered LAN peer's mesh endpoint, for the mesh routes
+        // only (why exactly these: `lan.rs`).
+        if is_lan_peer_route(method, url, ip, port) {
+            return Ok(());
+        }
         match local_kind(ip) {
             Some(what) => Err(format!(
                 "{ip} is a {what} address; private and local destinations need security.allow_local_fetch: true (an owner-approved config change)"
@@ -193,9 +203,12 @@ impl Policy {
             }
         }
         if cfg!(feature = "loopback-only")
-            && let Some(ip) = ips
-                .iter()
-                .find(|ip| !(canonical(**ip).is_loopback() || canonical(**ip).is_unspecified()))
+            && let Some(ip) = ips.iter().find(|ip| {
+                !(canonical(**ip).is_loopback()
+                    || canonical(**ip).is_unspecified()
+                    || (is_lan_peer_route(method, url, **ip, port)
+                        && lan::in_separate_network_namespace()))
+            })
         {
             return Err(EgressError::new(
                 EgressErrorKind::OffMachineInTest,
@@ -297,6 +310,14 @@ pub fn is_public_mesh_route(method: &str, url: &Url) -> bool {
             (method.to_ascii_uppercase().as_str(), *tail),
             ("POST", "inbox") | ("GET", "card") | ("GET", "health")
         )
+}
+
+/// Whether `method url` at `ip:port` is a mesh route (HTTP only: no WebSocket upgrade) of a
+/// discovered LAN peer's endpoint ([`lan`]).
+fn is_lan_peer_route(method: &str, url: &Url, ip: IpAddr, port: u16) -> bool {
+    matches!(url.scheme(), "http" | "https")
+        && is_public_mesh_route(method, url)
+        && lan::is_peer(ip, port)
 }
 
 /// The message of a caught panic's payload.

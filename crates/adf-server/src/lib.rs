@@ -57,6 +57,8 @@ pub mod frontdoor;
 pub mod hil;
 mod hub;
 mod lambdas;
+pub mod lan;
+mod lan_peers;
 pub mod live;
 pub mod memory;
 pub mod mesh;

@@ -65,6 +65,8 @@ pub struct DaemonMesh {
     serve_port: OnceLock<u16>,
     /// The daemon's runtime, for work that outlives the turn that caused it.
     runtime: Option<tokio::runtime::Handle>,
+    /// What LAN discovery found (empty unless `adf daemon --lan`).
+    lan: Arc<crate::lan_peers::LanPeers>,
 }
 
 impl DaemonMesh {
@@ -75,7 +77,36 @@ impl DaemonMesh {
             base_url: OnceLock::new(),
             serve_port: OnceLock::new(),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            lan: Arc::default(),
         }
+    }
+
+    /// Whether LAN discovery runs (`adf daemon --lan`).
+    pub(crate) fn lan_enabled(&self) -> bool {
+        self.lan.enabled()
+    }
+
+    /// What LAN discovery found.
+    pub(crate) fn lan_peers(&self) -> &Arc<crate::lan_peers::LanPeers> {
+        &self.lan
+    }
+
+    /// The hosted agents other machines may see (§5.8: tiers `lan` and `public`), each read
+    /// on a guest connection; a `localhost` or narrower agent is never among them.
+    pub(crate) fn announced_agents(&self) -> Vec<LocalAgent> {
+        let Some(hub) = self.hub.upgrade() else {
+            return Vec::new();
+        };
+        hub.agents()
+            .iter()
+            .filter_map(|agent| self.describe(agent, false))
+            .filter(|agent| agent.tier.admits(&Origin::Lan, &agent.path))
+            .collect()
+    }
+
+    /// The roster version of the hosting daemon (`None` once it is gone).
+    pub(crate) fn roster(&self) -> Option<u64> {
+        Some(self.hub.upgrade()?.registry().roster_version())
     }
 
     /// Records where the daemon serves the mesh (first call wins).
@@ -222,6 +253,10 @@ impl Mesh for DaemonMesh {
             }
         });
         Ok(())
+    }
+
+    fn lan_cards(&self) -> Vec<Value> {
+        self.lan.cards()
     }
 
     fn roster_version(&self) -> Option<u64> {

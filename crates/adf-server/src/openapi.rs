@@ -679,12 +679,6 @@ pub const UNSUPPORTED_OPERATIONS: &[(&str, &str, &str, &str)] = &[
         "mesh-server",
         "a mesh server apart from the daemon's listener",
     ),
-    (
-        "get",
-        "/network/mesh/lan-addresses",
-        "lan",
-        "listing LAN addresses",
-    ),
 ];
 
 /// Whether `path` is one of the daemon's own operations (any method): its segments match an
@@ -1271,9 +1265,17 @@ const MORE_OPS: &[Op] = &[
     op(
         "get",
         "/network/mesh/discovered-runtimes",
-        "Discovered runtimes: none (this runtime does no discovery)",
+        "LAN peers discovered over mDNS (`adf daemon --lan`; none without it)",
         "Network",
         &[200, 500],
+        &[],
+    ),
+    op(
+        "get",
+        "/network/mesh/lan-addresses",
+        "This daemon's LAN addresses and the LAN peers it discovered (`adf daemon --lan`; empty without it)",
+        "Network",
+        &[200],
         &[],
     ),
     op(

@@ -59,6 +59,9 @@ pub struct FrontDoor {
     /// free port when the control port is 0. Never the control port: agent content must not
     /// share the Studio's origin.
     pub serve_port: Option<u16>,
+    /// Announce this daemon's `lan`/`public` agents over mDNS and discover LAN peers
+    /// (`adf daemon --lan`, `crate::lan`); needs a non-loopback listener.
+    pub lan: bool,
 }
 
 impl std::fmt::Debug for FrontDoor {
@@ -70,6 +73,7 @@ impl std::fmt::Debug for FrontDoor {
             .field("public_body_budget", &self.public_body_budget)
             .field("connections", &self.connections)
             .field("serve_port", &self.serve_port)
+            .field("lan", &self.lan)
             .finish()
     }
 }
@@ -84,6 +88,7 @@ impl FrontDoor {
             public_body_budget: DEFAULT_PUBLIC_BODY_BUDGET,
             connections: ConnectionLimits::default(),
             serve_port: None,
+            lan: false,
         }
     }
 
@@ -121,6 +126,8 @@ pub struct RunningServer {
     task: JoinHandle<()>,
     stop_serving: Option<oneshot::Sender<()>>,
     serving_task: JoinHandle<()>,
+    /// The mDNS announcement and browse (`--lan`); dropping it withdraws the announcement.
+    lan: Option<crate::lan::LanDiscovery>,
 }
 
 /// The control listener on `host:port` and the agent-content listener on the serve port, with
@@ -188,6 +195,12 @@ impl RunningServer {
             adf_egress::control::register(&daemon.home().daemon_record_path(), &[addr]);
         daemon.mesh().set_base_url(format!("http://{addr}"));
         daemon.mesh().set_serve_port(serve_addr.port());
+        // Before serving, so a refused `--lan` never listens at all.
+        let lan = if front.lan {
+            Some(crate::lan::LanDiscovery::start(daemon.mesh_arc(), addr)?)
+        } else {
+            None
+        };
         let budget = BodyBudget::new(front.public_body_budget);
         daemon.start_serving(budget.clone());
         // The serving listener applies the same Host rule for its own port.
@@ -265,6 +278,7 @@ impl RunningServer {
             task,
             stop_serving: Some(stop_serving),
             serving_task,
+            lan,
         })
     }
 
@@ -317,6 +331,8 @@ impl RunningServer {
 
     /// Stops accepting, finishes in-flight requests, then closes every agent file.
     pub async fn shutdown(mut self) -> Result<(), ServerError> {
+        // Peers forget this daemon first: nothing should be sent to a daemon going away.
+        drop(self.lan.take());
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

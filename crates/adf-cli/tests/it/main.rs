@@ -17,6 +17,7 @@ mod egress;
 mod file_commands;
 mod hermetic_home;
 mod identity_commands;
+mod lan;
 mod mcp_commands;
 mod package_commands;
 mod review_cli;

@@ -351,3 +351,61 @@ async fn srv_22_srv_26_a_websocket_upgrade_reaches_another_daemons_agent_routes_
         assert!(error.reason.contains("control API"), "{text}: {error}");
     }
 }
+
+#[tokio::test]
+async fn srv_25_a_discovered_lan_peer_admits_its_mesh_routes_only() {
+    // An address of this test alone (TEST-NET ranges are refused as reserved, so a private
+    // one): no other test of this binary announces it.
+    let peer: SocketAddr = "10.93.17.2:7385".parse().unwrap();
+    let agent = policy(false);
+    let card = url("http://10.93.17.2:7385/agents/beta/card");
+    let inbox = url("http://10.93.17.2:7385/agents/beta/inbox");
+    let other_path = url("http://10.93.17.2:7385/agents");
+    let other_port = url("http://10.93.17.2:7386/agents/beta/card");
+    let neighbour = url("http://10.93.17.3:7385/agents/beta/card");
+    let ip = peer.ip();
+    // Before discovery, rule 5 refuses the private address.
+    assert!(agent.check_address(ip, 7385, "GET", &card).is_err());
+    let held = adf_egress::lan::admit_peer(peer);
+    assert!(agent.check_address(ip, 7385, "GET", &card).is_ok());
+    assert!(agent.check_address(ip, 7385, "POST", &inbox).is_ok());
+    // Not the whole host, nor the range: another path, port or address stays refused.
+    assert!(agent.check_address(ip, 7385, "GET", &other_path).is_err());
+    assert!(agent.check_address(ip, 7385, "GET", &inbox).is_err());
+    assert!(agent.check_address(ip, 7386, "GET", &other_port).is_err());
+    let upgrade = url("ws://10.93.17.2:7385/agents/beta/socket");
+    assert!(agent.check_address(ip, 7385, "GET", &upgrade).is_err());
+    let neighbour_ip: IpAddr = "10.93.17.3".parse().unwrap();
+    assert!(
+        agent
+            .check_address(neighbour_ip, 7385, "GET", &neighbour)
+            .is_err()
+    );
+    // Outside a network namespace of its own, a test build still never dials it.
+    if !adf_egress::lan::in_separate_network_namespace() {
+        let admitted = agent
+            .admit("GET", &card, &table(&[]), &Pins::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            admitted.kind,
+            EgressErrorKind::OffMachineInTest,
+            "{admitted}"
+        );
+    }
+    // Rule 1 comes first: an announcement of a metadata address admits nothing.
+    let metadata: SocketAddr = "169.254.169.254:80".parse().unwrap();
+    let _bad = adf_egress::lan::admit_peer(metadata);
+    assert!(
+        agent
+            .check_address(
+                metadata.ip(),
+                80,
+                "GET",
+                &url("http://169.254.169.254/agents/x/card")
+            )
+            .is_err()
+    );
+    drop(held);
+    assert!(agent.check_address(ip, 7385, "GET", &card).is_err());
+}

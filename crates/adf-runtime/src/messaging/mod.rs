@@ -276,6 +276,13 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
         Err("this runtime cannot start another agent from a tool".to_owned())
     }
 
+    /// Signed cards of agents on LAN peers (`agent_discover {scope: "all"}`), each with
+    /// `visibility`, `in_subdirectory` and `source` set; none where the runtime does no LAN
+    /// discovery.
+    fn lan_cards(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
     /// A number that changes whenever the hosted agents change (loads, unloads), so a caller
     /// can skip listing them again while it holds (`mesh_updates`); `None` when the mesh
     /// keeps none, and then every caller lists.

@@ -315,6 +315,7 @@ fn more_routes() -> Router<AppState> {
             "/network/mesh/discovered-runtimes",
             get(network::discovered_runtimes),
         )
+        .route("/network/mesh/lan-addresses", get(network::lan_addresses))
         .route("/network/server", get(network::server))
         .merge(admin::routes())
         .merge(unsupported::routes())

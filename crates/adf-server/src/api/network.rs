@@ -1,6 +1,6 @@
 //! The mesh as the owner manages it (`/network/*`): its status, the `meshEnabled` switch,
-//! the tools the hosted agents called lately, and the runtimes discovered (this runtime does
-//! no LAN or tailnet discovery, so the list says so and is empty).
+//! the tools the hosted agents called lately, and the LAN peers discovered over mDNS
+//! (`adf daemon --lan`, `crate::lan`; no tailnet discovery).
 //!
 //! `meshEnabled: false` closes the mesh's inbound door: `POST /agents/{handle}/inbox` from
 //! other runtimes answers 503 `MESH_DISABLED` until it is enabled again. Agents on this daemon
@@ -157,21 +157,34 @@ pub(super) async fn recent_tools(
     Ok(Json(json!({ "tools": tools })).into_response())
 }
 
-/// `GET /network/mesh/discovered-runtimes`: none, because this runtime does not discover
-/// others (peers are reached by URL).
+/// `GET /network/mesh/discovered-runtimes`: the LAN peers discovered over mDNS (none unless
+/// the daemon runs with `--lan`), and the owner's manual peers.
 pub(super) async fn discovered_runtimes(State(state): State<AppState>) -> ApiResult<Response> {
     let (_, values) = read_settings(&state)?;
     let manual = values
         .get("meshManualPeers")
         .cloned()
         .unwrap_or_else(|| json!([]));
+    let lan = state.daemon.mesh().lan_peers();
     Ok(Json(json!({
-        "runtimes": [],
-        "discovery": false,
+        "runtimes": lan.describe(),
+        "discovery": state.daemon.mesh().lan_enabled(),
         "manualPeers": manual,
-        "note": "this runtime does no LAN or tailnet discovery; peers are reached by their URL",
     }))
     .into_response())
+}
+
+/// `GET /network/mesh/lan-addresses` (`adf network lan`): the addresses this daemon announces
+/// on the LAN and the peers it discovered; both empty unless it runs with `--lan`.
+pub(super) async fn lan_addresses(State(state): State<AppState>) -> Response {
+    let mesh = state.daemon.mesh();
+    let lan = mesh.lan_peers();
+    Json(json!({
+        "addresses": lan.addresses(),
+        "discovery": mesh.lan_enabled(),
+        "peers": lan.describe(),
+    }))
+    .into_response()
 }
 
 /// `GET /network/server`: the mesh is served by the daemon's own listener.

@@ -1,12 +1,12 @@
 //! Operations of the reference daemon that belong to capabilities this runtime does not have
 //! yet: compute environments, channel adapters, ChatGPT/Grok subscription logins, installing
-//! packages from the daemon, a separate mesh server and LAN address listing. Each answers one documented error rather than a 404 or a pretend success:
+//! packages from the daemon and a separate mesh server. Each answers one documented error rather than a 404 or a pretend success:
 //!
 //! `501 {"error": "<what> is not supported by this runtime yet", "code": "NOT_SUPPORTED",
 //! "capability": "<name>"}`
 //!
 //! The capability names are stable (`compute`, `adapters`, `subscription-auth`,
-//! `package-install`, `mesh-server`, `lan`); `/openapi.json`
+//! `package-install`, `mesh-server`); `/openapi.json`
 //! lists these operations with their 501 (see `openapi.rs`).
 
 use axum::Router;

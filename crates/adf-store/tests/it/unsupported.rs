@@ -57,10 +57,7 @@ fn each_declared_section_is_named() {
             { "name": "fs_read", "enabled": true }
         ]
     });
-    assert_eq!(
-        paths(&config),
-        ["adapters.matrix", "pre_llm_hook"]
-    );
+    assert_eq!(paths(&config), ["adapters.matrix", "pre_llm_hook"]);
     let line = warning_line(&config).unwrap();
     assert!(line.contains("pre_llm_hook"), "{line}");
     assert!(

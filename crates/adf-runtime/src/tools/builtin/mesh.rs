@@ -200,7 +200,7 @@ impl Tool for AgentDiscover {
         parameters: json!({
             "type": "object",
             "properties": {
-                "scope": { "type": "string", "enum": ["local", "all"], "description": "local (default): this runtime's agents. all: also LAN peers (none are discovered yet)." },
+                "scope": { "type": "string", "enum": ["local", "all"], "description": "local (default): this runtime's agents. all: also the agents LAN peers announce (mDNS, when the daemon runs with --lan)." },
                 "visibility": { "type": "array", "items": { "type": "string", "enum": ["directory", "localhost", "lan", "public", "off"] }, "description": "Only agents of these tiers." },
                 "handle": { "type": "string", "description": "Case-insensitive substring of the handle." },
                 "description": { "type": "string", "description": "Case-insensitive substring of the description." },
@@ -261,6 +261,29 @@ impl Tool for AgentDiscover {
                 object.insert("source".into(), "local-runtime".into());
             }
             cards.push(card);
+        }
+        if args.get("scope").and_then(Value::as_str) == Some("all") {
+            // Each peer listed only what it lets a LAN requester see (its card route checked
+            // our origin); the same filters apply.
+            for card in self.mesh.lan_cards() {
+                let text = |key: &str| {
+                    card.get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_lowercase()
+                };
+                if handle.as_ref().is_some_and(|h| !text("handle").contains(h))
+                    || description
+                        .as_ref()
+                        .is_some_and(|d| !text("description").contains(d))
+                    || tiers
+                        .as_ref()
+                        .is_some_and(|t| !t.iter().any(|t| *t == text("visibility")))
+                {
+                    continue;
+                }
+                cards.push(card);
+            }
         }
         Ok(Value::Array(cards))
     }
