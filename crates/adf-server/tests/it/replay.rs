@@ -13,7 +13,7 @@ use crate::common;
 use std::collections::BTreeSet;
 
 use reqwest::Method;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use common::{Harness, transcripts};
 
