@@ -321,7 +321,9 @@ impl std::fmt::Debug for WireCache {
 }
 
 /// Token usage of one response, stored on assistant rows as
-/// `{input, output, cache_read?, cache_write?, reasoning?}` (§3.3 adf_loop `tokens`).
+/// `{input, output, cache_read, cache_write?, reasoning}` (§3.3 adf_loop `tokens`): `cache_read` and
+/// `reasoning` are always written (0 when the vendor reports none), as the reference writes them;
+/// rows without them still read (0).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt tokens not served from or written to the cache (Anthropic `input_tokens`; OpenAI
@@ -330,13 +332,13 @@ pub struct Usage {
     /// Output tokens, reasoning included.
     pub output: u64,
     /// Prompt tokens read from the provider's cache.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub cache_read: u64,
     /// Prompt tokens written to the provider's cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write: u64,
-    /// Reasoning tokens, when reported.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// Reasoning tokens (0 when not reported).
+    #[serde(default)]
     pub reasoning: u64,
 }
 

@@ -39,6 +39,19 @@ pub const KNOWN_KEYS: &[&str] = &[
     "trackedDirectories",
 ];
 
+/// The mesh port the reference reports when the settings do not set one (its mesh server's
+/// default port; here the mesh shares the daemon's listener, so it is only reported).
+pub const DEFAULT_MESH_PORT: u16 = 7295;
+
+/// What a read of `key` answers when the settings file does not set it: the reference's
+/// defaults for the keys it defaults, else nothing (`null`).
+pub fn default_value(key: &str) -> Option<Value> {
+    match key {
+        "meshPort" => Some(Value::from(DEFAULT_MESH_PORT)),
+        _ => None,
+    }
+}
+
 /// Why a client's value for `key` is refused (`None`: accepted). Unknown keys are refused, and
 /// the keys this daemon reads must have the shape it reads.
 pub fn check_value(key: &str, value: &Value) -> Option<String> {

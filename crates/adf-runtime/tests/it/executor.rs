@@ -324,7 +324,11 @@ async fn conversation(wire: Wire) {
     for row in &rows {
         if row.role == "assistant" {
             assert_eq!(row.model.as_deref(), Some(MODEL));
-            assert_eq!(row.tokens, Some(json!({"input": 10, "output": 5})));
+            // The reference always writes `cache_read` and `reasoning` (0 when the vendor reports none).
+            assert_eq!(
+                row.tokens,
+                Some(json!({"input": 10, "output": 5, "cache_read": 0, "reasoning": 0}))
+            );
         } else {
             assert!(row.model.is_none() && row.tokens.is_none());
         }

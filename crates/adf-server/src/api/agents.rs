@@ -214,7 +214,7 @@ pub(super) async fn loop_read(
                 entry["model"] = json!(model);
             }
             if let Some(tokens) = &row.tokens {
-                entry["tokens"] = tokens.clone();
+                entry["tokens"] = loop_tokens(tokens);
             }
             entry["created_at"] = json!(row.created_at);
             entry
@@ -231,6 +231,19 @@ pub(super) async fn loop_read(
 }
 
 /// `limit` of a transcript page: 50 when absent, clamped to 1–500; not a number is a 400.
+/// A loop row's `tokens` as the reference answers them: `cache_read` and `reasoning` always
+/// present (0 when the row does not record them), so rows written before this runtime stored
+/// them (and the reference's own older files) read the same as new ones.
+fn loop_tokens(stored: &Value) -> Value {
+    let mut tokens = stored.clone();
+    if let Value::Object(fields) = &mut tokens {
+        for key in ["cache_read", "reasoning"] {
+            fields.entry(key).or_insert_with(|| json!(0));
+        }
+    }
+    tokens
+}
+
 fn page_limit(params: &HashMap<String, String>) -> ApiResult<i64> {
     match params.get("limit").filter(|l| !l.is_empty()) {
         None => Ok(50),
@@ -292,7 +305,7 @@ fn ui_entries(row: &LoopRow) -> Vec<Value> {
                 metadata["model"] = json!(model);
             }
             if let Some(tokens) = &row.tokens {
-                metadata["tokens"] = tokens.clone();
+                metadata["tokens"] = loop_tokens(tokens);
             }
             json!({
                 "id": format!("loop-{}-{index}", row.seq),

@@ -469,7 +469,11 @@ async fn network_value(state: &AppState, values: &Map<String, Value>) -> Value {
         "mesh": {
             "enabledSetting": mesh_enabled(values),
             "lan": values.get("meshLan").and_then(Value::as_bool).unwrap_or(false),
-            "port": values.get("meshPort").cloned().unwrap_or(Value::Null),
+            "port": values
+                .get("meshPort")
+                .cloned()
+                .or_else(|| crate::settings::default_value("meshPort"))
+                .unwrap_or(Value::Null),
             "status": mesh_value(state, values).await,
         },
         "agents": agents,

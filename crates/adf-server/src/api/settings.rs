@@ -69,7 +69,9 @@ pub(super) async fn get_one(
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let value = values
         .get(&key)
-        .map_or(Value::Null, |value| crate::settings::redact(&key, value));
+        .map(|value| crate::settings::redact(&key, value))
+        .or_else(|| crate::settings::default_value(&key))
+        .unwrap_or(Value::Null);
     Ok(Json(json!({ "key": key, "value": value })).into_response())
 }
 
@@ -95,6 +97,8 @@ pub(super) async fn put_one(
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let value = values
         .get(&key)
-        .map_or(Value::Null, |value| crate::settings::redact(&key, value));
+        .map(|value| crate::settings::redact(&key, value))
+        .or_else(|| crate::settings::default_value(&key))
+        .unwrap_or(Value::Null);
     Ok(Json(json!({ "key": key, "value": value })).into_response())
 }
