@@ -183,7 +183,7 @@ pub(crate) enum Command {
     /// An agent's MCP servers: add (install and discover), list, restart, remove, review.
     #[command(subcommand)]
     Mcp(Box<McpCommand>),
-    /// An agent's npm packages (code_execution.packages): list (default), install NAME[@RANGE]
+    /// An agent's npm packages (code_execution.packages): list (default), install NAME or NAME@RANGE
     /// into the shared store under $ADF_HOME/packages, remove NAME. Pure JavaScript only;
     /// native addons are refused and no package script ever runs.
     Packages {
@@ -303,7 +303,7 @@ pub(crate) enum OwnerCommand {
 pub(crate) enum PackagesAction {
     /// The agent's packages with their installed size.
     List,
-    /// Resolve NAME[@RANGE] against the npm registry (the runtime setting npmRegistry) and add
+    /// Resolve NAME or NAME@RANGE against the npm registry (the runtime setting npmRegistry) and add
     /// it to the agent.
     Install {
         /// `lodash`, `lodash@^4.17.0`, `@scope/pkg@latest`.

@@ -256,7 +256,7 @@ impl<'a> Targets<'a> {
     }
 
     /// The runtime setting `compute.pipIndexUrl`, which this runtime refuses (see
-    /// [`crate::pip`]).
+    /// `pip.rs`).
     pub fn pip_index_url(&self) -> Option<&str> {
         self.settings
             .pointer("/compute/pipIndexUrl")

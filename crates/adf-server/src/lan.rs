@@ -11,7 +11,7 @@
 //! admitted by the egress policy for the mesh routes only while it is known
 //! (`adf_egress::lan`); the cards of its announced agents are fetched through that policy,
 //! verified (signature, and the DID it announced) and kept in the mesh's
-//! [`crate::lan_peers::LanPeers`] for `agent_discover {scope: "all"}`. A peer whose service
+//! `lan_peers::LanPeers` for `agent_discover {scope: "all"}`. A peer whose service
 //! goes away is forgotten, and its endpoint with it.
 //!
 //! mDNS is the daemon's own traffic (UDP 5353 multicast on the listener's interface), not an
