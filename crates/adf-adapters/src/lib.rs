@@ -43,6 +43,7 @@ mod config;
 pub mod discord;
 pub mod email;
 mod error;
+mod form_memory;
 mod forms;
 mod host;
 mod message;

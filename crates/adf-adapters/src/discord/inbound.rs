@@ -24,18 +24,7 @@ pub(crate) struct Bot {
     pub(crate) username: String,
 }
 
-/// A form answer a component stands for (kept in the state directory, keyed by its
-/// `custom_id` or select option value).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FormButton {
-    pub(crate) outbox_id: String,
-    pub(crate) form_id: String,
-    pub(crate) question_id: String,
-    /// `None` for a question answered in words (a reply to the question's message).
-    pub(crate) answer_id: Option<String>,
-    pub(crate) answer_value: Value,
-    pub(crate) label: String,
-}
+pub(crate) use crate::form_memory::FormButton;
 
 /// The `transfer` of an attachment the adapter still has to download.
 pub(crate) const PENDING_DOWNLOAD: &str = "pending";

@@ -34,6 +34,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::AdapterSettings;
 use crate::error::AdapterError;
+use crate::form_memory::FormMemory;
 use crate::forms::{FORM_CONTENT_TYPE, Form};
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
 use crate::platform::Building;
@@ -74,7 +75,6 @@ const MAX_SEEN: usize = 1000;
 
 /// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
 const ATTACHMENT_DIR: &str = "imported/discord";
-const FORMS_FILE: &str = "forms.json";
 const SEEN_FILE: &str = "seen.json";
 
 /// Interaction callback type `DEFERRED_UPDATE_MESSAGE`: acknowledged, message unchanged.
@@ -93,7 +93,7 @@ pub struct DiscordAdapter {
     session: Mutex<Option<gateway::Resumable>>,
     seen: Mutex<Option<VecDeque<String>>>,
     // Serializes writes of forms.json (deliveries may run side by side).
-    forms: tokio::sync::Mutex<()>,
+    forms: FormMemory,
 }
 
 impl std::fmt::Debug for DiscordAdapter {
@@ -176,10 +176,12 @@ impl DiscordAdapter {
             sleeper.clone(),
             file.clone(),
         )?;
+        let state = StateDir::new(&sink.agent_file(), KIND);
         Ok(DiscordAdapter {
             settings: settings.clone(),
             rest,
-            state: StateDir::new(&sink.agent_file(), KIND),
+            forms: FormMemory::new(state.clone(), "answers", MAX_FORM_ANSWERS),
+            state,
             sink,
             sleeper,
             file,
@@ -187,7 +189,6 @@ impl DiscordAdapter {
             bot: Mutex::new(None),
             session: Mutex::new(None),
             seen: Mutex::new(None),
-            forms: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -241,17 +242,7 @@ impl DiscordAdapter {
     }
 
     fn form_button(&self, key: &str) -> Option<FormButton> {
-        let forms = self.state.read_json(FORMS_FILE).ok().flatten()?;
-        let b = forms.get("answers")?.get(key)?;
-        let text = |name: &str| b.get(name).and_then(Value::as_str).map(str::to_owned);
-        Some(FormButton {
-            outbox_id: text("outbox_id")?,
-            form_id: text("form_id")?,
-            question_id: text("question_id")?,
-            answer_id: text("answer_id"),
-            answer_value: b.get("answer_value").cloned().unwrap_or(Value::Null),
-            label: text("label").unwrap_or_default(),
-        })
+        self.forms.button(key)
     }
 
     async fn handle_message(&self, message: &Value, bot: &Bot) -> Result<(), AdapterError> {
@@ -488,17 +479,18 @@ impl DiscordAdapter {
             if in_words {
                 // A reply to this message is the answer to this question.
                 let key = format!("reply:{channel}:{sent}");
-                self.remember_answers(|_| {
-                    vec![(
-                        key,
-                        json!({
-                            "outbox_id": message.outbox_id,
-                            "form_id": form.form_id,
-                            "question_id": question.id,
-                        }),
-                    )]
-                })
-                .await?;
+                self.forms
+                    .remember(|_| {
+                        vec![(
+                            key,
+                            json!({
+                                "outbox_id": message.outbox_id,
+                                "form_id": form.form_id,
+                                "question_id": question.id,
+                            }),
+                        )]
+                    })
+                    .await?;
             }
             ids.push(sent);
         }
@@ -506,49 +498,6 @@ impl DiscordAdapter {
             platform_message_ids: ids,
             status_code: 200,
         })
-    }
-
-    /// Adds answers to forms.json: `make` gets the next free sequence number (components use
-    /// it in their `custom_id`) and returns `(key, answer)` pairs; the oldest entries past
-    /// [`MAX_FORM_ANSWERS`] are forgotten.
-    async fn remember_answers(
-        &self,
-        make: impl FnOnce(&mut u64) -> Vec<(String, Value)>,
-    ) -> Result<(), AdapterError> {
-        let _writing = self.forms.lock().await;
-        let mut forms = self
-            .state
-            .read_json(FORMS_FILE)?
-            .unwrap_or_else(|| json!({ "next": 1, "answers": {} }));
-        let mut next = forms.get("next").and_then(Value::as_u64).unwrap_or(1);
-        let mut answers = forms
-            .get("answers")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        for (key, mut answer) in make(&mut next) {
-            if let Some(object) = answer.as_object_mut() {
-                object.insert("seq".into(), json!(next));
-            }
-            next += 1;
-            answers.insert(key, answer);
-        }
-        if answers.len() > MAX_FORM_ANSWERS {
-            let mut by_age: Vec<(u64, String)> = answers
-                .iter()
-                .map(|(k, v)| (v.get("seq").and_then(Value::as_u64).unwrap_or(0), k.clone()))
-                .collect();
-            by_age.sort();
-            let excess = answers.len() - MAX_FORM_ANSWERS;
-            for (_, key) in by_age.into_iter().take(excess) {
-                answers.remove(&key);
-            }
-        }
-        if let Some(object) = forms.as_object_mut() {
-            object.insert("next".into(), json!(next));
-            object.insert("answers".into(), Value::Object(answers));
-        }
-        self.state.write_json(FORMS_FILE, &forms)
     }
 
     /// Records question `q`'s choices and returns its action row: buttons for a few choices, a
@@ -566,38 +515,39 @@ impl DiscordAdapter {
         let mut components = Vec::new();
         let mut select_options = Vec::new();
         let mut select_id = String::new();
-        self.remember_answers(|next| {
-            let mut entries = Vec::new();
-            if !as_buttons {
-                select_id = format!("adf:{next}");
-                *next += 1;
-            }
-            for option in &question.options {
-                let key = format!("adf:{next}");
-                *next += 1;
-                if as_buttons {
-                    // Style 1: primary.
-                    components.push(json!({
-                        "type": 2, "style": 1, "label": label(&option.label), "custom_id": key,
-                    }));
-                } else {
-                    select_options.push(json!({ "label": label(&option.label), "value": key }));
+        self.forms
+            .remember(|next| {
+                let mut entries = Vec::new();
+                if !as_buttons {
+                    select_id = format!("adf:{next}");
+                    *next += 1;
                 }
-                entries.push((
-                    key,
-                    json!({
-                        "outbox_id": message.outbox_id,
-                        "form_id": form.form_id,
-                        "question_id": question.id,
-                        "answer_id": option.id,
-                        "answer_value": option.value,
-                        "label": option.label,
-                    }),
-                ));
-            }
-            entries
-        })
-        .await?;
+                for option in &question.options {
+                    let key = format!("adf:{next}");
+                    *next += 1;
+                    if as_buttons {
+                        // Style 1: primary.
+                        components.push(json!({
+                            "type": 2, "style": 1, "label": label(&option.label), "custom_id": key,
+                        }));
+                    } else {
+                        select_options.push(json!({ "label": label(&option.label), "value": key }));
+                    }
+                    entries.push((
+                        key,
+                        json!({
+                            "outbox_id": message.outbox_id,
+                            "form_id": form.form_id,
+                            "question_id": question.id,
+                            "answer_id": option.id,
+                            "answer_value": option.value,
+                            "label": option.label,
+                        }),
+                    ));
+                }
+                entries
+            })
+            .await?;
         if !as_buttons {
             // Type 3: string select, one choice.
             components.push(json!({

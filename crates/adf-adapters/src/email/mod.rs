@@ -52,6 +52,7 @@ use serde_json::{Value, json};
 
 use crate::config::AdapterSettings;
 use crate::error::AdapterError;
+use crate::form_memory::FormMemory;
 use crate::forms::{FORM_CONTENT_TYPE, Form, questionnaire_text};
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
 use crate::platform::Building;
@@ -80,7 +81,6 @@ pub const IDLE_RENEW: Duration = Duration::from_secs(20 * 60);
 pub const TEXT_ALLOWANCE: u64 = 1024 * 1024;
 
 const MAILBOX_FILE: &str = "mailbox.json";
-const FORMS_FILE: &str = "forms.json";
 /// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
 const ATTACHMENT_DIR: &str = "imported/email";
 /// Forms remembered for answers; older ones are forgotten first.
@@ -204,7 +204,7 @@ pub struct EmailAdapter {
     sink: Arc<dyn AdapterSink>,
     state: StateDir,
     // Serializes writes of forms.json (deliveries may run side by side).
-    forms: tokio::sync::Mutex<()>,
+    forms: FormMemory,
 }
 
 impl std::fmt::Debug for EmailAdapter {
@@ -268,7 +268,7 @@ impl EmailAdapter {
             trust,
             sink,
             state: StateDir::new(&file, KIND),
-            forms: tokio::sync::Mutex::new(()),
+            forms: FormMemory::new(StateDir::new(&file, KIND), "forms", MAX_FORMS),
         })
     }
 
@@ -514,8 +514,7 @@ impl EmailAdapter {
     }
 
     fn sent_form(&self, message_id: &str) -> Option<SentForm> {
-        let forms = self.state.read_json(FORMS_FILE).ok().flatten()?;
-        let entry = forms.get("forms")?.get(message_id)?;
+        let entry = self.forms.recall(message_id)?;
         let outbox_id = entry.get("outbox_id")?.as_str()?.to_owned();
         let form = Form::parse(entry.get("content")?.as_str()?, &outbox_id).ok()?;
         Some(SentForm { outbox_id, form })
@@ -526,37 +525,10 @@ impl EmailAdapter {
         message_id: &str,
         message: &OutboundMessage,
     ) -> Result<(), AdapterError> {
-        let _writing = self.forms.lock().await;
-        let mut forms = self
-            .state
-            .read_json(FORMS_FILE)?
-            .unwrap_or_else(|| json!({ "next": 1, "forms": {} }));
-        let seq = forms.get("next").and_then(Value::as_u64).unwrap_or(1);
-        let mut entries = forms
-            .get("forms")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        entries.insert(
-            message_id.to_owned(),
-            json!({ "outbox_id": message.outbox_id, "content": message.content, "seq": seq }),
-        );
-        if entries.len() > MAX_FORMS {
-            let mut by_age: Vec<(u64, String)> = entries
-                .iter()
-                .map(|(k, v)| (v.get("seq").and_then(Value::as_u64).unwrap_or(0), k.clone()))
-                .collect();
-            by_age.sort();
-            let excess = entries.len() - MAX_FORMS;
-            for (_, key) in by_age.into_iter().take(excess) {
-                entries.remove(&key);
-            }
-        }
-        if let Some(object) = forms.as_object_mut() {
-            object.insert("next".into(), json!(seq + 1));
-            object.insert("forms".into(), Value::Object(entries));
-        }
-        self.state.write_json(FORMS_FILE, &forms)
+        let entry = json!({ "outbox_id": message.outbox_id, "content": message.content });
+        self.forms
+            .remember(|_| vec![(message_id.to_owned(), entry)])
+            .await
     }
 
     fn mailbox_of(&self, address: &str, name: Option<&str>) -> Result<Mailbox, AdapterError> {

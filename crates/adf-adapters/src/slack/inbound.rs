@@ -43,17 +43,7 @@ pub(crate) struct Bot {
     pub(crate) team_id: Option<String>,
 }
 
-/// A form answer a control stands for (kept in the state directory, keyed by the control's
-/// `value`, or `reply:<channel>:<ts>` for a question asked in words).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FormButton {
-    pub(crate) outbox_id: String,
-    pub(crate) form_id: String,
-    pub(crate) question_id: String,
-    pub(crate) answer_id: Option<String>,
-    pub(crate) answer_value: Value,
-    pub(crate) label: String,
-}
+pub(crate) use crate::form_memory::FormButton;
 
 /// What one payload amounts to.
 #[derive(Debug)]

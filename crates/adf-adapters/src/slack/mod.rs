@@ -44,6 +44,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::config::AdapterSettings;
 use crate::error::AdapterError;
+use crate::form_memory::FormMemory;
 use crate::forms::FORM_CONTENT_TYPE;
 use crate::message::{Delivered, InboundMessage, OutboundMessage};
 use crate::platform::Building;
@@ -96,7 +97,6 @@ const QUIET_BEFORE_PING: Duration = Duration::from_secs(60);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 const SEEN_FILE: &str = "seen.json";
-const FORMS_FILE: &str = "forms.json";
 /// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
 const ATTACHMENT_DIR: &str = "imported/slack";
 
@@ -113,7 +113,7 @@ pub struct SlackAdapter {
     /// answer — a missing scope is not asked again and again).
     names: Mutex<HashMap<String, Option<String>>>,
     // Serializes writes of forms.json (deliveries may run side by side).
-    forms: tokio::sync::Mutex<()>,
+    forms: FormMemory,
 }
 
 impl std::fmt::Debug for SlackAdapter {
@@ -268,7 +268,7 @@ impl SlackAdapter {
             sink,
             bot: Mutex::new(None),
             names: Mutex::new(HashMap::new()),
-            forms: tokio::sync::Mutex::new(()),
+            forms: FormMemory::new(StateDir::new(&file, KIND), "buttons", MAX_FORM_BUTTONS),
         })
     }
 
@@ -299,17 +299,7 @@ impl SlackAdapter {
     }
 
     fn form_button(&self, key: &str) -> Option<FormButton> {
-        let forms = self.state.read_json(FORMS_FILE).ok().flatten()?;
-        let b = forms.get("buttons")?.get(key)?;
-        let text = |name: &str| b.get(name).and_then(Value::as_str).map(str::to_owned);
-        Some(FormButton {
-            outbox_id: text("outbox_id")?,
-            form_id: text("form_id")?,
-            question_id: text("question_id")?,
-            answer_id: text("answer_id"),
-            answer_value: b.get("answer_value").cloned().unwrap_or(Value::Null),
-            label: text("label").unwrap_or_default(),
-        })
+        self.forms.button(key)
     }
 
     async fn receive(&self, session: &Session) -> Result<(), AdapterError> {

@@ -6,8 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::api::Args;
 use super::{
-    FORMS_FILE, KIND, MAX_BUTTONS, MAX_FORM_BUTTONS, MAX_LABEL_CHARS, MAX_MESSAGE_CHARS,
-    MAX_SELECT_OPTIONS, SlackAdapter,
+    KIND, MAX_BUTTONS, MAX_LABEL_CHARS, MAX_MESSAGE_CHARS, MAX_SELECT_OPTIONS, SlackAdapter,
 };
 use crate::error::AdapterError;
 use crate::forms::Form;
@@ -173,17 +172,18 @@ impl SlackAdapter {
             if question.options.is_empty() {
                 // A reply in this message's thread is the answer to this question.
                 let key = format!("reply:{channel}:{sent}");
-                self.remember_answers(|_| {
-                    vec![(
-                        key,
-                        json!({
-                            "outbox_id": message.outbox_id,
-                            "form_id": form.form_id,
-                            "question_id": question.id,
-                        }),
-                    )]
-                })
-                .await?;
+                self.forms
+                    .remember(|_| {
+                        vec![(
+                            key,
+                            json!({
+                                "outbox_id": message.outbox_id,
+                                "form_id": form.form_id,
+                                "question_id": question.id,
+                            }),
+                        )]
+                    })
+                    .await?;
             }
             ids.push(sent);
         }
@@ -191,49 +191,6 @@ impl SlackAdapter {
             platform_message_ids: ids,
             status_code: 200,
         })
-    }
-
-    /// Adds answers to forms.json: `make` gets the next free sequence number (controls use it
-    /// in their `value`) and returns `(key, answer)` pairs; the oldest entries past
-    /// [`MAX_FORM_BUTTONS`] are forgotten.
-    async fn remember_answers(
-        &self,
-        make: impl FnOnce(&mut u64) -> Vec<(String, Value)>,
-    ) -> Result<(), AdapterError> {
-        let _writing = self.forms.lock().await;
-        let mut forms = self
-            .state
-            .read_json(FORMS_FILE)?
-            .unwrap_or_else(|| json!({ "next": 1, "buttons": {} }));
-        let mut next = forms.get("next").and_then(Value::as_u64).unwrap_or(1);
-        let mut answers = forms
-            .get("buttons")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        for (key, mut answer) in make(&mut next) {
-            if let Some(object) = answer.as_object_mut() {
-                object.insert("seq".into(), json!(next));
-            }
-            next += 1;
-            answers.insert(key, answer);
-        }
-        if answers.len() > MAX_FORM_BUTTONS {
-            let mut by_age: Vec<(u64, String)> = answers
-                .iter()
-                .map(|(k, v)| (v.get("seq").and_then(Value::as_u64).unwrap_or(0), k.clone()))
-                .collect();
-            by_age.sort();
-            let excess = answers.len() - MAX_FORM_BUTTONS;
-            for (_, key) in by_age.into_iter().take(excess) {
-                answers.remove(&key);
-            }
-        }
-        if let Some(object) = forms.as_object_mut() {
-            object.insert("next".into(), json!(next));
-            object.insert("buttons".into(), Value::Object(answers));
-        }
-        self.state.write_json(FORMS_FILE, &forms)
     }
 
     /// Records question `q`'s choices and returns its `actions` block: buttons, or a static
@@ -256,33 +213,34 @@ impl SlackAdapter {
         }
         let as_select = question.options.len() > MAX_BUTTONS;
         let mut elements = Vec::new();
-        self.remember_answers(|next| {
-            let mut entries = Vec::new();
-            for option in &question.options {
-                let key = format!("adf:{next}");
-                *next += 1;
-                let label: String = option.label.chars().take(MAX_LABEL_CHARS).collect();
-                let shown = json!({ "type": "plain_text", "text": label });
-                elements.push(if as_select {
-                    json!({ "text": shown, "value": key })
-                } else {
-                    json!({ "type": "button", "action_id": key, "text": shown, "value": key })
-                });
-                entries.push((
-                    key,
-                    json!({
-                        "outbox_id": message.outbox_id,
-                        "form_id": form.form_id,
-                        "question_id": question.id,
-                        "answer_id": option.id,
-                        "answer_value": option.value,
-                        "label": option.label,
-                    }),
-                ));
-            }
-            entries
-        })
-        .await?;
+        self.forms
+            .remember(|next| {
+                let mut entries = Vec::new();
+                for option in &question.options {
+                    let key = format!("adf:{next}");
+                    *next += 1;
+                    let label: String = option.label.chars().take(MAX_LABEL_CHARS).collect();
+                    let shown = json!({ "type": "plain_text", "text": label });
+                    elements.push(if as_select {
+                        json!({ "text": shown, "value": key })
+                    } else {
+                        json!({ "type": "button", "action_id": key, "text": shown, "value": key })
+                    });
+                    entries.push((
+                        key,
+                        json!({
+                            "outbox_id": message.outbox_id,
+                            "form_id": form.form_id,
+                            "question_id": question.id,
+                            "answer_id": option.id,
+                            "answer_value": option.value,
+                            "label": option.label,
+                        }),
+                    ));
+                }
+                entries
+            })
+            .await?;
         let block_id = format!("adf_a{}", q + 1);
         Ok(if as_select {
             json!({

@@ -37,18 +37,7 @@ pub(crate) struct Bot {
     pub(crate) username: String,
 }
 
-/// A form answer a button stands for (kept in the state directory, keyed by its
-/// `callback_data`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FormButton {
-    pub(crate) outbox_id: String,
-    pub(crate) form_id: String,
-    pub(crate) question_id: String,
-    /// `None` for a question answered in words (a reply to the question's message).
-    pub(crate) answer_id: Option<String>,
-    pub(crate) answer_value: Value,
-    pub(crate) label: String,
-}
+pub(crate) use crate::form_memory::FormButton;
 
 fn sender_of(user: Option<&Value>) -> (String, Option<String>, Option<String>) {
     let id = user

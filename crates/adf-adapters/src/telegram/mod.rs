@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::AdapterSettings;
 use crate::error::AdapterError;
+use crate::form_memory::FormMemory;
 use crate::forms::{FORM_CONTENT_TYPE, Form};
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
 use crate::platform::Building;
@@ -63,7 +64,6 @@ const MAX_FORM_BUTTONS: usize = 2000;
 const OFFSET_FILE: &str = "offset.json";
 /// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
 const ATTACHMENT_DIR: &str = "imported/telegram";
-const FORMS_FILE: &str = "forms.json";
 
 /// The Telegram adapter of one agent.
 pub struct TelegramAdapter {
@@ -74,7 +74,7 @@ pub struct TelegramAdapter {
     poll_timeout: u64,
     bot: Mutex<Option<Bot>>,
     // Serializes writes of forms.json (deliveries may run side by side).
-    forms: tokio::sync::Mutex<()>,
+    forms: FormMemory,
 }
 
 impl std::fmt::Debug for TelegramAdapter {
@@ -165,7 +165,7 @@ impl TelegramAdapter {
             poll_timeout,
             sink,
             bot: Mutex::new(None),
-            forms: tokio::sync::Mutex::new(()),
+            forms: FormMemory::new(StateDir::new(&file, KIND), "buttons", MAX_FORM_BUTTONS),
         })
     }
 
@@ -194,17 +194,7 @@ impl TelegramAdapter {
     }
 
     fn form_button(&self, data: &str) -> Option<FormButton> {
-        let forms = self.state.read_json(FORMS_FILE).ok().flatten()?;
-        let b = forms.get("buttons")?.get(data)?;
-        let text = |name: &str| b.get(name).and_then(Value::as_str).map(str::to_owned);
-        Some(FormButton {
-            outbox_id: text("outbox_id")?,
-            form_id: text("form_id")?,
-            question_id: text("question_id")?,
-            answer_id: text("answer_id"),
-            answer_value: b.get("answer_value").cloned().unwrap_or(Value::Null),
-            label: text("label").unwrap_or_default(),
-        })
+        self.forms.button(data)
     }
 
     async fn handle_update(&self, update: &Value, bot: &Bot) -> Result<(), AdapterError> {
@@ -445,17 +435,18 @@ impl TelegramAdapter {
             if question.options.is_empty() {
                 // A reply to this message is the answer to this question.
                 let key = format!("reply:{}:{sent}", chat_key(&chat_id));
-                self.remember_answers(|_| {
-                    vec![(
-                        key,
-                        json!({
-                            "outbox_id": message.outbox_id,
-                            "form_id": form.form_id,
-                            "question_id": question.id,
-                        }),
-                    )]
-                })
-                .await?;
+                self.forms
+                    .remember(|_| {
+                        vec![(
+                            key,
+                            json!({
+                                "outbox_id": message.outbox_id,
+                                "form_id": form.form_id,
+                                "question_id": question.id,
+                            }),
+                        )]
+                    })
+                    .await?;
             }
             ids.push(sent);
             extra.remove("reply_to_message_id");
@@ -464,49 +455,6 @@ impl TelegramAdapter {
             platform_message_ids: ids,
             status_code: 200,
         })
-    }
-
-    /// Adds answers to forms.json: `make` gets the next free sequence number (buttons use it
-    /// in their `callback_data`) and returns `(key, answer)` pairs; the oldest entries past
-    /// [`MAX_FORM_BUTTONS`] are forgotten.
-    async fn remember_answers(
-        &self,
-        make: impl FnOnce(&mut u64) -> Vec<(String, Value)>,
-    ) -> Result<(), AdapterError> {
-        let _writing = self.forms.lock().await;
-        let mut forms = self
-            .state
-            .read_json(FORMS_FILE)?
-            .unwrap_or_else(|| json!({ "next": 1, "buttons": {} }));
-        let mut next = forms.get("next").and_then(Value::as_u64).unwrap_or(1);
-        let mut answers = forms
-            .get("buttons")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        for (key, mut answer) in make(&mut next) {
-            if let Some(object) = answer.as_object_mut() {
-                object.insert("seq".into(), json!(next));
-            }
-            next += 1;
-            answers.insert(key, answer);
-        }
-        if answers.len() > MAX_FORM_BUTTONS {
-            let mut by_age: Vec<(u64, String)> = answers
-                .iter()
-                .map(|(k, v)| (v.get("seq").and_then(Value::as_u64).unwrap_or(0), k.clone()))
-                .collect();
-            by_age.sort();
-            let excess = answers.len() - MAX_FORM_BUTTONS;
-            for (_, key) in by_age.into_iter().take(excess) {
-                answers.remove(&key);
-            }
-        }
-        if let Some(object) = forms.as_object_mut() {
-            object.insert("next".into(), json!(next));
-            object.insert("buttons".into(), Value::Object(answers));
-        }
-        self.state.write_json(FORMS_FILE, &forms)
     }
 
     /// Records question `q`'s buttons and returns the keyboard rows.
@@ -520,27 +468,28 @@ impl TelegramAdapter {
             return Ok(Vec::new());
         };
         let mut rows = Vec::new();
-        self.remember_answers(|next| {
-            let mut entries = Vec::new();
-            for option in &question.options {
-                let data = format!("adf:{next}");
-                *next += 1;
-                rows.push(json!([{ "text": option.label, "callback_data": data }]));
-                entries.push((
-                    data,
-                    json!({
-                        "outbox_id": message.outbox_id,
-                        "form_id": form.form_id,
-                        "question_id": question.id,
-                        "answer_id": option.id,
-                        "answer_value": option.value,
-                        "label": option.label,
-                    }),
-                ));
-            }
-            entries
-        })
-        .await?;
+        self.forms
+            .remember(|next| {
+                let mut entries = Vec::new();
+                for option in &question.options {
+                    let data = format!("adf:{next}");
+                    *next += 1;
+                    rows.push(json!([{ "text": option.label, "callback_data": data }]));
+                    entries.push((
+                        data,
+                        json!({
+                            "outbox_id": message.outbox_id,
+                            "form_id": form.form_id,
+                            "question_id": question.id,
+                            "answer_id": option.id,
+                            "answer_value": option.value,
+                            "label": option.label,
+                        }),
+                    ));
+                }
+                entries
+            })
+            .await?;
         Ok(rows)
     }
 }

@@ -41,6 +41,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::AdapterSettings;
 use crate::error::AdapterError;
+use crate::form_memory::FormMemory;
 use crate::forms::{FORM_CONTENT_TYPE, Form, FormQuestion};
 use crate::message::{Delivered, OutboundMessage, parse_recipient};
 use crate::platform::Building;
@@ -90,7 +91,6 @@ const ROW_DESCRIPTION_CHARS: usize = 72;
 const INTERACTIVE_BODY_CHARS: usize = 1024;
 
 const SEEN_FILE: &str = "seen.json";
-const FORMS_FILE: &str = "forms.json";
 /// Where attachments land in the agent's files (§11.4 `imported/{source}/`).
 const ATTACHMENT_DIR: &str = "imported/whatsapp";
 
@@ -106,7 +106,7 @@ pub struct WhatsAppAdapter {
     // One webhook POST at a time: the seen-ids file is read, extended and written whole.
     inbound: tokio::sync::Mutex<()>,
     // Serializes writes of forms.json (deliveries may run side by side).
-    forms: tokio::sync::Mutex<()>,
+    forms: FormMemory,
 }
 
 impl std::fmt::Debug for WhatsAppAdapter {
@@ -256,7 +256,7 @@ impl WhatsAppAdapter {
             app_secret: credentials.app_secret,
             verify_token: credentials.verify_token,
             inbound: tokio::sync::Mutex::new(()),
-            forms: tokio::sync::Mutex::new(()),
+            forms: FormMemory::new(StateDir::new(&file, KIND), "answers", MAX_FORM_ANSWERS),
         })
     }
 
@@ -686,8 +686,7 @@ impl WhatsAppAdapter {
     }
 
     fn form_answer(&self, key: &str) -> Option<FormAnswer> {
-        let forms = self.state.read_json(FORMS_FILE).ok().flatten()?;
-        let a = forms.get("answers")?.get(key)?;
+        let a = self.forms.recall(key)?;
         let text = |name: &str| a.get(name).and_then(Value::as_str).map(str::to_owned);
         let choices = a
             .get("choices")
@@ -713,49 +712,6 @@ impl WhatsAppAdapter {
         })
     }
 
-    /// Adds answers to forms.json: `make` gets the next free sequence number (button ids use
-    /// it) and returns `(key, answer)` pairs; the oldest entries past [`MAX_FORM_ANSWERS`] are
-    /// forgotten.
-    async fn remember_answers(
-        &self,
-        make: impl FnOnce(&mut u64) -> Vec<(String, Value)>,
-    ) -> Result<(), AdapterError> {
-        let _writing = self.forms.lock().await;
-        let mut forms = self
-            .state
-            .read_json(FORMS_FILE)?
-            .unwrap_or_else(|| json!({ "next": 1, "answers": {} }));
-        let mut next = forms.get("next").and_then(Value::as_u64).unwrap_or(1);
-        let mut answers = forms
-            .get("answers")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        for (key, mut answer) in make(&mut next) {
-            if let Some(object) = answer.as_object_mut() {
-                object.insert("seq".into(), json!(next));
-            }
-            next += 1;
-            answers.insert(key, answer);
-        }
-        if answers.len() > MAX_FORM_ANSWERS {
-            let mut by_age: Vec<(u64, String)> = answers
-                .iter()
-                .map(|(k, v)| (v.get("seq").and_then(Value::as_u64).unwrap_or(0), k.clone()))
-                .collect();
-            by_age.sort();
-            let excess = answers.len() - MAX_FORM_ANSWERS;
-            for (_, key) in by_age.into_iter().take(excess) {
-                answers.remove(&key);
-            }
-        }
-        if let Some(object) = forms.as_object_mut() {
-            object.insert("next".into(), json!(next));
-            object.insert("answers".into(), Value::Object(answers));
-        }
-        self.state.write_json(FORMS_FILE, &forms)
-    }
-
     /// Records a question's choices (buttons or list rows) and returns their ids, in order.
     async fn remember_choices(
         &self,
@@ -764,27 +720,28 @@ impl WhatsAppAdapter {
         question: &FormQuestion,
     ) -> Result<Vec<String>, AdapterError> {
         let mut keys = Vec::new();
-        self.remember_answers(|next| {
-            let mut entries = Vec::new();
-            for option in &question.options {
-                let key = format!("adf:{next}");
-                *next += 1;
-                keys.push(key.clone());
-                entries.push((
-                    key,
-                    json!({
-                        "outbox_id": message.outbox_id,
-                        "form_id": form.form_id,
-                        "question_id": question.id,
-                        "answer_id": option.id,
-                        "answer_value": option.value,
-                        "label": option.label,
-                    }),
-                ));
-            }
-            entries
-        })
-        .await?;
+        self.forms
+            .remember(|next| {
+                let mut entries = Vec::new();
+                for option in &question.options {
+                    let key = format!("adf:{next}");
+                    *next += 1;
+                    keys.push(key.clone());
+                    entries.push((
+                        key,
+                        json!({
+                            "outbox_id": message.outbox_id,
+                            "form_id": form.form_id,
+                            "question_id": question.id,
+                            "answer_id": option.id,
+                            "answer_value": option.value,
+                            "label": option.label,
+                        }),
+                    ));
+                }
+                entries
+            })
+            .await?;
         Ok(keys)
     }
 
@@ -802,18 +759,19 @@ impl WhatsAppAdapter {
             .map(|o| json!({ "id": o.id, "label": o.label, "value": o.value }))
             .collect();
         let key = format!("reply:{sent}");
-        self.remember_answers(|_| {
-            vec![(
-                key,
-                json!({
-                    "outbox_id": message.outbox_id,
-                    "form_id": form.form_id,
-                    "question_id": question.id,
-                    "choices": choices,
-                }),
-            )]
-        })
-        .await
+        self.forms
+            .remember(|_| {
+                vec![(
+                    key,
+                    json!({
+                        "outbox_id": message.outbox_id,
+                        "form_id": form.form_id,
+                        "question_id": question.id,
+                        "choices": choices,
+                    }),
+                )]
+            })
+            .await
     }
 }
 
