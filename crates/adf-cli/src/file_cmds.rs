@@ -189,8 +189,9 @@ pub(crate) fn check(path: &Path, out: Output) -> Result<ExitCode> {
     report
         .findings
         .extend(crate::identity_cmds::check_findings(&file)?);
-    if let Ok(home) = adf_runtime::home::RuntimeHome::from_env() {
-        let config = file.config()?;
+    // A config that cannot be read is already one of the report's findings; compute's
+    // warnings need a readable one.
+    if let (Ok(home), Ok(config)) = (adf_runtime::home::RuntimeHome::from_env(), file.config()) {
         report.findings.extend(
             adf_compute::check(&config, &home)
                 .into_iter()

@@ -316,10 +316,9 @@ impl EmailAdapter {
 
     async fn receive(&self, session: &Session) -> Result<(), AdapterError> {
         let mut imap = self.imap().await?;
-        let selected = imap
-            .select(&self.config.mailbox)
-            .await
-            .map_err(|e| connect::imap_error(&format!("SELECT {}", self.config.mailbox), e))?;
+        let selected = imap.select(&self.config.mailbox).await.map_err(|e| {
+            connect::imap_error(&format!("opening mailbox {}", self.config.mailbox), e)
+        })?;
         let validity = selected.uid_validity.unwrap_or(0);
         let idle = imap
             .capabilities()

@@ -1042,9 +1042,11 @@ fn usage_serializes_in_the_adf_loop_tokens_shape() {
         cache_write: 0,
         reasoning: 0,
     };
+    // The reference always writes cache_read and reasoning (0 when none); cache_write only
+    // when there was any.
     assert_eq!(
         serde_json::to_value(u).unwrap(),
-        json!({"input": 10, "output": 5, "cache_read": 3})
+        json!({"input": 10, "output": 5, "cache_read": 3, "reasoning": 0})
     );
     assert_eq!(u.prompt_tokens(), 13);
 }
