@@ -280,7 +280,7 @@ async function loadAgent(e) {
 
 const TABS = [['loop', 'Loop'], ['files', 'Files'], ['config', 'Config'], ['messages', 'Inbox & outbox'],
   ['timers', 'Timers'], ['tasks', 'Tasks'], ['logs', 'Logs'], ['events', 'Events'],
-  ['identity', 'Identity'], ['adapters', 'Adapters'], ['review', 'Review'], ['usage', 'Usage']];
+  ['identity', 'Identity'], ['adapters', 'Adapters'], ['compute', 'Compute'], ['review', 'Review'], ['usage', 'Usage']];
 
 async function agentView(main, id, tab) {
   const base = `/agents/${encodeURIComponent(id)}`;
@@ -315,7 +315,7 @@ async function agentView(main, id, tab) {
   panel.setAttribute('aria-labelledby', `tab-${tab}`);
   main.append(tablist, panel);
   const views = { loop: loopTab, files: filesTab, config: configTab, messages: messagesTab, timers: timersTab,
-    tasks: tasksTab, logs: logsTab, events: eventsTab, identity: identityTab, adapters: adaptersTab, review: reviewTab, usage: usageTab };
+    tasks: tasksTab, logs: logsTab, events: eventsTab, identity: identityTab, adapters: adaptersTab, compute: computeTab, review: reviewTab, usage: usageTab };
   await (views[tab] || loopTab)(panel, id, base, s);
 }
 
@@ -1103,6 +1103,52 @@ async function reviewTab(panel, id, base, status) {
     toast(a.ok ? 'review recorded' : errorText(a), !a.ok);
     if (a.ok) { clear(panel); reviewTab(panel, id, base, status); }
   } }, 'Accept this review'));
+}
+
+// ---- compute and packages: what this machine can run for the agent, and what it declares
+
+// The tool a target needs on this machine: bubblewrap for the sandboxes, Podman for a
+// registered container; `host` depends on the runtime setting, which the daemon checks per call.
+function targetNeeds(target, status) {
+  if (target === 'isolated' || target === 'shared') return status.bubblewrap;
+  if (target === 'host') return null;
+  return status.podman;
+}
+
+async function computeTab(panel, id, base) {
+  const [st, cfg] = await Promise.all([api('GET', '/compute/status'), api('GET', `${base}/config`)]);
+  if (!st.ok) return panel.append(h('p', { class: 'error', text: errorText(st) }));
+  if (!cfg.ok) return panel.append(h('p', { class: 'error', text: errorText(cfg) }));
+  const status = st.data;
+  const conf = cfg.data.config || cfg.data;
+  const compute = conf.compute || {};
+  const tool = (name, a) => h('tr', { 'data-tool': name }, h('td', { text: name }),
+    h('td', {}, a.available ? h('span', { class: 'badge ok', text: 'installed' }) : h('span', { class: 'badge bad', text: 'missing' })),
+    h('td', { class: 'compute-tool-detail', text: a.available ? a.path : `install ${a.install}` }));
+  panel.append(h('h3', { text: 'This machine' }),
+    h('p', {}, 'Isolation: ', h('strong', { id: 'compute-isolation', text: status.isolation || 'none (compute_exec fails closed)' }),
+      ` · network in sandboxes: ${status.network}`),
+    h('table', { id: 'compute-tools' }, h('tbody', {}, tool('bubblewrap', status.bubblewrap), tool('podman', status.podman))),
+    h('pre', { class: 'json', id: 'compute-limits', text: json(status.limits) }));
+  const allowed = Array.isArray(compute.allowed_targets) ? compute.allowed_targets
+    : [compute.enabled ? 'isolated' : null, compute.host_access ? 'host' : null].filter(Boolean);
+  const rows = h('tbody');
+  for (const target of allowed) {
+    const need = targetNeeds(target, status);
+    const state = need === null ? h('span', { class: 'badge warn', text: 'needs the runtime setting compute.hostAccess' })
+      : need.available ? h('span', { class: 'badge ok', text: 'can run' }) : h('span', { class: 'badge bad', text: `cannot run: install ${need.install}` });
+    rows.append(h('tr', { 'data-target': target }, h('td', { text: target }), h('td', { class: 'compute-target-state' }, state),
+      h('td', { text: target === (compute.default_target || allowed[0]) ? 'default' : '' })));
+  }
+  const packages = (conf.code_execution && conf.code_execution.packages) || [];
+  const pip = (compute.packages && compute.packages.pip) || [];
+  panel.append(h('h3', { text: 'This agent' }),
+    h('p', { id: 'compute-enabled', text: compute.enabled ? 'compute is enabled' : 'compute is off (compute.enabled)' }),
+    allowed.length ? h('table', { id: 'compute-targets' }, h('thead', {}, h('tr', {}, ['Target', 'On this machine', ''].map((t) => h('th', { text: t })))), rows)
+      : h('p', { class: 'muted', text: 'No compute target is allowed.' }),
+    h('h3', { text: 'Packages' }),
+    h('p', { id: 'compute-npm', text: packages.length ? `npm: ${packages.map((p) => `${p.name}@${p.version || '*'}`).join(', ')}` : 'npm: none (adf packages FILE install NAME)' }),
+    h('p', { id: 'compute-pip', text: pip.length ? `pip: ${pip.join(', ')}` : 'pip: none' }));
 }
 
 // Beyond the reference: per-turn token use and timing from the transcript.

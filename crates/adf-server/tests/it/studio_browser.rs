@@ -1117,3 +1117,90 @@ async fn studio_shows_adapter_states_live_and_sets_the_adapter_credential_write_
     c.close().await.unwrap();
     h.stop().await;
 }
+
+/// The agent page's Compute tab shows what this machine can run for the agent (the isolation
+/// tool `GET /compute/status` finds), each allowed target's state and the declared packages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cfg_37_studio_shows_compute_status_and_each_allowed_target() {
+    if !chromium_available() {
+        return;
+    }
+    let h = Harness::start().await;
+    let path = common::agent_file(
+        h.dir.path(),
+        "cruncher",
+        &[],
+        &[
+            (
+                "compute",
+                json!({
+                    "enabled": true,
+                    "host_access": true,
+                    "allowed_targets": ["isolated", "host"],
+                    "default_target": "isolated",
+                    "packages": { "pip": ["numpy"] },
+                }),
+            ),
+            (
+                "code_execution.packages",
+                json!([{ "name": "left-pad", "version": "1.3.0" }]),
+            ),
+        ],
+    );
+    let agent = h.server.daemon.load(&path).await.unwrap().agent;
+    // What the page must say, from the daemon's own answer.
+    let status = h
+        .client
+        .call(Method::GET, "/compute/status", None)
+        .await
+        .unwrap();
+    let isolation = status["isolation"]
+        .as_str()
+        .map_or("none (compute_exec fails closed)".to_owned(), str::to_owned);
+    let sandbox_runs = status["bubblewrap"]["available"] == json!(true);
+    let driver = Driver::start().await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    c.goto(&h.server.login_url()).await.unwrap();
+    css(&c, "#fleet tbody tr").await;
+    c.goto(&format!("{}/#/agent/{}/compute", h.server.url(), agent.id))
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the machine's isolation tool",
+        &format!(
+            "document.getElementById('compute-isolation')?.textContent === {}",
+            json!(isolation)
+        ),
+    )
+    .await;
+    let isolated =
+        "document.querySelector('tr[data-target=\"isolated\"] .compute-target-state').textContent";
+    let expected = if sandbox_runs {
+        "can run"
+    } else {
+        "cannot run"
+    };
+    until(
+        &c,
+        "the isolated target's state on this machine",
+        &format!("{isolated}.startsWith({})", json!(expected)),
+    )
+    .await;
+    until(
+        &c,
+        "the host target waiting on the runtime setting",
+        "document.querySelector('tr[data-target=\"host\"] .compute-target-state').textContent.includes('compute.hostAccess')",
+    )
+    .await;
+    until(
+        &c,
+        "the declared packages",
+        "document.getElementById('compute-npm').textContent.includes('left-pad@1.3.0') && document.getElementById('compute-pip').textContent.includes('numpy')",
+    )
+    .await;
+    shot(&c, &screenshot_dir(), "compute-1").await;
+    c.close().await.unwrap();
+    h.stop().await;
+}
